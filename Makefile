@@ -1,0 +1,45 @@
+# CBS Lab — the two commands of the README's quick start are `make run` and `make test`.
+# Both create .venv when it is missing. torch comes first so that a CPU host never pulls a
+# multi-GB CUDA build and a GPU host keeps the CUDA torch it already has.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+# Every cache a test or CI run touches stays inside the checkout.
+CACHE := $(CURDIR)/.cache
+TEST_ENV := HF_HOME=$(CACHE)/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
+	TORCHINDUCTOR_CACHE_DIR=$(CACHE)/inductor MLFLOW_DISABLE_TELEMETRY=true \
+	DO_NOT_TRACK=1 STREAMLIT_BROWSER_GATHER_USAGE_STATS=false \
+	XDG_CACHE_HOME=$(CACHE)/xdg MPLCONFIGDIR=$(CACHE)/mpl
+PYTEST_ARGS ?=
+
+.PHONY: install run test test-all bench clean
+
+$(VENV)/.installed: pyproject.toml
+	@# A host whose system Python already has torch (a GPU host with its CUDA build) shares it.
+	@test -x $(PY) || { if $(PYTHON) -c "import torch" 2>/dev/null; then \
+		$(PYTHON) -m venv --system-site-packages $(VENV); else $(PYTHON) -m venv $(VENV); fi; }
+	@$(PY) -c "import torch" 2>/dev/null || \
+		$(PY) -m pip install --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null || \
+		{ if command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install "torch==$(TORCH_VERSION)"; \
+		  else $(PY) -m pip install "torch==$(TORCH_VERSION)" --index-url https://download.pytorch.org/whl/cpu; fi; }
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(VENV)/bin/cbs up
+
+test: install
+	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+
+test-all: install
+	$(TEST_ENV) $(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+bench: install
+	$(TEST_ENV) $(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache

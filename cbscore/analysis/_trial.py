@@ -1,0 +1,61 @@
+"""One trial's steps-to-target and outcome (DESIGN.md §1, "Steps-to-target")."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cbscore.analysis._crossing import first_crossing
+from cbscore.errors import ConfigError
+
+#: The trial reached the target; ``steps`` holds the interpolated crossing.
+REACHED = "reached"
+#: Never reached the target within its budget: ``S > budget``, unknown by how much.
+CENSORED = "censored"
+#: The loss became non-finite or blew up: a measurement ("this LR is too high"), never an S.
+DIVERGED = "diverged"
+#: Outcomes that carry no steps and are neither censored nor diverged (pruned, stopped early,
+#: crashed, or not finished yet). Counted, never entered in the minimum.
+OTHER_OUTCOMES = ("pruned", "stopped", "failed", "queued", "running", "lost")
+OUTCOMES = (REACHED, CENSORED, DIVERGED, *OTHER_OUTCOMES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialSteps:
+    """Steps-to-target of one trial (one hyper-parameter setting at one batch size)."""
+
+    batch_size: int
+    """Batch size in sequences."""
+    outcome: str = REACHED
+    """One of :data:`OUTCOMES`; only ``reached`` trials enter ``S(B)``."""
+    steps: float | None = None
+    """Optimizer steps to the target (interpolated); ``None`` unless ``outcome == "reached"``."""
+
+    def __post_init__(self):
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size <= 0:
+            raise ConfigError("batch_size", self.batch_size, "must be a positive integer")
+        if self.outcome not in OUTCOMES:
+            raise ConfigError("outcome", self.outcome, f"must be one of {', '.join(OUTCOMES)}")
+        if self.outcome == REACHED:
+            if self.steps is None or not math.isfinite(self.steps) or self.steps <= 0:
+                raise ConfigError("steps", self.steps, "a reached trial needs a positive finite step count")
+        elif self.steps is not None:
+            raise ConfigError("steps", self.steps, f"must be None for a {self.outcome} trial")
+
+
+def trial_steps(
+    batch_size: int, eval_steps: Sequence[float], eval_losses: Sequence[float], target: float
+) -> TrialSteps:
+    """Steps-to-target of one trial from its evaluation history.
+
+    ``reached`` with the first crossing (see :func:`first_crossing`) when the target is reached;
+    otherwise ``diverged`` if any evaluated loss was non-finite, else ``censored``. A trainer
+    that knows more (a blow-up detector, a pruner) builds :class:`TrialSteps` itself.
+    """
+    crossing = first_crossing(eval_steps, eval_losses, target)
+    if crossing is not None:
+        return TrialSteps(batch_size=batch_size, outcome=REACHED, steps=crossing)
+    if any(not math.isfinite(float(loss)) for loss in eval_losses):
+        return TrialSteps(batch_size=batch_size, outcome=DIVERGED)
+    return TrialSteps(batch_size=batch_size, outcome=CENSORED)

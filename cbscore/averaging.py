@@ -1,0 +1,73 @@
+"""Exponential weight averaging (EWA) of the parameters, several decay rates at once.
+
+After every optimizer step ``t = 1, 2, ...`` and for each tracked ``τ``:
+
+    ξ_t = τ·ξ_{t-1} + (1 − τ)·θ_t,   ξ_0 = 0
+
+and the averaged weights are bias corrected, ``ξ̂_t = ξ_t / (1 − τ^t)`` (Kingma & Ba 2015,
+§3, the same correction as Adam's moments; Zhang et al. 2025, §3.1 use EWA for every
+evaluation). ``ξ̂_t`` is a weighted mean of ``θ_1 .. θ_t`` with weights ∝ τ^(t−i) that sum to
+one. Before the first step (t = 0) the average is the initial weights themselves.
+
+The update is one ``torch._foreach_lerp_`` per τ (``ξ ← ξ + (1 − τ)(θ − ξ)``), in the
+parameters' dtype (fp32 master weights under autocast), with no host synchronisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+
+class WeightAverage:
+    """EWA shadows of ``params`` for each ``τ`` in ``taus``."""
+
+    def __init__(self, params: Sequence[torch.Tensor], taus: Sequence[float]):
+        taus = tuple(float(t) for t in taus)
+        if not taus or any(not 0.0 < t < 1.0 for t in taus):
+            raise ValueError(f"taus must be one or more numbers in (0, 1), but got {taus!r}.")
+        self.taus = taus
+        self.params = list(params)
+        self.shadows = [[torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params] for _ in taus]
+        self.count = 0  # t, the number of updates folded in
+
+    @torch.no_grad()
+    def update(self) -> None:
+        """Fold the current parameters in: ξ ← τ·ξ + (1 − τ)·θ for every τ."""
+        self.count += 1
+        for tau, shadow in zip(self.taus, self.shadows):
+            torch._foreach_lerp_(shadow, self.params, 1.0 - tau)
+
+    def correction(self, index: int) -> float:
+        """Bias correction 1 − τ^t of shadow ``index``."""
+        return 1.0 - self.taus[index] ** self.count
+
+    @torch.no_grad()
+    def averaged(self, index: int) -> list[torch.Tensor]:
+        """Bias-corrected averaged weights ξ̂ for ``taus[index]`` (new tensors)."""
+        if self.count == 0:
+            return [p.detach().clone() for p in self.params]
+        return torch._foreach_div(self.shadows[index], self.correction(index))
+
+    @torch.no_grad()
+    def copy_to(self, model: nn.Module, index: int) -> None:
+        """Load ξ̂ for ``taus[index]`` into ``model`` (same architecture as the averaged one)."""
+        targets = [p for p in model.parameters()]
+        if self.count == 0:
+            torch._foreach_copy_(targets, self.params)
+            return
+        torch._foreach_copy_(targets, self.shadows[index])
+        torch._foreach_div_(targets, self.correction(index))
+
+    def state_dict(self) -> dict:
+        return {"taus": list(self.taus), "count": self.count, "shadows": [list(s) for s in self.shadows]}
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict) -> None:
+        if tuple(float(t) for t in state["taus"]) != self.taus:
+            raise ValueError(f"taus of the saved average must be {self.taus}, but got {tuple(state['taus'])}.")
+        self.count = int(state["count"])
+        for shadow, saved in zip(self.shadows, state["shadows"]):
+            torch._foreach_copy_(shadow, [s.to(shadow[0].device) for s in saved])

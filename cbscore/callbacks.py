@@ -1,0 +1,155 @@
+"""Callbacks: how anything outside the trainer watches or steers a trial (OLMo-core style).
+
+The trainer knows nothing about MLflow, Celery or Optuna. It calls these no-op hooks:
+
+- ``pre_train(state)``: once, after the model, data and any checkpoint are loaded;
+- ``post_step(state, metrics)``: after every optimizer step; ``metrics`` is a dict only on log
+  steps (``None`` otherwise, so an every-step hook stays cheap: use it as a heartbeat);
+- ``post_eval(state, point)``: after every evaluation (an :class:`EvalPoint`);
+- ``post_train(state, result)``: once, with the :class:`TrialResult`, whatever the outcome;
+- ``on_error(state, exc)``: when training raises; the exception is re-raised afterwards.
+
+Any hook may call ``state.request_stop(reason)``; the trainer stops after the current step,
+writes a checkpoint (when it has a ``checkpoint_dir``) and ends with status ``stopped``.
+
+Metrics dict on log steps: ``step``, ``tokens``, ``train_loss`` (mean since the previous log
+step, nats), ``lr``, ``grad_norm`` (before clipping), ``tokens_per_s``, ``mfu``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TextIO
+
+from cbscore.trial_result import EvalPoint, TrialResult
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from cbscore.train_config import TrainConfig
+
+
+@dataclass(kw_only=True, eq=False)
+class TrainState:
+    """Live view of a running trial, handed to every hook (mutable; read it, don't write it)."""
+
+    config: "TrainConfig"
+    total_steps: int
+    """Budget in optimizer steps."""
+    warmup_steps: int
+    batch_tokens: int
+    """Tokens per optimizer step (``batch_size · context_tokens``)."""
+    n_params: int
+    flops_per_token: float
+    device: str
+    model: "nn.Module | None" = None
+    """The raw (not averaged) model being trained."""
+    step: int = 0
+    """Optimizer steps done."""
+    lr: float = 0.0
+    """Learning rate of the last step."""
+    train_loss: float | None = None
+    """Mean train loss over the last log interval, nats (updated on log steps)."""
+    tokens_per_s: float | None = None
+    """Training throughput over the last log interval."""
+    mfu: float | None = None
+    last_eval: EvalPoint | None = None
+    eval_history: list[EvalPoint] = field(default_factory=list)
+    train_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    resumed_from_step: int | None = None
+    started_at: float = field(default_factory=time.time)
+    """Wall clock (epoch seconds) when this process started the trial."""
+    last_step_at: float = field(default_factory=time.time)
+    """Wall clock of the last completed step (a heartbeat)."""
+    stop_reason: str | None = None
+
+    @property
+    def tokens(self) -> int:
+        """Training tokens seen so far."""
+        return self.step * self.batch_tokens
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.stop_reason is not None
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the trainer to stop after the current step (first reason wins)."""
+        if self.stop_reason is None:
+            self.stop_reason = str(reason)
+
+
+class Callback:
+    """Base class with no-op hooks; override the ones you need."""
+
+    def pre_train(self, state: TrainState) -> None:
+        pass
+
+    def post_step(self, state: TrainState, metrics: dict[str, Any] | None) -> None:
+        pass
+
+    def post_eval(self, state: TrainState, point: EvalPoint) -> None:
+        pass
+
+    def post_train(self, state: TrainState, result: TrialResult) -> None:
+        pass
+
+    def on_error(self, state: TrainState, exc: BaseException) -> None:
+        pass
+
+
+class ProgressBar(Callback):
+    """A tqdm bar over the token budget: tokens, train and eval loss, tokens/s and ETA."""
+
+    def __init__(self, file: TextIO | None = None, disable: bool = False):
+        self.file = file if file is not None else sys.stderr
+        self.disable = disable
+        self.bar = None
+
+    def pre_train(self, state: TrainState) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(
+            total=state.total_steps * state.batch_tokens,
+            initial=state.tokens,
+            unit="tok",
+            unit_scale=True,
+            file=self.file,
+            disable=self.disable,
+            dynamic_ncols=True,
+        )
+
+    def _postfix(self, state: TrainState) -> None:
+        fields = {}
+        if state.train_loss is not None:
+            fields["loss"] = f"{state.train_loss:.3f}"
+        if state.last_eval is not None:
+            fields["eval"] = f"{state.last_eval.loss:.3f}"
+        if state.tokens_per_s:
+            fields["tok/s"] = f"{state.tokens_per_s:,.0f}"
+        self.bar.set_postfix(fields, refresh=False)
+
+    def post_step(self, state: TrainState, metrics: dict[str, Any] | None) -> None:
+        if metrics is None or self.bar is None:
+            return
+        self.bar.update(state.tokens - self.bar.n)
+        self._postfix(state)
+
+    def post_eval(self, state: TrainState, point: EvalPoint) -> None:
+        if self.bar is not None:
+            self._postfix(state)
+            self.bar.refresh()
+
+    def post_train(self, state: TrainState, result: TrialResult) -> None:
+        if self.bar is not None:
+            self.bar.update(state.tokens - self.bar.n)
+            self._postfix(state)
+            self.bar.close()
+            self.bar = None
+
+    def on_error(self, state: TrainState, exc: BaseException) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

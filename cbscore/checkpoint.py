@@ -1,0 +1,73 @@
+"""Trial checkpoints: one file, written atomically, read back to resume.
+
+A checkpoint holds the model, the optimizer, the averaged weights, the step, the RNG states and
+the evaluation history (everything :func:`cbscore.train.train` needs to continue exactly). It is
+written to a temporary file in the same folder, flushed to disk, then moved over the old one
+with ``os.replace`` (atomic on POSIX), so a kill at any moment leaves either the old or the new
+checkpoint, never half of one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+def checkpoint_path(checkpoint_dir: str | os.PathLike) -> Path:
+    return Path(checkpoint_dir) / CHECKPOINT_NAME
+
+
+def save_checkpoint(checkpoint_dir: str | os.PathLike, payload: dict) -> Path:
+    """Write ``payload`` to ``checkpoint_dir/checkpoint.pt`` atomically; returns the path."""
+    folder = Path(checkpoint_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / CHECKPOINT_NAME
+    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(payload, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return final
+
+
+def load_checkpoint(checkpoint_dir: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict | None:
+    """The checkpoint in ``checkpoint_dir``, or ``None`` when there is none."""
+    path = checkpoint_path(checkpoint_dir)
+    if not path.exists():
+        return None
+    return torch.load(path, map_location=map_location, weights_only=True)
+
+
+def rng_state() -> dict:
+    """Every RNG the process might use, as tensors and plain values (``weights_only`` safe)."""
+    np_state = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+        "python": [list(x) if isinstance(x, tuple) else x for x in random.getstate()],
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,265 @@
+"""The paper's decoder-only transformer (Zhang et al. 2025, §3 and appendix; OLMo-style blocks).
+
+Pre-LayerNorm blocks, rotary position embeddings (Su et al. 2021, arXiv 2104.09864), LayerNorm on
+queries and keys (Dehghani et al. 2023; OLMo's ``attention_layer_norm``), a GELU MLP of width
+4d, no biases anywhere, untied input and output embeddings, no dropout, and attention through
+``scaled_dot_product_attention``. Initialisation follows OLMo's "mitchell" scheme (Groeneveld et
+al. 2024, arXiv 2402.00838): truncated normal at ±3σ with σ = 1/√fan_in, and the two output
+projections of block ``i`` scaled down with depth to σ = 1/√(2·fan_in·(i + 1)).
+
+Shape of the code follows nanoGPT: one :class:`GPTConfig` passed whole to every module and
+``forward(idx, targets=None) -> (logits, loss)``. Shapes: B batch, T time, C = d_model,
+H heads, D = C / H head width, V vocabulary.
+
+Parameter count. ``N`` is the paper's non-embedding count, the block matrices only:
+per block 4·C² (attention q, k, v, out) + 8·C² (MLP 4C wide) = 12·C², so ``N = 12·L·C²``
+(Kaplan et al. 2020, §2.1). LayerNorm gains (2 per block plus q/k norms, about 4·L·C numbers)
+and the two embeddings are not counted, which is what makes each preset's N equal its name.
+
+Training FLOPs per token ``6N + 12·L·C·T`` (Chowdhery et al. 2022, PaLM, appendix B): 6N for the
+matmuls of the forward and backward passes, 12·L·C·T for attention scores and values. The
+output head (6·C·V) is not included, as in the paper's compute accounting, so the MFU of a
+small model with a large vocabulary is understated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cbscore.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPTConfig:
+    """Shape of one model; every module receives the whole config (nanoGPT style)."""
+
+    d_model: int
+    """Residual width C."""
+    n_layers: int
+    """Number of transformer blocks L."""
+    n_heads: int
+    """Attention heads H; ``d_model`` must be a multiple of it."""
+    vocab_size: int = 8192
+    """Vocabulary size V (input and output embeddings, untied)."""
+    context_tokens: int = 512
+    """Longest sequence the rotary tables are built for, in tokens (the paper: 512)."""
+    rope_base: float = 10000.0
+    """Base of the rotary frequencies (Su et al. 2021)."""
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_layers", "n_heads", "vocab_size", "context_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(name, value, "must be a positive integer")
+        if self.d_model % self.n_heads:
+            raise ConfigError("n_heads", self.n_heads, f"must divide d_model={self.d_model}")
+        if (self.d_model // self.n_heads) % 2:
+            raise ConfigError("n_heads", self.n_heads, "must leave an even head width for rotary embeddings")
+
+    @property
+    def n_params(self) -> int:
+        """Non-embedding parameters N = 12·L·C² (block matrices only; Kaplan et al. 2020)."""
+        return 12 * self.n_layers * self.d_model**2
+
+    def flops_per_token(self, context_tokens: int | None = None) -> float:
+        """Training FLOPs per token, 6N + 12·L·C·T (PaLM, Chowdhery et al. 2022, appendix B)."""
+        t = self.context_tokens if context_tokens is None else context_tokens
+        return float(6 * self.n_params + 12 * self.n_layers * self.d_model * t)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preset:
+    """A named model shape; ``context_tokens`` is the length it is usually trained at."""
+
+    name: str
+    d_model: int
+    n_layers: int
+    n_heads: int
+    context_tokens: int
+
+    @property
+    def n_params(self) -> int:
+        """Non-embedding parameters N = 12·L·C²."""
+        return 12 * self.n_layers * self.d_model**2
+
+    def config(self, *, vocab_size: int = 8192, context_tokens: int | None = None) -> GPTConfig:
+        return GPTConfig(
+            d_model=self.d_model,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            vocab_size=vocab_size,
+            context_tokens=self.context_tokens if context_tokens is None else context_tokens,
+        )
+
+    def flops_per_token(self, context_tokens: int | None = None) -> float:
+        """Training FLOPs per token, 6N + 12·L·C·T (PaLM appendix B)."""
+        return self.config(context_tokens=context_tokens).flops_per_token()
+
+
+def _presets(*rows: tuple[str, int, int, int, int]) -> dict[str, Preset]:
+    return {name: Preset(name=name, d_model=d, n_layers=l, n_heads=h, context_tokens=t) for name, d, l, h, t in rows}
+
+
+#: Named model shapes. The paper's five (DESIGN.md §1; N = 12·L·d² matches each name), and small
+#: members of the same family (same block, head width 32-64) that train on a laptop CPU.
+PRESETS: dict[str, Preset] = _presets(
+    # name          d_model  layers  heads  usual context
+    ("tiny-0.1M", 64, 2, 2, 128),  # N = 98,304
+    ("tiny-0.8M", 128, 4, 4, 128),  # N = 786,432 (the CPU throughput floor's shape)
+    ("tiny-3.1M", 256, 4, 4, 128),  # N = 3,145,728
+    ("tiny-6.3M", 256, 8, 8, 256),  # N = 6,291,456
+    ("85M", 768, 12, 12, 512),  # N = 84,934,656
+    ("151M", 1024, 12, 16, 512),  # N = 150,994,944
+    ("302M", 1024, 24, 16, 512),  # N = 301,989,888
+    ("604M", 2048, 12, 16, 512),  # N = 603,979,776
+    ("1.2B", 2048, 24, 32, 512),  # N = 1,207,959,552
+)
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``; ConfigError naming the field ``model`` otherwise."""
+    try:
+        return PRESETS[name]
+    except (KeyError, TypeError):
+        raise ConfigError("model", name, f"is not a model preset (known: {', '.join(PRESETS)})") from None
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding tables (Su et al. 2021, eq. 34), "rotate-half" layout."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        head_dim = config.d_model // config.n_heads
+        # θ_i = base^(-2i/D), i = 0 .. D/2 - 1
+        inv_freq = config.rope_base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        angles = torch.outer(torch.arange(config.context_tokens, dtype=torch.float32), inv_freq)  # (T, D/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (T, D)
+        self.register_buffer("cos", angles.cos(), persistent=False)  # (T, D)
+        self.register_buffer("sin", angles.sin(), persistent=False)  # (T, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: (B, H, T, D); rotate each pair (x_i, x_{i+D/2}) by angle t·θ_i
+        t = x.size(-2)
+        cos, sin = self.cos[:t].to(x.dtype), self.sin[:t].to(x.dtype)  # (T, D)
+        x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, D/2) each
+        rotated = torch.cat([-x2, x1], dim=-1)  # (B, H, T, D)
+        return x * cos + rotated * sin
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        c = config.d_model
+        self.n_heads = config.n_heads
+        self.qkv = nn.Linear(c, 3 * c, bias=False)
+        # QK-LayerNorm over the full width, as OLMo's attention_layer_norm: keeps logits bounded
+        # at high learning rates (Dehghani et al. 2023, arXiv 2302.05442).
+        self.q_norm = nn.LayerNorm(c, bias=False)
+        self.k_norm = nn.LayerNorm(c, bias=False)
+        self.out = nn.Linear(c, c, bias=False)
+
+    def forward(self, x: torch.Tensor, rotary: Rotary) -> torch.Tensor:
+        b, t, c = x.shape  # (B, T, C)
+        q, k, v = self.qkv(x).split(c, dim=-1)  # 3 × (B, T, C)
+        q, k = self.q_norm(q), self.k_norm(k)
+        h = self.n_heads
+        q = q.view(b, t, h, c // h).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(b, t, h, c // h).transpose(1, 2)  # (B, H, T, D)
+        v = v.view(b, t, h, c // h).transpose(1, 2)  # (B, H, T, D)
+        q, k = rotary(q), rotary(k)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        y = y.transpose(1, 2).contiguous().view(b, t, c)  # (B, T, C)
+        return self.out(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.fc = nn.Linear(config.d_model, 4 * config.d_model, bias=False)
+        self.proj = nn.Linear(4 * config.d_model, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))  # (B, T, C) -> (B, T, 4C) -> (B, T, C)
+
+
+class Block(nn.Module):
+    """Pre-LN block: x + attn(LN(x)), then x + mlp(LN(x))."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.d_model, bias=False)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.d_model, bias=False)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, rotary: Rotary) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), rotary)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.d_model)
+        self.rotary = Rotary(config)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.ln_f = nn.LayerNorm(config.d_model, bias=False)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)  # untied
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """OLMo "mitchell" init (Groeneveld et al. 2024): truncated normal at ±3σ, σ = 1/√fan_in;
+        block i's attention and MLP output projections use σ = 1/√(2·fan_in·(i + 1))."""
+
+        def trunc(weight: torch.Tensor, std: float) -> None:
+            nn.init.trunc_normal_(weight, mean=0.0, std=std, a=-3 * std, b=3 * std)
+
+        c = self.config.d_model
+        trunc(self.wte.weight, 1 / math.sqrt(c))
+        for i, block in enumerate(self.blocks):
+            trunc(block.attn.qkv.weight, 1 / math.sqrt(c))
+            trunc(block.attn.out.weight, 1 / math.sqrt(2 * c * (i + 1)))
+            trunc(block.mlp.fc.weight, 1 / math.sqrt(c))
+            trunc(block.mlp.proj.weight, 1 / math.sqrt(2 * 4 * c * (i + 1)))
+        trunc(self.lm_head.weight, 1 / math.sqrt(c))
+        for module in self.modules():
+            if isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+
+    @property
+    def n_params(self) -> int:
+        """Non-embedding parameters N = 12·L·C² (block matrices only; see the module docstring)."""
+        return sum(p.numel() for n, p in self.blocks.named_parameters() if p.dim() == 2)
+
+    @property
+    def n_params_total(self) -> int:
+        """Every trainable number, embeddings and LayerNorm gains included."""
+        return sum(p.numel() for p in self.parameters())
+
+    def flops_per_token(self, context_tokens: int | None = None) -> float:
+        """Training FLOPs per token, 6N + 12·L·C·T (PaLM appendix B)."""
+        return self.config.flops_per_token(context_tokens)
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # idx, targets: (B, T) int64 token ids
+        x = self.wte(idx)  # (B, T, C)
+        for block in self.blocks:
+            x = block(x, self.rotary)  # (B, T, C)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        if targets is None:
+            return logits, None
+        # mean next-token cross-entropy in nats; float32 for the softmax under bf16 autocast
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss

@@ -1,0 +1,72 @@
+"""Learning-rate schedules with a warm-up fixed in tokens (DESIGN.md §1, "Recipe defaults").
+
+The warm-up is fixed in *tokens*, so it lasts ``ceil(warmup_tokens / batch_tokens)`` optimizer
+steps: doubling the batch halves the warm-up in steps. It rises linearly from
+``0.1 × lr`` at the first update to ``lr`` (Zhang et al. 2025, §3.1). After the warm-up:
+
+- ``constant``: ``lr`` to the end (the paper's schedule);
+- ``cosine``: half a cosine from ``lr`` to ``min_lr_ratio × lr`` at the last step
+  (Loshchilov & Hutter 2017, arXiv 1608.03983);
+- ``wsd`` (warmup-stable-decay): ``lr`` until the last ``decay_fraction`` of the steps, then a
+  linear decay to ``min_lr_ratio × lr`` (Hu et al. 2024, MiniCPM, arXiv 2404.06395).
+
+Steps are counted from 0: update ``i`` (the ``i + 1``-th optimizer step) uses ``lr_at(i)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cbscore.recipe import WARMUP_START_RATIO
+
+SCHEDULES = ("constant", "cosine", "wsd")
+
+
+def warmup_steps(warmup_tokens: int, batch_tokens: int) -> int:
+    """Optimizer steps of a warm-up of ``warmup_tokens`` tokens at ``batch_tokens`` tokens a step."""
+    return math.ceil(warmup_tokens / batch_tokens)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LrSchedule:
+    """Learning rate as a pure function of the optimizer step."""
+
+    kind: str
+    """``constant``, ``cosine`` or ``wsd``."""
+    lr: float
+    """Peak learning rate."""
+    warmup_steps: int
+    """Steps of linear warm-up from ``WARMUP_START_RATIO × lr`` (0 = none)."""
+    total_steps: int
+    """Steps of the whole run (the decays of ``cosine`` and ``wsd`` end there)."""
+    min_lr_ratio: float = 0.1
+    """Floor of ``cosine`` and ``wsd`` as a fraction of ``lr``."""
+    decay_fraction: float = 0.2
+    """``wsd``: fraction of ``total_steps`` spent in the final linear decay."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCHEDULES:
+            raise ValueError(f"kind must be one of {', '.join(SCHEDULES)}, but got {self.kind!r}.")
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of update ``step`` (0-based)."""
+        if step < self.warmup_steps:
+            # linear from 0.1·lr at step 0 towards lr, reached at step warmup_steps
+            return self.lr * (WARMUP_START_RATIO + (1 - WARMUP_START_RATIO) * step / self.warmup_steps)
+        if self.kind == "constant":
+            return self.lr
+        floor = self.min_lr_ratio * self.lr
+        if self.kind == "cosine":
+            span = max(1, self.total_steps - 1 - self.warmup_steps)
+            progress = min(1.0, (step - self.warmup_steps) / span)
+            return floor + (self.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+        # wsd
+        decay_steps = max(1, round(self.decay_fraction * self.total_steps))
+        decay_start = max(self.warmup_steps, self.total_steps - decay_steps)
+        if step < decay_start:
+            return self.lr
+        progress = min(1.0, (step - decay_start) / max(1, self.total_steps - 1 - decay_start))
+        return self.lr + (floor - self.lr) * progress
+
+    __call__ = lr_at

@@ -1,0 +1,314 @@
+"""The study planner: a pure function from (spec, trial records, now) to what happens next.
+
+It never touches MLflow, Celery or Optuna, so it is easy to test and safe to re-run after any
+failure (the runner in ``workers`` calls it at launch, after every trial and on a timer).
+
+Order of work within a setting (DESIGN.md §1, "Target loss"):
+
+1. The **reference cell** at ``B_ref`` runs every learning rate to D tokens. The best final
+   held-out loss (averaged weights) among them is the setting's target (unless the spec gives
+   targets explicitly).
+2. The other cells run once the target is known, released in increasing batch size: a cell is
+   released once the next smaller cell is *resolved* (a trial reached the target, or every trial
+   ended), so its step cap can use what the smaller batch sizes already needed. With ``B_ref`` in
+   the middle of the batch sizes this gives two chains that run side by side: upwards from
+   ``B_ref``, and upwards from the smallest batch size.
+
+Savings that do not change the answer (with tuned hyper-parameters, steps to target do not grow
+with batch size — McCandlish et al. 2018, eq. 2.11; Zhang et al. 2025, §2):
+
+* in a cell, once a trial reached the target at S steps, trials still above it at
+  ``S·(1 + margin)`` stop as ``pruned`` (and later trials of the cell start with that cap);
+* a cell's budget in steps is capped at ``(1 + margin)·min S(B')`` over the smaller batch sizes
+  ``B' < B`` already measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from cbscore.analysis import first_crossing
+from cbscore.study.spec import Setting, StudySpec
+from cbscore.study.trials import TERMINAL, TrialRecord, TrialSpec, lr_tag
+
+
+@dataclass(frozen=True, kw_only=True)
+class AskRequest:
+    """Ask the cell's Optuna sampler for ``count`` more trials, then build each with
+    :func:`trial_from_ask`."""
+
+    cell_id: str
+    """Cell id; also the name of the cell's Optuna study (prefixed by the study name)."""
+    setting_id: str
+    """Setting id."""
+    batch_size: int
+    """Batch size in sequences."""
+    role: str
+    """``reference`` or ``trial``."""
+    count: int
+    """Trials to ask for now."""
+    first_number: int
+    """Number of the first new trial (trials of a cell are numbered 0, 1, ...)."""
+    max_steps: int | None
+    """Step cap for the new trials."""
+    target_loss: float | None
+    """Target for the new trials (``None`` in the reference cell)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellState:
+    """Progress of one cell ``(setting, batch size)``."""
+
+    cell_id: str
+    setting_id: str
+    batch_size: int
+    role: str
+    state: str
+    """``waiting`` (not released), ``running``, ``resolved`` (S known, trials still ending) or ``done``."""
+    n_trials: int
+    """Trials the cell will run in all."""
+    counts: Mapping[str, int]
+    """Trials by status."""
+    steps_to_target: float | None
+    """Best (minimum) steps to target of the cell so far."""
+    max_steps: int | None
+    """Step cap of the cell's trials."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What the runner should do now."""
+
+    start: tuple[TrialSpec, ...] = ()
+    """Grid trials to enqueue now (not yet in the records)."""
+    ask: tuple[AskRequest, ...] = ()
+    """Optuna cells that need more trials now."""
+    stop: tuple[tuple[str, str], ...] = ()
+    """``(trial_id, reason)`` of running trials to stop (reason ``pruned``)."""
+    lost: tuple[str, ...] = ()
+    """Running trials whose heartbeat went stale: enqueue again (attempt + 1, resume)."""
+    fail: tuple[str, ...] = ()
+    """Stale trials already at the attempt cap: end them ``failed``."""
+    targets: Mapping[str, float] = field(default_factory=dict)
+    """Target loss per setting id, where known."""
+    cells: tuple[CellState, ...] = ()
+    """Every cell's progress, for status pages."""
+    errors: tuple[str, ...] = ()
+    """Settings that cannot go on, with the reason."""
+    done: bool = False
+    """Every cell is done (or its setting failed): nothing more will run."""
+
+
+def cell_id(setting_id: str, batch_size: int) -> str:
+    return f"{setting_id}.b{batch_size}"
+
+
+def _trial_id(spec: StudySpec, setting: Setting, batch_size: int, tag: str, seed: int) -> str:
+    return f"{spec.name}.{setting.setting_id}.b{batch_size}.{tag}.s{seed}"
+
+
+def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr: float, seed: int,
+                       max_tokens: int, max_steps: int | None, target_loss: float | None) -> dict:
+    """The trainer's config of one trial, as ``TrainConfig.to_dict()`` (validated by the trainer)."""
+    from cbscore.train_config import TrainConfig
+
+    config = TrainConfig.from_dict({
+        "model": setting.model,
+        "batch_size": batch_size,
+        "micro_batch_size": spec.micro_batch_size,
+        "context_tokens": spec.context_tokens,
+        "lr": lr,
+        "max_tokens": max_tokens,
+        "max_steps": max_steps,
+        # Warm-up fixed in tokens: 25% of the setting's reference budget (paper §3.1).
+        "warmup_tokens": int(spec.warmup_fraction * setting.tokens),
+        "schedule": spec.schedule,
+        "beta1": spec.beta1,
+        "beta2": spec.beta2,
+        "ewa_taus": None if spec.ewa_taus is None else list(spec.ewa_taus),
+        "weight_decay": spec.weight_decay,
+        "grad_clip": spec.grad_clip,
+        "target_loss": target_loss,
+        "seed": seed,
+        "data": dict(spec.data),
+        "allow_repeat": spec.allow_repeat,
+    })
+    return config.to_dict()
+
+
+def _make_trial(spec: StudySpec, setting: Setting, *, batch_size: int, role: str, lr: float, seed: int,
+                tag: str, max_steps: int | None, target_loss: float | None,
+                search_number: int | None = None) -> TrialSpec:
+    max_tokens = setting.tokens if role == "reference" else int(spec.budget_multiple * setting.tokens)
+    return TrialSpec(
+        trial_id=_trial_id(spec, setting, batch_size, tag, seed),
+        study=spec.name,
+        setting_id=setting.setting_id,
+        cell_id=cell_id(setting.setting_id, batch_size),
+        role=role,
+        model=setting.model,
+        n_params=setting.n_params,
+        setting_tokens=setting.tokens,
+        batch_size=batch_size,
+        lr=float(lr),
+        seed=seed,
+        max_tokens=max_tokens,
+        max_steps=max_steps,
+        target_loss=target_loss,
+        search_number=search_number,
+        train_config=build_train_config(spec, setting, batch_size=batch_size, lr=lr, seed=seed,
+                                        max_tokens=max_tokens, max_steps=max_steps, target_loss=target_loss),
+    )
+
+
+def trial_from_ask(spec: StudySpec, ask: AskRequest, *, lr: float, number: int) -> TrialSpec:
+    """Build the TrialSpec of an Optuna-proposed learning rate for ``ask``'s cell."""
+    setting = {s.setting_id: s for s in spec.resolve_settings()}[ask.setting_id]
+    seed = spec.seeds[number % len(spec.seeds)]
+    return _make_trial(spec, setting, batch_size=ask.batch_size, role=ask.role, lr=lr, seed=seed,
+                       tag=f"o{number}", max_steps=ask.max_steps, target_loss=ask.target_loss,
+                       search_number=number)
+
+
+def grid_trials(spec: StudySpec) -> int:
+    """Number of trials of the study (every cell × hyper-parameter × seed for a grid)."""
+    per_cell = spec.search.trials_per_cell() * (len(spec.seeds) if spec.search.kind == "grid" else 1)
+    return len(spec.resolve_settings()) * len(spec.batch_sizes) * per_cell
+
+
+def grid_tokens(spec: StudySpec) -> int:
+    """Tokens the same study would spend at fixed budgets: every trial runs its whole budget."""
+    per_cell = spec.search.trials_per_cell() * (len(spec.seeds) if spec.search.kind == "grid" else 1)
+    total = 0
+    for s in spec.resolve_settings():
+        non_ref = len(spec.batch_sizes) - 1
+        total += per_cell * (s.tokens + non_ref * int(spec.budget_multiple * s.tokens))
+    return total
+
+
+def spent_tokens(records: Iterable[TrialRecord]) -> int:
+    return sum(r.tokens for r in records)
+
+
+def _crossing(record: TrialRecord, target: float) -> float | None:
+    if record.status == "reached" and record.steps_to_target is not None:
+        return record.steps_to_target
+    if record.status in ("diverged", "failed") or not record.eval_steps:
+        return None
+    return first_crossing(record.eval_steps, record.eval_losses, target)
+
+
+def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
+         stale_after_s: float = 120.0, max_attempts: int = 3) -> Plan:
+    """Decide what to run, stop, re-run or fail next. Pure: same inputs, same plan."""
+    by_cell: dict[str, list[TrialRecord]] = {}
+    for r in records:
+        by_cell.setdefault(r.cell_id, []).append(r)
+    margin = spec.prune_margin
+    start: list[TrialSpec] = []
+    asks: list[AskRequest] = []
+    stop: list[tuple[str, str]] = []
+    cells: list[CellState] = []
+    errors: list[str] = []
+    targets: dict[str, float] = {}
+    all_done = True
+
+    # Stale heartbeats: lost trials run again from their checkpoints, up to the attempt cap.
+    lost, fail = [], []
+    for r in records:
+        if r.status == "running" and r.heartbeat_s is not None and now_s - r.heartbeat_s > stale_after_s:
+            (lost if r.attempt < max_attempts else fail).append(r.trial_id)
+        elif r.status == "lost":
+            (lost if r.attempt < max_attempts else fail).append(r.trial_id)
+
+    for setting in spec.resolve_settings():
+        ref_id = cell_id(setting.setting_id, spec.b_ref)
+        target = None
+        if spec.target_losses is not None:
+            target = float(spec.target_losses[setting.setting_id])
+        else:
+            ref_records = by_cell.get(ref_id, [])
+            n_ref = _cell_size(spec)
+            if len(ref_records) >= n_ref and all(r.terminal for r in ref_records):
+                finals = [r.final_eval_loss for r in ref_records
+                          if r.status in ("finished", "reached", "censored") and r.final_eval_loss is not None
+                          and math.isfinite(r.final_eval_loss)]
+                if finals:
+                    target = min(finals)
+                else:
+                    errors.append(f"setting {setting.setting_id!r}: no reference run at B_ref={spec.b_ref} "
+                                  f"finished (all diverged or failed), so there is no target loss")
+        if target is not None:
+            targets[setting.setting_id] = target
+
+        # Steps to target measured so far, per batch size (None where not yet known).
+        prev_resolved = True
+        best_smaller: float | None = None
+        setting_failed = any(e.startswith(f"setting {setting.setting_id!r}") for e in errors)
+        for b in spec.batch_sizes:
+            cid = cell_id(setting.setting_id, b)
+            recs = by_cell.get(cid, [])
+            role = "reference" if (b == spec.b_ref and spec.target_losses is None) else "trial"
+            cell_target = None if role == "reference" else target
+            crossings = [c for c in (_crossing(r, target) for r in recs) if c is not None] if target is not None else []
+            best = min(crossings) if crossings else None
+
+            released = (role == "reference") or (target is not None and prev_resolved)
+            if setting_failed:
+                released = False
+            cap = None
+            if role == "trial":
+                cands = [x for x in (best_smaller, best) if x is not None]
+                if cands:
+                    cap = int(math.ceil((1 + margin) * min(cands)))
+
+            counts: dict[str, int] = {}
+            for r in recs:
+                counts[r.status] = counts.get(r.status, 0) + 1
+            n_cell = _cell_size(spec)
+            if released:
+                present = {r.trial_id for r in recs}
+                if spec.search.kind == "grid":
+                    for lr in spec.search.lrs:
+                        for seed in spec.seeds:
+                            tid = _trial_id(spec, setting, b, lr_tag(lr), seed)
+                            if tid not in present:
+                                start.append(_make_trial(spec, setting, batch_size=b, role=role, lr=lr, seed=seed,
+                                                         tag=lr_tag(lr), max_steps=cap, target_loss=cell_target))
+                else:
+                    active = sum(1 for r in recs if not r.terminal)
+                    count = min(n_cell - len(recs), spec.search.parallel_per_cell - active)
+                    if count > 0:
+                        asks.append(AskRequest(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role,
+                                               count=count, first_number=len(recs), max_steps=cap,
+                                               target_loss=cell_target))
+                # Prune: trials of this cell still above the target well past the best crossing.
+                if role == "trial" and best is not None:
+                    limit = (1 + margin) * best
+                    for r in recs:
+                        if r.status == "running" and r.last_step > limit and r.trial_id not in lost:
+                            stop.append((r.trial_id, "pruned"))
+            complete = len(recs) >= n_cell and all(r.terminal for r in recs)
+            resolved = complete or (role == "trial" and best is not None)
+            if role == "reference":
+                resolved = complete and target is not None
+            state = ("done" if complete else "resolved" if resolved else "running" if released else "waiting")
+            cells.append(CellState(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role, state=state,
+                                   n_trials=n_cell, counts=counts, steps_to_target=best, max_steps=cap))
+            if not complete and not setting_failed:
+                all_done = False
+            prev_resolved = resolved
+            if best is not None:
+                best_smaller = best if best_smaller is None else min(best_smaller, best)
+
+    return Plan(start=tuple(start), ask=tuple(asks), stop=tuple(stop), lost=tuple(lost), fail=tuple(fail),
+                targets=targets, cells=tuple(cells), errors=tuple(errors),
+                done=all_done and not lost)
+
+
+def _cell_size(spec: StudySpec) -> int:
+    if spec.search.kind == "grid":
+        return len(spec.search.lrs) * len(spec.seeds)
+    return spec.search.n_trials

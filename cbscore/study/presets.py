@@ -1,0 +1,21 @@
+"""Named study presets, shipped as YAML files in ``cbscore/presets/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cbscore.errors import ConfigError
+from cbscore.study.spec import StudySpec
+
+PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
+
+#: ``demo`` runs end to end on a 2-core CPU; the ``paper-*`` studies are the paper's, for GPUs.
+PRESET_NAMES = ("demo", "paper-chinchilla", "paper-fixed-n", "paper-fixed-d")
+
+
+def load_preset(name: str, **overrides) -> StudySpec:
+    """The preset's spec, with fields replaced by ``overrides`` (e.g. a new ``name``)."""
+    if name not in PRESET_NAMES:
+        raise ConfigError("preset", name, f"is not a study preset (known: {', '.join(PRESET_NAMES)})")
+    spec = StudySpec.from_yaml(PRESET_DIR / f"{name}.yaml")
+    return spec.replace(**overrides) if overrides else spec

@@ -1,0 +1,383 @@
+"""The study spec: what a researcher asks CBS Lab to measure.
+
+A study is a set of *settings* ``(N, D)`` (a model preset and a token budget), each measured at
+several batch sizes. The kinds follow the paper (Zhang et al. 2025, §3): ``chinchilla`` (N and D
+grow together at a tokens-per-parameter ratio), ``fixed_n`` (one model, several D), ``fixed_d``
+(several models, one D) and ``custom`` (any list of ``(model, D)``).
+
+The spec is a frozen dataclass; ``to_dict()``/``from_dict()`` is the wire format (JSON/YAML), and
+every check raises :class:`~cbscore.errors.ConfigError` naming the field and the value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from cbscore.errors import ConfigError
+
+KINDS = ("chinchilla", "fixed_n", "fixed_d", "custom")
+SEARCH_KINDS = ("grid", "optuna")
+SCHEDULES = ("constant", "cosine", "wsd")
+
+#: The paper's learning-rate grid (Zhang et al. 2025, §3.1).
+PAPER_LRS = (1e-3, 3.16e-3, 6.32e-3, 1e-2, 3.16e-2)
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+def _positive_int(field_name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(field_name, value, "must be a positive integer")
+    return value
+
+
+def _positive_float(field_name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(field_name, value, "must be a positive finite number")
+    return float(value)
+
+
+def format_tokens(tokens: float) -> str:
+    """Short human form of a token count: 2000000 -> '2M', 1741000000 -> '1.741B'."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if tokens >= scale:
+            return f"{tokens / scale:.4g}{unit}"
+    return f"{int(tokens)}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSpec:
+    """How the hyper-parameters of each cell ``(setting, batch size)`` are searched."""
+
+    kind: str = "grid"
+    """``grid`` (every learning rate of ``lrs``) or ``optuna`` (a sampler proposes ``n_trials``)."""
+    lrs: tuple[float, ...] = PAPER_LRS
+    """Peak learning rates of the grid (``kind='grid'``); the paper's grid by default."""
+    n_trials: int = 4
+    """Trials per cell proposed by Optuna (``kind='optuna'``)."""
+    lr_min: float = 1e-4
+    """Lower bound of the Optuna learning-rate search (log-uniform)."""
+    lr_max: float = 1e-1
+    """Upper bound of the Optuna learning-rate search (log-uniform)."""
+    parallel_per_cell: int = 2
+    """Optuna trials of one cell running at once (the sampler learns from finished ones)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in SEARCH_KINDS:
+            raise ConfigError("search.kind", self.kind, f"must be one of {', '.join(SEARCH_KINDS)}")
+        object.__setattr__(self, "lrs", tuple(self.lrs))
+        if self.kind == "grid" and not self.lrs:
+            raise ConfigError("search.lrs", list(self.lrs), "must list at least one learning rate")
+        for lr in self.lrs:
+            _positive_float("search.lrs", lr)
+        if len(set(self.lrs)) != len(self.lrs):
+            raise ConfigError("search.lrs", list(self.lrs), "must not repeat a learning rate")
+        _positive_int("search.n_trials", self.n_trials)
+        _positive_int("search.parallel_per_cell", self.parallel_per_cell)
+        _positive_float("search.lr_min", self.lr_min)
+        _positive_float("search.lr_max", self.lr_max)
+        if self.lr_min >= self.lr_max:
+            raise ConfigError("search.lr_max", self.lr_max, f"must be above search.lr_min={self.lr_min}")
+
+    def trials_per_cell(self) -> int:
+        return len(self.lrs) if self.kind == "grid" else self.n_trials
+
+
+@dataclass(frozen=True, kw_only=True)
+class SettingSpec:
+    """One ``(model, D)`` of a ``custom`` study."""
+
+    model: str
+    """Model preset name (``cbs models`` lists them)."""
+    tokens: int
+    """Training tokens D of the setting (the reference budget)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    """A resolved setting ``(N, D)`` of a study, with a stable id."""
+
+    setting_id: str
+    """Stable id, e.g. ``tiny-0.4M_D2M``; unique within the study."""
+    model: str
+    """Model preset name."""
+    n_params: int
+    """Non-embedding parameters N (``12·L·d²``)."""
+    tokens: int
+    """Training tokens D: the reference runs' budget."""
+    flops_per_token: float
+    """Training FLOPs per token of the preset at the study's context (PaLM appendix B)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudySpec:
+    """A critical-batch-size study (DESIGN.md §1)."""
+
+    name: str
+    """Study name: letters, digits, ``-`` and ``_``; one MLflow experiment per name."""
+    kind: str = "custom"
+    """``chinchilla``, ``fixed_n``, ``fixed_d`` or ``custom``."""
+    models: tuple[str, ...] = ()
+    """Model presets (``chinchilla``, ``fixed_d``: several; ``fixed_n``: exactly one)."""
+    tokens: tuple[int, ...] = ()
+    """Token budgets D (``fixed_n``: several; ``fixed_d``: exactly one; ``chinchilla``: optional,
+    one per model, overriding ``tokens_per_param``)."""
+    tokens_per_param: float = 20.0
+    """``chinchilla``: D = tokens_per_param · N (the paper's Chinchilla ratio is 20)."""
+    settings: tuple[SettingSpec, ...] = ()
+    """``custom``: the explicit list of ``(model, tokens)``."""
+    batch_sizes: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
+    """Batch sizes to measure, in sequences of ``context_tokens`` tokens; must contain ``b_ref``."""
+    context_tokens: int = 512
+    """Sequence length T in tokens (the paper: 512)."""
+    b_ref: int = 256
+    """Reference batch size B_ref in sequences: its runs set each setting's target (paper: 256)."""
+    overhead: float = 0.2
+    """The r of the 20% rule: B* is the largest B with S(B) ≤ (1 + r)·S_lin(B)."""
+    target_losses: Mapping[str, float] | None = None
+    """Explicit held-out target loss per setting id; ``None`` = targets from reference runs."""
+    search: SearchSpec = field(default_factory=SearchSpec)
+    """Hyper-parameter search of each cell."""
+    budget_multiple: float = 2.0
+    """Per-trial budget of a non-reference cell, as a multiple of the setting's D (tokens)."""
+    prune_margin: float = 0.1
+    """Trials still above target at (1 + margin)·S_best steps stop as ``pruned``; also caps cells."""
+    warmup_fraction: float = 0.25
+    """Warm-up length as a fraction of D, fixed in tokens across batch sizes (paper: 25%)."""
+    schedule: str = "constant"
+    """Learning-rate schedule after warm-up: ``constant`` (paper), ``cosine`` or ``wsd``."""
+    beta1: float = 0.95
+    """AdamW β1 (paper: 0.95)."""
+    beta2: float | None = None
+    """AdamW β2; ``None`` = the paper's per-batch-size table."""
+    ewa_taus: tuple[float, ...] | None = None
+    """EWA decay rates tracked; ``None`` = the paper's per-batch-size τ."""
+    weight_decay: float = 0.0
+    """AdamW weight decay (paper: 0)."""
+    grad_clip: float = 1.0
+    """Gradient-norm clipping threshold (paper: 1.0)."""
+    micro_batch_size: int | None = None
+    """Sequences per forward pass (gradient accumulation); ``None`` = the whole batch."""
+    seeds: tuple[int, ...] = (0,)
+    """Training seeds; each seed is one more trial per learning rate."""
+    data: Mapping[str, Any] = field(default_factory=lambda: {"source": "builtin"})
+    """Data settings (``cbscore.data.DataConfig`` fields): source, vocab_size, ..."""
+    allow_repeat: bool = False
+    """Allow more than one pass over the corpus (the paper trains single pass)."""
+    max_trials: int = 2000
+    """Sanity limit on the number of trials; a larger study needs ``force``."""
+    max_total_tokens: float = 1e13
+    """Sanity limit on the grid's total training tokens; a larger study needs ``force``."""
+
+    # ------------------------------------------------------------------ validation
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise ConfigError("name", self.name, "must be 1-64 letters, digits, '-' or '_', starting with a letter or digit")
+        if self.kind not in KINDS:
+            raise ConfigError("kind", self.kind, f"must be one of {', '.join(KINDS)}")
+        for name in ("models", "tokens", "batch_sizes", "seeds"):
+            value = getattr(self, name)
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+                raise ConfigError(name, value, "must be a list")
+            object.__setattr__(self, name, tuple(value))
+        if self.ewa_taus is not None:
+            object.__setattr__(self, "ewa_taus", tuple(self.ewa_taus))
+        object.__setattr__(self, "settings", tuple(
+            s if isinstance(s, SettingSpec) else _setting_from_dict(s, i) for i, s in enumerate(self.settings)))
+        if isinstance(self.search, Mapping):
+            object.__setattr__(self, "search", _search_from_dict(self.search))
+        object.__setattr__(self, "data", dict(self.data))
+        if self.target_losses is not None:
+            object.__setattr__(self, "target_losses", dict(self.target_losses))
+
+        if not self.batch_sizes:
+            raise ConfigError("batch_sizes", list(self.batch_sizes), "must list at least one batch size")
+        for b in self.batch_sizes:
+            _positive_int("batch_sizes", b)
+        if len(set(self.batch_sizes)) != len(self.batch_sizes):
+            raise ConfigError("batch_sizes", list(self.batch_sizes), "must not repeat a batch size")
+        object.__setattr__(self, "batch_sizes", tuple(sorted(self.batch_sizes)))
+        _positive_int("b_ref", self.b_ref)
+        if self.b_ref not in self.batch_sizes:
+            raise ConfigError("b_ref", self.b_ref, f"must be one of batch_sizes {list(self.batch_sizes)}")
+        _positive_int("context_tokens", self.context_tokens)
+        _positive_float("overhead", self.overhead)
+        _positive_float("budget_multiple", self.budget_multiple)
+        if self.budget_multiple < 1:
+            raise ConfigError("budget_multiple", self.budget_multiple, "must be at least 1 (a trial gets at least D tokens)")
+        if not (isinstance(self.prune_margin, (int, float)) and 0 <= self.prune_margin <= 10):
+            raise ConfigError("prune_margin", self.prune_margin, "must be a number in [0, 10]")
+        if not (isinstance(self.warmup_fraction, (int, float)) and 0 <= self.warmup_fraction < 1):
+            raise ConfigError("warmup_fraction", self.warmup_fraction, "must be in [0, 1)")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError("schedule", self.schedule, f"must be one of {', '.join(SCHEDULES)}")
+        if not (isinstance(self.beta1, (int, float)) and 0 <= self.beta1 < 1):
+            raise ConfigError("beta1", self.beta1, "must be in [0, 1)")
+        if self.beta2 is not None and not (isinstance(self.beta2, (int, float)) and 0 <= self.beta2 < 1):
+            raise ConfigError("beta2", self.beta2, "must be in [0, 1) or null for the paper's table")
+        if self.ewa_taus is not None:
+            if not self.ewa_taus:
+                raise ConfigError("ewa_taus", list(self.ewa_taus), "must list at least one τ or be null")
+            for tau in self.ewa_taus:
+                if not (isinstance(tau, (int, float)) and 0 < tau < 1):
+                    raise ConfigError("ewa_taus", tau, "each τ must be in (0, 1)")
+        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
+            raise ConfigError("weight_decay", self.weight_decay, "must be a non-negative number")
+        _positive_float("grad_clip", self.grad_clip)
+        if self.micro_batch_size is not None:
+            _positive_int("micro_batch_size", self.micro_batch_size)
+            bad = [b for b in self.batch_sizes if b % self.micro_batch_size]
+            if bad:
+                raise ConfigError("micro_batch_size", self.micro_batch_size,
+                                  f"must divide every batch size (it does not divide {bad})")
+        if not self.seeds:
+            raise ConfigError("seeds", list(self.seeds), "must list at least one seed")
+        for s in self.seeds:
+            if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+                raise ConfigError("seeds", s, "each seed must be a non-negative integer")
+        _positive_int("max_trials", self.max_trials)
+        _positive_float("max_total_tokens", self.max_total_tokens)
+        _positive_float("tokens_per_param", self.tokens_per_param)
+        self._check_kind()
+        if self.target_losses is not None:
+            ids = {s.setting_id for s in self.resolve_settings()}
+            for key, loss in self.target_losses.items():
+                if key not in ids:
+                    raise ConfigError("target_losses", key, f"names no setting of this study (settings: {sorted(ids)})")
+                if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss):
+                    raise ConfigError(f"target_losses.{key}", loss, "must be a finite number")
+            missing = sorted(ids - set(self.target_losses))
+            if missing:
+                raise ConfigError("target_losses", dict(self.target_losses), f"must give a target for every setting (missing {missing})")
+
+    def _check_kind(self) -> None:
+        from cbscore.study.models import check_model
+
+        if self.kind == "custom":
+            if not self.settings:
+                raise ConfigError("settings", [], "a custom study needs at least one {model, tokens} setting")
+            for i, s in enumerate(self.settings):
+                check_model(f"settings[{i}].model", s.model)
+                _positive_int(f"settings[{i}].tokens", s.tokens)
+            return
+        if not self.models:
+            raise ConfigError("models", [], f"a {self.kind} study needs at least one model preset")
+        for m in self.models:
+            check_model("models", m)
+        if len(set(self.models)) != len(self.models):
+            raise ConfigError("models", list(self.models), "must not repeat a model")
+        if self.kind == "fixed_n" and len(self.models) != 1:
+            raise ConfigError("models", list(self.models), "a fixed_n study takes exactly one model")
+        if self.kind in ("fixed_n", "fixed_d"):
+            if not self.tokens:
+                raise ConfigError("tokens", [], f"a {self.kind} study needs token budgets")
+            for t in self.tokens:
+                _positive_int("tokens", t)
+            if self.kind == "fixed_d" and len(self.tokens) != 1:
+                raise ConfigError("tokens", list(self.tokens), "a fixed_d study takes exactly one token budget")
+            if len(set(self.tokens)) != len(self.tokens):
+                raise ConfigError("tokens", list(self.tokens), "must not repeat a token budget")
+        if self.kind == "chinchilla" and self.tokens:
+            if len(self.tokens) != len(self.models):
+                raise ConfigError("tokens", list(self.tokens),
+                                  f"a chinchilla study takes one token budget per model ({len(self.models)}) or none")
+            for t in self.tokens:
+                _positive_int("tokens", t)
+
+    # ------------------------------------------------------------------ settings
+    def resolve_settings(self) -> list[Setting]:
+        """The ``(N, D)`` settings of the study, in a stable order."""
+        from cbscore.study.models import model_info
+
+        pairs: list[tuple[str, int]]
+        if self.kind == "custom":
+            pairs = [(s.model, s.tokens) for s in self.settings]
+        elif self.kind == "chinchilla" and self.tokens:
+            pairs = list(zip(self.models, self.tokens))
+        elif self.kind == "chinchilla":
+            pairs = [(m, int(round(self.tokens_per_param * model_info(m, self.context_tokens)[0]))) for m in self.models]
+        elif self.kind == "fixed_n":
+            pairs = [(self.models[0], t) for t in self.tokens]
+        else:
+            pairs = [(m, self.tokens[0]) for m in self.models]
+        out: list[Setting] = []
+        seen: set[str] = set()
+        for model, tokens in pairs:
+            n_params, flops = model_info(model, self.context_tokens)
+            setting_id = f"{model}_D{format_tokens(tokens)}"
+            if setting_id in seen:
+                raise ConfigError("settings", setting_id, "repeats a setting")
+            seen.add(setting_id)
+            out.append(Setting(setting_id=setting_id, model=model, n_params=n_params, tokens=tokens,
+                               flops_per_token=flops))
+        return out
+
+    # ------------------------------------------------------------------ wire format
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        for key in ("models", "tokens", "batch_sizes", "seeds"):
+            d[key] = list(d[key])
+        d["settings"] = [dict(s) for s in d["settings"]]
+        d["search"]["lrs"] = list(d["search"]["lrs"])
+        d["ewa_taus"] = None if self.ewa_taus is None else list(self.ewa_taus)
+        d["data"] = dict(self.data)
+        d["target_losses"] = None if self.target_losses is None else dict(self.target_losses)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "StudySpec":
+        if not isinstance(data, Mapping):
+            raise ConfigError("spec", data, "must be a mapping of fields")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(unknown[0], data[unknown[0]], f"is not a study field (known: {', '.join(sorted(known))})")
+        if "name" not in data:
+            raise ConfigError("name", None, "is required")
+        return cls(**dict(data))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    @classmethod
+    def from_yaml(cls, source: str | Path) -> "StudySpec":
+        """Read a spec from a YAML (or JSON) file path or from YAML text."""
+        text = source
+        if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and source.endswith((".yaml", ".yml", ".json"))):
+            path = Path(source)
+            if not path.exists():
+                raise ConfigError("spec", str(path), "file does not exist")
+            text = path.read_text()
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError("spec", str(source)[:60], f"is not valid YAML ({exc.__class__.__name__}: {str(exc).splitlines()[0]})") from None
+        return cls.from_dict(data)
+
+    def replace(self, **changes: Any) -> "StudySpec":
+        return dataclasses.replace(self, **changes)
+
+
+def _setting_from_dict(value: Any, index: int) -> SettingSpec:
+    if not isinstance(value, Mapping) or set(value) != {"model", "tokens"}:
+        raise ConfigError(f"settings[{index}]", value, "must be a mapping with exactly the keys model and tokens")
+    return SettingSpec(model=value["model"], tokens=value["tokens"])
+
+
+def _search_from_dict(value: Mapping[str, Any]) -> SearchSpec:
+    known = {f.name for f in dataclasses.fields(SearchSpec)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ConfigError(f"search.{unknown[0]}", value[unknown[0]], f"is not a search field (known: {', '.join(sorted(known))})")
+    return SearchSpec(**dict(value))

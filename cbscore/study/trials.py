@@ -1,0 +1,140 @@
+"""Trials as the planner sees them: what to run (:class:`TrialSpec`) and what happened
+(:class:`TrialRecord`).
+
+Both are frozen and JSON-safe (``to_dict``/``from_dict``): a ``TrialSpec`` travels to a worker as
+the Celery task's only argument, and a ``TrialRecord`` is rebuilt from MLflow by the runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+#: Outcomes of a trial (DESIGN.md §2). ``finished`` is a reference run that spent its budget
+#: with no target to reach; ``lost`` is a trial whose heartbeat went stale (it is run again).
+TERMINAL = frozenset({"reached", "censored", "finished", "diverged", "pruned", "stopped", "failed"})
+ACTIVE = frozenset({"queued", "running"})
+STATUSES = TERMINAL | ACTIVE | {"lost"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialSpec:
+    """One trial to run: a setting, a batch size and one set of hyper-parameters."""
+
+    trial_id: str
+    """Stable id: ``{study}.{setting_id}.b{B}.{lr|o<n>}.s{seed}``; Celery task id = id + attempt."""
+    study: str
+    """Study name."""
+    setting_id: str
+    """Setting ``(N, D)`` id."""
+    cell_id: str
+    """Cell ``(setting, batch size)`` id: ``{setting_id}.b{B}``."""
+    role: str
+    """``reference`` (runs to D tokens, sets the target) or ``trial`` (stops at the target)."""
+    model: str
+    """Model preset."""
+    n_params: int
+    """Non-embedding parameters N of the model."""
+    setting_tokens: int
+    """D of the setting, in tokens."""
+    batch_size: int
+    """Batch size in sequences."""
+    lr: float
+    """Peak learning rate."""
+    seed: int
+    """Training seed."""
+    max_tokens: int
+    """Token budget of this trial."""
+    max_steps: int | None
+    """Step cap from pruning (``None``: only ``max_tokens`` bounds the trial)."""
+    target_loss: float | None
+    """Held-out loss at which the trial stops (``None`` for reference runs)."""
+    search_number: int | None = None
+    """Optuna trial number within the cell's Optuna study (``None`` for grid trials)."""
+    train_config: Mapping[str, Any]
+    """``cbscore.train_config.TrainConfig.to_dict()`` of the trial."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["train_config"] = dict(self.train_config)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TrialSpec":
+        return cls(**dict(data))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialRecord:
+    """What is known about a trial: rebuilt from MLflow by the runner."""
+
+    trial_id: str
+    """Id of the :class:`TrialSpec`."""
+    cell_id: str
+    """Cell id."""
+    setting_id: str
+    """Setting id."""
+    role: str
+    """``reference`` or ``trial``."""
+    batch_size: int
+    """Batch size in sequences."""
+    lr: float
+    """Peak learning rate."""
+    status: str
+    """``queued``, ``running``, ``lost`` or one of :data:`TERMINAL`."""
+    attempt: int = 1
+    """Attempt number (a re-enqueued lost trial is attempt 2, ...)."""
+    steps_to_target: float | None = None
+    """Interpolated optimizer step of the target crossing (reached trials)."""
+    final_eval_loss: float | None = None
+    """Last held-out loss of the averaged weights (best τ)."""
+    last_step: int = 0
+    """Last optimizer step reported."""
+    tokens: int = 0
+    """Training tokens spent so far."""
+    heartbeat_s: float | None = None
+    """Unix time of the last heartbeat (running trials)."""
+    run_id: str | None = None
+    """MLflow run id."""
+    eval_steps: tuple[float, ...] = ()
+    """Optimizer steps of the held-out evaluations."""
+    eval_losses: tuple[float, ...] = ()
+    """Held-out losses of the averaged weights (best τ) at ``eval_steps``."""
+    max_steps: int | None = None
+    """Step cap the trial was started with."""
+    seed: int = 0
+    """Training seed."""
+    search_number: int | None = None
+    """Optuna trial number (``None`` for grid trials)."""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"TrialRecord.status must be one of {sorted(STATUSES)}, but got {self.status!r}.")
+        object.__setattr__(self, "eval_steps", tuple(self.eval_steps))
+        object.__setattr__(self, "eval_losses", tuple(self.eval_losses))
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["eval_steps"] = list(self.eval_steps)
+        d["eval_losses"] = list(self.eval_losses)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TrialRecord":
+        return cls(**dict(data))
+
+
+def lr_tag(lr: float) -> str:
+    """Learning rate as it appears in a trial id: 0.00316 -> '3.16e-3'."""
+    mantissa, exponent = f"{lr:.3g}".split("e") if "e" in f"{lr:.3g}" else (None, None)
+    if mantissa is None:
+        exp = math.floor(math.log10(lr))
+        mantissa = f"{lr / 10**exp:.3g}"
+        exponent = str(exp)
+    return f"lr{mantissa}e{int(exponent)}"
