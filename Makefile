@@ -14,7 +14,7 @@ TEST_ENV := HF_HOME=$(CACHE)/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
 	XDG_CACHE_HOME=$(CACHE)/xdg MPLCONFIGDIR=$(CACHE)/mpl
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-all bench clean
+.PHONY: install browser run test test-all bench clean
 
 $(VENV)/.installed: pyproject.toml
 	@# A host whose system Python already has torch (a GPU host with its CUDA build) shares it.
@@ -32,10 +32,18 @@ install: $(VENV)/.installed
 run: install
 	$(VENV)/bin/cbs up
 
-test: install
+# The end-to-end page test drives Debian's chromium through chromedriver; install them when
+# missing (as root, as in CI). Without them the e2e test skips and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+		else echo "note: the e2e test needs chromium and chromium-driver (apt-get install chromium chromium-driver)"; fi; }
+
+test: install browser
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
-test-all: install
+test-all: install browser
 	$(TEST_ENV) $(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 bench: install

@@ -149,19 +149,37 @@ def compact(value: float) -> str:
     return f"{value:.4g}" if value != int(value) else f"{int(value)}"
 
 
-def _log2_axis(values: Sequence[float]) -> dict:
-    """Plotly axis settings for a log axis ticked at powers of two spanning ``values``."""
-    ticks = powers_of_two(min(values), max(values)) if len(values) else []
-    return dict(type="log", tickvals=ticks, ticktext=[compact(t) for t in ticks],
-                gridcolor=_GRID, zeroline=False, showline=True, linecolor="#B8BEC7")
+def _log2_axis(values: Sequence[float], *, pad: float = 1.0, max_ticks: int = 10) -> dict:
+    """Plotly settings of a log axis spanning ``values`` (times ``pad`` either side), ticked at
+    powers of two (every other power when there would be more than ``max_ticks``)."""
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    if not values:
+        return dict(type="log", gridcolor=_GRID)
+    lo, hi = min(values) / pad, max(values) * pad
+    ticks = [t for t in powers_of_two(lo, hi) if lo <= t <= hi] or powers_of_two(lo, hi)
+    while len(ticks) > max_ticks:
+        ticks = ticks[::2]
+    return dict(type="log", range=[math.log10(lo), math.log10(hi)], tickvals=ticks,
+                ticktext=[compact(t) for t in ticks], gridcolor=_GRID, zeroline=False, showline=True,
+                linecolor="#B8BEC7")
+
+
+def _log10_axis(lo: float, hi: float) -> dict:
+    """Plotly settings of a log axis over ``[lo, hi]`` ticked at 1-2-5 (or powers of ten)."""
+    k0, k1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    ticks = [m * 10.0**k for k in range(k0, k1 + 1) for m in (1, 2, 5) if lo <= m * 10.0**k <= hi]
+    if len(ticks) > 8:
+        ticks = [t for t in ticks if f"{t:.0e}".startswith("1")]
+    return dict(type="log", range=[math.log10(lo), math.log10(hi)], tickvals=ticks,
+                ticktext=[compact(t) for t in ticks], gridcolor=_GRID, showline=True, linecolor="#B8BEC7")
 
 
 def _style(fig: go.Figure, *, title: str | None, height: int) -> go.Figure:
     fig.update_layout(
         template="plotly_white", font=_FONT, height=height,
         title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15)) if title else None,
-        margin=dict(l=64, r=24, t=56 if title else 24, b=56),
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0.0, font=dict(size=12)),
+        margin=dict(l=64, r=24, t=40 if title else 16, b=40),
+        legend=dict(orientation="h", yanchor="top", y=-0.16, xanchor="left", x=0.0, font=dict(size=12)),
         hoverlabel=dict(font=dict(family=_FONT["family"], size=12)),
     )
     return fig
@@ -180,7 +198,7 @@ def _span(curves: Sequence[SettingCurve], b_ref: float) -> tuple[float, float]:
 
 # --------------------------------------------------------------------------- steps-to-target
 def steps_to_target_figure(curves: Sequence[SettingCurve], *, b_ref: float, overhead: float,
-                           normalized: bool = False, height: int = 520) -> go.Figure:
+                           normalized: bool = False, height: int = 560) -> go.Figure:
     """Steps-to-target ``S(B)`` against batch size on log₂ axes, one colour per setting.
 
     Per setting: the measured points (open triangles where every trial was censored, i.e. a lower
@@ -203,7 +221,6 @@ def steps_to_target_figure(curves: Sequence[SettingCurve], *, b_ref: float, over
                                  name=f"(1 + r) band, r = {overhead:g}", hoverinfo="skip"))
         fig.add_trace(go.Scatter(x=grid, y=lin, mode="lines", line=dict(color="#5A6270", dash="dot", width=1.5),
                                  name=f"linear scaling from B_ref = {b_ref:g}", hoverinfo="skip"))
-        y_values += [float(lin.min()), float((1 + overhead) * lin.max())]
     for i, curve in enumerate(curves):
         color = PALETTE[i % len(PALETTE)]
         scale = 1.0
@@ -229,7 +246,8 @@ def steps_to_target_figure(curves: Sequence[SettingCurve], *, b_ref: float, over
                 x=grid, y=fitted, mode="lines", line=dict(color=color, width=2), legendgroup=group,
                 name=f"{curve.label}: fit a + b/B", showlegend=False,
                 hovertemplate=f"{curve.label}<br>fit: S(%{{x:.0f}}) = %{{y:.4g}}<extra></extra>"))
-            y_values += [float(np.min(fitted)), float(np.max(fitted))]
+            measured = [p.batch_size for p in curve.points] or [b_ref]
+            y_values += [float(curve.fitted_steps(b)) * scale for b in (min(measured), max(measured))]
         reached = [p for p in curve.points if not p.censored]
         censored = [p for p in curve.points if p.censored]
         for points, symbol, suffix in ((reached, "circle", ""), (censored, "triangle-up-open", " (censored)")):
@@ -261,17 +279,18 @@ def steps_to_target_figure(curves: Sequence[SettingCurve], *, b_ref: float, over
     fig.add_vline(x=b_ref, line=dict(color="#9AA1AC", width=1, dash="dash"),
                   annotation_text=f"B_ref = {b_ref:g}", annotation_position="top right",
                   annotation_font=dict(size=11, color="#5A6270"))
-    fig.update_xaxes(title_text="batch size B (sequences, log₂)", range=[math.log10(b_lo), math.log10(b_hi)],
-                     **_log2_axis([b_lo, b_hi]))
+    if normalized:
+        y_values.append(1.0)  # S(B_ref)/S(B_ref)
+    fig.update_xaxes(title_text="batch size B (sequences, log₂)", **_log2_axis([b_lo, b_hi], max_ticks=12))
     y_title = "S(B) / S(B_ref) (log₂)" if normalized else "steps to target S(B) (log₂)"
-    fig.update_yaxes(title_text=y_title, **_log2_axis(y_values or [1.0, 2.0]))
+    fig.update_yaxes(title_text=y_title, **_log2_axis(y_values or [1.0, 2.0], pad=1.5))
     return _style(fig, title=None, height=height)
 
 
 # --------------------------------------------------------------------------- scaling laws
 def scaling_law_figure(points: Sequence[ScalingPoint], *, fit: PowerLaw | None = None,
                        references: Sequence[PowerLaw] = (), x_title: str,
-                       x_range: tuple[float, float] | None = None, height: int = 460) -> go.Figure:
+                       x_range: tuple[float, float] | None = None, height: int = 500) -> go.Figure:
     """``B*`` against N or D on log-log axes: each setting's B* with its interval, the power law
     fitted to them (solid) and published laws for comparison (dashed)."""
     fig = go.Figure()
@@ -301,9 +320,8 @@ def scaling_law_figure(points: Sequence[ScalingPoint], *, fit: PowerLaw | None =
             marker=dict(color=PALETTE[3], size=11, symbol="diamond", line=dict(color="white", width=1)),
             hovertext=[p.label for p in points],
             hovertemplate="%{hovertext}<br>x = %{x:.4g}<br>B* = %{y:.0f}<extra></extra>"))
-    fig.update_xaxes(type="log", title_text=x_title, gridcolor=_GRID, showline=True, linecolor="#B8BEC7",
-                     range=[math.log10(x_range[0]), math.log10(x_range[1])])
-    fig.update_yaxes(title_text="critical batch size B* (sequences, log₂)", **_log2_axis(y_values or [64, 1024]))
+    fig.update_xaxes(title_text=x_title, **_log10_axis(*x_range))
+    fig.update_yaxes(title_text="critical batch size B* (sequences, log₂)", **_log2_axis(y_values or [64, 1024], pad=1.4))
     return _style(fig, title=None, height=height)
 
 

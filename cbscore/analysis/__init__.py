@@ -1,9 +1,90 @@
 """Steps-to-target, the S(B) fit, the critical batch size and its scaling laws.
 
-Pure numpy/scipy (never torch): the same code runs in the trainer, the study runner, the
-Streamlit app and the ``cbs fit`` CLI, on any steps table. Definitions: DESIGN.md §1.
+Pure numpy/scipy (never torch): the same code serves the trainer, the study runner
+(``cbs study fit``), the Streamlit app and ``cbs fit`` on any steps table, published ones too.
+Definitions: DESIGN.md §1. Every result is a frozen object; models are ``f(x, *params)``.
+
+Per trial
+    ``first_crossing(steps, losses, target)`` → the interpolated first step at or below the
+    target (or ``None``); ``trial_steps(B, steps, losses, target)`` → ``TrialSteps`` with the
+    outcome (``reached``/``censored``/``diverged``).
+Per batch size
+    ``measure_points(trials)`` → ``MeasuredPoint`` per ``B``: ``S(B)`` is the minimum over reached
+    trials; censored, diverged and other trials are counted, never entered.
+Per setting
+    ``fit_steps(B, S, free_alpha=False)`` → ``StepsFit`` (``S = a + b/B`` on ``log S``;
+    ``s_min``, ``b_noise``, ``cbs(r, B_ref)``, fitted values, residuals, R²);
+    ``cbs_empirical(B, S, B_ref, r)``; ``bootstrap_steps_fit(points, fit)`` → ``BootstrapResult``;
+    ``sensitivity_table(fit, b_refs)``; ``analyze_setting(...)`` → ``SettingAnalysis``.
+Across settings
+    ``fit_power_law(x, B*, variable="n"|"d")`` → ``PowerLawFit``;
+    ``fit_joint_power_law(N, D, B*)`` → ``JointPowerLawFit``; ``fit_scaling_laws`` →
+    ``ScalingLaws`` with ``forecast(n_params, tokens)`` → ``Forecast``.
+Tables
+    ``read_steps_csv(path)`` → validated rows; ``analyze_table(rows, b_ref=256, overhead=0.2,
+    free_alpha=False, bootstrap=1000, seed=0)`` → ``TableAnalysis`` whose ``to_json_dict()`` is
+    the ``cbs fit --json`` object.
+
+Refusals raise :class:`cbscore.errors.FitError`; the table-level analysis records them under
+``errors`` and leaves the number ``None``.
 """
 
+from cbscore.analysis._bootstrap import BootstrapResult, bootstrap_steps_fit
+from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, cbs_closed_form, cbs_empirical
 from cbscore.analysis._crossing import first_crossing
+from cbscore.analysis._csv import read_steps_csv
+from cbscore.analysis._forecast import Forecast
+from cbscore.analysis._interval import LEVEL, percentile_interval
+from cbscore.analysis._joint_law import JointPowerLawFit, fit_joint_power_law
+from cbscore.analysis._models import joint_power_law, power_law, steps_model, steps_model_free
+from cbscore.analysis._points import MeasuredPoint, measure_points
+from cbscore.analysis._power_law import PowerLawFit, fit_power_law
+from cbscore.analysis._rows import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, normalize_row
+from cbscore.analysis._scaling import ScalingLaws, fit_scaling_laws
+from cbscore.analysis._sensitivity import SENSITIVITY_OVERHEADS, SensitivityRow, sensitivity_table
+from cbscore.analysis._setting import SettingAnalysis, analyze_setting
+from cbscore.analysis._steps_fit import MIN_BATCH_SIZES, StepsFit, fit_steps
+from cbscore.analysis._table import TableAnalysis, analyze_table
+from cbscore.analysis._trial import OUTCOMES, TrialSteps, trial_steps
 
-__all__ = ["first_crossing"]
+__all__ = [
+    "DEFAULT_B_REF",
+    "DEFAULT_OVERHEAD",
+    "LEVEL",
+    "MIN_BATCH_SIZES",
+    "OPTIONAL_COLUMNS",
+    "OUTCOMES",
+    "REQUIRED_COLUMNS",
+    "SENSITIVITY_OVERHEADS",
+    "BootstrapResult",
+    "Forecast",
+    "JointPowerLawFit",
+    "MeasuredPoint",
+    "PowerLawFit",
+    "ScalingLaws",
+    "SensitivityRow",
+    "SettingAnalysis",
+    "StepsFit",
+    "TableAnalysis",
+    "TrialSteps",
+    "analyze_setting",
+    "analyze_table",
+    "bootstrap_steps_fit",
+    "cbs_closed_form",
+    "cbs_empirical",
+    "first_crossing",
+    "fit_joint_power_law",
+    "fit_power_law",
+    "fit_scaling_laws",
+    "fit_steps",
+    "joint_power_law",
+    "measure_points",
+    "normalize_row",
+    "percentile_interval",
+    "power_law",
+    "read_steps_csv",
+    "sensitivity_table",
+    "steps_model",
+    "steps_model_free",
+    "trial_steps",
+]

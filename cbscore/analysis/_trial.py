@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,8 +17,9 @@ CENSORED = "censored"
 #: The loss became non-finite or blew up: a measurement ("this LR is too high"), never an S.
 DIVERGED = "diverged"
 #: Outcomes that carry no steps and are neither censored nor diverged (pruned, stopped early,
-#: crashed, or not finished yet). Counted, never entered in the minimum.
-OTHER_OUTCOMES = ("pruned", "stopped", "failed", "queued", "running", "lost")
+#: crashed, a reference run that spent its budget, or not finished yet). Counted, never entered
+#: in the minimum.
+OTHER_OUTCOMES = ("pruned", "stopped", "failed", "finished", "queued", "running", "lost")
 OUTCOMES = (REACHED, CENSORED, DIVERGED, *OTHER_OUTCOMES)
 
 
@@ -33,13 +35,19 @@ class TrialSteps:
     """Optimizer steps to the target (interpolated); ``None`` unless ``outcome == "reached"``."""
 
     def __post_init__(self):
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size <= 0:
-            raise ConfigError("batch_size", self.batch_size, "must be a positive integer")
+        size = self.batch_size
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size <= 0:
+            raise ConfigError("batch_size", size, "must be a positive integer")
+        object.__setattr__(self, "batch_size", int(size))  # numpy integers become ints
         if self.outcome not in OUTCOMES:
             raise ConfigError("outcome", self.outcome, f"must be one of {', '.join(OUTCOMES)}")
         if self.outcome == REACHED:
-            if self.steps is None or not math.isfinite(self.steps) or self.steps <= 0:
-                raise ConfigError("steps", self.steps, "a reached trial needs a positive finite step count")
+            steps = self.steps
+            if isinstance(steps, bool) or not isinstance(steps, numbers.Real):
+                raise ConfigError("steps", steps, "a reached trial needs a positive finite step count")
+            if not math.isfinite(steps) or steps <= 0:
+                raise ConfigError("steps", steps, "a reached trial needs a positive finite step count")
+            object.__setattr__(self, "steps", float(steps))
         elif self.steps is not None:
             raise ConfigError("steps", self.steps, f"must be None for a {self.outcome} trial")
 

@@ -3,7 +3,7 @@
 See ``docs/ARCHITECTURE.md`` ("Study spec and planner") for how the workers use it.
 """
 
-from cbscore.study.estimate import ComputeEstimate, SettingEstimate, estimate
+from cbscore.study.estimate import ComputeEstimate, SettingEstimate, estimate, measure_tokens_per_s
 from cbscore.study.planner import (AskRequest, CellState, Plan, build_train_config, cell_id, grid_tokens,
                                    grid_trials, plan, spent_tokens, trial_from_ask)
 from cbscore.study.presets import PRESET_NAMES, load_preset
@@ -14,5 +14,5 @@ __all__ = [
     "ACTIVE", "AskRequest", "CellState", "ComputeEstimate", "PAPER_LRS", "PRESET_NAMES", "Plan", "STATUSES",
     "SearchSpec", "Setting", "SettingEstimate", "SettingSpec", "StudySpec", "TERMINAL", "TrialRecord",
     "TrialSpec", "build_train_config", "cell_id", "estimate", "format_tokens", "grid_tokens", "grid_trials",
-    "load_preset", "plan", "spent_tokens", "trial_from_ask",
+    "load_preset", "measure_tokens_per_s", "plan", "spent_tokens", "trial_from_ask",
 ]

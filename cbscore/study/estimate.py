@@ -86,3 +86,37 @@ def estimate(spec: StudySpec, tokens_per_s: float | Mapping[str, float] | None =
         seconds=None if total_seconds is None else total_seconds / max(1, n_workers),
         n_workers=n_workers, settings=tuple(out), over_limit=over,
     )
+
+
+def measure_tokens_per_s(model: str, context_tokens: int, *, batch_size: int = 8, steps: int = 3,
+                         vocab_size: int = 8192, device: str = "cpu", threads: int | None = None) -> float:
+    """Training tokens/s of a preset on this machine: a few AdamW steps on random tokens after one
+    warm-up step (a rough figure for the dry run's time estimate, not a benchmark)."""
+    import time
+
+    import torch
+
+    from cbscore.model import GPT, get_preset
+
+    if threads:
+        torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(0)
+    net = GPT(get_preset(model).config(vocab_size=vocab_size, context_tokens=context_tokens)).to(device)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    idx = torch.randint(0, vocab_size, (batch_size, context_tokens + 1), generator=gen).to(device)
+
+    def step() -> None:
+        _, loss = net(idx[:, :-1], idx[:, 1:])  # (B, T) inputs and shifted targets
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return steps * batch_size * context_tokens / (time.perf_counter() - start)

@@ -262,7 +262,7 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
             if role == "trial":
                 cands = [x for x in (best_smaller, best) if x is not None]
                 if cands:
-                    cap = int(math.ceil((1 + margin) * min(cands)))
+                    cap = int(math.ceil((1 + margin) * min(cands) - 1e-9))  # 1.1·200 is 220.00000000000003
 
             counts: dict[str, int] = {}
             for r in recs:

@@ -13,9 +13,9 @@ PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 PRESET_NAMES = ("demo", "paper-chinchilla", "paper-fixed-n", "paper-fixed-d")
 
 
-def load_preset(name: str, **overrides) -> StudySpec:
+def load_preset(preset: str, /, **overrides) -> StudySpec:
     """The preset's spec, with fields replaced by ``overrides`` (e.g. a new ``name``)."""
-    if name not in PRESET_NAMES:
-        raise ConfigError("preset", name, f"is not a study preset (known: {', '.join(PRESET_NAMES)})")
-    spec = StudySpec.from_yaml(PRESET_DIR / f"{name}.yaml")
+    if preset not in PRESET_NAMES:
+        raise ConfigError("preset", preset, f"is not a study preset (known: {', '.join(PRESET_NAMES)})")
+    spec = StudySpec.from_yaml(PRESET_DIR / f"{preset}.yaml")
     return spec.replace(**overrides) if overrides else spec

@@ -38,3 +38,11 @@ def test_mismatched_lengths_and_bad_target_raise():
         first_crossing([0, 1], [1.0], 0.5)
     with pytest.raises(ValueError, match="finite"):
         first_crossing([0], [1.0], math.nan)
+
+
+def test_accepts_numpy_arrays():
+    import numpy as np
+
+    steps = np.array([0, 100, 200])
+    losses = np.array([5.0, 3.0, 2.0], dtype=np.float32)
+    assert first_crossing(steps, losses, 2.5) == pytest.approx(150.0)

@@ -1,0 +1,21 @@
+"""Curves: steps-to-target against batch size for every setting of a study, and its B*."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import failures, panels, sources
+
+st.title("Curves")
+st.caption(
+    "Steps-to-target **S(B)**: the fewest optimizer steps at which any trial at batch size B reaches the "
+    "setting's target loss (the held-out loss of the averaged weights that the reference run at B_ref reaches "
+    "after D tokens). The critical batch size **B\\*** is the largest B with S(B) ≤ (1 + r)·S_lin(B), where "
+    "S_lin(B) = S(B_ref)·B_ref/B is linear scaling (Zhang et al. 2025, §2.2)."
+)
+
+with failures.shown_as_message("the Curves page"):
+    name = panels.study_picker("curves")
+    rows = panels.study_rows(name)
+    b_ref, overhead = panels.fit_controls(rows, name, panels.study_b_ref(name))
+    panels.render_curves(rows, name, b_ref, overhead, run_url=sources.run_url)

@@ -1,0 +1,141 @@
+"""Studies: every study's progress, a study's cells and running trials live, the workers."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from app import charts, failures, panels, sources, study_view, units
+
+#: Seconds between refreshes of the live parts.
+REFRESH_S = 2
+#: Running trials drawn at once (the rest are listed).
+MAX_LIVE_TRIALS = 6
+
+st.title("Studies")
+st.caption(
+    "Every study and its progress. For the selected study, each cell (setting × batch size B) is coloured by "
+    "the state of its trials, and each running trial shows the held-out loss of its averaged (EWA) weights "
+    "against tokens, with the setting's target loss: the first step at or below it is the trial's steps-to-target."
+)
+
+
+@st.fragment(run_every=REFRESH_S)
+def overview() -> None:
+    with failures.shown_as_message("the studies list"):
+        summaries = sources.studies()
+        if not summaries:
+            raise failures.Nothing("No studies yet — launch one on the Launch page.")
+        st.dataframe(pd.DataFrame(study_view.summary_rows(summaries)), hide_index=True, width="stretch",
+                     column_config={
+                         "progress": st.column_config.ProgressColumn("trials ended", format="percent",
+                                                                     min_value=0.0, max_value=1.0),
+                         "tokens spent": st.column_config.NumberColumn(format="compact"),
+                     })
+
+
+@st.fragment(run_every=REFRESH_S)
+def live(name: str) -> None:
+    with failures.shown_as_message(f"study {name}"):
+        spec = sources.spec(name)
+        records = sources.records(name)
+        view = study_view.study_view(spec, records)
+        summary = panels.study_summary(name)
+
+        cols = st.columns([1.2, 1, 1, 1, 1])
+        cols[0].metric("Status", summary.status if summary else "—")
+        cols[1].metric("Trials ended", f"{view.ended} / {view.planned}")
+        cols[2].metric("Running", view.counts.get("running", 0))
+        cols[3].metric("Reached target", view.counts.get("reached", 0))
+        cols[4].metric("Tokens spent", units.count(view.tokens_spent))
+        st.progress(view.progress, text=f"{view.progress:.0%} of the planned trials have an outcome")
+        for error in view.errors:
+            st.warning(error, icon=":material/warning:")
+
+        st.plotly_chart(charts.cell_grid_figure(view.settings, view.batch_sizes, view.states, view.hover),
+                        key="studies.grid", config={"displayModeBar": False})
+        if view.targets:
+            st.caption("Targets (held-out loss): " + " · ".join(f"`{k}` {v:.4f}" for k, v in view.targets.items()))
+
+        running = [r for r in records if r.status == "running"]
+        st.subheader(f"Running trials ({len(running)})")
+        if not running:
+            st.caption("No trial is running right now." + (" The study is done." if view.progress >= 1 else ""))
+        links = sources.run_links(summary.experiment_id, [r.run_id for r in running]) if summary else {}
+        grid = st.columns(min(3, max(1, len(running))))
+        for i, record in enumerate(running[:MAX_LIVE_TRIALS]):
+            with grid[i % len(grid)].container(border=True):
+                _running_trial(spec, record, view.targets.get(record.setting_id), links.get(record.run_id))
+        if len(running) > MAX_LIVE_TRIALS:
+            st.caption(f"… and {len(running) - MAX_LIVE_TRIALS} more running trials.")
+
+        st.subheader("Workers")
+        workers = sources.alive_workers()
+        if not workers:
+            st.info("No worker answers — start one with `cbs worker` (or everything with `cbs up`).",
+                    icon=":material/memory:")
+        else:
+            now = time.time()
+            st.dataframe(pd.DataFrame([{
+                "worker": w.hostname, "device": w.device, "queue": w.queue, "concurrency": w.concurrency,
+                "running": ", ".join(w.current_trials) or "idle",
+                "heartbeat": f"{now - w.heartbeat_s:.0f} s ago",
+            } for w in workers]), hide_index=True, width="stretch")
+
+
+def _running_trial(spec, record, target: float | None, link: str | None) -> None:
+    curve = sources.curve(record.run_id) if record.run_id else {}
+    rate = study_view.last_value(curve, "perf/tokens_per_s")
+    budget = study_view.trial_budget_tokens(spec, record)
+    eta = study_view.eta_s(budget, record.tokens, rate)
+    st.markdown(f"**{record.setting_id} · B = {record.batch_size}** · lr {record.lr:.3g}"
+                + (f" · [run]({link})" if link else ""))
+    cols = st.columns(3)
+    cols[0].metric("Step", f"{record.last_step:,}")
+    cols[1].metric("Throughput", units.rate(rate))
+    cols[2].metric("ETA (at most)", units.duration(eta), help="Time to spend the trial's budget at its current "
+                   "throughput; it stops earlier when it reaches the target.")
+    st.plotly_chart(charts.loss_curve_figure([study_view.loss_curve(record, spec.context_tokens, curve)],
+                                             target_loss=target, height=260),
+                    key=f"studies.curve.{record.trial_id}", config={"displayModeBar": False})
+    if st.button("Cancel this trial", key=f"studies.cancel.{record.trial_id}", icon=":material/stop_circle:"):
+        sources.call("cancel_trial", record.trial_id)
+        sources.refresh()
+        st.toast(f"Stopping {record.trial_id}", icon=":material/stop_circle:")
+
+
+def actions(name: str) -> None:
+    """Links to MLflow and cancelling, outside the live fragment so a confirmation survives refreshes."""
+    summary = panels.study_summary(name)
+    cols = st.columns([1, 1, 1, 3])
+    url = sources.experiment_url(summary.experiment_id) if summary else None
+    if url:
+        cols[0].link_button("Study in MLflow", url, icon=":material/open_in_new:")
+    cols[1].page_link("app_pages/curves.py", label="Curves", icon=":material/show_chart:", query_params={"study": name})
+    with cols[2].popover("Cancel…", icon=":material/cancel:"):
+        st.markdown(f"Stop every unfinished trial of **{name}** and end the study?")
+        if st.button("Cancel the study", type="primary", key="studies.cancel_study"):
+            n = sources.call("cancel_study", name)
+            sources.refresh()
+            st.success(f"Cancelled {name}: {n} unfinished trial(s) stopped.")
+        records = [r for r in sources.records(name) if r.status in ("queued", "running")]
+        if records:
+            trial = st.selectbox("…or one trial", [r.trial_id for r in records], key="studies.cancel_pick")
+            if st.button("Cancel this trial", key="studies.cancel_one"):
+                outcome = sources.call("cancel_trial", trial)
+                sources.refresh()
+                st.success(f"{trial}: {outcome}.")
+
+
+overview()
+try:
+    have_studies = bool(sources.studies())
+except Exception:  # the overview above already says why
+    have_studies = False
+if have_studies:
+    with failures.shown_as_message("the Studies page"):
+        study = panels.study_picker("studies")
+        actions(study)
+        live(study)

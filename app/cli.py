@@ -1,0 +1,149 @@
+"""``cbs web`` (the Streamlit app) and ``cbs up`` (everything from the Procfile, via honcho).
+
+Both listen on 127.0.0.1 unless told otherwise (DESIGN.md §3). ``cbs up`` prepares the built-in
+corpus first, so the first trial does not wait on tokenization, then runs honcho on the repo's
+``Procfile`` (web, worker, tracking, ...) and stops all of it on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from cbscore.errors import ConfigError
+
+#: The app's entry script and the repo's Procfile.
+APP_SCRIPT = Path(__file__).resolve().parent / "streamlit_app.py"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PROCFILE = REPO_ROOT / "Procfile"
+
+#: Port of the web app unless ``--port`` or ``CBS_WEB_PORT`` says otherwise.
+DEFAULT_PORT = 8501
+#: Seconds ``cbs up`` waits for honcho to stop its processes after Ctrl-C before killing them.
+STOP_GRACE_S = 20.0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    web = subparsers.add_parser("web", help="run the web app (Streamlit) on 127.0.0.1",
+                                description="Run CBS Lab's web app: streamlit on 127.0.0.1, headless.")
+    web.add_argument("--port", type=int, default=None,
+                     help=f"port to listen on (default: $CBS_WEB_PORT or {DEFAULT_PORT})")
+    web.add_argument("--host", default=None, help="address to listen on (default: $CBS_WEB_HOST or 127.0.0.1)")
+    web.set_defaults(handler=run_web)
+
+    up = subparsers.add_parser("up", help="run everything: tracking server, worker(s) and the web app",
+                               description="Prepare the built-in corpus, then run every process of the "
+                                           "Procfile with honcho; Ctrl-C stops them all.")
+    up.add_argument("--port", type=int, default=None,
+                    help=f"port of the web app (default: $CBS_WEB_PORT or {DEFAULT_PORT})")
+    up.add_argument("--skip-data", action="store_true", help="do not prepare the built-in corpus first")
+    up.add_argument("--procfile", type=Path, default=PROCFILE, help="Procfile to run (default: the repo's)")
+    up.set_defaults(handler=run_up)
+
+
+def web_port(port: int | None) -> int:
+    """``port``, else ``$CBS_WEB_PORT``, else 8501; a ConfigError naming the field otherwise."""
+    if port is None:
+        raw = os.environ.get("CBS_WEB_PORT", "")
+        field = "CBS_WEB_PORT"
+        try:
+            port = int(raw) if raw else DEFAULT_PORT
+        except ValueError:
+            raise ConfigError(field, raw, "must be a port number in 1-65535") from None
+    else:
+        field = "--port"
+    if not 1 <= port <= 65535:
+        raise ConfigError(field, port, "must be a port number in 1-65535")
+    return port
+
+
+def streamlit_command(port: int, host: str = "127.0.0.1") -> list[str]:
+    """The ``streamlit run`` command line of the app: headless, no usage stats, no file watcher."""
+    return [
+        sys.executable, "-m", "streamlit", "run", str(APP_SCRIPT),
+        "--server.address", host,
+        "--server.port", str(port),
+        "--server.headless", "true",
+        "--server.fileWatcherType", "none",
+        "--browser.gatherUsageStats", "false",
+        "--client.toolbarMode", "minimal",
+        "--client.showErrorDetails", "none",
+        "--theme.base", "light",
+        "--theme.primaryColor", "#0072B2",
+    ]
+
+
+def run_web(args: argparse.Namespace) -> int:
+    """Replace this process by streamlit (so honcho's signals reach it directly)."""
+    port = web_port(args.port)
+    host = args.host or os.environ.get("CBS_WEB_HOST") or "127.0.0.1"
+    os.environ["STREAMLIT_BROWSER_GATHER_USAGE_STATS"] = "false"
+    cmd = streamlit_command(port, host)
+    print(f"CBS Lab web app: http://{host}:{port}", flush=True)
+    os.execv(cmd[0], cmd)
+    return 0  # not reached
+
+
+def prepare_corpus() -> str:
+    """Prepare the built-in corpus (idempotent) and describe its size."""
+    from cbscore.data import DataConfig, prepare
+
+    store = prepare(DataConfig(), progress=True)
+    splits = store.manifest.get("splits", {})
+    sizes = ", ".join(f"{name} {int(info['tokens']):,} tokens" for name, info in splits.items())
+    return f"built-in corpus ready at {store.path} ({sizes}; vocabulary {store.vocab_size:,})"
+
+
+def tracking_ui_url() -> str | None:
+    """The MLflow UI's URL as the workers see it, or ``None``."""
+    try:
+        from workers import api
+
+        return api.tracking_ui_url()
+    except Exception:  # only used for the banner
+        return None
+
+
+def run_up(args: argparse.Namespace) -> int:
+    port = web_port(args.port)
+    procfile = Path(args.procfile).resolve()
+    if not procfile.is_file():
+        raise ConfigError("--procfile", str(procfile), "must be an existing Procfile")
+    if not args.skip_data:
+        print(f"cbs up: {prepare_corpus()}", flush=True)
+    env = dict(os.environ)
+    env["CBS_WEB_PORT"] = str(port)
+    env.setdefault("STREAMLIT_BROWSER_GATHER_USAGE_STATS", "false")
+    env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    # The Procfile says `cbs ...`: make this interpreter's `cbs` the one honcho finds.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    mlflow_url = tracking_ui_url()
+    print("cbs up: starting " + ", ".join(_process_names(procfile)) + " (Ctrl-C stops everything)", flush=True)
+    print(f"cbs up: web app    http://127.0.0.1:{port}", flush=True)
+    print(f"cbs up: MLflow UI  {mlflow_url or 'served by the tracking process (see its log below)'}", flush=True)
+    honcho = [sys.executable, "-m", "honcho", "-f", str(procfile), "-d", str(procfile.parent), "start"]
+    proc = subprocess.Popen(honcho, env=env)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        # The terminal sent SIGINT to honcho too; it stops its processes. Wait for that.
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait()
+        print("cbs up: stopped", flush=True)
+        return 0
+
+
+def _process_names(procfile: Path) -> list[str]:
+    names = []
+    for line in procfile.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and ":" in line:
+            names.append(line.split(":", 1)[0].strip())
+    return names

@@ -1,0 +1,250 @@
+"""Streamlit pieces shared by several pages: the sidebar, the study picker and the results
+panels (curves and scaling laws) that the study pages and the Import page both draw."""
+
+from __future__ import annotations
+
+import os
+
+import streamlit as st
+
+from app import sources
+
+
+def optuna_dashboard_url() -> str | None:
+    """URL of a running optuna-dashboard (``CBS_OPTUNA_DASHBOARD_URL``), or ``None``."""
+    return os.environ.get("CBS_OPTUNA_DASHBOARD_URL") or None
+
+
+def sidebar() -> None:
+    """Links to the tracking UI and optuna-dashboard, and what CBS means here."""
+    with st.sidebar:
+        url = sources.tracking_ui_url()
+        if url:
+            st.link_button("MLflow UI", url, icon=":material/open_in_new:", width="stretch")
+        else:
+            st.caption("MLflow UI: not served — start it with `cbs tracking`.")
+        dashboard = optuna_dashboard_url()
+        if dashboard:
+            st.link_button("Optuna dashboard", dashboard, icon=":material/open_in_new:", width="stretch")
+        st.caption("**CBS Lab** measures the critical batch size B* of LM pre-training: the largest batch size "
+                   "whose steps-to-target stay within (1 + r) of linear scaling from B_ref "
+                   "([Zhang et al., ICLR 2025](https://arxiv.org/abs/2410.21676)).")
+
+
+# --------------------------------------------------------------------------- study picker
+def study_picker(key: str) -> str:
+    """A select box over the studies; remembers the choice across pages (and in the URL).
+
+    Raises :class:`~app.failures.Nothing` when there is no study yet.
+    """
+    from app.failures import Nothing
+
+    names = [s.name for s in sources.studies()]
+    if not names:
+        raise Nothing("No studies yet — launch one on the Launch page (the `demo` preset runs on a laptop "
+                      "CPU), or explore a published steps table on the Import page.")
+    wanted = st.query_params.get("study") or st.session_state.get("studies.selected")
+    index = names.index(wanted) if wanted in names else 0
+    name = st.selectbox("Study", names, index=index, key=f"{key}.study")
+    st.session_state["studies.selected"] = name
+    if st.query_params.get("study") != name:
+        st.query_params["study"] = name
+    return name
+
+
+def study_summary(name: str):
+    """The ``StudySummary`` of ``name`` (or ``None`` when it is gone)."""
+    return next((s for s in sources.studies() if s.name == name), None)
+
+
+def study_b_ref(name: str) -> int | None:
+    """The B_ref the study was launched with, when its summary carries it."""
+    return getattr(study_summary(name), "b_ref", None)
+
+
+def study_rows(name: str) -> list[dict]:
+    """The steps table of ``name``; :class:`~app.failures.Nothing` while no trial has an outcome."""
+    from app.failures import Nothing
+
+    rows = sources.table(name)
+    if not rows:
+        raise Nothing(f"Study `{name}` has no finished trials yet — its curves appear as trials reach their "
+                      "targets. Watch it on the Studies page.")
+    return rows
+
+
+# --------------------------------------------------------------------------- results panels
+#: Bootstrap resamples per setting behind every interval the pages show.
+BOOTSTRAP = 1000
+
+
+@st.cache_data(ttl=600, max_entries=32, show_spinner="Fitting S(B) and bootstrapping B*…")
+def analyze(rows: list[dict], b_ref: int, overhead: float):
+    """:func:`cbscore.analysis.analyze_table` of ``rows``, cached per table, ``B_ref`` and ``r``."""
+    from cbscore.analysis import analyze_table
+
+    return analyze_table(rows, b_ref=b_ref, overhead=overhead, bootstrap=BOOTSTRAP, seed=0)
+
+
+def fit_controls(rows: list[dict], source: str, preferred_b_ref: int | None = None) -> tuple[int, float]:
+    """``B_ref`` and ``r`` pickers; the choice is kept per data source across pages."""
+    from app import fit_view
+
+    sizes = fit_view.batch_sizes(rows)
+    store = f"fit.{source}"
+    saved = st.session_state.get(store) or {}
+    b_ref = saved.get("b_ref") if saved.get("b_ref") in sizes else fit_view.default_b_ref(sizes, preferred_b_ref)
+    overhead = float(saved.get("overhead", 0.2))
+    cols = st.columns([3, 2, 3])
+    b_ref = cols[0].select_slider("Reference batch size B_ref (sequences)", options=sizes, value=b_ref, key=f"{source}.b_ref",
+                                  help="Linear scaling is drawn from B_ref; the paper uses 256.")
+    overhead = cols[1].slider("Overhead r", min_value=0.05, max_value=1.0, step=0.05, value=overhead,
+                              key=f"{source}.overhead",
+                              help="B* is the largest B with S(B) ≤ (1 + r)·S(B_ref)·B_ref/B; the paper uses 0.2.")
+    cols[2].markdown(f"<div style='padding-top:1.9rem;color:#5A6270'>B* = (1 + r)·B_ref + r·B_noise = "
+                     f"{1 + overhead:.2f}·{b_ref} + {overhead:.2f}·B_noise</div>", unsafe_allow_html=True)
+    st.session_state[store] = {"b_ref": b_ref, "overhead": overhead}
+    return int(b_ref), float(overhead)
+
+
+def _notes(table) -> None:
+    if table.errors:
+        with st.expander(f"What the data cannot support ({len(table.errors)} notes)", icon=":material/info:"):
+            st.markdown("\n".join(f"- {e}" for e in table.errors))
+
+
+def render_curves(rows: list[dict], source: str, b_ref: int, overhead: float, *,
+                  run_url=lambda run_id: None) -> None:
+    """Steps-to-target against B per setting, the normalised view, the results table and downloads."""
+    import pandas as pd
+
+    from app import charts, fit_view
+
+    table = analyze(rows, b_ref, overhead)
+    curves = fit_view.setting_curves(table, rows, run_url)
+    raw, normalized = st.tabs(["Steps to target S(B)", "Normalised S(B) / S(B_ref)"])
+    with raw:
+        st.caption("Each marker is S(B), the fewest optimizer steps any trial at that batch size needed to reach "
+                   "the setting's target loss (triangles: none reached — a lower bound). Solid: the fit "
+                   "S(B) = a + b/B on log S; dotted: linear scaling S(B_ref)·B_ref/B with its (1 + r) band; "
+                   "star: the critical batch size B* with its 95% bootstrap interval. Click a marker for its run.")
+        event = st.plotly_chart(charts.steps_to_target_figure(curves, b_ref=b_ref, overhead=overhead),
+                                key=f"{source}.curves.chart", on_select="rerun", selection_mode="points",
+                                config={"displaylogo": False})
+        _selected_run(event)
+    with normalized:
+        st.caption("Each setting divided by its fitted S(B_ref): perfect linear scaling is the line B_ref/B for "
+                   "every setting, and a setting leaves the (1 + r) band at its B* (the paper's Figure 1 view).")
+        st.plotly_chart(charts.steps_to_target_figure(curves, b_ref=b_ref, overhead=overhead, normalized=True),
+                        key=f"{source}.curves.normalized", config={"displaylogo": False})
+    st.subheader("Critical batch size per setting")
+    results = pd.DataFrame(fit_view.results_rows(table))
+    st.dataframe(results, hide_index=True, width="stretch", column_config={
+        "N": st.column_config.NumberColumn(format="compact", help="Non-embedding parameters"),
+        "D (tokens)": st.column_config.NumberColumn(format="compact", help="Training tokens of the setting"),
+        "S_min (steps)": st.column_config.NumberColumn(format="%.0f"),
+        "B_noise (seq)": st.column_config.NumberColumn(format="%.0f"),
+        "B* (seq)": st.column_config.NumberColumn(format="%.0f", help="(1 + r)·B_ref + r·B_noise"),
+        "95% low": st.column_config.NumberColumn(format="%.0f", help="Bootstrap interval of B* (trials resampled)"),
+        "95% high": st.column_config.NumberColumn(format="%.0f", help="Bootstrap interval of B* (trials resampled)"),
+        "B* from points": st.column_config.NumberColumn(format="%.0f", help="B* read off the measured points "
+                                                         "(interpolated on log axes), beside the fitted one"),
+        "R² (log S)": st.column_config.NumberColumn(format="%.3f"),
+    })
+    cols = st.columns([1, 1, 2])
+    cols[0].download_button("Results as CSV", results.to_csv(index=False), file_name=f"{source}-cbs.csv",
+                            mime="text/csv", icon=":material/download:", on_click="ignore")
+    cols[1].download_button("Steps table as CSV", pd.DataFrame(rows).to_csv(index=False),
+                            file_name=f"{source}-steps.csv", mime="text/csv", icon=":material/download:",
+                            on_click="ignore", help="The `cbs fit` input: one row per trial.")
+    _notes(table)
+
+
+def _selected_run(event) -> None:
+    """A link to the MLflow run of the marker the user clicked."""
+    try:
+        points = event.selection.points if event else []
+    except AttributeError:
+        points = []
+    urls = [p.get("customdata") for p in points if isinstance(p, dict) and p.get("customdata")]
+    if urls:
+        url = urls[0] if isinstance(urls[0], str) else urls[0][0]
+        st.link_button("Open the best trial's run in MLflow", url, icon=":material/open_in_new:")
+
+
+def render_scaling(rows: list[dict], source: str, b_ref: int, overhead: float) -> None:
+    """B* against N and against D with the fitted and the paper's laws, and a forecast calculator."""
+    import pandas as pd
+
+    from app import charts, fit_view
+
+    table = analyze(rows, b_ref, overhead)
+    left, right = st.columns(2, gap="large")
+    with left:
+        st.markdown("**B\\* against model size N** (millions of non-embedding parameters)")
+        points = fit_view.scaling_points(table, "n")
+        st.plotly_chart(charts.scaling_law_figure(
+            points, fit=fit_view.fitted_law(table.scaling.n, "n"), references=fit_view.PAPER_LAWS_N,
+            x_title="N (millions of non-embedding parameters, log)",
+            x_range=_x_range([p.x for p in points], paper=(50.0, 2000.0))),
+            key=f"{source}.scaling.n", config={"displaylogo": False})
+    with right:
+        st.markdown("**B\\* against data size D** (training tokens)")
+        points = fit_view.scaling_points(table, "d")
+        st.plotly_chart(charts.scaling_law_figure(
+            points, fit=fit_view.fitted_law(table.scaling.d, "d"), x_title="D (training tokens, log)"),
+            key=f"{source}.scaling.d", config={"displaylogo": False})
+    laws = fit_view.law_rows(table)
+    if laws:
+        st.dataframe(pd.DataFrame(laws).dropna(axis=1, how="all"), hide_index=True, width="stretch", column_config={
+            "c": st.column_config.NumberColumn(format="%.4g"),
+            "α (exponent)": st.column_config.NumberColumn(format="%.3f"),
+            "β (D exponent)": st.column_config.NumberColumn(format="%.3f"),
+            "R²": st.column_config.NumberColumn(format="%.3f"),
+        })
+    else:
+        st.info("No scaling law yet: a law needs B* at two or more settings with different N (or D).",
+                icon=":material/info:")
+    _forecast(table, source)
+    _notes(table)
+
+
+def _x_range(xs: list[float], paper: tuple[float, float]) -> tuple[float, float]:
+    lo, hi = (min(xs), max(xs)) if xs else paper
+    return min(lo, paper[0]) / 1.6, max(hi, paper[1]) * 1.6
+
+
+def _forecast(table, source: str) -> None:
+    """N, D → B* with its interval, from the fitted laws (and the paper's, for comparison)."""
+    from app import spec_form
+    from cbscore.errors import CbsError
+
+    st.subheader("Forecast B*")
+    with st.form(f"{source}.forecast", border=True):
+        cols = st.columns([2, 2, 1])
+        n_text = cols[0].text_input("N (non-embedding parameters)", value="151M", help="e.g. 151M, 1.2B")
+        d_text = cols[1].text_input("D (training tokens)", value="3.072B", help="Empty: forecast from N alone.")
+        cols[2].markdown("<div style='height:1.75rem'></div>", unsafe_allow_html=True)
+        submitted = cols[2].form_submit_button("Forecast", type="primary", width="stretch")
+    if not submitted:
+        return
+    try:
+        n_params = spec_form.parse_count("N", n_text)
+        tokens = spec_form.parse_count("D", d_text) if d_text.strip() else None
+        forecast = table.scaling.forecast(n_params=n_params, tokens=tokens)
+    except CbsError as exc:
+        from app.failures import show
+
+        show(exc)
+        return
+    law = {"n": "the law in N", "d": "the law in D", "joint": "the joint law in N and D"}[forecast.law]
+    interval = ""
+    if forecast.cbs_ci is not None:
+        interval = f" (95% interval {forecast.cbs_ci[0]:,.0f} – {forecast.cbs_ci[1]:,.0f})"
+    cols = st.columns(3)
+    cols[0].metric("B* forecast (sequences)", f"{forecast.cbs:,.0f}", help=f"From {law}{interval}.")
+    paper = fit_view.PAPER_LAWS_N[0](n_params / fit_view.N_UNIT)
+    cols[1].metric("Paper, Chinchilla law", f"{paper:,.0f}", help="93.20·N^0.47, N in millions.")
+    paper = fit_view.PAPER_LAWS_N[1](n_params / fit_view.N_UNIT)
+    cols[2].metric("Paper, fixed-D law", f"{paper:,.0f}", help="621.3·N^0.087, N in millions (D fixed).")
+    st.caption(f"From {law}{interval}.")

@@ -1,0 +1,150 @@
+"""Where the pages' data comes from: the workers' public API, behind bounded caches.
+
+Every read goes through :mod:`workers.api` (docs/ARCHITECTURE.md, "Workers public API for the
+app") and is cached with a short ``ttl`` and a ``max_entries`` bound, so a page that refreshes
+every second or two costs one MLflow query per period, whatever the number of open tabs. A
+service that does not answer becomes :class:`~app.failures.Unavailable` with the command that
+starts it.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Callable
+
+import streamlit as st
+
+from app.failures import Unavailable
+from cbscore.errors import CbsError
+
+#: Seconds a live read (studies, records, curves, workers) is reused.
+LIVE_TTL_S = 2.0
+#: Seconds a steps table (the input of the fits) is reused.
+TABLE_TTL_S = 5.0
+
+
+def api() -> ModuleType:
+    """:mod:`workers.api`, imported on first use (it brings MLflow and Celery)."""
+    try:
+        from workers import api as workers_api
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("workers"):
+            raise Unavailable("The workers package is not installed here, so studies cannot be read or "
+                              "launched. Install CBS Lab with `make install`.") from exc
+        raise
+    return workers_api
+
+
+def tracking_uri() -> str:
+    """The MLflow tracking URI the workers use (for messages)."""
+    try:
+        from workers.settings import settings
+
+        return settings().tracking_uri
+    except Exception:  # only used to word a message
+        return "the configured MLflow tracking URI"
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) says that a server or a database did not answer."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return True
+        text = f"{type(exc).__name__}: {exc}"
+        if any(s in text for s in ("Connection refused", "Max retries exceeded", "Failed to establish",
+                                   "unable to open database", "OperationalError", "ConnectionError")):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def call(name: str, *args: Any, **kwargs: Any) -> Any:
+    """``workers.api.<name>(*args)``; a store that does not answer becomes :class:`Unavailable`."""
+    fn: Callable[..., Any] = getattr(api(), name)
+    try:
+        return fn(*args, **kwargs)
+    except CbsError:
+        raise
+    except Exception as exc:
+        if _unreachable(exc):
+            raise Unavailable(f"The tracking store is unreachable at `{tracking_uri()}` — start it with "
+                              "`cbs tracking` (or everything with `cbs up`), then reload.") from exc
+        raise
+
+
+# --------------------------------------------------------------------------- cached reads
+@st.cache_data(ttl=LIVE_TTL_S, max_entries=4, show_spinner=False)
+def studies() -> list:
+    """Every study with its progress (``StudySummary``), newest first."""
+    return list(call("list_studies"))
+
+
+@st.cache_data(ttl=LIVE_TTL_S, max_entries=16, show_spinner=False)
+def records(study: str) -> list:
+    """One ``TrialRecord`` per trial of ``study``."""
+    return list(call("study_records", study))
+
+
+@st.cache_data(ttl=LIVE_TTL_S, max_entries=64, show_spinner=False)
+def curve(run_id: str) -> dict:
+    """Metric histories of one run: ``{metric: (steps, values)}``."""
+    return dict(call("trial_curve", run_id))
+
+
+@st.cache_data(ttl=600, max_entries=16, show_spinner=False)
+def spec(study: str):
+    """The ``StudySpec`` a study was launched with (it never changes)."""
+    return call("study_spec", study)
+
+
+@st.cache_data(ttl=TABLE_TTL_S, max_entries=16, show_spinner=False)
+def table(study: str) -> list[dict]:
+    """The steps table of ``study``: rows in the ``cbs fit`` CSV format plus lr, beta2, tau, run_id."""
+    return [dict(row) for row in call("study_table", study)]
+
+
+@st.cache_data(ttl=LIVE_TTL_S, max_entries=2, show_spinner=False)
+def alive_workers() -> list:
+    """Workers that answer, with what each runs."""
+    return list(call("alive_workers"))
+
+
+@st.cache_data(ttl=30.0, max_entries=2, show_spinner=False)
+def tracking_ui_url() -> str | None:
+    """Base URL of the MLflow UI, or ``None`` when no tracking server serves one."""
+    try:
+        return call("tracking_ui_url")
+    except Exception:  # a link is a convenience; its absence is shown as "no link"
+        return None
+
+
+@st.cache_data(ttl=30.0, max_entries=4096, show_spinner=False)
+def run_url(run_id: str) -> str | None:
+    """Link to one MLflow run in the UI, or ``None``."""
+    if not run_id:
+        return None
+    try:
+        return call("run_url", run_id)
+    except Exception:  # a link is a convenience; its absence is shown as "no link"
+        return None
+
+
+def experiment_url(experiment_id: str) -> str | None:
+    """Link to a study's experiment in the MLflow UI, or ``None``."""
+    base = tracking_ui_url()
+    return f"{base}/#/experiments/{experiment_id}" if base and experiment_id else None
+
+
+def run_links(experiment_id: str, run_ids: list[str]) -> dict[str, str]:
+    """Links to many runs of one experiment at once (``run_url`` asks MLflow for each run's
+    experiment; here it is known). Empty when no UI is served."""
+    base = experiment_url(experiment_id)
+    return {r: f"{base}/runs/{r}" for r in run_ids if r} if base else {}
+
+
+def refresh() -> None:
+    """Forget every cached read (after launching or cancelling something)."""
+    for fn in (studies, records, curve, table, alive_workers):
+        fn.clear()

@@ -1,0 +1,257 @@
+"""The launch form's text fields, read into a study spec and written back.
+
+A researcher types lists as text (``8, 16, 32``, ``1M, 2M, 1.741B``, one ``model, tokens`` per
+line); these pure functions turn them into :class:`cbscore.study.StudySpec` fields and back.
+Every error is a :class:`~cbscore.errors.ConfigError` naming the spec field and the value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Mapping
+
+from cbscore.errors import ConfigError
+
+#: Suffixes of token counts: ``2M`` = 2,000,000 (decimal, as the paper writes budgets).
+_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+_COUNT_RE = re.compile(r"^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)$", re.IGNORECASE)
+_SPLIT_RE = re.compile(r"[,;\s]+")
+
+#: The form's label of each spec field, so that a message names what the researcher sees.
+LABELS = {
+    "name": "Study name",
+    "kind": "Study kind",
+    "models": "Models",
+    "tokens": "Token budgets D",
+    "tokens_per_param": "Tokens per parameter",
+    "settings": "Settings (model, tokens)",
+    "batch_sizes": "Batch sizes",
+    "b_ref": "Reference batch size B_ref",
+    "context_tokens": "Context length T",
+    "overhead": "Overhead r",
+    "target_losses": "Target losses",
+    "search.kind": "Search",
+    "search.lrs": "Learning rates",
+    "search.n_trials": "Optuna trials per cell",
+    "search.lr_min": "Lowest learning rate",
+    "search.lr_max": "Highest learning rate",
+    "budget_multiple": "Trial budget (× D)",
+    "prune_margin": "Prune margin",
+    "seeds": "Seeds",
+    "max_trials": "Max trials",
+    "max_total_tokens": "Max total tokens",
+    "data": "Data source",
+    "data.source": "Data source",
+    "schedule": "Schedule",
+    "warmup_fraction": "Warm-up fraction",
+    "beta1": "β1",
+    "beta2": "β2",
+    "weight_decay": "Weight decay",
+    "grad_clip": "Gradient clipping",
+    "micro_batch_size": "Micro-batch size",
+}
+
+
+def label_of(field: str) -> str:
+    """The form label for a spec field (``settings[2].model`` → ``Settings (model, tokens)``)."""
+    base = re.sub(r"\[\d+\]", "", field)
+    for key in (field, base, base.split(".")[0]):
+        if key in LABELS:
+            return LABELS[key]
+    return field
+
+
+def parse_count(field: str, text: str) -> int:
+    """``"1.741B"`` → 1741000000; ``"2e6"``, ``"500k"``, ``"2_000_000"`` are counts too."""
+    match = _COUNT_RE.match(text.strip().replace("_", ""))
+    if not match:
+        raise ConfigError(field, text, "must be a count like 2000000, 2M or 1.741B")
+    value = float(match.group(1)) * _SUFFIX[match.group(2).lower()]
+    if not math.isfinite(value) or value != round(value):
+        raise ConfigError(field, text, "must be a whole number of tokens")
+    return int(round(value))
+
+
+def _items(text: str) -> list[str]:
+    return [item for item in _SPLIT_RE.split(text.strip()) if item]
+
+
+def parse_counts(field: str, text: str) -> list[int]:
+    """A list of counts separated by commas or spaces: ``"1M, 2M"`` → ``[1000000, 2000000]``."""
+    return [parse_count(field, item) for item in _items(text)]
+
+
+def parse_ints(field: str, text: str) -> list[int]:
+    """``"8, 16, 32"`` → ``[8, 16, 32]``; anything that is not a whole number names the field."""
+    out = []
+    for item in _items(text):
+        try:
+            out.append(int(item))
+        except ValueError:
+            raise ConfigError(field, item, "must be a whole number") from None
+    return out
+
+
+def parse_floats(field: str, text: str) -> list[float]:
+    """``"0.003, 1e-2"`` → ``[0.003, 0.01]``."""
+    out = []
+    for item in _items(text):
+        try:
+            out.append(float(item))
+        except ValueError:
+            raise ConfigError(field, item, "must be a number") from None
+    return out
+
+
+def parse_settings(text: str) -> list[dict[str, Any]]:
+    """One ``model, tokens`` per line → ``[{"model": ..., "tokens": ...}]`` (custom studies)."""
+    out = []
+    for i, line in enumerate(ln for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")):
+        parts = [p for p in re.split(r"[,\s]+", line.strip()) if p]
+        if len(parts) != 2:
+            raise ConfigError(f"settings[{i}]", line.strip(), "must be 'model, tokens' (e.g. tiny-0.1M, 1M)")
+        out.append({"model": parts[0], "tokens": parse_count(f"settings[{i}].tokens", parts[1])})
+    return out
+
+
+def parse_targets(text: str) -> dict[str, float]:
+    """One ``setting_id: loss`` per line → ``{setting_id: loss}``."""
+    out: dict[str, float] = {}
+    for line in (ln.strip() for ln in text.splitlines()):
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.rpartition(":")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError("target_losses", line, "each line must be 'setting_id: loss'")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise ConfigError(f"target_losses.{key}", value.strip(), "must be a finite number") from None
+    return out
+
+
+def format_count(value: int) -> str:
+    """Inverse of :func:`parse_count` for round numbers: 1741000000 → ``1.741B``."""
+    for unit, scale in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("k", 10**3)):
+        text = f"{value / scale:.12g}{unit}"
+        if value >= scale and parse_count("tokens", text) == value:
+            return text
+    return str(value)
+
+
+def format_list(values) -> str:
+    return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
+
+
+def format_settings(settings) -> str:
+    return "\n".join(f"{s['model']}, {format_count(int(s['tokens']))}" for s in settings)
+
+
+def format_targets(targets: Mapping[str, float] | None) -> str:
+    return "\n".join(f"{k}: {v:g}" for k, v in (targets or {}).items())
+
+
+# --------------------------------------------------------------------------- form ↔ spec
+#: What each study kind means, as the form offers it (Zhang et al. 2025, §4).
+KIND_LABELS = {
+    "chinchilla": "Chinchilla (N and D grow together)",
+    "fixed_n": "Fixed N, vary D",
+    "fixed_d": "Fixed D, vary N",
+    "custom": "Custom settings",
+}
+
+
+def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The form's widget values for a spec dict (``StudySpec.to_dict()``), keyed by spec field."""
+    search = spec.get("search") or {}
+    return {
+        "name": spec["name"],
+        "kind": spec.get("kind", "custom"),
+        "models": list(spec.get("models") or []),
+        "tokens": ", ".join(format_count(int(t)) for t in spec.get("tokens") or []),
+        "tokens_per_param": float(spec.get("tokens_per_param", 20.0)),
+        "settings": format_settings(spec.get("settings") or []),
+        "batch_sizes": format_list(spec.get("batch_sizes") or []),
+        "b_ref": int(spec.get("b_ref", 256)),
+        "context_tokens": int(spec.get("context_tokens", 512)),
+        "overhead": float(spec.get("overhead", 0.2)),
+        "target_rule": "reference" if not spec.get("target_losses") else "explicit",
+        "target_losses": format_targets(spec.get("target_losses")),
+        "search.kind": search.get("kind", "grid"),
+        "search.lrs": format_list(search.get("lrs") or []),
+        "search.n_trials": int(search.get("n_trials", 4)),
+        "search.lr_min": float(search.get("lr_min", 1e-4)),
+        "search.lr_max": float(search.get("lr_max", 1e-1)),
+        "budget_multiple": float(spec.get("budget_multiple", 2.0)),
+        "prune_margin": float(spec.get("prune_margin", 0.1)),
+        "seeds": format_list(spec.get("seeds") or [0]),
+        "max_trials": int(spec.get("max_trials", 2000)),
+        "data.source": str((spec.get("data") or {}).get("source", "builtin")),
+        "schedule": spec.get("schedule", "constant"),
+        "warmup_fraction": float(spec.get("warmup_fraction", 0.25)),
+        "beta2": "" if spec.get("beta2") is None else f"{spec['beta2']:g}",
+        "micro_batch_size": int(spec.get("micro_batch_size") or 0),
+    }
+
+
+def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
+    """The :class:`~cbscore.study.StudySpec` of ``base`` (a spec dict) with the form's ``values``.
+
+    Fields the form does not show (EWA τ, weight decay, ...) keep their ``base`` value.
+    Raises :class:`ConfigError` naming the first field that is wrong.
+    """
+    from cbscore.study import StudySpec
+
+    d = dict(base)
+    kind = values["kind"]
+    d["name"] = str(values["name"]).strip()
+    d["kind"] = kind
+    if kind == "custom":
+        d.update(settings=parse_settings(values["settings"]), models=[], tokens=[])
+    else:
+        d.update(settings=[], models=list(values["models"]))
+        if kind == "chinchilla":
+            d["tokens_per_param"] = float(values["tokens_per_param"])
+        else:
+            d["tokens"] = parse_counts("tokens", values["tokens"])
+    d["batch_sizes"] = parse_ints("batch_sizes", values["batch_sizes"])
+    for key in ("b_ref", "context_tokens", "max_trials"):
+        d[key] = int(values[key])
+    for key in ("overhead", "budget_multiple", "prune_margin", "warmup_fraction"):
+        d[key] = float(values[key])
+    d["target_losses"] = parse_targets(values["target_losses"]) if values["target_rule"] == "explicit" else None
+    if d["target_losses"] == {}:
+        raise ConfigError("target_losses", values["target_losses"], "must give one 'setting_id: loss' per line")
+    d["search"] = {**(base.get("search") or {}), "kind": values["search.kind"],
+                   "lrs": parse_floats("search.lrs", values["search.lrs"]),
+                   "n_trials": int(values["search.n_trials"]), "lr_min": float(values["search.lr_min"]),
+                   "lr_max": float(values["search.lr_max"])}
+    d["seeds"] = parse_ints("seeds", values["seeds"])
+    d["data"] = {**(base.get("data") or {}), "source": str(values["data.source"]).strip()}
+    d["schedule"] = values["schedule"]
+    beta2 = str(values["beta2"]).strip()
+    try:
+        d["beta2"] = float(beta2) if beta2 else None
+    except ValueError:
+        raise ConfigError("beta2", beta2, "must be a number in [0, 1), or empty for the paper's table") from None
+    d["micro_batch_size"] = int(values["micro_batch_size"]) or None
+    return StudySpec.from_dict(d)
+
+
+def planned_cells(spec) -> list[dict[str, Any]]:
+    """One row per cell (setting × batch size): its role, trials and per-trial budget."""
+    per_cell = spec.search.trials_per_cell() * (len(spec.seeds) if spec.search.kind == "grid" else 1)
+    rows = []
+    for s in spec.resolve_settings():
+        for b in spec.batch_sizes:
+            reference = b == spec.b_ref and spec.target_losses is None
+            budget = s.tokens if reference else int(spec.budget_multiple * s.tokens)
+            rows.append({
+                "setting": s.setting_id, "model": s.model, "N": s.n_params, "D (tokens)": s.tokens,
+                "B (sequences)": b, "role": "reference: sets the target" if reference else "search to target",
+                "trials": per_cell, "budget per trial (tokens)": budget,
+                "budget per trial (steps)": budget // (b * spec.context_tokens),
+            })
+    return rows

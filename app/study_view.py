@@ -1,0 +1,152 @@
+"""From a study's spec and trial records to what the Studies page shows (no Streamlit).
+
+The cells and targets come from the pure planner (:func:`cbscore.study.plan`) run on the records
+the page already read, so one MLflow query per refresh feeds the grid, the progress and the
+live curves alike.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.charts import LossCurve
+
+#: Outcomes in the order a cell's colour prefers them once nothing runs.
+_OUTCOME_ORDER = ("reached", "finished", "censored", "diverged", "pruned", "stopped", "failed")
+
+
+def cell_state(state: str, counts: Mapping[str, int]) -> str:
+    """The colour key of a cell (:data:`app.charts.STATE_COLORS`) from the planner's cell state
+    (``waiting``/``running``/``resolved``/``done``) and its trials by status."""
+    if counts.get("running") or counts.get("lost"):
+        return "running" if counts.get("running") else "lost"
+    if counts.get("queued"):
+        return "queued"
+    if state == "waiting" or not counts:
+        return "planned"
+    for outcome in _OUTCOME_ORDER:
+        if counts.get(outcome):
+            return outcome
+    return "planned"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyView:
+    """What the Studies page draws for one study at one moment."""
+
+    settings: tuple[str, ...]
+    """Setting ids, in the spec's order (rows of the grid)."""
+    batch_sizes: tuple[int, ...]
+    """Batch sizes (columns of the grid)."""
+    states: Mapping[tuple[str, int], str]
+    """Colour key per cell."""
+    hover: Mapping[tuple[str, int], str]
+    """Hover text per cell."""
+    targets: Mapping[str, float]
+    """Target loss per setting, where known."""
+    counts: Mapping[str, int]
+    """Trials by status."""
+    ended: int
+    """Trials with an outcome."""
+    planned: int
+    """Trials the study runs in all (grid count)."""
+    tokens_spent: int
+    """Training tokens spent so far."""
+    errors: tuple[str, ...]
+    """Settings that cannot go on, and why."""
+
+    @property
+    def progress(self) -> float:
+        return min(1.0, self.ended / self.planned) if self.planned else 0.0
+
+
+def study_view(spec, records: Sequence, now_s: float | None = None) -> StudyView:
+    """The grid, progress and targets of ``spec`` given its trial ``records``."""
+    from cbscore.study import TERMINAL, grid_trials, plan
+
+    p = plan(spec, list(records), time.time() if now_s is None else now_s)
+    states, hover = {}, {}
+    for c in p.cells:
+        key = (c.setting_id, c.batch_size)
+        states[key] = cell_state(c.state, c.counts)
+        outcome = ", ".join(f"{k} {v}" for k, v in sorted(c.counts.items())) or "no trials yet"
+        s = "—" if c.steps_to_target is None else f"{c.steps_to_target:,.0f} steps"
+        hover[key] = (f"<b>{c.setting_id} · B = {c.batch_size}</b> ({c.role})<br>{c.state}: {outcome}"
+                      f"<br>{c.n_trials} trials planned · S(B) so far: {s}"
+                      + (f"<br>step cap {c.max_steps:,}" if c.max_steps else ""))
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    return StudyView(
+        settings=tuple(s.setting_id for s in spec.resolve_settings()), batch_sizes=tuple(spec.batch_sizes),
+        states=states, hover=hover, targets=dict(p.targets), counts=counts,
+        ended=sum(1 for r in records if r.status in TERMINAL), planned=grid_trials(spec),
+        tokens_spent=sum(r.tokens for r in records), errors=tuple(p.errors))
+
+
+def trial_budget_tokens(spec, record) -> int | None:
+    """Tokens a trial may spend: D for a reference run, ``budget_multiple·D`` otherwise, capped by
+    its step cap (``max_steps·B·T``)."""
+    setting = next((s for s in spec.resolve_settings() if s.setting_id == record.setting_id), None)
+    if setting is None:
+        return None
+    budget = setting.tokens if record.role == "reference" else int(spec.budget_multiple * setting.tokens)
+    if record.max_steps:
+        budget = min(budget, record.max_steps * record.batch_size * spec.context_tokens)
+    return budget
+
+
+def eta_s(budget_tokens: int | None, tokens: int, tokens_per_s: float | None) -> float | None:
+    """Seconds left at ``tokens_per_s`` until the budget is spent (an upper bound: a trial stops
+    at its target)."""
+    if not budget_tokens or not tokens_per_s or tokens_per_s <= 0:
+        return None
+    return max(0.0, (budget_tokens - tokens) / tokens_per_s)
+
+
+def last_value(curve: Mapping[str, Any], key: str) -> float | None:
+    """The latest value of metric ``key`` in a ``trial_curve`` result."""
+    steps_values = curve.get(key)
+    if not steps_values or not steps_values[1]:
+        return None
+    value = float(steps_values[1][-1])
+    return value if math.isfinite(value) else None
+
+
+def loss_curve(record, context_tokens: int, curve: Mapping[str, Any] | None = None) -> LossCurve:
+    """Held-out loss of the averaged weights against tokens for one trial.
+
+    From the run's ``eval/loss_ewa`` history when given, else from the record's own curve.
+    """
+    steps, losses = (curve or {}).get("eval/loss_ewa") or (record.eval_steps, record.eval_losses)
+    per_step = record.batch_size * context_tokens  # tokens per optimizer step
+    return LossCurve(label=f"lr {record.lr:.3g}", tokens=tuple(float(s) * per_step for s in steps),
+                     losses=tuple(float(v) for v in losses))
+
+
+def summary_rows(summaries: Sequence) -> list[dict[str, Any]]:
+    """One row per study for the overview table."""
+    from cbscore.study import TERMINAL
+
+    rows = []
+    for s in summaries:
+        counts = dict(s.counts)
+        ended = sum(v for k, v in counts.items() if k in TERMINAL)
+        rows.append({
+            "study": s.name,
+            "kind": s.kind,
+            "status": s.status,
+            "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(s.created_s)),
+            "ended / created": f"{ended} / {s.n_trials}",
+            "progress": ended / s.n_trials if s.n_trials else 0.0,
+            "running": counts.get("running", 0),
+            "reached": counts.get("reached", 0),
+            "censored": counts.get("censored", 0),
+            "diverged": counts.get("diverged", 0),
+            "tokens spent": s.tokens_spent,
+        })
+    return rows

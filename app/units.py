@@ -1,0 +1,33 @@
+"""How the pages write durations, rates and counts."""
+
+from __future__ import annotations
+
+import math
+
+
+def duration(seconds: float | None) -> str:
+    """``42`` → ``42 s``, ``750`` → ``12.5 min``, ``11520`` → ``3.2 h``, ``4e5`` → ``4.6 days``."""
+    if seconds is None or not math.isfinite(seconds):
+        return "—"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.3g} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.2g} h"
+    return f"{seconds / 86400:.2g} days"
+
+
+def rate(tokens_per_s: float | None) -> str:
+    """``12345.6`` → ``12.3k tokens/s``."""
+    if tokens_per_s is None or not math.isfinite(tokens_per_s):
+        return "—"
+    return f"{count(tokens_per_s)} tokens/s"
+
+
+def count(value: float) -> str:
+    """``950`` → ``950``, ``12345`` → ``12.3k``, ``2e6`` → ``2M``, ``1.741e9`` → ``1.74B``."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.3g}"

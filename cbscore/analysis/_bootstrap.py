@@ -1,0 +1,168 @@
+"""Seeded bootstrap of the ``S(B)`` fit: intervals for ``S_min``, ``B_noise`` and ``B*``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, cbs_closed_form, check_cbs_settings
+from cbscore.analysis._interval import LEVEL, percentile_interval
+from cbscore.analysis._logfit import fit_log_linear
+from cbscore.analysis._points import MeasuredPoint
+from cbscore.analysis._steps_fit import StepsFit
+from cbscore.errors import ConfigError, FitError
+
+#: Resamples by default (the issue's 1,000).
+DEFAULT_RESAMPLES = 1000
+#: How a batch size's ``S(B)`` is redrawn: its own trials, or the fit plus a residual.
+TRIALS, RESIDUALS = "trials", "residuals"
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array = np.asarray(array, dtype=float)
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class BootstrapResult:
+    """Bootstrap samples of one setting's fit and their percentile intervals.
+
+    ``B_noise`` (and so ``B*``) is ``+inf`` in a resample whose fitted ``S_min`` is 0 (the curve
+    still falls like ``1/B`` at the largest batch size); an interval end is ``inf`` when the
+    percentile falls among those.
+    """
+
+    n_resamples: int
+    """Number of resamples."""
+    seed: object
+    """Seed of the generator (anything :func:`numpy.random.default_rng` takes)."""
+    level: float
+    """Two-sided level of the intervals (0.95)."""
+    dof: int
+    """Residual degrees of freedom of the fit (batch sizes - 2): the intervals are expanded
+    percentile intervals for it (see :func:`percentile_interval`)."""
+    overhead: float
+    """``r`` of :attr:`cbs_samples`."""
+    b_ref: float
+    """``B_ref`` of :attr:`cbs_samples` (sequences)."""
+    methods: tuple[str, ...]
+    """Per fitted batch size: ``"trials"`` (its reached trials resampled, ``S`` = their minimum)
+    where several exist, else ``"residuals"`` (fitted ``log S`` plus a resampled residual)."""
+    s_min_samples: np.ndarray
+    """(R,) ``S_min`` of every resample."""
+    b_noise_samples: np.ndarray
+    """(R,) ``B_noise`` of every resample (``inf`` where ``S_min`` fitted to 0)."""
+    s_min_ci: tuple[float, float]
+    """Percentile interval of ``S_min``."""
+    b_noise_ci: tuple[float, float]
+    """Percentile interval of ``B_noise``."""
+
+    @property
+    def cbs_samples(self) -> np.ndarray:
+        """(R,) fitted ``B*`` of every resample at :attr:`overhead` and :attr:`b_ref`."""
+        return self.cbs_samples_at(self.overhead, self.b_ref)
+
+    @property
+    def cbs_ci(self) -> tuple[float, float]:
+        """Percentile interval of ``B*`` at :attr:`overhead` and :attr:`b_ref`."""
+        return self.cbs_ci_at(self.overhead, self.b_ref)
+
+    @property
+    def n_unresolved(self) -> int:
+        """Resamples whose ``S_min`` fitted to 0 (``B_noise = inf``)."""
+        return int(np.sum(np.isinf(self.b_noise_samples)))
+
+    def cbs_samples_at(self, overhead: float, b_ref: float) -> np.ndarray:
+        """(R,) ``B* = (1 + r)·B_ref + r·B_noise`` of every resample (closed form, DESIGN.md §1)."""
+        check_cbs_settings(overhead, b_ref)
+        return _frozen(cbs_closed_form(self.b_noise_samples, b_ref, overhead))
+
+    def cbs_ci_at(self, overhead: float, b_ref: float) -> tuple[float, float]:
+        """Percentile interval of ``B*`` at any ``r`` and ``B_ref``."""
+        return percentile_interval(self.cbs_samples_at(overhead, b_ref), self.level, self.dof)
+
+
+def bootstrap_steps_fit(
+    points: Sequence[MeasuredPoint],
+    fit: StepsFit,
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: object = 0,
+    overhead: float = DEFAULT_OVERHEAD,
+    b_ref: float = DEFAULT_B_REF,
+    level: float = LEVEL,
+) -> BootstrapResult:
+    """Resample one setting's measurements and refit ``S(B) = a + b/B`` on ``log S`` each time.
+
+    At a batch size with several reached trials, the trials are drawn with replacement and
+    ``S(B)`` is their minimum (DESIGN.md §1: the bootstrap resamples trials). At one with a single
+    trial, ``S(B)`` is the fitted value times ``exp(e)``, ``e`` drawn from the fit's log
+    residuals, centred and inflated by ``sqrt(K/(K-2))`` for the two fitted parameters
+    (Davison & Hinkley 1997, §6.2.3). All resamples are fitted at once (:mod:`._logfit`).
+
+    Args:
+        points: the measured points ``fit`` was fitted to (those with ``steps``), any order.
+        fit: the ``alpha = 1`` fit of those points.
+        n_resamples: number of resamples (≥ 1).
+        seed: seed of the generator; the same seed gives the same samples.
+    """
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
+        raise ConfigError("bootstrap", n_resamples, "must be a positive integer number of resamples")
+    check_cbs_settings(overhead, b_ref)
+    if fit.free_alpha:
+        raise FitError("the bootstrap refits the paper's model a + b/B; pass the alpha = 1 fit")
+    measured = sorted((p for p in points if p.steps is not None), key=lambda p: p.batch_size)
+    batch_sizes = np.array([p.batch_size for p in measured], dtype=float)  # (K,)
+    if batch_sizes.shape != (len(fit.batch_sizes),) or not np.allclose(batch_sizes, fit.batch_sizes):
+        raise FitError("the bootstrap needs the same points the fit was fitted to")
+    rng = np.random.default_rng(seed)
+    k = len(measured)
+    residuals = _modified_residuals(fit)
+    log_fitted = np.log(np.asarray(fit.fitted))  # (K,)
+    log_s = np.empty((n_resamples, k))  # (R, K)
+    methods = []
+    for j, point in enumerate(measured):
+        if point.n_reached >= 2:
+            trials = np.asarray(point.trial_steps)  # (n,)
+            draws = rng.integers(0, len(trials), size=(n_resamples, len(trials)))
+            log_s[:, j] = np.log(trials[draws].min(axis=1))
+            methods.append(TRIALS)
+        else:
+            log_s[:, j] = log_fitted[j] + residuals[rng.integers(0, k, size=n_resamples)]
+            methods.append(RESIDUALS)
+    a, b = fit_log_linear(1.0 / batch_sizes, log_s)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        b_noise = np.where(a > 0, b / np.where(a > 0, a, 1.0), np.inf)
+    return BootstrapResult(
+        n_resamples=int(n_resamples),
+        seed=seed,
+        level=level,
+        dof=k - 2,
+        overhead=float(overhead),
+        b_ref=float(b_ref),
+        methods=tuple(methods),
+        s_min_samples=_frozen(a),
+        b_noise_samples=_frozen(b_noise),
+        s_min_ci=percentile_interval(a, level, k - 2),
+        b_noise_ci=percentile_interval(b_noise, level, k - 2),
+    )
+
+
+def _modified_residuals(fit: StepsFit) -> np.ndarray:
+    """Log residuals divided by ``sqrt(1 - h_kk)`` and centred (Davison & Hinkley 1997, eq. 6.9).
+
+    ``h_kk`` is the leverage of point ``k`` in the linearised fit (``H = J (JᵀJ)⁻¹ Jᵀ`` with
+    ``J`` the (K, 2) Jacobian of ``log S_fit`` in ``(a, b)``): raw residuals are smaller than the
+    errors they stand for, most at high-leverage points, and resampling them as they are makes
+    intervals too narrow.
+    """
+    batch_sizes = np.asarray(fit.batch_sizes)
+    fitted = np.asarray(fit.fitted)
+    jac = np.stack([1.0 / fitted, 1.0 / (batch_sizes * fitted)], axis=1)  # (K, 2)
+    q, _ = np.linalg.qr(jac)  # (K, 2)
+    leverage = np.minimum(np.sum(q * q, axis=1), 1.0 - 1e-9)  # (K,)
+    modified = np.asarray(fit.residuals) / np.sqrt(1.0 - leverage)
+    return modified - modified.mean()

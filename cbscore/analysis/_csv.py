@@ -1,0 +1,63 @@
+"""Reading a steps table from CSV (the ``cbs fit`` input; the study export writes the same)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+from typing import IO
+
+from cbscore.analysis._rows import REQUIRED_COLUMNS, normalize_row
+from cbscore.errors import DataError
+
+
+def read_steps_csv(path_or_file: str | os.PathLike | IO[str]) -> list[dict]:
+    """Rows of a steps CSV, validated and typed (see :func:`normalize_row`).
+
+    One row per measurement; several rows for one setting and batch size are several trials.
+    Required columns ``setting,batch_size,steps``; optional ``n_params``, ``tokens``,
+    ``context``, ``outcome``; other columns are kept as strings and ignored by the analysis.
+
+    Raises:
+        DataError: a missing or empty file, a missing column, a row with the wrong number of
+            cells, or a value that cannot be used; the message names the line, row and column.
+    """
+    if isinstance(path_or_file, (str, os.PathLike)):
+        path = Path(path_or_file)
+        name = str(path)
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except FileNotFoundError:
+            raise DataError(f"{name}: no such file.") from None
+        except IsADirectoryError:
+            raise DataError(f"{name}: is a directory, not a CSV file.") from None
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{name}: not a UTF-8 text file ({exc.reason}).") from None
+    else:
+        name = getattr(path_or_file, "name", "<input>")
+        text = path_or_file.read()
+        text = text.lstrip("\ufeff")
+    if not text.strip():
+        raise DataError(
+            f"{name}: the file is empty; expected a header with the columns {','.join(REQUIRED_COLUMNS)}."
+        )
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = [cell.strip() for cell in next(reader)]
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise DataError(
+            f"{name} line 1 (header): missing required column {missing[0]!r}; "
+            f"the columns are {','.join(header)}."
+        )
+    rows = []
+    for cells in reader:
+        if not any(cell.strip() for cell in cells):
+            continue  # blank line
+        where = f"{name} line {reader.line_num} (row {len(rows) + 1})"
+        if len(cells) != len(header):
+            raise DataError(f"{where}: has {len(cells)} cells but the header has {len(header)} columns.")
+        rows.append(normalize_row(dict(zip(header, cells)), where))
+    if not rows:
+        raise DataError(f"{name}: no data rows after the header.")
+    return rows

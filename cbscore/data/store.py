@@ -1,0 +1,339 @@
+"""The token store: a corpus tokenized once into one flat memmap per split, with a JSON manifest.
+
+Layout of a store folder::
+
+    manifest.json     source + fingerprint, tokenizer + sha256, counts per split, creation time
+    tokenizer.json    the tokenizer (``tokenizers.Tokenizer.from_file``)
+    train.bin         flat uint16 (vocab <= 65536) or uint32 token ids, documents separated by EOT
+    val.bin           the held-out documents, same format
+
+``prepare`` builds into a temporary sibling folder and renames it into place, under an exclusive
+``fcntl.flock`` on a sibling lock file: concurrent callers wait, then reuse the finished store;
+an error at any point leaves the previous store (or nothing) and no half-written files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from cbscore.errors import DataError
+
+from . import sources
+from .config import DataConfig
+from .stream import WindowStream
+from .tokenizer import eot_id, load_hub_tokenizer, train_bpe
+
+#: Bump when the store's layout or content rules change: older stores are rebuilt.
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+TOKENIZER = "tokenizer.json"
+_ENCODE_BATCH = 256
+
+
+class TokenStore:
+    """A prepared token store on disk (read-only)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        manifest_path = self.path / MANIFEST
+        if not manifest_path.is_file():
+            raise DataError(f"No token store at {self.path} (no {MANIFEST}); run prepare first.")
+        self.manifest: dict = json.loads(manifest_path.read_text())
+        self.vocab_size: int = int(self.manifest["vocab_size"])
+        self.eot_id: int = int(self.manifest["eot_id"])
+        self._tokens: dict[str, np.ndarray] = {}
+        #: True when the ``prepare`` call that returned this store built it (False: reused).
+        self.built = False
+
+    def tokenizer(self):
+        """The store's tokenizer (a ``tokenizers.Tokenizer``)."""
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(self.path / TOKENIZER))
+
+    def tokens(self, split: str) -> np.ndarray:
+        """The flat token ids of ``split`` (``train`` or ``val``) as a read-only memmap."""
+        if split not in ("train", "val"):
+            raise DataError(f"split must be 'train' or 'val', but got {split!r}.")
+        if split not in self._tokens:
+            info = self.manifest["splits"][split]
+            self._tokens[split] = np.memmap(
+                self.path / info["file"], dtype=self.manifest["dtype"], mode="r", shape=(info["tokens"],)
+            )
+        return self._tokens[split]
+
+    def train_stream(self, context_tokens: int, seed: int, allow_repeat: bool = False) -> WindowStream:
+        """Seeded windows of ``context_tokens + 1`` training tokens (see ``WindowStream``)."""
+        return WindowStream(self.tokens("train"), context_tokens, seed, allow_repeat)
+
+    def val_windows(self, context_tokens: int, max_windows: int | None = None) -> np.ndarray:
+        """A fixed set of held-out windows: int64 (K, context_tokens + 1).
+
+        The validation tokens are cut into non-overlapping windows of ``T + 1``; all of them, or
+        ``max_windows`` of them evenly spaced through the split (so they span many documents).
+        """
+        if isinstance(context_tokens, bool) or not isinstance(context_tokens, int) or context_tokens < 1:
+            raise DataError(f"context_tokens must be a positive integer, but got {context_tokens!r}.")
+        if max_windows is not None and (
+            isinstance(max_windows, bool) or not isinstance(max_windows, int) or max_windows < 1
+        ):
+            raise DataError(f"max_windows must be a positive integer or None, but got {max_windows!r}.")
+        tokens = self.tokens("val")
+        width = context_tokens + 1
+        n = len(tokens) // width
+        if n == 0:
+            raise DataError(
+                f"The validation split holds {len(tokens)} tokens, fewer than one window of "
+                f"context_tokens + 1 = {width}; use a shorter context, a larger corpus or a larger "
+                f"val_fraction, but got context_tokens={context_tokens}."
+            )
+        grid = tokens[: n * width].reshape(n, width)
+        if max_windows is None or max_windows >= n:
+            rows = np.arange(n)
+        else:
+            rows = np.unique(np.linspace(0, n - 1, max_windows).round().astype(np.int64))
+        return np.asarray(grid[rows], dtype=np.int64)  # (K, T + 1)
+
+    def __repr__(self) -> str:
+        splits = self.manifest["splits"]
+        return (
+            f"TokenStore({str(self.path)!r}, source={self.manifest['source']!r}, "
+            f"vocab_size={self.vocab_size}, train_tokens={splits['train']['tokens']}, "
+            f"val_tokens={splits['val']['tokens']})"
+        )
+
+
+# ---- public entry points ------------------------------------------------------------------------
+def open_store(config: DataConfig) -> TokenStore:
+    """The prepared store of ``config``; ``DataError`` when it has not been prepared."""
+    path = config.store_path()
+    if not (path / MANIFEST).is_file():
+        raise DataError(
+            f"The token store for source {config.source!r} (tokenizer {config.tokenizer!r}, "
+            f"vocab_size {config.vocab_size}) is not prepared at {path}; run "
+            "`cbs data prepare` or cbscore.data.prepare(config) first."
+        )
+    store = TokenStore(path)
+    if store.manifest.get("config") != _content_settings(config):
+        raise DataError(
+            f"The token store at {path} was prepared with other settings "
+            f"({store.manifest.get('config')}); run prepare with these settings to rebuild it."
+        )
+    return store
+
+
+def prepare(config: DataConfig, progress: bool = False) -> TokenStore:
+    """Build the token store of ``config`` unless an up-to-date one exists; return it.
+
+    Idempotent: a store whose manifest matches these settings, the source's fingerprint and its
+    own tokenizer file is reused untouched. Otherwise it is rebuilt (atomically).
+    """
+    path = config.store_path()
+    fingerprint = sources.fingerprint(config)  # fails fast (missing file) before touching disk
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(path.parent / f".{path.name}.lock"):
+        if _up_to_date(path, config, fingerprint):
+            return TokenStore(path)
+        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            _build(config, fingerprint, tmp, progress)
+            _swap_into_place(tmp, path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    store = TokenStore(path)
+    store.built = True
+    return store
+
+
+# ---- building -----------------------------------------------------------------------------------
+def _build(config: DataConfig, fingerprint: dict, tmp: Path, progress: bool) -> None:
+    import datasets
+
+    started = time.perf_counter()
+    tmp.mkdir(parents=True)
+    bars_were_on = datasets.is_progress_bar_enabled()
+    (datasets.enable_progress_bars if progress else datasets.disable_progress_bars)()
+    try:
+        tokenizer, tokenizer_info = (None, None)
+        if not config.uses_bpe:  # a hub tokenizer fails fast, before the corpus is read
+            tokenizer, tokenizer_info = load_hub_tokenizer(config.hub_tokenizer)
+        seconds = {}
+        mark = time.perf_counter()
+        docs = sources.load_documents(config, tmp / "hf-cache")
+        train_idx, val_idx = _split(docs["group"], config)
+        train_docs, val_docs = docs.select(train_idx), docs.select(val_idx)
+        seconds["read"], mark = time.perf_counter() - mark, time.perf_counter()
+        if tokenizer is None:
+            tokenizer, tokenizer_info = train_bpe(train_docs["text"], config.vocab_size, config.seed)
+        seconds["tokenizer"], mark = time.perf_counter() - mark, time.perf_counter()
+        tokenizer.save(str(tmp / TOKENIZER))
+        vocab_size = tokenizer.get_vocab_size()
+        dtype = np.uint16 if vocab_size <= 2**16 else np.uint32
+        eot = eot_id(tokenizer)
+        splits = {}
+        for name, split_docs in (("train", train_docs), ("val", val_docs)):
+            n_tokens = _write_split(split_docs, tokenizer, eot, dtype, tmp / f"{name}.bin", name, progress)
+            splits[name] = {
+                "file": f"{name}.bin",
+                "documents": len(split_docs),
+                "characters": int(sum(len(t) for t in split_docs["text"])),
+                "tokens": n_tokens,
+            }
+        seconds["tokenize_and_write"] = time.perf_counter() - mark
+        del docs, train_docs, val_docs
+        shutil.rmtree(tmp / "hf-cache", ignore_errors=True)
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "source": config.source,
+            "source_fingerprint": fingerprint,
+            "config": _content_settings(config),
+            "tokenizer": config.tokenizer,
+            "tokenizer_sha256": _file_sha256(tmp / TOKENIZER),
+            "tokenizer_training": tokenizer_info,
+            "vocab_size": vocab_size,
+            "eot_id": eot,
+            "eot_token": "<|endoftext|>",
+            "dtype": np.dtype(dtype).name,
+            "splits": splits,
+            "documents": splits["train"]["documents"] + splits["val"]["documents"],
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "build_seconds": round(time.perf_counter() - started, 2),
+            "build_phase_seconds": {k: round(v, 2) for k, v in seconds.items()},
+        }
+        _write_json(tmp / MANIFEST, manifest)
+    finally:
+        (datasets.enable_progress_bars if bars_were_on else datasets.disable_progress_bars)()
+
+
+def _split(groups: list[str], config: DataConfig) -> tuple[list[int], list[int]]:
+    """Seeded document-level split: whole groups go to validation, never trained on."""
+    unique = list(dict.fromkeys(groups))  # first-appearance order: deterministic
+    if len(unique) < 2:
+        raise DataError(
+            f"The source {config.source!r} has {len(unique)} document(s); a train/validation "
+            "split needs at least 2."
+        )
+    n_val = min(len(unique) - 1, max(1, round(config.val_fraction * len(unique))))
+    chosen = np.random.default_rng([config.seed, 0]).choice(len(unique), size=n_val, replace=False)
+    val_groups = {unique[i] for i in chosen}
+    train_idx = [i for i, g in enumerate(groups) if g not in val_groups]
+    val_idx = [i for i, g in enumerate(groups) if g in val_groups]
+    return train_idx, val_idx
+
+
+def _write_split(docs, tokenizer, eot: int, dtype, path: Path, name: str, progress: bool) -> int:
+    """Tokenize ``docs`` (``datasets.map``, batched) and write ids + EOT per document to ``path``."""
+    import pyarrow as pa
+    from tqdm.auto import tqdm
+
+    encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+
+    def tokenize(batch: dict) -> dict:
+        return {"ids": [e.ids for e in encode(batch["text"])]}
+
+    ids = docs.map(
+        tokenize,
+        batched=True,
+        batch_size=_ENCODE_BATCH,
+        remove_columns=docs.column_names,
+        keep_in_memory=True,
+        desc=f"tokenizing {name}",
+    ).data.column("ids")
+    lengths = pa.compute.list_value_length(ids).to_numpy(zero_copy_only=False)
+    total = int(lengths.sum()) + len(lengths)  # + one EOT per document
+    tokens = np.memmap(path, dtype=dtype, mode="w+", shape=(total,))  # raw file, no header
+    pos = 0
+    with tqdm(total=total, desc=f"writing {name}", unit="tok", disable=not progress) as bar:
+        for chunk in ids.chunks:
+            values = chunk.flatten().to_numpy(zero_copy_only=False)  # (sum len,)
+            chunk_lengths = pa.compute.list_value_length(chunk).to_numpy(zero_copy_only=False)
+            n = len(chunk_lengths)
+            span = len(values) + n
+            block = np.empty(span, dtype=dtype)
+            eot_at = np.cumsum(chunk_lengths + 1) - 1  # position of each document's EOT
+            is_eot = np.zeros(span, dtype=bool)
+            is_eot[eot_at] = True
+            block[is_eot] = eot
+            block[~is_eot] = values
+            tokens[pos : pos + span] = block
+            pos += span
+            bar.update(span)
+    tokens.flush()
+    del tokens
+    return total
+
+
+# ---- idempotence, atomicity, locking ------------------------------------------------------------
+def _content_settings(config: DataConfig) -> dict:
+    """The settings that decide a store's content (everything but where it lives)."""
+    settings = config.to_dict()
+    settings.pop("store_dir")
+    settings["val_fraction"] = float(settings["val_fraction"])
+    return settings
+
+
+def _up_to_date(path: Path, config: DataConfig, fingerprint: dict) -> bool:
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    if (
+        manifest.get("format_version") != FORMAT_VERSION
+        or manifest.get("config") != _content_settings(config)
+        or manifest.get("source_fingerprint") != fingerprint
+    ):
+        return False
+    try:
+        if _file_sha256(path / TOKENIZER) != manifest.get("tokenizer_sha256"):
+            return False
+        itemsize = np.dtype(manifest["dtype"]).itemsize
+        return all(
+            (path / info["file"]).stat().st_size == info["tokens"] * itemsize
+            for info in manifest["splits"].values()
+        )
+    except (OSError, KeyError, TypeError):
+        return False
+
+
+def _swap_into_place(tmp: Path, path: Path) -> None:
+    """Replace ``path`` by ``tmp`` with renames (readers of the old files keep their inodes)."""
+    if path.exists():
+        old = path.parent / f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.rename(path, old)
+        os.rename(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, path)
+
+
+@contextlib.contextmanager
+def _exclusive_lock(lock_path: Path):
+    with open(lock_path, "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # blocks while another process builds
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_json(path: Path, data: dict) -> None:
+    with open(path, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=False)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())

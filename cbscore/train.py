@@ -1,0 +1,467 @@
+"""The trainer: ``train(config, callbacks=()) -> TrialResult`` (DESIGN.md §1, "Steps-to-target").
+
+One call trains one trial of the paper's recipe (Zhang et al. 2025, §3.1): AdamW, a linear
+warm-up fixed in tokens then a constant (or cosine / WSD) learning rate, an exponential weight
+average of the parameters after every step, and evaluations of the averaged weights on the
+held-out split. It stops
+
+- at the first evaluation whose best averaged loss is at or below ``target_loss`` (``reached``;
+  steps-to-target interpolated linearly between the two evaluations that straddle the target,
+  :func:`cbscore.analysis.first_crossing`),
+- when the budget is spent (``censored`` with a target, ``finished`` without),
+- when the loss is non-finite or a logged train loss exceeds ``divergence_factor`` × its running
+  minimum after warm-up (``diverged``: an outcome, not an exception),
+- or when a callback calls ``state.request_stop(reason)`` (``stopped``).
+
+Device, dtype, autocast, compilation and the optimizer are decided once, before the loop. The
+per-step path (``_StepFn``) has no config branching, no try/except and no I/O; the train loss
+stays a device tensor and is read on the host only at log steps (``# host sync``). Evaluation,
+checkpoints and logging callbacks run off the throughput clock.
+
+Resuming. With ``checkpoint_dir`` set, a checkpoint (model, optimizer, averaged weights, step,
+RNG states, evaluation history, the partial log interval and the next evaluation step) is
+written atomically every ``checkpoint_every_steps`` steps or ``checkpoint_every_seconds``
+seconds, when a callback stops the trial, and when it ends. A trial started where a checkpoint
+exists continues from it; batches are a pure function of the step, so on CPU the resumed trial
+reproduces the uninterrupted one's losses exactly. A checkpoint of a trial that already ended
+holds its result, which is returned without training again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from cbscore.analysis import first_crossing
+from cbscore.averaging import WeightAverage
+from cbscore.callbacks import Callback, TrainState
+from cbscore.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from cbscore.errors import ConfigError
+from cbscore.eval_schedule import EvalSchedule, default_every_steps
+from cbscore.model import GPT, get_preset
+from cbscore.schedules import LrSchedule, warmup_steps
+from cbscore.throughput import mfu, peak_flops, peak_memory_bytes
+from cbscore.train_config import OPERATIONAL_FIELDS, TrainConfig
+from cbscore.trial_result import EvalPoint, TrialResult
+
+CHECKPOINT_FORMAT = 1
+
+
+def train(config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrialResult:
+    """Train one trial; see the module docstring for outcomes, evaluation and resuming."""
+    callbacks = tuple(callbacks)
+    preset = get_preset(config.model)
+    state = TrainState(
+        config=config,
+        total_steps=config.total_steps,
+        warmup_steps=warmup_steps(config.resolved_warmup_tokens(), config.batch_tokens),
+        batch_tokens=config.batch_tokens,
+        n_params=preset.n_params,
+        flops_per_token=preset.flops_per_token(config.context_tokens),
+        device=_resolve_device(config.device).type,
+    )
+    with _torch_threads(config.threads):
+        try:
+            return _Trial(config, state, callbacks).run()
+        except BaseException as exc:
+            for cb in callbacks:
+                cb.on_error(state, exc)
+            raise
+
+
+# ---------------------------------------------------------------------------------- setup helpers
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", name, "CUDA is not available on this machine")
+    return torch.device(name)
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _device_label(device: torch.device) -> str:
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def _science_fields(config_dict: dict) -> dict:
+    return {k: v for k, v in config_dict.items() if k not in OPERATIONAL_FIELDS}
+
+
+class _StepFn:
+    """One optimizer step: micro-batches with gradient accumulation, clipping, AdamW, EWA.
+
+    Everything that depends on the config (device transfer, autocast, clipping norm, number of
+    micro-batches) is fixed in ``__init__``; ``__call__`` is the hot path."""
+
+    def __init__(self, model, optimizer, average: WeightAverage, *, device, micro_batch_size, batch_size,
+                 autocast: Callable[[], contextlib.AbstractContextManager], grad_clip: float):
+        self.model = model
+        self.optimizer = optimizer
+        self.average = average
+        self.params = [p for p in model.parameters()]
+        self.n_micro = batch_size // micro_batch_size
+        self.micro = micro_batch_size
+        self.autocast = autocast
+        # clip_grad_norm_ with max_norm=inf only measures the norm (scales by exactly 1)
+        self.max_norm = grad_clip if grad_clip > 0 else math.inf
+        if device.type == "cuda":
+            self.to_device = lambda a: torch.from_numpy(a).pin_memory().to(device, non_blocking=True)
+        else:
+            self.to_device = torch.from_numpy
+
+    def __call__(self, batch: np.ndarray, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        tokens = self.to_device(batch)  # (B, T + 1) int64
+        loss_sum = torch.zeros((), device=tokens.device)
+        for i in range(self.n_micro):
+            chunk = tokens[i * self.micro:(i + 1) * self.micro]  # (M, T + 1)
+            with self.autocast():
+                _, loss = self.model(chunk[:, :-1], chunk[:, 1:])  # inputs, next-token targets (M, T)
+            # equal-size micro-batches: the mean of their means is the full batch's mean
+            (loss / self.n_micro).backward()
+            loss_sum += loss.detach()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm, foreach=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.average.update()
+        return loss_sum / self.n_micro, grad_norm  # device tensors, no host sync
+
+
+@dataclass
+class _Progress:
+    """Loop bookkeeping that a checkpoint must carry to resume exactly."""
+
+    next_eval: int = 0
+    interval_loss: torch.Tensor | None = None  # device sum of step losses since the last log
+    interval_steps: int = 0
+    running_min: float = math.inf
+    train_log: list[tuple[int, float]] = field(default_factory=list)
+
+
+class _Trial:
+    def __init__(self, config: TrainConfig, state: TrainState, callbacks: tuple[Callback, ...]):
+        self.config = config
+        self.state = state
+        self.callbacks = callbacks
+
+    # ------------------------------------------------------------------------------ setup
+    def _setup(self) -> None:
+        cfg = self.config
+        from cbscore.data import prepare
+
+        self.device = device = _resolve_device(cfg.device)
+        self.state.device = _device_label(device)
+        total = cfg.total_steps
+
+        # Data first: a DataError should come before a large model is built.
+        store = prepare(cfg.data)
+        self.stream = store.train_stream(cfg.context_tokens, cfg.seed, allow_repeat=cfg.allow_repeat)
+        self.stream.check_tokens(total * cfg.batch_tokens)
+        val = store.val_windows(cfg.context_tokens, max_windows=cfg.eval_windows)  # (K, T + 1)
+        self.val = torch.from_numpy(np.ascontiguousarray(val, dtype=np.int64)).to(device)
+
+        # Model: initialised on the CPU from the seed, so the init is the same on every device.
+        torch.manual_seed(cfg.seed)
+        model_config = get_preset(cfg.model).config(vocab_size=int(store.vocab_size), context_tokens=cfg.context_tokens)
+        self.model = GPT(model_config).to(device)
+        self.state.model = self.model
+        self.eval_model = copy.deepcopy(self.model).requires_grad_(False)
+
+        if device.type == "cuda":
+            torch.set_float32_matmul_precision("high")
+            torch.cuda.reset_peak_memory_stats(device)
+            self.autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+            self.sync = lambda: torch.cuda.synchronize(device)
+        else:
+            self.autocast = contextlib.nullcontext
+            self.sync = lambda: None
+
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]  # matrices and embeddings
+        no_decay = [p for p in self.model.parameters() if p.dim() < 2]  # LayerNorm gains
+        self.beta2 = cfg.resolved_beta2()
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=cfg.lr, betas=(cfg.beta1, self.beta2), eps=cfg.eps, fused=device.type == "cuda",
+        )
+        self.taus = cfg.resolved_ewa_taus()
+        self.average = WeightAverage(list(self.model.parameters()), self.taus)
+        self.lr_schedule = LrSchedule(
+            kind=cfg.schedule, lr=cfg.lr, warmup_steps=self.state.warmup_steps, total_steps=total,
+            min_lr_ratio=cfg.min_lr_ratio, decay_fraction=cfg.decay_fraction,
+        )
+        self.eval_schedule = EvalSchedule(
+            total_steps=total,
+            every_steps=cfg.eval_every_steps or default_every_steps(total),
+            target_loss=cfg.target_loss,
+            near_fraction=cfg.eval_near_target,
+        )
+        train_model = torch.compile(self.model) if cfg.compile else self.model
+        self.step_fn = _StepFn(
+            train_model, self.optimizer, self.average, device=device,
+            micro_batch_size=cfg.micro_batch_size or cfg.batch_size, batch_size=cfg.batch_size,
+            autocast=self.autocast, grad_clip=cfg.grad_clip,
+        )
+        self.eval_chunk = min(cfg.micro_batch_size or cfg.batch_size, len(self.val))
+        self.peak = peak_flops(device)
+        self.progress = _Progress(interval_loss=torch.zeros((), device=device))
+
+    # ------------------------------------------------------------------------------ checkpoints
+    def _payload(self, result: TrialResult | None = None) -> dict:
+        p = self.progress
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "config": self.config.to_dict(),
+            "step": self.state.step,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "average": self.average.state_dict(),
+            "rng": rng_state(),
+            "eval_history": [e.to_dict() for e in self.state.eval_history],
+            "progress": {
+                "next_eval": p.next_eval,
+                "interval_loss": p.interval_loss.detach().cpu(),
+                "interval_steps": p.interval_steps,
+                "running_min": p.running_min,
+                "train_log": [list(x) for x in p.train_log],
+            },
+            "result": None if result is None else result.to_dict(),
+        }
+
+    def _save(self, result: TrialResult | None = None) -> None:
+        if self.config.checkpoint_dir is not None:
+            save_checkpoint(self.config.checkpoint_dir, self._payload(result))
+            self.last_checkpoint_at = time.monotonic()
+
+    def _restore(self) -> dict | None:
+        """Load the checkpoint of ``checkpoint_dir`` if any; returns it (or ``None``)."""
+        if self.config.checkpoint_dir is None:
+            return None
+        ckpt = load_checkpoint(self.config.checkpoint_dir)
+        if ckpt is None:
+            return None
+        if _science_fields(ckpt["config"]) != _science_fields(self.config.to_dict()):
+            theirs, ours = _science_fields(ckpt["config"]), _science_fields(self.config.to_dict())
+            differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+            raise ConfigError(
+                "checkpoint_dir", self.config.checkpoint_dir,
+                f"holds a checkpoint of a different trial (fields that differ: {', '.join(differ)})",
+            )
+        if ckpt["result"] is not None:
+            return ckpt
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.average.load_state_dict(ckpt["average"])
+        set_rng_state(ckpt["rng"])
+        self.state.step = int(ckpt["step"])
+        self.state.resumed_from_step = self.state.step
+        self.state.eval_history = [EvalPoint.from_dict(e) for e in ckpt["eval_history"]]
+        self.state.last_eval = self.state.eval_history[-1] if self.state.eval_history else None
+        saved = ckpt["progress"]
+        self.progress = _Progress(
+            next_eval=int(saved["next_eval"]),
+            interval_loss=saved["interval_loss"].to(self.device),
+            interval_steps=int(saved["interval_steps"]),
+            running_min=float(saved["running_min"]),
+            train_log=[(int(s), float(v)) for s, v in saved["train_log"]],
+        )
+        if self.progress.train_log:
+            self.state.train_loss = self.progress.train_log[-1][1]
+        return ckpt
+
+    # ------------------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def _eval_loss(self, model) -> torch.Tensor:
+        total = torch.zeros((), device=self.device)
+        for start in range(0, len(self.val), self.eval_chunk):
+            chunk = self.val[start:start + self.eval_chunk]  # (M, T + 1)
+            with self.autocast():
+                _, loss = model(chunk[:, :-1], chunk[:, 1:])
+            total += loss.float() * len(chunk)
+        return total / len(self.val)
+
+    def _evaluate(self) -> EvalPoint:
+        raw_loss = self._eval_loss(self.model)
+        losses = [raw_loss]
+        for i in range(len(self.taus)):
+            if self.average.count == 0:  # before the first step every average is the initial weights
+                losses.append(raw_loss)
+                continue
+            self.average.copy_to(self.eval_model, i)
+            losses.append(self._eval_loss(self.eval_model))
+        raw, *ewa = torch.stack(losses).tolist()  # host sync
+        finite = [x for x in ewa if math.isfinite(x)]
+        return EvalPoint(
+            step=self.state.step,
+            tokens=self.state.tokens,
+            loss=min(finite) if finite else math.nan,
+            raw_loss=raw,
+            ewa_losses={f"{tau:g}": loss for tau, loss in zip(self.taus, ewa)},
+        )
+
+    # ------------------------------------------------------------------------------ the loop
+    def run(self) -> TrialResult:
+        self._setup()
+        ckpt = self._restore()
+        cfg, state, progress = self.config, self.state, self.progress
+        if ckpt is not None and ckpt["result"] is not None:  # the trial already ended
+            result = TrialResult.from_dict(ckpt["result"])
+            for cb in self.callbacks:
+                cb.pre_train(state)
+            for cb in self.callbacks:
+                cb.post_train(state, result)
+            return result
+        for cb in self.callbacks:
+            cb.pre_train(state)
+
+        self.last_checkpoint_at = time.monotonic()
+        start_step = state.step
+        warm = None  # (seconds, tokens) of this process's first step: compilation, allocator warm-up
+        status, reason = None, None
+        log_every, ckpt_every = cfg.log_every_steps, cfg.checkpoint_every_steps
+        ckpt_seconds = cfg.checkpoint_every_seconds if cfg.checkpoint_dir is not None else None
+        interval_clock, interval_tokens = 0.0, 0
+
+        while True:
+            # ---- evaluation (off the throughput clock) -----------------------------------
+            if state.step == progress.next_eval:
+                t0 = time.perf_counter()
+                point = self._evaluate()
+                state.eval_seconds += time.perf_counter() - t0
+                state.eval_history.append(point)
+                state.last_eval = point
+                progress.next_eval = self.eval_schedule.next_step(state.step, point.loss)
+                for cb in self.callbacks:
+                    cb.post_eval(state, point)
+                if not (math.isfinite(point.raw_loss) and math.isfinite(point.loss)):
+                    status, reason = "diverged", f"non-finite evaluation loss at step {state.step}"
+                    break
+                if cfg.target_loss is not None and point.loss <= cfg.target_loss:
+                    status = "reached"
+                    break
+            if state.step >= state.total_steps:
+                status = "censored" if cfg.target_loss is not None else "finished"
+                break
+            if state.stop_requested:
+                status, reason = "stopped", state.stop_reason
+                break
+
+            # ---- one optimizer step (the hot path) ---------------------------------------
+            t0 = time.perf_counter()
+            state.lr = self.lr_schedule(state.step)
+            loss, grad_norm = self.step_fn(self.stream.batch(state.step, cfg.batch_size), state.lr)
+            progress.interval_loss += loss
+            progress.interval_steps += 1
+            state.step += 1
+
+            # log steps, and the step before an evaluation, stop the clock with the work done
+            is_log = state.step % log_every == 0 or state.step == progress.next_eval
+            if is_log or warm is None:
+                self.sync()
+            dt = time.perf_counter() - t0
+            state.train_seconds += dt
+            interval_clock += dt
+            interval_tokens += cfg.batch_tokens
+            state.last_step_at = time.time()
+            if warm is None:
+                warm = (state.train_seconds, cfg.batch_tokens)
+
+            metrics = None
+            if is_log:
+                mean_loss = progress.interval_loss.item() / progress.interval_steps  # host sync
+                norm = grad_norm.item()  # host sync
+                progress.train_log.append((state.step, mean_loss))
+                progress.interval_loss.zero_()
+                progress.interval_steps = 0
+                state.train_loss = mean_loss
+                state.tokens_per_s = interval_tokens / interval_clock if interval_clock > 0 else None
+                state.mfu = mfu(state.tokens_per_s, state.flops_per_token, self.peak)
+                interval_clock, interval_tokens = 0.0, 0
+                metrics = {
+                    "step": state.step, "tokens": state.tokens, "train_loss": mean_loss, "lr": state.lr,
+                    "grad_norm": norm, "tokens_per_s": state.tokens_per_s, "mfu": state.mfu,
+                }
+                if not math.isfinite(mean_loss):
+                    status, reason = "diverged", f"non-finite train loss at step {state.step}"
+                elif state.step > state.warmup_steps and mean_loss > cfg.divergence_factor * progress.running_min:
+                    status, reason = "diverged", (
+                        f"train loss {mean_loss:.4g} at step {state.step} is above {cfg.divergence_factor:g}× "
+                        f"its running minimum {progress.running_min:.4g}"
+                    )
+                progress.running_min = min(progress.running_min, mean_loss)
+            for cb in self.callbacks:
+                cb.post_step(state, metrics)
+            if status is not None:
+                break
+            if (ckpt_every is not None and state.step % ckpt_every == 0) or (
+                is_log and ckpt_seconds is not None and time.monotonic() - self.last_checkpoint_at >= ckpt_seconds
+            ):
+                self._save()
+
+        return self._finish(status, reason, warm, start_step)
+
+    def _finish(self, status: str, reason: str | None, warm: tuple[float, int] | None, start_step: int) -> TrialResult:
+        cfg, state = self.config, self.state
+        history = state.eval_history
+        steps_to_target = None
+        if status == "reached":
+            steps_to_target = first_crossing([e.step for e in history], [e.loss for e in history], cfg.target_loss)
+        trained_tokens = (state.step - start_step) * cfg.batch_tokens
+        tokens_per_s = None
+        if trained_tokens > 0 and state.train_seconds > 0:
+            tokens_per_s = trained_tokens / state.train_seconds
+            if warm is not None and trained_tokens > warm[1] and state.train_seconds > warm[0]:
+                tokens_per_s = (trained_tokens - warm[1]) / (state.train_seconds - warm[0])
+        finite = [e.loss for e in history if math.isfinite(e.loss)]
+        result = TrialResult(
+            status=status,
+            stop_reason=reason,
+            target_loss=cfg.target_loss,
+            steps_to_target=steps_to_target,
+            tokens_to_target=None if steps_to_target is None else steps_to_target * cfg.batch_tokens,
+            final_eval_loss=history[-1].loss if history else None,
+            best_eval_loss=min(finite) if finite else None,
+            final_raw_loss=history[-1].raw_loss if history else None,
+            steps=state.step,
+            tokens=state.tokens,
+            total_steps=state.total_steps,
+            warmup_steps=state.warmup_steps,
+            beta2=self.beta2,
+            ewa_taus=self.taus,
+            tokens_per_s=tokens_per_s,
+            mfu=mfu(tokens_per_s, state.flops_per_token, self.peak),
+            n_params=state.n_params,
+            flops_per_token=state.flops_per_token,
+            train_seconds=state.train_seconds,
+            eval_seconds=state.eval_seconds,
+            peak_memory_bytes=peak_memory_bytes(self.device),
+            device=state.device,
+            resumed_from_step=state.resumed_from_step,
+            eval_history=tuple(history),
+            train_log=tuple(self.progress.train_log),
+        )
+        # A stopped trial keeps a resumable checkpoint; an ended one records its result.
+        self._save(None if status == "stopped" else result)
+        for cb in self.callbacks:
+            cb.post_train(state, result)
+        return result

@@ -1,0 +1,305 @@
+"""TrainConfig: everything one training trial needs, as a frozen, JSON-safe dataclass.
+
+Defaults are the paper's recipe (Zhang et al. 2025, §3.1; DESIGN.md §1): AdamW with β1 0.95,
+ε 1e-8, no weight decay, gradient clipping at 1.0, a constant learning rate after a linear
+warm-up fixed in tokens, and β2 and the EWA τ from the paper's per-batch-size table
+(:mod:`cbscore.recipe`) unless given. ``to_dict()``/``from_dict()`` is the wire format (the
+study runner sends it through Celery as JSON); a bad value raises
+:class:`~cbscore.errors.ConfigError` naming the field and the value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from cbscore.data import DataConfig
+from cbscore.errors import ConfigError
+from cbscore.model import PRESETS
+from cbscore.recipe import BETA1, EPS, GRAD_CLIP, WARMUP_FRACTION, WEIGHT_DECAY, paper_beta2, paper_ewa_tau
+from cbscore.schedules import SCHEDULES
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """One trial: model, batch, budget, optimizer, schedule, target, data and device."""
+
+    # ---------------------------------------------------------------- model and batch
+    model: str
+    """Model preset name (:data:`cbscore.model.PRESETS`, e.g. ``"tiny-0.8M"``, ``"85M"``)."""
+    batch_size: int
+    """Sequences per optimizer step (B); the batch in tokens is ``batch_size · context_tokens``."""
+    micro_batch_size: int | None = None
+    """Sequences per forward/backward pass; must divide ``batch_size`` (gradient accumulation).
+    ``None`` = the whole batch in one pass."""
+    context_tokens: int = 512
+    """Sequence length T in tokens (the paper: 512)."""
+
+    # ---------------------------------------------------------------- budget and target
+    max_tokens: int
+    """Training budget in tokens; the run lasts ``max_tokens // (batch_size · context_tokens)``
+    steps (rounded down to whole steps, never over budget)."""
+    max_steps: int | None = None
+    """Optional cap on optimizer steps (the planner caps a cell's budget this way)."""
+    target_loss: float | None = None
+    """Held-out loss (nats per token, averaged weights) at which the trial stops as ``reached``;
+    ``None`` = train the whole budget (status ``finished``)."""
+
+    # ---------------------------------------------------------------- learning rate
+    lr: float
+    """Peak learning rate."""
+    warmup_tokens: int | None = None
+    """Linear warm-up length in tokens, from 0.1·lr (fixed in tokens, so a larger batch warms up
+    in fewer steps). ``None`` = 25% of ``max_tokens``; the study planner sets 25% of the
+    setting's reference budget."""
+    schedule: str = "constant"
+    """After warm-up: ``constant`` (paper), ``cosine`` or ``wsd`` (warmup-stable-decay)."""
+    min_lr_ratio: float = 0.1
+    """Final learning rate of ``cosine`` and ``wsd`` as a fraction of ``lr``."""
+    decay_fraction: float = 0.2
+    """``wsd``: fraction of the steps spent in the final linear decay."""
+
+    # ---------------------------------------------------------------- optimizer
+    beta1: float = BETA1
+    """AdamW β1 (paper: 0.95)."""
+    beta2: float | None = None
+    """AdamW β2; ``None`` = the paper's per-batch-size table (nearest batch size on a log scale)."""
+    eps: float = EPS
+    """AdamW ε (paper: 1e-8)."""
+    weight_decay: float = WEIGHT_DECAY
+    """Decoupled weight decay on matrices and embeddings (paper: 0)."""
+    grad_clip: float = GRAD_CLIP
+    """Clip the global gradient norm to this value (paper: 1.0); 0 = no clipping."""
+
+    # ---------------------------------------------------------------- averaging and evaluation
+    ewa_taus: tuple[float, ...] | None = None
+    """EWA decay rates τ tracked at once, each in (0, 1); ``None`` = the paper's τ for this batch
+    size. The target is decided by the lowest averaged loss over them."""
+    eval_windows: int = 128
+    """Held-out windows of ``context_tokens + 1`` tokens per evaluation."""
+    eval_every_steps: int | None = None
+    """Regular evaluation interval in steps; ``None`` = ``ceil(total_steps / 40)``. Evaluations
+    are log-spaced before it and five times denser near the target (:mod:`cbscore.eval_schedule`)."""
+    eval_near_target: float = 0.05
+    """Evaluate densely once the loss is within this fraction above the target."""
+    log_every_steps: int = 10
+    """Read the train loss on the host (and call ``post_step`` with metrics) every this many steps."""
+    divergence_factor: float = 2.0
+    """After warm-up, a logged train loss above this multiple of its running minimum is a divergence."""
+
+    # ---------------------------------------------------------------- data
+    data: DataConfig = field(default_factory=DataConfig)
+    """Corpus, tokenizer and split (:class:`cbscore.data.DataConfig`)."""
+    seed: int = 0
+    """Seed of the model initialisation and of the order of training windows."""
+    allow_repeat: bool = False
+    """Allow more than one pass over the training tokens (the paper trains single pass)."""
+
+    # ---------------------------------------------------------------- device
+    device: str = "auto"
+    """``auto`` (CUDA when available), ``cpu`` (fp32) or ``cuda`` (bf16 autocast)."""
+    compile: bool = False
+    """``torch.compile`` the model (recommended on CUDA)."""
+    threads: int | None = None
+    """CPU threads for torch (``None`` = torch's default)."""
+
+    # ---------------------------------------------------------------- checkpoints
+    checkpoint_dir: str | None = None
+    """Folder of this trial's checkpoint; a trial started with a checkpoint there resumes from it."""
+    checkpoint_every_steps: int | None = None
+    """Write a checkpoint every this many steps (needs ``checkpoint_dir``)."""
+    checkpoint_every_seconds: float | None = 600.0
+    """Write a checkpoint when this many seconds passed since the last one (checked on log
+    steps; used only with ``checkpoint_dir``)."""
+
+    # ------------------------------------------------------------------ checks
+    def __post_init__(self) -> None:
+        if isinstance(self.data, Mapping):
+            object.__setattr__(self, "data", _data_from_dict(self.data))
+        if not isinstance(self.data, DataConfig):
+            raise ConfigError("data", self.data, "must be a DataConfig or a dict of its fields")
+        if self.ewa_taus is not None and not isinstance(self.ewa_taus, (str, bytes)) and hasattr(self.ewa_taus, "__iter__"):
+            object.__setattr__(self, "ewa_taus", tuple(self.ewa_taus))
+
+        if not isinstance(self.model, str) or self.model not in PRESETS:
+            raise ConfigError("model", self.model, f"is not a model preset (known: {', '.join(PRESETS)})")
+        _positive_int("batch_size", self.batch_size)
+        _positive_int("context_tokens", self.context_tokens)
+        if self.micro_batch_size is not None:
+            _positive_int("micro_batch_size", self.micro_batch_size)
+            if self.batch_size % self.micro_batch_size:
+                raise ConfigError(
+                    "micro_batch_size", self.micro_batch_size, f"must divide batch_size={self.batch_size}"
+                )
+        _positive_int("max_tokens", self.max_tokens)
+        if self.max_tokens < self.batch_tokens:
+            raise ConfigError(
+                "max_tokens", self.max_tokens,
+                f"must allow at least one step of batch_size·context_tokens = {self.batch_tokens} tokens",
+            )
+        if self.max_steps is not None:
+            _positive_int("max_steps", self.max_steps)
+        if self.target_loss is not None:
+            _finite("target_loss", self.target_loss)
+            if self.target_loss <= 0:
+                raise ConfigError("target_loss", self.target_loss, "must be a positive number of nats")
+
+        _positive_finite("lr", self.lr)
+        if self.warmup_tokens is not None:
+            _non_negative_int("warmup_tokens", self.warmup_tokens)
+        if self.schedule not in SCHEDULES:
+            raise ConfigError("schedule", self.schedule, f"must be one of {', '.join(SCHEDULES)}")
+        _in_range("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0, closed_high=True)
+        _in_range("decay_fraction", self.decay_fraction, 0.0, 1.0, closed_high=True)
+
+        _in_range("beta1", self.beta1, 0.0, 1.0)
+        if self.beta2 is not None:
+            _in_range("beta2", self.beta2, 0.0, 1.0)
+        _positive_finite("eps", self.eps)
+        _finite("weight_decay", self.weight_decay)
+        if self.weight_decay < 0:
+            raise ConfigError("weight_decay", self.weight_decay, "must be non-negative")
+        _finite("grad_clip", self.grad_clip)
+        if self.grad_clip < 0:
+            raise ConfigError("grad_clip", self.grad_clip, "must be non-negative (0 = no clipping)")
+
+        if self.ewa_taus is not None:
+            if not isinstance(self.ewa_taus, tuple) or not self.ewa_taus:
+                raise ConfigError("ewa_taus", self.ewa_taus, "must list at least one τ or be None")
+            for tau in self.ewa_taus:
+                if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not 0 < tau < 1:
+                    raise ConfigError("ewa_taus", tau, "each τ must be a number in (0, 1)")
+            if len(set(self.ewa_taus)) != len(self.ewa_taus):
+                raise ConfigError("ewa_taus", list(self.ewa_taus), "must not repeat a τ")
+        _positive_int("eval_windows", self.eval_windows)
+        if self.eval_every_steps is not None:
+            _positive_int("eval_every_steps", self.eval_every_steps)
+        _finite("eval_near_target", self.eval_near_target)
+        if self.eval_near_target < 0:
+            raise ConfigError("eval_near_target", self.eval_near_target, "must be non-negative")
+        _positive_int("log_every_steps", self.log_every_steps)
+        _finite("divergence_factor", self.divergence_factor)
+        if self.divergence_factor <= 1:
+            raise ConfigError("divergence_factor", self.divergence_factor, "must be greater than 1")
+
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError("seed", self.seed, "must be a non-negative integer")
+        if not isinstance(self.allow_repeat, bool):
+            raise ConfigError("allow_repeat", self.allow_repeat, "must be true or false")
+        if self.device not in DEVICES:
+            raise ConfigError("device", self.device, f"must be one of {', '.join(DEVICES)}")
+        if not isinstance(self.compile, bool):
+            raise ConfigError("compile", self.compile, "must be true or false")
+        if self.threads is not None:
+            _positive_int("threads", self.threads)
+
+        if self.checkpoint_dir is not None and (not isinstance(self.checkpoint_dir, str) or not self.checkpoint_dir):
+            raise ConfigError("checkpoint_dir", self.checkpoint_dir, "must be a folder path or None")
+        if self.checkpoint_every_steps is not None:
+            _positive_int("checkpoint_every_steps", self.checkpoint_every_steps)
+            if self.checkpoint_dir is None:
+                raise ConfigError("checkpoint_every_steps", self.checkpoint_every_steps, "needs checkpoint_dir")
+        if self.checkpoint_every_seconds is not None:
+            _positive_finite("checkpoint_every_seconds", self.checkpoint_every_seconds)
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def batch_tokens(self) -> int:
+        """Tokens per optimizer step, ``batch_size · context_tokens``."""
+        return self.batch_size * self.context_tokens
+
+    @property
+    def total_steps(self) -> int:
+        """The budget in optimizer steps."""
+        steps = self.max_tokens // self.batch_tokens
+        return steps if self.max_steps is None else min(steps, self.max_steps)
+
+    def resolved_warmup_tokens(self) -> int:
+        """Warm-up in tokens (25% of ``max_tokens`` when ``warmup_tokens`` is ``None``)."""
+        return round(WARMUP_FRACTION * self.max_tokens) if self.warmup_tokens is None else self.warmup_tokens
+
+    def resolved_beta2(self) -> float:
+        """β2 used: the config's, or the paper's for this batch size."""
+        return paper_beta2(self.batch_size) if self.beta2 is None else float(self.beta2)
+
+    def resolved_ewa_taus(self) -> tuple[float, ...]:
+        """τ tracked: the config's, or the paper's one τ for this batch size."""
+        return (paper_ewa_tau(self.batch_size),) if self.ewa_taus is None else tuple(float(t) for t in self.ewa_taus)
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        """A copy with ``changes`` applied (and checked)."""
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ wire format
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict; ``TrainConfig.from_dict(c.to_dict()) == c``."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["data"] = _data_to_dict(self.data)
+        d["ewa_taus"] = None if self.ewa_taus is None else list(self.ewa_taus)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
+        if not isinstance(d, Mapping):
+            raise ConfigError("train_config", d, "must be a dict of TrainConfig fields")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(unknown[0], d[unknown[0]], "is not a TrainConfig field")
+        missing = sorted(f.name for f in dataclasses.fields(cls)
+                         if f.name not in d and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        if missing:
+            raise ConfigError(missing[0], None, "is required")
+        return cls(**dict(d))
+
+
+# Fields that may differ between a checkpoint and the config resuming it: they change how the
+# trial runs, not what it computes.
+OPERATIONAL_FIELDS = frozenset({
+    "device", "compile", "threads", "micro_batch_size", "checkpoint_dir", "checkpoint_every_steps",
+    "checkpoint_every_seconds", "log_every_steps",
+})
+
+
+def _data_to_dict(data: DataConfig) -> dict[str, Any]:
+    if hasattr(data, "to_dict"):
+        return data.to_dict()
+    return dataclasses.asdict(data)
+
+
+def _data_from_dict(d: Mapping[str, Any]) -> DataConfig:
+    if hasattr(DataConfig, "from_dict"):
+        return DataConfig.from_dict(dict(d))
+    return DataConfig(**dict(d))
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(name, value, "must be a positive integer")
+
+
+def _non_negative_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(name, value, "must be a non-negative integer")
+
+
+def _finite(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(name, value, "must be a finite number")
+
+
+def _positive_finite(name: str, value: Any) -> None:
+    _finite(name, value)
+    if value <= 0:
+        raise ConfigError(name, value, "must be a positive finite number")
+
+
+def _in_range(name: str, value: Any, low: float, high: float, *, closed_high: bool = False) -> None:
+    _finite(name, value)
+    if not (low <= value < high or (closed_high and value == high)):
+        bracket = "]" if closed_high else ")"
+        raise ConfigError(name, value, f"must be in [{low:g}, {high:g}{bracket}")

@@ -1,0 +1,155 @@
+"""Real MLflow studies with known answers, written through :class:`workers.tracking.Tracker`.
+
+A seeded study looks to every reader (``workers.api``, the app) like one the runner launched and
+the workers ran: an experiment with a parent run holding the spec and the targets, and one child
+run per trial with the runner's tags, the worker's metric histories (``eval/loss_ewa`` per τ,
+progress, throughput) and its outcome. Only the losses are synthetic: every setting follows
+``S(B) = S_min·(1 + B_noise/B)`` exactly, so the fitted ``B*`` is known in closed form,
+``(1 + r)·B_ref + r·B_noise`` (DESIGN.md §1).
+
+Used by the app's tests and by ``benchmarks/bench_app.py`` (which seeds 1,000 trials).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+
+from cbscore.study import StudySpec
+from cbscore.study.trials import lr_tag
+
+#: Target loss of every seeded setting (nats per token).
+TARGET = 4.0
+#: Loss curves fall like ``TARGET·(s/step)^DECAY`` and cross the target at step ``s``.
+DECAY = 0.25
+#: How much later the non-best learning rates of a cell reach the target.
+SLOWER = 1.25
+#: Evaluations per trial.
+N_EVALS = 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeededSetting:
+    setting_id: str
+    b_noise: float
+    """B_noise of the setting's S(B), sequences."""
+    s_min: float
+    """S_min of the setting's S(B), steps."""
+
+    def steps(self, batch_size: int) -> float:
+        return self.s_min * (1.0 + self.b_noise / batch_size)
+
+
+def spec_for(name: str, *, n_settings: int = 3, batch_sizes=(8, 16, 32, 64, 128, 256), lrs=(0.003, 0.01, 0.03),
+             b_ref: int = 32) -> StudySpec:
+    """A custom study over the tiny presets with D growing with N (a Chinchilla-like family)."""
+    models = ("tiny-0.1M", "tiny-0.8M", "tiny-3.1M", "tiny-6.3M")
+    settings = [{"model": models[i % len(models)], "tokens": 1_000_000 * 2 ** i} for i in range(n_settings)]
+    return StudySpec.from_dict({
+        "name": name, "kind": "custom", "settings": settings, "batch_sizes": list(batch_sizes),
+        "context_tokens": 128, "b_ref": b_ref, "search": {"kind": "grid", "lrs": list(lrs)},
+        "max_trials": 100_000, "max_total_tokens": 1e15})
+
+
+def _curve(s: float, last_step: float) -> tuple[list[int], list[float]]:
+    """Evaluation steps up to ``last_step`` and losses ``TARGET·(s/step)^DECAY`` (crossing at s)."""
+    steps = {max(1, int(round(last_step * (k + 1) / N_EVALS))) for k in range(N_EVALS)}
+    if s <= last_step:
+        steps.add(int(math.ceil(s)))
+    steps = sorted(steps)
+    return steps, [TARGET * (s / k) ** DECAY for k in steps]
+
+
+def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_setting=None,
+               now_s: float | None = None) -> dict[str, SeededSetting]:
+    """Write ``spec`` as a finished study (plus ``running`` trials still running) into ``tracker``.
+
+    Per setting ``i``, ``B_noise = b_noise_per_setting[i]`` (default ``64·2^i``) and ``S_min`` is
+    chosen so that the reference run at ``B_ref`` reaches the target exactly after D tokens. In
+    each cell the middle learning rate reaches the target at ``S(B)``, the others ``SLOWER``
+    times later, and the largest diverges at the largest batch size. The first ``running``
+    non-reference cells get one more trial (seed 1) that is still running. Returns the settings.
+    """
+    from mlflow.entities import Param
+
+    from workers.tracking import RUN_STATUS, metric
+
+    now_s = time.time() if now_s is None else now_s
+    settings = spec.resolve_settings()
+    b_noises = b_noise_per_setting or [64.0 * 2 ** i for i in range(len(settings))]
+    params = {k: v for k, v in spec.to_dict().items() if not isinstance(v, (dict, list)) and v is not None}
+    exp_id, parent_id = tracker.create_study(
+        spec.name, spec_dict=spec.to_dict(), spec_yaml=spec.to_yaml(), params=params,
+        tags={"kind": spec.kind, "b_ref": str(spec.b_ref), "overhead": str(spec.overhead)})
+    tracker.set_tags(parent_id, {f"target/{s.setting_id}": f"{TARGET:.6g}" for s in settings})
+    lrs = spec.search.lrs
+    best_lr = lrs[len(lrs) // 2]
+    out: dict[str, SeededSetting] = {}
+    left_running = running
+    for setting, b_noise in zip(settings, b_noises):
+        ref_steps = round(setting.tokens / (spec.b_ref * spec.context_tokens))  # D tokens at B_ref
+        seeded = SeededSetting(setting_id=setting.setting_id, b_noise=float(b_noise),
+                               s_min=ref_steps / (1.0 + b_noise / spec.b_ref))
+        out[setting.setting_id] = seeded
+        for b in spec.batch_sizes:
+            role = "reference" if b == spec.b_ref else "trial"
+            budget_tokens = setting.tokens if role == "reference" else int(spec.budget_multiple * setting.tokens)
+            budget_steps = budget_tokens // (b * spec.context_tokens)
+            trials = [(lr, 0) for lr in lrs]
+            if left_running and role == "trial":
+                left_running -= 1
+                trials.append((best_lr, 1))  # one more seed, still running
+            for lr, seed in trials:
+                s = seeded.steps(b) * (1.0 if lr == best_lr else SLOWER)
+                is_running = seed == 1
+                diverged = lr == lrs[-1] and b == spec.batch_sizes[-1] and role == "trial"
+                if is_running:
+                    last, outcome = max(2, int(s * 0.6)), "running"  # still above the target
+                elif role == "reference":
+                    last, outcome = ref_steps, "finished"
+                elif diverged:
+                    last, outcome = max(2, int(s / 3)), "diverged"
+                elif s <= budget_steps:
+                    last, outcome = int(math.ceil(s)), "reached"
+                else:
+                    last, outcome = budget_steps, "censored"
+                steps, losses = _curve(s, last)
+                if diverged:
+                    losses[-1] = float("nan")
+                metrics = [metric("eval/loss_ewa", v, k, now_s) for k, v in zip(steps, losses)]
+                metrics += [metric("eval/loss_ewa_0.999", v, k, now_s) for k, v in zip(steps, losses)]
+                figures = {"progress/step": last, "progress/tokens": last * b * spec.context_tokens,
+                           "perf/tokens_per_s": 25_000.0, "heartbeat": now_s}
+                if not is_running:
+                    figures["summary/final_eval_loss"] = losses[-1]
+                if outcome == "reached":
+                    figures["summary/steps_to_target"] = s
+                metrics += [metric(k, v, last, now_s) for k, v in figures.items() if math.isfinite(v)]
+                trial_id = f"{spec.name}.{setting.setting_id}.b{b}.{lr_tag(lr)}.s{seed}"
+                tags = {"mlflow.parentRunId": parent_id, "trial_id": trial_id, "attempt": "1", "study": spec.name,
+                        "setting": setting.setting_id, "cell": f"{setting.setting_id}.b{b}", "model": setting.model,
+                        "batch_size": str(b), "lr": repr(lr), "seed": str(seed), "role": role,
+                        "max_tokens": str(budget_tokens), "max_steps": "", "search_number": "",
+                        "target_loss": "" if role == "reference" else repr(TARGET),
+                        "n_params": str(setting.n_params), "setting_tokens": str(setting.tokens),
+                        "context_tokens": str(spec.context_tokens), "queue": "cpu",
+                        "beta2": repr(0.999 if b < 256 else 0.995), "ewa_taus": json.dumps([0.999]),
+                        "status": outcome, "outcome": "" if is_running else outcome, "worker": "seed@localhost"}
+                # Three calls per trial (the runner and a worker make more; the result is the same).
+                run = tracker.client.create_run(exp_id, run_name=trial_id, tags=tags)
+                tracker.client.log_batch(run.info.run_id, metrics=metrics,
+                                         params=[Param("lr", repr(lr)), Param("batch_size", str(b))])
+                if is_running:
+                    tracker.client.update_run(run.info.run_id, status=RUN_STATUS["running"])
+                else:
+                    tracker.client.set_terminated(run.info.run_id, status=RUN_STATUS[outcome])
+    if not running:
+        tracker.set_study_status(parent_id, "done", end="FINISHED")
+    return out
+
+
+def expected_cbs(seeded: SeededSetting, b_ref: float, overhead: float = 0.2) -> float:
+    """The closed form ``B* = (1 + r)·B_ref + r·B_noise`` (DESIGN.md §1)."""
+    return (1.0 + overhead) * b_ref + overhead * seeded.b_noise

@@ -1,0 +1,91 @@
+import csv
+import json
+
+import pytest
+
+from cbscore.cli import main
+
+from .schema import check_fit_json
+from .synthetic import table_rows
+
+SPECS = [
+    {"setting": "small", "n_params": 85e6, "tokens": 1.741e9, "s_min": 1500.0, "b_noise": 1000.0},
+    {"setting": "medium", "n_params": 151e6, "tokens": 3.072e9, "s_min": 1800.0, "b_noise": 1400.0},
+    {"setting": "large", "n_params": 302e6, "tokens": 6.144e9, "s_min": 2200.0, "b_noise": 2000.0},
+]
+
+
+def _write(path, rows, extra=None):
+    fields = ["setting", "batch_size", "steps", "n_params", "tokens", "lr", "outcome"]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({"lr": "0.001", "outcome": "reached", **row})
+        for row in extra or []:
+            writer.writerow(row)
+    return path
+
+
+def test_json_output_matches_the_schema_and_the_library(tmp_path, capsys):
+    rows = table_rows(SPECS, sigma=0.03, seed=2)
+    path = _write(tmp_path / "steps.csv", rows, extra=[
+        {"setting": "small", "batch_size": 16384, "steps": "", "n_params": 85e6, "tokens": 1.741e9,
+         "lr": "0.03", "outcome": "diverged"},
+    ])
+    assert main(["fit", str(path), "--json", "--bootstrap", "200", "--seed", "3"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    check_fit_json(obj)
+    assert [s["setting"] for s in obj["settings"]] == ["small", "medium", "large"]
+    for s, spec in zip(obj["settings"], SPECS):
+        assert s["b_noise"] == pytest.approx(spec["b_noise"], rel=0.15)
+        assert s["cbs_ci"][0] <= s["cbs"] <= s["cbs_ci"][1]
+    assert obj["scaling"]["n"]["exponent"] > 0 and obj["scaling"]["d"] is not None
+    assert obj["scaling"]["joint"] is None
+    assert obj["errors"] == ["joint scaling law: fewer than 4 settings for the joint law (got 3)"]
+    # Same seed, same output.
+    assert main(["fit", str(path), "--json", "--bootstrap", "200", "--seed", "3"]) == 0
+    assert json.loads(capsys.readouterr().out) == obj
+
+
+def test_options_reach_the_fit(tmp_path, capsys):
+    rows = table_rows(SPECS[:1])
+    path = _write(tmp_path / "steps.csv", rows)
+    assert main(["fit", str(path), "--json", "--b-ref", "512", "--overhead", "0.5", "--bootstrap", "0"]) == 0
+    s = json.loads(capsys.readouterr().out)["settings"][0]
+    assert s["cbs"] == pytest.approx(1.5 * 512 + 0.5 * 1000.0)
+    assert s["cbs_ci"] is None
+
+
+def test_text_output_has_the_tables(tmp_path, capsys):
+    path = _write(tmp_path / "steps.csv", table_rows(SPECS, sigma=0.03, seed=2))
+    assert main(["fit", str(path), "--bootstrap", "100", "--free-alpha"]) == 0
+    text = capsys.readouterr().out
+    assert "setting 'small'" in text and "B* = " in text and "empirical B* = " in text
+    assert "sensitivity of B*" in text and "r=0.5" in text
+    assert "free exponent: S = a + b·B^-alpha" in text
+    assert "B* = c·N^alpha: c = " in text and "joint scaling law" in text
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("setting,batch_size,steps\ns,64,100\ns,128,oops\n", "line 3 (row 2), column 'steps'"),
+        ("setting,steps\ns,100\n", "missing required column 'batch_size'"),
+        ("", "the file is empty"),
+    ],
+)
+def test_invalid_input_exits_2_naming_row_and_column(tmp_path, capsys, content, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(content)
+    assert main(["fit", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cbs fit: error: ") and message in err
+
+
+def test_missing_file_and_bad_option_exit_2(tmp_path, capsys):
+    assert main(["fit", str(tmp_path / "none.csv")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    path = _write(tmp_path / "steps.csv", table_rows(SPECS[:1]))
+    assert main(["fit", str(path), "--overhead", "-1"]) == 2
+    assert "overhead" in capsys.readouterr().err

@@ -1,0 +1,71 @@
+"""DataConfig: validation with clear messages, the wire format, the store key."""
+
+from __future__ import annotations
+
+import pytest
+
+from cbscore.data import DataConfig
+from cbscore.errors import ConfigError
+
+
+def test_to_dict_from_dict_round_trip():
+    config = DataConfig(source="corpus.jsonl", vocab_size=4096, val_fraction=0.05, seed=3, max_documents=10)
+    assert DataConfig.from_dict(config.to_dict()) == config
+    assert config.to_dict()["vocab_size"] == 4096
+
+
+def test_defaults_are_the_builtin_corpus_and_an_8192_bpe():
+    config = DataConfig()
+    assert (config.source, config.tokenizer, config.vocab_size) == ("builtin", "bpe", 8192)
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "value"),
+    [
+        ({"vocab_size": 256}, "vocab_size", 256),
+        ({"vocab_size": 8192.0}, "vocab_size", 8192.0),
+        ({"val_fraction": 0.0}, "val_fraction", 0.0),
+        ({"val_fraction": 0.9}, "val_fraction", 0.9),
+        ({"seed": -1}, "seed", -1),
+        ({"max_documents": 1}, "max_documents", 1),
+        ({"source": ""}, "source", ""),
+        ({"source": "hub:"}, "source", "hub:"),
+        ({"source": "hub:allenai/c4:en"}, "max_documents", None),
+    ],
+)
+def test_bad_values_raise_config_error_naming_field_and_value(fields, field, value):
+    with pytest.raises(ConfigError) as info:
+        DataConfig(**fields)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: ")
+    assert str(info.value).endswith(f"but got {value!r}.")
+
+
+def test_from_dict_rejects_unknown_fields():
+    with pytest.raises(ConfigError, match="vocab"):
+        DataConfig.from_dict({"vocab": 10})
+
+
+def test_config_is_frozen_and_keyword_only():
+    with pytest.raises(TypeError):
+        DataConfig("builtin")  # noqa: the config is kw_only
+    with pytest.raises(AttributeError):
+        DataConfig().seed = 1  # type: ignore[misc]
+
+
+def test_store_key_depends_on_content_settings_only(tmp_path, monkeypatch):
+    base = DataConfig()
+    assert base.key() == DataConfig().key()
+    assert base.key() != DataConfig(vocab_size=4096).key()
+    assert base.key() != DataConfig(seed=1).key()
+    assert base.key() != DataConfig(max_documents=100).key()
+    assert base.key() == DataConfig(store_dir=str(tmp_path)).key()
+    monkeypatch.chdir(tmp_path)
+    assert DataConfig(source="a.txt").key() == DataConfig(source=str(tmp_path / "a.txt")).key()
+
+
+def test_default_store_path_is_under_cbs_home_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("CBS_HOME", str(tmp_path))
+    config = DataConfig()
+    assert config.store_path() == tmp_path / "data" / config.key()
+    assert DataConfig(store_dir=str(tmp_path / "x")).store_path() == tmp_path / "x"

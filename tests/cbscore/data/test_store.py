@@ -1,0 +1,224 @@
+"""prepare / open_store: the built-in corpus end to end, idempotence, rebuilds, atomic failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cbscore.data import DataConfig, open_store, prepare
+from cbscore.data import builtin
+from cbscore.errors import ConfigError, DataError
+
+CHAPTERS = 1189  # chapters of the 66-book Protestant canon
+TRANSLATIONS = len(builtin.TRANSLATIONS)
+
+
+def _documents(store, split: str) -> list[str]:
+    """Decode a split back into its documents (split on the end-of-text token)."""
+    tokens = np.asarray(store.tokens(split), dtype=np.int64)
+    ends = np.flatnonzero(tokens == store.eot_id)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    tokenizer = store.tokenizer()
+    return tokenizer.decode_batch([tokens[s:e].tolist() for s, e in zip(starts, ends)])
+
+
+def _leftovers(folder: Path) -> list[str]:
+    """Temporary or half-written entries next to stores (lock files are fine)."""
+    return sorted(p.name for p in folder.iterdir() if ".tmp-" in p.name or ".old-" in p.name)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+# ---- the built-in corpus ------------------------------------------------------------------------
+def test_builtin_corpus_prepares_end_to_end(builtin_store):
+    manifest = builtin_store.manifest
+    splits = manifest["splits"]
+    # One document per chapter per translation; the split holds out whole chapters.
+    assert manifest["documents"] == CHAPTERS * TRANSLATIONS
+    assert splits["val"]["documents"] == round(0.02 * CHAPTERS) * TRANSLATIONS
+    assert splits["train"]["tokens"] > 5_000_000
+    assert splits["val"]["tokens"] > 100_000
+    assert manifest["vocab_size"] == builtin_store.vocab_size == 8192
+    assert manifest["dtype"] == "uint16"
+    assert manifest["tokenizer_training"]["sampled"] is True  # BPE trains on a seeded sample
+    for name, info in splits.items():
+        tokens = builtin_store.tokens(name)
+        assert len(tokens) == info["tokens"]
+        assert int(np.count_nonzero(tokens == builtin_store.eot_id)) == info["documents"]
+        assert int(tokens[-1]) == builtin_store.eot_id
+        assert int(tokens.max()) < builtin_store.vocab_size
+
+
+def test_tokenizer_round_trips_real_text(builtin_store):
+    tokenizer = builtin_store.tokenizer()
+    text = "In the beginning God created the heavens and the earth. Naïve “quotes” — 3.14!"
+    ids = tokenizer.encode(text).ids
+    assert tokenizer.decode(ids) == text
+    assert len(ids) < len(text) / 2  # a trained BPE compresses English well below a char a token
+    assert tokenizer.token_to_id("<|endoftext|>") == builtin_store.eot_id
+
+
+def test_slice_documents_decode_back_and_split_is_disjoint(builtin_slice_store, builtin_slice_config):
+    expected = [d["text"] for d in builtin.documents()][: builtin_slice_config.max_documents]
+    train, val = _documents(builtin_slice_store, "train"), _documents(builtin_slice_store, "val")
+    assert sorted(train + val) == sorted(expected)  # lossless
+    assert not set(train) & set(val)  # disjoint at the document level
+    assert len(val) == round(0.1 * len(expected))
+    assert train[0].startswith("In the beginning God created the heavens and the earth.")
+
+
+def test_val_chapters_are_held_out_of_every_translation(builtin_store):
+    group_of = {d["text"]: d["group"] for d in builtin.documents()}
+    val_groups = [group_of[text] for text in _documents(builtin_store, "val")]
+    counts = {group: val_groups.count(group) for group in val_groups}
+    # Each held-out chapter is in val in all its translations, so in none of train.
+    assert len(counts) == round(0.02 * CHAPTERS)
+    assert set(counts.values()) == {TRANSLATIONS}
+
+
+def test_split_depends_on_the_seed(tmp_path):
+    a = prepare(DataConfig(max_documents=60, vocab_size=300, val_fraction=0.1, store_dir=str(tmp_path / "a")))
+    b = prepare(
+        DataConfig(max_documents=60, vocab_size=300, val_fraction=0.1, seed=1, store_dir=str(tmp_path / "b"))
+    )
+    assert set(_documents(a, "val")) != set(_documents(b, "val"))
+
+
+# ---- idempotence and rebuilds -------------------------------------------------------------------
+def test_prepare_again_is_a_fast_no_op(builtin_slice_config, builtin_slice_store):
+    path = builtin_slice_store.path
+    before = {p.name: p.stat().st_mtime_ns for p in path.iterdir()}
+    started = time.perf_counter()
+    again = prepare(builtin_slice_config)
+    assert time.perf_counter() - started < 1.0
+    assert again.built is False
+    assert again.manifest == builtin_slice_store.manifest
+    assert {p.name: p.stat().st_mtime_ns for p in path.iterdir()} == before
+
+
+def test_rebuilds_when_vocab_size_changes(tmp_path):
+    folder = str(tmp_path / "store")
+    first = prepare(DataConfig(max_documents=40, vocab_size=512, store_dir=folder))
+    second = prepare(DataConfig(max_documents=40, vocab_size=300, store_dir=folder))
+    assert second.built and second.vocab_size == 300 and first.vocab_size == 512
+    assert second.manifest["tokenizer_sha256"] != first.manifest["tokenizer_sha256"]
+    assert second.manifest["splits"]["train"]["tokens"] > first.manifest["splits"]["train"]["tokens"]
+    assert open_store(DataConfig(max_documents=40, vocab_size=300, store_dir=folder)).vocab_size == 300
+    with pytest.raises(DataError, match="other settings"):
+        open_store(DataConfig(max_documents=40, vocab_size=512, store_dir=folder))
+    assert _leftovers(tmp_path) == []
+
+
+def test_rebuilds_when_a_local_source_changes(tmp_path):
+    corpus = _write(tmp_path / "c.txt", "one fish\n\ntwo fish\n\nred fish\n\nblue fish\n")
+    config = DataConfig(source=str(corpus), vocab_size=260, val_fraction=0.25, store_dir=str(tmp_path / "s"))
+    first = prepare(config)
+    assert first.manifest["documents"] == 4
+    _write(corpus, "one fish\n\ntwo fish\n\nred fish\n\nblue fish\n\nold fish\n\nnew fish\n")
+    second = prepare(config)
+    assert second.built and second.manifest["documents"] == 6
+
+
+def test_rebuilds_when_the_tokenizer_file_was_altered(builtin_slice_config, tmp_path):
+    config = DataConfig(**{**builtin_slice_config.to_dict(), "store_dir": str(tmp_path / "s"), "max_documents": 20})
+    store = prepare(config)
+    (store.path / "tokenizer.json").write_text("{}")
+    assert prepare(config).built is True
+
+
+# ---- errors: clear, early, nothing half-written -------------------------------------------------
+@pytest.mark.parametrize("source", ["no-such-corpus", "missing/file.txt"])
+def test_unknown_source_or_missing_file_is_a_clear_error(tmp_path, source):
+    store_dir = tmp_path / "store"
+    with pytest.raises(DataError, match=f"'{source}'.*no such file") as info:
+        prepare(DataConfig(source=source, store_dir=str(store_dir)))
+    assert "builtin" in str(info.value)
+    assert not store_dir.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_unsupported_file_kind_is_a_clear_error(tmp_path):
+    path = _write(tmp_path / "notes.md", "# hi")
+    with pytest.raises(DataError, match=r"no \.txt, \.jsonl"):
+        prepare(DataConfig(source=str(path), store_dir=str(tmp_path / "s")))
+
+
+@pytest.mark.parametrize(("name", "content"), [("e.txt", "\n\n  \n"), ("e.jsonl", '{"text": ""}\n{"text": "  "}\n')])
+def test_empty_corpus_is_a_clear_error_and_leaves_nothing(tmp_path, name, content):
+    path = _write(tmp_path / name, content)
+    store_dir = tmp_path / "store"
+    with pytest.raises(DataError, match="empty corpus"):
+        prepare(DataConfig(source=str(path), vocab_size=300, store_dir=str(store_dir)))
+    assert not store_dir.exists()
+    assert _leftovers(tmp_path) == []
+
+
+def test_single_document_cannot_be_split(tmp_path):
+    path = _write(tmp_path / "one.txt", "just one paragraph\n")
+    with pytest.raises(DataError, match="at least 2"):
+        prepare(DataConfig(source=str(path), vocab_size=300, store_dir=str(tmp_path / "s")))
+    assert _leftovers(tmp_path) == []
+
+
+def test_vocab_size_too_small_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"vocab_size: .*at least 257.*but got 100\.$"):
+        DataConfig(vocab_size=100)
+
+
+def test_failed_rebuild_keeps_the_previous_store(tmp_path):
+    corpus = _write(tmp_path / "c.txt", "alpha beta\n\ngamma delta\n\nepsilon\n")
+    config = DataConfig(source=str(corpus), vocab_size=260, val_fraction=0.3, store_dir=str(tmp_path / "s"))
+    good = prepare(config)
+    _write(corpus, "\n\n")  # the source changed into an empty corpus: the rebuild fails...
+    with pytest.raises(DataError, match="empty corpus"):
+        prepare(config)
+    kept = open_store(config)  # ...and the last good store is still whole
+    assert kept.manifest == good.manifest
+    assert len(kept.tokens("train")) == good.manifest["splits"]["train"]["tokens"]
+    assert _leftovers(tmp_path) == []
+
+
+def test_open_store_before_prepare_is_a_data_error(tmp_path):
+    with pytest.raises(DataError, match="not prepared"):
+        open_store(DataConfig(store_dir=str(tmp_path / "nothing")))
+
+
+# ---- concurrency --------------------------------------------------------------------------------
+_WORKER = """
+import json, sys, time
+from cbscore.data import DataConfig, prepare
+store = prepare(DataConfig.from_dict(json.loads(sys.argv[1])))
+print(json.dumps({"built": store.built, "created": store.manifest["created"],
+                  "sha": store.manifest["tokenizer_sha256"],
+                  "inode": (store.path / "train.bin").stat().st_ino}))
+"""
+
+
+def test_two_processes_preparing_at_once_build_once(tmp_path):
+    config = DataConfig(max_documents=150, vocab_size=600, store_dir=str(tmp_path / "store"))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, json.dumps(config.to_dict())],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        for _ in range(2)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert sorted(r["built"] for r in results) == [False, True]  # one built, the other waited
+    assert results[0]["created"] == results[1]["created"]
+    assert results[0]["inode"] == results[1]["inode"]
+    assert _leftovers(tmp_path) == []

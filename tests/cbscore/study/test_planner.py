@@ -1,0 +1,132 @@
+"""The planner as a pure function: targets, release order, pruning, caps, stale trials."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cbscore.study import StudySpec, TrialRecord, plan, trial_from_ask
+
+D = 100_000
+
+
+def spec(**changes) -> StudySpec:
+    base = dict(name="t", kind="custom", settings=[{"model": "tiny-0.1M", "tokens": D}],
+                batch_sizes=[4, 8, 16, 32], b_ref=8, context_tokens=32,
+                search={"kind": "grid", "lrs": [0.01, 0.03]}, prune_margin=0.1)
+    base.update(changes)
+    return StudySpec.from_dict(base)
+
+
+def rec(trial, status, **kw) -> TrialRecord:
+    return TrialRecord(trial_id=trial.trial_id, cell_id=trial.cell_id, setting_id=trial.setting_id, role=trial.role,
+                       batch_size=trial.batch_size, lr=trial.lr, status=status, **kw)
+
+
+def finish_reference(s, losses=(3.2, 3.0)):
+    first = plan(s, [], now_s=0)
+    refs = first.start
+    steps = D // (8 * 32)  # 390 optimizer steps at B_ref
+    return [rec(t, "finished", final_eval_loss=loss, eval_steps=(100, 200, steps), eval_losses=(4.0, 3.5, loss),
+                tokens=D, last_step=steps) for t, loss in zip(refs, losses)]
+
+
+def test_first_plan_starts_only_the_reference_cell():
+    s = spec()
+    p = plan(s, [], now_s=0)
+    assert {t.batch_size for t in p.start} == {8}
+    assert {t.role for t in p.start} == {"reference"}
+    assert sorted(t.lr for t in p.start) == [0.01, 0.03]
+    assert all(t.target_loss is None and t.max_tokens == D for t in p.start)
+    assert all(t.train_config["warmup_tokens"] == D // 4 for t in p.start)
+    assert not p.done and p.targets == {}
+
+
+def test_target_is_best_reference_loss_and_releases_two_chains():
+    s = spec()
+    records = finish_reference(s)
+    p = plan(s, records, now_s=0)
+    assert p.targets == {"tiny-0.1M_D100K": 3.0}
+    # The smallest batch size and the one above B_ref start; 16 waits for... nothing, 32 waits for 16.
+    assert sorted({t.batch_size for t in p.start}) == [4, 16]
+    assert all(t.target_loss == 3.0 and t.max_tokens == 2 * D for t in p.start)
+    # Cap of the cell above B_ref: 1.1 × S(B_ref), where the best reference crossed at its last eval.
+    assert {t.max_steps for t in p.start if t.batch_size == 16} == {429}  # ceil(1.1 × 390), exact arithmetic
+    assert {t.max_steps for t in p.start if t.batch_size == 4} == {None}
+    states = {c.batch_size: c.state for c in p.cells}
+    assert states == {4: "running", 8: "done", 16: "running", 32: "waiting"}
+
+
+def test_replanning_is_idempotent():
+    s = spec()
+    records = finish_reference(s)
+    assert plan(s, records, now_s=5) == plan(s, records, now_s=5)
+    started = plan(s, records, now_s=5).start
+    queued = records + [rec(t, "queued") for t in started]
+    assert plan(s, queued, now_s=6).start == ()
+
+
+def test_reach_prunes_slow_trials_and_releases_next_cell_with_cap():
+    s = spec()
+    records = finish_reference(s)
+    cell16 = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
+    fast, slow = cell16
+    records += [rec(fast, "reached", steps_to_target=200.0, last_step=200),
+                rec(slow, "running", last_step=221, heartbeat_s=99.0)]
+    p = plan(s, records, now_s=100)
+    assert p.stop == ((slow.trial_id, "pruned"),)
+    b32 = [t for t in p.start if t.batch_size == 32]
+    assert len(b32) == 2 and {t.max_steps for t in b32} == {220}  # ceil(1.1 × 200)
+    # A slow trial not yet past 1.1 × 200 steps keeps running.
+    records[-1] = rec(slow, "running", last_step=219, heartbeat_s=99.0)
+    assert plan(s, records, now_s=100).stop == ()
+
+
+def test_stale_heartbeat_is_lost_then_failed_at_attempt_cap():
+    s = spec()
+    ref = plan(s, [], now_s=0).start
+    running = [rec(ref[0], "running", heartbeat_s=0.0, attempt=1), rec(ref[1], "running", heartbeat_s=0.0, attempt=3)]
+    p = plan(s, running, now_s=500, stale_after_s=120, max_attempts=3)
+    assert p.lost == (ref[0].trial_id,)
+    assert p.fail == (ref[1].trial_id,)
+    assert plan(s, running, now_s=100, stale_after_s=120).lost == ()
+
+
+def test_all_reference_runs_diverged_stops_the_setting_with_a_reason():
+    s = spec()
+    refs = plan(s, [], now_s=0).start
+    records = [rec(t, "diverged", final_eval_loss=math.inf) for t in refs]
+    p = plan(s, records, now_s=0)
+    assert p.start == () and p.done
+    assert p.errors and "no reference run" in p.errors[0] and "tiny-0.1M_D100K" in p.errors[0]
+
+
+def test_study_is_done_when_every_cell_is_complete():
+    s = spec(batch_sizes=[8, 16, 32])
+    records = finish_reference(s)
+    for _ in range(3):
+        for t in plan(s, records, now_s=0).start:
+            records.append(rec(t, "reached", steps_to_target=100.0, last_step=100))
+    p = plan(s, records, now_s=0)
+    assert p.start == () and p.done
+
+
+def test_explicit_targets_skip_reference_runs():
+    s = spec(target_losses={"tiny-0.1M_D100K": 4.2})
+    p = plan(s, [], now_s=0)
+    assert p.targets == {"tiny-0.1M_D100K": 4.2}
+    assert {(t.batch_size, t.role, t.target_loss) for t in p.start} == {(4, "trial", 4.2)}
+
+
+def test_optuna_cells_ask_within_the_parallel_limit():
+    s = spec(search={"kind": "optuna", "n_trials": 3, "parallel_per_cell": 2})
+    p = plan(s, [], now_s=0)
+    assert p.start == ()
+    (ask,) = p.ask
+    assert (ask.batch_size, ask.role, ask.count, ask.first_number) == (8, "reference", 2, 0)
+    trials = [trial_from_ask(s, ask, lr=0.02, number=n) for n in range(2)]
+    assert trials[0].trial_id == "t.tiny-0.1M_D100K.b8.o0.s0" and trials[0].search_number == 0
+    one_running = [rec(trials[0], "finished", final_eval_loss=3.0), rec(trials[1], "running", heartbeat_s=0.0)]
+    (ask,) = plan(s, one_running, now_s=1).ask
+    assert (ask.count, ask.first_number) == (1, 2)

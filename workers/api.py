@@ -1,0 +1,363 @@
+"""The workers' public API for the app and the CLI (docs/ARCHITECTURE.md, "Workers public API").
+
+Every read comes from MLflow (the record) and the ledger (who runs what now); nothing here
+imports torch. Reads are cheap enough for pages that refresh every few seconds: one
+``search_runs`` per study, metric histories only for the curves asked for, cached once a run
+has ended.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from cbscore.errors import ConfigError
+from cbscore.study import TERMINAL, StudySpec, TrialRecord, load_preset
+from workers.settings import WorkerSettings
+
+#: Columns of :func:`study_table`: the ``cbs fit`` CSV first, then what the app links and colours by.
+TABLE_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome",
+                 "trial_id", "role", "lr", "beta2", "tau", "seed", "run_id")
+#: The columns ``cbs fit`` reads (``cbs study export``).
+FIT_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudySummary:
+    """One study as the studies list shows it."""
+
+    name: str
+    kind: str
+    created_s: float
+    """Creation time, Unix seconds."""
+    status: str
+    """``running``, ``done`` or ``cancelled``."""
+    counts: Mapping[str, int]
+    """Trials by status (``queued``, ``running``, ``reached``, ...)."""
+    n_trials: int
+    """Trials created so far."""
+    tokens_spent: int
+    """Training tokens spent by every trial so far."""
+    b_ref: int | None
+    """B_ref of the spec (sequences)."""
+    overhead: float | None
+    """r of the 20% rule."""
+    experiment_id: str
+    run_id: str | None
+    """The parent run holding the spec."""
+    errors: tuple[str, ...] = ()
+    """Settings that cannot go on (no reference run finished, ...)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerInfo:
+    """A live worker."""
+
+    hostname: str
+    """Celery node name (``cpu-1234@host``, ``gpu0@host``)."""
+    device: str
+    """``cpu`` or ``cuda:<index>``."""
+    queue: str
+    concurrency: int
+    pid: int
+    started_s: float
+    heartbeat_s: float
+    current_trials: tuple[str, ...] = ()
+    """Trial ids it runs now."""
+
+    @property
+    def current_trial(self) -> str | None:
+        return self.current_trials[0] if self.current_trials else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyStatus:
+    """``cbs study status``: cells, trials by outcome, progress and tokens."""
+
+    name: str
+    status: str
+    cells: tuple[dict, ...]
+    """Per cell: cell_id, setting_id, batch_size, role, state, n_trials, counts, steps_to_target, max_steps."""
+    counts: Mapping[str, int]
+    n_trials: int
+    """Trials the study will run (grid; for Optuna cells the planned count)."""
+    tokens_spent: int
+    grid_tokens: int
+    """Tokens the same study would spend at fixed budgets (every trial to its budget)."""
+    targets: Mapping[str, float]
+    errors: tuple[str, ...] = ()
+    progress: float = 0.0
+    """Fraction of trials ended."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens_saved(self) -> int:
+        """Tokens not spent thanks to stopping at the target, pruning and step caps (once done)."""
+        return max(0, self.grid_tokens - self.tokens_spent)
+
+
+def _settings() -> WorkerSettings:
+    return WorkerSettings.from_env()
+
+
+def _tracker():
+    from workers.tracking import Tracker
+
+    s = _settings()
+    return Tracker(s.tracking_uri, s.artifact_root)
+
+
+def _ledger():
+    from workers.ledger import Ledger
+
+    return Ledger(_settings().ledger_url)
+
+
+def resolve_spec(spec: StudySpec | Mapping | str) -> StudySpec:
+    """A StudySpec from a spec, a dict, YAML text, a ``.yaml`` path or a preset name."""
+    if isinstance(spec, StudySpec):
+        return spec
+    if isinstance(spec, Mapping):
+        return StudySpec.from_dict(spec)
+    if isinstance(spec, str):
+        from cbscore.study import PRESET_NAMES
+
+        if spec in PRESET_NAMES:
+            return load_preset(spec)
+        return StudySpec.from_yaml(spec)
+    raise ConfigError("spec", spec, "must be a StudySpec, a mapping, YAML text, a .yaml path or a preset name")
+
+
+# ---------------------------------------------------------------------------- writes
+def launch_study(spec: StudySpec | Mapping | str, *, force: bool = False) -> str:
+    """Validate ``spec``, create the study's experiment and parent run, enqueue its first trials.
+
+    Returns the study name. Bad input raises :class:`ConfigError` (field and value) with nothing
+    created or enqueued; a study that exists with the same spec is resumed.
+    """
+    from workers.runner import Runner
+
+    return Runner().launch(resolve_spec(spec), force=force)
+
+
+def cancel_study(name: str) -> int:
+    """Cancel every unfinished trial of ``name`` and end the study; returns how many were stopped."""
+    from workers.runner import Runner
+
+    return Runner().cancel_study(name)
+
+
+def cancel_trial(trial_id: str) -> str:
+    """Stop one trial (``stopped`` if it was queued; ``stopping`` if running: it stops within a heartbeat)."""
+    from workers.runner import Runner
+
+    return Runner().cancel_trial(trial_id)
+
+
+def advance_study(name: str):
+    """One idempotent runner pass over ``name`` (:meth:`workers.runner.Runner.advance`)."""
+    from workers.runner import Runner
+
+    return Runner().advance(name)
+
+
+# ---------------------------------------------------------------------------- reads
+def _parent(tracker, name: str):
+    parent = tracker.study_run(name)
+    if parent is None:
+        raise ConfigError("name", name, "names no study")
+    return parent
+
+
+def list_studies() -> list[StudySummary]:
+    """Every study, newest first, with its counts by status and tokens spent."""
+    tracker = _tracker()
+    ledger = _ledger()
+    out = []
+    for exp, parent in tracker.studies():
+        if parent is None:
+            continue
+        tags = parent.data.tags
+        records = _records(tracker, ledger, exp.name, parent, with_history=False)
+        counts: dict[str, int] = {}
+        for r in records:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        errors = tuple(json.loads(tags["errors"])) if tags.get("errors") else ()
+        out.append(StudySummary(
+            name=exp.name, kind=tags.get("kind", ""), created_s=exp.creation_time / 1000.0,
+            status=tags.get("status", ""), counts=counts, n_trials=len(records),
+            tokens_spent=sum(r.tokens for r in records),
+            b_ref=_int(tags.get("b_ref")), overhead=_float(tags.get("overhead")),
+            experiment_id=exp.experiment_id, run_id=parent.info.run_id, errors=errors))
+    return out
+
+
+def _records(tracker, ledger, name: str, parent, *, with_history: bool | None = None) -> list[TrialRecord]:
+    from workers.records import build_records
+
+    runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
+    return build_records(runs, ledger.leases(name), tracker, with_history=with_history)
+
+
+def study_spec(name: str) -> StudySpec:
+    """The spec a study was launched with."""
+    tracker = _tracker()
+    return StudySpec.from_dict(tracker.study_spec(_parent(tracker, name)))
+
+
+def study_records(name: str) -> list[TrialRecord]:
+    """One TrialRecord per trial of ``name``, from MLflow (eval curves of reference and running trials)."""
+    tracker = _tracker()
+    return _records(tracker, _ledger(), name, _parent(tracker, name))
+
+
+def trial_curve(run_id: str) -> dict[str, tuple[list[float], list[float]]]:
+    """Metric histories of one trial run: ``{"eval/loss_ewa": (steps, values), "train/loss": ...}``."""
+    return {k: (list(s), list(v)) for k, (s, v) in _tracker().curves(run_id).items()}
+
+
+def study_table(name: str) -> list[dict]:
+    """The steps table of ``name``: one row per trial with an outcome, in the ``cbs fit`` CSV format
+    (:data:`FIT_COLUMNS`) plus trial_id, role, lr, beta2, tau, seed and run_id.
+
+    A reference trial's steps are its crossing of the setting's target (the best reference run
+    reaches it at its last evaluation). Trials still queued or running are left out.
+    """
+    from cbscore.analysis import first_crossing
+    from workers.records import build_records
+
+    tracker = _tracker()
+    parent = _parent(tracker, name)
+    runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
+    records = build_records(runs, _ledger().leases(name), tracker)
+    runs_by_id = {r.info.run_id: r for r in runs}
+    targets = {k[len("target/"):]: float(v) for k, v in parent.data.tags.items() if k.startswith("target/")}
+    context = _int(parent.data.params.get("context_tokens"))
+    rows = []
+    for rec in records:
+        if rec.status not in TERMINAL:
+            continue
+        run = runs_by_id[rec.run_id]
+        tags, metrics = run.data.tags, run.data.metrics
+        outcome, steps = rec.status, rec.steps_to_target
+        if rec.role == "reference" and outcome in ("finished", "censored", "reached"):
+            target = targets.get(rec.setting_id)
+            if target is None:
+                continue
+            steps = first_crossing(rec.eval_steps, rec.eval_losses, target) if rec.eval_steps else None
+            outcome = "reached" if steps is not None else "censored"
+        if outcome == "reached" and not (steps is not None and math.isfinite(steps) and steps > 0):
+            outcome = "censored"
+        taus = {k[len("eval/loss_ewa_"):]: v for k, v in metrics.items() if k.startswith("eval/loss_ewa_")}
+        best_tau = min(taus, key=taus.get) if taus else ""
+        rows.append({
+            "setting": rec.setting_id, "batch_size": rec.batch_size,
+            "steps": "" if outcome != "reached" else steps,
+            "n_params": _int(tags.get("n_params")), "tokens": _int(tags.get("setting_tokens")),
+            "context": _int(tags.get("context_tokens")) or context, "outcome": outcome,
+            "trial_id": rec.trial_id, "role": rec.role, "lr": rec.lr,
+            "beta2": _float(tags.get("beta2")), "tau": _float(best_tau), "seed": rec.seed, "run_id": rec.run_id,
+        })
+    return rows
+
+
+def study_status(name: str) -> StudyStatus:
+    """Cells, trials by outcome, progress and tokens of ``name`` (the planner's view; no writes)."""
+    from cbscore.study import grid_tokens, grid_trials, plan
+
+    tracker = _tracker()
+    parent = _parent(tracker, name)
+    spec = StudySpec.from_dict(tracker.study_spec(parent))
+    records = _records(tracker, _ledger(), name, parent)
+    s = _settings()
+    p = plan(spec, records, time.time(), stale_after_s=s.stale_after_s, max_attempts=s.max_attempts)
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    n_trials = grid_trials(spec)
+    ended = sum(1 for r in records if r.status in TERMINAL)
+    cells = tuple({"cell_id": c.cell_id, "setting_id": c.setting_id, "batch_size": c.batch_size, "role": c.role,
+                   "state": c.state, "n_trials": c.n_trials, "counts": dict(c.counts),
+                   "steps_to_target": c.steps_to_target, "max_steps": c.max_steps} for c in p.cells)
+    return StudyStatus(name=name, status=parent.data.tags.get("status", ""), cells=cells, counts=counts,
+                       n_trials=n_trials, tokens_spent=sum(r.tokens for r in records), grid_tokens=grid_tokens(spec),
+                       targets=dict(p.targets), errors=tuple(p.errors),
+                       progress=ended / n_trials if n_trials else 0.0)
+
+
+def study_fit(name: str, *, bootstrap: int = 1000, seed: int = 0, free_alpha: bool = False):
+    """:func:`cbscore.analysis.analyze_table` of the study's table at its own B_ref and r."""
+    from cbscore.analysis import analyze_table
+    from cbscore.errors import FitError
+
+    spec = study_spec(name)
+    rows = [{k: row[k] for k in FIT_COLUMNS} for row in study_table(name)]
+    if not rows:
+        raise FitError(f"study {name!r} has no finished trials yet, so there is nothing to fit.")
+    return analyze_table(rows, b_ref=spec.b_ref, overhead=spec.overhead, free_alpha=free_alpha,
+                         bootstrap=bootstrap, seed=seed)
+
+
+def alive_workers() -> list[WorkerInfo]:
+    """Workers whose heartbeat in the ledger is fresh, with the trials they run (works with any broker)."""
+    s = _settings()
+    ledger = _ledger()
+    out = []
+    for w in ledger.workers(now_s=time.time(), stale_after_s=s.stale_after_s):
+        trials = tuple(sorted(lease.trial_id for lease in ledger.running_on(w.nodename)))
+        out.append(WorkerInfo(hostname=w.nodename, device=w.device, queue=w.queue, concurrency=w.concurrency,
+                              pid=w.pid, started_s=w.started_s, heartbeat_s=w.heartbeat_s, current_trials=trials))
+    return out
+
+
+_UI_CACHE: dict[str, tuple[float, str | None]] = {}
+
+
+def tracking_ui_url() -> str | None:
+    """Base URL of an MLflow UI that answers (the tracking server, or ``CBS_TRACKING_UI_URL``), else None."""
+    import os
+
+    s = _settings()
+    if s.tracking_uri.startswith(("http://", "https://")):
+        candidate = s.tracking_uri.rstrip("/")
+    else:
+        candidate = (os.environ.get("CBS_TRACKING_UI_URL") or "http://127.0.0.1:5000").rstrip("/")
+    now = time.time()
+    cached = _UI_CACHE.get(candidate)
+    if cached is not None and now - cached[0] < 30:
+        return cached[1]
+    try:
+        with urllib.request.urlopen(f"{candidate}/health", timeout=0.5) as resp:
+            ok = resp.status == 200
+    except Exception:  # not served: the page shows "no link"
+        ok = False
+    _UI_CACHE[candidate] = (now, candidate if ok else None)
+    return candidate if ok else None
+
+
+def run_url(run_id: str) -> str | None:
+    """Link to one run in the MLflow UI, or None when no UI answers."""
+    base = tracking_ui_url()
+    if base is None or not run_id:
+        return None
+    run = _tracker().get_run(run_id)
+    return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None

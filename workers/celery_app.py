@@ -1,0 +1,141 @@
+"""The Celery app: JSON only, late acks, one trial per child process, queues by device.
+
+* Broker: kombu's filesystem transport under ``$CBS_HOME/broker`` (no daemon; polled every
+  ``CBS_BROKER_POLL_S`` ≤ 0.1 s) unless ``CBS_BROKER_URL`` names Redis or RabbitMQ.
+* No result backend: MLflow is the record of every trial (``task_ignore_result``).
+* ``task_acks_late`` + ``task_reject_on_worker_lost``: a task whose child dies is requeued; the
+  attempt cap lives in the ledger (:mod:`workers.ledger`), not in Celery, so a trial that kills
+  its worker ``CBS_MAX_ATTEMPTS`` times ends ``failed`` instead of looping.
+* ``worker_prefetch_multiplier=1``, ``worker_max_tasks_per_child=1`` (prefork): a trial never
+  waits behind another in a prefetch buffer, and each runs in a fresh child process, so CUDA is
+  only ever initialised in a child (the parent imports neither torch nor cbscore.train).
+* Queues ``cpu`` and ``gpu``; ``cbs worker`` consumes the one of its device.
+
+Settings are read from the environment when this module is imported (``workers.settings``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+from celery import Celery, signals
+from kombu import Queue
+
+from workers.settings import QUEUES, WorkerSettings
+
+TRIAL_TASK = "workers.tasks.run_trial"
+
+
+def configure(app: Celery, s: WorkerSettings) -> None:
+    """Apply ``s`` to ``app`` (the module-level app is configured from the environment)."""
+    transport_options: dict = {}
+    if s.embedded_broker:
+        folder = s.broker_dir
+        for sub in ("queue", "processed", "control"):
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+        transport_options = {
+            "data_folder_in": str(folder / "queue"),
+            "data_folder_out": str(folder / "queue"),
+            "processed_folder": str(folder / "processed"),
+            "control_folder": str(folder / "control"),
+            "store_processed": False,
+            "polling_interval": s.broker_poll_s,
+        }
+    elif s.broker_url.startswith(("redis://", "rediss://")):
+        # A trial can run for hours: a redelivery before it ends only finds the lease held and exits.
+        transport_options = {"visibility_timeout": 6 * 3600}
+    app.conf.update(
+        broker_url=s.broker_url,
+        broker_transport_options=transport_options,
+        broker_connection_retry_on_startup=True,
+        result_backend=None,
+        task_ignore_result=True,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        worker_max_tasks_per_child=1,
+        worker_pool="prefork",
+        task_soft_time_limit=s.soft_time_limit_s,
+        task_time_limit=s.time_limit_s,
+        task_queues=tuple(Queue(q, routing_key=q) for q in QUEUES),
+        task_default_queue="cpu",
+        task_create_missing_queues=False,
+        # The filesystem transport has no cheap broadcast: presence lives in the ledger instead.
+        worker_enable_remote_control=not s.embedded_broker,
+        worker_send_task_events=False,
+        task_send_sent_event=False,
+        worker_hijack_root_logger=False,
+        enable_utc=True,
+    )
+
+
+app = Celery("cbslab", include=["workers.tasks"])
+configure(app, WorkerSettings.from_env())
+
+
+# ---------------------------------------------------------------------------- worker presence
+class _Presence:
+    """The worker parent's heartbeat in the ledger (``cbs_workers``), every ``CBS_HEARTBEAT_S``."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.nodename = ""
+
+    def start(self, nodename: str, concurrency: int) -> None:
+        from workers.ledger import Ledger, WorkerRow
+
+        s = WorkerSettings.from_env()
+        ledger = Ledger(s.ledger_url)
+        self.nodename = nodename
+        queue = os.environ.get("CBS_WORKER_QUEUE", "cpu")
+        device = os.environ.get("CBS_WORKER_DEVICE", queue)
+        started = time.time()
+
+        def beat() -> None:
+            while True:
+                row = WorkerRow(nodename=nodename, hostname=socket.gethostname(), pid=os.getpid(), device=device,
+                                queue=queue, concurrency=concurrency, started_s=started, heartbeat_s=time.time())
+                try:
+                    ledger.worker_beat(row)
+                except Exception as exc:  # a ledger hiccup must not kill the worker; say so and retry
+                    print(f"cbs worker: presence heartbeat failed: {exc}", flush=True)
+                if self.stop.wait(s.heartbeat_s):
+                    return
+
+        self.thread = threading.Thread(target=beat, name="cbs-presence", daemon=True)
+        self.thread.start()
+
+    def end(self) -> None:
+        from workers.ledger import Ledger
+
+        self.stop.set()
+        if self.nodename:
+            Ledger(WorkerSettings.from_env().ledger_url).worker_gone(self.nodename)
+
+
+_PRESENCE = _Presence()
+
+
+@signals.worker_init.connect
+def _preload(**_: object) -> None:
+    """Import MLflow once in the parent (forked children reuse it; it never touches CUDA)."""
+    import workers.tracking  # noqa: F401
+
+
+@signals.worker_ready.connect
+def _worker_ready(sender=None, **_: object) -> None:
+    _PRESENCE.start(sender.hostname, int(sender.controller.concurrency or 1))
+
+
+@signals.worker_shutdown.connect
+def _worker_shutdown(**_: object) -> None:
+    _PRESENCE.end()

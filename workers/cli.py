@@ -1,0 +1,324 @@
+"""``cbs worker``, ``cbs study ...`` and ``cbs tracking``.
+
+Heavy imports (celery, mlflow, optuna, torch) happen inside the handlers. ``cbs worker`` and
+``cbs tracking`` replace this process (``exec``) with Celery or the MLflow server, so the worker
+parent never holds torch, and a process-group kill reaches everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+
+from cbscore.errors import ConfigError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    worker = subparsers.add_parser(
+        "worker", help="start a Celery worker that runs trials (one per child process)",
+        description="Start a Celery worker on the cpu queue, or on the gpu queue pinned to one GPU "
+                    "(CUDA_VISIBLE_DEVICES is set before anything imports torch).")
+    worker.add_argument("--gpu", type=int, metavar="INDEX", default=None, help="run on this GPU (gpu queue)")
+    worker.add_argument("--concurrency", type=int, metavar="K", default=1,
+                        help="trials at once (CPU: each gets one torch thread when K > 1; default 1)")
+    worker.add_argument("--loglevel", default="INFO", help="Celery log level (default INFO)")
+    worker.set_defaults(handler=run_worker)
+
+    study = subparsers.add_parser("study", help="launch, watch, fit and export CBS studies")
+    sub = study.add_subparsers(dest="study_command", metavar="ACTION")
+    launch = sub.add_parser("launch", help="launch a study from a YAML spec or a preset")
+    launch.add_argument("spec", metavar="SPEC.yaml|PRESET")
+    launch.add_argument("--name", default=None, help="study name (default: the spec's)")
+    launch.add_argument("--dry-run", action="store_true", help="print the plan and its cost; run nothing")
+    launch.add_argument("--force", action="store_true", help="launch even above the spec's sanity limits")
+    launch.add_argument("--tokens-per-s", type=float, default=None,
+                        help="throughput of one worker for the time estimate (default: measured, CPU)")
+    launch.set_defaults(handler=run_launch)
+    status = sub.add_parser("status", help="cells, trials by outcome, progress and tokens")
+    status.add_argument("name")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=run_status)
+    fit = sub.add_parser("fit", help="S(B) fits and CBS from the study's trials (same output as cbs fit)")
+    fit.add_argument("name")
+    fit.add_argument("--json", action="store_true")
+    fit.add_argument("--bootstrap", type=int, default=1000)
+    fit.add_argument("--seed", type=int, default=0)
+    fit.set_defaults(handler=run_fit)
+    export = sub.add_parser("export", help="the steps table (the CSV that cbs fit reads)")
+    export.add_argument("name")
+    export.add_argument("-o", "--output", default=None, help="file to write (default: standard output)")
+    export.add_argument("--all-columns", action="store_true", help="also lr, beta2, tau, run_id, ...")
+    export.set_defaults(handler=run_export)
+    cancel = sub.add_parser("cancel", help="cancel every unfinished trial of a study")
+    cancel.add_argument("name")
+    cancel.set_defaults(handler=run_cancel)
+    watch = sub.add_parser("watch", help="advance every running study on a timer (the runner process)")
+    watch.add_argument("--period", type=float, default=None, help="seconds between passes (CBS_WATCH_PERIOD_S)")
+    watch.add_argument("--once", action="store_true", help="one pass, then exit")
+    watch.set_defaults(handler=run_watch)
+    listing = sub.add_parser("list", help="every study with its status")
+    listing.set_defaults(handler=run_list)
+    study.set_defaults(handler=lambda args: (study.print_help(), 2)[1])
+
+    tracking = subparsers.add_parser(
+        "tracking", help="start the MLflow tracking server and UI (127.0.0.1:5000, local SQLite store)")
+    tracking.add_argument("--host", default="127.0.0.1")
+    tracking.add_argument("--port", type=int, default=5000)
+    tracking.add_argument("--workers", type=int, default=1, help="server worker processes (default 1)")
+    tracking.set_defaults(handler=run_tracking)
+
+
+# ---------------------------------------------------------------------------- cbs worker
+def worker_argv(gpu: int | None, concurrency: int, loglevel: str = "INFO") -> tuple[list[str], dict[str, str]]:
+    """The ``celery worker`` command line and the environment it needs."""
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ConfigError("--concurrency", concurrency, "must be a positive integer")
+    if gpu is not None and gpu < 0:
+        raise ConfigError("--gpu", gpu, "must be a GPU index (0, 1, ...)")
+    host = socket.gethostname()
+    env: dict[str, str] = {}
+    if gpu is not None:
+        queue, nodename = "gpu", f"gpu{gpu}@{host}"
+        env.update(CUDA_VISIBLE_DEVICES=str(gpu), CBS_WORKER_DEVICE=f"cuda:{gpu}", CBS_TRIAL_DEVICE="cuda")
+        if concurrency > 1:
+            raise ConfigError("--concurrency", concurrency, "must be 1 on a GPU (one trial per GPU)")
+    else:
+        queue, nodename = "cpu", f"cpu-{os.getpid()}@{host}"
+        env.update(CBS_WORKER_DEVICE="cpu", CBS_TRIAL_DEVICE="cpu", CUDA_VISIBLE_DEVICES="")
+        if concurrency > 1:
+            env["CBS_TORCH_THREADS"] = "1"
+    env["CBS_WORKER_QUEUE"] = queue
+    argv = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", queue, "-c", str(concurrency),
+            "-P", "prefork", "-n", nodename, "--loglevel", loglevel, "--without-gossip", "--without-mingle",
+            "--without-heartbeat"]
+    return argv, env
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    from workers.settings import WorkerSettings
+
+    argv, env = worker_argv(args.gpu, args.concurrency, args.loglevel)
+    s = WorkerSettings.from_env()  # refuse bad settings before Celery starts
+    from workers.tracking import prepare_store
+
+    prepare_store(s.tracking_uri)  # the MLflow schema once, before children race to create it
+    os.environ.update(env)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    sys.stdout.flush()
+    os.execv(argv[0], argv)
+    return 0  # not reached
+
+
+# ---------------------------------------------------------------------------- cbs tracking
+def tracking_argv(host: str, port: int, workers: int) -> list[str]:
+    from workers.settings import MLFLOW_DIR, WorkerSettings
+
+    s = WorkerSettings.from_env()
+    if not s.local_tracking:
+        raise ConfigError("CBS_TRACKING_URI", s.tracking_uri, "is a tracking server already; "
+                          "cbs tracking serves a database store (sqlite:// or postgresql://)")
+    artifacts = s.artifact_root or str(MLFLOW_DIR / "store" / "artifacts")
+    mlflow = os.path.join(os.path.dirname(sys.executable), "mlflow")
+    return [mlflow, "server", "--backend-store-uri", s.tracking_uri, "--artifacts-destination", artifacts,
+            "--host", host, "--port", str(port), "--workers", str(workers)]
+
+
+def run_tracking(args: argparse.Namespace) -> int:
+    from workers.settings import WorkerSettings
+    from workers.tracking import prepare_store
+
+    argv = tracking_argv(args.host, args.port, args.workers)
+    prepare_store(WorkerSettings.from_env().tracking_uri)
+    os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    print(f"cbs tracking: MLflow UI at http://{args.host}:{args.port} (store {argv[3]})", flush=True)
+    os.execv(argv[0], argv)
+    return 0  # not reached
+
+
+# ---------------------------------------------------------------------------- cbs study
+def _human(n: float) -> str:
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    from workers import api
+
+    spec = api.resolve_spec(args.spec)
+    if args.name:
+        spec = spec.replace(name=args.name)
+    if args.dry_run:
+        print(describe_plan(spec, args.tokens_per_s))
+        return 0
+    from workers.runner import Runner
+
+    name = Runner().launch(spec, force=args.force)
+    print(f"cbs study: launched {name!r}; follow it with `cbs study status {name}` (workers: `cbs worker`)")
+    return 0
+
+
+def describe_plan(spec, tokens_per_s: float | None = None) -> str:
+    """The dry-run text: settings, cells, trials, and compute at a tokens/s rate."""
+    from cbscore.study import estimate, plan
+    from workers.runner import check_spec
+
+    check_spec(spec, force=True)
+    rate_note = "given"
+    if tokens_per_s is None:
+        tokens_per_s, rate_note = measured_tokens_per_s(spec)
+    est = estimate(spec, tokens_per_s)
+    first = plan(spec, [], 0.0)
+    lines = [f"study {spec.name!r} ({spec.kind}): {len(spec.resolve_settings())} settings × "
+             f"{len(spec.batch_sizes)} batch sizes = {est.cells} cells, {est.trials} trials "
+             f"({spec.search.kind} search), B_ref = {spec.b_ref}, r = {spec.overhead}"]
+    for s in est.settings:
+        lines.append(f"  {s.setting_id:<24} N = {_human(s.n_params):>6}  D = {_human(s.tokens):>6} tokens  "
+                     f"grid {_human(s.grid_tokens)} tokens, {s.flops:.3g} FLOPs, {_duration(s.seconds)}")
+    lines.append(f"compute at fixed budgets (an upper bound): {_human(est.tokens)} tokens, {est.flops:.3g} FLOPs, "
+                 f"{_duration(est.seconds)} on one worker at {tokens_per_s:,.0f} tokens/s ({rate_note})")
+    lines.append(f"first wave: {len(first.start)} reference trials"
+                 + (f" and {sum(a.count for a in first.ask)} Optuna asks" if first.ask else ""))
+    if est.over_limit:
+        lines.append(f"over a sanity limit: {est.over_limit} (launch needs --force)")
+    return "\n".join(lines)
+
+
+def measured_tokens_per_s(spec) -> tuple[float, str]:
+    """Training throughput of the spec's smallest model at B_ref on this machine's CPU: two warm-up
+    steps, then steps for about a second (forward, backward and AdamW; no evaluation)."""
+    import time
+
+    import torch
+
+    from cbscore.model import GPT, get_preset
+
+    setting = min(spec.resolve_settings(), key=lambda s: s.n_params)
+    cfg = get_preset(setting.model).config(vocab_size=int(spec.data.get("vocab_size", 8192)),
+                                           context_tokens=spec.context_tokens)
+    model = GPT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    idx = torch.randint(0, cfg.vocab_size, (spec.b_ref, spec.context_tokens + 1))  # (B, T + 1)
+
+    def step() -> None:
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    step()
+    steps, t0 = 0, time.perf_counter()
+    while steps < 3 or time.perf_counter() - t0 < 1.0:
+        step()
+        steps += 1
+    rate = steps * spec.b_ref * spec.context_tokens / (time.perf_counter() - t0)
+    return rate, f"measured here on {setting.model} at B_ref, CPU, {torch.get_num_threads()} threads"
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from workers import api
+
+    st = api.study_status(args.name)
+    if args.json:
+        d = {"name": st.name, "status": st.status, "counts": dict(st.counts), "n_trials": st.n_trials,
+             "progress": st.progress, "tokens_spent": st.tokens_spent, "grid_tokens": st.grid_tokens,
+             "tokens_saved": st.tokens_saved, "targets": dict(st.targets), "cells": list(st.cells),
+             "errors": list(st.errors)}
+        print(json.dumps(d, indent=2))
+        return 0
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(st.counts.items())) or "none yet"
+    print(f"study {st.name!r}: {st.status}; {st.progress:.0%} of {st.n_trials} trials ended ({counts})")
+    print(f"tokens: {_human(st.tokens_spent)} spent; the fixed-budget grid would spend {_human(st.grid_tokens)} "
+          f"({_human(st.tokens_saved)} saved so far)")
+    for setting, target in st.targets.items():
+        print(f"target {setting}: {target:.4f} nats")
+    print(f"{'cell':<34} {'role':<9} {'state':<9} {'trials':>6} {'S(B)':>9} {'cap':>6}  outcomes")
+    for c in st.cells:
+        s = "—" if c["steps_to_target"] is None else f"{c['steps_to_target']:.1f}"
+        cap = "—" if c["max_steps"] is None else str(c["max_steps"])
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(c["counts"].items()))
+        print(f"{c['cell_id']:<34} {c['role']:<9} {c['state']:<9} {c['n_trials']:>6} {s:>9} {cap:>6}  {outcomes}")
+    for e in st.errors:
+        print(f"note: {e}")
+    return 0
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from workers import api
+
+    analysis = api.study_fit(args.name, bootstrap=args.bootstrap, seed=args.seed)
+    if args.json:
+        print(json.dumps(analysis.to_json_dict(), indent=2, allow_nan=False))
+        return 0
+    from cbscore.cli.fit import format_analysis
+
+    print(format_analysis(analysis))
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    import csv
+    import io
+
+    from workers import api
+
+    rows = api.study_table(args.name)
+    columns = api.TABLE_COLUMNS if args.all_columns else api.FIT_COLUMNS
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(buf.getvalue())
+        print(f"cbs study export: {len(rows)} trials → {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(buf.getvalue())
+    return 0
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    from workers import api
+
+    n = api.cancel_study(args.name)
+    print(f"cbs study: cancelled {args.name!r} ({n} unfinished trials stopped or stopping)")
+    return 0
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    from workers.runner import Runner
+
+    runner = Runner()
+    period = args.period or runner.settings.watch_period_s
+    if not args.once:
+        print(f"cbs study watch: advancing running studies every {period:g} s", flush=True)
+    runner.watch(period_s=period, passes=1 if args.once else None, log=lambda m: print(m, flush=True))
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from workers import api
+
+    for s in api.list_studies():
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(s.counts.items())) or "no trials yet"
+        print(f"{s.name:<32} {s.kind:<10} {s.status:<10} {s.n_trials:>5} trials ({counts})")
+    return 0

@@ -1,0 +1,314 @@
+"""The runner's ledger: who holds which trial attempt, which workers are alive, who advances a study.
+
+MLflow is the record of what a trial measured; the ledger is how processes on any number of hosts
+agree on who runs what (DESIGN.md §3: "no trial runs twice at once; no finished trial is run
+again"). Every change of hands is one compare-and-set ``UPDATE ... WHERE attempt = :a AND
+state = :s`` whose row count says who won, which SQLite and PostgreSQL both make atomic.
+
+A trial's lease moves ``creating → queued → running → done``. ``creating`` guards the MLflow run
+and the task message being made (one process wins the insert); ``queued`` waits for a worker; a
+task claims ``queued → running`` for its own attempt only; a lost trial goes ``running → queued``
+with ``attempt + 1`` (the old attempt's task, if it ever runs, finds its attempt superseded and
+exits). The holder's heartbeat thread stamps ``heartbeat_s`` and reads ``stop_reason`` (pruning,
+cancel). One MLflow run per trial is reused across attempts (its ``attempt`` tag is bumped).
+
+Default location: ``sqlite:///$CBS_HOME/runner/ledger.db``, or the Optuna PostgreSQL database
+when ``CBS_OPTUNA_STORAGE`` is set (tables ``cbs_trial_leases``, ``cbs_workers``, ``cbs_study_locks``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+
+_META = sa.MetaData()
+
+LEASES = sa.Table(
+    "cbs_trial_leases", _META,
+    sa.Column("trial_id", sa.String(255), primary_key=True),
+    sa.Column("study", sa.String(64), nullable=False, index=True),
+    sa.Column("run_id", sa.String(64)),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),  # creating | queued | running | done
+    sa.Column("owner", sa.String(255)),  # "host:pid" of the process holding the lease
+    sa.Column("worker", sa.String(255)),  # Celery node name of the worker running it
+    sa.Column("queue", sa.String(16)),
+    sa.Column("heartbeat_s", sa.Float),
+    sa.Column("sent_s", sa.Float),  # when a task message was last sent
+    sa.Column("updated_s", sa.Float, nullable=False),
+    sa.Column("stop_reason", sa.String(64)),
+    sa.Column("outcome", sa.String(16)),
+)
+
+WORKERS = sa.Table(
+    "cbs_workers", _META,
+    sa.Column("nodename", sa.String(255), primary_key=True),
+    sa.Column("hostname", sa.String(255), nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("device", sa.String(32), nullable=False),
+    sa.Column("queue", sa.String(16), nullable=False),
+    sa.Column("concurrency", sa.Integer, nullable=False),
+    sa.Column("started_s", sa.Float, nullable=False),
+    sa.Column("heartbeat_s", sa.Float, nullable=False),
+)
+
+LOCKS = sa.Table(
+    "cbs_study_locks", _META,
+    sa.Column("study", sa.String(64), primary_key=True),
+    sa.Column("owner", sa.String(255)),
+    sa.Column("until_s", sa.Float, nullable=False),
+    sa.Column("dirty", sa.Integer, nullable=False, default=0),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """One row of ``cbs_trial_leases``."""
+
+    trial_id: str
+    study: str
+    run_id: str | None
+    attempt: int
+    state: str
+    owner: str | None
+    worker: str | None
+    queue: str | None
+    heartbeat_s: float | None
+    sent_s: float | None
+    updated_s: float
+    stop_reason: str | None
+    outcome: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerRow:
+    """One row of ``cbs_workers``: a live (or recently live) Celery worker."""
+
+    nodename: str
+    hostname: str
+    pid: int
+    device: str
+    queue: str
+    concurrency: int
+    started_s: float
+    heartbeat_s: float
+
+
+def this_process() -> str:
+    """Owner id of the calling process: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_is_dead(owner: str | None) -> bool:
+    """True when ``owner`` ("host:pid") is a process on this host that no longer runs.
+
+    Owners on other hosts are never judged here (their heartbeat decides). A zombie (killed, not
+    yet reaped) counts as dead.
+    """
+    if not owner or ":" not in owner:
+        return False
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+    # Field 3 of /proc/PID/stat is the state; the command name before it is in parentheses.
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+
+
+_ENGINES: dict[tuple[int, str], sa.Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def engine(url: str) -> sa.Engine:
+    """One engine per (process, URL), tables created on first use (engines never cross a fork)."""
+    key = (os.getpid(), url)
+    with _ENGINES_LOCK:
+        eng = _ENGINES.get(key)
+        if eng is None:
+            if url.startswith("sqlite:///"):
+                Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+                eng = sa.create_engine(url, connect_args={"timeout": 30}, poolclass=sa.pool.NullPool)
+                with eng.begin() as conn:
+                    conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+            else:
+                eng = sa.create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=2)
+            _META.create_all(eng, checkfirst=True)
+            _ENGINES[key] = eng
+        return eng
+
+
+class Ledger:
+    """Compare-and-set operations on the leases, the worker table and the study locks."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.engine = engine(url)
+
+    # ------------------------------------------------------------------ leases
+    def lease(self, trial_id: str) -> Lease | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(LEASES).where(LEASES.c.trial_id == trial_id)).mappings().first()
+        return None if row is None else Lease(**row)
+
+    def leases(self, study: str) -> dict[str, Lease]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(LEASES).where(LEASES.c.study == study)).mappings().all()
+        return {r["trial_id"]: Lease(**r) for r in rows}
+
+    def create(self, trial_id: str, study: str, queue: str, *, owner: str, now_s: float,
+               stale_after_s: float) -> bool:
+        """Take the right to create ``trial_id``'s run and task: True for exactly one caller.
+
+        A ``creating`` lease left by a process that died half-way is taken over after
+        ``stale_after_s``.
+        """
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(LEASES.insert().values(
+                    trial_id=trial_id, study=study, attempt=1, state="creating", owner=owner, queue=queue,
+                    updated_s=now_s))
+            return True
+        except IntegrityError:
+            pass
+        return self._cas(
+            sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.state == "creating",
+                    LEASES.c.updated_s < now_s - stale_after_s),
+            owner=owner, updated_s=now_s)
+
+    def mark_queued(self, trial_id: str, *, run_id: str, owner: str, now_s: float) -> bool:
+        """``creating → queued`` once the run exists and the task is about to be sent."""
+        return self._cas(
+            sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.state == "creating", LEASES.c.owner == owner),
+            state="queued", run_id=run_id, owner=None, sent_s=now_s, updated_s=now_s)
+
+    def claim(self, trial_id: str, attempt: int, *, owner: str, worker: str, now_s: float) -> bool:
+        """``queued → running`` for ``attempt`` only: True when this task may train."""
+        return self._cas(
+            sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.attempt == attempt, LEASES.c.state == "queued"),
+            state="running", owner=owner, worker=worker, heartbeat_s=now_s, updated_s=now_s)
+
+    def take_over(self, trial_id: str, attempt: int, *, dead_owner: str, owner: str, worker: str,
+                  now_s: float) -> bool:
+        """``running (dead owner) → running (owner)`` as ``attempt + 1`` (a redelivered task)."""
+        return self._cas(
+            sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.attempt == attempt, LEASES.c.state == "running",
+                    LEASES.c.owner == dead_owner),
+            attempt=attempt + 1, owner=owner, worker=worker, heartbeat_s=now_s, updated_s=now_s)
+
+    def requeue(self, trial_id: str, attempt: int, *, now_s: float) -> bool:
+        """``running → queued`` as ``attempt + 1``: the trial was lost."""
+        return self._cas(
+            sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.attempt == attempt, LEASES.c.state == "running"),
+            attempt=attempt + 1, state="queued", owner=None, worker=None, sent_s=now_s, updated_s=now_s)
+
+    def beat(self, trial_id: str, attempt: int, owner: str, now_s: float) -> tuple[bool, str | None]:
+        """Stamp the heartbeat; returns (still held by ``owner``, stop reason or None)."""
+        held = self._cas(
+            sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.attempt == attempt, LEASES.c.state == "running",
+                    LEASES.c.owner == owner),
+            heartbeat_s=now_s)
+        lease = self.lease(trial_id)
+        return held, (lease.stop_reason if lease is not None else None)
+
+    def finish(self, trial_id: str, attempt: int, *, owner: str | None, outcome: str, now_s: float) -> bool:
+        """End the lease with ``outcome``; only the holder of ``attempt`` (or anyone, owner=None)."""
+        cond = sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.attempt == attempt, LEASES.c.state != "done")
+        if owner is not None:
+            cond = sa.and_(cond, LEASES.c.owner == owner)
+        return self._cas(cond, state="done", outcome=outcome, updated_s=now_s)
+
+    def end_queued(self, trial_id: str, *, outcome: str, now_s: float) -> bool:
+        """``queued/creating → done`` (cancel before it ran)."""
+        return self._cas(sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.state.in_(("queued", "creating"))),
+                         state="done", outcome=outcome, updated_s=now_s)
+
+    def request_stop(self, trial_id: str, reason: str) -> bool:
+        """Ask the holder to stop (it polls with its heartbeat); first reason wins."""
+        return self._cas(sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.state != "done",
+                                 LEASES.c.stop_reason.is_(None)), stop_reason=reason)
+
+    def mark_sent(self, trial_id: str, attempt: int, now_s: float) -> bool:
+        return self._cas(sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.attempt == attempt,
+                                 LEASES.c.state == "queued"), sent_s=now_s)
+
+    def _cas(self, where, **values) -> bool:
+        with self.engine.begin() as conn:
+            return conn.execute(LEASES.update().where(where).values(**values)).rowcount == 1
+
+    # ------------------------------------------------------------------ workers
+    def worker_beat(self, row: WorkerRow) -> None:
+        values = {k: getattr(row, k) for k in WorkerRow.__dataclass_fields__}
+        with self.engine.begin() as conn:
+            n = conn.execute(WORKERS.update().where(WORKERS.c.nodename == row.nodename).values(**values)).rowcount
+            if n == 0:
+                conn.execute(WORKERS.insert().values(**values))
+
+    def worker_gone(self, nodename: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(WORKERS.delete().where(WORKERS.c.nodename == nodename))
+
+    def workers(self, *, now_s: float, stale_after_s: float) -> list[WorkerRow]:
+        """Workers whose heartbeat is fresh (and whose process is not known dead)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(WORKERS).where(WORKERS.c.heartbeat_s >= now_s - stale_after_s)
+                                .order_by(WORKERS.c.nodename)).mappings().all()
+        out = [WorkerRow(**r) for r in rows]
+        return [w for w in out if not owner_is_dead(f"{w.hostname}:{w.pid}")]
+
+    def running_on(self, worker: str) -> list[Lease]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(LEASES).where(LEASES.c.worker == worker, LEASES.c.state == "running")
+                                ).mappings().all()
+        return [Lease(**r) for r in rows]
+
+    # ------------------------------------------------------------------ study locks
+    def try_lock(self, study: str, owner: str, *, now_s: float, ttl_s: float) -> bool:
+        """Hold ``study``'s advance lock for ``ttl_s`` (re-entrant for ``owner``); False if busy.
+
+        A caller that finds it busy marks the study dirty, so the holder advances once more.
+        """
+        with self.engine.begin() as conn:
+            n = conn.execute(LOCKS.update().where(
+                LOCKS.c.study == study, sa.or_(LOCKS.c.until_s < now_s, LOCKS.c.owner == owner)
+            ).values(owner=owner, until_s=now_s + ttl_s, dirty=0)).rowcount
+        if n == 1:
+            return True
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(LOCKS.insert().values(study=study, owner=owner, until_s=now_s + ttl_s, dirty=0))
+            return True
+        except IntegrityError:
+            with self.engine.begin() as conn:
+                conn.execute(LOCKS.update().where(LOCKS.c.study == study).values(dirty=1))
+            return False
+
+    def unlock(self, study: str, owner: str) -> bool:
+        """Release the lock unless another pass was asked for meanwhile.
+
+        Returns True when released; False when the study is dirty: the caller still holds the
+        lock and should advance once more (``try_lock`` again clears the flag).
+        """
+        with self.engine.begin() as conn:
+            n = conn.execute(LOCKS.update().where(LOCKS.c.study == study, LOCKS.c.owner == owner,
+                                                  LOCKS.c.dirty == 0)
+                             .values(owner=None, until_s=0.0)).rowcount
+        return n == 1
+
+

@@ -1,0 +1,114 @@
+"""Trial records rebuilt from MLflow (the record) and the ledger (who holds what right now).
+
+A :class:`cbscore.study.TrialRecord` per child run: identity and hyper-parameters from tags,
+latest figures from the run's latest metric values (they come with ``search_runs``), and the
+held-out curve ``eval/loss_ewa`` only where the planner needs it (reference trials, whose
+crossing of the target gives ``S(B_ref)``, and running trials, which it may prune); histories of
+ended runs are cached by the tracker.
+
+Status: MLflow's ``status`` tag, corrected by the ledger, which changes first: a lease that is
+``queued``/``running`` wins over a stale tag, a ``done`` lease whose run was not ended (the
+process died in between) reports the lease's outcome, and a running lease whose holder is a dead
+process on this host is ``lost`` at once (no need to wait for the heartbeat to go stale).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping
+
+from cbscore.study import TERMINAL, TrialRecord, TrialSpec
+from workers.ledger import Lease, owner_is_dead
+from workers.tracking import Tracker
+
+
+def _float(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _int(value: Any, default: int | None = None) -> int | None:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return default
+
+
+def trial_status(tags: Mapping[str, str], lease: Lease | None) -> str:
+    """The trial's status from its run's tags and its lease (module docstring)."""
+    status = tags.get("status", "queued")
+    if lease is None:
+        return status
+    if lease.state == "done":
+        return status if status in TERMINAL else (lease.outcome or "failed")
+    if status in TERMINAL:
+        return status
+    if lease.state == "running":
+        return "lost" if owner_is_dead(lease.owner) else "running"
+    return "queued"  # creating / queued
+
+
+def trial_spec(run) -> TrialSpec:
+    """The TrialSpec stored with a trial run (tag ``trial_spec``)."""
+    return TrialSpec.from_dict(json.loads(run.data.tags["trial_spec"]))
+
+
+def record_from_run(run, lease: Lease | None, tracker: Tracker, *, with_history: bool | None = None) -> TrialRecord:
+    """One TrialRecord; ``with_history=None`` fetches the eval curve where the planner needs it."""
+    tags, metrics = run.data.tags, run.data.metrics
+    status = trial_status(tags, lease)
+    attempt = max(_int(tags.get("attempt"), 1), lease.attempt if lease is not None else 1)
+    beats = [x for x in (metrics.get("heartbeat"), lease.heartbeat_s if lease is not None else None) if x is not None]
+    if with_history is None:
+        with_history = tags.get("role") == "reference" or status == "running"
+    eval_steps: tuple[float, ...] = ()
+    eval_losses: tuple[float, ...] = ()
+    if with_history:
+        eval_steps, eval_losses = tracker.history(run, "eval/loss_ewa")
+    final = _float(metrics.get("summary/final_eval_loss"))
+    if final is None:
+        final = _float(metrics.get("eval/loss_ewa"))
+    batch_size = _int(tags.get("batch_size"), 0)
+    tokens = _int(metrics.get("progress/tokens"), 0)
+    context = _int(tags.get("context_tokens"), 0)
+    last_step = _int(metrics.get("progress/step"), None)
+    if last_step is None:
+        last_step = tokens // (batch_size * context) if batch_size and context else 0
+    return TrialRecord(
+        trial_id=tags["trial_id"],
+        cell_id=tags.get("cell", ""),
+        setting_id=tags.get("setting", ""),
+        role=tags.get("role", "trial"),
+        batch_size=batch_size,
+        lr=_float(tags.get("lr")) or 0.0,
+        status=status,
+        attempt=attempt,
+        steps_to_target=_float(metrics.get("summary/steps_to_target")) if status == "reached" else None,
+        final_eval_loss=final,
+        last_step=last_step,
+        tokens=tokens,
+        heartbeat_s=max(beats) if beats else None,
+        run_id=run.info.run_id,
+        eval_steps=eval_steps,
+        eval_losses=eval_losses,
+        max_steps=_int(tags.get("max_steps"), None),
+        seed=_int(tags.get("seed"), 0),
+        search_number=_int(tags.get("search_number"), None),
+    )
+
+
+def build_records(runs, leases: Mapping[str, Lease], tracker: Tracker, *,
+                  with_history: bool | None = None) -> list[TrialRecord]:
+    """Records of a study's trial runs, in trial-id order (one per trial: the newest run wins)."""
+    by_trial: dict[str, Any] = {}
+    for run in runs:
+        tid = run.data.tags.get("trial_id")
+        if tid is None:
+            continue
+        if tid not in by_trial or run.info.start_time > by_trial[tid].info.start_time:
+            by_trial[tid] = run
+    return [record_from_run(by_trial[t], leases.get(t), tracker, with_history=with_history) for t in sorted(by_trial)]

@@ -1,0 +1,369 @@
+"""The study runner: launch a study, then keep it moving (``advance``), or cancel it.
+
+``advance(study)`` is idempotent and safe to call from anywhere at any time: at launch, at the
+end of every trial (the task calls it), and on a timer (``cbs study watch``). One pass reads the
+study from MLflow and the ledger, asks the pure planner (:func:`cbscore.study.plan`) what to do,
+and does it:
+
+* ``lost`` (heartbeat stale, or holder dead on this host): the lease goes back to ``queued`` as
+  attempt + 1 (compare-and-set, so two runners never both do it), the run's tags follow and a
+  task ``{trial_id}-a{attempt}`` is sent; the trial resumes from its checkpoint. The filesystem
+  transport loses a task whose whole worker was killed, so recovery never relies on the broker.
+* ``fail`` (lost at the attempt cap): the trial ends ``failed``, its run FAILED.
+* ``stop`` (pruning): a stop reason on the lease, which the trial's heartbeat reads; the trainer
+  ends ``stopped`` and the trial is recorded ``pruned``.
+* ``start`` / ``ask``: a lease (created by exactly one caller), a child run, then the task.
+* tasks whose message went missing (a queued lease older than the staleness limit while its
+  queue is empty) are sent again; duplicates are harmless (only one can claim the attempt).
+
+A per-study lock in the ledger keeps passes from overlapping; a caller that finds it taken marks
+the study dirty and the holder runs one more pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from cbscore.errors import CbsError, ConfigError
+from cbscore.study import TERMINAL, StudySpec, TrialSpec, build_train_config, estimate, plan, trial_from_ask
+from workers.ledger import Ledger, this_process
+from workers.records import build_records
+from workers.settings import QUEUES, WorkerSettings
+from workers.tracking import Tracker
+
+_LOCK_TTL_S = 300.0
+_MAX_PASSES = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdvanceReport:
+    """What one ``advance`` did (for logs and tests)."""
+
+    study: str
+    started: tuple[str, ...] = ()
+    requeued: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    stopped: tuple[str, ...] = ()
+    resent: tuple[str, ...] = ()
+    repaired: tuple[str, ...] = ()
+    done: bool = False
+    skipped: str | None = None
+    errors: tuple[str, ...] = field(default_factory=tuple)
+
+
+def check_spec(spec: StudySpec, *, force: bool = False) -> None:
+    """Every check that can refuse a spec, before anything is written anywhere."""
+    if not isinstance(spec, StudySpec):
+        raise ConfigError("spec", type(spec).__name__, "must be a StudySpec")
+    est = estimate(spec)
+    if est.over_limit and not force:
+        field_name = "max_trials" if "max_trials" in est.over_limit else "max_total_tokens"
+        raise ConfigError(field_name, getattr(spec, field_name),
+                          f"the study is too large to be sane ({est.over_limit}); raise the limit or use --force")
+    # Build every cell's TrainConfig once: a batch size the budget cannot hold, a bad data
+    # setting, ... fail here with the trainer's own message, not in a worker hours later.
+    for setting in spec.resolve_settings():
+        for b in spec.batch_sizes:
+            role_tokens = setting.tokens if b == spec.b_ref else int(spec.budget_multiple * setting.tokens)
+            for lr in (spec.search.lrs if spec.search.kind == "grid" else (spec.search.lr_min,)):
+                build_train_config(spec, setting, batch_size=b, lr=lr, seed=spec.seeds[0],
+                                   max_tokens=role_tokens, max_steps=None, target_loss=None)
+
+
+class Runner:
+    """Launch, advance and cancel studies against one set of settings."""
+
+    def __init__(self, settings: WorkerSettings | None = None):
+        self.settings = settings or WorkerSettings.from_env()
+        self.tracker = Tracker(self.settings.tracking_uri, self.settings.artifact_root)
+        self.ledger = Ledger(self.settings.ledger_url)
+        self.owner = this_process()
+
+    # ------------------------------------------------------------------ launch
+    def launch(self, spec: StudySpec, *, force: bool = False) -> str:
+        """Validate, create the experiment and parent run, enqueue the first trials; returns the name.
+
+        Launching a study that exists with the same spec resumes it (idempotent); with a different
+        spec it is refused.
+        """
+        check_spec(spec, force=force)
+        exp = self.tracker.experiment(spec.name)
+        if exp is not None:
+            parent = self.tracker.study_run(spec.name)
+            stored = self.tracker.study_spec(parent) if parent is not None else None
+            if stored is None or StudySpec.from_dict(stored).to_dict() != spec.to_dict():
+                raise ConfigError("name", spec.name, "a study with this name exists with a different spec; "
+                                  "pick another name")
+            if parent.data.tags.get("status") == "cancelled":
+                raise ConfigError("name", spec.name, "names a cancelled study; pick another name")
+        else:
+            self._check_broker()
+            params = {k: v for k, v in spec.to_dict().items() if not isinstance(v, (dict, list)) and v is not None}
+            params.update({"search.kind": spec.search.kind, "n_settings": len(spec.resolve_settings()),
+                           "batch_sizes": json.dumps(list(spec.batch_sizes))})
+            self.tracker.create_study(spec.name, spec_dict=spec.to_dict(), spec_yaml=spec.to_yaml(), params=params,
+                                      tags={"kind": spec.kind, "b_ref": str(spec.b_ref),
+                                            "overhead": str(spec.overhead)})
+        self.advance(spec.name)
+        return spec.name
+
+    def _check_broker(self) -> None:
+        from workers.celery_app import app
+
+        try:
+            with app.connection_for_write() as conn:
+                conn.ensure_connection(max_retries=1, timeout=5)
+        except Exception as exc:
+            raise CbsError(f"the broker {self.settings.broker_url!r} does not answer ({exc}); nothing was launched") from None
+
+    # ------------------------------------------------------------------ advance
+    def advance(self, study: str) -> AdvanceReport:
+        """One (or a few) idempotent passes over ``study``; see the module docstring."""
+        now = time.time()
+        if not self.ledger.try_lock(study, self.owner, now_s=now, ttl_s=_LOCK_TTL_S):
+            return AdvanceReport(study=study, skipped="another runner is advancing this study")
+        report = AdvanceReport(study=study)
+        try:
+            for _ in range(_MAX_PASSES):
+                report = self._advance_once(study)
+                if self.ledger.unlock(study, self.owner):
+                    break
+                self.ledger.try_lock(study, self.owner, now_s=time.time(), ttl_s=_LOCK_TTL_S)
+            else:
+                self.ledger.unlock(study, self.owner)
+        except BaseException:
+            self.ledger.unlock(study, self.owner)
+            raise
+        return report
+
+    def advance_all(self) -> list[AdvanceReport]:
+        """Advance every study that is still running."""
+        out = []
+        for exp, parent in self.tracker.studies():
+            if parent is not None and parent.data.tags.get("status") == "running":
+                out.append(self.advance(exp.name))
+        return out
+
+    def _advance_once(self, study: str) -> AdvanceReport:
+        s = self.settings
+        parent = self.tracker.study_run(study)
+        if parent is None:
+            return AdvanceReport(study=study, skipped="no such study")
+        status = parent.data.tags.get("status")
+        if status != "running":
+            return AdvanceReport(study=study, skipped=f"study is {status}")
+        spec = StudySpec.from_dict(self.tracker.study_spec(parent))
+        exp_id, parent_id = parent.info.experiment_id, parent.info.run_id
+        runs = self.tracker.trial_runs(exp_id, parent_id)
+        leases = self.ledger.leases(study)
+        records = build_records(runs, leases, self.tracker)
+        by_id = {r.trial_id: r for r in records}
+        runs_by_trial = {r.data.tags.get("trial_id"): r for r in runs}
+        now = time.time()
+
+        # Repair: a lease ended but its run was not (the process died in between).
+        repaired = []
+        for tid, lease in leases.items():
+            run = runs_by_trial.get(tid)
+            if (lease.state == "done" and run is not None and run.data.tags.get("status") not in TERMINAL
+                    and run.info.status not in ("FINISHED", "FAILED", "KILLED")):
+                self.tracker.end_trial(run.info.run_id, lease.outcome or "failed")
+                repaired.append(tid)
+
+        p = plan(spec, records, now, stale_after_s=s.stale_after_s, max_attempts=s.max_attempts)
+
+        failed = []
+        for tid in p.fail:
+            rec, lease = by_id[tid], leases.get(tid)
+            if lease is not None and self.ledger.finish(tid, lease.attempt, owner=None, outcome="failed", now_s=now):
+                self.tracker.end_trial(rec.run_id, "failed",
+                                       stop_reason=f"lost its worker {lease.attempt} times (CBS_MAX_ATTEMPTS={s.max_attempts})")
+                tell(s, study, runs_by_trial[tid].data.tags, "failed", None)
+                failed.append(tid)
+
+        requeued = []
+        for tid in p.lost:
+            rec, lease = by_id[tid], leases.get(tid)
+            if lease is None or lease.state != "running":
+                continue
+            if self.ledger.requeue(tid, lease.attempt, now_s=now):
+                attempt = lease.attempt + 1
+                self.tracker.set_trial_status(rec.run_id, "queued", attempt=attempt,
+                                              lost_attempt=f"{lease.attempt} ({lease.owner})")
+                self._send(study, tid, attempt, lease.queue or self._queue())
+                requeued.append(tid)
+
+        stopped = []
+        for tid, reason in p.stop:
+            if self.ledger.request_stop(tid, reason):
+                self.tracker.set_tags(by_id[tid].run_id, {"stop_requested": reason})
+                stopped.append(tid)
+
+        started = []
+        for ts in p.start:
+            if self._start(ts, exp_id, parent_id):
+                started.append(ts.trial_id)
+        if p.ask:
+            from workers.search import CellSearch
+
+            search = CellSearch(s.optuna_storage, study)
+            for ask in p.ask:
+                known = {r.search_number for r in records if r.cell_id == ask.cell_id and r.search_number is not None}
+                search.fail_orphans(ask.cell_id, known)
+                n_startup = max(2, spec.search.n_trials // 2)
+                for number, lr in search.ask(ask.cell_id, ask.count, lr_min=spec.search.lr_min,
+                                             lr_max=spec.search.lr_max, n_startup=n_startup):
+                    ts = trial_from_ask(spec, ask, lr=lr, number=number)
+                    if self._start(ts, exp_id, parent_id):
+                        started.append(ts.trial_id)
+
+        resent = self._resend(study, now)
+
+        tags = {f"target/{k}": f"{v:.6g}" for k, v in p.targets.items()}
+        tags["errors"] = json.dumps(list(p.errors))[:7900] if p.errors else ""
+        tags["advanced_s"] = f"{now:.3f}"
+        self.tracker.set_tags(parent_id, tags)
+        if p.done and not (started or requeued):
+            self.tracker.set_study_status(parent_id, "done", end="FINISHED")
+        return AdvanceReport(study=study, started=tuple(started), requeued=tuple(requeued), failed=tuple(failed),
+                             stopped=tuple(stopped), resent=tuple(resent), repaired=tuple(repaired),
+                             done=p.done, errors=tuple(p.errors))
+
+    # ------------------------------------------------------------------ trials
+    def _start(self, ts: TrialSpec, exp_id: str, parent_id: str) -> bool:
+        """Lease, run and task for a new trial; False if another caller made (or makes) it."""
+        now = time.time()
+        queue = self._queue()
+        if not self.ledger.create(ts.trial_id, ts.study, queue, owner=self.owner, now_s=now,
+                                  stale_after_s=self.settings.stale_after_s):
+            return False
+        existing = self.tracker.find_trial(exp_id, ts.trial_id)  # made before a crash?
+        if existing is not None:
+            run_id = existing.info.run_id
+        else:
+            tc = ts.train_config
+            tags = {
+                "study": ts.study, "setting": ts.setting_id, "cell": ts.cell_id, "model": ts.model,
+                "batch_size": str(ts.batch_size), "lr": repr(ts.lr), "seed": str(ts.seed), "role": ts.role,
+                "max_tokens": str(ts.max_tokens), "max_steps": "" if ts.max_steps is None else str(ts.max_steps),
+                "target_loss": "" if ts.target_loss is None else repr(ts.target_loss),
+                "search_number": "" if ts.search_number is None else str(ts.search_number),
+                "n_params": str(ts.n_params), "setting_tokens": str(ts.setting_tokens),
+                "context_tokens": str(tc.get("context_tokens", "")),
+                "queue": queue, "trial_spec": json.dumps(ts.to_dict(), sort_keys=True),
+            }
+            run_id = self.tracker.create_trial(exp_id, parent_id, trial_id=ts.trial_id, tags=tags,
+                                               params=ts.train_config)
+        if not self.ledger.mark_queued(ts.trial_id, run_id=run_id, owner=self.owner, now_s=time.time()):
+            return False
+        self._send(ts.study, ts.trial_id, 1, queue)
+        return True
+
+    def _queue(self) -> str:
+        """``CBS_TRIAL_QUEUE`` if set, else ``gpu`` when a GPU worker is alive, else ``cpu``."""
+        forced = os.environ.get("CBS_TRIAL_QUEUE")
+        if forced:
+            if forced not in QUEUES:
+                raise ConfigError("CBS_TRIAL_QUEUE", forced, f"must be one of {', '.join(QUEUES)}")
+            return forced
+        live = self.ledger.workers(now_s=time.time(), stale_after_s=self.settings.stale_after_s)
+        return "gpu" if any(w.queue == "gpu" for w in live) else "cpu"
+
+    def _send(self, study: str, trial_id: str, attempt: int, queue: str) -> None:
+        from workers.celery_app import TRIAL_TASK, app
+
+        app.send_task(TRIAL_TASK, args=[study, trial_id, attempt], task_id=f"{trial_id}-a{attempt}", queue=queue,
+                      routing_key=queue)
+
+    def _resend(self, study: str, now: float) -> list[str]:
+        """Send again the tasks of queued leases whose message is gone (module docstring)."""
+        old = [lease for lease in self.ledger.leases(study).values()
+               if lease.state == "queued" and (lease.sent_s or 0) < now - self.settings.stale_after_s]
+        if not old:
+            return []
+        out = []
+        for queue in {lease.queue or "cpu" for lease in old}:
+            if queue_depth(queue) > 0:
+                continue
+            for lease in old:
+                if (lease.queue or "cpu") == queue and self.ledger.mark_sent(lease.trial_id, lease.attempt, now):
+                    self._send(study, lease.trial_id, lease.attempt, queue)
+                    out.append(lease.trial_id)
+        return out
+
+    # ------------------------------------------------------------------ cancel
+    def cancel_trial(self, trial_id: str, *, reason: str = "cancelled") -> str:
+        """Stop one trial: a queued one ends ``stopped`` at once, a running one at its next heartbeat."""
+        lease = self.ledger.lease(trial_id)
+        if lease is None:
+            raise ConfigError("trial_id", trial_id, "names no trial of any study")
+        now = time.time()
+        if self.ledger.end_queued(trial_id, outcome="stopped", now_s=now):
+            if lease.run_id:
+                self.tracker.end_trial(lease.run_id, "stopped", stop_reason=reason)
+            return "stopped"
+        if self.ledger.request_stop(trial_id, reason):
+            if lease.run_id:
+                self.tracker.set_tags(lease.run_id, {"stop_requested": reason})
+            return "stopping"
+        return (self.ledger.lease(trial_id).outcome or "done")
+
+    def cancel_study(self, study: str) -> int:
+        """Cancel every unfinished trial and end the study KILLED; returns the trials stopped."""
+        parent = self.tracker.study_run(study)
+        if parent is None:
+            raise ConfigError("name", study, "names no study")
+        self.tracker.set_study_status(parent.info.run_id, "cancelled")
+        n = 0
+        for tid, lease in self.ledger.leases(study).items():
+            if lease.state != "done":
+                self.cancel_trial(tid, reason="cancelled")
+                n += 1
+        self.tracker.set_study_status(parent.info.run_id, "cancelled", end="KILLED")
+        return n
+
+    # ------------------------------------------------------------------ watch
+    def watch(self, *, period_s: float | None = None, passes: int | None = None, log=print) -> None:
+        """Advance every running study every ``period_s`` (``CBS_WATCH_PERIOD_S``), forever."""
+        period = period_s or self.settings.watch_period_s
+        n = 0
+        while passes is None or n < passes:
+            t0 = time.time()
+            try:
+                for rep in self.advance_all():
+                    if rep.started or rep.requeued or rep.failed or rep.resent or rep.repaired or rep.stopped:
+                        log(f"cbs study watch: {rep.study}: started {len(rep.started)}, requeued {list(rep.requeued)}, "
+                            f"failed {list(rep.failed)}, pruned {list(rep.stopped)}, resent {list(rep.resent)}")
+            except CbsError as exc:
+                log(f"cbs study watch: {exc}")
+            n += 1
+            if passes is None or n < passes:
+                time.sleep(max(0.0, period - (time.time() - t0)))
+
+
+def tell(s: WorkerSettings, study: str, tags: dict, outcome: str, result: Any) -> None:
+    """Tell the trial's Optuna study how it ended (Optuna trials only; :mod:`workers.search`)."""
+    if not tags.get("search_number"):
+        return
+    from workers.search import CellSearch
+
+    CellSearch(s.optuna_storage, study).tell(
+        tags["cell"], int(tags["search_number"]), outcome,
+        steps_to_target=getattr(result, "steps_to_target", None),
+        budget_steps=getattr(result, "total_steps", None),
+        final_eval_loss=getattr(result, "final_eval_loss", None))
+
+
+def queue_depth(queue: str) -> int:
+    """Messages waiting in ``queue`` (works for the filesystem transport, Redis and AMQP)."""
+    from workers.celery_app import app
+
+    with app.connection_for_read() as conn:
+        try:
+            return int(conn.default_channel.queue_declare(queue=queue, passive=True).message_count)
+        except Exception:  # a queue never declared holds nothing
+            return 0

@@ -1,0 +1,398 @@
+"""MLflow: the record of every study and trial. The only module in CBS Lab that imports ``mlflow``.
+
+Layout (DESIGN.md §2). One experiment per study, named after it (experiment tag
+``cbs.study=1``). A parent run holds the spec (params for its scalar fields, the JSON in the tag
+``cbs.spec`` and ``spec.yaml`` as an artifact) and the study's ``status`` tag. A child run per
+trial, linked by ``mlflow.parentRunId``:
+
+* params: the trial's ``TrainConfig`` flattened (``data.source``, ...);
+* tags: ``study``, ``setting``, ``cell``, ``model``, ``batch_size``, ``lr``, ``seed``, ``role``
+  (``reference``/``trial``), ``trial_id``, ``attempt``, ``status`` (``queued``, ``running``, then
+  the outcome), ``outcome``, ``max_steps``, ``target_loss``, ``resumed_from_step``, ``trial_spec``
+  (the TrialSpec JSON), ``worker``;
+* metrics at ``step=`` optimizer step: ``train/loss``, ``optim/lr``, ``optim/grad_norm``,
+  ``perf/tokens_per_s``, ``perf/mfu``, ``eval/loss_ewa`` (best τ), ``eval/loss_ewa_<τ>``,
+  ``eval/loss_raw``, ``heartbeat`` (wall time, Unix seconds), ``progress/step``, ``progress/tokens``, and the
+  ``summary/*`` figures at the end (``steps_to_target``, ``tokens_to_target``, ...).
+
+MLflow run status follows the trial: ``SCHEDULED`` while queued (again after a lost attempt),
+``RUNNING`` while a worker holds it, then ``FINISHED`` (reached, censored, finished, diverged —
+measurements), ``KILLED`` (pruned, stopped) or ``FAILED`` (failed). One run per trial, reused across
+attempts (the ``attempt`` tag counts them).
+
+Reads are cheap: one ``search_runs`` per study (latest metric values come with it) and metric
+histories only where needed, cached for runs that have ended (they never change).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+from mlflow import MlflowClient  # noqa: E402
+from mlflow.entities import Metric, Param, RunTag, ViewType  # noqa: E402
+from mlflow.exceptions import MlflowException  # noqa: E402
+
+from cbscore.callbacks import Callback, TrainState  # noqa: E402
+from cbscore.errors import CbsError, ConfigError  # noqa: E402
+from cbscore.trial_result import EvalPoint, TrialResult  # noqa: E402
+
+#: MLflow run status of each trial status.
+RUN_STATUS = {
+    "queued": "SCHEDULED", "lost": "SCHEDULED", "running": "RUNNING",
+    "reached": "FINISHED", "censored": "FINISHED", "finished": "FINISHED", "diverged": "FINISHED",
+    "pruned": "KILLED", "stopped": "KILLED", "failed": "FAILED",
+}
+TERMINAL_RUN_STATUSES = ("FINISHED", "KILLED", "FAILED")
+
+#: Metric keys that make up a trial's curves (``trial_curve``).
+CURVE_PREFIXES = ("train/", "eval/", "optim/", "perf/")
+
+_SPEC_TAG = "cbs.spec"
+_MAX_TAG = 7900  # MLflow's limit is 8000 characters per tag value
+
+
+class TrackingError(CbsError):
+    """The tracking store cannot be reached or refuses a write; the message says which store."""
+
+
+# ---------------------------------------------------------------------------- store and client
+_CLIENTS: dict[tuple[int, str], MlflowClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def prepare_store(uri: str) -> None:
+    """Create a local SQLite store in WAL mode (readers never wait on a writer), once.
+
+    The first open of an MLflow database runs its migrations; a file lock keeps two processes
+    starting at the same moment from running them at once.
+    """
+    path = _sqlite_path(uri)
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / ".mlflow-init.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            con = sqlite3.connect(path, timeout=30)
+            try:
+                con.execute("PRAGMA journal_mode=WAL")
+            finally:
+                con.close()
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def client(uri: str) -> MlflowClient:
+    """One client per (process, URI); a local store is prepared on first use."""
+    key = (os.getpid(), uri)
+    with _CLIENTS_LOCK:
+        found = _CLIENTS.get(key)
+        if found is None:
+            try:
+                prepare_store(uri)
+            except MlflowException as exc:
+                raise TrackingError(f"MLflow store {uri!r} cannot be opened: {exc.message}") from None
+            found = _CLIENTS[key] = MlflowClient(tracking_uri=uri)
+        return found
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested config → flat MLflow params: ``{"data": {"source": "x"}}`` → ``{"data.source": "x"}``."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        else:
+            text = json.dumps(value) if isinstance(value, (list, tuple, bool)) or value is None else str(value)
+            out[name] = text[:6000]
+    return out
+
+
+def _ms(now_s: float | None = None) -> int:
+    return int((time.time() if now_s is None else now_s) * 1000)
+
+
+# ---------------------------------------------------------------------------- the tracker
+class Tracker:
+    """Studies and trials in one MLflow tracking store."""
+
+    def __init__(self, tracking_uri: str, artifact_root: str | None = None):
+        self.uri = tracking_uri
+        self.artifact_root = artifact_root
+        self.client = client(tracking_uri)
+
+    # -------------------------------------------------------------- studies
+    def experiment(self, study: str):
+        """The study's experiment, or None (deleted experiments are reported as an error)."""
+        exp = self.client.get_experiment_by_name(study)
+        if exp is not None and exp.lifecycle_stage == "deleted":
+            raise ConfigError("name", study, "names a deleted MLflow experiment; restore or purge it, or pick another name")
+        return exp
+
+    def create_study(self, study: str, *, spec_dict: Mapping[str, Any], spec_yaml: str,
+                     params: Mapping[str, Any], tags: Mapping[str, str]) -> tuple[str, str]:
+        """Experiment + parent run holding the spec; returns ``(experiment_id, parent_run_id)``."""
+        location = None if self.artifact_root is None else f"{self.artifact_root.rstrip('/')}/{study}"
+        exp_id = self.client.create_experiment(study, artifact_location=location,
+                                               tags={"cbs.study": "1", "cbs.kind": str(spec_dict.get("kind", ""))})
+        spec_json = json.dumps(dict(spec_dict), sort_keys=True)
+        run_tags = {"role": "study", "study": study, "status": "running", **tags,
+                    "mlflow.runName": study}
+        if len(spec_json) <= _MAX_TAG:
+            run_tags[_SPEC_TAG] = spec_json
+        run = self.client.create_run(exp_id, tags=run_tags, run_name=study)
+        run_id = run.info.run_id
+        self.client.log_batch(run_id, params=[Param(k, v) for k, v in flatten(params).items()])
+        self.client.log_text(run_id, spec_yaml, "spec.yaml")
+        self.client.set_experiment_tag(exp_id, "cbs.parent_run_id", run_id)
+        return exp_id, run_id
+
+    def study_run(self, study: str):
+        """The study's parent run, or None."""
+        exp = self.experiment(study)
+        if exp is None:
+            return None
+        run_id = exp.tags.get("cbs.parent_run_id")
+        if run_id:
+            return self.client.get_run(run_id)
+        runs = self.client.search_runs([exp.experiment_id], "tags.role = 'study'", max_results=1)
+        return runs[0] if runs else None
+
+    def study_spec(self, parent_run) -> dict:
+        """The spec dict stored with a study's parent run."""
+        text = parent_run.data.tags.get(_SPEC_TAG)
+        if text:
+            return json.loads(text)
+        path = self.client.download_artifacts(parent_run.info.run_id, "spec.yaml")
+        import yaml
+
+        return yaml.safe_load(Path(path).read_text())
+
+    def studies(self) -> list:
+        """``[(experiment, parent run or None)]`` of every CBS study, newest first."""
+        out, token = [], None
+        while True:
+            page = self.client.search_experiments(filter_string="tags.`cbs.study` = '1'", max_results=1000,
+                                                  order_by=["creation_time DESC"], page_token=token)
+            out.extend(page)
+            token = page.token
+            if not token:
+                break
+        runs = []
+        for exp in out:
+            run_id = exp.tags.get("cbs.parent_run_id")
+            try:
+                runs.append((exp, self.client.get_run(run_id) if run_id else None))
+            except MlflowException:
+                runs.append((exp, None))
+        return runs
+
+    def set_study_status(self, parent_run_id: str, status: str, *, end: str | None = None) -> None:
+        """Tag the study ``status`` (``running``, ``done``, ``cancelled``); end the parent run if asked."""
+        self.client.set_tag(parent_run_id, "status", status)
+        if end is not None:
+            self.client.set_terminated(parent_run_id, status=end)
+
+    # -------------------------------------------------------------- trials
+    def create_trial(self, experiment_id: str, parent_run_id: str, *, trial_id: str, tags: Mapping[str, str],
+                     params: Mapping[str, Any]) -> str:
+        """A child run for one trial, ``SCHEDULED``; returns its run id."""
+        run = self.client.create_run(experiment_id, run_name=trial_id, tags={
+            "mlflow.parentRunId": parent_run_id, "trial_id": trial_id, "status": "queued", "attempt": "1", **tags})
+        run_id = run.info.run_id
+        flat = list(flatten(params).items())
+        for i in range(0, len(flat), 100):
+            self.client.log_batch(run_id, params=[Param(k, v) for k, v in flat[i:i + 100]])
+        self.client.update_run(run_id, status="SCHEDULED")
+        return run_id
+
+    def find_trial(self, experiment_id: str, trial_id: str):
+        """The run of ``trial_id`` (None if none was created)."""
+        runs = self.client.search_runs([experiment_id], f"tags.trial_id = '{trial_id}'", max_results=2)
+        return runs[0] if runs else None
+
+    def trial_runs(self, experiment_id: str, parent_run_id: str) -> list:
+        """Every trial run of a study (one ``search_runs`` per 1000 runs)."""
+        out, token = [], None
+        flt = f"tags.`mlflow.parentRunId` = '{parent_run_id}'"
+        while True:
+            page = self.client.search_runs([experiment_id], flt, run_view_type=ViewType.ACTIVE_ONLY,
+                                           max_results=1000, page_token=token)
+            out.extend(page)
+            token = page.token
+            if not token:
+                break
+        return out
+
+    def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+        """Set several tags of a run in one call."""
+        self.client.log_batch(run_id, tags=[RunTag(k, "" if v is None else str(v)) for k, v in tags.items()])
+
+    def log_text(self, run_id: str, text: str, path: str) -> None:
+        self.client.log_text(run_id, text, path)
+
+    def get_run(self, run_id: str):
+        return self.client.get_run(run_id)
+
+    def set_trial_status(self, run_id: str, status: str, **tags: Any) -> None:
+        """Tag the trial's ``status`` (and more tags) and move the MLflow run status to match."""
+        all_tags = {"status": status, **{k: "" if v is None else str(v) for k, v in tags.items()}}
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in all_tags.items()])
+        run_status = RUN_STATUS[status]
+        if run_status in TERMINAL_RUN_STATUSES:
+            self.client.set_terminated(run_id, status=run_status)
+        else:
+            self.client.update_run(run_id, status=run_status)
+
+    def end_trial(self, run_id: str, outcome: str, **tags: Any) -> None:
+        """End a trial run with ``outcome`` (tags ``status`` and ``outcome``; FINISHED/KILLED/FAILED)."""
+        self.set_trial_status(run_id, outcome, outcome=outcome, **tags)
+
+    def log_metrics(self, run_id: str, metrics: Iterable[Metric]) -> None:
+        batch = list(metrics)
+        for i in range(0, len(batch), 1000):
+            self.client.log_batch(run_id, metrics=batch[i:i + 1000])
+
+    # -------------------------------------------------------------- histories (cached when ended)
+    _HISTORY: "OrderedDict[tuple[str, str, str], tuple[tuple[float, ...], tuple[float, ...]]]" = OrderedDict()
+    _HISTORY_MAX = 20000
+
+    def history(self, run, key: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """``(steps, values)`` of one metric, one value per step (the latest write wins: a resumed
+        attempt may log a step again). Cached for ended runs."""
+        run_id = run.info.run_id
+        ended = run.info.status in TERMINAL_RUN_STATUSES
+        cache_key = (self.uri, run_id, key)
+        if ended and cache_key in Tracker._HISTORY:
+            Tracker._HISTORY.move_to_end(cache_key)
+            return Tracker._HISTORY[cache_key]
+        points: dict[int, tuple[int, float]] = {}
+        for m in self.client.get_metric_history(run_id, key):
+            if m.step not in points or m.timestamp >= points[m.step][0]:
+                points[m.step] = (m.timestamp, m.value)
+        steps = tuple(float(s) for s in sorted(points))
+        values = tuple(points[int(s)][1] for s in steps)
+        if ended:
+            Tracker._HISTORY[cache_key] = (steps, values)
+            while len(Tracker._HISTORY) > Tracker._HISTORY_MAX:
+                Tracker._HISTORY.popitem(last=False)
+        return steps, values
+
+    def curves(self, run_id: str) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+        """Every curve metric of a run: ``{key: (steps, values)}``."""
+        run = self.client.get_run(run_id)
+        keys = sorted(k for k in run.data.metrics if k.startswith(CURVE_PREFIXES))
+        return {k: self.history(run, k) for k in keys}
+
+
+# ---------------------------------------------------------------------------- the callback
+def metric(key: str, value: float, step: int, now_s: float | None = None) -> Metric:
+    return Metric(key=key, value=float(value), timestamp=_ms(now_s), step=int(step))
+
+
+def eval_metrics(point: EvalPoint, now_s: float | None = None) -> list[Metric]:
+    """The metrics of one evaluation: best-τ, raw and per-τ averaged-weights losses."""
+    out = [metric("eval/loss_ewa", point.loss, point.step, now_s),
+           metric("eval/loss_raw", point.raw_loss, point.step, now_s)]
+    out += [metric(f"eval/loss_ewa_{tau}", loss, point.step, now_s) for tau, loss in point.ewa_losses.items()]
+    return out
+
+
+def summary_metrics(result: TrialResult, now_s: float | None = None) -> list[Metric]:
+    """End-of-trial figures at the trial's last step (only those that are known)."""
+    figures = {
+        "summary/steps_to_target": result.steps_to_target,
+        "summary/tokens_to_target": result.tokens_to_target,
+        "summary/final_eval_loss": result.final_eval_loss,
+        "summary/best_eval_loss": result.best_eval_loss,
+        "summary/final_raw_loss": result.final_raw_loss,
+        "summary/steps": result.steps,
+        "summary/tokens": result.tokens,
+        "summary/total_steps": result.total_steps,
+        "summary/tokens_per_s": result.tokens_per_s,
+        "summary/mfu": result.mfu,
+        "summary/train_seconds": result.train_seconds,
+        "summary/eval_seconds": result.eval_seconds,
+        "summary/peak_memory_bytes": result.peak_memory_bytes,
+        "progress/tokens": result.tokens,
+        "progress/step": result.steps,
+    }
+    return [metric(k, v, result.steps, now_s) for k, v in figures.items() if v is not None]
+
+
+class MlflowCallback(Callback):
+    """Buffers a trial's metrics and sends them with one ``log_batch`` per flush.
+
+    A flush happens every ``flush_s`` seconds (it carries the ``heartbeat`` metric: wall time at
+    the trial's step), on every evaluation when ``flush_on_eval`` is set, and at the end. The
+    callback does not end the run: the runner knows the outcome (``pruned`` vs ``stopped``).
+    """
+
+    def __init__(self, tracker: Tracker, run_id: str, *, flush_s: float = 5.0, flush_on_eval: bool = False):
+        self.tracker = tracker
+        self.run_id = run_id
+        self.flush_s = flush_s
+        self.flush_on_eval = flush_on_eval
+        self.buffer: list[Metric] = []
+        self.last_flush = 0.0
+        self.flushes = 0
+
+    def flush(self, state: TrainState) -> None:
+        now = time.time()
+        self.buffer += [metric("heartbeat", now, state.step, now), metric("progress/step", state.step, state.step, now),
+                        metric("progress/tokens", state.tokens, state.step, now)]
+        batch, self.buffer = self.buffer, []
+        self.tracker.log_metrics(self.run_id, batch)
+        self.last_flush = now
+        self.flushes += 1
+
+    def pre_train(self, state: TrainState) -> None:
+        tags = [RunTag("total_steps", str(state.total_steps)), RunTag("warmup_steps", str(state.warmup_steps)),
+                RunTag("device", state.device)]
+        if state.resumed_from_step is not None:
+            tags.append(RunTag("resumed_from_step", str(state.resumed_from_step)))
+        self.tracker.client.log_batch(self.run_id, tags=tags)
+        self.flush(state)
+
+    def post_step(self, state: TrainState, metrics: dict[str, Any] | None) -> None:
+        if metrics is not None:
+            step = state.step
+            self.buffer.append(metric("train/loss", metrics["train_loss"], step))
+            self.buffer.append(metric("optim/lr", metrics["lr"], step))
+            if metrics.get("grad_norm") is not None:
+                self.buffer.append(metric("optim/grad_norm", metrics["grad_norm"], step))
+            if metrics.get("tokens_per_s") is not None:
+                self.buffer.append(metric("perf/tokens_per_s", metrics["tokens_per_s"], step))
+            if metrics.get("mfu") is not None:
+                self.buffer.append(metric("perf/mfu", metrics["mfu"], step))
+        if time.time() - self.last_flush >= self.flush_s:
+            self.flush(state)
+
+    def post_eval(self, state: TrainState, point: EvalPoint) -> None:
+        self.buffer += eval_metrics(point)
+        if self.flush_on_eval:
+            self.flush(state)
+
+    def post_train(self, state: TrainState, result: TrialResult) -> None:
+        self.buffer += summary_metrics(result)
+        self.flush(state)
+
+    def on_error(self, state: TrainState, exc: BaseException) -> None:
+        self.flush(state)

@@ -1,0 +1,182 @@
+"""One attempt of one trial, in a worker's child process (the body of the ``run_trial`` task).
+
+1. Claim the lease for exactly this attempt (``queued → running``). A task whose attempt is not
+   the current one, or whose trial already ended or is held by a live process, exits without
+   training. A redelivered task whose previous holder died on this host takes the trial over as
+   the next attempt, or ends it ``failed`` at the attempt cap (``CBS_MAX_ATTEMPTS``).
+2. Train through :func:`cbscore.train.train` with the MLflow callback and a stop watch; a
+   heartbeat thread stamps the lease every ``CBS_HEARTBEAT_S`` and reads its stop reason. The
+   trial resumes from ``$CBS_HOME/checkpoints/<trial_id>`` when a checkpoint is there.
+3. Record the outcome: the lease first (only the holder of the attempt can), then the MLflow run
+   (FINISHED / KILLED / FAILED), then Optuna; delete the checkpoint; advance the study.
+
+An exception in training ends the trial ``failed`` (run FAILED) and is re-raised, never
+swallowed; it is not retried (only a lost worker is).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+import traceback
+
+from cbscore import paths
+from cbscore.callbacks import Callback, TrainState
+from workers.ledger import Ledger, owner_is_dead, this_process
+from workers.runner import Runner, tell
+from workers.settings import WorkerSettings
+from workers.tracking import MlflowCallback, Tracker
+
+
+class Heartbeat:
+    """A daemon thread that stamps the lease and reads its stop reason every ``period_s``."""
+
+    def __init__(self, ledger: Ledger, trial_id: str, attempt: int, owner: str, period_s: float):
+        self.ledger, self.trial_id, self.attempt, self.owner = ledger, trial_id, attempt, owner
+        self.period_s = period_s
+        self.superseded = False
+        self.stop_reason: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cbs-heartbeat", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                held, reason = self.ledger.beat(self.trial_id, self.attempt, self.owner, time.time())
+            except Exception as exc:  # the ledger is briefly unreachable: try again next period
+                print(f"cbs trial {self.trial_id}: heartbeat failed: {exc}", flush=True)
+                continue
+            if not held:
+                self.superseded = True
+            if reason:
+                self.stop_reason = reason
+
+    def start(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+class StopWatch(Callback):
+    """Asks the trainer to stop when the lease says so (pruned, cancelled) or was taken away."""
+
+    def __init__(self, heartbeat: Heartbeat):
+        self.heartbeat = heartbeat
+
+    def _check(self, state: TrainState) -> None:
+        if self.heartbeat.superseded:
+            state.request_stop("superseded")
+        elif self.heartbeat.stop_reason:
+            state.request_stop(self.heartbeat.stop_reason)
+
+    def pre_train(self, state: TrainState) -> None:
+        self._check(state)
+
+    def post_step(self, state: TrainState, metrics) -> None:
+        self._check(state)
+
+
+def checkpoint_dir(trial_id: str) -> str:
+    return str(paths.subdir("checkpoints") / trial_id)
+
+
+def _operational(trial_id: str) -> dict:
+    """Fields that change how the trial runs here, not what it computes (the checkpoint allows them)."""
+    out: dict = {"checkpoint_dir": checkpoint_dir(trial_id),
+                 "checkpoint_every_seconds": float(os.environ.get("CBS_CHECKPOINT_EVERY_S") or 300.0)}
+    device = os.environ.get("CBS_TRIAL_DEVICE")
+    if device:
+        out["device"] = device
+    threads = os.environ.get("CBS_TORCH_THREADS")
+    if threads:
+        out["threads"] = int(threads)
+    return out
+
+
+def run_trial_attempt(study: str, trial_id: str, attempt: int, *, worker: str = "",
+                      settings: WorkerSettings | None = None) -> dict:
+    """Run ``attempt`` of ``trial_id`` if it is ours to run; returns a JSON summary."""
+    s = settings or WorkerSettings.from_env()
+    ledger = Ledger(s.ledger_url)
+    owner = this_process()
+    lease = ledger.lease(trial_id)
+    if lease is None:
+        return {"trial_id": trial_id, "attempt": attempt, "skipped": "no lease (unknown trial)"}
+    if not ledger.claim(trial_id, attempt, owner=owner, worker=worker, now_s=time.time()):
+        lease = ledger.lease(trial_id)
+        dead = lease.state == "running" and lease.attempt == attempt and owner_is_dead(lease.owner)
+        if not dead:
+            return {"trial_id": trial_id, "attempt": attempt,
+                    "skipped": f"lease is {lease.state} at attempt {lease.attempt}"}
+        if attempt >= s.max_attempts:
+            return _fail_at_cap(s, ledger, study, trial_id, lease)
+        if not ledger.take_over(trial_id, attempt, dead_owner=lease.owner, owner=owner, worker=worker,
+                                now_s=time.time()):
+            return {"trial_id": trial_id, "attempt": attempt, "skipped": "another process took it over"}
+        attempt += 1
+    lease = ledger.lease(trial_id)
+    return _run_claimed(s, ledger, study, trial_id, attempt, owner, worker, lease.run_id)
+
+
+def _fail_at_cap(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, lease) -> dict:
+    if ledger.finish(trial_id, lease.attempt, owner=lease.owner, outcome="failed", now_s=time.time()):
+        tracker = Tracker(s.tracking_uri, s.artifact_root)
+        tracker.end_trial(lease.run_id, "failed",
+                          stop_reason=f"lost its worker {lease.attempt} times (CBS_MAX_ATTEMPTS={s.max_attempts})")
+        tell(s, study, tracker.get_run(lease.run_id).data.tags, "failed", None)
+        _advance(study)
+    return {"trial_id": trial_id, "attempt": lease.attempt, "outcome": "failed"}
+
+
+def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,
+                 worker: str, run_id: str) -> dict:
+    from workers.records import trial_spec
+
+    tracker = Tracker(s.tracking_uri, s.artifact_root)
+    run = tracker.get_run(run_id)
+    spec = trial_spec(run)
+    tracker.set_trial_status(run_id, "running", attempt=attempt, worker=worker, pid=os.getpid())
+    heartbeat = Heartbeat(ledger, trial_id, attempt, owner, s.heartbeat_s).start()
+    try:
+        from cbscore.train import train
+        from cbscore.train_config import TrainConfig
+
+        config = TrainConfig.from_dict({**spec.train_config, **_operational(trial_id)})
+        callbacks = [MlflowCallback(tracker, run_id, flush_s=s.heartbeat_s), StopWatch(heartbeat)]
+        result = train(config, callbacks)
+    except BaseException as exc:
+        heartbeat.stop()
+        if not heartbeat.superseded and ledger.finish(trial_id, attempt, owner=owner, outcome="failed",
+                                                      now_s=time.time()):
+            message = f"{type(exc).__name__}: {exc}"
+            tracker.end_trial(run_id, "failed", stop_reason=message[:500])
+            tracker.log_text(run_id, traceback.format_exc(), f"errors/attempt-{attempt}.txt")
+            tell(s, study, run.data.tags, "failed", None)
+            _advance(study)
+        raise
+    heartbeat.stop()
+    if heartbeat.superseded:
+        return {"trial_id": trial_id, "attempt": attempt, "skipped": "superseded by a newer attempt"}
+    outcome = result.status
+    if outcome == "stopped":
+        outcome = "pruned" if result.stop_reason == "pruned" else "stopped"
+    if ledger.finish(trial_id, attempt, owner=owner, outcome=outcome, now_s=time.time()):
+        tracker.end_trial(run_id, outcome, stop_reason=result.stop_reason or "",
+                          steps_to_target="" if result.steps_to_target is None else repr(result.steps_to_target),
+                          beta2=repr(result.beta2), ewa_taus=json.dumps(list(result.ewa_taus)))
+        tell(s, study, run.data.tags, outcome, result)
+        if not os.environ.get("CBS_KEEP_CHECKPOINTS"):
+            shutil.rmtree(checkpoint_dir(trial_id), ignore_errors=True)
+    _advance(study)
+    return {"trial_id": trial_id, "attempt": attempt, "outcome": outcome, "steps": result.steps,
+            "steps_to_target": result.steps_to_target, "resumed_from_step": result.resumed_from_step}
+
+
+def _advance(study: str) -> None:
+    Runner().advance(study)
