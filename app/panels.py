@@ -222,8 +222,10 @@ def _forecast(table, source: str) -> None:
     st.subheader("Forecast B*")
     with st.form(f"{source}.forecast", border=True):
         cols = st.columns([2, 2, 1])
-        n_text = cols[0].text_input("N (non-embedding parameters)", value="151M", help="e.g. 151M, 1.2B")
-        d_text = cols[1].text_input("D (training tokens)", value="3.072B", help="Empty: forecast from N alone.")
+        n_text = cols[0].text_input("N (non-embedding parameters)", value="151M", key=f"{source}.forecast.n",
+                                    help="e.g. 151M, 1.2B")
+        d_text = cols[1].text_input("D (training tokens)", value="3.072B", key=f"{source}.forecast.d",
+                                    help="Empty: forecast from N alone (the law in N).")
         cols[2].markdown("<div style='height:1.75rem'></div>", unsafe_allow_html=True)
         submitted = cols[2].form_submit_button("Forecast", type="primary", width="stretch")
     if not submitted:

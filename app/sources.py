@@ -9,6 +9,7 @@ starts it.
 
 from __future__ import annotations
 
+import os
 from types import ModuleType
 from typing import Any, Callable
 
@@ -16,6 +17,11 @@ import streamlit as st
 
 from app.failures import Unavailable
 from cbscore.errors import CbsError
+
+# A page fails fast when a tracking server is down, instead of retrying for a minute (these are
+# MLflow's own settings, read by its HTTP client in this process only).
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
 
 #: Seconds a live read (studies, records, curves, workers) is reused.
 LIVE_TTL_S = 2.0

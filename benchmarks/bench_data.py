@@ -34,27 +34,30 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
         config = DataConfig(source=args.source, vocab_size=args.vocab_size, store_dir=str(Path(tmp) / "store"))
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         store = prepare(config)
-        build_s = time.perf_counter() - started
+        build_s, build_cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
 
         started = time.perf_counter()
         prepare(config)
         noop_s = time.perf_counter() - started
 
+        manifest = store.manifest
         stream = store.train_stream(args.context, seed=0)
         started = time.perf_counter()
         stream.batch(1, args.batch_size)
         batch_ms = (time.perf_counter() - started) * 1e3
 
-        manifest = store.manifest
         splits = manifest["splits"]
         result = {
             "source": args.source,
             "vocab_size": store.vocab_size,
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
+            "load_average_1min": round(os.getloadavg()[0], 2),
             "prepare_from_scratch_s": round(build_s, 2),
+            "prepare_cpu_s_all_threads": round(build_cpu_s, 2),
+            "prepare_phases_s": manifest["build_phase_seconds"],
             "prepare_again_noop_s": round(noop_s, 4),
             "tokenizer_trained_on_characters": manifest["tokenizer_training"].get("trained_on_characters"),
             f"batch_{args.batch_size}x{args.context + 1}_ms": round(batch_ms, 2),

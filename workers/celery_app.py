@@ -81,6 +81,16 @@ app = Celery("cbslab", include=["workers.tasks"])
 configure(app, WorkerSettings.from_env())
 
 
+def reconfigure(settings: WorkerSettings | None = None) -> None:
+    """Apply the current environment (or ``settings``) to ``app`` and drop its pooled connections
+    (a long-lived process whose environment changed: tests, the app after a settings change)."""
+    configure(app, settings or WorkerSettings.from_env())
+    if app._pool is not None:
+        app._pool.force_close_all()
+        app._pool = None
+    app.amqp._producer_pool = None
+
+
 # ---------------------------------------------------------------------------- worker presence
 class _Presence:
     """The worker parent's heartbeat in the ledger (``cbs_workers``), every ``CBS_HEARTBEAT_S``."""

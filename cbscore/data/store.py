@@ -30,7 +30,7 @@ import numpy as np
 from cbscore.errors import DataError
 
 from . import sources
-from .config import DataConfig
+from .config import DataConfig, _normalised_source
 from .stream import WindowStream
 from .tokenizer import eot_id, load_hub_tokenizer, train_bpe
 
@@ -83,11 +83,10 @@ class TokenStore:
         The validation tokens are cut into non-overlapping windows of ``T + 1``; all of them, or
         ``max_windows`` of them evenly spaced through the split (so they span many documents).
         """
-        if isinstance(context_tokens, bool) or not isinstance(context_tokens, int) or context_tokens < 1:
+        if not _is_int(context_tokens) or context_tokens < 1:
             raise DataError(f"context_tokens must be a positive integer, but got {context_tokens!r}.")
-        if max_windows is not None and (
-            isinstance(max_windows, bool) or not isinstance(max_windows, int) or max_windows < 1
-        ):
+        context_tokens = int(context_tokens)
+        if max_windows is not None and (not _is_int(max_windows) or max_windows < 1):
             raise DataError(f"max_windows must be a positive integer or None, but got {max_windows!r}.")
         tokens = self.tokens("val")
         width = context_tokens + 1
@@ -175,7 +174,9 @@ def _build(config: DataConfig, fingerprint: dict, tmp: Path, progress: bool) -> 
         train_docs, val_docs = docs.select(train_idx), docs.select(val_idx)
         seconds["read"], mark = time.perf_counter() - mark, time.perf_counter()
         if tokenizer is None:
-            tokenizer, tokenizer_info = train_bpe(train_docs["text"], config.vocab_size, config.seed)
+            tokenizer, tokenizer_info = train_bpe(
+                train_docs["text"], config.vocab_size, config.seed, progress=progress
+            )
         seconds["tokenizer"], mark = time.perf_counter() - mark, time.perf_counter()
         tokenizer.save(str(tmp / TOKENIZER))
         vocab_size = tokenizer.get_vocab_size()
@@ -207,7 +208,7 @@ def _build(config: DataConfig, fingerprint: dict, tmp: Path, progress: bool) -> 
             "dtype": np.dtype(dtype).name,
             "splits": splits,
             "documents": splits["train"]["documents"] + splits["val"]["documents"],
-            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
             "build_seconds": round(time.perf_counter() - started, 2),
             "build_phase_seconds": {k: round(v, 2) for k, v in seconds.items()},
         }
@@ -279,6 +280,9 @@ def _content_settings(config: DataConfig) -> dict:
     """The settings that decide a store's content (everything but where it lives)."""
     settings = config.to_dict()
     settings.pop("store_dir")
+    settings["source"] = _normalised_source(config.source)
+    if not config.uses_bpe:
+        settings["vocab_size"] = None  # the hub tokenizer decides
     settings["val_fraction"] = float(settings["val_fraction"])
     return settings
 
@@ -325,6 +329,10 @@ def _exclusive_lock(lock_path: Path):
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _file_sha256(path: Path) -> str:

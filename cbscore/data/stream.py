@@ -26,10 +26,11 @@ class WindowStream:
         seed: int,
         allow_repeat: bool = False,
     ) -> None:
-        if isinstance(context_tokens, bool) or not isinstance(context_tokens, int) or context_tokens < 1:
+        if not _is_int(context_tokens) or context_tokens < 1:
             raise DataError(f"context_tokens must be a positive integer, but got {context_tokens!r}.")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        if not _is_int(seed) or seed < 0:
             raise DataError(f"seed must be a non-negative integer, but got {seed!r}.")
+        context_tokens, seed = int(context_tokens), int(seed)
         width = context_tokens + 1
         n_windows = len(tokens) // width
         if n_windows == 0:
@@ -63,7 +64,7 @@ class WindowStream:
     def windows(self, start: int, count: int) -> np.ndarray:
         """Windows ``start ... start + count - 1`` of the seeded order: int64 (count, T + 1)."""
         for name, value in (("start", start), ("count", count)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            if not _is_int(value) or value < 0:
                 raise DataError(f"{name} must be a non-negative integer, but got {value!r}.")
         start, count = int(start), int(count)
         end = start + count
@@ -88,19 +89,15 @@ class WindowStream:
 
     def batch(self, step: int, batch_size: int) -> np.ndarray:
         """The batch of optimizer step ``step``: int64 (batch_size, T + 1)."""
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+        if not _is_int(step) or step < 0:
             raise DataError(f"step must be a non-negative integer, but got {step!r}.")
-        if (
-            isinstance(batch_size, bool)
-            or not isinstance(batch_size, (int, np.integer))
-            or batch_size < 1
-        ):
+        if not _is_int(batch_size) or batch_size < 1:
             raise DataError(f"batch_size must be a positive integer, but got {batch_size!r}.")
         return self.windows(int(step) * int(batch_size), int(batch_size))
 
     def check_tokens(self, max_tokens: int) -> None:
         """Raise ``DataError`` (stating what is available) if one pass cannot supply ``max_tokens``."""
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
+        if not _is_int(max_tokens) or max_tokens < 0:
             raise DataError(f"max_tokens must be a non-negative integer, but got {max_tokens!r}.")
         if max_tokens > self.n_tokens and not self.allow_repeat:
             raise DataError(
@@ -114,3 +111,7 @@ class WindowStream:
             f"WindowStream(n_windows={self.n_windows}, context_tokens={self.context_tokens}, "
             f"seed={self.seed}, allow_repeat={self.allow_repeat})"
         )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)

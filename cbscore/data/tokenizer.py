@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from cbscore.errors import DataError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 #: Separates documents in the token stream.
 EOT = "<|endoftext|>"
@@ -16,7 +20,9 @@ EOT = "<|endoftext|>"
 BPE_TRAIN_MAX_CHARS = 8_000_000
 
 
-def train_bpe(texts: list[str], vocab_size: int, seed: int) -> tuple["Tokenizer", dict]:  # noqa: F821
+def train_bpe(
+    texts: list[str], vocab_size: int, seed: int, progress: bool = False
+) -> tuple[Tokenizer, dict]:
     """Train a byte-level BPE (GPT-2 style) on ``texts``; returns it and what it was trained on.
 
     When the texts exceed ``BPE_TRAIN_MAX_CHARS``, a seeded random sample of whole documents
@@ -38,7 +44,7 @@ def train_bpe(texts: list[str], vocab_size: int, seed: int) -> tuple["Tokenizer"
         vocab_size=vocab_size,
         special_tokens=[EOT],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
+        show_progress=progress,
     )
     tokenizer.train_from_iterator(sample, trainer, length=len(sample))
     info = {
@@ -51,7 +57,7 @@ def train_bpe(texts: list[str], vocab_size: int, seed: int) -> tuple["Tokenizer"
     return tokenizer, info
 
 
-def load_hub_tokenizer(name: str) -> tuple["Tokenizer", dict]:  # noqa: F821
+def load_hub_tokenizer(name: str) -> tuple[Tokenizer, dict]:
     """Load ``name`` from the hub (or from the local HF cache when offline); fails in seconds."""
     from tokenizers import Tokenizer
 

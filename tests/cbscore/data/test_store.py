@@ -222,3 +222,14 @@ def test_two_processes_preparing_at_once_build_once(tmp_path):
     assert results[0]["created"] == results[1]["created"]
     assert results[0]["inode"] == results[1]["inode"]
     assert _leftovers(tmp_path) == []
+
+
+def test_a_relative_and_an_absolute_path_share_one_store(tmp_path, monkeypatch):
+    _write(tmp_path / "c.txt", "one fish\n\ntwo fish\n\nred fish\n")
+    monkeypatch.chdir(tmp_path)
+    relative = DataConfig(source="c.txt", vocab_size=260, val_fraction=0.3)
+    absolute = DataConfig(source=str(tmp_path / "c.txt"), vocab_size=260, val_fraction=0.3)
+    assert prepare(relative).built is True
+    again = prepare(absolute)
+    assert again.built is False and again.path == relative.store_path()
+    assert open_store(relative).manifest == open_store(absolute).manifest

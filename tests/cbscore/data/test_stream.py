@@ -100,3 +100,9 @@ def test_val_windows_are_fixed_held_out_windows(builtin_slice_store):
     np.testing.assert_array_equal(some, builtin_slice_store.val_windows(T, max_windows=5))
     with pytest.raises(DataError, match="validation split holds"):
         builtin_slice_store.val_windows(len(val))
+
+
+def test_numpy_integers_are_accepted(builtin_slice_store):
+    stream = builtin_slice_store.train_stream(np.int64(T), seed=np.int64(3))
+    np.testing.assert_array_equal(stream.batch(np.int64(2), np.int64(4)), stream.batch(2, 4))
+    assert builtin_slice_store.val_windows(np.int64(T), np.int64(2)).shape == (2, T + 1)

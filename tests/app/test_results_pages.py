@@ -1,0 +1,153 @@
+"""Curves, Scaling laws, Studies and Import through AppTest, on a real MLflow store.
+
+The seeded study follows ``S(B) = S_min·(1 + B_noise/B)`` exactly (tests/app/store_seed.py), so
+the pages must show ``B* = (1 + r)·B_ref + r·B_noise`` for every setting.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+import pytest
+
+from tests.app.conftest import STUDY
+from tests.app.store_seed import expected_cbs
+
+
+def _open(at, page: str):
+    at.run()
+    at.switch_page(f"app_pages/{page}.py")
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _results(at):
+    frames = [d.value for d in at.dataframe if "B* (seq)" in d.value.columns]
+    assert frames, "no results table"
+    return frames[0].set_index("setting")
+
+
+def _array(value) -> np.ndarray:
+    """A figure array from Plotly's JSON: a list, or a typed array ``{"dtype", "bdata"}``."""
+    if isinstance(value, dict):
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+    return np.asarray(value, dtype=float)
+
+
+def _figure(at, index: int = 0) -> dict:
+    return json.loads(at.get("plotly_chart")[index].proto.spec)
+
+
+def test_curves_page_shows_the_known_b_star_of_every_setting(app, app_env):
+    at = _open(app, "curves")
+    assert at.selectbox(key="curves.study").value == STUDY
+    results = _results(at)
+    for setting, seeded in app_env.items():
+        assert results.loc[setting, "B* (seq)"] == pytest.approx(expected_cbs(seeded, 32), rel=1e-9)
+        low, high = results.loc[setting, "95% low"], results.loc[setting, "95% high"]
+        assert low <= results.loc[setting, "B* (seq)"] <= high
+    # The chart: one star per setting at B*, on log axes ticked at powers of two.
+    fig = _figure(at)
+    stars = {t["name"]: t["x"][0] for t in fig["data"] if t.get("name", "").endswith(": B*")}
+    assert stars == pytest.approx({f"{s}: B*": expected_cbs(v, 32) for s, v in app_env.items()})
+    assert fig["layout"]["xaxis"]["type"] == "log" and 32 in fig["layout"]["xaxis"]["tickvals"]
+    # The batch size where no trial reached (B = 256 of the smaller settings) is a note, not a number.
+    (notes,) = [e for e in at.expander if e.label.startswith("What the data cannot support")]
+    assert "setting 'tiny-0.1M_D1M': batch size 256: no trial reached the target" in notes.markdown[0].value
+
+
+def test_curves_recompute_when_r_and_b_ref_change(app, app_env):
+    at = _open(app, "curves")
+    at.slider(key=f"{STUDY}.overhead").set_value(0.5).run()
+    results = _results(at)
+    for setting, seeded in app_env.items():
+        assert results.loc[setting, "B* (seq)"] == pytest.approx(expected_cbs(seeded, 32, 0.5))
+    at.select_slider(key=f"{STUDY}.b_ref").set_value(64).run()
+    results = _results(at)
+    for setting, seeded in app_env.items():
+        assert results.loc[setting, "B* (seq)"] == pytest.approx(expected_cbs(seeded, 64, 0.5))
+
+
+def test_scaling_page_fits_the_law_across_settings(app, app_env):
+    at = _open(app, "scaling")
+    laws = [d.value for d in at.dataframe if "α (exponent)" in d.value.columns][0]
+    # The law in N: least squares of log B* on log N over the three settings.
+    from cbscore.study import StudySpec  # noqa: F401  (the spec resolves N of the presets)
+    from tests.app.store_seed import spec_for
+
+    settings = spec_for(STUDY).resolve_settings()
+    n = np.array([s.n_params for s in settings], dtype=float)
+    b_star = np.array([expected_cbs(app_env[s.setting_id], 32) for s in settings])
+    slope, intercept = np.polyfit(np.log(n), np.log(b_star), 1)
+    row = laws.iloc[0]
+    assert row["law"].startswith("B* = c·N^α")
+    assert row["α (exponent)"] == pytest.approx(slope, rel=1e-6)
+    assert row["c"] == pytest.approx(np.exp(intercept) * 1e6**slope, rel=1e-6)  # N in millions
+    # The chart draws the paper's Chinchilla law for comparison.
+    fig = _figure(at, 0)
+    paper = [t for t in fig["data"] if t.get("name", "").startswith("paper, Chinchilla")][0]
+    np.testing.assert_allclose(_array(paper["y"]), 93.20 * _array(paper["x"]) ** 0.47)
+    # The forecast calculator answers from the fitted law in N when D is left empty.
+    at.text_input(key=f"{STUDY}.forecast.n").set_value("3M")
+    at.text_input(key=f"{STUDY}.forecast.d").set_value("")
+    at.button(key=f"FormSubmitter:{STUDY}.forecast-Forecast").click().run()
+    forecast = {m.label: m.value for m in at.metric}["B* forecast (sequences)"]
+    assert float(forecast.replace(",", "")) == pytest.approx(np.exp(intercept) * 3e6**slope, abs=0.5)
+
+
+def test_studies_page_shows_cells_running_trials_and_workers(app, app_env):
+    at = _open(app, "studies")
+    assert at.selectbox(key="studies.study").value == STUDY
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Running"] == "2" and metrics["Trials ended"] == "54 / 54"
+    grid = _figure(at, 0)["data"][0]
+    assert grid["type"] == "heatmap" and grid["y"] == list(app_env)
+    # The two running trials sit in the first trial cells of the first setting.
+    assert grid["text"][0] == ["running", "running", "finished", "reached", "reached", "censored"]
+    assert [s.value for s in at.subheader if s.value.startswith("Running")] == ["Running trials (2)"]
+    curves = [json.loads(c.proto.spec) for c in at.get("plotly_chart")[1:]]
+    assert len(curves) == 2
+    target_lines = [s for s in curves[0]["layout"]["shapes"] if s["type"] == "line"]
+    assert target_lines[0]["y0"] == pytest.approx(4.0)
+    assert any("No worker answers" in i.value for i in at.info)
+
+
+def test_pages_without_studies_say_what_to_do(app, empty_env):
+    for page in ("studies", "curves", "scaling"):
+        at = _open(app, page)
+        assert any("No studies yet — launch one on the Launch page" in i.value for i in at.info), page
+
+
+def test_unreachable_tracking_server_is_a_message_not_a_traceback(app, empty_env, monkeypatch):
+    monkeypatch.setenv("CBS_TRACKING_URI", "http://127.0.0.1:9")
+    at = _open(app, "curves")
+    (warning,) = at.warning
+    assert "The tracking store is unreachable at `http://127.0.0.1:9` — start it with `cbs tracking`" in warning.value
+
+
+def test_import_page_fits_an_uploaded_table(app, empty_env):
+    rows = ["setting,batch_size,steps,n_params,tokens"]
+    for setting, n, b_noise in (("a", 1e8, 400.0), ("b", 4e8, 1600.0)):
+        for b in (64, 128, 256, 512, 1024, 2048):
+            rows.append(f"{setting},{b},{1000 * (1 + b_noise / b)},{n:.0f},{20 * n:.0f}")
+    at = _open(app, "import_table")
+    at.file_uploader(key="import.file").set_value(("published.csv", "\n".join(rows).encode(), "text/csv")).run()
+    assert not at.exception
+    results = _results(at)
+    assert results.loc["a", "B* (seq)"] == pytest.approx(1.2 * 256 + 0.2 * 400)
+    assert results.loc["b", "B* (seq)"] == pytest.approx(1.2 * 256 + 0.2 * 1600)
+    laws = [d.value for d in at.dataframe if "α (exponent)" in d.value.columns][0]
+    expected = np.log((1.2 * 256 + 0.2 * 1600) / (1.2 * 256 + 0.2 * 400)) / np.log(4.0)
+    assert laws.iloc[0]["α (exponent)"] == pytest.approx(expected)
+
+
+def test_import_page_names_the_bad_cell(app, empty_env):
+    at = _open(app, "import_table")
+    csv = b"setting,batch_size,steps\na,64,1000\na,-128,500\n"
+    at.file_uploader(key="import.file").set_value(("bad.csv", csv, "text/csv")).run()
+    (error,) = at.error
+    assert error.value == ("bad.csv line 3 (row 2), column 'batch_size': must be a positive integer, "
+                           "but got '-128'.")

@@ -1,0 +1,154 @@
+"""Fixtures of the workers tests: a private state directory and stores per test, real worker
+processes in their own process groups (killed by pgid at teardown), and a tiny study spec.
+
+Every test gets its own ``CBS_HOME`` (broker folder, ledger, Optuna, checkpoints) and its own
+SQLite MLflow store, so a message or a lease never leaks from one test into the next. The token
+store is shared by the whole session (``store_dir``), built once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The session's small token store: the first 120 chapters of the built-in corpus, 1024-token BPE.
+STORE_DIR = ROOT / ".cache" / "workers-tests-store"
+CBS = str(Path(sys.executable).parent / "cbs")
+DATA = {"source": "builtin", "vocab_size": 1024, "max_documents": 120, "val_fraction": 0.1,
+        "store_dir": str(STORE_DIR)}
+
+
+def tiny_spec_dict(name: str, **changes) -> dict:
+    """A study that runs on two loaded CPU cores in about a minute: tiny-0.1M, T = 32, D = 30k tokens,
+    four batch sizes around B_ref = 8, one learning rate."""
+    from cbscore.study import StudySpec
+
+    spec = dict(name=name, kind="custom", settings=[{"model": "tiny-0.1M", "tokens": 30_000}],
+                batch_sizes=[4, 8, 16, 32], b_ref=8, context_tokens=32, search={"kind": "grid", "lrs": [0.01]},
+                data=dict(DATA))
+    if "eval_windows" in {f.name for f in dataclasses.fields(StudySpec)}:
+        spec["eval_windows"] = 16  # evaluation dominates a tiny trial otherwise
+    spec.update(changes)
+    return spec
+
+
+def tiny_spec(name: str, **changes):
+    from cbscore.study import StudySpec
+
+    return StudySpec.from_dict(tiny_spec_dict(name, **changes))
+
+
+@pytest.fixture(scope="session")
+def token_store():
+    """The shared small token store (prepared once; a no-op when up to date)."""
+    from cbscore.data import DataConfig, prepare
+
+    return prepare(DataConfig(**{k: v for k, v in DATA.items()}))
+
+
+@pytest.fixture
+def worker_env(tmp_path, monkeypatch):
+    """This test's environment: private state and stores, fast clocks, one torch thread."""
+    home = tmp_path / "home"
+    env = {
+        "CBS_HOME": str(home),
+        "CBS_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}",
+        "CBS_ARTIFACT_ROOT": str(tmp_path / "mlflow" / "artifacts"),
+        "CBS_HEARTBEAT_S": "1",
+        "CBS_STALE_AFTER_S": "6",
+        "CBS_WATCH_PERIOD_S": "1",
+        "CBS_TORCH_THREADS": "1",
+        "CBS_CHECKPOINT_EVERY_S": "1",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+    }
+    for key in ("CBS_BROKER_URL", "CBS_OPTUNA_STORAGE", "CBS_LEDGER_URL", "MLFLOW_TRACKING_URI", "CBS_TRIAL_QUEUE",
+                "CBS_MAX_ATTEMPTS"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    _reload_celery_app()
+    yield env
+    _reload_celery_app()
+
+
+def _reload_celery_app() -> None:
+    """The Celery app reads its settings at import: re-apply them for this test's environment."""
+    if "workers.celery_app" in sys.modules:
+        from workers.celery_app import reconfigure
+
+        reconfigure()
+
+
+class Processes:
+    """Processes started by a test, each in its own session; stopped by process group."""
+
+    def __init__(self, logs: Path):
+        self.logs = logs
+        self.procs: list[tuple[subprocess.Popen, Path]] = []
+
+    def start(self, argv: list[str], name: str) -> subprocess.Popen:
+        log = self.logs / f"{name}-{len(self.procs)}.log"
+        handle = open(log, "w")
+        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=dict(os.environ), cwd=ROOT,
+                                start_new_session=True)
+        handle.close()
+        self.procs.append((proc, log))
+        return proc
+
+    def worker(self, *extra: str) -> subprocess.Popen:
+        return self.start([CBS, "worker", *extra], "worker")
+
+    def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+        """Signal the whole process group of ``proc`` (its pgid is its pid: a new session)."""
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def log(self, proc: subprocess.Popen) -> str:
+        for p, log in self.procs:
+            if p is proc:
+                return log.read_text(errors="replace")
+        return ""
+
+    def stop_all(self) -> None:
+        for proc, _ in self.procs:
+            if proc.poll() is None:
+                self.kill(proc, signal.SIGTERM)
+        for proc, _ in self.procs:  # children a SIGTERM left behind
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def processes(tmp_path):
+    procs = Processes(tmp_path)
+    yield procs
+    procs.stop_all()
+
+
+def wait_for(predicate, timeout_s: float, *, every_s: float = 0.5, what: str = "condition"):
+    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(every_s)

@@ -1,0 +1,112 @@
+"""The ledger's compare-and-set rules: one holder per attempt, a dead holder is seen, one
+creator per trial, and the study lock hands a missed pass to its holder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from workers.ledger import Ledger, WorkerRow, owner_is_dead, this_process
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    return Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+
+
+def queued(ledger: Ledger, trial_id: str = "s.t1") -> None:
+    assert ledger.create(trial_id, "s", "cpu", owner="runner:1", now_s=0.0, stale_after_s=60)
+    assert ledger.mark_queued(trial_id, run_id="run1", owner="runner:1", now_s=0.0)
+
+
+def test_exactly_one_of_many_creators_wins(ledger):
+    with ThreadPoolExecutor(8) as pool:
+        wins = list(pool.map(lambda i: ledger.create("s.t1", "s", "cpu", owner=f"r:{i}", now_s=10.0,
+                                                     stale_after_s=60), range(8)))
+    assert wins.count(True) == 1
+    # A creator that died half-way (lease stuck in "creating") is taken over once stale, by one caller.
+    assert not ledger.create("s.t1", "s", "cpu", owner="late:1", now_s=30.0, stale_after_s=60)
+    assert ledger.create("s.t1", "s", "cpu", owner="late:1", now_s=100.0, stale_after_s=60)
+    assert ledger.lease("s.t1").owner == "late:1"
+
+
+def test_an_attempt_is_claimed_once_and_only_while_current(ledger):
+    queued(ledger)
+    assert ledger.claim("s.t1", 1, owner="w:1", worker="cpu@h", now_s=1.0)
+    assert not ledger.claim("s.t1", 1, owner="w:2", worker="cpu@h", now_s=1.0)  # a duplicate message
+    assert ledger.requeue("s.t1", 1, now_s=2.0)  # lost: attempt 2 is queued
+    assert not ledger.requeue("s.t1", 1, now_s=2.0)  # a second runner does nothing
+    lease = ledger.lease("s.t1")
+    assert (lease.state, lease.attempt, lease.owner) == ("queued", 2, None)
+    assert not ledger.claim("s.t1", 1, owner="w:3", worker="cpu@h", now_s=3.0)  # the stale a1 task
+    held, _ = ledger.beat("s.t1", 1, "w:1", 3.0)  # the old holder learns it was superseded
+    assert not held
+    assert ledger.claim("s.t1", 2, owner="w:4", worker="cpu@h", now_s=3.0)
+    assert ledger.finish("s.t1", 2, owner="w:4", outcome="reached", now_s=4.0)
+    assert not ledger.finish("s.t1", 2, owner="w:4", outcome="failed", now_s=5.0)
+    assert not ledger.claim("s.t1", 2, owner="w:5", worker="cpu@h", now_s=5.0)  # never run again
+    assert ledger.lease("s.t1").outcome == "reached"
+
+
+def test_stop_reason_reaches_the_holder_first_reason_wins(ledger):
+    queued(ledger)
+    assert ledger.claim("s.t1", 1, owner="w:1", worker="cpu@h", now_s=1.0)
+    assert ledger.beat("s.t1", 1, "w:1", 2.0) == (True, None)
+    assert ledger.request_stop("s.t1", "pruned")
+    assert not ledger.request_stop("s.t1", "cancelled")
+    assert ledger.beat("s.t1", 1, "w:1", 3.0) == (True, "pruned")
+    assert ledger.lease("s.t1").heartbeat_s == 3.0
+
+
+def test_a_queued_trial_cancels_at_once(ledger):
+    queued(ledger)
+    assert ledger.end_queued("s.t1", outcome="stopped", now_s=1.0)
+    assert not ledger.claim("s.t1", 1, owner="w:1", worker="cpu@h", now_s=2.0)
+
+
+def test_a_killed_process_is_seen_dead_a_live_one_is_not():
+    assert not owner_is_dead(this_process())
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    owner = this_process().rsplit(":", 1)[0] + f":{child.pid}"
+    assert not owner_is_dead(owner)
+    child.kill()
+    time.sleep(0.2)  # not reaped yet: a zombie counts as dead
+    assert owner_is_dead(owner)
+    child.wait()
+    assert owner_is_dead(owner)
+    assert not owner_is_dead(f"another-host:{child.pid}")  # other hosts: only the heartbeat decides
+
+
+def test_take_over_from_a_dead_holder_bumps_the_attempt(ledger):
+    queued(ledger)
+    assert ledger.claim("s.t1", 1, owner="h:111", worker="cpu@h", now_s=1.0)
+    assert not ledger.take_over("s.t1", 1, dead_owner="h:999", owner="h:2", worker="cpu@h", now_s=2.0)
+    assert ledger.take_over("s.t1", 1, dead_owner="h:111", owner="h:2", worker="cpu@h", now_s=2.0)
+    assert not ledger.take_over("s.t1", 1, dead_owner="h:111", owner="h:3", worker="cpu@h", now_s=2.0)
+    lease = ledger.lease("s.t1")
+    assert (lease.attempt, lease.owner, lease.state) == (2, "h:2", "running")
+
+
+def test_study_lock_marks_a_missed_pass_for_the_holder(ledger):
+    assert ledger.try_lock("s", "a", now_s=0.0, ttl_s=60)
+    assert not ledger.try_lock("s", "b", now_s=1.0, ttl_s=60)  # b asked meanwhile: dirty
+    assert not ledger.unlock("s", "a")  # a must run another pass
+    assert ledger.try_lock("s", "a", now_s=2.0, ttl_s=60)  # re-entrant, clears the flag
+    assert ledger.unlock("s", "a")
+    assert ledger.try_lock("s", "b", now_s=3.0, ttl_s=60)
+    assert ledger.try_lock("s", "c", now_s=100.0, ttl_s=60)  # b's lock expired
+
+
+def test_worker_presence_expires(ledger):
+    row = WorkerRow(nodename="cpu-1@h", hostname="h", pid=1, device="cpu", queue="cpu", concurrency=1,
+                    started_s=0.0, heartbeat_s=100.0)
+    ledger.worker_beat(row)
+    ledger.worker_beat(row)  # an update, not a second row
+    assert [w.nodename for w in ledger.workers(now_s=105.0, stale_after_s=10)] == ["cpu-1@h"]
+    assert ledger.workers(now_s=111.0, stale_after_s=10) == []
+    ledger.worker_gone("cpu-1@h")
+    assert ledger.workers(now_s=100.0, stale_after_s=10) == []

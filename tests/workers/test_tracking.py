@@ -1,0 +1,127 @@
+"""MLflow tracking against a real SQLite store: layout, run statuses, the callback's batched
+metrics (checked against the trainer's own result), resumed trials and cached histories."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cbscore.callbacks import Callback
+from tests.workers.conftest import DATA
+from workers.tracking import MlflowCallback, Tracker, flatten, metric
+
+
+@pytest.fixture
+def tracker(tmp_path):
+    return Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", str(tmp_path / "artifacts"))
+
+
+def make_study(tracker: Tracker, name: str = "s1"):
+    spec = {"name": name, "kind": "custom", "b_ref": 8}
+    return tracker.create_study(name, spec_dict=spec, spec_yaml="name: s1\n", params={"b_ref": 8},
+                                tags={"kind": "custom"})
+
+
+def test_study_layout_parent_spec_and_child_links(tracker):
+    exp_id, parent_id = make_study(tracker)
+    run_id = tracker.create_trial(exp_id, parent_id, trial_id="s1.a.b8.lr1e-2.s0",
+                                  tags={"role": "reference", "batch_size": "8"},
+                                  params={"lr": 0.01, "data": {"source": "builtin"}, "ewa_taus": None})
+    parent = tracker.study_run("s1")
+    assert parent.info.run_id == parent_id
+    assert tracker.study_spec(parent) == {"name": "s1", "kind": "custom", "b_ref": 8}
+    assert [e.name for e, _ in tracker.studies()] == ["s1"]
+    runs = tracker.trial_runs(exp_id, parent_id)
+    assert [r.info.run_id for r in runs] == [run_id]
+    run = runs[0]
+    assert run.info.status == "SCHEDULED"
+    assert run.data.tags["mlflow.parentRunId"] == parent_id
+    assert (run.data.tags["status"], run.data.tags["attempt"], run.data.tags["role"]) == ("queued", "1", "reference")
+    assert run.data.params == {"lr": "0.01", "data.source": "builtin", "ewa_taus": "null"}
+    assert tracker.find_trial(exp_id, "s1.a.b8.lr1e-2.s0").info.run_id == run_id
+    assert tracker.find_trial(exp_id, "s1.nope") is None
+
+
+@pytest.mark.parametrize("outcome, run_status", [
+    ("reached", "FINISHED"), ("censored", "FINISHED"), ("diverged", "FINISHED"),
+    ("pruned", "KILLED"), ("stopped", "KILLED"), ("failed", "FAILED"),
+])
+def test_run_status_follows_the_trial(tracker, outcome, run_status):
+    exp_id, parent_id = make_study(tracker)
+    run_id = tracker.create_trial(exp_id, parent_id, trial_id="t", tags={}, params={})
+    tracker.set_trial_status(run_id, "running", attempt=1)
+    assert tracker.get_run(run_id).info.status == "RUNNING"
+    tracker.set_trial_status(run_id, "queued", attempt=2)  # lost, re-enqueued: not RUNNING any more
+    assert tracker.get_run(run_id).info.status == "SCHEDULED"
+    tracker.end_trial(run_id, outcome)
+    run = tracker.get_run(run_id)
+    assert run.info.status == run_status and run.info.end_time is not None
+    assert (run.data.tags["status"], run.data.tags["outcome"], run.data.tags["attempt"]) == (outcome, outcome, "2")
+
+
+def test_flatten_nested_config():
+    assert flatten({"a": 1, "d": {"x": "y", "z": [1, 2]}, "t": True, "n": None}) == {
+        "a": "1", "d.x": "y", "d.z": "[1, 2]", "t": "true", "n": "null"}
+
+
+def test_history_keeps_the_latest_value_per_step_and_caches_ended_runs(tracker):
+    exp_id, parent_id = make_study(tracker)
+    run_id = tracker.create_trial(exp_id, parent_id, trial_id="t", tags={}, params={})
+    # A resumed attempt logs steps 20 and 30 again after the checkpoint at step 10.
+    tracker.log_metrics(run_id, [metric("eval/loss_ewa", v, s, now_s=t) for s, v, t in
+                                 [(0, 9.0, 1), (10, 8.0, 2), (20, 7.5, 3), (30, 7.0, 4), (20, 7.4, 5), (30, 6.9, 6)]])
+    assert tracker.history(tracker.get_run(run_id), "eval/loss_ewa") == ((0.0, 10.0, 20.0, 30.0), (9.0, 8.0, 7.4, 6.9))
+    tracker.end_trial(run_id, "reached")
+    first = tracker.history(tracker.get_run(run_id), "eval/loss_ewa")
+    tracker.log_metrics(run_id, [metric("eval/loss_ewa", 1.0, 40)])  # nothing writes to an ended run; if it did...
+    assert tracker.history(tracker.get_run(run_id), "eval/loss_ewa") == first  # ...the cached history is served
+
+
+class StopAt(Callback):
+    def __init__(self, step: int):
+        self.step = step
+
+    def post_step(self, state, metrics):
+        if state.step >= self.step:
+            state.request_stop("test")
+
+
+def test_callback_sends_what_the_trainer_measured_and_marks_a_resume(tracker, tmp_path, token_store):
+    from cbscore.train import train
+    from cbscore.train_config import TrainConfig
+
+    exp_id, parent_id = make_study(tracker)
+    run_id = tracker.create_trial(exp_id, parent_id, trial_id="t", tags={}, params={})
+    config = TrainConfig(model="tiny-0.1M", batch_size=8, context_tokens=32, lr=0.01, max_tokens=15_000,
+                         data=DATA, threads=1, device="cpu", eval_windows=16, ewa_taus=(0.99, 0.999),
+                         target_loss=6.0, checkpoint_dir=str(tmp_path / "ckpt"))
+    first = MlflowCallback(tracker, run_id, flush_s=3600)
+    stopped = train(config, [first, StopAt(20)])
+    assert stopped.status == "stopped" and stopped.steps == 20
+    assert first.flushes == 2  # one batch at pre_train, one at the end: nothing per step
+    second = MlflowCallback(tracker, run_id, flush_s=3600)
+    result = train(config, [second])
+    assert result.resumed_from_step == 20 and result.status in ("reached", "censored")
+
+    run = tracker.get_run(run_id)
+    assert run.data.tags["resumed_from_step"] == "20"
+    steps, losses = tracker.history(run, "eval/loss_ewa")
+    assert steps == tuple(float(p.step) for p in result.eval_history)
+    assert losses == pytest.approx([p.loss for p in result.eval_history])
+    raw_steps, raw = tracker.history(run, "eval/loss_raw")
+    assert raw == pytest.approx([p.raw_loss for p in result.eval_history])
+    for tau in ("0.99", "0.999"):
+        assert tracker.history(run, f"eval/loss_ewa_{tau}")[1] == pytest.approx(
+            [p.ewa_losses[tau] for p in result.eval_history])
+    train_steps, train_losses = tracker.history(run, "train/loss")
+    assert train_steps == tuple(float(s) for s, _ in result.train_log)
+    assert train_losses == pytest.approx([v for _, v in result.train_log])
+    m = run.data.metrics
+    assert m["progress/step"] == result.steps and m["summary/steps"] == result.steps
+    assert m["progress/tokens"] == result.steps * 8 * 32
+    if result.status == "reached":
+        assert m["summary/steps_to_target"] == pytest.approx(result.steps_to_target)
+    assert "heartbeat" in m and "optim/lr" in m and "perf/tokens_per_s" in m
+    assert sorted(tracker.curves(run_id)) == sorted(k for k in m if k.split("/")[0] in ("train", "eval", "optim", "perf"))
+    assert json.loads(tracker.get_run(parent_id).data.tags["cbs.spec"])["name"] == "s1"
