@@ -52,8 +52,8 @@ class StepsPoint:
     """No trial at this B reached the target: ``steps`` is only a lower bound."""
     hover: str = ""
     """HTML shown on hover (the best trial: learning rate, β2, τ, run)."""
-    run_url: str | None = None
-    """Link to the best trial's MLflow run, carried as the point's ``customdata``."""
+    run_id: str | None = None
+    """MLflow run of the best trial, carried as the point's ``customdata`` (a click opens it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,7 +259,7 @@ def steps_to_target_figure(curves: Sequence[SettingCurve], *, b_ref: float, over
                 x=[p.batch_size for p in points], y=ys, mode="markers", legendgroup=group,
                 name=curve.label + suffix, showlegend=not suffix or not reached,
                 marker=dict(color=color, size=10, symbol=symbol, line=dict(color="white", width=1)),
-                customdata=[p.run_url or "" for p in points],
+                customdata=[p.run_id or "" for p in points],
                 hovertext=[p.hover or f"B = {p.batch_size}" for p in points],
                 hovertemplate="%{hovertext}<extra>" + curve.label + "</extra>"))
         if curve.has_fit and curve.b_star:

@@ -12,6 +12,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from cbscore.errors import ConfigError
@@ -23,6 +25,8 @@ PROCFILE = REPO_ROOT / "Procfile"
 
 #: Port of the web app unless ``--port`` or ``CBS_WEB_PORT`` says otherwise.
 DEFAULT_PORT = 8501
+#: Seconds ``cbs up`` waits for the web app and the MLflow UI to answer before it says which did not.
+READY_TIMEOUT_S = 120.0
 #: Seconds ``cbs up`` waits for honcho to stop its processes after Ctrl-C before killing them.
 STOP_GRACE_S = 20.0
 
@@ -99,13 +103,38 @@ def prepare_corpus() -> str:
 
 
 def tracking_ui_url() -> str | None:
-    """The MLflow UI's URL as the workers see it, or ``None``."""
+    """The MLflow UI's URL when it answers (as the workers see it), or ``None``."""
     try:
         from workers import api
 
         return api.tracking_ui_url()
     except Exception:  # only used for the banner
         return None
+
+
+def _answers(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+    except Exception:  # not up yet
+        return False
+
+
+def announce_when_ready(port: int, stop: threading.Event, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Print the web app's and the MLflow UI's URLs once they answer (or say which did not)."""
+    web = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    web_up = mlflow_url = None
+    while not stop.wait(1.0) and time.monotonic() < deadline and not (web_up and mlflow_url):
+        web_up = web_up or _answers(f"{web}/_stcore/health")
+        mlflow_url = mlflow_url or tracking_ui_url()
+    if stop.is_set():
+        return
+    print(f"cbs up: ready — web app {web if web_up else '(not answering yet)'} · "
+          f"MLflow UI {mlflow_url or '(not answering yet; see the tracking log)'} · Ctrl-C stops everything",
+          flush=True)
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -121,15 +150,16 @@ def run_up(args: argparse.Namespace) -> int:
     env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     # The Procfile says `cbs ...`: make this interpreter's `cbs` the one honcho finds.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    mlflow_url = tracking_ui_url()
     print("cbs up: starting " + ", ".join(_process_names(procfile)) + " (Ctrl-C stops everything)", flush=True)
-    print(f"cbs up: web app    http://127.0.0.1:{port}", flush=True)
-    print(f"cbs up: MLflow UI  {mlflow_url or 'served by the tracking process (see its log below)'}", flush=True)
+    print(f"cbs up: web app at http://127.0.0.1:{port}; the MLflow UI's address follows once it answers", flush=True)
     honcho = [sys.executable, "-m", "honcho", "-f", str(procfile), "-d", str(procfile.parent), "start"]
     proc = subprocess.Popen(honcho, env=env)
+    stop = threading.Event()
+    threading.Thread(target=announce_when_ready, args=(port, stop), daemon=True).start()
     try:
         return proc.wait()
     except KeyboardInterrupt:
+        stop.set()
         # The terminal sent SIGINT to honcho too; it stops its processes. Wait for that.
         try:
             proc.wait(timeout=STOP_GRACE_S)

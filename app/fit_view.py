@@ -9,7 +9,7 @@ Import page share them, so a published steps table is drawn exactly like a study
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from app.charts import PowerLaw, ScalingPoint, SettingCurve, StepsPoint
@@ -70,8 +70,7 @@ def _hyper(row: Mapping) -> str:
     return ", ".join(parts)
 
 
-def setting_curves(table, rows: Sequence[Mapping],
-                   run_url: Callable[[str], str | None] = lambda run_id: None) -> list[SettingCurve]:
+def setting_curves(table, rows: Sequence[Mapping]) -> list[SettingCurve]:
     """One :class:`SettingCurve` per setting of ``table`` (a ``TableAnalysis`` of ``rows``)."""
     best = best_trials(rows)
     floors = _censored_floor(rows)
@@ -88,8 +87,7 @@ def setting_curves(table, rows: Sequence[Mapping],
                          f"best of {p.n_reached} reached / {p.n_trials} trials"
                          + (f"<br>{hyper}" if hyper else "")
                          + (f"<br>run {run_id[:12]} (click to open)" if run_id else ""))
-                points.append(StepsPoint(batch_size=p.batch_size, steps=p.steps, hover=hover,
-                                         run_url=run_url(run_id) if run_id else None))
+                points.append(StepsPoint(batch_size=p.batch_size, steps=p.steps, hover=hover, run_id=run_id or None))
             elif key in floors:
                 points.append(StepsPoint(
                     batch_size=p.batch_size, steps=floors[key], censored=True,
@@ -152,30 +150,30 @@ def fitted_law(law, variable: str) -> PowerLaw | None:
         return None
     scale = N_UNIT if variable == "n" else 1.0
     coef = law.coef * scale**law.exponent
-    name = "N" if variable == "n" else "D"
+    name, symbol = ("N", "α") if variable == "n" else ("D", "β")
     label = f"this data: B* = {coef:.4g}·{name}^{law.exponent:.3f}"
     low = high = None
     if law.exponent_ci is not None and all(math.isfinite(v) for v in law.exponent_ci):
         low, high = law.exponent_ci
-        label += f" (α ∈ [{low:.3f}, {high:.3f}])"
+        label += f" ({symbol} ∈ [{low:.3f}, {high:.3f}])"
     return PowerLaw(label=label, coef=coef, exponent=law.exponent, exponent_low=low, exponent_high=high)
 
 
 def law_rows(table) -> list[dict[str, Any]]:
-    """The fitted laws as table rows: coefficient, exponent(s) with intervals, R², settings."""
+    """The fitted laws as table rows: c, the exponents of N (α) and D (β) with their 95%
+    intervals, R² and the number of settings. N is in millions, D in tokens."""
     rows = []
     for variable, law in (("n", table.scaling.n), ("d", table.scaling.d)):
         if law is None:
             continue
-        unit = "N in millions" if variable == "n" else "D in tokens"
-        line = fitted_law(law, variable)
+        exponent, interval = law.exponent, _interval(law.exponent_ci)
         rows.append({
-            "law": f"B* = c·{'N' if variable == 'n' else 'D'}^α ({unit})",
-            "c": line.coef,
-            "α (exponent)": law.exponent,
-            "α interval": _interval(law.exponent_ci),
-            "β (D exponent)": None,
-            "β interval": None,
+            "law": "B* = c·N^α (N in millions)" if variable == "n" else "B* = c·D^β (D in tokens)",
+            "c": fitted_law(law, variable).coef,
+            "α (N exponent)": exponent if variable == "n" else None,
+            "α interval": interval if variable == "n" else None,
+            "β (D exponent)": exponent if variable == "d" else None,
+            "β interval": interval if variable == "d" else None,
             "R²": law.r2,
             "settings": len(law.settings),
         })
@@ -184,7 +182,7 @@ def law_rows(table) -> list[dict[str, Any]]:
         rows.append({
             "law": "B* = c·N^α·D^β (N in millions, D in tokens)",
             "c": joint.coef * N_UNIT**joint.exponent_n,
-            "α (exponent)": joint.exponent_n,
+            "α (N exponent)": joint.exponent_n,
             "α interval": _interval(joint.exponent_n_ci),
             "β (D exponent)": joint.exponent_d,
             "β interval": _interval(joint.exponent_d_ci),

@@ -3,6 +3,7 @@ panels (curves and scaling laws) that the study pages and the Import page both d
 
 from __future__ import annotations
 
+import math
 import os
 
 import streamlit as st
@@ -57,9 +58,10 @@ def study_summary(name: str):
     return next((s for s in sources.studies() if s.name == name), None)
 
 
-def study_b_ref(name: str) -> int | None:
-    """The B_ref the study was launched with, when its summary carries it."""
-    return getattr(study_summary(name), "b_ref", None)
+def study_rule(name: str) -> tuple[int | None, float | None]:
+    """The ``(B_ref, r)`` the study was launched with, where its summary carries them."""
+    summary = study_summary(name)
+    return getattr(summary, "b_ref", None), getattr(summary, "overhead", None)
 
 
 def study_rows(name: str) -> list[dict]:
@@ -86,15 +88,18 @@ def analyze(rows: list[dict], b_ref: int, overhead: float):
     return analyze_table(rows, b_ref=b_ref, overhead=overhead, bootstrap=BOOTSTRAP, seed=0)
 
 
-def fit_controls(rows: list[dict], source: str, preferred_b_ref: int | None = None) -> tuple[int, float]:
-    """``B_ref`` and ``r`` pickers; the choice is kept per data source across pages."""
+def fit_controls(rows: list[dict], source: str,
+                 rule: tuple[int | None, float | None] = (None, None)) -> tuple[int, float]:
+    """``B_ref`` and ``r`` pickers, starting from ``rule`` (the study's own ``(B_ref, r)``); the
+    choice is kept per data source across pages."""
     from app import fit_view
 
     sizes = fit_view.batch_sizes(rows)
     store = f"fit.{source}"
     saved = st.session_state.get(store) or {}
-    b_ref = saved.get("b_ref") if saved.get("b_ref") in sizes else fit_view.default_b_ref(sizes, preferred_b_ref)
-    overhead = float(saved.get("overhead", 0.2))
+    b_ref = saved.get("b_ref") if saved.get("b_ref") in sizes else fit_view.default_b_ref(sizes, rule[0])
+    overhead = float(saved.get("overhead") or rule[1] or 0.2)
+    overhead = min(1.0, max(0.05, round(overhead / 0.05) * 0.05))  # on the slider's grid
     cols = st.columns([3, 2, 3])
     b_ref = cols[0].select_slider("Reference batch size B_ref (sequences)", options=sizes, value=b_ref, key=f"{source}.b_ref",
                                   help="Linear scaling is drawn from B_ref; the paper uses 256.")
@@ -113,15 +118,15 @@ def _notes(table) -> None:
             st.markdown("\n".join(f"- {e}" for e in table.errors))
 
 
-def render_curves(rows: list[dict], source: str, b_ref: int, overhead: float, *,
-                  run_url=lambda run_id: None) -> None:
+def render_curves(rows: list[dict], source: str, b_ref: int, overhead: float) -> None:
     """Steps-to-target against B per setting, the normalised view, the results table and downloads."""
     import pandas as pd
 
     from app import charts, fit_view
 
     table = analyze(rows, b_ref, overhead)
-    curves = fit_view.setting_curves(table, rows, run_url)
+    _b_star_metrics(table)
+    curves = fit_view.setting_curves(table, rows)
     raw, normalized = st.tabs(["Steps to target S(B)", "Normalised S(B) / S(B_ref)"])
     with raw:
         st.caption("Each marker is S(B), the fewest optimizer steps any trial at that batch size needed to reach "
@@ -160,16 +165,34 @@ def render_curves(rows: list[dict], source: str, b_ref: int, overhead: float, *,
     _notes(table)
 
 
+def _b_star_metrics(table, most: int = 6) -> None:
+    """The fitted B* of each setting at a glance (the table below has every figure)."""
+    settings = table.settings[:most]
+    for col, s in zip(st.columns(len(settings)), settings):
+        if s.cbs is None:
+            col.metric(f"B* · {s.setting}", "—", help="; ".join(e.split(": ", 1)[-1] for e in s.errors) or None)
+            continue
+        interval = ""
+        if s.cbs_ci is not None and all(math.isfinite(v) for v in s.cbs_ci):
+            interval = f"95% interval {s.cbs_ci[0]:,.0f} – {s.cbs_ci[1]:,.0f}"
+        col.metric(f"B* · {s.setting}", f"{s.cbs:,.0f}", help=f"sequences; {interval}" if interval else "sequences")
+
+
 def _selected_run(event) -> None:
-    """A link to the MLflow run of the marker the user clicked."""
+    """A link to the MLflow run of the marker the user clicked (its ``customdata`` is the run id)."""
     try:
         points = event.selection.points if event else []
     except AttributeError:
         points = []
-    urls = [p.get("customdata") for p in points if isinstance(p, dict) and p.get("customdata")]
-    if urls:
-        url = urls[0] if isinstance(urls[0], str) else urls[0][0]
-        st.link_button("Open the best trial's run in MLflow", url, icon=":material/open_in_new:")
+    run_ids = [p.get("customdata") for p in points if isinstance(p, dict) and p.get("customdata")]
+    if not run_ids:
+        return
+    run_id = run_ids[0] if isinstance(run_ids[0], str) else run_ids[0][0]
+    url = sources.run_url(run_id)
+    if url:
+        st.link_button(f"Open run {run_id[:12]} in MLflow", url, icon=":material/open_in_new:")
+    else:
+        st.caption(f"Best trial: run `{run_id}` — start the MLflow UI with `cbs tracking` to open it.")
 
 
 def render_scaling(rows: list[dict], source: str, b_ref: int, overhead: float) -> None:
@@ -196,9 +219,10 @@ def render_scaling(rows: list[dict], source: str, b_ref: int, overhead: float) -
             key=f"{source}.scaling.d", config={"displaylogo": False})
     laws = fit_view.law_rows(table)
     if laws:
-        st.dataframe(pd.DataFrame(laws).dropna(axis=1, how="all"), hide_index=True, width="stretch", column_config={
+        st.dataframe(pd.DataFrame(laws).dropna(axis=1, how="all"), hide_index=True, width="stretch", placeholder="—",
+                     column_config={
             "c": st.column_config.NumberColumn(format="%.4g"),
-            "α (exponent)": st.column_config.NumberColumn(format="%.3f"),
+            "α (N exponent)": st.column_config.NumberColumn(format="%.3f"),
             "β (D exponent)": st.column_config.NumberColumn(format="%.3f"),
             "R²": st.column_config.NumberColumn(format="%.3f"),
         })
@@ -216,7 +240,7 @@ def _x_range(xs: list[float], paper: tuple[float, float]) -> tuple[float, float]
 
 def _forecast(table, source: str) -> None:
     """N, D → B* with its interval, from the fitted laws (and the paper's, for comparison)."""
-    from app import spec_form
+    from app import fit_view, spec_form
     from cbscore.errors import CbsError
 
     st.subheader("Forecast B*")

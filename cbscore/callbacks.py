@@ -44,6 +44,10 @@ class TrainState:
     n_params: int
     flops_per_token: float
     device: str
+    beta2: float | None = None
+    """AdamW β2 in use (the paper's table when the config left it ``None``)."""
+    ewa_taus: tuple[float, ...] = ()
+    """EWA decay rates tracked."""
     model: "nn.Module | None" = None
     """The raw (not averaged) model being trained."""
     step: int = 0

@@ -205,6 +205,7 @@ class _Trial:
             lr=cfg.lr, betas=(cfg.beta1, self.beta2), eps=cfg.eps, fused=device.type == "cuda",
         )
         self.taus = cfg.resolved_ewa_taus()
+        self.state.beta2, self.state.ewa_taus = self.beta2, self.taus
         self.average = WeightAverage(list(self.model.parameters()), self.taus)
         self.lr_schedule = LrSchedule(
             kind=cfg.schedule, lr=cfg.lr, warmup_steps=self.state.warmup_steps, total_steps=total,

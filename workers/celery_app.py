@@ -93,12 +93,27 @@ def reconfigure(settings: WorkerSettings | None = None) -> None:
 
 # ---------------------------------------------------------------------------- worker presence
 class _Presence:
-    """The worker parent's heartbeat in the ledger (``cbs_workers``), every ``CBS_HEARTBEAT_S``."""
+    """The worker parent's heartbeat in the ledger (``cbs_workers``), every ``CBS_HEARTBEAT_S``.
+
+    A thread in a process that forks: the pool forks a fresh child after every trial, and a fork
+    taken while the thread is inside SQLite would leave the child with a lock nobody releases. So
+    the thread holds ``self.lock`` while it writes, and ``os.register_at_fork`` takes the same lock
+    around every fork.
+    """
 
     def __init__(self) -> None:
         self.stop = threading.Event()
+        self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.nodename = ""
+        os.register_at_fork(before=self.lock.acquire, after_in_parent=self.lock.release,
+                            after_in_child=self._child)
+
+    def _child(self) -> None:
+        self.lock.release()
+        self.stop = threading.Event()
+        self.thread = None
+        self.nodename = ""  # a child never unregisters its parent
 
     def start(self, nodename: str, concurrency: int) -> None:
         from workers.ledger import Ledger, WorkerRow
@@ -114,10 +129,11 @@ class _Presence:
             while True:
                 row = WorkerRow(nodename=nodename, hostname=socket.gethostname(), pid=os.getpid(), device=device,
                                 queue=queue, concurrency=concurrency, started_s=started, heartbeat_s=time.time())
-                try:
-                    ledger.worker_beat(row)
-                except Exception as exc:  # a ledger hiccup must not kill the worker; say so and retry
-                    print(f"cbs worker: presence heartbeat failed: {exc}", flush=True)
+                with self.lock:
+                    try:
+                        ledger.worker_beat(row)
+                    except Exception as exc:  # a ledger hiccup must not kill the worker; say so and retry
+                        print(f"cbs worker: presence heartbeat failed: {exc}", flush=True)
                 if self.stop.wait(s.heartbeat_s):
                     return
 
@@ -129,7 +145,8 @@ class _Presence:
 
         self.stop.set()
         if self.nodename:
-            Ledger(WorkerSettings.from_env().ledger_url).worker_gone(self.nodename)
+            with self.lock:
+                Ledger(WorkerSettings.from_env().ledger_url).worker_gone(self.nodename)
 
 
 _PRESENCE = _Presence()

@@ -8,9 +8,11 @@ Everything has a default that runs on one machine with no server (DESIGN.md §2,
 ``CBS_BROKER_POLL_S``          Polling interval of the filesystem transport, seconds (default 0.1).
 ``CBS_TRACKING_URI``           MLflow tracking URI (else ``MLFLOW_TRACKING_URI``; default
                                ``sqlite:///<repo>/mlflow/store/mlflow.db``).
-``CBS_ARTIFACT_ROOT``          Artifact root of new experiments (default ``<repo>/mlflow/store/artifacts``
-                               for a local store; the server's default otherwise).
-``CBS_OPTUNA_STORAGE``         Optuna storage URL (default ``sqlite:///$CBS_HOME/optuna/optuna.db``).
+``CBS_ARTIFACT_ROOT``          Artifact root of new experiments (default: ``artifacts/`` beside a SQLite
+                               store, ``<repo>/mlflow/store/artifacts`` for a database server, the
+                               server's own for an ``http://`` tracking URI).
+``CBS_OPTUNA_STORAGE``         Optuna storage URL (default ``sqlite:///$CBS_HOME/optuna/optuna.db``);
+                               ``postgresql://`` URLs use psycopg2 unless they name a driver.
 ``CBS_LEDGER_URL``             The runner's ledger (trial leases, worker presence): a SQLAlchemy URL;
                                default = ``CBS_OPTUNA_STORAGE`` when set, else
                                ``sqlite:///$CBS_HOME/runner/ledger.db``.
@@ -22,6 +24,13 @@ Everything has a default that runs on one machine with no server (DESIGN.md §2,
 ``CBS_STALE_AFTER_S``          A running trial whose heartbeat is older than this is lost (60).
 ``CBS_WATCH_PERIOD_S``         Period of ``cbs study watch``, seconds (10).
 =============================  =====================================================================
+
+Read elsewhere: ``CBS_CHECKPOINT_EVERY_S`` (a running trial's checkpoint period, 300 s),
+``CBS_KEEP_CHECKPOINTS`` (keep a finished trial's checkpoint), ``CBS_TRIAL_QUEUE`` (force the
+queue new trials go to; default ``gpu`` when a GPU worker is alive, else ``cpu``),
+``CBS_TRACKING_UI_URL`` (the MLflow UI the app links to; default ``http://127.0.0.1:5000``), and,
+set by ``cbs worker`` for its children, ``CUDA_VISIBLE_DEVICES``, ``CBS_TRIAL_DEVICE``,
+``CBS_TORCH_THREADS``, ``CBS_WORKER_QUEUE`` and ``CBS_WORKER_DEVICE``.
 """
 
 from __future__ import annotations
@@ -79,6 +88,10 @@ class WorkerSettings:
         if self.stale_after_s <= 2 * self.heartbeat_s:
             raise ConfigError("CBS_STALE_AFTER_S", self.stale_after_s,
                               f"must exceed twice CBS_HEARTBEAT_S={self.heartbeat_s}")
+        if self.tracking_uri == self.optuna_storage:
+            raise ConfigError("CBS_OPTUNA_STORAGE", self.optuna_storage,
+                              "must be another database than CBS_TRACKING_URI (MLflow and Optuna each keep "
+                              "their own schema version in the table alembic_version)")
         if self.broker_poll_s > 0.1:
             raise ConfigError("CBS_BROKER_POLL_S", self.broker_poll_s, "must be at most 0.1 s")
 
@@ -100,8 +113,10 @@ class WorkerSettings:
         store = MLFLOW_DIR / "store"
         tracking_uri = env.get("CBS_TRACKING_URI") or env.get("MLFLOW_TRACKING_URI") or f"sqlite:///{store / 'mlflow.db'}"
         artifact_root = env.get("CBS_ARTIFACT_ROOT") or None
-        if artifact_root is None and tracking_uri == f"sqlite:///{store / 'mlflow.db'}":
-            artifact_root = str(store / "artifacts")
+        if artifact_root is None and tracking_uri.startswith("sqlite:///"):
+            artifact_root = str(Path(tracking_uri[len("sqlite:///"):]).parent / "artifacts")  # beside the db
+        elif artifact_root is None and not tracking_uri.startswith(("http://", "https://", "databricks")):
+            artifact_root = str(store / "artifacts")  # a database server: artifacts stay in the checkout
         optuna = env.get("CBS_OPTUNA_STORAGE") or ""
         if not optuna:
             optuna = f"sqlite:///{paths.subdir('optuna') / 'optuna.db'}"
@@ -112,10 +127,10 @@ class WorkerSettings:
             broker_url=broker_url,
             broker_dir=broker_dir,
             broker_poll_s=_number(env, "CBS_BROKER_POLL_S", 0.1),
-            tracking_uri=tracking_uri,
+            tracking_uri=with_driver(tracking_uri),
             artifact_root=artifact_root,
-            optuna_storage=optuna,
-            ledger_url=ledger,
+            optuna_storage=with_driver(optuna),
+            ledger_url=with_driver(ledger),
             max_attempts=int(_number(env, "CBS_MAX_ATTEMPTS", 3, integer=True)),
             soft_time_limit_s=_optional(env, "CBS_TRIAL_SOFT_TIME_LIMIT_S"),
             time_limit_s=_optional(env, "CBS_TRIAL_TIME_LIMIT_S"),
@@ -123,6 +138,17 @@ class WorkerSettings:
             stale_after_s=_number(env, "CBS_STALE_AFTER_S", 60.0),
             watch_period_s=_number(env, "CBS_WATCH_PERIOD_S", 10.0),
         )
+
+
+def with_driver(url: str) -> str:
+    """``postgresql://`` → ``postgresql+psycopg2://``: SQLAlchemy 2.1 defaults to psycopg 3, and the
+    driver CBS Lab ships is psycopg2 (``psycopg2-binary``). A URL that names a driver is kept."""
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            import psycopg  # noqa: F401  (psycopg 3 installed: SQLAlchemy's default works)
+        except ImportError:
+            return "postgresql+psycopg2://" + url.split("://", 1)[1]
+    return url
 
 
 def _number(env: Mapping[str, str], name: str, default: float, *, integer: bool = False) -> float:

@@ -42,19 +42,24 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cbs-heartbeat", daemon=True)
 
+    def beat(self) -> None:
+        try:
+            held, reason = self.ledger.beat(self.trial_id, self.attempt, self.owner, time.time())
+        except Exception as exc:  # the ledger is briefly unreachable: try again next period
+            print(f"cbs trial {self.trial_id}: heartbeat failed: {exc}", flush=True)
+            return
+        if not held:
+            self.superseded = True
+        if reason:
+            self.stop_reason = reason
+
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
-            try:
-                held, reason = self.ledger.beat(self.trial_id, self.attempt, self.owner, time.time())
-            except Exception as exc:  # the ledger is briefly unreachable: try again next period
-                print(f"cbs trial {self.trial_id}: heartbeat failed: {exc}", flush=True)
-                continue
-            if not held:
-                self.superseded = True
-            if reason:
-                self.stop_reason = reason
+            self.beat()
 
     def start(self) -> "Heartbeat":
+        """One beat now (a stop asked before the trial started is seen at once), then the thread."""
+        self.beat()
         self._thread.start()
         return self
 

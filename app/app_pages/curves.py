@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import failures, panels, sources
+from app import failures, panels
 
 st.title("Curves")
 st.caption(
@@ -17,5 +17,5 @@ st.caption(
 with failures.shown_as_message("the Curves page"):
     name = panels.study_picker("curves")
     rows = panels.study_rows(name)
-    b_ref, overhead = panels.fit_controls(rows, name, panels.study_b_ref(name))
-    panels.render_curves(rows, name, b_ref, overhead, run_url=sources.run_url)
+    b_ref, overhead = panels.fit_controls(rows, name, panels.study_rule(name))
+    panels.render_curves(rows, name, b_ref, overhead)

@@ -13,13 +13,29 @@ from cbscore.study.models import preset_names
 from cbscore.study.spec import KINDS, SCHEDULES
 
 K = "launch."  # prefix of this page's session-state keys
+#: Throughput assumed for the time estimate until the researcher gives theirs (tokens/s per worker).
+DEFAULT_TOKENS_PER_S = 20_000
 
 
 def _load(spec: dict) -> None:
     """Fill the form from a spec dict (widgets take their values from session state)."""
     st.session_state[K + "base"] = spec
-    for field, value in spec_form.form_values(spec).items():
+    values = spec_form.form_values(spec)
+    st.session_state[K + "saved"] = {**st.session_state.get(K + "saved", {}), **values}
+    for field, value in values.items():
         st.session_state[K + field] = value
+
+
+def _restore() -> None:
+    """Streamlit drops the state of widgets a run did not draw (another page was open): put the
+    form's last values back, so that coming back to this page finds the form as it was left."""
+    for field, value in st.session_state[K + "saved"].items():
+        if K + field not in st.session_state:
+            st.session_state[K + field] = value
+
+
+def _save(fields) -> None:
+    st.session_state[K + "saved"] = {f: st.session_state[K + f] for f in fields if K + f in st.session_state}
 
 
 def _on_preset() -> None:
@@ -47,7 +63,9 @@ def _on_yaml_file() -> None:
 
 if K + "base" not in st.session_state:
     st.session_state[K + "preset"] = "demo"
+    st.session_state[K + "tokens_per_s"] = DEFAULT_TOKENS_PER_S
     _on_preset()
+_restore()
 
 st.title("Launch a study")
 st.caption(
@@ -141,7 +159,7 @@ with st.form("launch", border=True):
 
     cols = st.columns([2, 2, 3])
     tokens_per_s = cols[0].number_input("Throughput per worker (tokens/s)", key=K + "tokens_per_s",
-                                        value=20_000, min_value=1, step=1000,
+                                        min_value=1, step=1000,
                                         help="For the time estimate only: measured throughput of one worker.")
     force = cols[1].checkbox("Launch anyway", key=K + "force",
                              help="Launch even past the sanity limits: max_trials and max_total_tokens guard against a typo that would run for weeks.")
@@ -149,6 +167,8 @@ with st.form("launch", border=True):
     preview = buttons[0].form_submit_button("Preview", icon=":material/visibility:", width="stretch")
     launch = buttons[1].form_submit_button("Launch study", type="primary", icon=":material/rocket_launch:",
                                            width="stretch")
+
+_save(("preset", "kind", "tokens_per_s", *spec_form.form_values(st.session_state[K + "base"])))
 
 if preview or launch:
     with failures.shown_as_message("the launch form"):

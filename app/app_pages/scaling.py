@@ -17,5 +17,5 @@ st.caption(
 with failures.shown_as_message("the Scaling laws page"):
     name = panels.study_picker("scaling")
     rows = panels.study_rows(name)
-    b_ref, overhead = panels.fit_controls(rows, name, panels.study_b_ref(name))
+    b_ref, overhead = panels.fit_controls(rows, name, panels.study_rule(name))
     panels.render_scaling(rows, name, b_ref, overhead)

@@ -91,12 +91,10 @@ def _running_trial(spec, record, target: float | None, link: str | None) -> None
     budget = study_view.trial_budget_tokens(spec, record)
     eta = study_view.eta_s(budget, record.tokens, rate)
     st.markdown(f"**{record.setting_id} · B = {record.batch_size}** · lr {record.lr:.3g}"
-                + (f" · [run]({link})" if link else ""))
-    cols = st.columns(3)
-    cols[0].metric("Step", f"{record.last_step:,}")
-    cols[1].metric("Throughput", units.rate(rate))
-    cols[2].metric("ETA (at most)", units.duration(eta), help="Time to spend the trial's budget at its current "
-                   "throughput; it stops earlier when it reaches the target.")
+                + (f" · [run in MLflow]({link})" if link else ""))
+    st.caption(f"step {record.last_step:,} · {units.count(record.tokens)} tokens · {units.rate(rate)} · "
+               f"ETA ≤ {units.duration(eta)}", help="ETA: time to spend the trial's budget at its current "
+               "throughput; it stops earlier when it reaches the target.")
     st.plotly_chart(charts.loss_curve_figure([study_view.loss_curve(record, spec.context_tokens, curve)],
                                              target_loss=target, height=260),
                     key=f"studies.curve.{record.trial_id}", config={"displayModeBar": False})

@@ -15,7 +15,7 @@ A, BB = 1000.0, 256_000.0
 
 
 def _curve(**overrides) -> SettingCurve:
-    points = tuple(StepsPoint(batch_size=b, steps=A + BB / b, hover=f"B={b}", run_url=f"http://mlflow/runs/{b}")
+    points = tuple(StepsPoint(batch_size=b, steps=A + BB / b, hover=f"B={b}", run_id=f"run{b}")
                    for b in (64, 128, 256, 512, 1024))
     fields = dict(label="s1", points=points + (StepsPoint(batch_size=2048, steps=5000.0, censored=True),),
                   fit_a=A, fit_b=BB, b_star=358.4, b_star_low=300.0, b_star_high=420.0)
@@ -58,7 +58,7 @@ def test_steps_figure_draws_points_fit_linear_band_and_b_star():
     points = _trace(fig, "s1")
     assert list(points.x) == [64, 128, 256, 512, 1024]
     np.testing.assert_allclose(points.y, [A + BB / b for b in (64, 128, 256, 512, 1024)])
-    assert list(points.customdata)[0] == "http://mlflow/runs/64"
+    assert list(points.customdata)[0] == "run64"
     censored = _trace(fig, "s1 (censored)")
     assert list(censored.x) == [2048] and censored.marker.symbol == "triangle-up-open"
 

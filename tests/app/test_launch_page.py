@@ -102,3 +102,13 @@ def test_study_past_the_sanity_limit_is_not_launched_without_force(launch):
         launch.button(key=LAUNCH).click().run()
     submit.assert_not_called()
     assert any(e.startswith("Not launched: 54 trials exceed max_trials=10") for e in _errors(launch))
+
+
+def test_form_keeps_its_values_when_another_page_was_open(launch):
+    launch.text_input(key="launch.name").set_value("kept")
+    launch.button(key=PREVIEW).click().run()
+    launch.switch_page("app_pages/import_table.py").run()
+    launch.switch_page("app_pages/launch.py").run()
+    assert not launch.exception
+    assert launch.text_input(key="launch.name").value == "kept"
+    assert launch.text_input(key="launch.batch_sizes").value == "8, 16, 32, 64, 128, 256"

@@ -21,6 +21,7 @@ def _open(at, page: str):
     at.switch_page(f"app_pages/{page}.py")
     at.run()
     assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
     return at
 
 
@@ -73,7 +74,7 @@ def test_curves_recompute_when_r_and_b_ref_change(app, app_env):
 
 def test_scaling_page_fits_the_law_across_settings(app, app_env):
     at = _open(app, "scaling")
-    laws = [d.value for d in at.dataframe if "α (exponent)" in d.value.columns][0]
+    laws = [d.value for d in at.dataframe if "α (N exponent)" in d.value.columns][0]
     # The law in N: least squares of log B* on log N over the three settings.
     from cbscore.study import StudySpec  # noqa: F401  (the spec resolves N of the presets)
     from tests.app.store_seed import spec_for
@@ -84,7 +85,7 @@ def test_scaling_page_fits_the_law_across_settings(app, app_env):
     slope, intercept = np.polyfit(np.log(n), np.log(b_star), 1)
     row = laws.iloc[0]
     assert row["law"].startswith("B* = c·N^α")
-    assert row["α (exponent)"] == pytest.approx(slope, rel=1e-6)
+    assert row["α (N exponent)"] == pytest.approx(slope, rel=1e-6)
     assert row["c"] == pytest.approx(np.exp(intercept) * 1e6**slope, rel=1e-6)  # N in millions
     # The chart draws the paper's Chinchilla law for comparison.
     fig = _figure(at, 0)
@@ -94,7 +95,10 @@ def test_scaling_page_fits_the_law_across_settings(app, app_env):
     at.text_input(key=f"{STUDY}.forecast.n").set_value("3M")
     at.text_input(key=f"{STUDY}.forecast.d").set_value("")
     at.button(key=f"FormSubmitter:{STUDY}.forecast-Forecast").click().run()
-    forecast = {m.label: m.value for m in at.metric}["B* forecast (sequences)"]
+    assert not at.error, [e.value for e in at.error]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Paper, Chinchilla law"] == f"{93.20 * 3**0.47:,.0f}"
+    forecast = metrics["B* forecast (sequences)"]
     assert float(forecast.replace(",", "")) == pytest.approx(np.exp(intercept) * 3e6**slope, abs=0.5)
 
 
@@ -135,13 +139,13 @@ def test_import_page_fits_an_uploaded_table(app, empty_env):
             rows.append(f"{setting},{b},{1000 * (1 + b_noise / b)},{n:.0f},{20 * n:.0f}")
     at = _open(app, "import_table")
     at.file_uploader(key="import.file").set_value(("published.csv", "\n".join(rows).encode(), "text/csv")).run()
-    assert not at.exception
+    assert not at.exception and not at.error
     results = _results(at)
     assert results.loc["a", "B* (seq)"] == pytest.approx(1.2 * 256 + 0.2 * 400)
     assert results.loc["b", "B* (seq)"] == pytest.approx(1.2 * 256 + 0.2 * 1600)
-    laws = [d.value for d in at.dataframe if "α (exponent)" in d.value.columns][0]
+    laws = [d.value for d in at.dataframe if "α (N exponent)" in d.value.columns][0]
     expected = np.log((1.2 * 256 + 0.2 * 1600) / (1.2 * 256 + 0.2 * 400)) / np.log(4.0)
-    assert laws.iloc[0]["α (exponent)"] == pytest.approx(expected)
+    assert laws.iloc[0]["α (N exponent)"] == pytest.approx(expected)
 
 
 def test_import_page_names_the_bad_cell(app, empty_env):

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -19,20 +21,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The session's small token store: the first 120 chapters of the built-in corpus, 1024-token BPE.
-STORE_DIR = ROOT / ".cache" / "workers-tests-store"
+#: The session's small token store: the first 120 chapters of the built-in corpus, 320-token BPE
+#: (a small vocabulary keeps the output head, most of a tiny model's compute, cheap).
+STORE_DIR = ROOT / ".cache" / "workers-tests-store-v320"
 CBS = str(Path(sys.executable).parent / "cbs")
-DATA = {"source": "builtin", "vocab_size": 1024, "max_documents": 120, "val_fraction": 0.1,
+DATA = {"source": "builtin", "vocab_size": 320, "max_documents": 120, "val_fraction": 0.1,
         "store_dir": str(STORE_DIR)}
 
 
 def tiny_spec_dict(name: str, **changes) -> dict:
-    """A study that runs on two loaded CPU cores in about a minute: tiny-0.1M, T = 32, D = 30k tokens,
-    four batch sizes around B_ref = 8, one learning rate."""
+    """A study that runs on two loaded CPU cores in about a minute: tiny-0.1M, T = 16, D = 15k tokens
+    (117 steps at B_ref = 8), four batch sizes, one learning rate."""
     from cbscore.study import StudySpec
 
-    spec = dict(name=name, kind="custom", settings=[{"model": "tiny-0.1M", "tokens": 30_000}],
-                batch_sizes=[4, 8, 16, 32], b_ref=8, context_tokens=32, search={"kind": "grid", "lrs": [0.01]},
+    spec = dict(name=name, kind="custom", settings=[{"model": "tiny-0.1M", "tokens": 15_000}],
+                batch_sizes=[4, 8, 16, 32], b_ref=8, context_tokens=16, search={"kind": "grid", "lrs": [0.01]},
                 data=dict(DATA))
     if "eval_windows" in {f.name for f in dataclasses.fields(StudySpec)}:
         spec["eval_windows"] = 16  # evaluation dominates a tiny trial otherwise
@@ -54,13 +57,35 @@ def token_store():
     return prepare(DataConfig(**{k: v for k, v in DATA.items()}))
 
 
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory) -> Path:
+    """An empty MLflow SQLite store, migrated once per session (migrations take seconds)."""
+    from workers.tracking import prepare_store
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    prepare_store(f"sqlite:///{path}")
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the migrations into the main file, so a copy has them
+    con.close()
+    return path
+
+
 @pytest.fixture
-def worker_env(tmp_path, monkeypatch):
+def mlflow_uri(tmp_path, mlflow_template) -> str:
+    """A fresh MLflow store for this test (a copy of the migrated template)."""
+    folder = tmp_path / "mlflow"
+    folder.mkdir(exist_ok=True)
+    shutil.copy(mlflow_template, folder / "mlflow.db")
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+@pytest.fixture
+def worker_env(tmp_path, monkeypatch, mlflow_uri):
     """This test's environment: private state and stores, fast clocks, one torch thread."""
     home = tmp_path / "home"
     env = {
         "CBS_HOME": str(home),
-        "CBS_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}",
+        "CBS_TRACKING_URI": mlflow_uri,
         "CBS_ARTIFACT_ROOT": str(tmp_path / "mlflow" / "artifacts"),
         "CBS_HEARTBEAT_S": "1",
         "CBS_STALE_AFTER_S": "6",
@@ -106,14 +131,14 @@ class Processes:
     def worker(self, *extra: str) -> subprocess.Popen:
         return self.start([CBS, "worker", *extra], "worker")
 
-    def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL, wait_s: float = 20) -> None:
         """Signal the whole process group of ``proc`` (its pgid is its pid: a new session)."""
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             pass
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
@@ -127,7 +152,7 @@ class Processes:
     def stop_all(self) -> None:
         for proc, _ in self.procs:
             if proc.poll() is None:
-                self.kill(proc, signal.SIGTERM)
+                self.kill(proc, signal.SIGTERM, wait_s=3)
         for proc, _ in self.procs:  # children a SIGTERM left behind
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -142,13 +167,14 @@ def processes(tmp_path):
     procs.stop_all()
 
 
-def wait_for(predicate, timeout_s: float, *, every_s: float = 0.5, what: str = "condition"):
-    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout_s``."""
+def wait_for(predicate, timeout_s: float, *, every_s: float = 0.5, what="condition"):
+    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout_s``
+    (``what`` names the wait; a callable is called then, e.g. to show a worker's log)."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what() if callable(what) else what}")
         time.sleep(every_s)

@@ -31,11 +31,20 @@ def test_environment_overrides(tmp_path, monkeypatch):
     assert s.broker_url == "redis://127.0.0.1:6379/3" and not s.embedded_broker and s.broker_dir is None
     assert s.tracking_uri == "http://127.0.0.1:5000" and not s.local_tracking and s.artifact_root is None
     # The ledger follows Optuna onto PostgreSQL, so several hosts share it.
-    assert s.ledger_url == s.optuna_storage == "postgresql://postgres@127.0.0.1/cbs"
+    assert s.ledger_url == s.optuna_storage == "postgresql+psycopg2://postgres@127.0.0.1/cbs"
     assert (s.max_attempts, s.time_limit_s, s.soft_time_limit_s) == (5, 3600.0, 3500.0)
     # CBS_TRACKING_URI wins over MLflow's own variable.
     both = WorkerSettings.from_env({"CBS_TRACKING_URI": "sqlite:////x.db", "MLFLOW_TRACKING_URI": "http://h:1"})
-    assert both.tracking_uri == "sqlite:////x.db"
+    assert both.tracking_uri == "sqlite:////x.db" and both.artifact_root == "/artifacts"  # beside the store
+    pg = WorkerSettings.from_env({"CBS_TRACKING_URI": "postgresql://u@h/mlflow"})
+    assert pg.tracking_uri == "postgresql+psycopg2://u@h/mlflow"  # the driver in deps (SQLAlchemy 2.1: psycopg 3)
+    assert pg.artifact_root == str(MLFLOW_DIR / "store" / "artifacts")
+
+
+def test_mlflow_and_optuna_cannot_share_one_database(tmp_path, monkeypatch):
+    monkeypatch.setenv("CBS_HOME", str(tmp_path))
+    with pytest.raises(ConfigError, match="must be another database than CBS_TRACKING_URI"):
+        WorkerSettings.from_env({"CBS_TRACKING_URI": "postgresql://u@h/db", "CBS_OPTUNA_STORAGE": "postgresql://u@h/db"})
 
 
 @pytest.mark.parametrize("name, value, words", [

@@ -13,8 +13,8 @@ from workers.tracking import MlflowCallback, Tracker, flatten, metric
 
 
 @pytest.fixture
-def tracker(tmp_path):
-    return Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", str(tmp_path / "artifacts"))
+def tracker(tmp_path, mlflow_uri):
+    return Tracker(mlflow_uri, str(tmp_path / "artifacts"))
 
 
 def make_study(tracker: Tracker, name: str = "s1"):
@@ -93,9 +93,9 @@ def test_callback_sends_what_the_trainer_measured_and_marks_a_resume(tracker, tm
 
     exp_id, parent_id = make_study(tracker)
     run_id = tracker.create_trial(exp_id, parent_id, trial_id="t", tags={}, params={})
-    config = TrainConfig(model="tiny-0.1M", batch_size=8, context_tokens=32, lr=0.01, max_tokens=15_000,
+    config = TrainConfig(model="tiny-0.1M", batch_size=8, context_tokens=16, lr=0.01, max_tokens=7_500,
                          data=DATA, threads=1, device="cpu", eval_windows=16, ewa_taus=(0.99, 0.999),
-                         target_loss=6.0, checkpoint_dir=str(tmp_path / "ckpt"))
+                         target_loss=3.9, checkpoint_dir=str(tmp_path / "ckpt"))
     first = MlflowCallback(tracker, run_id, flush_s=3600)
     stopped = train(config, [first, StopAt(20)])
     assert stopped.status == "stopped" and stopped.steps == 20
@@ -119,7 +119,7 @@ def test_callback_sends_what_the_trainer_measured_and_marks_a_resume(tracker, tm
     assert train_losses == pytest.approx([v for _, v in result.train_log])
     m = run.data.metrics
     assert m["progress/step"] == result.steps and m["summary/steps"] == result.steps
-    assert m["progress/tokens"] == result.steps * 8 * 32
+    assert m["progress/tokens"] == result.steps * 8 * 16
     if result.status == "reached":
         assert m["summary/steps_to_target"] == pytest.approx(result.steps_to_target)
     assert "heartbeat" in m and "optim/lr" in m and "perf/tokens_per_s" in m

@@ -1,0 +1,135 @@
+"""How fast the lab's pages are with 1,000 finished trials in MLflow.
+
+Seeds a real SQLite MLflow store in a temporary folder (through ``workers.tracking`` and MLflow's
+client, the layout the runner and workers write; tests/app/store_seed.py), then renders the
+Curves, Scaling laws and Studies pages with Streamlit's AppTest (the page scripts exactly as the
+server runs them) and times:
+
+* ``cold``: caches empty (the first visit, or the first after the data changed);
+* ``warm``: the same page again within the caches' ttl (moving between pages, a rerun);
+* ``refresh``: the Studies page with its live reads expired (what ``st.fragment(run_every=2)``
+  costs every two seconds: one MLflow query for the records, the planner, the figures);
+* the ``workers.api`` reads behind them.
+
+Targets (issue 6): curves and scaling pages under 2 s, the studies page refresh under 1 s.
+
+    .venv/bin/python benchmarks/bench_app.py [--trials 1000] [--repeat 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _timed(fn, repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=1000, help="finished trials to seed (about; default 1000)")
+    parser.add_argument("--repeat", type=int, default=3, help="timings per figure (median reported)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = parser.parse_args(argv)
+
+    folder = Path(tempfile.mkdtemp(prefix="cbs-bench-app-"))
+    os.environ.update({
+        "CBS_HOME": str(folder / "home"), "CBS_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
+        "CBS_ARTIFACT_ROOT": str(folder / "artifacts"), "CBS_LEDGER_URL": f"sqlite:///{folder / 'ledger.db'}",
+        "CBS_OPTUNA_STORAGE": f"sqlite:///{folder / 'optuna.db'}", "CBS_TRACKING_UI_URL": "http://127.0.0.1:9",
+        "MLFLOW_DISABLE_TELEMETRY": "true", "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false",
+    })
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from tests.app.store_seed import seed_study, spec_for
+    from workers import api
+    from workers.tracking import Tracker
+
+    # 8 settings × 9 batch sizes × 14 learning rates = 1,008 trials (+ 4 still running).
+    batch_sizes = (8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+    n_settings = 8
+    n_lrs = max(3, round(args.trials / (n_settings * len(batch_sizes))))
+    lrs = tuple(round(1e-3 * 1.3**k, 6) for k in range(n_lrs))
+    spec = spec_for("bench", n_settings=n_settings, batch_sizes=batch_sizes, lrs=lrs, b_ref=256)
+    tracker = Tracker(os.environ["CBS_TRACKING_URI"], os.environ["CBS_ARTIFACT_ROOT"])
+    t0 = time.perf_counter()
+    seed_study(tracker, spec, running=4, b_noise_per_setting=[256 * 1.5**i for i in range(n_settings)])
+    seed_s = time.perf_counter() - t0
+    n_trials = len(api.study_records("bench"))
+    print(f"seeded {n_trials} trials (study 'bench': {n_settings} settings × {len(batch_sizes)} batch sizes × "
+          f"{n_lrs} learning rates, + 4 running) in {seed_s:.0f} s, store {folder}", flush=True)
+
+    app = str(ROOT / "app" / "streamlit_app.py")
+
+    def page(name: str) -> AppTest:
+        at = AppTest.from_file(app, default_timeout=120)
+        at.query_params["study"] = "bench"
+        at.run()
+        at.switch_page(f"app_pages/{name}.py")
+        return at
+
+    figures: dict[str, dict[str, float]] = {}
+    for name in ("curves", "scaling", "studies"):
+        at = page(name)
+        cold, warm = [], []
+        for _ in range(args.repeat):
+            st.cache_data.clear()
+            t = time.perf_counter()
+            at.run()
+            cold.append(time.perf_counter() - t)
+            assert not at.exception, at.exception
+            t = time.perf_counter()
+            at.run()
+            warm.append(time.perf_counter() - t)
+        figures[name] = {"cold_s": statistics.median(cold), "warm_s": statistics.median(warm)}
+        if name == "studies":
+            from app import sources
+
+            def refresh() -> None:  # the fragment's reads expire every REFRESH_S: read them again
+                for fn in (sources.studies, sources.records, sources.curve, sources.alive_workers):
+                    fn.clear()
+                at.run()
+
+            figures[name]["refresh_s"] = statistics.median(_timed(refresh, args.repeat))
+
+    calls = {
+        "list_studies": lambda: api.list_studies(),
+        "study_records": lambda: api.study_records("bench"),
+        "study_table": lambda: api.study_table("bench"),
+        "analyze_table (bootstrap 1000)": lambda: __import__("cbscore.analysis", fromlist=["x"]).analyze_table(
+            api.study_table("bench"), b_ref=256, bootstrap=1000),
+    }
+    api_figures = {k: statistics.median(_timed(fn, args.repeat)) for k, fn in calls.items()}
+
+    print(f"\npages with {n_trials} trials in MLflow (median of {args.repeat}; seconds of server-side render):")
+    print(f"{'page':<10} {'cold':>7} {'warm':>7} {'refresh':>8}   target")
+    targets = {"curves": "< 2 s", "scaling": "< 2 s", "studies": "refresh < 1 s"}
+    for name, f in figures.items():
+        refresh = f"{f['refresh_s']:.2f}" if "refresh_s" in f else "—"
+        print(f"{name:<10} {f['cold_s']:>7.2f} {f['warm_s']:>7.2f} {refresh:>8}   {targets[name]}")
+    print("\nworkers.api and analysis behind them:")
+    for k, v in api_figures.items():
+        print(f"  {k:<32} {v:6.2f} s")
+    if args.json:
+        args.json.write_text(json.dumps({"trials": n_trials, "pages": figures, "api": api_figures}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""``cbs web`` and ``cbs up``: the command lines, bad ports, and honcho on a Procfile (real processes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app import cli
+from cbscore.errors import ConfigError
+
+CBS = str(Path(sys.executable).parent / "cbs")
+
+
+def test_streamlit_runs_headless_on_localhost_without_usage_stats():
+    cmd = cli.streamlit_command(8600)
+    assert cmd[:5] == [sys.executable, "-m", "streamlit", "run", str(cli.APP_SCRIPT)]
+    options = dict(zip(cmd[5::2], cmd[6::2]))
+    assert options["--server.address"] == "127.0.0.1"
+    assert options["--server.port"] == "8600"
+    assert options["--server.headless"] == "true"
+    assert options["--browser.gatherUsageStats"] == "false"
+
+
+def test_port_comes_from_the_flag_then_the_environment(monkeypatch):
+    monkeypatch.delenv("CBS_WEB_PORT", raising=False)
+    assert cli.web_port(None) == 8501
+    monkeypatch.setenv("CBS_WEB_PORT", "9001")
+    assert cli.web_port(None) == 9001
+    assert cli.web_port(9002) == 9002
+
+
+@pytest.mark.parametrize("flag, env, field, value", [
+    (0, None, "--port", 0),
+    (70000, None, "--port", 70000),
+    (None, "web", "CBS_WEB_PORT", "web"),
+])
+def test_bad_port_names_the_setting_and_the_value(monkeypatch, flag, env, field, value):
+    if env is None:
+        monkeypatch.delenv("CBS_WEB_PORT", raising=False)
+    else:
+        monkeypatch.setenv("CBS_WEB_PORT", env)
+    with pytest.raises(ConfigError) as err:
+        cli.web_port(flag)
+    assert err.value.field == field and err.value.value == value
+    assert str(err.value).endswith(f"but got {value!r}.")
+
+
+def test_up_refuses_a_missing_procfile(tmp_path):
+    result = subprocess.run([CBS, "up", "--skip-data", "--procfile", str(tmp_path / "nope")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "cbs up: error: --procfile: must be an existing Procfile" in result.stderr
+
+
+def test_up_runs_the_procfile_prints_the_urls_and_ctrl_c_stops_everything(tmp_path):
+    pid_file = tmp_path / "sleeper.pid"
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(
+        f"sleeper: {sys.executable} -c \"import os, time; open('{pid_file}', 'w').write(str(os.getpid())); "
+        "print('sleeping', flush=True); time.sleep(120)\"\n")
+    env = dict(os.environ, CBS_TRACKING_UI_URL="http://127.0.0.1:9")
+    proc = subprocess.Popen([CBS, "up", "--skip-data", "--procfile", str(procfile), "--port", "8777"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.time() < deadline, "the Procfile's process did not start"
+            time.sleep(0.2)
+        sleeper = int(pid_file.read_text())
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "cbs up: web app at http://127.0.0.1:8777" in output
+    assert "sleeping" in output
+    assert not _alive(sleeper)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie left to an init that does not reap counts as ended)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")

@@ -1,0 +1,217 @@
+"""End to end in a real browser: the real stack on free ports, a tiny study launched by clicking,
+and the Curves page showing its fitted B*.
+
+Processes (each in its own process group, killed by pgid at teardown): ``cbs tracking`` (MLflow
+server and UI), ``cbs worker`` (Celery, embedded filesystem broker), ``cbs study watch`` (the
+runner) and ``cbs web`` (Streamlit), all on 127.0.0.1 with their state in the test's temporary
+folder. The browser is Debian's chromium driven by chromedriver through selenium.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1400,1100")
+STUDY = "e2e-tiny"
+#: A study small enough for two CPU cores: one setting, three batch sizes around B_ref (the two
+#: outer cells run in parallel once the reference run has set the target), one learning rate, a
+#: 512-token vocabulary on a slice of the built-in corpus, 16-token sequences.
+SPEC_YAML = """name: pasted
+kind: custom
+settings:
+  - {model: tiny-0.1M, tokens: 8000}
+batch_sizes: [2, 4, 8]
+context_tokens: 16
+b_ref: 4
+search: {kind: grid, lrs: [0.01]}
+data: {source: builtin, vocab_size: 512, max_documents: 120, val_fraction: 0.1}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, timeout_s: float) -> None:
+    import urllib.request
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except Exception:
+            time.sleep(0.5)
+    raise TimeoutError(f"{url} did not answer within {timeout_s:.0f} s")
+
+
+@pytest.fixture
+def stack(tmp_path):
+    """The real stack on free ports; yields ``(web_url, tracking_url, logs_dir)``."""
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install -y chromium chromium-driver)")
+    web_port, tracking_port = _free_port(), _free_port()
+    tracking_url = f"http://127.0.0.1:{tracking_port}"
+    env = dict(os.environ)
+    env.update({
+        "CBS_HOME": str(tmp_path / "home"),
+        "CBS_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "CBS_ARTIFACT_ROOT": str(tmp_path / "artifacts"),
+        "CBS_TRACKING_UI_URL": tracking_url,
+        "CBS_WATCH_PERIOD_S": "2",
+        "CBS_TRIAL_QUEUE": "cpu",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.pop("CBS_BROKER_URL", None)
+    env.pop("CBS_LEDGER_URL", None)
+    env.pop("CBS_OPTUNA_STORAGE", None)
+    cbs = [str(Path(sys.executable).parent / "cbs")]
+    commands = {
+        "tracking": cbs + ["tracking", "--port", str(tracking_port)],
+        "worker": cbs + ["worker", "--concurrency", "2"],
+        "runner": cbs + ["study", "watch"],
+        "web": cbs + ["web", "--port", str(web_port)],
+    }
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    procs = []
+    try:
+        for name, argv in commands.items():
+            out = open(logs / f"{name}.log", "w")
+            procs.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                          start_new_session=True, cwd=tmp_path))
+        # All start at once: the first to open the store creates its schema under a file lock.
+        _wait_http(f"http://127.0.0.1:{web_port}/_stcore/health", 90)
+        _wait_http(f"{tracking_url}/health", 90)
+        yield f"http://127.0.0.1:{web_port}", tracking_url, logs
+    finally:
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + 15
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def browser(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for flag in CHROME_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    options.binary_location = CHROMIUM
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait(driver, condition, timeout_s: float, what: str):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout_s, poll_frequency=0.5).until(condition, message=what)
+
+
+def _button(driver, label: str):
+    from selenium.webdriver.common.by import By
+
+    xpath = f"//button[.//*[normalize-space(text())='{label}'] or normalize-space(.)='{label}']"
+    return _wait(driver, lambda d: next((b for b in d.find_elements(By.XPATH, xpath) if b.is_displayed()), None),
+                 30, f"button {label!r}")
+
+
+def _input(driver, label: str, tag: str = "input"):
+    from selenium.webdriver.common.by import By
+
+    return _wait(driver, lambda d: next((e for e in d.find_elements(By.CSS_SELECTOR, f"{tag}[aria-label='{label}']")
+                                         if e.is_displayed()), None), 30, f"{tag} {label!r}")
+
+
+def _b_star(driver) -> str | None:
+    """The first fitted B* the Curves page shows (its metric value), or None."""
+    from selenium.webdriver.common.by import By
+
+    for metric in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stMetric']"):
+        label = metric.find_elements(By.CSS_SELECTOR, "[data-testid='stMetricLabel']")
+        value = metric.find_elements(By.CSS_SELECTOR, "[data-testid='stMetricValue']")
+        if label and value and label[0].text.startswith("B*") and value[0].text.strip() not in ("", "—"):
+            return value[0].text.strip()
+    return None
+
+
+def test_launch_a_tiny_study_by_clicking_and_see_its_fitted_b_star(stack, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    web_url, tracking_url, logs = stack
+    browser.get(web_url)
+    _wait(browser, lambda d: "Launch a study" in d.page_source, 60, "the Launch page")
+
+    # Paste a tiny spec into the YAML box and load it into the form.
+    browser.find_element(By.XPATH, "//summary[.//*[contains(text(), 'Paste or upload a YAML spec')]]").click()
+    yaml_box = _input(browser, "YAML spec", "textarea")
+    yaml_box.send_keys(SPEC_YAML)
+    _button(browser, "Load YAML into the form").click()
+    _wait(browser, lambda d: _input(d, "Study name").get_attribute("value") == "pasted", 30, "the form filled from YAML")
+    _wait(browser, lambda d: _input(d, "Batch sizes").get_attribute("value") == "2, 4, 8", 30, "batch sizes")
+
+    # Name the study in the form, preview it, and launch it.
+    name = _input(browser, "Study name")
+    name.send_keys(Keys.CONTROL, "a")
+    name.send_keys(STUDY)
+    _button(browser, "Preview").click()
+    _wait(browser, lambda d: "Plan of" in d.page_source and "Trials" in d.page_source and STUDY in d.page_source,
+          60, "the preview")
+    _button(browser, "Launch study").click()
+    _wait(browser, lambda d: "/studies" in d.current_url and "Running trials" in d.page_source, 90,
+          "the study's live page")
+    browser.save_screenshot(str(tmp_path / "studies.png"))
+
+    # The Curves page shows a fitted B* once the trials have reached their targets.
+    deadline = time.time() + 330
+    value = None
+    while time.time() < deadline:
+        browser.get(f"{web_url}/curves?study={STUDY}")
+        try:
+            value = _wait(browser, _b_star, 20, "a fitted B*")
+            break
+        except Exception:
+            time.sleep(5)
+    browser.save_screenshot(str(tmp_path / "curves.png"))
+    if value is None:
+        tails = {p.name: p.read_text()[-2000:] for p in logs.iterdir()}
+        pytest.fail(f"no fitted B* on the Curves page; screenshots in {tmp_path}; logs: {tails}")
+    assert float(value.replace(",", "")) > 4  # B* > B_ref by definition
+    assert (tmp_path / "curves.png").stat().st_size > 10_000

@@ -1,0 +1,75 @@
+"""`cbs train` and `cbs models` from the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cbscore.cli import main
+from cbscore.cli.train import MODELS_JSON_KEYS, TRAIN_JSON_KEYS, token_count
+
+
+def _cbs(*args: str) -> subprocess.CompletedProcess:
+    code = "import sys; from cbscore.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cbs_train_reaches_a_target_on_the_builtin_corpus(builtin_store):
+    proc = _cbs(
+        "train", "--model", "tiny-0.1M", "--batch-size", "8", "--context", "32", "--lr", "2e-2",
+        "--max-tokens", "64k", "--target-loss", "6.5", "--ewa-tau", "0.9", "--eval-windows", "16",
+        "--device", "cpu", "--threads", "1", "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1  # exactly one JSON object on stdout; the progress bar went to stderr
+    out = json.loads(lines[0])
+    assert tuple(out) == TRAIN_JSON_KEYS
+    assert out["status"] == "reached"
+    assert out["final_eval_loss"] <= 6.5
+    assert 0 < out["steps_to_target"] <= out["steps"] < 250
+    assert out["tokens_to_target"] == pytest.approx(out["steps_to_target"] * 8 * 32)
+    assert out["tokens"] == out["steps"] * 256
+    assert out["mfu"] is None and out["tokens_per_s"] > 0
+    assert out["n_params"] == 98_304 and out["flops_per_token"] == 6 * 98_304 + 12 * 2 * 64 * 32
+    assert "tok" in proc.stderr
+
+
+def test_cbs_models_json_lists_presets_with_exact_keys(capsys):
+    assert main(["models", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert all(tuple(r) == MODELS_JSON_KEYS for r in rows)
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["85M"]["n_params"] == 84_934_656
+    assert by_name["85M"]["flops_per_token"] == 6 * 84_934_656 + 12 * 12 * 768 * 512
+    assert (by_name["1.2B"]["d_model"], by_name["1.2B"]["n_layers"], by_name["1.2B"]["n_heads"]) == (2048, 24, 32)
+
+
+def test_cbs_models_table_names_every_preset(capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    for name in ("tiny-0.1M", "tiny-0.8M", "85M", "151M", "302M", "604M", "1.2B"):
+        assert name in out
+
+
+def test_cbs_train_rejects_a_micro_batch_that_does_not_divide(capsys):
+    code = main(["train", "--model", "tiny-0.1M", "--batch-size", "8", "--micro-batch-size", "3",
+                 "--lr", "1e-2", "--max-tokens", "1M", "--device", "cpu"])
+    assert code == 2
+    assert "micro_batch_size: must divide batch_size=8, but got 3." in capsys.readouterr().err
+
+
+def test_cbs_train_rejects_an_unknown_model(capsys):
+    code = main(["train", "--model", "gpt-5", "--batch-size", "8", "--lr", "1e-2", "--max-tokens", "1M"])
+    assert code == 2
+    assert "model: is not a model preset" in capsys.readouterr().err
+
+
+def test_token_counts_accept_suffixes():
+    assert token_count("2000000") == token_count("2e6") == token_count("2M") == 2_000_000
+    assert token_count("1.741B") == 1_741_000_000
+    with pytest.raises(Exception, match="but got '2.5'"):
+        token_count("2.5")

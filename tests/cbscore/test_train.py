@@ -1,0 +1,172 @@
+"""The trainer on the built-in corpus (a small slice of it, tiny model, CPU): known answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from cbscore.analysis import first_crossing
+from cbscore.callbacks import Callback
+from cbscore.checkpoint import load_checkpoint
+from cbscore.errors import ConfigError, DataError
+from cbscore.train import train
+from cbscore.train_config import TrainConfig
+
+
+def tiny(data, **changes) -> TrainConfig:
+    """tiny-0.1M, 8 sequences of 32 tokens a step, one thread: about 30 steps a second here."""
+    base = dict(
+        model="tiny-0.1M", batch_size=8, context_tokens=32, max_tokens=8 * 32 * 60, lr=1e-2,
+        warmup_tokens=8 * 32 * 10, ewa_taus=(0.9,), eval_windows=16, log_every_steps=5,
+        data=data, device="cpu", threads=1,
+    )
+    return TrainConfig(**{**base, **changes})
+
+
+class Recorder(Callback):
+    def __init__(self):
+        self.events = []
+        self.metrics = []
+
+    def pre_train(self, state):
+        self.events.append(("pre_train", state.step))
+
+    def post_step(self, state, metrics):
+        if metrics is not None:
+            self.metrics.append(metrics)
+
+    def post_eval(self, state, point):
+        self.events.append(("post_eval", point.step))
+
+    def post_train(self, state, result):
+        self.events.append(("post_train", result.status))
+
+
+def test_loss_falls_on_the_builtin_corpus(builtin_slice_config):
+    rec = Recorder()
+    result = train(tiny(builtin_slice_config, max_tokens=8 * 32 * 120), callbacks=[rec])
+    assert result.status == "finished"  # no target, budget spent
+    assert result.steps == result.total_steps == 120 and result.tokens == 120 * 256
+    first, last = result.eval_history[0], result.eval_history[-1]
+    assert first.step == 0 and last.step == 120
+    # the initial loss is ln V + σ²/2 ≈ 6.93 + 0.5 for V = 1024; 120 steps take off well over a nat
+    assert first.loss == pytest.approx(math.log(1024) + 0.5, abs=0.3)
+    assert last.loss < first.loss - 1.5
+    assert last.raw_loss < first.raw_loss - 1.5
+    assert result.final_eval_loss == last.loss == last.ewa_losses["0.9"]
+    assert result.tokens_per_s > 0 and result.mfu is None  # CPU: no MFU
+    assert result.n_params == 98_304 and result.flops_per_token == 6 * 98_304 + 12 * 2 * 64 * 32
+    # hooks: pre_train, an evaluation at 0 and at the last step, post_train; metrics on log steps only
+    assert rec.events[0] == ("pre_train", 0) and rec.events[-1] == ("post_train", "finished")
+    assert ("post_eval", 0) in rec.events and ("post_eval", 120) in rec.events
+    assert all(m["step"] % 5 == 0 or m["step"] in {e.step for e in result.eval_history} for m in rec.metrics)
+    assert {"step", "tokens", "train_loss", "lr", "grad_norm", "tokens_per_s", "mfu"} <= set(rec.metrics[0])
+
+
+def test_stops_at_the_target_and_interpolates_the_crossing(builtin_slice_config):
+    result = train(tiny(builtin_slice_config, max_tokens=8 * 32 * 200, target_loss=6.0))
+    assert result.status == "reached"
+    assert result.steps < result.total_steps
+    *_, before, after = result.eval_history
+    assert before.loss > 6.0 >= after.loss and after.step == result.steps
+    # straight line through the two evaluations that straddle the target
+    expected = before.step + (before.loss - 6.0) / (before.loss - after.loss) * (after.step - before.step)
+    assert result.steps_to_target == pytest.approx(expected)
+    assert result.tokens_to_target == pytest.approx(expected * 256)
+    assert before.step < result.steps_to_target <= after.step
+
+
+def test_interpolated_crossing_is_exact_on_a_synthetic_evaluation_curve():
+    # the function the trainer stops with: loss = 10 − 0.02·step crosses 7.3 at step 135 exactly
+    steps = [0, 1, 2, 4, 8, 16, 32, 64, 100, 120, 140, 160]
+    losses = [10 - 0.02 * s for s in steps]
+    assert first_crossing(steps, losses, 7.3) == pytest.approx(135.0)
+
+
+def test_target_never_reached_is_censored(builtin_slice_config):
+    result = train(tiny(builtin_slice_config, max_tokens=8 * 32 * 20, target_loss=1.0))
+    assert result.status == "censored"
+    assert result.steps == 20 and result.steps_to_target is None and result.tokens_to_target is None
+
+
+def test_a_huge_learning_rate_ends_diverged_not_raised(builtin_slice_config):
+    result = train(tiny(builtin_slice_config, lr=10.0))
+    assert result.status == "diverged"
+    assert "running minimum" in result.stop_reason or "non-finite" in result.stop_reason
+    assert result.steps < result.total_steps
+
+
+def test_gradient_accumulation_gives_the_full_batch_update(builtin_slice_config, tmp_path):
+    full = train(tiny(builtin_slice_config, max_steps=4, log_every_steps=1, checkpoint_dir=str(tmp_path / "a")))
+    accum = train(tiny(builtin_slice_config, max_steps=4, log_every_steps=1, micro_batch_size=2,
+                       checkpoint_dir=str(tmp_path / "b")))
+    torch.testing.assert_close([v for _, v in accum.train_log], [v for _, v in full.train_log], rtol=1e-5, atol=1e-5)
+    a, b = load_checkpoint(tmp_path / "a")["model"], load_checkpoint(tmp_path / "b")["model"]
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-6)
+
+
+class CrashAt(Callback):
+    def __init__(self, step):
+        self.step = step
+
+    def post_step(self, state, metrics):
+        if state.step == self.step:
+            raise RuntimeError("simulated kill")
+
+
+class StopAt(Callback):
+    def __init__(self, step):
+        self.step = step
+
+    def post_step(self, state, metrics):
+        if state.step == self.step:
+            state.request_stop("cancelled by test")
+
+
+def test_resume_after_a_crash_reproduces_the_uninterrupted_run(builtin_slice_config, tmp_path):
+    config = tiny(builtin_slice_config, max_tokens=8 * 32 * 30, log_every_steps=1, checkpoint_every_steps=10,
+                  checkpoint_dir=str(tmp_path / "ckpt"))
+    uninterrupted = train(config.replace(checkpoint_dir=str(tmp_path / "other"), checkpoint_every_steps=None))
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        train(config, callbacks=[CrashAt(17)])  # the checkpoint at step 10 survives
+    resumed = train(config)
+    assert resumed.resumed_from_step == 10
+    assert resumed.status == uninterrupted.status == "finished"
+    # batches are a pure function of the step: the losses after the resume are the same, bit for bit
+    assert resumed.train_log == uninterrupted.train_log
+    assert [e.to_dict() for e in resumed.eval_history] == [e.to_dict() for e in uninterrupted.eval_history]
+
+
+def test_a_stopped_trial_keeps_a_checkpoint_and_resumes_to_the_same_end(builtin_slice_config, tmp_path):
+    config = tiny(builtin_slice_config, max_tokens=8 * 32 * 25, log_every_steps=1, checkpoint_dir=str(tmp_path))
+    stopped = train(config, callbacks=[StopAt(13)])
+    assert (stopped.status, stopped.stop_reason, stopped.steps) == ("stopped", "cancelled by test", 13)
+    resumed = train(config)
+    uninterrupted = train(config.replace(checkpoint_dir=None))
+    assert resumed.resumed_from_step == 13
+    assert resumed.final_eval_loss == uninterrupted.final_eval_loss
+    assert resumed.train_log == uninterrupted.train_log
+    # the ended trial's checkpoint holds its result: running it again returns it without training
+    again = train(config)
+    assert again == resumed
+
+
+def test_a_checkpoint_of_another_trial_is_refused(builtin_slice_config, tmp_path):
+    config = tiny(builtin_slice_config, max_steps=2, checkpoint_dir=str(tmp_path))
+    train(config)
+    with pytest.raises(ConfigError, match=r"checkpoint_dir: holds a checkpoint of a different trial \(fields that differ: lr\)"):
+        train(config.replace(lr=2e-2))
+
+
+def test_warmup_steps_halve_when_the_batch_doubles(builtin_slice_config):
+    small = train(tiny(builtin_slice_config, batch_size=4, max_steps=1, warmup_tokens=4 * 32 * 16))
+    large = train(tiny(builtin_slice_config, batch_size=8, max_steps=1, warmup_tokens=4 * 32 * 16))
+    assert (small.warmup_steps, large.warmup_steps) == (16, 8)
+
+
+def test_a_budget_beyond_the_corpus_is_a_data_error(builtin_slice_config):
+    with pytest.raises(DataError, match="max_tokens"):
+        train(tiny(builtin_slice_config, max_tokens=10**9))

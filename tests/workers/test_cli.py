@@ -1,0 +1,93 @@
+"""``cbs study launch --dry-run``, argument refusals, and ``cbs tracking`` serving the store that
+the workers write (a tracking-server URI works as the tracking store too)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+
+from cbscore.cli import main as cbs_main
+from tests.workers.conftest import CBS, tiny_spec, tiny_spec_dict, wait_for
+from workers import api
+from workers.cli import worker_argv
+from workers.runner import queue_depth
+
+
+def test_dry_run_prints_cells_trials_and_compute_and_enqueues_nothing(worker_env, tmp_path, capsys):
+    import yaml
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(tiny_spec_dict("dry")))
+    assert cbs_main(["study", "launch", str(path), "--dry-run", "--tokens-per-s", "1000"]) == 0
+    out = capsys.readouterr().out
+    # 4 cells of one lr; tokens at full budgets: 15k (reference) + 3 × 2 × 15k = 105k.
+    assert "1 settings × 4 batch sizes = 4 cells, 4 trials (grid search), B_ref = 8" in out
+    assert "105K tokens" in out and "105 s on one worker at 1,000 tokens/s (given)" in out
+    flops = 105_000 * (6 * 98_304 + 12 * 2 * 64 * 16)  # 6N + 12·L·d·T per token (PaLM appendix B)
+    assert f"{flops:.3g} FLOPs" in out
+    assert "first wave: 1 reference trials" in out
+    assert queue_depth("cpu") == 0 and api.list_studies() == []
+
+
+def test_bad_arguments_are_refused_by_name(worker_env, capsys):
+    assert cbs_main(["worker", "--concurrency", "0"]) == 2
+    assert "cbs worker: error: --concurrency: must be a positive integer, but got 0." in capsys.readouterr().err
+    assert cbs_main(["study", "launch", "no-such-preset"]) == 2
+    assert "spec: " in capsys.readouterr().err
+    assert cbs_main(["study", "status", "nothing-here"]) == 2
+    assert "name: names no study, but got 'nothing-here'." in capsys.readouterr().err
+
+
+def test_worker_command_line_pins_the_gpu_and_threads():
+    argv, env = worker_argv(1, 1)
+    assert argv[argv.index("-Q") + 1] == "gpu" and argv[argv.index("-n") + 1].startswith("gpu1@")
+    assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["CBS_TRIAL_DEVICE"] == "cuda"
+    argv, env = worker_argv(None, 3)
+    assert argv[argv.index("-c") + 1] == "3" and argv[argv.index("-P") + 1] == "prefork"
+    assert env["CBS_TORCH_THREADS"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""  # one torch thread per trial
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_tracking_server_serves_the_store_and_takes_writes(worker_env, processes, monkeypatch):
+    """``cbs tracking`` on the workers' SQLite store: the UI answers, links point at runs, and a
+    study launched through the server's URI lands in the same store."""
+    port = free_port()
+    server = processes.start([CBS, "tracking", "--port", str(port)], "tracking")
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy():
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=1) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+    wait_for(healthy, 90, what=lambda: "the MLflow server\n" + processes.log(server)[-2000:])
+    monkeypatch.setenv("CBS_TRACKING_UI_URL", base)
+    assert api.tracking_ui_url() == base
+    monkeypatch.setenv("CBS_TRACKING_URI", base)  # now write through the server
+    assert api.launch_study(tiny_spec("srv")) == "srv"
+    [record] = api.study_records("srv")
+    url = api.run_url(record.run_id)
+    assert url.startswith(f"{base}/#/experiments/") and url.endswith(f"/runs/{record.run_id}")
+    # The server's REST API sees the run with its tags (the same store the workers write).
+    with urllib.request.urlopen(f"{base}/api/2.0/mlflow/runs/get?run_id={record.run_id}", timeout=5) as resp:
+        run = json.loads(resp.read())["run"]
+    tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
+    assert tags["trial_id"] == record.trial_id and run["info"]["status"] == "SCHEDULED"
+
+
+def test_study_list_and_status_show_a_launched_study(worker_env, capsys):
+    api.launch_study(tiny_spec("shown"))
+    capsys.readouterr()
+    assert cbs_main(["study", "list"]) == 0
+    assert capsys.readouterr().out.split()[:6] == ["shown", "custom", "running", "1", "trials", "(queued"]
+    assert cbs_main(["study", "status", "shown"]) == 0
+    out = capsys.readouterr().out
+    assert "study 'shown': running; 0% of 4 trials ended (queued 1)" in out
+    assert "tiny-0.1M_D15K.b8" in out and "reference" in out

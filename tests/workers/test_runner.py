@@ -1,0 +1,176 @@
+"""The study runner and the trial function, in this process (no worker): refusals leave nothing
+behind, launching is idempotent, lost trials come back as the next attempt up to the cap, a
+diverged trial is kept and never retried, a redelivered task takes over from a dead holder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from cbscore.errors import ConfigError
+from tests.workers.conftest import tiny_spec, tiny_spec_dict
+from workers import api
+from workers.ledger import Ledger, this_process
+from workers.runner import Runner, queue_depth
+from workers.settings import WorkerSettings
+from workers.tracking import Tracker
+
+
+def nothing_created(name: str) -> None:
+    s = WorkerSettings.from_env()
+    assert Tracker(s.tracking_uri).client.get_experiment_by_name(name) is None
+    assert Ledger(s.ledger_url).leases(name) == {}
+    assert queue_depth("cpu") == 0
+
+
+def dead_owner() -> str:
+    """``host:pid`` of a process that has exited."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return this_process().rsplit(":", 1)[0] + f":{child.pid}"
+
+
+@pytest.mark.parametrize("changes, field, words", [
+    ({"batch_sizes": [4, 8, 0]}, "batch_sizes", "must be a positive integer, but got 0."),
+    ({"settings": [{"model": "tiny-9M", "tokens": 30_000}]}, "settings[0].model", "is not a model preset"),
+    ({"search": {"kind": "grid", "lrs": [-0.01]}}, "search.lrs", "must be a positive finite number, but got -0.01."),
+    ({"target_losses": {"tiny-0.1M_D15K": float("nan")}}, "target_losses.tiny-0.1M_D15K", "must be a finite number"),
+    ({"max_trials": 2}, "max_trials", "too large to be sane (4 trials exceed max_trials=2)"),
+    # A budget that cannot hold one step of the largest batch: the trainer's own check, at launch.
+    ({"settings": [{"model": "tiny-0.1M", "tokens": 200}]}, "max_tokens", "must allow at least one step"),
+])
+def test_bad_spec_is_refused_with_nothing_created(worker_env, changes, field, words):
+    with pytest.raises(ConfigError) as err:
+        api.launch_study(tiny_spec_dict("bad", **changes))
+    assert err.value.field == field and words in str(err.value)
+    nothing_created("bad")
+
+
+def test_launch_creates_the_study_once_and_refuses_a_different_spec_under_its_name(worker_env):
+    assert api.launch_study(tiny_spec("s1")) == "s1"
+    assert api.launch_study(tiny_spec_dict("s1")) == "s1"  # the same spec again: resumed, nothing new
+    records = api.study_records("s1")
+    assert [(r.role, r.batch_size, r.status, r.attempt) for r in records] == [("reference", 8, "queued", 1)]
+    assert queue_depth("cpu") == 1
+    run = Tracker(WorkerSettings.from_env().tracking_uri).get_run(records[0].run_id)
+    assert run.info.status == "SCHEDULED"
+    assert {k: run.data.tags[k] for k in ("study", "setting", "role", "batch_size", "trial_id", "attempt")} == {
+        "study": "s1", "setting": "tiny-0.1M_D15K", "role": "reference", "batch_size": "8",
+        "trial_id": "s1.tiny-0.1M_D15K.b8.lr1e-2.s0", "attempt": "1"}
+    assert run.data.params["batch_size"] == "8" and run.data.params["data.vocab_size"] == "320"
+    with pytest.raises(ConfigError, match="exists with a different spec"):
+        api.launch_study(tiny_spec("s1", b_ref=16))
+    [summary] = api.list_studies()
+    assert (summary.name, summary.status, dict(summary.counts), summary.b_ref) == ("s1", "running", {"queued": 1}, 8)
+
+
+def test_cancel_ends_queued_trials_and_the_study(worker_env):
+    api.launch_study(tiny_spec("s2"))
+    assert api.cancel_study("s2") == 1
+    [record] = api.study_records("s2")
+    assert record.status == "stopped"
+    tracker = Tracker(WorkerSettings.from_env().tracking_uri)
+    assert tracker.get_run(record.run_id).info.status == "KILLED"
+    parent = tracker.study_run("s2")
+    assert parent.info.status == "KILLED" and parent.data.tags["status"] == "cancelled"
+    assert Runner().advance("s2").skipped == "study is cancelled"
+    # The task still in the queue finds its lease ended and exits without training.
+    from workers.trial import run_trial_attempt
+
+    assert "skipped" in run_trial_attempt("s2", record.trial_id, 1)
+
+
+def test_lost_trial_is_requeued_as_next_attempt_until_the_cap(worker_env, monkeypatch):
+    monkeypatch.setenv("CBS_MAX_ATTEMPTS", "2")
+    api.launch_study(tiny_spec("s3"))
+    s = WorkerSettings.from_env()
+    ledger, runner = Ledger(s.ledger_url), Runner(s)
+    [record] = api.study_records("s3")
+    tid = record.trial_id
+    assert ledger.claim(tid, 1, owner=dead_owner(), worker="cpu@x", now_s=1e9)  # its worker then died
+    assert api.study_records("s3")[0].status == "lost"
+    report = runner.advance("s3")
+    assert report.requeued == (tid,)
+    lease = ledger.lease(tid)
+    assert (lease.state, lease.attempt) == ("queued", 2)
+    [record] = api.study_records("s3")
+    assert (record.status, record.attempt) == ("queued", 2)
+    assert runner.tracker.get_run(record.run_id).info.status == "SCHEDULED"
+    assert queue_depth("cpu") == 2  # the a1 message (now stale: it will exit) and the a2 one
+    assert runner.advance("s3").requeued == ()  # idempotent
+    assert ledger.claim(tid, 2, owner=dead_owner(), worker="cpu@x", now_s=1e9)  # dies again: at the cap
+    report = runner.advance("s3")
+    assert report.failed == (tid,) and report.requeued == ()
+    [record] = api.study_records("s3")
+    run = runner.tracker.get_run(record.run_id)
+    assert (record.status, run.info.status) == ("failed", "FAILED")
+    assert run.data.tags["stop_reason"] == "lost its worker 2 times (CBS_MAX_ATTEMPTS=2)"
+
+
+def test_diverged_trial_is_kept_and_not_retried(worker_env, token_store):
+    from workers.trial import run_trial_attempt
+
+    api.launch_study(tiny_spec("s4", batch_sizes=[8], search={"kind": "grid", "lrs": [3.0]}))
+    [record] = api.study_records("s4")
+    out = run_trial_attempt("s4", record.trial_id, 1, worker="test")
+    assert out["outcome"] == "diverged"
+    [record] = api.study_records("s4")
+    run = Tracker(WorkerSettings.from_env().tracking_uri).get_run(record.run_id)
+    assert (record.status, run.info.status, run.data.tags["outcome"]) == ("diverged", "FINISHED", "diverged")
+    assert "above 2× its running minimum" in run.data.tags["stop_reason"]
+    # Not retried: the same task again (a redelivery) and later passes leave it alone.
+    assert "skipped" in run_trial_attempt("s4", record.trial_id, 1, worker="test")
+    assert Runner().advance("s4").skipped == "study is done"  # the trial's own pass ended the study
+    [summary] = api.list_studies()
+    assert summary.status == "done" and "no reference run at B_ref=8 finished" in summary.errors[0]
+    assert queue_depth("cpu") == 1  # only the launch's message; nothing was enqueued again
+    [record] = api.study_records("s4")
+    assert (record.status, record.attempt) == ("diverged", 1)
+
+
+def test_redelivered_task_takes_over_from_a_dead_holder_and_resumes(worker_env, token_store):
+    """A child killed mid-trial (its parent alive) gets its task redelivered: the next attempt
+    resumes from the checkpoint the dead child left."""
+    from cbscore.callbacks import Callback
+    from cbscore.train import train
+    from cbscore.train_config import TrainConfig
+    from workers.records import trial_spec
+    from workers.trial import checkpoint_dir, run_trial_attempt
+
+    api.launch_study(tiny_spec("s5", batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 7_500}]))
+    [record] = api.study_records("s5")
+    s = WorkerSettings.from_env()
+    ledger, tracker = Ledger(s.ledger_url), Tracker(s.tracking_uri)
+    spec = trial_spec(tracker.get_run(record.run_id))
+
+    class Crash(Callback):
+        def post_step(self, state, metrics):
+            if state.step == 21:
+                raise SystemExit("killed")  # the checkpoint of step 20 is on disk, as a kill would leave it
+
+    config = TrainConfig.from_dict({**spec.train_config, "checkpoint_dir": checkpoint_dir(record.trial_id),
+                                    "checkpoint_every_steps": 20, "threads": 1})
+    assert ledger.claim(record.trial_id, 1, owner=dead_owner(), worker="cpu@x", now_s=1e9)
+    with pytest.raises(SystemExit):
+        train(config, [Crash()])
+    out = run_trial_attempt("s5", record.trial_id, 1, worker="test")  # the redelivered a1 message
+    assert (out["attempt"], out["outcome"], out["resumed_from_step"]) == (2, "finished", 20)
+    run = tracker.get_run(record.run_id)
+    assert (run.data.tags["attempt"], run.data.tags["resumed_from_step"], run.info.status) == ("2", "20", "FINISHED")
+    assert api.study_status("s5").status == "done"
+
+
+@pytest.mark.parametrize("reason, outcome", [("pruned", "pruned"), ("cancelled", "stopped")])
+def test_a_stop_asked_through_the_lease_ends_the_trial_killed(worker_env, token_store, reason, outcome):
+    from workers.trial import run_trial_attempt
+
+    api.launch_study(tiny_spec("s6", batch_sizes=[8]))
+    [record] = api.study_records("s6")
+    s = WorkerSettings.from_env()
+    assert Ledger(s.ledger_url).request_stop(record.trial_id, reason)  # what advance does for a pruned trial
+    out = run_trial_attempt("s6", record.trial_id, 1, worker="test")
+    assert out["outcome"] == outcome and out["steps"] < 117
+    run = Tracker(s.tracking_uri).get_run(record.run_id)
+    assert (run.info.status, run.data.tags["outcome"], run.data.tags["stop_reason"]) == ("KILLED", outcome, reason)

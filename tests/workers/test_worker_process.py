@@ -1,0 +1,208 @@
+"""Real worker processes on real brokers and stores: a whole study to a CBS, a worker killed
+with SIGKILL mid-trial, Redis and PostgreSQL. Every process runs in its own process group and is
+stopped by pgid at teardown (never by name)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cbscore.cli import main as cbs_main
+from tests.workers.conftest import CBS, tiny_spec, wait_for
+from workers import api
+from workers.settings import WorkerSettings
+from workers.tracking import Tracker
+
+
+def study_done(name: str):
+    status = api.study_status(name)
+    return status if status.status == "done" else None
+
+
+def no_run_left_running(name: str) -> None:
+    s = WorkerSettings.from_env()
+    tracker = Tracker(s.tracking_uri)
+    parent = tracker.study_run(name)
+    runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
+    assert [r.data.tags["trial_id"] for r in runs if r.info.status in ("RUNNING", "SCHEDULED")] == []
+    assert parent.info.status == "FINISHED"
+
+
+def fit_json(name: str, capsys) -> dict:
+    capsys.readouterr()
+    assert cbs_main(["study", "fit", name, "--json", "--bootstrap", "200"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def run_study_on_a_worker(name: str, processes, capsys, *, timeout_s: float, **changes) -> dict:
+    """Launch the tiny study, let one real worker run it to the end, return ``cbs study fit --json``."""
+    worker = processes.worker()
+    api.launch_study(tiny_spec(name, budget_multiple=4.0, **changes))
+    live = wait_for(lambda: api.alive_workers(), 60, what="the worker's presence heartbeat")
+    assert live[0].queue == "cpu" and live[0].pid == worker.pid
+    status = wait_for(lambda: study_done(name), timeout_s, every_s=2,
+                      what=lambda: f"study {name} to finish\n" + processes.log(worker)[-3000:])
+    assert status.n_trials == 4 and sum(status.counts.values()) == 4  # each trial counted once
+    no_run_left_running(name)
+    return fit_json(name, capsys)
+
+
+def test_a_study_runs_to_a_cbs_on_a_real_worker(worker_env, processes, capsys, token_store):
+    fit = run_study_on_a_worker("e2e", processes, capsys, timeout_s=240)
+    [setting] = fit["settings"]
+    assert setting["setting"] == "tiny-0.1M_D15K" and setting["batch_sizes"] == [4, 8, 16, 32]
+    steps = setting["steps"]
+    assert all(s is not None and s > 0 for s in steps[:3])
+    assert steps[0] > steps[1] > steps[2]  # steps to target fall with the batch size
+    assert setting["cbs"] is not None and setting["cbs"] > 8  # B* = (1 + r)·B_ref + r·B_noise > B_ref
+    assert setting["cbs"] == pytest.approx(1.2 * 8 + 0.2 * setting["b_noise"], rel=1e-6)
+    # The export is the table `cbs fit` reads: the same fit from the CSV.
+    out = Path(worker_env["CBS_HOME"]) / "e2e.csv"
+    assert cbs_main(["study", "export", "e2e", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert cbs_main(["fit", str(out), "--b-ref", "8", "--json", "--bootstrap", "200"]) == 0
+    assert json.loads(capsys.readouterr().out)["settings"][0]["cbs"] == pytest.approx(setting["cbs"])
+
+
+def test_killed_worker_trial_resumes_from_its_checkpoint(worker_env, processes, token_store):
+    """SIGKILL to the worker's whole process group mid-trial; a new worker and the runner bring the
+    trial back as attempt 2 from its checkpoint; it finishes once and no run stays RUNNING."""
+    name = "kill"
+    first = processes.worker()
+    api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 30_000}]))
+    s = WorkerSettings.from_env()
+    tracker = Tracker(s.tracking_uri)
+    [record] = api.study_records(name)
+    ckpt = Path(worker_env["CBS_HOME"]) / "checkpoints" / record.trial_id / "checkpoint.pt"
+
+    def progressed():
+        run = tracker.get_run(record.run_id)
+        return ckpt.exists() and run.data.metrics.get("progress/step", 0) >= 40
+    wait_for(progressed, 120, what=lambda: "the trial to pass step 40 with a checkpoint\n" + processes.log(first)[-2000:])
+    processes.kill(first, signal.SIGKILL)
+    killed_at_ms = time.time() * 1000
+    # Its holder is a dead process on this host: lost at once, no need to wait for staleness.
+    [lost] = wait_for(lambda: [r for r in api.study_records(name) if r.status == "lost"], 10, what="lost status")
+    assert tracker.get_run(record.run_id).info.status == "RUNNING"
+
+    processes.worker()
+    processes.start([CBS, "study", "watch", "--period", "1"], "runner")
+    wait_for(lambda: study_done(name), 180, every_s=2, what="the resumed trial to finish")
+    [record] = api.study_records(name)
+    run = tracker.get_run(record.run_id)
+    assert (record.status, record.attempt, run.info.status) == ("finished", 2, "FINISHED")
+    resumed = int(run.data.tags["resumed_from_step"])
+    assert 0 < resumed <= lost.last_step + 10
+    after = [m.step for m in tracker.client.get_metric_history(record.run_id, "train/loss") if m.timestamp > killed_at_ms]
+    assert min(after) > resumed  # the second attempt's first logged step is past the checkpoint
+    steps, _ = tracker.history(run, "train/loss")
+    assert steps[-1] == 234 and len(steps) == len(set(steps))  # one curve, to the budget: 30k / (8·16)
+    no_run_left_running(name)
+
+
+# ---------------------------------------------------------------------------- services
+REDIS_URL = os.environ.get("CBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+POSTGRES_URL = os.environ.get("CBS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def redis_or_skip() -> None:
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
+    except Exception as exc:  # any failure means: no Redis here
+        pytest.skip(f"no Redis answers at {REDIS_URL} ({type(exc).__name__})")
+
+
+@pytest.fixture
+def redis_env(worker_env, monkeypatch):
+    redis_or_skip()
+    monkeypatch.setenv("CBS_BROKER_URL", REDIS_URL)
+    from workers.celery_app import app, reconfigure
+
+    reconfigure()
+    with app.connection_for_write() as conn:  # messages a previous run left in the test database
+        conn.default_channel.queue_purge("cpu")
+    yield worker_env
+
+
+@pytest.mark.services
+def test_a_trial_runs_through_redis(redis_env, processes, token_store):
+    processes.worker()
+    api.launch_study(tiny_spec("redis1", batch_sizes=[8]))
+    wait_for(lambda: study_done("redis1"), 120, every_s=1, what="the trial to run through Redis")
+    [record] = api.study_records("redis1")
+    assert (record.status, record.attempt) == ("finished", 1)
+    no_run_left_running("redis1")
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_a_study_runs_to_a_cbs_through_redis(redis_env, processes, capsys, token_store):
+    fit = run_study_on_a_worker("redis2", processes, capsys, timeout_s=300)
+    assert fit["settings"][0]["cbs"] is not None
+
+
+@pytest.fixture
+def postgres_env(worker_env, monkeypatch):
+    """MLflow in one fresh PostgreSQL database, Optuna and the ledger in another (dropped afterwards).
+
+    Two databases: MLflow and Optuna each keep their schema version in ``alembic_version``.
+    """
+    import psycopg2
+
+    try:
+        admin = psycopg2.connect(POSTGRES_URL, connect_timeout=2)
+    except Exception as exc:  # any failure means: no PostgreSQL here
+        pytest.skip(f"no PostgreSQL answers at {POSTGRES_URL} ({type(exc).__name__})")
+    admin.autocommit = True
+    tag = uuid.uuid4().hex[:8]
+    dbs = {"mlflow": f"cbs_test_mlflow_{tag}", "optuna": f"cbs_test_optuna_{tag}"}
+    with admin.cursor() as cur:
+        for db in dbs.values():
+            cur.execute(f'CREATE DATABASE "{db}"')
+    urls = {k: POSTGRES_URL.rsplit("/", 1)[0] + f"/{db}" for k, db in dbs.items()}
+    monkeypatch.setenv("CBS_TRACKING_URI", urls["mlflow"])
+    monkeypatch.setenv("CBS_OPTUNA_STORAGE", urls["optuna"])
+    yield urls
+    with admin.cursor() as cur:
+        for db in dbs.values():
+            cur.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    admin.close()
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_an_optuna_study_runs_on_postgresql(postgres_env, processes, token_store):
+    """Two Optuna-proposed reference trials at once (--concurrency 2); MLflow, Optuna and the ledger
+    all in PostgreSQL; optuna-dashboard could open the same storage."""
+    import optuna
+
+    from workers.tracking import prepare_store
+
+    s = WorkerSettings.from_env()
+    prepare_store(s.tracking_uri)  # MLflow's schema before two children race to create it
+    processes.worker("--concurrency", "2")
+    name = "pg1"
+    api.launch_study(tiny_spec(name, batch_sizes=[8],
+                               search={"kind": "optuna", "n_trials": 2, "parallel_per_cell": 2,
+                                       "lr_min": 3e-3, "lr_max": 3e-2}))
+    wait_for(lambda: study_done(name), 180, every_s=2, what="the Optuna study to finish on PostgreSQL")
+    records = api.study_records(name)
+    assert sorted((r.status, r.search_number) for r in records) == [("finished", 0), ("finished", 1)]
+    assert s.tracking_uri.startswith("postgresql") and s.ledger_url == s.optuna_storage
+    study = optuna.load_study(storage=s.optuna_storage, study_name=f"{name}/tiny-0.1M_D15K.b8")
+    trials = sorted(study.get_trials(), key=lambda t: t.number)
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    # Reference cells tell their final held-out loss (workers/search.py); the lr matches the run's.
+    by_number = {r.search_number: r for r in records}
+    for t in trials:
+        assert t.value == pytest.approx(by_number[t.number].final_eval_loss)
+        assert t.params["lr"] == pytest.approx(by_number[t.number].lr)
+    no_run_left_running(name)
