@@ -23,10 +23,11 @@ from cbscore.errors import CbsError
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
 
-#: Seconds a live read (studies, records, curves, workers) is reused.
+#: Seconds a live read (a study's records, the workers) is reused: the Studies page refresh period.
 LIVE_TTL_S = 2.0
-#: Seconds a steps table (the input of the fits) is reused.
-TABLE_TTL_S = 5.0
+#: Seconds the studies list, a running trial's metric histories and a steps table (the input of
+#: the fits) are reused: each costs a query over every run of a study, and none needs to be newer.
+SLOW_TTL_S = 10.0
 
 
 def api() -> ModuleType:
@@ -81,7 +82,7 @@ def call(name: str, *args: Any, **kwargs: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- cached reads
-@st.cache_data(ttl=LIVE_TTL_S, max_entries=4, show_spinner=False)
+@st.cache_data(ttl=SLOW_TTL_S, max_entries=4, show_spinner=False)
 def studies() -> list:
     """Every study with its progress (``StudySummary``), newest first."""
     return list(call("list_studies"))
@@ -93,9 +94,9 @@ def records(study: str) -> list:
     return list(call("study_records", study))
 
 
-@st.cache_data(ttl=LIVE_TTL_S, max_entries=64, show_spinner=False)
+@st.cache_data(ttl=SLOW_TTL_S, max_entries=64, show_spinner=False)
 def curve(run_id: str) -> dict:
-    """Metric histories of one run: ``{metric: (steps, values)}``."""
+    """Metric histories of one run: ``{metric: (steps, values)}`` (a query per metric)."""
     return dict(call("trial_curve", run_id))
 
 
@@ -105,7 +106,7 @@ def spec(study: str):
     return call("study_spec", study)
 
 
-@st.cache_data(ttl=TABLE_TTL_S, max_entries=16, show_spinner=False)
+@st.cache_data(ttl=SLOW_TTL_S, max_entries=16, show_spinner=False)
 def table(study: str) -> list[dict]:
     """The steps table of ``study``: rows in the ``cbs fit`` CSV format plus lr, beta2, tau, run_id."""
     return [dict(row) for row in call("study_table", study)]

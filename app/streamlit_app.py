@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import panels
+from app import failures, panels
 
 st.set_page_config(page_title="CBS Lab", page_icon=":material/science:", layout="wide",
                    initial_sidebar_state="expanded")
@@ -28,5 +28,7 @@ pages = {
     ],
 }
 page = st.navigation(pages)
-panels.sidebar()
-page.run()
+with failures.shown_as_message("the sidebar"):
+    panels.sidebar()
+with failures.shown_as_message(f"the {page.title} page"):
+    page.run()

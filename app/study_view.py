@@ -120,12 +120,32 @@ def last_value(curve: Mapping[str, Any], key: str) -> float | None:
 def loss_curve(record, context_tokens: int, curve: Mapping[str, Any] | None = None) -> LossCurve:
     """Held-out loss of the averaged weights against tokens for one trial.
 
-    From the run's ``eval/loss_ewa`` history when given, else from the record's own curve.
+    From the record's own evaluations (read with the records, so the newest), else from the
+    run's ``eval/loss_ewa`` history in ``curve``.
     """
-    steps, losses = (curve or {}).get("eval/loss_ewa") or (record.eval_steps, record.eval_losses)
+    steps, losses = ((record.eval_steps, record.eval_losses) if record.eval_steps
+                     else (curve or {}).get("eval/loss_ewa", ((), ())))
     per_step = record.batch_size * context_tokens  # tokens per optimizer step
     return LossCurve(label=f"lr {record.lr:.3g}", tokens=tuple(float(s) * per_step for s in steps),
                      losses=tuple(float(v) for v in losses))
+
+
+def trial_rows(records: Sequence, links: Mapping[str, str]) -> list[dict[str, Any]]:
+    """One row per trial for the trials table (``links``: run id → MLflow URL)."""
+    return [{
+        "trial": r.trial_id.split(".", 1)[-1],
+        "setting": r.setting_id,
+        "B": r.batch_size,
+        "role": r.role,
+        "lr": r.lr,
+        "status": r.status,
+        "S (steps)": r.steps_to_target,
+        "final loss": r.final_eval_loss,
+        "step": r.last_step,
+        "tokens": r.tokens,
+        "attempt": r.attempt,
+        "run": links.get(r.run_id or ""),
+    } for r in records]
 
 
 def summary_rows(summaries: Sequence) -> list[dict[str, Any]]:

@@ -8,7 +8,8 @@ server runs them) and times:
 * ``cold``: caches empty (the first visit, or the first after the data changed);
 * ``warm``: the same page again within the caches' ttl (moving between pages, a rerun);
 * ``refresh``: the Studies page with its live reads expired (what ``st.fragment(run_every=2)``
-  costs every two seconds: one MLflow query for the records, the planner, the figures);
+  costs every two seconds: the study's records, the workers, the planner, the figures; the
+  studies list, the running trials' throughput and the steps table are reused for 10 s);
 * the ``workers.api`` reads behind them.
 
 Targets (issue 6): curves and scaling pages under 2 s, the studies page refresh under 1 s.
@@ -101,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         if name == "studies":
             from app import sources
 
-            def refresh() -> None:  # the fragment's reads expire every REFRESH_S: read them again
-                for fn in (sources.studies, sources.records, sources.curve, sources.alive_workers):
+            def refresh() -> None:  # the live reads expire every LIVE_TTL_S: read them again
+                for fn in (sources.records, sources.alive_workers):
                     fn.clear()
                 at.run()
 

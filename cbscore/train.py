@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from cbscore.allocator import keep_freed_memory
 from cbscore.analysis import first_crossing
 from cbscore.averaging import WeightAverage
 from cbscore.callbacks import Callback, TrainState
@@ -194,6 +195,7 @@ class _Trial:
             self.autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)
             self.sync = lambda: torch.cuda.synchronize(device)
         else:
+            keep_freed_memory()  # no per-step page faults of the logits buffers (cbscore.allocator)
             self.autocast = contextlib.nullcontext
             self.sync = lambda: None
 

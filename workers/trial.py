@@ -26,7 +26,6 @@ import traceback
 from cbscore import paths
 from cbscore.callbacks import Callback, TrainState
 from workers.ledger import Ledger, owner_is_dead, this_process
-from workers.runner import Runner, tell
 from workers.settings import WorkerSettings
 from workers.tracking import MlflowCallback, Tracker
 
@@ -184,4 +183,12 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
 
 
 def _advance(study: str) -> None:
+    from workers.runner import Runner
+
     Runner().advance(study)
+
+
+def tell(s: WorkerSettings, study: str, tags: dict, outcome: str, result) -> None:
+    from workers import runner
+
+    runner.tell(s, study, tags, outcome, result)

@@ -194,7 +194,11 @@ if preview or launch:
             st.warning(f"This study is past a sanity limit: {est.over_limit}. Tick “Launch anyway” if you mean it.",
                        icon=":material/warning:")
         st.dataframe(pd.DataFrame(spec_form.planned_cells(spec)), hide_index=True, width="stretch",
-                     height=min(420, 38 + 35 * est.cells))
+                     height=min(420, 38 + 35 * est.cells), column_config={
+                         "N": st.column_config.NumberColumn(format="compact"),
+                         "D (tokens)": st.column_config.NumberColumn(format="compact"),
+                         "budget per trial (tokens)": st.column_config.NumberColumn(format="compact"),
+                     })
         with st.expander("The spec as YAML"):
             st.code(spec.to_yaml(), language="yaml")
             st.download_button("Download YAML", spec.to_yaml(), file_name=f"{spec.name}.yaml", mime="application/x-yaml")

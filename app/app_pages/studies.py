@@ -9,8 +9,10 @@ import streamlit as st
 
 from app import charts, failures, panels, sources, study_view, units
 
-#: Seconds between refreshes of the live parts.
-REFRESH_S = 2
+#: Seconds between refreshes of the selected study (its records are read again each time).
+REFRESH_S = sources.LIVE_TTL_S
+#: Seconds between refreshes of the studies list (a query over every study's runs).
+LIST_REFRESH_S = sources.SLOW_TTL_S
 #: Running trials drawn at once (the rest are listed).
 MAX_LIVE_TRIALS = 6
 
@@ -22,7 +24,7 @@ st.caption(
 )
 
 
-@st.fragment(run_every=REFRESH_S)
+@st.fragment(run_every=LIST_REFRESH_S)
 def overview() -> None:
     with failures.shown_as_message("the studies list"):
         summaries = sources.studies()
@@ -104,6 +106,23 @@ def _running_trial(spec, record, target: float | None, link: str | None) -> None
         st.toast(f"Stopping {record.trial_id}", icon=":material/stop_circle:")
 
 
+def trials_table(name: str) -> None:
+    """Every trial of the study with its outcome and a link to its MLflow run."""
+    records = sources.records(name)
+    summary = panels.study_summary(name)
+    links = sources.run_links(summary.experiment_id, [r.run_id for r in records]) if summary else {}
+    with st.expander(f"All trials ({len(records)})", icon=":material/table_rows:"):
+        st.dataframe(pd.DataFrame(study_view.trial_rows(records, links)), hide_index=True, width="stretch",
+                     placeholder="—", column_config={
+                         "run": st.column_config.LinkColumn("run", display_text="open in MLflow"),
+                         "S (steps)": st.column_config.NumberColumn(format="%.1f"),
+                         "final loss": st.column_config.NumberColumn(format="%.4f"),
+                         "tokens": st.column_config.NumberColumn(format="compact"),
+                     })
+        if not links:
+            st.caption("Run links appear when the MLflow UI answers (`cbs tracking`).")
+
+
 def actions(name: str) -> None:
     """Links to MLflow and cancelling, outside the live fragment so a confirmation survives refreshes."""
     summary = panels.study_summary(name)
@@ -137,3 +156,4 @@ if have_studies:
         study = panels.study_picker("studies")
         actions(study)
         live(study)
+        trials_table(study)

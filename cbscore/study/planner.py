@@ -134,6 +134,7 @@ def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr
         "seed": seed,
         "data": dict(spec.data),
         "allow_repeat": spec.allow_repeat,
+        "eval_windows": spec.eval_windows,
     })
     return config.to_dict()
 

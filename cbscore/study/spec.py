@@ -166,6 +166,9 @@ class StudySpec:
     """Gradient-norm clipping threshold (paper: 1.0)."""
     micro_batch_size: int | None = None
     """Sequences per forward pass (gradient accumulation); ``None`` = the whole batch."""
+    eval_windows: int = 128
+    """Held-out windows of ``context_tokens + 1`` tokens per evaluation (more: a less noisy target
+    crossing, slower evaluations)."""
     seeds: tuple[int, ...] = (0,)
     """Training seeds; each seed is one more trial per learning rate."""
     data: Mapping[str, Any] = field(default_factory=lambda: {"source": "builtin"})
@@ -238,6 +241,7 @@ class StudySpec:
             if bad:
                 raise ConfigError("micro_batch_size", self.micro_batch_size,
                                   f"must divide every batch size (it does not divide {bad})")
+        _positive_int("eval_windows", self.eval_windows)
         if not self.seeds:
             raise ConfigError("seeds", list(self.seeds), "must list at least one seed")
         for s in self.seeds:

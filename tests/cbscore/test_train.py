@@ -170,3 +170,45 @@ def test_warmup_steps_halve_when_the_batch_doubles(builtin_slice_config):
 def test_a_budget_beyond_the_corpus_is_a_data_error(builtin_slice_config):
     with pytest.raises(DataError, match="max_tokens"):
         train(tiny(builtin_slice_config, max_tokens=10**9))
+
+
+def test_a_time_based_checkpoint_is_written_atomically_and_resumed(builtin_slice_config, tmp_path):
+    # checkpoint_every_seconds tiny: a checkpoint at every log step (steps 1, 2, 4, 5, 8, 10, 15, 16
+    # here: multiples of 5 and the steps just before the log-spaced evaluations)
+    config = tiny(builtin_slice_config, max_tokens=8 * 32 * 20, checkpoint_dir=str(tmp_path),
+                  checkpoint_every_seconds=1e-9, eval_every_steps=100)
+    with pytest.raises(RuntimeError):
+        train(config, callbacks=[CrashAt(12)])
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temporary file left behind
+    ckpt = load_checkpoint(tmp_path)
+    assert ckpt["step"] == 10 and ckpt["result"] is None
+    assert train(config).resumed_from_step == 10
+
+
+def test_the_progress_bar_reports_tokens_and_loss(builtin_slice_config):
+    import io
+
+    from cbscore.callbacks import ProgressBar
+
+    out = io.StringIO()
+    train(tiny(builtin_slice_config, max_steps=10), callbacks=[ProgressBar(file=out)])
+    text = out.getvalue()
+    assert "2.56k/2.56k" in text  # 10 steps × 256 tokens, all done
+    assert "loss=" in text and "tok/s=" in text
+
+
+@pytest.mark.slow
+def test_torch_compile_trains_to_the_same_losses_on_cpu(builtin_slice_config):
+    eager = train(tiny(builtin_slice_config, max_steps=6, log_every_steps=1))
+    compiled = train(tiny(builtin_slice_config, max_steps=6, log_every_steps=1, compile=True))
+    torch.testing.assert_close([v for _, v in compiled.train_log], [v for _, v in eager.train_log], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_cuda_bf16_compiled_training_reaches_a_target_and_reports_mfu(builtin_slice_config):
+    result = train(tiny(builtin_slice_config, device="cuda", compile=True, max_tokens=8 * 32 * 200, target_loss=6.0,
+                        threads=None))
+    assert result.status == "reached"
+    assert result.device.startswith("cuda")
+    assert result.tokens_per_s > 0 and (result.mfu is None or 0 < result.mfu < 1)
+    assert result.peak_memory_bytes > 0

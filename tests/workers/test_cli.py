@@ -7,6 +7,8 @@ import json
 import socket
 import urllib.request
 
+import pytest
+
 from cbscore.cli import main as cbs_main
 from tests.workers.conftest import CBS, tiny_spec, tiny_spec_dict, wait_for
 from workers import api
@@ -54,6 +56,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_tracking_server_serves_the_store_and_takes_writes(worker_env, processes, monkeypatch):
     """``cbs tracking`` on the workers' SQLite store: the UI answers, links point at runs, and a
     study launched through the server's URI lands in the same store."""
