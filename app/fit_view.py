@@ -48,7 +48,7 @@ def best_trials(rows: Iterable[Mapping]) -> dict[tuple[str, int], Mapping]:
     return best
 
 
-def _censored_floor(rows: Iterable[Mapping]) -> dict[tuple[str, int], float]:
+def censored_floors(rows: Iterable[Mapping]) -> dict[tuple[str, int], float]:
     """Largest step count reported by a censored trial per cell (a lower bound on its S)."""
     floor: dict[tuple[str, int], float] = {}
     for row in rows:
@@ -73,7 +73,7 @@ def _hyper(row: Mapping) -> str:
 def setting_curves(table, rows: Sequence[Mapping]) -> list[SettingCurve]:
     """One :class:`SettingCurve` per setting of ``table`` (a ``TableAnalysis`` of ``rows``)."""
     best = best_trials(rows)
-    floors = _censored_floor(rows)
+    floors = censored_floors(rows)
     curves = []
     for s in table.settings:
         points = []

@@ -101,7 +101,12 @@ def _device_label(device: torch.device) -> str:
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
-    return f"cpu ({torch.get_num_threads()} threads)"
+    threads = torch.get_num_threads()
+    return f"cpu ({threads} thread{'' if threads == 1 else 's'})"
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _science_fields(config_dict: dict) -> dict:
@@ -377,9 +382,11 @@ class _Trial:
             progress.interval_steps += 1
             state.step += 1
 
-            # log steps, and the step before an evaluation, stop the clock with the work done
+            # log steps (and the step before an evaluation) and checkpoint steps stop the clock
+            # with the device's work done, so that none of it is timed as evaluation or I/O
             is_log = state.step % log_every == 0 or state.step == progress.next_eval
-            if is_log or warm is None:
+            is_ckpt = ckpt_every is not None and state.step % ckpt_every == 0
+            if is_log or is_ckpt or warm is None:
                 self.sync()
             dt = time.perf_counter() - t0
             state.train_seconds += dt
@@ -416,7 +423,7 @@ class _Trial:
                 cb.post_step(state, metrics)
             if status is not None:
                 break
-            if (ckpt_every is not None and state.step % ckpt_every == 0) or (
+            if is_ckpt or (
                 is_log and ckpt_seconds is not None and time.monotonic() - self.last_checkpoint_at >= ckpt_seconds
             ):
                 self._save()
@@ -442,9 +449,9 @@ class _Trial:
             target_loss=cfg.target_loss,
             steps_to_target=steps_to_target,
             tokens_to_target=None if steps_to_target is None else steps_to_target * cfg.batch_tokens,
-            final_eval_loss=history[-1].loss if history else None,
+            final_eval_loss=_finite_or_none(history[-1].loss) if history else None,
             best_eval_loss=min(finite) if finite else None,
-            final_raw_loss=history[-1].raw_loss if history else None,
+            final_raw_loss=_finite_or_none(history[-1].raw_loss) if history else None,
             steps=state.step,
             tokens=state.tokens,
             total_steps=state.total_steps,

@@ -16,6 +16,7 @@ Outcomes (``TrialResult.status``):
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,12 +39,13 @@ class EvalPoint:
     """Averaged-weights loss per τ, keyed by ``f"{tau:g}"`` (e.g. ``"0.9995"``)."""
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict: a non-finite loss (a diverged evaluation) becomes ``None``."""
         return {
             "step": self.step,
             "tokens": self.tokens,
-            "loss": self.loss,
-            "raw_loss": self.raw_loss,
-            "ewa_losses": dict(self.ewa_losses),
+            "loss": _json_float(self.loss),
+            "raw_loss": _json_float(self.raw_loss),
+            "ewa_losses": {k: _json_float(v) for k, v in self.ewa_losses.items()},
         }
 
     @classmethod
@@ -51,9 +53,9 @@ class EvalPoint:
         return cls(
             step=int(d["step"]),
             tokens=int(d["tokens"]),
-            loss=float(d["loss"]),
-            raw_loss=float(d["raw_loss"]),
-            ewa_losses={str(k): float(v) for k, v in d.get("ewa_losses", {}).items()},
+            loss=_float(d["loss"]),
+            raw_loss=_float(d["raw_loss"]),
+            ewa_losses={str(k): _float(v) for k, v in d.get("ewa_losses", {}).items()},
         )
 
 
@@ -72,11 +74,11 @@ class TrialResult:
     tokens_to_target: float | None
     """``steps_to_target · batch_size · context_tokens`` (``reached`` only)."""
     final_eval_loss: float | None
-    """Best averaged-weights loss at the last evaluation, nats per token."""
+    """Best averaged-weights loss at the last evaluation, nats per token (``None`` if not finite)."""
     best_eval_loss: float | None
     """Lowest averaged-weights loss over all evaluations, nats per token."""
     final_raw_loss: float | None
-    """Raw-weights loss at the last evaluation, nats per token."""
+    """Raw-weights loss at the last evaluation, nats per token (``None`` if not finite)."""
     steps: int
     """Optimizer steps done."""
     tokens: int
@@ -113,11 +115,12 @@ class TrialResult:
     """``(step, mean train loss since the previous log step)`` at each log step."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (tuples become lists)."""
+        """JSON-safe dict: tuples become lists, non-finite numbers (a diverged trial's loss) ``None``."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d = {k: _json_float(v) if isinstance(v, float) else v for k, v in d.items()}
         d["ewa_taus"] = list(self.ewa_taus)
         d["eval_history"] = [p.to_dict() for p in self.eval_history]
-        d["train_log"] = [list(x) for x in self.train_log]
+        d["train_log"] = [[s, _json_float(v)] for s, v in self.train_log]
         return d
 
     @classmethod
@@ -125,5 +128,13 @@ class TrialResult:
         d = dict(d)
         d["ewa_taus"] = tuple(d["ewa_taus"])
         d["eval_history"] = tuple(EvalPoint.from_dict(p) for p in d.get("eval_history", ()))
-        d["train_log"] = tuple((int(s), float(v)) for s, v in d.get("train_log", ()))
+        d["train_log"] = tuple((int(s), _float(v)) for s, v in d.get("train_log", ()))
         return cls(**d)
+
+
+def _json_float(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else None
+
+
+def _float(value: float | None) -> float:
+    return math.nan if value is None else float(value)

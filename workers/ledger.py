@@ -212,11 +212,25 @@ class Ledger:
                     LEASES.c.owner == dead_owner),
             attempt=attempt + 1, owner=owner, worker=worker, heartbeat_s=now_s, updated_s=now_s)
 
-    def requeue(self, trial_id: str, attempt: int, *, now_s: float) -> bool:
-        """``running → queued`` as ``attempt + 1``: the trial was lost."""
-        return self._cas(
-            sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.attempt == attempt, LEASES.c.state == "running"),
-            attempt=attempt + 1, state="queued", owner=None, worker=None, sent_s=now_s, updated_s=now_s)
+    def _lost(self, trial_id: str, attempt: int, stale_before_s: float, dead_owner: str | None):
+        """A running lease of ``attempt`` whose heartbeat is older than ``stale_before_s`` or whose
+        holder is ``dead_owner`` (a process known dead): re-checked inside the write itself."""
+        gone = LEASES.c.heartbeat_s < stale_before_s
+        if dead_owner is not None:
+            gone = sa.or_(gone, LEASES.c.owner == dead_owner)
+        return sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.attempt == attempt, LEASES.c.state == "running", gone)
+
+    def requeue(self, trial_id: str, attempt: int, *, now_s: float, stale_before_s: float,
+                dead_owner: str | None = None) -> bool:
+        """``running → queued`` as ``attempt + 1``: the trial was lost (and still is, as written)."""
+        return self._cas(self._lost(trial_id, attempt, stale_before_s, dead_owner),
+                         attempt=attempt + 1, state="queued", owner=None, worker=None, sent_s=now_s, updated_s=now_s)
+
+    def fail_lost(self, trial_id: str, attempt: int, *, now_s: float, stale_before_s: float,
+                  dead_owner: str | None = None) -> bool:
+        """``running → done`` (failed): lost at the attempt cap."""
+        return self._cas(self._lost(trial_id, attempt, stale_before_s, dead_owner),
+                         state="done", outcome="failed", updated_s=now_s)
 
     def beat(self, trial_id: str, attempt: int, owner: str, now_s: float) -> tuple[bool, str | None]:
         """Stamp the heartbeat; returns (still held by ``owner``, stop reason or None)."""

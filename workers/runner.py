@@ -30,7 +30,7 @@ from typing import Any
 
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study import TERMINAL, StudySpec, TrialSpec, build_train_config, estimate, plan, trial_from_ask
-from workers.ledger import Ledger, this_process
+from workers.ledger import Ledger, owner_is_dead, this_process
 from workers.records import build_records
 from workers.settings import QUEUES, WorkerSettings
 from workers.tracking import Tracker
@@ -176,10 +176,14 @@ class Runner:
 
         p = plan(spec, records, now, stale_after_s=s.stale_after_s, max_attempts=s.max_attempts)
 
+        stale_before = now - s.stale_after_s
         failed = []
         for tid in p.fail:
             rec, lease = by_id[tid], leases.get(tid)
-            if lease is not None and self.ledger.finish(tid, lease.attempt, owner=None, outcome="failed", now_s=now):
+            if lease is None or lease.state != "running":
+                continue
+            dead = lease.owner if owner_is_dead(lease.owner) else None
+            if self.ledger.fail_lost(tid, lease.attempt, now_s=now, stale_before_s=stale_before, dead_owner=dead):
                 self.tracker.end_trial(rec.run_id, "failed",
                                        stop_reason=f"lost its worker {lease.attempt} times (CBS_MAX_ATTEMPTS={s.max_attempts})")
                 tell(s, study, runs_by_trial[tid].data.tags, "failed", None)
@@ -190,7 +194,8 @@ class Runner:
             rec, lease = by_id[tid], leases.get(tid)
             if lease is None or lease.state != "running":
                 continue
-            if self.ledger.requeue(tid, lease.attempt, now_s=now):
+            dead = lease.owner if owner_is_dead(lease.owner) else None
+            if self.ledger.requeue(tid, lease.attempt, now_s=now, stale_before_s=stale_before, dead_owner=dead):
                 attempt = lease.attempt + 1
                 self.tracker.set_trial_status(rec.run_id, "queued", attempt=attempt,
                                               lost_attempt=f"{lease.attempt} ({lease.owner})")

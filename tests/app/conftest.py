@@ -73,7 +73,7 @@ def _clear_caches() -> None:
 
 
 @pytest.fixture
-def app():
+def app_test():
     """An AppTest of the whole app (navigation included), not yet run."""
     from streamlit.testing.v1 import AppTest
 

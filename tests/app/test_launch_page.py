@@ -17,10 +17,10 @@ LAUNCH = "FormSubmitter:launch-Launch study"
 
 
 @pytest.fixture
-def launch(app, empty_env):
-    app.run()
-    assert not app.exception
-    return app
+def launch(app_test, empty_env):
+    app_test.run()
+    assert not app_test.exception
+    return app_test
 
 
 def _errors(at) -> list[str]:

@@ -42,8 +42,8 @@ def _figure(at, index: int = 0) -> dict:
     return json.loads(at.get("plotly_chart")[index].proto.spec)
 
 
-def test_curves_page_shows_the_known_b_star_of_every_setting(app, app_env):
-    at = _open(app, "curves")
+def test_curves_page_shows_the_known_b_star_of_every_setting(app_test, app_env):
+    at = _open(app_test, "curves")
     assert at.selectbox(key="curves.study").value == STUDY
     results = _results(at)
     for setting, seeded in app_env.items():
@@ -60,8 +60,8 @@ def test_curves_page_shows_the_known_b_star_of_every_setting(app, app_env):
     assert "setting 'tiny-0.1M_D1M': batch size 256: no trial reached the target" in notes.markdown[0].value
 
 
-def test_curves_recompute_when_r_and_b_ref_change(app, app_env):
-    at = _open(app, "curves")
+def test_curves_recompute_when_r_and_b_ref_change(app_test, app_env):
+    at = _open(app_test, "curves")
     at.slider(key=f"{STUDY}.overhead").set_value(0.5).run()
     results = _results(at)
     for setting, seeded in app_env.items():
@@ -72,11 +72,10 @@ def test_curves_recompute_when_r_and_b_ref_change(app, app_env):
         assert results.loc[setting, "B* (seq)"] == pytest.approx(expected_cbs(seeded, 64, 0.5))
 
 
-def test_scaling_page_fits_the_law_across_settings(app, app_env):
-    at = _open(app, "scaling")
+def test_scaling_page_fits_the_law_across_settings(app_test, app_env):
+    at = _open(app_test, "scaling")
     laws = [d.value for d in at.dataframe if "α (N exponent)" in d.value.columns][0]
     # The law in N: least squares of log B* on log N over the three settings.
-    from cbscore.study import StudySpec  # noqa: F401  (the spec resolves N of the presets)
     from tests.app.store_seed import spec_for
 
     settings = spec_for(STUDY).resolve_settings()
@@ -102,8 +101,8 @@ def test_scaling_page_fits_the_law_across_settings(app, app_env):
     assert float(forecast.replace(",", "")) == pytest.approx(np.exp(intercept) * 3e6**slope, abs=0.5)
 
 
-def test_studies_page_shows_cells_running_trials_and_workers(app, app_env):
-    at = _open(app, "studies")
+def test_studies_page_shows_cells_running_trials_and_workers(app_test, app_env):
+    at = _open(app_test, "studies")
     assert at.selectbox(key="studies.study").value == STUDY
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Running"] == "2" and metrics["Trials ended"] == "54 / 54"
@@ -119,25 +118,25 @@ def test_studies_page_shows_cells_running_trials_and_workers(app, app_env):
     assert any("No worker answers" in i.value for i in at.info)
 
 
-def test_pages_without_studies_say_what_to_do(app, empty_env):
+def test_pages_without_studies_say_what_to_do(app_test, empty_env):
     for page in ("studies", "curves", "scaling"):
-        at = _open(app, page)
+        at = _open(app_test, page)
         assert any("No studies yet — launch one on the Launch page" in i.value for i in at.info), page
 
 
-def test_unreachable_tracking_server_is_a_message_not_a_traceback(app, empty_env, monkeypatch):
+def test_unreachable_tracking_server_is_a_message_not_a_traceback(app_test, empty_env, monkeypatch):
     monkeypatch.setenv("CBS_TRACKING_URI", "http://127.0.0.1:9")
-    at = _open(app, "curves")
+    at = _open(app_test, "curves")
     (warning,) = at.warning
     assert "The tracking store is unreachable at `http://127.0.0.1:9` — start it with `cbs tracking`" in warning.value
 
 
-def test_import_page_fits_an_uploaded_table(app, empty_env):
+def test_import_page_fits_an_uploaded_table(app_test, empty_env):
     rows = ["setting,batch_size,steps,n_params,tokens"]
     for setting, n, b_noise in (("a", 1e8, 400.0), ("b", 4e8, 1600.0)):
         for b in (64, 128, 256, 512, 1024, 2048):
             rows.append(f"{setting},{b},{1000 * (1 + b_noise / b)},{n:.0f},{20 * n:.0f}")
-    at = _open(app, "import_table")
+    at = _open(app_test, "import_table")
     at.file_uploader(key="import.file").set_value(("published.csv", "\n".join(rows).encode(), "text/csv")).run()
     assert not at.exception and not at.error
     results = _results(at)
@@ -148,10 +147,26 @@ def test_import_page_fits_an_uploaded_table(app, empty_env):
     assert laws.iloc[0]["α (N exponent)"] == pytest.approx(expected)
 
 
-def test_import_page_names_the_bad_cell(app, empty_env):
-    at = _open(app, "import_table")
+def test_import_page_names_the_bad_cell(app_test, empty_env):
+    at = _open(app_test, "import_table")
     csv = b"setting,batch_size,steps\na,64,1000\na,-128,500\n"
     at.file_uploader(key="import.file").set_value(("bad.csv", csv, "text/csv")).run()
     (error,) = at.error
     assert error.value == ("bad.csv line 3 (row 2), column 'batch_size': must be a positive integer, "
                            "but got '-128'.")
+
+
+def test_cancel_buttons_call_the_workers(app_test, app_env):
+    from unittest import mock
+
+    at = _open(app_test, "studies")
+    with mock.patch("workers.api.cancel_study", return_value=3) as cancel:
+        at.button(key="studies.cancel_study").click().run()
+    cancel.assert_called_once_with(STUDY)
+    assert any(s.value == f"Cancelled {STUDY}: 3 unfinished trial(s) stopped." for s in at.success)
+    running = sorted(r for r in at.selectbox(key="studies.cancel_pick").options)
+    assert len(running) == 2 and all(r.endswith(".s1") for r in running)
+    at.selectbox(key="studies.cancel_pick").set_value(running[0])
+    with mock.patch("workers.api.cancel_trial", return_value="stopping") as cancel_trial:
+        at.button(key="studies.cancel_one").click().run()
+    cancel_trial.assert_called_once_with(running[0])

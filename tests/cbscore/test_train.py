@@ -96,6 +96,9 @@ def test_a_huge_learning_rate_ends_diverged_not_raised(builtin_slice_config):
     assert result.status == "diverged"
     assert "running minimum" in result.stop_reason or "non-finite" in result.stop_reason
     assert result.steps < result.total_steps
+    import json
+
+    json.dumps(result.to_dict(), allow_nan=False)  # still strict JSON (non-finite numbers become null)
 
 
 def test_gradient_accumulation_gives_the_full_batch_update(builtin_slice_config, tmp_path):
@@ -212,3 +215,13 @@ def test_cuda_bf16_compiled_training_reaches_a_target_and_reports_mfu(builtin_sl
     assert result.device.startswith("cuda")
     assert result.tokens_per_s > 0 and (result.mfu is None or 0 < result.mfu < 1)
     assert result.peak_memory_bytes > 0
+
+
+def test_a_result_round_trips_through_json(builtin_slice_config):
+    import json
+
+    from cbscore.trial_result import TrialResult
+
+    result = train(tiny(builtin_slice_config, max_steps=6, target_loss=7.0))
+    wire = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+    assert TrialResult.from_dict(wire) == result

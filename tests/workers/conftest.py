@@ -150,14 +150,9 @@ class Processes:
         return ""
 
     def stop_all(self) -> None:
+        """SIGKILL every group: each test's state is private, nothing needs a clean shutdown."""
         for proc, _ in self.procs:
-            if proc.poll() is None:
-                self.kill(proc, signal.SIGTERM, wait_s=3)
-        for proc, _ in self.procs:  # children a SIGTERM left behind
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            self.kill(proc, signal.SIGKILL)
 
 
 @pytest.fixture

@@ -38,8 +38,9 @@ def test_an_attempt_is_claimed_once_and_only_while_current(ledger):
     queued(ledger)
     assert ledger.claim("s.t1", 1, owner="w:1", worker="cpu@h", now_s=1.0)
     assert not ledger.claim("s.t1", 1, owner="w:2", worker="cpu@h", now_s=1.0)  # a duplicate message
-    assert ledger.requeue("s.t1", 1, now_s=2.0)  # lost: attempt 2 is queued
-    assert not ledger.requeue("s.t1", 1, now_s=2.0)  # a second runner does nothing
+    assert not ledger.requeue("s.t1", 1, now_s=2.0, stale_before_s=0.5)  # beat at 1.0: not lost (any more)
+    assert ledger.requeue("s.t1", 1, now_s=2.0, stale_before_s=1.5)  # lost: attempt 2 is queued
+    assert not ledger.requeue("s.t1", 1, now_s=2.0, stale_before_s=1.5)  # a second runner does nothing
     lease = ledger.lease("s.t1")
     assert (lease.state, lease.attempt, lease.owner) == ("queued", 2, None)
     assert not ledger.claim("s.t1", 1, owner="w:3", worker="cpu@h", now_s=3.0)  # the stale a1 task
@@ -79,6 +80,15 @@ def test_a_killed_process_is_seen_dead_a_live_one_is_not():
     child.wait()
     assert owner_is_dead(owner)
     assert not owner_is_dead(f"another-host:{child.pid}")  # other hosts: only the heartbeat decides
+
+
+def test_a_dead_holder_is_lost_at_once_and_at_the_cap_fails(ledger):
+    queued(ledger)
+    assert ledger.claim("s.t1", 1, owner="h:111", worker="cpu@h", now_s=10.0)
+    assert not ledger.fail_lost("s.t1", 1, now_s=11.0, stale_before_s=5.0, dead_owner="h:999")
+    assert ledger.fail_lost("s.t1", 1, now_s=11.0, stale_before_s=5.0, dead_owner="h:111")
+    lease = ledger.lease("s.t1")
+    assert (lease.state, lease.outcome) == ("done", "failed")
 
 
 def test_take_over_from_a_dead_holder_bumps_the_attempt(ledger):
