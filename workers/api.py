@@ -37,7 +37,7 @@ class StudySummary:
     status: str
     """``running``, ``done`` or ``cancelled``."""
     counts: Mapping[str, int]
-    """Trials by status (``queued``, ``running``, ``reached``, ...)."""
+    """Trials by status (``queued``, ``running``, ``reached``, ...), as of the runner's last pass."""
     n_trials: int
     """Trials created so far."""
     tokens_spent: int
@@ -174,7 +174,8 @@ def _parent(tracker, name: str):
 
 
 def list_studies() -> list[StudySummary]:
-    """Every study, newest first, with its counts by status and tokens spent."""
+    """Every study, newest first, with its counts by status and tokens spent (as of the runner's
+    last pass over it: at most ``CBS_WATCH_PERIOD_S`` old while a runner watches)."""
     tracker = _tracker()
     ledger = _ledger()
     out = []
@@ -182,15 +183,20 @@ def list_studies() -> list[StudySummary]:
         if parent is None:
             continue
         tags = parent.data.tags
-        records = _records(tracker, ledger, exp.name, parent, with_history=False)
-        counts: dict[str, int] = {}
-        for r in records:
-            counts[r.status] = counts.get(r.status, 0) + 1
+        if "counts" in tags and "tokens_spent" in tags:  # as of the runner's last pass (seconds ago)
+            counts = json.loads(tags["counts"])
+            tokens_spent = int(tags["tokens_spent"])
+        else:  # a study no runner has passed over: count its trials
+            records = _records(tracker, ledger, exp.name, parent, with_history=False)
+            counts = {}
+            for r in records:
+                counts[r.status] = counts.get(r.status, 0) + 1
+            tokens_spent = sum(r.tokens for r in records)
         errors = tuple(json.loads(tags["errors"])) if tags.get("errors") else ()
         out.append(StudySummary(
             name=exp.name, kind=tags.get("kind", ""), created_s=exp.creation_time / 1000.0,
-            status=tags.get("status", ""), counts=counts, n_trials=len(records),
-            tokens_spent=sum(r.tokens for r in records),
+            status=tags.get("status", ""), counts=counts, n_trials=sum(counts.values()),
+            tokens_spent=tokens_spent,
             b_ref=_int(tags.get("b_ref")), overhead=_float(tags.get("overhead")),
             experiment_id=exp.experiment_id, run_id=parent.info.run_id, errors=errors))
     return out

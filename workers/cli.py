@@ -246,8 +246,9 @@ def run_status(args: argparse.Namespace) -> int:
         return 0
     counts = ", ".join(f"{k} {v}" for k, v in sorted(st.counts.items())) or "none yet"
     print(f"study {st.name!r}: {st.status}; {st.progress:.0%} of {st.n_trials} trials ended ({counts})")
-    print(f"tokens: {_human(st.tokens_spent)} spent; the fixed-budget grid would spend {_human(st.grid_tokens)} "
-          f"({_human(st.tokens_saved)} saved so far)")
+    saved = (f"{_human(st.tokens_saved)} saved ({st.tokens_saved / st.grid_tokens:.0%})" if st.status == "done"
+             else "the saving is known when the study is done")
+    print(f"tokens: {_human(st.tokens_spent)} spent; the fixed-budget grid would spend {_human(st.grid_tokens)}; {saved}")
     for setting, target in st.targets.items():
         print(f"target {setting}: {target:.4f} nats")
     print(f"{'cell':<34} {'role':<9} {'state':<9} {'trials':>6} {'S(B)':>9} {'cap':>6}  outcomes")

@@ -231,6 +231,18 @@ class Runner:
         tags = {f"target/{k}": f"{v:.6g}" for k, v in p.targets.items()}
         tags["errors"] = json.dumps(list(p.errors))[:7900] if p.errors else ""
         tags["advanced_s"] = f"{now:.3f}"
+        # The studies list reads these instead of every trial (as of this pass).
+        counts: dict[str, int] = {}
+        for r in records:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        moved = [(tid, "queued") for tid in requeued] + [(tid, "failed") for tid in failed]
+        for tid, status in moved:
+            counts[by_id[tid].status] -= 1
+            counts[status] = counts.get(status, 0) + 1
+        counts["queued"] = counts.get("queued", 0) + len(started)
+        counts = {k: v for k, v in counts.items() if v}
+        tags["counts"] = json.dumps(counts, sort_keys=True)
+        tags["tokens_spent"] = str(sum(r.tokens for r in records))
         self.tracker.set_tags(parent_id, tags)
         if p.done and not (started or requeued):
             self.tracker.set_study_status(parent_id, "done", end="FINISHED")

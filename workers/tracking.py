@@ -228,18 +228,49 @@ class Tracker:
         runs = self.client.search_runs([experiment_id], f"tags.trial_id = '{trial_id}'", max_results=2)
         return runs[0] if runs else None
 
-    def trial_runs(self, experiment_id: str, parent_run_id: str) -> list:
-        """Every trial run of a study (one ``search_runs`` per 1000 runs)."""
+    def _search(self, experiment_id: str, flt: str) -> list:
         out, token = [], None
-        flt = f"tags.`mlflow.parentRunId` = '{parent_run_id}'"
         while True:
             page = self.client.search_runs([experiment_id], flt, run_view_type=ViewType.ACTIVE_ONLY,
                                            max_results=1000, page_token=token)
             out.extend(page)
             token = page.token
             if not token:
-                break
-        return out
+                return out
+
+    #: Ended trial runs per (store, parent run), and when they were last fetched (Unix ms).
+    _ENDED: "dict[tuple[str, str], tuple[dict[str, Any], int]]" = {}
+    _ENDED_LOCK = threading.Lock()
+    #: A run that ended up to this long before the last fetch is fetched again (clock skew).
+    ENDED_SLACK_MS = 30_000
+
+    def trial_runs(self, experiment_id: str, parent_run_id: str) -> list:
+        """Every trial run of a study. The first call reads them all; later calls in this process
+        read only the runs still scheduled or running and those ended since (an ended run never
+        changes), so a page refresh costs what is active, not the whole study."""
+        base = f"tags.`mlflow.parentRunId` = '{parent_run_id}'"
+        key = (self.uri, parent_run_id)
+        now_ms = _ms()
+        with Tracker._ENDED_LOCK:
+            ended, since_ms = Tracker._ENDED.get(key, ({}, None))
+            ended = dict(ended)
+        if since_ms is None:
+            fresh = self._search(experiment_id, base)
+        else:
+            fresh = (self._search(experiment_id, f"{base} and attributes.status = 'RUNNING'")
+                     + self._search(experiment_id, f"{base} and attributes.status = 'SCHEDULED'")
+                     + self._search(experiment_id, f"{base} and attributes.end_time >= {since_ms - self.ENDED_SLACK_MS}"))
+        active = {}
+        for run in fresh:
+            if run.info.status in TERMINAL_RUN_STATUSES:
+                ended[run.info.run_id] = run
+            else:
+                active[run.info.run_id] = run
+        for run_id in active:
+            ended.pop(run_id, None)
+        with Tracker._ENDED_LOCK:
+            Tracker._ENDED[key] = (ended, now_ms)
+        return list(ended.values()) + list(active.values())
 
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
         """Set several tags of a run in one call."""
