@@ -7,7 +7,8 @@ and trims the heap top on free, so every step page-faults its buffers back in (m
 ~70,000 minor faults and ~0.2 s of system time per step of the d=128, 4-layer preset, about a
 third of the step). Disabling mmap for allocations and raising the trim threshold
 (``mallopt(M_MMAP_MAX, 0)``, ``mallopt(M_TRIM_THRESHOLD, 1 GiB)``) makes the heap keep and reuse
-them: the same step then runs ~40% faster on CPU. The change is process-wide and lasts for the
+them: ~6,500 faults and ~0.01 s of system time per step remain, and the step runs ~40% faster
+(2,820 → 4,050 tokens per CPU-second, one thread, B = 16, T = 128, V = 8192). The change is process-wide and lasts for the
 life of the process (a worker runs one trial per child process); it does nothing outside
 glibc (macOS, musl) and nothing on CUDA, whose caching allocator already reuses memory.
 """

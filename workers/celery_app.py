@@ -84,10 +84,13 @@ configure(app, WorkerSettings.from_env())
 def reconfigure(settings: WorkerSettings | None = None) -> None:
     """Apply the current environment (or ``settings``) to ``app`` and drop its pooled connections
     (a long-lived process whose environment changed: tests, the app after a settings change)."""
+    from kombu import pools
+
     configure(app, settings or WorkerSettings.from_env())
     if app._pool is not None:
         app._pool.force_close_all()
         app._pool = None
+    pools.reset()  # kombu's process-wide producer pools, keyed by broker URL, would keep the old pool
     app.amqp._producer_pool = None
 
 
@@ -161,6 +164,19 @@ def _preload(**_: object) -> None:
 @signals.worker_ready.connect
 def _worker_ready(sender=None, **_: object) -> None:
     _PRESENCE.start(sender.hostname, int(sender.controller.concurrency or 1))
+
+
+@signals.worker_shutting_down.connect
+def _worker_shutting_down(sender=None, **_: object) -> None:
+    """A shutdown began (in the parent): ask this worker's running trials to stop at a checkpoint
+    and go back to the queue, so a warm shutdown (SIGTERM) ends in seconds, not when the trials
+    end, and costs them no attempt. (A cold shutdown may kill them first: they are then lost.)"""
+    from workers.ledger import Ledger
+
+    try:
+        Ledger(WorkerSettings.from_env().ledger_url).interrupt_worker(str(sender))
+    except Exception as exc:  # shutting down anyway: the runner recovers the trials as lost
+        print(f"cbs worker: could not interrupt running trials: {exc}", flush=True)
 
 
 @signals.worker_shutdown.connect

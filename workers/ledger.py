@@ -10,7 +10,9 @@ and the task message being made (one process wins the insert); ``queued`` waits 
 task claims ``queued → running`` for its own attempt only; a lost trial goes ``running → queued``
 with ``attempt + 1`` (the old attempt's task, if it ever runs, finds its attempt superseded and
 exits). The holder's heartbeat thread stamps ``heartbeat_s`` and reads ``stop_reason`` (pruning,
-cancel). One MLflow run per trial is reused across attempts (its ``attempt`` tag is bumped).
+cancel, a worker shutting down). A holder interrupted by a shutdown puts the lease back to
+``queued`` with the *same* attempt (``release``). One MLflow run per trial is reused across
+attempts (its ``attempt`` tag is bumped).
 
 Default location: ``sqlite:///$CBS_HOME/runner/ledger.db``, or the Optuna PostgreSQL database
 when ``CBS_OPTUNA_STORAGE`` is set (tables ``cbs_trial_leases``, ``cbs_workers``, ``cbs_study_locks``).
@@ -26,6 +28,10 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
+
+#: Stop reason of the trials of a worker that is shutting down: they stop at a checkpoint and go
+#: back to the queue as the same attempt.
+INTERRUPTED = "interrupted"
 
 _META = sa.MetaData()
 
@@ -247,6 +253,21 @@ class Ledger:
         if owner is not None:
             cond = sa.and_(cond, LEASES.c.owner == owner)
         return self._cas(cond, state="done", outcome=outcome, updated_s=now_s)
+
+    def release(self, trial_id: str, attempt: int, *, owner: str, now_s: float) -> bool:
+        """``running → queued`` with the *same* attempt: the holder stopped at a checkpoint because
+        its worker is shutting down (not a loss: it does not count towards the attempt cap)."""
+        return self._cas(
+            sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.attempt == attempt, LEASES.c.state == "running",
+                    LEASES.c.owner == owner),
+            state="queued", owner=None, worker=None, stop_reason=None, sent_s=now_s, updated_s=now_s)
+
+    def interrupt_worker(self, worker: str, reason: str = INTERRUPTED) -> int:
+        """Ask every trial running on ``worker`` to stop at a checkpoint; returns how many."""
+        with self.engine.begin() as conn:
+            return conn.execute(LEASES.update().where(
+                LEASES.c.worker == worker, LEASES.c.state == "running", LEASES.c.stop_reason.is_(None)
+            ).values(stop_reason=reason)).rowcount
 
     def end_queued(self, trial_id: str, *, outcome: str, now_s: float) -> bool:
         """``queued/creating → done`` (cancel before it ran)."""

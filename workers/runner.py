@@ -199,7 +199,7 @@ class Runner:
                 attempt = lease.attempt + 1
                 self.tracker.set_trial_status(rec.run_id, "queued", attempt=attempt,
                                               lost_attempt=f"{lease.attempt} ({lease.owner})")
-                self._send(study, tid, attempt, lease.queue or self._queue())
+                self.send(study, tid, attempt, lease.queue or self._queue())
                 requeued.append(tid)
 
         stopped = []
@@ -277,7 +277,7 @@ class Runner:
                                                params=ts.train_config)
         if not self.ledger.mark_queued(ts.trial_id, run_id=run_id, owner=self.owner, now_s=time.time()):
             return False
-        self._send(ts.study, ts.trial_id, 1, queue)
+        self.send(ts.study, ts.trial_id, 1, queue)
         return True
 
     def _queue(self) -> str:
@@ -290,7 +290,8 @@ class Runner:
         live = self.ledger.workers(now_s=time.time(), stale_after_s=self.settings.stale_after_s)
         return "gpu" if any(w.queue == "gpu" for w in live) else "cpu"
 
-    def _send(self, study: str, trial_id: str, attempt: int, queue: str) -> None:
+    def send(self, study: str, trial_id: str, attempt: int, queue: str) -> None:
+        """Send the task ``{trial_id}-a{attempt}`` (a duplicate is harmless: one claim wins)."""
         from workers.celery_app import TRIAL_TASK, app
 
         app.send_task(TRIAL_TASK, args=[study, trial_id, attempt], task_id=f"{trial_id}-a{attempt}", queue=queue,
@@ -308,7 +309,7 @@ class Runner:
                 continue
             for lease in old:
                 if (lease.queue or "cpu") == queue and self.ledger.mark_sent(lease.trial_id, lease.attempt, now):
-                    self._send(study, lease.trial_id, lease.attempt, queue)
+                    self.send(study, lease.trial_id, lease.attempt, queue)
                     out.append(lease.trial_id)
         return out
 

@@ -11,7 +11,10 @@
    (FINISHED / KILLED / FAILED), then Optuna; delete the checkpoint; advance the study.
 
 An exception in training ends the trial ``failed`` (run FAILED) and is re-raised, never
-swallowed; it is not retried (only a lost worker is).
+swallowed; it is not retried (only a lost worker is). A shutdown is not a failure: SIGTERM (or the
+worker's shutdown hook, through the lease) stops the trainer at the next step with a checkpoint
+and the same attempt goes back to the queue; a harder interrupt (SystemExit, KeyboardInterrupt)
+puts it back too, to resume from the last periodic checkpoint.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import threading
 import time
 import traceback
 
 from cbscore import paths
 from cbscore.callbacks import Callback, TrainState
-from workers.ledger import Ledger, owner_is_dead, this_process
+from workers.ledger import INTERRUPTED, Ledger, owner_is_dead, this_process
 from workers.settings import WorkerSettings
 from workers.tracking import MlflowCallback, Tracker
 
@@ -55,6 +59,11 @@ class Heartbeat:
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
             self.beat()
+
+    def interrupt(self) -> None:
+        """The worker is going away: stop at the next step (unless another stop was asked first)."""
+        if not self.stop_reason:
+            self.stop_reason = INTERRUPTED
 
     def start(self) -> "Heartbeat":
         """One beat now (a stop asked before the trial started is seen at once), then the thread."""
@@ -147,6 +156,10 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     spec = trial_spec(run)
     tracker.set_trial_status(run_id, "running", attempt=attempt, worker=worker, pid=os.getpid())
     heartbeat = Heartbeat(ledger, trial_id, attempt, owner, s.heartbeat_s).start()
+    # SIGTERM (the pool stopping its children, a process-group kill) becomes a stop at the next
+    # step with a checkpoint, then the same attempt goes back to the queue.
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, lambda *_: heartbeat.interrupt()) if on_main else None
     try:
         from cbscore.train import train
         from cbscore.train_config import TrainConfig
@@ -154,6 +167,12 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
         config = TrainConfig.from_dict({**spec.train_config, **_operational(trial_id)})
         callbacks = [MlflowCallback(tracker, run_id, flush_s=s.heartbeat_s), StopWatch(heartbeat)]
         result = train(config, callbacks)
+    except (KeyboardInterrupt, SystemExit):  # interrupted harder: resume from the last checkpoint
+        heartbeat.stop()
+        if not heartbeat.superseded and ledger.release(trial_id, attempt, owner=owner, now_s=time.time()):
+            tracker.set_trial_status(run_id, "queued", attempt=attempt)
+            _send_again(s, study, trial_id, attempt, run)
+        raise
     except BaseException as exc:
         heartbeat.stop()
         if not heartbeat.superseded and ledger.finish(trial_id, attempt, owner=owner, outcome="failed",
@@ -164,9 +183,14 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
             tell(s, study, run.data.tags, "failed", None)
             _advance(study)
         raise
+    finally:
+        if on_main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
     heartbeat.stop()
     if heartbeat.superseded:
         return {"trial_id": trial_id, "attempt": attempt, "skipped": "superseded by a newer attempt"}
+    if result.status == "stopped" and result.stop_reason == INTERRUPTED:
+        return _requeue_interrupted(s, ledger, study, trial_id, attempt, owner, tracker, run, result)
     outcome = result.status
     if outcome == "stopped":
         outcome = "pruned" if result.stop_reason == "pruned" else "stopped"
@@ -180,6 +204,22 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     _advance(study)
     return {"trial_id": trial_id, "attempt": attempt, "outcome": outcome, "steps": result.steps,
             "steps_to_target": result.steps_to_target, "resumed_from_step": result.resumed_from_step}
+
+
+def _requeue_interrupted(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,
+                         tracker: Tracker, run, result) -> dict:
+    """The worker is shutting down: the trainer stopped at a checkpoint; put the same attempt back
+    in the queue (a new message; the one running now is acked when this returns)."""
+    if ledger.release(trial_id, attempt, owner=owner, now_s=time.time()):
+        tracker.set_trial_status(run.info.run_id, "queued", attempt=attempt, interrupted_at_step=result.steps)
+        _send_again(s, study, trial_id, attempt, run)
+    return {"trial_id": trial_id, "attempt": attempt, "requeued": f"interrupted at step {result.steps}"}
+
+
+def _send_again(s: WorkerSettings, study: str, trial_id: str, attempt: int, run) -> None:
+    from workers.runner import Runner
+
+    Runner(s).send(study, trial_id, attempt, run.data.tags.get("queue") or "cpu")
 
 
 def _advance(study: str) -> None:

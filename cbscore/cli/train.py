@@ -55,7 +55,7 @@ def register(subparsers) -> None:
     p.add_argument("--micro-batch-size", type=int, default=None, metavar="M",
                    help="sequences per forward pass; must divide the batch size (default: the batch)")
     p.add_argument("--context", type=int, default=None, metavar="T",
-                   help="context length in tokens (default: the preset's, 128 for tiny-*, 512 for the paper's)")
+                   help="context length in tokens (default: the preset's usual context, see `cbs models`)")
     p.add_argument("--max-steps", type=int, default=None, metavar="S", help="cap on optimizer steps")
     p.add_argument("--warmup-tokens", type=token_count, default=None, metavar="N",
                    help="warm-up length in tokens (default: 25%% of --max-tokens)")

@@ -174,3 +174,24 @@ def test_a_stop_asked_through_the_lease_ends_the_trial_killed(worker_env, token_
     assert out["outcome"] == outcome and out["steps"] < 117
     run = Tracker(s.tracking_uri).get_run(record.run_id)
     assert (run.info.status, run.data.tags["outcome"], run.data.tags["stop_reason"]) == ("KILLED", outcome, reason)
+
+
+def test_a_redelivered_task_at_the_attempt_cap_ends_failed_instead_of_looping(worker_env, monkeypatch):
+    """A trial that kills its child every time: Celery redelivers the message each time; at the
+    cap the redelivered task ends the trial ``failed`` (and acks) instead of training again."""
+    from workers.trial import run_trial_attempt
+
+    monkeypatch.setenv("CBS_MAX_ATTEMPTS", "2")
+    api.launch_study(tiny_spec("s7", batch_sizes=[8]))
+    [record] = api.study_records("s7")
+    s = WorkerSettings.from_env()
+    ledger = Ledger(s.ledger_url)
+    assert ledger.claim(record.trial_id, 1, owner=dead_owner(), worker="cpu@x", now_s=1e9)
+    assert ledger.take_over(record.trial_id, 1, dead_owner=ledger.lease(record.trial_id).owner,
+                            owner=dead_owner(), worker="cpu@x", now_s=1e9)  # attempt 2 died as well
+    out = run_trial_attempt("s7", record.trial_id, 2, worker="test")  # the message, delivered a third time
+    assert (out["attempt"], out["outcome"]) == (2, "failed")
+    run = Tracker(s.tracking_uri).get_run(record.run_id)
+    assert (run.info.status, run.data.tags["outcome"]) == ("FAILED", "failed")
+    assert run.data.tags["stop_reason"] == "lost its worker 2 times (CBS_MAX_ATTEMPTS=2)"
+    assert "skipped" in run_trial_attempt("s7", record.trial_id, 2, worker="test")  # and never again

@@ -106,6 +106,64 @@ def test_killed_worker_trial_resumes_from_its_checkpoint(worker_env, processes, 
     no_run_left_running(name)
 
 
+@pytest.mark.parametrize("whom", ["group", pytest.param("parent", marks=pytest.mark.slow)])
+def test_warm_shutdown_checkpoints_running_trials_back_to_the_queue(worker_env, processes, token_store, whom):
+    """SIGTERM mid-trial, to the worker's process group (Ctrl-C, a supervisor stopping the group:
+    the child's handler) or to its parent only (``kill PID``: the parent's shutdown hook asks the
+    trial through the ledger). The trial stops at a checkpoint, the same attempt goes back in the
+    queue, the worker exits in seconds, and the next worker resumes it exactly there."""
+    name = "warm"
+    first = processes.worker()
+    api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 20_000}]))
+    s = WorkerSettings.from_env()
+    tracker = Tracker(s.tracking_uri)
+    [record] = api.study_records(name)
+    wait_for(lambda: tracker.get_run(record.run_id).data.metrics.get("progress/step", 0) >= 20, 120,
+             what=lambda: "the trial to pass step 20\n" + processes.log(first)[-2000:])
+    (os.killpg if whom == "group" else os.kill)(first.pid, signal.SIGTERM)
+    first.wait(timeout=30)  # a warm shutdown that does not wait for the trial to end
+    [queued] = api.study_records(name)
+    run = tracker.get_run(record.run_id)
+    assert (queued.status, queued.attempt, run.info.status) == ("queued", 1, "SCHEDULED")
+    stopped_at = int(run.data.tags["interrupted_at_step"])
+    assert 20 <= stopped_at < 156
+    processes.worker()
+    wait_for(lambda: study_done(name), 120, every_s=1, what="the interrupted trial to finish on a new worker")
+    [record] = api.study_records(name)
+    run = tracker.get_run(record.run_id)
+    assert (record.status, record.attempt, run.info.status) == ("finished", 1, "FINISHED")
+    assert int(run.data.tags["resumed_from_step"]) == stopped_at  # the checkpoint written at the stop
+    no_run_left_running(name)
+
+
+@pytest.mark.slow
+def test_a_killed_child_is_redelivered_by_celery_and_resumes(worker_env, processes, token_store):
+    """SIGKILL to the trial's child only (an OOM kill): Celery requeues the message
+    (task_reject_on_worker_lost), a new child takes the trial over as attempt 2 from its
+    checkpoint, with no runner process involved."""
+    from workers.ledger import Ledger
+
+    name = "child"
+    worker = processes.worker()
+    api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 20_000}]))
+    s = WorkerSettings.from_env()
+    tracker, ledger = Tracker(s.tracking_uri), Ledger(s.ledger_url)
+    [record] = api.study_records(name)
+    ckpt = Path(worker_env["CBS_HOME"]) / "checkpoints" / record.trial_id / "checkpoint.pt"
+    wait_for(lambda: ckpt.exists() and tracker.get_run(record.run_id).data.metrics.get("progress/step", 0) >= 30,
+             120, what=lambda: "a checkpoint past step 30\n" + processes.log(worker)[-2000:])
+    child_pid = int(ledger.lease(record.trial_id).owner.rsplit(":", 1)[1])
+    assert child_pid != worker.pid
+    os.kill(child_pid, signal.SIGKILL)
+    wait_for(lambda: study_done(name), 120, every_s=1, what=lambda: "the redelivered trial\n" + processes.log(worker)[-3000:])
+    [record] = api.study_records(name)
+    run = tracker.get_run(record.run_id)
+    assert (record.status, record.attempt, run.info.status) == ("finished", 2, "FINISHED")
+    assert int(run.data.tags["resumed_from_step"]) > 0
+    assert "WorkerLostError" in processes.log(worker) or "exited with 'signal 9" in processes.log(worker)
+    no_run_left_running(name)
+
+
 def test_worker_forks_a_child_per_task_while_its_presence_thread_writes(worker_env, processes, monkeypatch):
     """The pool forks a fresh child after every task while the parent's presence thread writes
     SQLite; a fork inside a write used to leave the child blocked on a lock (5 of 40 ran). Tasks
