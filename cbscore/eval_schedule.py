@@ -8,7 +8,9 @@ Steps-to-target is interpolated between the two evaluations that straddle the ta
 - then every ``every_steps`` steps;
 - and every ``max(1, every_steps // dense_factor)`` steps once the last evaluated loss is within
   ``near_fraction`` of the target (``loss ≤ (1 + near_fraction) · target``);
-- always the last step of the budget.
+- always the last step of the budget;
+- but never two evaluations closer than ``min_every_steps`` (the last step excepted), which caps
+  evaluation compute at a fraction of training compute (see :func:`min_every_steps`).
 
 It is a pure function of ``(step, last evaluated loss)``, so a resumed trial evaluates at the
 same steps as an uninterrupted one.
@@ -40,6 +42,8 @@ class EvalSchedule:
     """Go dense once the last loss is within this fraction above the target."""
     dense_factor: int = 5
     """The dense interval is ``every_steps // dense_factor`` (at least 1)."""
+    min_every_steps: int = 1
+    """No two evaluations closer than this many steps (the last step of the budget excepted)."""
 
     def next_step(self, step: int, last_loss: float | None) -> int:
         """The first evaluation step after ``step``, given the last evaluated loss."""
@@ -56,4 +60,14 @@ class EvalSchedule:
         ):
             interval = max(1, self.every_steps // self.dense_factor)
         candidates.append((step // interval + 1) * interval)
-        return min(candidates)
+        return min(max(min(candidates), step + self.min_every_steps), self.total_steps)
+
+
+def min_every_steps(*, eval_windows: int, context_tokens: int, n_models: int, batch_tokens: int,
+                    max_eval_fraction: float) -> int:
+    """Fewest steps between evaluations so that evaluation costs at most ``max_eval_fraction`` of
+    training compute. One evaluation is a forward pass over ``eval_windows·T`` tokens for each of
+    ``n_models`` weight sets (raw + every EWA τ); a forward pass costs about a third of a training
+    step per token (2N of 6N FLOPs, Kaplan et al. 2020, §2.1)."""
+    eval_cost = n_models * eval_windows * context_tokens / 3  # in training-token equivalents
+    return max(1, math.ceil(eval_cost / (max_eval_fraction * batch_tokens)))

@@ -25,111 +25,12 @@ small model with a large vocabulary is understated.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cbscore.errors import ConfigError
-
-
-@dataclass(frozen=True, kw_only=True)
-class GPTConfig:
-    """Shape of one model; every module receives the whole config (nanoGPT style)."""
-
-    d_model: int
-    """Residual width C."""
-    n_layers: int
-    """Number of transformer blocks L."""
-    n_heads: int
-    """Attention heads H; ``d_model`` must be a multiple of it."""
-    vocab_size: int = 8192
-    """Vocabulary size V (input and output embeddings, untied)."""
-    context_tokens: int = 512
-    """Longest sequence the rotary tables are built for, in tokens (the paper: 512)."""
-    rope_base: float = 10000.0
-    """Base of the rotary frequencies (Su et al. 2021)."""
-
-    def __post_init__(self) -> None:
-        for name in ("d_model", "n_layers", "n_heads", "vocab_size", "context_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(name, value, "must be a positive integer")
-        if self.d_model % self.n_heads:
-            raise ConfigError("n_heads", self.n_heads, f"must divide d_model={self.d_model}")
-        if (self.d_model // self.n_heads) % 2:
-            raise ConfigError("n_heads", self.n_heads, "must leave an even head width for rotary embeddings")
-
-    @property
-    def n_params(self) -> int:
-        """Non-embedding parameters N = 12·L·C² (block matrices only; Kaplan et al. 2020)."""
-        return 12 * self.n_layers * self.d_model**2
-
-    def flops_per_token(self, context_tokens: int | None = None) -> float:
-        """Training FLOPs per token, 6N + 12·L·C·T (PaLM, Chowdhery et al. 2022, appendix B)."""
-        t = self.context_tokens if context_tokens is None else context_tokens
-        return float(6 * self.n_params + 12 * self.n_layers * self.d_model * t)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Preset:
-    """A named model shape; ``context_tokens`` is the length it is usually trained at."""
-
-    name: str
-    d_model: int
-    n_layers: int
-    n_heads: int
-    context_tokens: int
-
-    @property
-    def n_params(self) -> int:
-        """Non-embedding parameters N = 12·L·C²."""
-        return 12 * self.n_layers * self.d_model**2
-
-    def config(self, *, vocab_size: int = 8192, context_tokens: int | None = None) -> GPTConfig:
-        return GPTConfig(
-            d_model=self.d_model,
-            n_layers=self.n_layers,
-            n_heads=self.n_heads,
-            vocab_size=vocab_size,
-            context_tokens=self.context_tokens if context_tokens is None else context_tokens,
-        )
-
-    def flops_per_token(self, context_tokens: int | None = None) -> float:
-        """Training FLOPs per token, 6N + 12·L·C·T (PaLM appendix B)."""
-        return self.config(context_tokens=context_tokens).flops_per_token()
-
-
-def _presets(*rows: tuple[str, int, int, int, int]) -> dict[str, Preset]:
-    return {name: Preset(name=name, d_model=d, n_layers=l, n_heads=h, context_tokens=t) for name, d, l, h, t in rows}
-
-
-#: Named model shapes. The paper's five (DESIGN.md §1; N = 12·L·d² matches each name), and small
-#: members of the same family (same block, head width 32-64) that train on a laptop CPU.
-PRESETS: dict[str, Preset] = _presets(
-    # name          d_model  layers  heads  usual context
-    ("tiny-0.1M", 64, 2, 2, 128),  # N = 98,304
-    ("tiny-0.8M", 128, 4, 4, 128),  # N = 786,432 (the CPU throughput floor's shape)
-    ("tiny-3.1M", 256, 4, 4, 128),  # N = 3,145,728
-    ("tiny-6.3M", 256, 8, 8, 256),  # N = 6,291,456
-    ("85M", 768, 12, 12, 512),  # N = 84,934,656
-    ("151M", 1024, 12, 16, 512),  # N = 150,994,944
-    ("302M", 1024, 24, 16, 512),  # N = 301,989,888
-    ("604M", 2048, 12, 16, 512),  # N = 603,979,776
-    ("1.2B", 2048, 24, 32, 512),  # N = 1,207,959,552
-)
-
-
-def get_preset(name: str) -> Preset:
-    """The preset called ``name``; ConfigError naming the field ``model`` otherwise."""
-    try:
-        return PRESETS[name]
-    except (KeyError, TypeError):
-        raise ConfigError("model", name, f"is not a model preset (known: {', '.join(PRESETS)})") from None
+from cbscore.model_config import PRESETS, GPTConfig, Preset, get_preset  # noqa: F401  (re-exported)
 
 
 class Rotary(nn.Module):

@@ -45,7 +45,7 @@ from cbscore.averaging import WeightAverage
 from cbscore.callbacks import Callback, TrainState
 from cbscore.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from cbscore.errors import ConfigError
-from cbscore.eval_schedule import EvalSchedule, default_every_steps
+from cbscore.eval_schedule import EvalSchedule, default_every_steps, min_every_steps
 from cbscore.model import GPT, get_preset
 from cbscore.schedules import LrSchedule, warmup_steps
 from cbscore.throughput import mfu, peak_flops, peak_memory_bytes
@@ -223,6 +223,9 @@ class _Trial:
             every_steps=cfg.eval_every_steps or default_every_steps(total),
             target_loss=cfg.target_loss,
             near_fraction=cfg.eval_near_target,
+            min_every_steps=min_every_steps(
+                eval_windows=len(self.val), context_tokens=cfg.context_tokens, n_models=1 + len(self.taus),
+                batch_tokens=cfg.batch_tokens, max_eval_fraction=cfg.max_eval_fraction),
         )
         train_model = torch.compile(self.model) if cfg.compile else self.model
         self.step_fn = _StepFn(

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from cbscore.data import DataConfig
 from cbscore.errors import ConfigError
-from cbscore.model import PRESETS
+from cbscore.model_config import PRESETS
 from cbscore.recipe import BETA1, EPS, GRAD_CLIP, WARMUP_FRACTION, WEIGHT_DECAY, paper_beta2, paper_ewa_tau
 from cbscore.schedules import SCHEDULES
 
@@ -86,6 +86,9 @@ class TrainConfig:
     are log-spaced before it and five times denser near the target (:mod:`cbscore.eval_schedule`)."""
     eval_near_target: float = 0.05
     """Evaluate densely once the loss is within this fraction above the target."""
+    max_eval_fraction: float = 0.5
+    """Cap on evaluation compute as a fraction of training compute: evaluations are spaced at
+    least far enough apart (tiny models on a CPU otherwise spend most of a trial evaluating)."""
     log_every_steps: int = 10
     """Read the train loss on the host (and call ``post_step`` with metrics) every this many steps."""
     divergence_factor: float = 2.0
@@ -181,6 +184,9 @@ class TrainConfig:
         _finite("eval_near_target", self.eval_near_target)
         if self.eval_near_target < 0:
             raise ConfigError("eval_near_target", self.eval_near_target, "must be non-negative")
+        _finite("max_eval_fraction", self.max_eval_fraction)
+        if self.max_eval_fraction <= 0:
+            raise ConfigError("max_eval_fraction", self.max_eval_fraction, "must be positive")
         _positive_int("log_every_steps", self.log_every_steps)
         _finite("divergence_factor", self.divergence_factor)
         if self.divergence_factor <= 1:

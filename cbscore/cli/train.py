@@ -83,7 +83,7 @@ def register(subparsers) -> None:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from cbscore.model import PRESETS
+    from cbscore.model_config import PRESETS
 
     rows = [
         {"name": p.name, "d_model": p.d_model, "n_layers": p.n_layers, "n_heads": p.n_heads,

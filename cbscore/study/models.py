@@ -13,7 +13,7 @@ from cbscore.errors import ConfigError
 
 @lru_cache(maxsize=1)
 def preset_names() -> tuple[str, ...]:
-    from cbscore.model import PRESETS
+    from cbscore.model_config import PRESETS
 
     return tuple(PRESETS)
 
@@ -29,7 +29,7 @@ def check_model(field_name: str, name: object) -> None:
 def model_info(name: str, context_tokens: int) -> tuple[int, float]:
     """``(N, FLOPs per token)`` of a preset: N = 12·L·d² non-embedding parameters, and the
     training FLOPs per token 6N + 12·L·d·T (PaLM, Chowdhery et al. 2022, appendix B)."""
-    from cbscore.model import PRESETS
+    from cbscore.model_config import PRESETS
 
     preset = PRESETS[name]
     return preset.n_params, float(preset.flops_per_token(context_tokens))

@@ -43,3 +43,18 @@ def test_next_step_is_the_same_from_any_step_between_two_evaluations():
 def test_default_interval_gives_about_forty_regular_evaluations():
     assert default_every_steps(4000) == 100
     assert default_every_steps(10) == 1
+
+
+def test_min_every_steps_caps_evaluation_compute():
+    from cbscore.eval_schedule import EvalSchedule, min_every_steps
+
+    # 3 weight sets × 120 windows × 128 tokens / 3 = 15,360 training-token equivalents per evaluation;
+    # at 2,048 tokens a step and half of training compute, evaluations are ≥ 15 steps apart.
+    k = min_every_steps(eval_windows=120, context_tokens=128, n_models=3, batch_tokens=2048, max_eval_fraction=0.5)
+    assert k == 15
+    schedule = EvalSchedule(total_steps=100, every_steps=10, target_loss=1.0, min_every_steps=k)
+    steps, s = [], 0
+    while s < 100:
+        s = schedule.next_step(s, last_loss=1.01)  # near the target: the dense phase wants every 2 steps
+        steps.append(s)
+    assert steps == [15, 30, 45, 60, 75, 90, 100]
