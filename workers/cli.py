@@ -171,7 +171,10 @@ def run_launch(args: argparse.Namespace) -> int:
     from workers.runner import Runner
 
     name = Runner().launch(spec, force=args.force)
-    print(f"cbs study: launched {name!r}; follow it with `cbs study status {name}` (workers: `cbs worker`)")
+    print(f"cbs study: launched {name!r}; follow it with `cbs study status {name}`")
+    if not api.alive_workers():
+        print("cbs study: no worker is alive: start one with `cbs worker` (and the runner, `cbs study watch`), "
+              "or everything with `cbs up`")
     return 0
 
 

@@ -290,12 +290,12 @@ class Runner:
         live = self.ledger.workers(now_s=time.time(), stale_after_s=self.settings.stale_after_s)
         return "gpu" if any(w.queue == "gpu" for w in live) else "cpu"
 
-    def send(self, study: str, trial_id: str, attempt: int, queue: str) -> None:
+    def send(self, study: str, trial_id: str, attempt: int, queue: str, *, countdown_s: float | None = None) -> None:
         """Send the task ``{trial_id}-a{attempt}`` (a duplicate is harmless: one claim wins)."""
         from workers.celery_app import TRIAL_TASK, app
 
         app.send_task(TRIAL_TASK, args=[study, trial_id, attempt], task_id=f"{trial_id}-a{attempt}", queue=queue,
-                      routing_key=queue)
+                      routing_key=queue, countdown=countdown_s)
 
     def _resend(self, study: str, now: float) -> list[str]:
         """Send again the tasks of queued leases whose message is gone (module docstring)."""

@@ -217,9 +217,12 @@ def _requeue_interrupted(s: WorkerSettings, ledger: Ledger, study: str, trial_id
 
 
 def _send_again(s: WorkerSettings, study: str, trial_id: str, attempt: int, run) -> None:
+    """A new message for the released attempt, due in a few seconds: the worker shutting down may
+    still fetch it, but then holds it unstarted and hands it back to the broker as it exits."""
     from workers.runner import Runner
 
-    Runner(s).send(study, trial_id, attempt, run.data.tags.get("queue") or "cpu")
+    Runner(s).send(study, trial_id, attempt, run.data.tags.get("queue") or "cpu",
+                   countdown_s=max(10.0, 2 * s.heartbeat_s))
 
 
 def _advance(study: str) -> None:
