@@ -29,8 +29,8 @@ def _errors(at) -> list[str]:
 
 def test_form_starts_from_the_demo_preset(launch):
     assert launch.text_input(key="launch.name").value == "demo"
-    assert launch.text_input(key="launch.batch_sizes").value == "8, 16, 32, 64, 128, 256"
-    assert launch.text_area(key="launch.settings").value == "tiny-0.1M, 1M\ntiny-0.1M, 2M\ntiny-0.8M, 1M"
+    assert launch.text_input(key="launch.batch_sizes").value == "4, 8, 16, 32, 64, 128"
+    assert launch.text_area(key="launch.settings").value == "tiny-0.1M, 250k\ntiny-0.1M, 500k\ntiny-0.8M, 250k"
 
 
 def test_negative_batch_size_is_named_with_its_value(launch):
@@ -62,14 +62,14 @@ def test_preview_counts_cells_trials_and_compute(launch):
     launch.button(key=PREVIEW).click().run()
     assert not _errors(launch)
     metrics = {m.label: m.value for m in launch.metric}
-    # demo: 3 settings × 6 batch sizes = 18 cells, 3 learning rates each.
-    assert metrics["Settings"] == "3" and metrics["Cells"] == "18" and metrics["Trials"] == "54"
+    # demo: 3 settings × 6 batch sizes = 18 cells, 2 learning rates each.
+    assert metrics["Settings"] == "3" and metrics["Cells"] == "18" and metrics["Trials"] == "36"
     cells = launch.dataframe[0].value
     assert len(cells) == 18
     reference = cells[cells["role"] == "reference: sets the target"]
-    assert list(reference["B (sequences)"]) == [32, 32, 32]
+    assert list(reference["B (sequences)"]) == [16, 16, 16]
     # A reference trial spends D tokens, the others budget_multiple·D = 2·D.
-    assert list(reference["budget per trial (tokens)"]) == [1_000_000, 2_000_000, 1_000_000]
+    assert list(reference["budget per trial (tokens)"]) == [250_000, 500_000, 250_000]
 
 
 def test_yaml_paste_fills_the_form_and_bad_yaml_is_named(launch):
@@ -101,7 +101,7 @@ def test_study_past_the_sanity_limit_is_not_launched_without_force(launch):
     with mock.patch("workers.api.launch_study", return_value="demo") as submit:
         launch.button(key=LAUNCH).click().run()
     submit.assert_not_called()
-    assert any(e.startswith("Not launched: 54 trials exceed max_trials=10") for e in _errors(launch))
+    assert any(e.startswith("Not launched: 36 trials exceed max_trials=10") for e in _errors(launch))
 
 
 def test_form_keeps_its_values_when_another_page_was_open(launch):
@@ -111,4 +111,4 @@ def test_form_keeps_its_values_when_another_page_was_open(launch):
     launch.switch_page("app_pages/launch.py").run()
     assert not launch.exception
     assert launch.text_input(key="launch.name").value == "kept"
-    assert launch.text_input(key="launch.batch_sizes").value == "8, 16, 32, 64, 128, 256"
+    assert launch.text_input(key="launch.batch_sizes").value == "4, 8, 16, 32, 64, 128"

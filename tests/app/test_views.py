@@ -37,10 +37,10 @@ def test_planned_cells_add_up_to_the_estimate():
     spec = load_preset("demo")
     cells = spec_form.planned_cells(spec)
     assert len(cells) == estimate(spec).cells == 18
-    assert sum(c["trials"] for c in cells) == estimate(spec).trials == 54
+    assert sum(c["trials"] for c in cells) == estimate(spec).trials == 36
     # Reference trials spend D, the others budget_multiple·D, capped in steps at B·T tokens each.
-    ref = next(c for c in cells if c["role"].startswith("reference") and c["setting"] == "tiny-0.1M_D1M")
-    assert ref["budget per trial (tokens)"] == 1_000_000 and ref["budget per trial (steps)"] == 1_000_000 // (32 * 128)
+    ref = next(c for c in cells if c["role"].startswith("reference") and c["setting"] == "tiny-0.1M_D250K")
+    assert ref["budget per trial (tokens)"] == 250_000 and ref["budget per trial (steps)"] == 250_000 // (16 * 128)
 
 
 def test_best_trial_of_a_cell_is_the_fewest_steps_and_censored_gives_a_floor():
