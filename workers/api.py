@@ -354,11 +354,11 @@ def run_url(run_id: str) -> str | None:
     return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
 
 
-def _int(value: Any) -> int | None:
+def _int(value: Any, default: int | None = None) -> int | None:
     try:
         return int(float(value))
     except (TypeError, ValueError):
-        return None
+        return default
 
 
 def _float(value: Any) -> float | None:

@@ -15,27 +15,12 @@ process on this host is ``lost`` at once (no need to wait for the heartbeat to g
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Mapping
 
 from cbscore.study import TERMINAL, TrialRecord, TrialSpec
+from workers.api import _float, _int  # the tag/metric parsers, shared with the light read API
 from workers.ledger import Lease, owner_is_dead
 from workers.tracking import Tracker
-
-
-def _float(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
-
-
-def _int(value: Any, default: int | None = None) -> int | None:
-    try:
-        return int(float(value))
-    except (TypeError, ValueError):
-        return default
 
 
 def trial_status(tags: Mapping[str, str], lease: Lease | None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from cbscore.study.planner import grid_tokens, grid_trials
+from cbscore.study.planner import grid_trials, setting_grid_tokens
 from cbscore.study.spec import StudySpec
 
 
@@ -58,13 +58,10 @@ def estimate(spec: StudySpec, tokens_per_s: float | Mapping[str, float] | None =
              n_workers: int = 1) -> ComputeEstimate:
     """Cost of ``spec``; ``tokens_per_s`` is one figure or one per model preset."""
     settings = spec.resolve_settings()
-    per_cell = grid_trials(spec) // max(1, len(settings) * len(spec.batch_sizes))
     out = []
     total_seconds: float | None = 0.0
     for s in settings:
-        one = spec.replace(kind="custom", models=(), tokens=(),
-                           settings=({"model": s.model, "tokens": s.tokens},), target_losses=None)
-        toks = grid_tokens(one)
+        toks = setting_grid_tokens(spec, s)
         rate = tokens_per_s.get(s.model) if isinstance(tokens_per_s, Mapping) else tokens_per_s
         secs = toks / rate if rate else None
         if secs is None:

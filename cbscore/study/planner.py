@@ -175,18 +175,19 @@ def trial_from_ask(spec: StudySpec, ask: AskRequest, *, lr: float, number: int) 
 
 def grid_trials(spec: StudySpec) -> int:
     """Number of trials of the study (every cell × hyper-parameter × seed for a grid)."""
-    per_cell = spec.search.trials_per_cell() * (len(spec.seeds) if spec.search.kind == "grid" else 1)
-    return len(spec.resolve_settings()) * len(spec.batch_sizes) * per_cell
+    return len(spec.resolve_settings()) * len(spec.batch_sizes) * _cell_size(spec)
+
+
+def setting_grid_tokens(spec: StudySpec, setting: Setting) -> int:
+    """Tokens one setting spends at fixed budgets: the reference cell D per trial, every other
+    cell ``budget_multiple·D`` per trial."""
+    non_ref = len(spec.batch_sizes) - 1
+    return _cell_size(spec) * (setting.tokens + non_ref * int(spec.budget_multiple * setting.tokens))
 
 
 def grid_tokens(spec: StudySpec) -> int:
     """Tokens the same study would spend at fixed budgets: every trial runs its whole budget."""
-    per_cell = spec.search.trials_per_cell() * (len(spec.seeds) if spec.search.kind == "grid" else 1)
-    total = 0
-    for s in spec.resolve_settings():
-        non_ref = len(spec.batch_sizes) - 1
-        total += per_cell * (s.tokens + non_ref * int(spec.budget_multiple * s.tokens))
-    return total
+    return sum(setting_grid_tokens(spec, s) for s in spec.resolve_settings())
 
 
 def spent_tokens(records: Iterable[TrialRecord]) -> int:

@@ -8,7 +8,6 @@ the Celery task's only argument, and a ``TrialRecord`` is rebuilt from MLflow by
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -131,10 +130,6 @@ class TrialRecord:
 
 
 def lr_tag(lr: float) -> str:
-    """Learning rate as it appears in a trial id: 0.00316 -> '3.16e-3'."""
-    mantissa, exponent = f"{lr:.3g}".split("e") if "e" in f"{lr:.3g}" else (None, None)
-    if mantissa is None:
-        exp = math.floor(math.log10(lr))
-        mantissa = f"{lr / 10**exp:.3g}"
-        exponent = str(exp)
-    return f"lr{mantissa}e{int(exponent)}"
+    """Learning rate as it appears in a trial id, three significant digits: 0.00316 -> 'lr3.16e-3'."""
+    mantissa, exponent = f"{lr:.2e}".split("e")
+    return f"lr{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
