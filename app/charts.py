@@ -33,6 +33,7 @@ STATE_COLORS = {
     "stopped": "#8E98A4",
     "diverged": "#D55E00",
     "failed": "#8B1E1E",
+    "skipped": "#F7F3E3",
 }
 
 _FONT = dict(family="Inter, 'Source Sans Pro', 'Helvetica Neue', Arial, sans-serif", size=13, color="#262730")

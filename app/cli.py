@@ -27,6 +27,9 @@ PROCFILE = REPO_ROOT / "Procfile"
 DEFAULT_PORT = 8501
 #: Seconds ``cbs up`` waits for the web app and the MLflow UI to answer before it says which did not.
 READY_TIMEOUT_S = 120.0
+#: Most trials ``cbs up`` runs at once by default (one per core up to this; tiny models on a CPU
+#: train faster as separate one-thread processes than as one process with many threads).
+MAX_DEFAULT_WORKERS = 4
 #: Seconds ``cbs up`` waits for honcho to stop its processes after Ctrl-C before killing them.
 STOP_GRACE_S = 20.0
 
@@ -45,6 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--port", type=int, default=None,
                     help=f"port of the web app (default: $CBS_WEB_PORT or {DEFAULT_PORT})")
     up.add_argument("--skip-data", action="store_true", help="do not prepare the built-in corpus first")
+    up.add_argument("--workers", type=int, default=None, metavar="K",
+                    help=f"trials at once on this machine's CPU, one torch thread each (default: "
+                         f"$CBS_WORKER_CONCURRENCY, else the number of cores up to {MAX_DEFAULT_WORKERS})")
     up.add_argument("--procfile", type=Path, default=PROCFILE, help="Procfile to run (default: the repo's)")
     up.set_defaults(handler=run_up)
 
@@ -137,8 +143,28 @@ def announce_when_ready(port: int, stop: threading.Event, timeout_s: float = REA
           flush=True)
 
 
+def up_workers(workers: int | None) -> int:
+    """Trials at once for ``cbs up``: ``--workers``, else ``$CBS_WORKER_CONCURRENCY``, else one per
+    core up to :data:`MAX_DEFAULT_WORKERS`."""
+    if workers is None:
+        raw = os.environ.get("CBS_WORKER_CONCURRENCY", "")
+        if not raw:
+            return max(1, min(MAX_DEFAULT_WORKERS, os.cpu_count() or 1))
+        field = "CBS_WORKER_CONCURRENCY"
+        try:
+            workers = int(raw)
+        except ValueError:
+            raise ConfigError(field, raw, "must be a positive integer") from None
+    else:
+        field = "--workers"
+    if isinstance(workers, bool) or workers < 1:
+        raise ConfigError(field, workers, "must be a positive integer")
+    return workers
+
+
 def run_up(args: argparse.Namespace) -> int:
     port = web_port(args.port)
+    workers = up_workers(args.workers)
     procfile = Path(args.procfile).resolve()
     if not procfile.is_file():
         raise ConfigError("--procfile", str(procfile), "must be an existing Procfile")
@@ -146,11 +172,13 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"cbs up: {prepare_corpus()}", flush=True)
     env = dict(os.environ)
     env["CBS_WEB_PORT"] = str(port)
+    env["CBS_WORKER_CONCURRENCY"] = str(workers)  # read by the Procfile's `cbs worker`
     env.setdefault("STREAMLIT_BROWSER_GATHER_USAGE_STATS", "false")
     env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     # The Procfile says `cbs ...`: make this interpreter's `cbs` the one honcho finds.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    print("cbs up: starting " + ", ".join(_process_names(procfile)) + " (Ctrl-C stops everything)", flush=True)
+    print("cbs up: starting " + ", ".join(_process_names(procfile)) + f" (the worker runs {workers} trial(s) at "
+          "once; Ctrl-C stops everything)", flush=True)
     print(f"cbs up: web app at http://127.0.0.1:{port}; the MLflow UI's address follows once it answers", flush=True)
     honcho = [sys.executable, "-m", "honcho", "-f", str(procfile), "-d", str(procfile.parent), "start"]
     proc = subprocess.Popen(honcho, env=env)

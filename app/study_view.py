@@ -21,11 +21,13 @@ _OUTCOME_ORDER = ("reached", "finished", "censored", "diverged", "pruned", "stop
 
 def cell_state(state: str, counts: Mapping[str, int]) -> str:
     """The colour key of a cell (:data:`app.charts.STATE_COLORS`) from the planner's cell state
-    (``waiting``/``running``/``resolved``/``done``) and its trials by status."""
+    (``waiting``/``running``/``resolved``/``done``/``skipped``) and its trials by status."""
     if counts.get("running") or counts.get("lost"):
         return "running" if counts.get("running") else "lost"
     if counts.get("queued"):
         return "queued"
+    if state == "skipped":
+        return "skipped"
     if state == "waiting" or not counts:
         return "planned"
     for outcome in _OUTCOME_ORDER:
@@ -51,11 +53,13 @@ class StudyView:
     counts: Mapping[str, int]
     """Trials by status."""
     ended: int
-    """Trials with an outcome."""
+    """Trials with an outcome, plus the trials of skipped cells."""
     planned: int
     """Trials the study runs in all (grid count)."""
     tokens_spent: int
     """Training tokens spent so far."""
+    grid_tokens: int = 0
+    """Training tokens the same study would spend at fixed budgets (every trial to its budget)."""
     errors: tuple[str, ...]
     """Settings that cannot go on, and why."""
 
@@ -66,7 +70,7 @@ class StudyView:
 
 def study_view(spec, records: Sequence, now_s: float | None = None) -> StudyView:
     """The grid, progress and targets of ``spec`` given its trial ``records``."""
-    from cbscore.study import TERMINAL, grid_trials, plan
+    from cbscore.study import TERMINAL, grid_tokens, grid_trials, plan, skipped_trials
 
     p = plan(spec, list(records), time.time() if now_s is None else now_s)
     states, hover = {}, {}
@@ -75,17 +79,24 @@ def study_view(spec, records: Sequence, now_s: float | None = None) -> StudyView
         states[key] = cell_state(c.state, c.counts)
         outcome = ", ".join(f"{k} {v}" for k, v in sorted(c.counts.items())) or "no trials yet"
         s = "—" if c.steps_to_target is None else f"{c.steps_to_target:,.0f} steps"
+        if c.state == "skipped":
+            hover[key] = (f"<b>{c.setting_id} · B = {c.batch_size}</b><br>skipped: a smaller batch size already "
+                          "needed more tokens than this cell's budget, so it could only end censored")
+            continue
         hover[key] = (f"<b>{c.setting_id} · B = {c.batch_size}</b> ({c.role})<br>{c.state}: {outcome}"
                       f"<br>{c.n_trials} trials planned · S(B) so far: {s}"
                       + (f"<br>step cap {c.max_steps:,}" if c.max_steps else ""))
     counts: dict[str, int] = {}
     for r in records:
         counts[r.status] = counts.get(r.status, 0) + 1
+    skipped = skipped_trials(p)
+    if skipped:
+        counts["skipped"] = skipped
     return StudyView(
         settings=tuple(s.setting_id for s in spec.resolve_settings()), batch_sizes=tuple(spec.batch_sizes),
         states=states, hover=hover, targets=dict(p.targets), counts=counts,
-        ended=sum(1 for r in records if r.status in TERMINAL), planned=grid_trials(spec),
-        tokens_spent=sum(r.tokens for r in records), errors=tuple(p.errors))
+        ended=sum(1 for r in records if r.status in TERMINAL) + skipped, planned=grid_trials(spec),
+        tokens_spent=sum(r.tokens for r in records), grid_tokens=grid_tokens(spec), errors=tuple(p.errors))
 
 
 def trial_budget_tokens(spec, record) -> int | None:
@@ -155,7 +166,7 @@ def summary_rows(summaries: Sequence) -> list[dict[str, Any]]:
     rows = []
     for s in summaries:
         counts = dict(s.counts)
-        ended = sum(v for k, v in counts.items() if k in TERMINAL)
+        ended = sum(v for k, v in counts.items() if k in TERMINAL or k == "skipped")
         rows.append({
             "study": s.name,
             "kind": s.kind,

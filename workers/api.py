@@ -91,7 +91,7 @@ class StudyStatus:
     targets: Mapping[str, float]
     errors: tuple[str, ...] = ()
     progress: float = 0.0
-    """Fraction of trials ended."""
+    """Fraction of trials ended (trials of skipped cells count as ended)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -234,6 +234,7 @@ def study_table(name: str) -> list[dict]:
     reaches it at its last evaluation). Trials still queued or running are left out.
     """
     from cbscore.analysis import first_crossing
+    from cbscore.study.planner import setting_targets
     from workers.records import build_records
 
     tracker = _tracker()
@@ -241,7 +242,8 @@ def study_table(name: str) -> list[dict]:
     runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
     records = build_records(runs, _ledger().leases(name), tracker)
     runs_by_id = {r.info.run_id: r for r in runs}
-    targets = {k[len("target/"):]: float(v) for k, v in parent.data.tags.items() if k.startswith("target/")}
+    # The planner's own targets, exact (the parent's target/ tags are for people browsing MLflow).
+    targets, _ = setting_targets(StudySpec.from_dict(tracker.study_spec(parent)), records)
     context = _int(parent.data.params.get("context_tokens"))
     rows = []
     for rec in records:
@@ -273,7 +275,7 @@ def study_table(name: str) -> list[dict]:
 
 def study_status(name: str) -> StudyStatus:
     """Cells, trials by outcome, progress and tokens of ``name`` (the planner's view; no writes)."""
-    from cbscore.study import grid_tokens, grid_trials, plan
+    from cbscore.study import grid_tokens, grid_trials, plan, skipped_trials
 
     tracker = _tracker()
     parent = _parent(tracker, name)
@@ -284,8 +286,11 @@ def study_status(name: str) -> StudyStatus:
     counts: dict[str, int] = {}
     for r in records:
         counts[r.status] = counts.get(r.status, 0) + 1
+    skipped = skipped_trials(p)
+    if skipped:
+        counts["skipped"] = skipped  # never run: their cells cannot reach the target within budget
     n_trials = grid_trials(spec)
-    ended = sum(1 for r in records if r.status in TERMINAL)
+    ended = sum(1 for r in records if r.status in TERMINAL) + skipped
     cells = tuple({"cell_id": c.cell_id, "setting_id": c.setting_id, "batch_size": c.batch_size, "role": c.role,
                    "state": c.state, "n_trials": c.n_trials, "counts": dict(c.counts),
                    "steps_to_target": c.steps_to_target, "max_steps": c.max_steps} for c in p.cells)

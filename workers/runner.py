@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cbscore.errors import CbsError, ConfigError
-from cbscore.study import TERMINAL, StudySpec, TrialSpec, build_train_config, estimate, plan, trial_from_ask
+from cbscore.study import (TERMINAL, StudySpec, TrialSpec, build_train_config, estimate, plan, skipped_trials,
+                           trial_from_ask)
 from workers.ledger import Ledger, owner_is_dead, this_process
 from workers.records import build_records
 from workers.settings import QUEUES, WorkerSettings
@@ -228,7 +229,7 @@ class Runner:
 
         resent = self._resend(study, now)
 
-        tags = {f"target/{k}": f"{v:.6g}" for k, v in p.targets.items()}
+        tags = {f"target/{k}": repr(float(v)) for k, v in p.targets.items()}  # exact: it round-trips
         tags["errors"] = json.dumps(list(p.errors))[:7900] if p.errors else ""
         tags["advanced_s"] = f"{now:.3f}"
         # The studies list reads these instead of every trial (as of this pass).
@@ -240,8 +241,9 @@ class Runner:
             counts[by_id[tid].status] -= 1
             counts[status] = counts.get(status, 0) + 1
         counts["queued"] = counts.get("queued", 0) + len(started)
+        counts["skipped"] = skipped_trials(p)
         counts = {k: v for k, v in counts.items() if v}
-        tags["counts"] = json.dumps(counts, sort_keys=True)
+        tags["counts"] = json.dumps(counts, sort_keys=True)  # "skipped": trials of skipped cells
         tags["tokens_spent"] = str(sum(r.tokens for r in records))
         self.tracker.set_tags(parent_id, tags)
         if p.done and not (started or requeued):

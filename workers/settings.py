@@ -23,6 +23,8 @@ Everything has a default that runs on one machine with no server (DESIGN.md §2,
 ``CBS_HEARTBEAT_S``            Period of a running trial's heartbeat, seconds (5).
 ``CBS_STALE_AFTER_S``          A running trial whose heartbeat is older than this is lost (60).
 ``CBS_WATCH_PERIOD_S``         Period of ``cbs study watch``, seconds (10).
+``CBS_WORKER_CONCURRENCY``     Trials at once of ``cbs worker`` without ``--concurrency`` (1; ``cbs up
+                               --workers K`` sets it).
 =============================  =====================================================================
 
 Read elsewhere: ``CBS_CHECKPOINT_EVERY_S`` (a running trial's checkpoint period, 300 s),

@@ -21,7 +21,9 @@ measurements), ``KILLED`` (pruned, stopped) or ``FAILED`` (failed). One run per 
 attempts (the ``attempt`` tag counts them).
 
 Reads are cheap: one ``search_runs`` per study (latest metric values come with it) and metric
-histories only where needed, cached for runs that have ended (they never change).
+histories only where needed. Runs that have ended never change, so they and their histories are
+cached, in memory and on disk under ``$CBS_HOME/cache`` (a restarted web app asks MLflow only for
+what changed since this host last read it).
 """
 
 from __future__ import annotations
@@ -245,15 +247,22 @@ class Tracker:
     ENDED_SLACK_MS = 30_000
 
     def trial_runs(self, experiment_id: str, parent_run_id: str) -> list:
-        """Every trial run of a study. The first call reads them all; later calls in this process
-        read only the runs still scheduled or running and those ended since (an ended run never
-        changes), so a page refresh costs what is active, not the whole study."""
+        """Every trial run of a study. The first call reads them all; later calls read only the
+        runs still scheduled or running and those ended since (an ended run never changes), so a
+        page refresh costs what is active, not the whole study. The ended runs are also kept on
+        disk (:meth:`_load_ended`), so a new process (the web app after a restart) starts from
+        them too."""
         base = f"tags.`mlflow.parentRunId` = '{parent_run_id}'"
         key = (self.uri, parent_run_id)
         now_ms = _ms()
         with Tracker._ENDED_LOCK:
+            if key not in Tracker._ENDED:
+                loaded = self._load_ended(parent_run_id)
+                if loaded is not None:
+                    Tracker._ENDED[key] = loaded
             ended, since_ms = Tracker._ENDED.get(key, ({}, None))
             ended = dict(ended)
+        n_before = len(ended)
         if since_ms is None:
             fresh = self._search(experiment_id, base)
         else:
@@ -270,7 +279,27 @@ class Tracker:
             ended.pop(run_id, None)
         with Tracker._ENDED_LOCK:
             Tracker._ENDED[key] = (ended, now_ms)
+        if since_ms is None or len(ended) != n_before:  # new ended runs (the rest is refetched anyway)
+            self._save_ended(parent_run_id, ended, now_ms)
         return list(ended.values()) + list(active.values())
+
+    def _cache_path(self, kind: str, name: str) -> Path:
+        """``$CBS_HOME/cache/<kind>/<store>-<name>.pickle`` (one namespace per tracking store)."""
+        import hashlib
+
+        from cbscore import paths
+
+        folder = paths.subdir("cache") / kind
+        folder.mkdir(exist_ok=True)
+        return folder / f"{hashlib.sha1(self.uri.encode()).hexdigest()[:12]}-{name}.pickle"
+
+    def _load_ended(self, parent_run_id: str) -> "tuple[dict[str, Any], int] | None":
+        """The ended runs of a study as this host last read them, and when (or ``None``)."""
+        saved = _disk_load(self._cache_path("mlflow-runs", parent_run_id))
+        return None if saved is None else (dict(saved["runs"]), int(saved["since_ms"]))
+
+    def _save_ended(self, parent_run_id: str, ended: Mapping[str, Any], since_ms: int) -> None:
+        _disk_save(self._cache_path("mlflow-runs", parent_run_id), {"since_ms": since_ms, "runs": dict(ended)})
 
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
         """Set several tags of a run in one call."""
@@ -314,6 +343,12 @@ class Tracker:
         if ended and cache_key in Tracker._HISTORY:
             Tracker._HISTORY.move_to_end(cache_key)
             return Tracker._HISTORY[cache_key]
+        on_disk: dict = {}
+        if ended:  # read by an earlier process on this host?
+            on_disk = (_disk_load(self._cache_path("mlflow-history", run_id)) or {}).get("curves", {})
+            if key in on_disk:
+                Tracker._HISTORY[cache_key] = on_disk[key]
+                return on_disk[key]
         points: dict[int, tuple[int, float]] = {}
         for m in self.client.get_metric_history(run_id, key):
             if m.step not in points or m.timestamp >= points[m.step][0]:
@@ -324,6 +359,7 @@ class Tracker:
             Tracker._HISTORY[cache_key] = (steps, values)
             while len(Tracker._HISTORY) > Tracker._HISTORY_MAX:
                 Tracker._HISTORY.popitem(last=False)
+            _disk_save(self._cache_path("mlflow-history", run_id), {"curves": {**on_disk, key: (steps, values)}})
         return steps, values
 
     def curves(self, run_id: str) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
@@ -334,6 +370,48 @@ class Tracker:
 
 
 # ---------------------------------------------------------------------------- the callback
+# ---------------------------------------------------------------------------- on-disk caches
+#: Version of the on-disk caches (a new one ignores older files).
+_DISK_FORMAT = 1
+
+
+def _disk_load(path: Path) -> dict | None:
+    """A cache file written by :func:`_disk_save`; ``None`` when missing, from another MLflow
+    version or unreadable (it is only a cache: a miss costs a read from MLflow, never an answer)."""
+    import pickle
+
+    import mlflow
+
+    try:
+        with path.open("rb") as f:
+            saved = pickle.load(f)  # our own file under the state directory
+        if saved.get("format") != _DISK_FORMAT or saved.get("mlflow") != mlflow.__version__:
+            return None
+        return saved
+    except Exception:  # missing or broken: a miss
+        return None
+
+
+def _disk_save(path: Path, payload: Mapping[str, Any]) -> None:
+    """Write ``payload`` atomically (a temporary file renamed over the old one), so processes that
+    read and write the same cache never see half a file. Failures are ignored (a cache)."""
+    import pickle
+    import tempfile
+
+    import mlflow
+
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump({"format": _DISK_FORMAT, "mlflow": mlflow.__version__, **payload}, f,
+                        protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except Exception:  # a read-only or full disk costs speed, never a read
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def metric(key: str, value: float, step: int, now_s: float | None = None) -> Metric:
     return Metric(key=key, value=float(value), timestamp=_ms(now_s), step=int(step))
 

@@ -20,7 +20,9 @@ st.title("Studies")
 st.caption(
     "Every study and its progress. For the selected study, each cell (setting × batch size B) is coloured by "
     "the state of its trials, and each running trial shows the held-out loss of its averaged (EWA) weights "
-    "against tokens, with the setting's target loss: the first step at or below it is the trial's steps-to-target."
+    "against tokens, with the setting's target loss: the first step at or below it is the trial's steps-to-target. "
+    "A *skipped* cell never runs: a smaller batch size already spent its whole token budget without reaching the "
+    "target, and tokens to target only grow with B."
 )
 
 
@@ -51,7 +53,11 @@ def live(name: str) -> None:
         cols[1].metric("Trials ended", f"{view.ended} / {view.planned}")
         cols[2].metric("Running", view.counts.get("running", 0))
         cols[3].metric("Reached target", view.counts.get("reached", 0))
-        cols[4].metric("Tokens spent", units.count(view.tokens_spent))
+        share = f" ({view.tokens_spent / view.grid_tokens:.0%})" if view.grid_tokens else ""
+        cols[4].metric("Tokens spent", units.count(view.tokens_spent) + share,
+                       help=f"The same grid at fixed budgets (every trial to its whole budget) would spend "
+                            f"{units.count(view.grid_tokens)} tokens; stopping at the target, pruning, step caps "
+                            "and skipped cells save the rest.")
         st.progress(view.progress, text=f"{view.progress:.0%} of the planned trials have an outcome")
         for error in view.errors:
             st.warning(error, icon=":material/warning:")

@@ -3,9 +3,9 @@
 See ``docs/ARCHITECTURE.md`` ("Study spec and planner") for how the workers use it.
 """
 
-from cbscore.study.estimate import ComputeEstimate, SettingEstimate, estimate, measure_tokens_per_s
+from cbscore.study.estimate import ComputeEstimate, SettingEstimate, estimate, measure_rates, measure_tokens_per_s
 from cbscore.study.planner import (AskRequest, CellState, Plan, build_train_config, cell_id, grid_tokens,
-                                   grid_trials, plan, spent_tokens, trial_from_ask)
+                                   grid_trials, plan, skipped_trials, spent_tokens, trial_from_ask)
 from cbscore.study.presets import PRESET_NAMES, load_preset
 from cbscore.study.spec import PAPER_LRS, SearchSpec, Setting, SettingSpec, StudySpec, format_tokens
 from cbscore.study.trials import ACTIVE, STATUSES, TERMINAL, TrialRecord, TrialSpec
@@ -14,5 +14,5 @@ __all__ = [
     "ACTIVE", "AskRequest", "CellState", "ComputeEstimate", "PAPER_LRS", "PRESET_NAMES", "Plan", "STATUSES",
     "SearchSpec", "Setting", "SettingEstimate", "SettingSpec", "StudySpec", "TERMINAL", "TrialRecord",
     "TrialSpec", "build_train_config", "cell_id", "estimate", "format_tokens", "grid_tokens", "grid_trials",
-    "load_preset", "measure_tokens_per_s", "plan", "spent_tokens", "trial_from_ask",
+    "load_preset", "measure_rates", "measure_tokens_per_s", "plan", "skipped_trials", "spent_tokens", "trial_from_ask",
 ]

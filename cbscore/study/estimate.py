@@ -86,9 +86,11 @@ def estimate(spec: StudySpec, tokens_per_s: float | Mapping[str, float] | None =
 
 
 def measure_tokens_per_s(model: str, context_tokens: int, *, batch_size: int = 8, steps: int = 3,
-                         vocab_size: int = 8192, device: str = "cpu", threads: int | None = None) -> float:
-    """Training tokens/s of a preset on this machine: a few AdamW steps on random tokens after one
-    warm-up step (a rough figure for the dry run's time estimate, not a benchmark)."""
+                         min_seconds: float = 0.0, vocab_size: int = 8192, device: str = "cpu",
+                         threads: int | None = None) -> float:
+    """Training tokens/s of a preset on this machine: AdamW steps on random tokens after one
+    warm-up step, at least ``steps`` of them and at least ``min_seconds`` (a rough figure for the
+    dry run's time estimate, not a benchmark: ``benchmarks/bench_train.py`` is that)."""
     import time
 
     import torch
@@ -108,12 +110,86 @@ def measure_tokens_per_s(model: str, context_tokens: int, *, batch_size: int = 8
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
     step()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
+    sync()
+    done, start = 0, time.perf_counter()
+    while done < steps or time.perf_counter() - start < min_seconds:
         step()
+        done += 1
+        sync()
+    return done * batch_size * context_tokens / (time.perf_counter() - start)
+
+
+#: Largest model (non-embedding parameters) whose CPU throughput the dry run measures; bigger ones
+#: are scaled from the largest measured by FLOPs per token (a step of 85M at B=256, T=512 takes
+#: minutes on a CPU).
+CPU_MEASURE_MAX_PARAMS = 10_000_000
+#: Tokens per step of a throughput measurement on the CPU (B is cut to fit; tiny models reach
+#: their steady rate well below it).
+CPU_MEASURE_MAX_TOKENS = 2048
+#: The model measured when a study has none small enough (the paper's presets): the CPU
+#: throughput floor's shape, a fraction of a second per step.
+CPU_PROXY_MODEL = "tiny-0.8M"
+
+
+def _flops_with_head(model: str, context_tokens: int, vocab_size: int) -> float:
+    """6N + 12·L·C·T plus the untied LM head's 6·V·C per token: at V = 8192 the head dominates
+    tiny models, so it must be in a ratio between a tiny and a large model (Kaplan et al. 2020, §2.1)."""
+    from cbscore.model_config import PRESETS
+
+    preset = PRESETS[model]
+    return float(preset.flops_per_token(context_tokens)) + 6.0 * vocab_size * preset.d_model
+
+
+def measure_rates(spec: StudySpec, *, device: str | None = None, min_seconds: float = 0.5,
+                  threads: int | None = None) -> tuple[dict[str, float], dict[str, str]]:
+    """Training tokens/s of one worker for every model of ``spec`` on this machine, and how each
+    figure was obtained (``threads``: torch threads per worker on a CPU; ``None`` = this process's).
+    On a GPU (when torch sees one) every model is measured at a small batch; on a
+    CPU models up to :data:`CPU_MEASURE_MAX_PARAMS` are measured (batch cut to
+    :data:`CPU_MEASURE_MAX_TOKENS` tokens) and bigger ones scaled by FLOPs per token from the
+    largest measured one (or from :data:`CPU_PROXY_MODEL` when none is small enough)."""
+    import torch
+
+    from cbscore.model_config import PRESETS
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    vocab = int(spec.data.get("vocab_size", 8192))
+    t = spec.context_tokens
+    models = sorted({s.model for s in spec.resolve_settings()}, key=lambda m: PRESETS[m].n_params)
+    rates: dict[str, float] = {}
+    how: dict[str, str] = {}
+    before = torch.get_num_threads()
+    threads = threads or before
+    on_cpu = f"this CPU ({threads} thread{'' if threads == 1 else 's'})"
     if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return steps * batch_size * context_tokens / (time.perf_counter() - start)
+        # One forward pass of a trial at most (its micro-batch), and no more than 32 sequences:
+        # fp32 without autocast, so a conservative figure (not checked on a GPU yet).
+        batch = min(spec.micro_batch_size or spec.b_ref, spec.b_ref, 32)
+        for m in models:
+            rates[m] = measure_tokens_per_s(m, t, batch_size=batch, min_seconds=min_seconds, vocab_size=vocab,
+                                            device=device)
+            how[m] = f"measured on {torch.cuda.get_device_name()} at B={batch}"
+        return rates, how
+    batch = max(1, min(spec.b_ref, CPU_MEASURE_MAX_TOKENS // t))
+    small = [m for m in models if PRESETS[m].n_params <= CPU_MEASURE_MAX_PARAMS] or [CPU_PROXY_MODEL]
+    for m in small:
+        try:
+            rate = measure_tokens_per_s(m, t, batch_size=batch, min_seconds=min_seconds, vocab_size=vocab,
+                                        threads=threads)
+        finally:
+            torch.set_num_threads(before)
+        if m in models:
+            rates[m] = rate
+            how[m] = f"measured on {on_cpu} at B={batch}"
+    ref = small[-1]
+    ref_rate = rates.get(ref) or rate
+    for m in models:
+        if m not in rates:
+            rates[m] = ref_rate * _flops_with_head(ref, t, vocab) / _flops_with_head(m, t, vocab)
+            how[m] = f"scaled by FLOPs per token from {ref} on {on_cpu}"
+    return rates, how

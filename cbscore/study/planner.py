@@ -20,7 +20,13 @@ with batch size — McCandlish et al. 2018, eq. 2.11; Zhang et al. 2025, §2):
 * in a cell, once a trial reached the target at S steps, trials still above it at
   ``S·(1 + margin)`` stop as ``pruned`` (and later trials of the cell start with that cap);
 * a cell's budget in steps is capped at ``(1 + margin)·min S(B')`` over the smaller batch sizes
-  ``B' < B`` already measured.
+  ``B' < B`` already measured;
+* a cell is ``skipped`` once a smaller batch size ended with every trial censored after at
+  least this cell's token budget: tokens to target ``E(B) = B·T·S(B)`` never fall as B grows
+  (McCandlish et al. 2018, eq. 2.12: ``E(B) = E_min·(1 + B/B_noise)``), so the cell could only
+  end censored too, and censored points never enter ``S(B)`` or the fits (DESIGN.md §1). Every
+  non-reference trial has the same budget, ``budget_multiple·D`` tokens, so this stops the climb
+  in B at the first batch size that cannot reach the target within it.
 """
 
 from __future__ import annotations
@@ -66,7 +72,8 @@ class CellState:
     batch_size: int
     role: str
     state: str
-    """``waiting`` (not released), ``running``, ``resolved`` (S known, trials still ending) or ``done``."""
+    """``waiting`` (not released), ``running``, ``resolved`` (S known, trials still ending), ``done``,
+    or ``skipped`` (it could not reach the target within its budget: nothing runs)."""
     n_trials: int
     """Trials the cell will run in all."""
     counts: Mapping[str, int]
@@ -117,7 +124,9 @@ def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr
     config = TrainConfig.from_dict({
         "model": setting.model,
         "batch_size": batch_size,
-        "micro_batch_size": spec.micro_batch_size,
+        # Gradient accumulation above the micro-batch (the same update, less memory per pass).
+        "micro_batch_size": spec.micro_batch_size if spec.micro_batch_size and batch_size > spec.micro_batch_size
+        else None,
         "context_tokens": spec.context_tokens,
         "lr": lr,
         "max_tokens": max_tokens,
@@ -135,6 +144,7 @@ def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr
         "data": dict(spec.data),
         "allow_repeat": spec.allow_repeat,
         "eval_windows": spec.eval_windows,
+        "max_eval_fraction": spec.max_eval_fraction,
     })
     return config.to_dict()
 
@@ -202,6 +212,36 @@ def _crossing(record: TrialRecord, target: float) -> float | None:
     return first_crossing(record.eval_steps, record.eval_losses, target)
 
 
+def setting_targets(spec: StudySpec, records: Sequence[TrialRecord]) -> tuple[dict[str, float], list[str]]:
+    """The target loss of every setting that has one, and why the others have none.
+
+    The spec's explicit losses when it gives them; otherwise, once every reference trial at B_ref
+    has ended, the best held-out loss (EWA weights, best τ) any of them reached after D tokens
+    (DESIGN.md §1; Zhang et al. 2025, §2.2). Exact floats: a reference run reaches its own target
+    at its last evaluation, and the steps table relies on that.
+    """
+    targets: dict[str, float] = {}
+    errors: list[str] = []
+    n_ref = _cell_size(spec)
+    for setting in spec.resolve_settings():
+        if spec.target_losses is not None:
+            targets[setting.setting_id] = float(spec.target_losses[setting.setting_id])
+            continue
+        ref_id = cell_id(setting.setting_id, spec.b_ref)
+        ref_records = [r for r in records if r.cell_id == ref_id]
+        if len(ref_records) < n_ref or not all(r.terminal for r in ref_records):
+            continue
+        finals = [r.final_eval_loss for r in ref_records
+                  if r.status in ("finished", "reached", "censored") and r.final_eval_loss is not None
+                  and math.isfinite(r.final_eval_loss)]
+        if finals:
+            targets[setting.setting_id] = min(finals)
+        else:
+            errors.append(f"setting {setting.setting_id!r}: no reference run at B_ref={spec.b_ref} "
+                          f"finished (all diverged or failed), so there is no target loss")
+    return targets, errors
+
+
 def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
          stale_after_s: float = 120.0, max_attempts: int = 3) -> Plan:
     """Decide what to run, stop, re-run or fail next. Pure: same inputs, same plan."""
@@ -214,7 +254,6 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
     stop: list[tuple[str, str]] = []
     cells: list[CellState] = []
     errors: list[str] = []
-    targets: dict[str, float] = {}
     all_done = True
 
     # Stale heartbeats: lost trials run again from their checkpoints, up to the attempt cap.
@@ -225,29 +264,17 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
         elif r.status == "lost":
             (lost if r.attempt < max_attempts else fail).append(r.trial_id)
 
+    targets, target_errors = setting_targets(spec, records)
+    errors.extend(target_errors)
     for setting in spec.resolve_settings():
-        ref_id = cell_id(setting.setting_id, spec.b_ref)
-        target = None
-        if spec.target_losses is not None:
-            target = float(spec.target_losses[setting.setting_id])
-        else:
-            ref_records = by_cell.get(ref_id, [])
-            n_ref = _cell_size(spec)
-            if len(ref_records) >= n_ref and all(r.terminal for r in ref_records):
-                finals = [r.final_eval_loss for r in ref_records
-                          if r.status in ("finished", "reached", "censored") and r.final_eval_loss is not None
-                          and math.isfinite(r.final_eval_loss)]
-                if finals:
-                    target = min(finals)
-                else:
-                    errors.append(f"setting {setting.setting_id!r}: no reference run at B_ref={spec.b_ref} "
-                                  f"finished (all diverged or failed), so there is no target loss")
-        if target is not None:
-            targets[setting.setting_id] = target
+        target = targets.get(setting.setting_id)
 
         # Steps to target measured so far, per batch size (None where not yet known).
         prev_resolved = True
         best_smaller: float | None = None
+        # A lower bound on tokens to target from the smaller batch sizes: E(B) > at_least.
+        at_least = 0.0
+        budget_tokens = int(spec.budget_multiple * setting.tokens)
         setting_failed = any(e.startswith(f"setting {setting.setting_id!r}") for e in errors)
         for b in spec.batch_sizes:
             cid = cell_id(setting.setting_id, b)
@@ -256,6 +283,8 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
             cell_target = None if role == "reference" else target
             crossings = [c for c in (_crossing(r, target) for r in recs) if c is not None] if target is not None else []
             best = min(crossings) if crossings else None
+            n_cell = _cell_size(spec)
+            complete = len(recs) >= n_cell and all(r.terminal for r in recs)
 
             released = (role == "reference") or (target is not None and prev_resolved)
             if setting_failed:
@@ -265,11 +294,25 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                 cands = [x for x in (best_smaller, best) if x is not None]
                 if cands:
                     cap = int(math.ceil((1 + margin) * min(cands) - 1e-9))  # 1.1·200 is 220.00000000000003
+            if released and role == "trial" and not recs and not setting_failed and at_least > 0:
+                steps = budget_tokens // (b * spec.context_tokens)  # TrainConfig.total_steps
+                trainable = min(steps, cap if cap is not None else steps) * b * spec.context_tokens
+                if at_least >= trainable:
+                    cells.append(CellState(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role,
+                                           state="skipped", n_trials=n_cell, counts={}, steps_to_target=None,
+                                           max_steps=cap))
+                    continue  # resolved for the chain; the bound carries over unchanged
+            if (best is None and complete and target is not None
+                    and all(r.status in ("censored", "diverged") for r in recs)):
+                # Every learning rate either diverged or trained this many tokens without reaching the
+                # target: E(B) is above the fewest (a failed or stopped trial would leave it unknown).
+                censored = [r.tokens for r in recs if r.status == "censored" and r.tokens > 0]
+                if censored:
+                    at_least = max(at_least, float(min(censored)))
 
             counts: dict[str, int] = {}
             for r in recs:
                 counts[r.status] = counts.get(r.status, 0) + 1
-            n_cell = _cell_size(spec)
             if released:
                 present = {r.trial_id for r in recs}
                 if spec.search.kind == "grid":
@@ -292,7 +335,6 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                     for r in recs:
                         if r.status == "running" and r.last_step > limit and r.trial_id not in lost:
                             stop.append((r.trial_id, "pruned"))
-            complete = len(recs) >= n_cell and all(r.terminal for r in recs)
             resolved = complete or (role == "trial" and best is not None)
             if role == "reference":
                 resolved = complete and target is not None
@@ -308,6 +350,11 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
     return Plan(start=tuple(start), ask=tuple(asks), stop=tuple(stop), lost=tuple(lost), fail=tuple(fail),
                 targets=targets, cells=tuple(cells), errors=tuple(errors),
                 done=all_done and not lost)
+
+
+def skipped_trials(p: Plan) -> int:
+    """Trials the plan will never run because their cells are ``skipped``."""
+    return sum(c.n_trials for c in p.cells if c.state == "skipped")
 
 
 def _cell_size(spec: StudySpec) -> int:

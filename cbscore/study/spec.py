@@ -165,10 +165,14 @@ class StudySpec:
     grad_clip: float = 1.0
     """Gradient-norm clipping threshold (paper: 1.0)."""
     micro_batch_size: int | None = None
-    """Sequences per forward pass (gradient accumulation); ``None`` = the whole batch."""
+    """Sequences per forward pass of the batch sizes above it (gradient accumulation: the same
+    update with less memory per pass; it must divide them); ``None`` = the whole batch."""
     eval_windows: int = 128
     """Held-out windows of ``context_tokens + 1`` tokens per evaluation (more: a less noisy target
     crossing, slower evaluations)."""
+    max_eval_fraction: float = 0.5
+    """Cap on each trial's evaluation compute as a fraction of its training compute (evaluations
+    are spaced at least that far apart; lower: faster trials, a coarser crossing)."""
     seeds: tuple[int, ...] = (0,)
     """Training seeds; each seed is one more trial per learning rate."""
     data: Mapping[str, Any] = field(default_factory=lambda: {"source": "builtin"})
@@ -237,11 +241,12 @@ class StudySpec:
         _positive_float("grad_clip", self.grad_clip)
         if self.micro_batch_size is not None:
             _positive_int("micro_batch_size", self.micro_batch_size)
-            bad = [b for b in self.batch_sizes if b % self.micro_batch_size]
+            bad = [b for b in self.batch_sizes if b > self.micro_batch_size and b % self.micro_batch_size]
             if bad:
                 raise ConfigError("micro_batch_size", self.micro_batch_size,
-                                  f"must divide every batch size (it does not divide {bad})")
+                                  f"must divide every larger batch size (it does not divide {bad})")
         _positive_int("eval_windows", self.eval_windows)
+        _positive_float("max_eval_fraction", self.max_eval_fraction)
         if not self.seeds:
             raise ConfigError("seeds", list(self.seeds), "must list at least one seed")
         for s in self.seeds:

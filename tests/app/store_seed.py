@@ -28,6 +28,8 @@ DECAY = 0.25
 SLOWER = 1.25
 #: Evaluations per trial.
 N_EVALS = 16
+#: Seconds before ``now_s`` at which the seeded trials that ended did so.
+ENDED_AGO_S = 600.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +76,8 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
     """
     from mlflow.entities import Param
 
-    from workers.tracking import RUN_STATUS, metric
+    from cbscore.study.planner import _make_trial
+    from workers.tracking import RUN_STATUS, flatten, metric
 
     now_s = time.time() if now_s is None else now_s
     settings = spec.resolve_settings()
@@ -87,6 +90,8 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
     lrs = spec.search.lrs
     best_lr = lrs[len(lrs) // 2]
     out: dict[str, SeededSetting] = {}
+    counts: dict[str, int] = {}
+    tokens_spent = 0
     left_running = running
     for setting, b_noise in zip(settings, b_noises):
         ref_steps = round(setting.tokens / (spec.b_ref * spec.context_tokens))  # D tokens at B_ref
@@ -137,14 +142,27 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
                         "context_tokens": str(spec.context_tokens), "queue": "cpu",
                         "beta2": repr(0.999 if b < 256 else 0.995), "ewa_taus": json.dumps([0.999]),
                         "status": outcome, "outcome": "" if is_running else outcome, "worker": "seed@localhost"}
-                # Three calls per trial (the runner and a worker make more; the result is the same).
+                # The runner's params (the trial's TrainConfig, flattened) and TrialSpec tag, so a
+                # seeded run weighs what a real one does in every read.
+                ts = _make_trial(spec, setting, batch_size=b, role=role, lr=lr, seed=seed, tag=lr_tag(lr),
+                                 max_steps=None, target_loss=None if role == "reference" else TARGET)
+                tags["trial_spec"] = json.dumps(ts.to_dict(), sort_keys=True)
+                params = [Param(k, v) for k, v in flatten(ts.train_config).items()]
+                # A few calls per trial (the runner and a worker make more; the result is the same).
                 run = tracker.client.create_run(exp_id, run_name=trial_id, tags=tags)
-                tracker.client.log_batch(run.info.run_id, metrics=metrics,
-                                         params=[Param("lr", repr(lr)), Param("batch_size", str(b))])
+                for i in range(0, len(params), 100):
+                    tracker.client.log_batch(run.info.run_id, params=params[i:i + 100])
+                tracker.client.log_batch(run.info.run_id, metrics=metrics)
                 if is_running:
                     tracker.client.update_run(run.info.run_id, status=RUN_STATUS["running"])
-                else:
-                    tracker.client.set_terminated(run.info.run_id, status=RUN_STATUS[outcome])
+                else:  # ended a while ago, as in a study that has been running for some time
+                    tracker.client.set_terminated(run.info.run_id, status=RUN_STATUS[outcome],
+                                                  end_time=int((now_s - ENDED_AGO_S) * 1000))
+                counts[outcome] = counts.get(outcome, 0) + 1
+                tokens_spent += last * b * spec.context_tokens
+    # The runner's summary of its last pass over the study (the studies list reads it).
+    tracker.set_tags(parent_id, {"counts": json.dumps(counts, sort_keys=True), "tokens_spent": str(tokens_spent),
+                                 "advanced_s": f"{now_s:.3f}"})
     if not running:
         tracker.set_study_status(parent_id, "done", end="FINISHED")
     return out

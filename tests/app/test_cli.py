@@ -51,6 +51,33 @@ def test_bad_port_names_the_setting_and_the_value(monkeypatch, flag, env, field,
     assert str(err.value).endswith(f"but got {value!r}.")
 
 
+def test_up_runs_one_trial_per_core_up_to_four_unless_told(monkeypatch):
+    monkeypatch.delenv("CBS_WORKER_CONCURRENCY", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert cli.up_workers(None) == 2
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert cli.up_workers(None) == cli.MAX_DEFAULT_WORKERS == 4
+    assert cli.up_workers(6) == 6
+    monkeypatch.setenv("CBS_WORKER_CONCURRENCY", "3")
+    assert cli.up_workers(None) == 3
+
+
+@pytest.mark.parametrize("flag, env, field, value", [(0, None, "--workers", 0), (None, "two", "CBS_WORKER_CONCURRENCY", "two")])
+def test_bad_worker_counts_name_the_setting(monkeypatch, flag, env, field, value):
+    from workers.cli import default_concurrency
+
+    monkeypatch.delenv("CBS_WORKER_CONCURRENCY", raising=False)
+    if env is not None:
+        monkeypatch.setenv("CBS_WORKER_CONCURRENCY", env)
+    with pytest.raises(ConfigError) as err:
+        cli.up_workers(flag)
+    assert (err.value.field, err.value.value) == (field, value)
+    if env is not None:  # `cbs worker` reads the same variable
+        with pytest.raises(ConfigError) as err:
+            default_concurrency()
+        assert (err.value.field, err.value.value) == (field, value)
+
+
 def test_up_refuses_a_missing_procfile(tmp_path):
     result = subprocess.run([CBS, "up", "--skip-data", "--procfile", str(tmp_path / "nope")],
                             capture_output=True, text=True, timeout=60)
@@ -63,9 +90,9 @@ def test_up_runs_the_procfile_prints_the_urls_and_ctrl_c_stops_everything(tmp_pa
     procfile = tmp_path / "Procfile"
     procfile.write_text(
         f"sleeper: {sys.executable} -c \"import os, time; open('{pid_file}', 'w').write(str(os.getpid())); "
-        "print('sleeping', flush=True); time.sleep(120)\"\n")
+        "print('sleeping with', os.environ['CBS_WORKER_CONCURRENCY'], 'trials', flush=True); time.sleep(120)\"\n")
     env = dict(os.environ, CBS_TRACKING_UI_URL="http://127.0.0.1:9")
-    proc = subprocess.Popen([CBS, "up", "--skip-data", "--procfile", str(procfile), "--port", "8777"],
+    proc = subprocess.Popen([CBS, "up", "--skip-data", "--procfile", str(procfile), "--port", "8777", "--workers", "3"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
     try:
@@ -81,7 +108,8 @@ def test_up_runs_the_procfile_prints_the_urls_and_ctrl_c_stops_everything(tmp_pa
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert "cbs up: web app at http://127.0.0.1:8777" in output
-    assert "sleeping" in output
+    assert "sleeping with 3 trials" in output  # the Procfile's `cbs worker` reads CBS_WORKER_CONCURRENCY
+    assert "the worker runs 3 trial(s) at once" in output
     assert not _alive(sleeper)
 
 

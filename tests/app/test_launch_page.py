@@ -30,7 +30,7 @@ def _errors(at) -> list[str]:
 def test_form_starts_from_the_demo_preset(launch):
     assert launch.text_input(key="launch.name").value == "demo"
     assert launch.text_input(key="launch.batch_sizes").value == "4, 8, 16, 32, 64, 128"
-    assert launch.text_area(key="launch.settings").value == "tiny-0.1M, 250k\ntiny-0.1M, 500k\ntiny-0.8M, 250k"
+    assert launch.text_area(key="launch.settings").value == "tiny-0.1M, 160k\ntiny-0.1M, 320k\ntiny-0.8M, 160k"
 
 
 def test_negative_batch_size_is_named_with_its_value(launch):
@@ -69,7 +69,7 @@ def test_preview_counts_cells_trials_and_compute(launch):
     reference = cells[cells["role"] == "reference: sets the target"]
     assert list(reference["B (sequences)"]) == [16, 16, 16]
     # A reference trial spends D tokens, the others budget_multiple·D = 2·D.
-    assert list(reference["budget per trial (tokens)"]) == [250_000, 500_000, 250_000]
+    assert list(reference["budget per trial (tokens)"]) == [160_000, 320_000, 160_000]
 
 
 def test_yaml_paste_fills_the_form_and_bad_yaml_is_named(launch):

@@ -39,8 +39,8 @@ def test_planned_cells_add_up_to_the_estimate():
     assert len(cells) == estimate(spec).cells == 18
     assert sum(c["trials"] for c in cells) == estimate(spec).trials == 36
     # Reference trials spend D, the others budget_multiple·D, capped in steps at B·T tokens each.
-    ref = next(c for c in cells if c["role"].startswith("reference") and c["setting"] == "tiny-0.1M_D250K")
-    assert ref["budget per trial (tokens)"] == 250_000 and ref["budget per trial (steps)"] == 250_000 // (16 * 128)
+    ref = next(c for c in cells if c["role"].startswith("reference") and c["setting"] == "tiny-0.1M_D160K")
+    assert ref["budget per trial (tokens)"] == 160_000 and ref["budget per trial (steps)"] == 160_000 // (16 * 128)
 
 
 def test_best_trial_of_a_cell_is_the_fewest_steps_and_censored_gives_a_floor():
@@ -80,6 +80,7 @@ def test_default_b_ref_prefers_the_study_then_the_paper():
     ("done", {"censored": 2, "diverged": 1}, "censored"),
     ("done", {"diverged": 3}, "diverged"),
     ("running", {"lost": 1}, "lost"),
+    ("skipped", {}, "skipped"),
 ])
 def test_cell_colour_follows_its_trials(state, counts, colour):
     assert study_view.cell_state(state, counts) == colour
@@ -96,3 +97,28 @@ def test_units_read_naturally():
     assert units.duration(3 * 3600) == "3 h"
     assert units.count(1_741_000_000) == "1.74B"
     assert units.rate(12_345.6) == "12.3k tokens/s"
+
+
+def test_skipped_cells_count_as_ended_and_say_why():
+    """B=16 ends censored at its whole budget, so B=32 is skipped: its trials count as ended, the
+    study reaches 100% once B=4 ends, and the grid says why the cell never ran."""
+    from cbscore.study import StudySpec, TrialRecord, plan
+
+    spec = StudySpec.from_dict(dict(name="v", kind="custom", settings=[{"model": "tiny-0.1M", "tokens": 100_000}],
+                                    batch_sizes=[4, 8, 16, 32], b_ref=8, context_tokens=32,
+                                    search={"kind": "grid", "lrs": [0.01]}))
+
+    def rec(t, status, **kw):
+        return TrialRecord(trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id, role=t.role,
+                           batch_size=t.batch_size, lr=t.lr, status=status, **kw)
+
+    [ref] = plan(spec, [], 0).start
+    records = [rec(ref, "finished", final_eval_loss=3.0, eval_steps=(390,), eval_losses=(3.0,), tokens=99_840)]
+    started = plan(spec, records, 0).start  # B=4 and B=16
+    records += [rec(t, "censored", tokens=199_680, last_step=390) if t.batch_size == 16
+                else rec(t, "reached", steps_to_target=700.0, tokens=89_600) for t in started]
+    view = study_view.study_view(spec, records, now_s=0)
+    key = ("tiny-0.1M_D100K", 32)
+    assert view.states[key] == "skipped" and "could only end censored" in view.hover[key]
+    assert (view.ended, view.planned, view.progress) == (4, 4, 1.0)
+    assert view.counts["skipped"] == 1 and view.grid_tokens == 100_000 + 3 * 200_000

@@ -25,11 +25,34 @@ def test_dry_run_prints_cells_trials_and_compute_and_enqueues_nothing(worker_env
     out = capsys.readouterr().out
     # 4 cells of one lr; tokens at full budgets: 15k (reference) + 3 × 2 × 15k = 105k.
     assert "1 settings × 4 batch sizes = 4 cells, 4 trials (grid search), B_ref = 8" in out
-    assert "105K tokens" in out and "105 s on one worker at 1,000 tokens/s (given)" in out
+    assert "105K tokens" in out and "105 s on one worker" in out
+    assert "throughput per worker: 1,000 tokens/s (given)" in out
     flops = 105_000 * (6 * 98_304 + 12 * 2 * 64 * 16)  # 6N + 12·L·d·T per token (PaLM appendix B)
     assert f"{flops:.3g} FLOPs" in out
     assert "first wave: 1 reference trials" in out
     assert queue_depth("cpu") == 0 and api.list_studies() == []
+    # Three workers share it: a third of the time.
+    assert cbs_main(["study", "launch", str(path), "--dry-run", "--tokens-per-s", "1000", "--workers", "3"]) == 0
+    assert "35 s on 3 workers" in capsys.readouterr().out
+
+
+def test_dry_run_measures_every_model_and_scales_the_big_ones(worker_env):
+    """Without --tokens-per-s each model is measured on this CPU, and models too big for a CPU
+    step are scaled from the largest measured one by FLOPs per token (head included)."""
+    from cbscore.study import StudySpec, measure_rates
+    from cbscore.study.estimate import _flops_with_head
+
+    spec = StudySpec.from_dict({**tiny_spec_dict("rates"), "kind": "custom", "settings": [
+        {"model": "tiny-0.1M", "tokens": 10_000}, {"model": "tiny-0.8M", "tokens": 10_000},
+        {"model": "85M", "tokens": 10_000}]})
+    rates, how = measure_rates(spec, device="cpu", min_seconds=0.05)
+    assert set(rates) == {"tiny-0.1M", "tiny-0.8M", "85M"}
+    assert "measured on this CPU" in how["tiny-0.1M"] and "measured on this CPU" in how["tiny-0.8M"]
+    assert how["85M"].startswith("scaled by FLOPs per token from tiny-0.8M")
+    vocab = int(spec.data.get("vocab_size", 8192))
+    ratio = _flops_with_head("tiny-0.8M", 16, vocab) / _flops_with_head("85M", 16, vocab)
+    assert rates["85M"] == pytest.approx(rates["tiny-0.8M"] * ratio)
+    assert rates["tiny-0.1M"] > rates["tiny-0.8M"] > rates["85M"] > 0
 
 
 def test_bad_arguments_are_refused_by_name(worker_env, capsys):
@@ -48,6 +71,7 @@ def test_worker_command_line_pins_the_gpu_and_threads():
     argv, env = worker_argv(None, 3)
     assert argv[argv.index("-c") + 1] == "3" and argv[argv.index("-P") + 1] == "prefork"
     assert env["CBS_TORCH_THREADS"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""  # one torch thread per trial
+    assert env["MALLOC_ARENA_MAX"] == "1"  # trial children forked from a thread use the main heap
 
 
 def free_port() -> int:
@@ -94,3 +118,13 @@ def test_study_list_and_status_show_a_launched_study(worker_env, capsys):
     out = capsys.readouterr().out
     assert "study 'shown': running; 0% of 4 trials ended (queued 1)" in out
     assert "tiny-0.1M_D15K.b8" in out and "reference" in out
+
+
+@pytest.mark.parametrize("preset", ["paper-chinchilla", "paper-fixed-n", "paper-fixed-d"])
+def test_paper_presets_plan_in_a_dry_run(worker_env, preset, capsys):
+    """Every cell of the paper's studies validates (trainer config and data source), so the dry run
+    prints their plan; nothing is enqueued and nothing is downloaded."""
+    assert cbs_main(["study", "launch", preset, "--dry-run", "--tokens-per-s", "1e6", "--workers", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "5 settings × 9 batch sizes = 45 cells, 225 trials" in out and "first wave: 25 reference trials" in out
+    assert queue_depth("cpu") == 0 and queue_depth("gpu") == 0 and api.list_studies() == []

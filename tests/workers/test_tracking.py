@@ -65,7 +65,8 @@ def test_flatten_nested_config():
         "a": "1", "d.x": "y", "d.z": "[1, 2]", "t": "true", "n": "null"}
 
 
-def test_history_keeps_the_latest_value_per_step_and_caches_ended_runs(tracker):
+def test_history_keeps_the_latest_value_per_step_and_caches_ended_runs(tracker, tmp_path, monkeypatch):
+    monkeypatch.setenv("CBS_HOME", str(tmp_path / "home"))
     exp_id, parent_id = make_study(tracker)
     run_id = tracker.create_trial(exp_id, parent_id, trial_id="t", tags={}, params={})
     # A resumed attempt logs steps 20 and 30 again after the checkpoint at step 10.
@@ -76,6 +77,10 @@ def test_history_keeps_the_latest_value_per_step_and_caches_ended_runs(tracker):
     first = tracker.history(tracker.get_run(run_id), "eval/loss_ewa")
     tracker.log_metrics(run_id, [metric("eval/loss_ewa", 1.0, 40)])  # nothing writes to an ended run; if it did...
     assert tracker.history(tracker.get_run(run_id), "eval/loss_ewa") == first  # ...the cached history is served
+    # A new process reads it from this host's disk cache, without asking MLflow.
+    monkeypatch.setattr(Tracker, "_HISTORY", type(Tracker._HISTORY)())
+    monkeypatch.setattr(tracker.client, "get_metric_history", lambda *a: pytest.fail("asked MLflow again"))
+    assert tracker.history(tracker.get_run(run_id), "eval/loss_ewa") == first
 
 
 class StopAt(Callback):
@@ -125,3 +130,40 @@ def test_callback_sends_what_the_trainer_measured_and_marks_a_resume(tracker, tm
     assert "heartbeat" in m and "optim/lr" in m and "perf/tokens_per_s" in m
     assert sorted(tracker.curves(run_id)) == sorted(k for k in m if k.split("/")[0] in ("train", "eval", "optim", "perf"))
     assert json.loads(tracker.get_run(parent_id).data.tags["cbs.spec"])["name"] == "s1"
+
+
+def test_ended_runs_survive_a_restart_on_disk(tracker, tmp_path, monkeypatch):
+    """A new process (the web app after a restart) starts from the ended runs this host already
+    read: it asks MLflow only for what is active or ended since, not for every run again. A cache
+    file it cannot read costs a full read, never a wrong answer."""
+    monkeypatch.setenv("CBS_HOME", str(tmp_path / "home"))
+    exp_id, parent_id = make_study(tracker)
+    ids = []
+    for k in range(3):
+        run_id = tracker.create_trial(exp_id, parent_id, trial_id=f"s1.a.b8.lr{k}.s0", tags={"role": "trial"},
+                                      params={"lr": 0.01})
+        ids.append(run_id)
+    for run_id in ids[:2]:
+        tracker.client.set_terminated(run_id, status="FINISHED", end_time=1_000)  # long ago
+    assert sorted(r.info.run_id for r in tracker.trial_runs(exp_id, parent_id)) == sorted(ids)
+
+    searched = []
+    search = Tracker._search
+    monkeypatch.setattr(Tracker, "_search", lambda self, e, flt: searched.append(flt) or search(self, e, flt))
+    monkeypatch.setattr(Tracker, "_ENDED", {})  # a new process: nothing in memory
+    runs = {r.info.run_id: r for r in tracker.trial_runs(exp_id, parent_id)}
+    assert sorted(runs) == sorted(ids)
+    assert runs[ids[0]].info.status == "FINISHED" and runs[ids[2]].info.status == "SCHEDULED"
+    assert searched and all(" and attributes." in f for f in searched)  # never the full read
+    # The third run ends: the next process sees it too.
+    tracker.client.set_terminated(ids[2], status="KILLED")
+    monkeypatch.setattr(Tracker, "_ENDED", {})
+    assert tracker.trial_runs(exp_id, parent_id) and {
+        r.info.run_id: r.info.status for r in tracker.trial_runs(exp_id, parent_id)}[ids[2]] == "KILLED"
+    # A broken cache file is a miss: one full read, the right runs.
+    [path] = (tmp_path / "home" / "cache" / "mlflow-runs").glob("*.pickle")
+    path.write_bytes(b"not a pickle")
+    monkeypatch.setattr(Tracker, "_ENDED", {})
+    searched.clear()
+    assert sorted(r.info.run_id for r in tracker.trial_runs(exp_id, parent_id)) == sorted(ids)
+    assert searched == [f"tags.`mlflow.parentRunId` = '{parent_id}'"]

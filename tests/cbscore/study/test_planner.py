@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from cbscore.study import StudySpec, TrialRecord, plan, trial_from_ask
+from cbscore.study import StudySpec, TrialRecord, plan, skipped_trials, trial_from_ask
 
 D = 100_000
 
@@ -83,6 +83,48 @@ def test_reach_prunes_slow_trials_and_releases_next_cell_with_cap():
     assert plan(s, records, now_s=100).stop == ()
 
 
+def censor_cell16(s, records, statuses=("censored", "censored"), tokens=None):
+    """The B=16 cell ends with no trial at the target: its trials ran their whole token budget
+    (2·D = 200,000 tokens is 390 steps of 512 tokens) unless ``tokens`` says otherwise."""
+    cell16 = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
+    budget = (2 * D // (16 * 32)) * 16 * 32
+    return records + [rec(t, st, tokens=budget if tokens is None else tokens, last_step=390,
+                          eval_steps=(100, 390), eval_losses=(3.6, 3.2)) for t, st in zip(cell16, statuses)]
+
+
+def test_cells_above_a_cell_censored_at_its_budget_are_skipped():
+    """E(B) = B·T·S(B) never falls with B (McCandlish et al. 2018, eq. 2.12): once B=16 needs more
+    than the budget, B=32 could only be censored, so it is skipped and the study can finish."""
+    s = spec()
+    records = censor_cell16(s, finish_reference(s))
+    p = plan(s, records, now_s=0)
+    states = {c.batch_size: c.state for c in p.cells}
+    assert states[16] == "done" and states[32] == "skipped"
+    assert [t.batch_size for t in p.start] == [4, 4]  # B=32 starts nothing
+    assert skipped_trials(p) == 2
+    cell4 = [rec(t, "reached", steps_to_target=700.0, tokens=700 * 4 * 32) for t in p.start]
+    assert plan(s, records + cell4, now_s=0).done
+
+
+@pytest.mark.parametrize("statuses,tokens", [
+    (("censored", "failed"), None),  # a learning rate that never ran: E(16) unknown
+    (("censored", "censored"), 150 * 16 * 32),  # censored at a step cap, well inside the budget
+    (("diverged", "diverged"), None),  # no learning rate trained without blowing up
+])
+def test_a_cell_is_not_skipped_without_a_bound_above_its_budget(statuses, tokens):
+    s = spec()
+    records = censor_cell16(s, finish_reference(s), statuses, tokens)
+    p = plan(s, records, now_s=0)
+    assert {c.batch_size: c.state for c in p.cells}[32] == "running"
+    assert sorted({t.batch_size for t in p.start}) == [4, 32] and skipped_trials(p) == 0
+
+
+def test_a_diverged_learning_rate_does_not_stop_the_skip():
+    s = spec()
+    p = plan(s, censor_cell16(s, finish_reference(s), ("censored", "diverged")), now_s=0)
+    assert {c.batch_size: c.state for c in p.cells}[32] == "skipped"
+
+
 def test_stale_heartbeat_is_lost_then_failed_at_attempt_cap():
     s = spec()
     ref = plan(s, [], now_s=0).start
@@ -130,3 +172,13 @@ def test_optuna_cells_ask_within_the_parallel_limit():
     one_running = [rec(trials[0], "finished", final_eval_loss=3.0), rec(trials[1], "running", heartbeat_s=0.0)]
     (ask,) = plan(s, one_running, now_s=1).ask
     assert (ask.count, ask.first_number) == (1, 2)
+
+
+def test_micro_batch_applies_above_it_only():
+    """Gradient accumulation splits the batch sizes above the micro-batch; smaller ones run whole."""
+    s = spec(micro_batch_size=8)
+    trials = plan(s, finish_reference(s), now_s=0).start
+    assert {t.batch_size: t.train_config["micro_batch_size"] for t in trials} == {4: None, 16: 8}
+    assert plan(s, [], now_s=0).start[0].train_config["micro_batch_size"] is None  # B_ref = 8 itself
+    with pytest.raises(Exception, match=r"^micro_batch_size: must divide every larger batch size \(it does not divide \[32\]\)"):
+        spec(micro_batch_size=12, batch_sizes=[4, 8, 32])
