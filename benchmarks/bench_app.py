@@ -13,7 +13,7 @@ server runs them) and times:
   the data changed);
 * ``warm``: the same page again within the caches' ttl (moving between pages, a rerun);
 * ``refresh``: the Studies page with its live reads expired (what ``st.fragment(run_every=2)``
-  costs every two seconds: the study's records, the workers, the planner, the figures; the
+  costs every five seconds: the study's records, the workers, the planner, the figures; the
   studies list, the running trials' throughput and the steps table are reused for 10 s);
 * the ``workers.api`` reads behind them.
 
