@@ -53,8 +53,9 @@ def live(name: str) -> None:
         cols[1].metric("Trials ended", f"{view.ended} / {view.planned}")
         cols[2].metric("Running", view.counts.get("running", 0))
         cols[3].metric("Reached target", view.counts.get("reached", 0))
-        share = f" ({view.tokens_spent / view.grid_tokens:.0%})" if view.grid_tokens else ""
-        cols[4].metric("Tokens spent", units.count(view.tokens_spent) + share,
+        share = f"{view.tokens_spent / view.grid_tokens:.0%} of the grid" if view.grid_tokens else None
+        cols[4].metric("Tokens spent", units.count(view.tokens_spent), delta=share, delta_color="off",
+                       delta_arrow="off",
                        help=f"The same grid at fixed budgets (every trial to its whole budget) would spend "
                             f"{units.count(view.grid_tokens)} tokens; stopping at the target, pruning, step caps "
                             "and skipped cells save the rest.")

@@ -107,8 +107,11 @@ def test_gradient_accumulation_gives_the_full_batch_update(builtin_slice_config,
                        checkpoint_dir=str(tmp_path / "b")))
     torch.testing.assert_close([v for _, v in accum.train_log], [v for _, v in full.train_log], rtol=1e-5, atol=1e-5)
     a, b = load_checkpoint(tmp_path / "a")["model"], load_checkpoint(tmp_path / "b")["model"]
+    # Summing micro-batch gradients reassociates floats (~1e-7 relative); Adam divides by sqrt(v),
+    # so an element whose gradient is near zero carries that into its update. 5e-5 is half a
+    # percent of one step at lr 1e-2 (a real accumulation bug moves weights by whole steps).
     for name in a:
-        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=5e-5)
 
 
 class CrashAt(Callback):
