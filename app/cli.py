@@ -147,18 +147,13 @@ def up_workers(workers: int | None) -> int:
     """Trials at once for ``cbs up``: ``--workers``, else ``$CBS_WORKER_CONCURRENCY``, else one per
     core up to :data:`MAX_DEFAULT_WORKERS`."""
     if workers is None:
-        raw = os.environ.get("CBS_WORKER_CONCURRENCY", "")
-        if not raw:
+        if not os.environ.get("CBS_WORKER_CONCURRENCY"):
             return max(1, min(MAX_DEFAULT_WORKERS, os.cpu_count() or 1))
-        field = "CBS_WORKER_CONCURRENCY"
-        try:
-            workers = int(raw)
-        except ValueError:
-            raise ConfigError(field, raw, "must be a positive integer") from None
-    else:
-        field = "--workers"
+        from workers.cli import default_concurrency
+
+        return default_concurrency()
     if isinstance(workers, bool) or workers < 1:
-        raise ConfigError(field, workers, "must be a positive integer")
+        raise ConfigError("--workers", workers, "must be a positive integer")
     return workers
 
 

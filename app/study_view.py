@@ -70,7 +70,7 @@ class StudyView:
 
 def study_view(spec, records: Sequence, now_s: float | None = None) -> StudyView:
     """The grid, progress and targets of ``spec`` given its trial ``records``."""
-    from cbscore.study import TERMINAL, grid_tokens, grid_trials, plan, skipped_trials
+    from cbscore.study import ended_trials, grid_tokens, grid_trials, plan, status_counts
 
     p = plan(spec, list(records), time.time() if now_s is None else now_s)
     states, hover = {}, {}
@@ -86,16 +86,11 @@ def study_view(spec, records: Sequence, now_s: float | None = None) -> StudyView
         hover[key] = (f"<b>{c.setting_id} · B = {c.batch_size}</b> ({c.role})<br>{c.state}: {outcome}"
                       f"<br>{c.n_trials} trials planned · S(B) so far: {s}"
                       + (f"<br>step cap {c.max_steps:,}" if c.max_steps else ""))
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    skipped = skipped_trials(p)
-    if skipped:
-        counts["skipped"] = skipped
+    counts = status_counts(records, p)
     return StudyView(
         settings=tuple(s.setting_id for s in spec.resolve_settings()), batch_sizes=tuple(spec.batch_sizes),
         states=states, hover=hover, targets=dict(p.targets), counts=counts,
-        ended=sum(1 for r in records if r.status in TERMINAL) + skipped, planned=grid_trials(spec),
+        ended=ended_trials(counts), planned=grid_trials(spec),
         tokens_spent=sum(r.tokens for r in records), grid_tokens=grid_tokens(spec), errors=tuple(p.errors))
 
 
@@ -161,12 +156,12 @@ def trial_rows(records: Sequence, links: Mapping[str, str]) -> list[dict[str, An
 
 def summary_rows(summaries: Sequence) -> list[dict[str, Any]]:
     """One row per study for the overview table."""
-    from cbscore.study import TERMINAL
+    from cbscore.study import ended_trials
 
     rows = []
     for s in summaries:
         counts = dict(s.counts)
-        ended = sum(v for k, v in counts.items() if k in TERMINAL or k == "skipped")
+        ended = ended_trials(counts)
         rows.append({
             "study": s.name,
             "kind": s.kind,

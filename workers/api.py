@@ -275,7 +275,7 @@ def study_table(name: str) -> list[dict]:
 
 def study_status(name: str) -> StudyStatus:
     """Cells, trials by outcome, progress and tokens of ``name`` (the planner's view; no writes)."""
-    from cbscore.study import grid_tokens, grid_trials, plan, skipped_trials
+    from cbscore.study import ended_trials, grid_tokens, grid_trials, plan, status_counts
 
     tracker = _tracker()
     parent = _parent(tracker, name)
@@ -283,14 +283,9 @@ def study_status(name: str) -> StudyStatus:
     records = _records(tracker, _ledger(), name, parent)
     s = _settings()
     p = plan(spec, records, time.time(), stale_after_s=s.stale_after_s, max_attempts=s.max_attempts)
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    skipped = skipped_trials(p)
-    if skipped:
-        counts["skipped"] = skipped  # never run: their cells cannot reach the target within budget
+    counts = status_counts(records, p)
     n_trials = grid_trials(spec)
-    ended = sum(1 for r in records if r.status in TERMINAL) + skipped
+    ended = ended_trials(counts)
     cells = tuple({"cell_id": c.cell_id, "setting_id": c.setting_id, "batch_size": c.batch_size, "role": c.role,
                    "state": c.state, "n_trials": c.n_trials, "counts": dict(c.counts),
                    "steps_to_target": c.steps_to_target, "max_steps": c.max_steps} for c in p.cells)

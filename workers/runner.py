@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cbscore.errors import CbsError, ConfigError
-from cbscore.study import (TERMINAL, StudySpec, TrialSpec, build_train_config, estimate, plan, skipped_trials,
+from cbscore.study import (TERMINAL, StudySpec, TrialSpec, build_train_config, estimate, plan, status_counts,
                            trial_from_ask)
 from workers.ledger import Ledger, owner_is_dead, this_process
 from workers.records import build_records
@@ -233,17 +233,14 @@ class Runner:
         tags["errors"] = json.dumps(list(p.errors))[:7900] if p.errors else ""
         tags["advanced_s"] = f"{now:.3f}"
         # The studies list reads these instead of every trial (as of this pass).
-        counts: dict[str, int] = {}
-        for r in records:
-            counts[r.status] = counts.get(r.status, 0) + 1
+        counts = status_counts(records, p)
         moved = [(tid, "queued") for tid in requeued] + [(tid, "failed") for tid in failed]
         for tid, status in moved:
             counts[by_id[tid].status] -= 1
             counts[status] = counts.get(status, 0) + 1
         counts["queued"] = counts.get("queued", 0) + len(started)
-        counts["skipped"] = skipped_trials(p)
         counts = {k: v for k, v in counts.items() if v}
-        tags["counts"] = json.dumps(counts, sort_keys=True)  # "skipped": trials of skipped cells
+        tags["counts"] = json.dumps(counts, sort_keys=True)
         tags["tokens_spent"] = str(sum(r.tokens for r in records))
         self.tracker.set_tags(parent_id, tags)
         if p.done and not (started or requeued):

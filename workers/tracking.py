@@ -369,7 +369,6 @@ class Tracker:
         return {k: self.history(run, k) for k in keys}
 
 
-# ---------------------------------------------------------------------------- the callback
 # ---------------------------------------------------------------------------- on-disk caches
 #: Version of the on-disk caches (a new one ignores older files).
 _DISK_FORMAT = 1
@@ -412,6 +411,7 @@ def _disk_save(path: Path, payload: Mapping[str, Any]) -> None:
             os.unlink(tmp)
 
 
+# ---------------------------------------------------------------------------- the callback
 def metric(key: str, value: float, step: int, now_s: float | None = None) -> Metric:
     return Metric(key=key, value=float(value), timestamp=_ms(now_s), step=int(step))
 

@@ -177,17 +177,18 @@ def measure_rates(spec: StudySpec, *, device: str | None = None, min_seconds: fl
         return rates, how
     batch = max(1, min(spec.b_ref, CPU_MEASURE_MAX_TOKENS // t))
     small = [m for m in models if PRESETS[m].n_params <= CPU_MEASURE_MAX_PARAMS] or [CPU_PROXY_MODEL]
+    measured: dict[str, float] = {}
     for m in small:
         try:
-            rate = measure_tokens_per_s(m, t, batch_size=batch, min_seconds=min_seconds, vocab_size=vocab,
-                                        threads=threads)
+            measured[m] = measure_tokens_per_s(m, t, batch_size=batch, min_seconds=min_seconds, vocab_size=vocab,
+                                               threads=threads)
         finally:
             torch.set_num_threads(before)
         if m in models:
-            rates[m] = rate
+            rates[m] = measured[m]
             how[m] = f"measured on {on_cpu} at B={batch}"
     ref = small[-1]
-    ref_rate = rates.get(ref) or rate
+    ref_rate = measured[ref]
     for m in models:
         if m not in rates:
             rates[m] = ref_rate * _flops_with_head(ref, t, vocab) / _flops_with_head(m, t, vocab)

@@ -212,6 +212,13 @@ def _crossing(record: TrialRecord, target: float) -> float | None:
     return first_crossing(record.eval_steps, record.eval_losses, target)
 
 
+def _by_cell(records: Iterable[TrialRecord]) -> dict[str, list[TrialRecord]]:
+    by_cell: dict[str, list[TrialRecord]] = {}
+    for r in records:
+        by_cell.setdefault(r.cell_id, []).append(r)
+    return by_cell
+
+
 def setting_targets(spec: StudySpec, records: Sequence[TrialRecord]) -> tuple[dict[str, float], list[str]]:
     """The target loss of every setting that has one, and why the others have none.
 
@@ -223,12 +230,12 @@ def setting_targets(spec: StudySpec, records: Sequence[TrialRecord]) -> tuple[di
     targets: dict[str, float] = {}
     errors: list[str] = []
     n_ref = _cell_size(spec)
+    by_cell = _by_cell(records)
     for setting in spec.resolve_settings():
         if spec.target_losses is not None:
             targets[setting.setting_id] = float(spec.target_losses[setting.setting_id])
             continue
-        ref_id = cell_id(setting.setting_id, spec.b_ref)
-        ref_records = [r for r in records if r.cell_id == ref_id]
+        ref_records = by_cell.get(cell_id(setting.setting_id, spec.b_ref), [])
         if len(ref_records) < n_ref or not all(r.terminal for r in ref_records):
             continue
         finals = [r.final_eval_loss for r in ref_records
@@ -245,10 +252,9 @@ def setting_targets(spec: StudySpec, records: Sequence[TrialRecord]) -> tuple[di
 def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
          stale_after_s: float = 120.0, max_attempts: int = 3) -> Plan:
     """Decide what to run, stop, re-run or fail next. Pure: same inputs, same plan."""
-    by_cell: dict[str, list[TrialRecord]] = {}
-    for r in records:
-        by_cell.setdefault(r.cell_id, []).append(r)
+    by_cell = _by_cell(records)
     margin = spec.prune_margin
+    n_cell = _cell_size(spec)
     start: list[TrialSpec] = []
     asks: list[AskRequest] = []
     stop: list[tuple[str, str]] = []
@@ -283,7 +289,6 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
             cell_target = None if role == "reference" else target
             crossings = [c for c in (_crossing(r, target) for r in recs) if c is not None] if target is not None else []
             best = min(crossings) if crossings else None
-            n_cell = _cell_size(spec)
             complete = len(recs) >= n_cell and all(r.terminal for r in recs)
 
             released = (role == "reference") or (target is not None and prev_resolved)
@@ -355,6 +360,23 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
 def skipped_trials(p: Plan) -> int:
     """Trials the plan will never run because their cells are ``skipped``."""
     return sum(c.n_trials for c in p.cells if c.state == "skipped")
+
+
+def status_counts(records: Iterable[TrialRecord], p: Plan) -> dict[str, int]:
+    """Trials by status, plus ``skipped``: the trials of skipped cells (they never run, and count
+    as ended in every progress figure)."""
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    skipped = skipped_trials(p)
+    if skipped:
+        counts["skipped"] = skipped
+    return counts
+
+
+def ended_trials(counts: Mapping[str, int]) -> int:
+    """Trials with an outcome in ``counts`` (:func:`status_counts`), skipped ones included."""
+    return sum(v for k, v in counts.items() if k in TERMINAL or k == "skipped")
 
 
 def _cell_size(spec: StudySpec) -> int:
