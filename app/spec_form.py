@@ -242,12 +242,14 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
 
 def planned_cells(spec) -> list[dict[str, Any]]:
     """One row per cell (setting × batch size): its role, trials and per-trial budget."""
+    from cbscore.study.planner import planned_budget
+
     per_cell = spec.search.trials_per_cell() * (len(spec.seeds) if spec.search.kind == "grid" else 1)
     rows = []
     for s in spec.resolve_settings():
         for b in spec.batch_sizes:
-            reference = b == spec.b_ref and spec.target_losses is None
-            budget = s.tokens if reference else int(spec.budget_multiple * s.tokens)
+            role, _, budget = planned_budget(spec, s, b)
+            reference = role == "reference"
             rows.append({
                 "setting": s.setting_id, "model": s.model, "N": s.n_params, "D (tokens)": s.tokens,
                 "B (sequences)": b, "role": "reference: sets the target" if reference else "search to target",

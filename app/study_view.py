@@ -95,12 +95,14 @@ def study_view(spec, records: Sequence, now_s: float | None = None) -> StudyView
 
 
 def trial_budget_tokens(spec, record) -> int | None:
-    """Tokens a trial may spend: D for a reference run, ``budget_multiple·D`` otherwise, capped by
-    its step cap (``max_steps·B·T``)."""
+    """Tokens a trial may spend (``cbscore.study.planner.cell_budget_tokens``), capped by its step
+    cap (``max_steps·B·T``)."""
+    from cbscore.study.planner import cell_budget_tokens
+
     setting = next((s for s in spec.resolve_settings() if s.setting_id == record.setting_id), None)
     if setting is None:
         return None
-    budget = setting.tokens if record.role == "reference" else int(spec.budget_multiple * setting.tokens)
+    budget = cell_budget_tokens(spec, setting, record.batch_size, record.role, record.max_steps)
     if record.max_steps:
         budget = min(budget, record.max_steps * record.batch_size * spec.context_tokens)
     return budget

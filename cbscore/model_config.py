@@ -2,8 +2,9 @@
 
 Kept apart from :mod:`cbscore.model` so that study planning, the CLI and the web app can name,
 count and cost models without importing torch. ``N = 12·L·C²`` non-embedding parameters (Kaplan
-et al. 2020, §2.1); training FLOPs per token ``6N + 12·L·C·T`` (Chowdhery et al. 2022, PaLM,
-appendix B). See :mod:`cbscore.model` for the full accounting.
+et al. 2020, §2.1); training FLOPs per token ``6·(N + C·V) + 12·L·C·T``: the block matmuls, the
+output head and attention (Chowdhery et al. 2022, PaLM, appendix B; Kaplan et al. 2020, table 1).
+See :mod:`cbscore.model` for the full accounting.
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from cbscore.errors import ConfigError
+
+#: Vocabulary size V assumed where none is given: the default byte-level BPE of
+#: :class:`cbscore.data.DataConfig` (the built-in corpus).
+DEFAULT_VOCAB_SIZE = 8192
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,8 +28,8 @@ class GPTConfig:
     """Number of transformer blocks L."""
     n_heads: int
     """Attention heads H; ``d_model`` must be a multiple of it."""
-    vocab_size: int = 8192
-    """Vocabulary size V (input and output embeddings, untied)."""
+    vocab_size: int = DEFAULT_VOCAB_SIZE
+    """Vocabulary size V in tokens (input and output embeddings, untied; taken as is, unpadded)."""
     context_tokens: int = 512
     """Longest sequence the rotary tables are built for, in tokens (the paper: 512)."""
     rope_base: float = 10000.0
@@ -46,9 +51,16 @@ class GPTConfig:
         return 12 * self.n_layers * self.d_model**2
 
     def flops_per_token(self, context_tokens: int | None = None) -> float:
-        """Training FLOPs per token, 6N + 12·L·C·T (PaLM, Chowdhery et al. 2022, appendix B)."""
+        """Training FLOPs per token, ``6·(N + C·V) + 12·L·C·T``.
+
+        Forward 2 and backward 4 FLOPs per weight of every matmul: the blocks (N) and the output
+        head (C·V); attention scores and values add 12·L·C·T at context T (Chowdhery et al. 2022,
+        PaLM, appendix B; Kaplan et al. 2020, table 1, whose forward count lists the head as
+        "De-embed, 2·d_model·n_vocab"). The input embedding is a lookup, not FLOPs.
+        """
         t = self.context_tokens if context_tokens is None else context_tokens
-        return float(6 * self.n_params + 12 * self.n_layers * self.d_model * t)
+        matmul_weights = self.n_params + self.d_model * self.vocab_size
+        return float(6 * matmul_weights + 12 * self.n_layers * self.d_model * t)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -69,7 +81,7 @@ class Preset:
         """Non-embedding parameters N = 12·L·C²."""
         return 12 * self.n_layers * self.d_model**2
 
-    def config(self, *, vocab_size: int = 8192, context_tokens: int | None = None) -> GPTConfig:
+    def config(self, *, vocab_size: int = DEFAULT_VOCAB_SIZE, context_tokens: int | None = None) -> GPTConfig:
         return GPTConfig(
             d_model=self.d_model,
             n_layers=self.n_layers,
@@ -78,9 +90,10 @@ class Preset:
             context_tokens=self.context_tokens if context_tokens is None else context_tokens,
         )
 
-    def flops_per_token(self, context_tokens: int | None = None) -> float:
-        """Training FLOPs per token, 6N + 12·L·C·T (PaLM appendix B)."""
-        return self.config(context_tokens=context_tokens).flops_per_token()
+    def flops_per_token(self, context_tokens: int | None = None, *, vocab_size: int = DEFAULT_VOCAB_SIZE) -> float:
+        """Training FLOPs per token, 6·(N + C·V) + 12·L·C·T (:meth:`GPTConfig.flops_per_token`);
+        pass the data's ``vocab_size`` (the default is the built-in corpus's BPE)."""
+        return self.config(vocab_size=vocab_size, context_tokens=context_tokens).flops_per_token()
 
 
 def _presets(*rows: tuple[str, int, int, int, int]) -> dict[str, Preset]:

@@ -192,6 +192,8 @@ class _Trial:
         model_config = get_preset(cfg.model).config(vocab_size=int(store.vocab_size), context_tokens=cfg.context_tokens)
         self.model = GPT(model_config).to(device)
         self.state.model = self.model
+        # FLOPs per token with the LM head at the store's own vocabulary (MFU; PaLM appendix B).
+        self.state.flops_per_token = model_config.flops_per_token()
         self.eval_model = copy.deepcopy(self.model).requires_grad_(False)
 
         if device.type == "cuda":
@@ -436,9 +438,10 @@ class _Trial:
     def _finish(self, status: str, reason: str | None, warm: tuple[float, int] | None, start_step: int) -> TrialResult:
         cfg, state = self.config, self.state
         history = state.eval_history
-        steps_to_target = None
+        steps_to_target = target_tau = None
         if status == "reached":
             steps_to_target = first_crossing([e.step for e in history], [e.loss for e in history], cfg.target_loss)
+            target_tau = crossing_tau(history, cfg.target_loss)
         trained_tokens = (state.step - start_step) * cfg.batch_tokens
         tokens_per_s = None
         if trained_tokens > 0 and state.train_seconds > 0:
@@ -470,6 +473,7 @@ class _Trial:
             peak_memory_bytes=peak_memory_bytes(self.device),
             device=state.device,
             resumed_from_step=state.resumed_from_step,
+            target_tau=target_tau,
             eval_history=tuple(history),
             train_log=tuple(self.progress.train_log),
         )
@@ -478,3 +482,12 @@ class _Trial:
         for cb in self.callbacks:
             cb.post_train(state, result)
         return result
+
+
+def crossing_tau(history, target: float) -> str | None:
+    """The τ key whose averaged loss is lowest at the first evaluation at or below ``target``."""
+    for point in history:
+        if math.isfinite(point.loss) and point.loss <= target:
+            finite = {k: v for k, v in point.ewa_losses.items() if math.isfinite(v)}
+            return min(finite, key=finite.get) if finite else None
+    return None

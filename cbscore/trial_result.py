@@ -109,6 +109,10 @@ class TrialResult:
     """``cpu`` or ``cuda:N`` (with the GPU name)."""
     resumed_from_step: int | None
     """Step of the checkpoint this run resumed from, ``None`` if it started fresh."""
+    target_tau: str | None = None
+    """The τ (``f"{tau:g}"``) whose averaged loss made the target crossing (``reached`` only): of
+    the τ tracked at once, the one with the lowest loss at the first evaluation at or below the
+    target."""
     eval_history: tuple[EvalPoint, ...] = ()
     """Every evaluation, in step order."""
     train_log: tuple[tuple[int, float], ...] = ()

@@ -21,7 +21,7 @@ from workers.settings import WorkerSettings
 
 #: Columns of :func:`study_table`: the ``cbs fit`` CSV first, then what the app links and colours by.
 TABLE_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome",
-                 "trial_id", "role", "lr", "beta2", "tau", "seed", "run_id")
+                 "trial_id", "role", "lr", "beta2", "tau", "seed", "run_id", "budget_steps")
 #: The columns ``cbs fit`` reads (``cbs study export``).
 FIT_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome")
 
@@ -261,7 +261,8 @@ def study_table(name: str) -> list[dict]:
         if outcome == "reached" and not (steps is not None and math.isfinite(steps) and steps > 0):
             outcome = "censored"
         taus = {k[len("eval/loss_ewa_"):]: v for k, v in metrics.items() if k.startswith("eval/loss_ewa_")}
-        best_tau = min(taus, key=taus.get) if taus else ""
+        # The τ that made the crossing (recorded by the trainer), else the best at the end.
+        best_tau = tags.get("target_tau") or (min(taus, key=taus.get) if taus else "")
         rows.append({
             "setting": rec.setting_id, "batch_size": rec.batch_size,
             "steps": "" if outcome != "reached" else steps,
@@ -269,6 +270,8 @@ def study_table(name: str) -> list[dict]:
             "context": _int(tags.get("context_tokens")) or context, "outcome": outcome,
             "trial_id": rec.trial_id, "role": rec.role, "lr": rec.lr,
             "beta2": _float(tags.get("beta2")), "tau": _float(best_tau), "seed": rec.seed, "run_id": rec.run_id,
+            # A censored trial is a lower bound: S > the steps it trained without reaching the target.
+            "budget_steps": rec.last_step if outcome == "censored" else "",
         })
     return rows
 

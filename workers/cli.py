@@ -233,9 +233,33 @@ def describe_plan(spec, tokens_per_s: float | None = None, *, n_workers: int = 1
     lines.append("stopping at the target, pruning and step caps spend less: `cbs study status` reports both")
     lines.append(f"first wave: {len(first.start)} reference trials"
                  + (f" and {sum(a.count for a in first.ask)} Optuna asks" if first.ask else ""))
+    lines.extend(describe_recipe(spec))
     if est.over_limit:
         lines.append(f"over a sanity limit: {est.over_limit} (launch needs --force)")
     return "\n".join(lines)
+
+
+def describe_recipe(spec) -> list[str]:
+    """Per setting and batch size: β2 and the middle τ, with the τ's half-life in steps and as a
+    share of D, the reference run's length (``cbscore.recipe.study_recipe``; README "Recipe")."""
+    from cbscore.recipe import EWA_HALF_LIFE_MULTIPLES, half_life_steps, study_recipe
+
+    fixed = spec.beta2 is not None or spec.ewa_taus is not None
+    lines = [f"recipe {spec.recipe!r}" + (" (β2/τ given in the spec override it)" if fixed else "")
+             + f": β2, and the EWA τ tracked ({len(EWA_HALF_LIFE_MULTIPLES)} half-lives ×"
+             + "/".join(f"{m:g}" for m in EWA_HALF_LIFE_MULTIPLES)
+             + "), middle τ's half-life in steps and as a share of D (the reference run):"]
+    for setting in spec.resolve_settings():
+        cells = []
+        for b in spec.batch_sizes:
+            r = study_recipe(spec.recipe, batch_size=b, context_tokens=spec.context_tokens,
+                             d_tokens=setting.tokens, b_ref=spec.b_ref)
+            mid = r.ewa_taus[len(r.ewa_taus) // 2]
+            steps = half_life_steps(mid)
+            share = steps * b * spec.context_tokens / setting.tokens
+            cells.append(f"B={b}: β2 {r.beta2:g}, τ {mid:g} ({steps:.3g} steps, {share:.1%} of D)")
+        lines.append(f"  {setting.setting_id:<24} " + "; ".join(cells))
+    return lines
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cbscore.errors import CbsError, ConfigError
-from cbscore.study import (TERMINAL, StudySpec, TrialSpec, build_train_config, estimate, plan, status_counts,
-                           trial_from_ask)
+from cbscore.study import (TERMINAL, StudySpec, TrialSpec, build_train_config, estimate, plan, planned_budget,
+                           status_counts, trial_from_ask)
 from workers.ledger import Ledger, owner_is_dead, this_process
 from workers.records import build_records
 from workers.settings import QUEUES, WorkerSettings
@@ -69,10 +69,10 @@ def check_spec(spec: StudySpec, *, force: bool = False) -> None:
     # setting, ... fail here with the trainer's own message, not in a worker hours later.
     for setting in spec.resolve_settings():
         for b in spec.batch_sizes:
-            role_tokens = setting.tokens if b == spec.b_ref else int(spec.budget_multiple * setting.tokens)
+            _, cap, role_tokens = planned_budget(spec, setting, b)
             for lr in (spec.search.lrs if spec.search.kind == "grid" else (spec.search.lr_min,)):
                 build_train_config(spec, setting, batch_size=b, lr=lr, seed=spec.seeds[0],
-                                   max_tokens=role_tokens, max_steps=None, target_loss=None)
+                                   max_tokens=role_tokens, max_steps=cap, target_loss=None)
 
 
 class Runner:

@@ -197,7 +197,8 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     if ledger.finish(trial_id, attempt, owner=owner, outcome=outcome, now_s=time.time()):
         tracker.end_trial(run_id, outcome, stop_reason=result.stop_reason or "",
                           steps_to_target="" if result.steps_to_target is None else repr(result.steps_to_target),
-                          beta2=repr(result.beta2), ewa_taus=json.dumps(list(result.ewa_taus)))
+                          beta2=repr(result.beta2), ewa_taus=json.dumps(list(result.ewa_taus)),
+                          target_tau=result.target_tau or "")
         tell(s, study, run.data.tags, outcome, result)
         if not os.environ.get("CBS_KEEP_CHECKPOINTS"):
             shutil.rmtree(checkpoint_dir(trial_id), ignore_errors=True)

@@ -14,6 +14,16 @@ from cbscore.errors import ConfigError
 MIN_BPE_VOCAB = 257
 #: Token ids are stored as uint32 at most.
 MAX_VOCAB = 2**32 - 1
+#: Prefixes that may precede a hub tokenizer's name (``hub:NAME``, ``hf:NAME``).
+HUB_PREFIXES = ("hub:", "hf:")
+#: Short names of hub tokenizers.
+TOKENIZER_ALIASES: dict[str, str] = {"gpt-neox-20b": "EleutherAI/gpt-neox-20b"}
+#: Vocabulary sizes of known hub tokenizers (``Tokenizer.get_vocab_size()``, added tokens
+#: included), so a study can cost its models before the tokenizer is downloaded. The paper
+#: tokenizes C4 with GPT-NeoX-20B's (Black et al. 2022): 50,254 BPE tokens and 23 added ones,
+#: <|endoftext|> among them. (The authors' OLMo configs name AllenAI's copy with three PII
+#: tokens more, 50,280, and pad the embedding to 50,304.)
+HUB_VOCAB_SIZES: dict[str, int] = {"EleutherAI/gpt-neox-20b": 50_277}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,8 +36,10 @@ class DataConfig:
     Hugging Face hub dataset, streamed (the paper's C4 is ``hub:allenai/c4:en``)."""
 
     tokenizer: str = "bpe"
-    """``bpe``: a byte-level BPE trained on the training split; otherwise the name of a tokenizer
-    on the Hugging Face hub (``EleutherAI/gpt-neox-20b`` in the paper), optionally ``hub:NAME``."""
+    """``bpe``: a byte-level BPE trained on the training split (no network); otherwise a tokenizer
+    on the Hugging Face hub, ``NAME``, ``hub:NAME`` or ``hf:NAME``, or the short name
+    ``gpt-neox-20b`` (the paper's, ``EleutherAI/gpt-neox-20b``). Stored as the bare hub name.
+    A hub tokenizer is fetched when the data is prepared, never when a config is checked."""
 
     vocab_size: int = 8192
     """Vocabulary size of the trained BPE, in tokens (ignored for a hub tokenizer)."""
@@ -55,6 +67,7 @@ class DataConfig:
             raise ConfigError("source", self.source, "a hub source must name a dataset, hub:NAME")
         if not isinstance(self.tokenizer, str) or not self.tokenizer.strip():
             raise ConfigError("tokenizer", self.tokenizer, "must be 'bpe' or a hub tokenizer name")
+        object.__setattr__(self, "tokenizer", _canonical_tokenizer(self.tokenizer))
         _check_int("vocab_size", self.vocab_size)
         if self.tokenizer == "bpe" and not MIN_BPE_VOCAB <= self.vocab_size <= MAX_VOCAB:
             raise ConfigError(
@@ -96,8 +109,15 @@ class DataConfig:
 
     @property
     def hub_tokenizer(self) -> str:
-        """The hub name of the tokenizer (``hub:`` prefix removed)."""
-        return self.tokenizer[4:] if self.tokenizer.startswith("hub:") else self.tokenizer
+        """The hub name of the tokenizer (the field holds it without prefix or alias)."""
+        return self.tokenizer
+
+    @property
+    def expected_vocab_size(self) -> int | None:
+        """The vocabulary V the model will get, known before the data is prepared: the BPE's
+        ``vocab_size`` (an upper bound: a tiny corpus can stop the BPE short of it), a known hub
+        tokenizer's size, or ``None`` for another hub tokenizer (known once prepared)."""
+        return self.vocab_size if self.uses_bpe else HUB_VOCAB_SIZES.get(self.tokenizer)
 
     def key(self) -> str:
         """Short hash of the settings that decide the store's content (not ``store_dir``)."""
@@ -137,6 +157,23 @@ class DataConfig:
 def _check_int(field: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(field, value, "must be an integer")
+
+
+def _canonical_tokenizer(value: str) -> str:
+    """``'bpe'`` stays; a hub tokenizer loses its ``hub:``/``hf:`` prefix and its alias."""
+    name = value.strip()
+    if name == "bpe":
+        return name
+    for prefix in HUB_PREFIXES:
+        if name.startswith(prefix):
+            name = name[len(prefix) :].strip()
+            break
+    name = TOKENIZER_ALIASES.get(name, name)
+    if not name or name == "bpe" or any(ch.isspace() for ch in name):
+        raise ConfigError(
+            "tokenizer", value, "must be 'bpe' or a hub tokenizer name such as 'EleutherAI/gpt-neox-20b'"
+        )
+    return name
 
 
 def _normalised_source(source: str) -> str:

@@ -58,21 +58,27 @@ def train_bpe(
 
 
 def load_hub_tokenizer(name: str) -> tuple[Tokenizer, dict]:
-    """Load ``name`` from the hub (or from the local HF cache when offline); fails in seconds."""
-    from tokenizers import Tokenizer
+    """Load the hub tokenizer ``name`` (``DataConfig.hub_tokenizer``): its ``tokenizer.json``
+    through ``huggingface_hub`` into the local HF cache (``HF_HOME``), then
+    ``tokenizers.Tokenizer.from_file``. Offline (``HF_HUB_OFFLINE=1``) only that cache is read.
 
+    Called only when a token store is built, never when a config is checked; offline and not
+    cached, or with the hub unreachable, it fails in seconds with a message that names the
+    ``tokenizer`` field and its value.
+    """
     from .sources import hub_offline, require_hub
 
-    what = f"The hub tokenizer {name!r}"
-    advice = "Use tokenizer 'bpe' (trained on the corpus, no network) instead."
-    if hub_offline():
-        tokenizer = _cached_hub_tokenizer(name)
-        if tokenizer is None:
-            require_hub(what, advice)  # raises: offline and not in the local cache
-    else:
-        require_hub(what, advice)
+    what = f"tokenizer: the hub tokenizer {name!r}"
+    advice = (
+        "Prepare the data once where the hub is reachable (the tokenizer then stays in the local "
+        "HF cache, HF_HOME, and is read from there offline), or use tokenizer 'bpe' (trained on "
+        "the corpus, no network) instead."
+    )
+    tokenizer = _hub_tokenizer(name, local_only=True) if hub_offline() else None
+    if tokenizer is None:
+        require_hub(what, advice)  # raises when offline or unreachable
         try:
-            tokenizer = Tokenizer.from_pretrained(name)
+            tokenizer = _hub_tokenizer(name, local_only=False)
         except Exception as exc:
             raise DataError(f"{what} could not be loaded: {exc}. {advice}") from exc
     if tokenizer.token_to_id(EOT) is None:
@@ -80,14 +86,21 @@ def load_hub_tokenizer(name: str) -> tuple[Tokenizer, dict]:
     return tokenizer, {"kind": "hub", "name": name}
 
 
-def _cached_hub_tokenizer(name: str):
+def _hub_tokenizer(name: str, *, local_only: bool) -> Tokenizer | None:
+    """``tokenizer.json`` of the hub repo ``name``; with ``local_only``, ``None`` when not cached.
+
+    One download path for both, so a tokenizer fetched once online is exactly the file the
+    offline lookup finds.
+    """
     from huggingface_hub import hf_hub_download
     from tokenizers import Tokenizer
 
     try:
-        path = hf_hub_download(name, "tokenizer.json", local_files_only=True)
+        path = hf_hub_download(name, "tokenizer.json", local_files_only=local_only)
     except Exception:
-        return None
+        if local_only:
+            return None
+        raise
     return Tokenizer.from_file(path)
 
 

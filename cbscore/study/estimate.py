@@ -137,12 +137,11 @@ CPU_PROXY_MODEL = "tiny-0.8M"
 
 
 def _flops_with_head(model: str, context_tokens: int, vocab_size: int) -> float:
-    """6N + 12·L·C·T plus the untied LM head's 6·V·C per token: at V = 8192 the head dominates
-    tiny models, so it must be in a ratio between a tiny and a large model (Kaplan et al. 2020, §2.1)."""
+    """Training FLOPs per token with the untied LM head (``Preset.flops_per_token``): at V = 8192 the
+    head dominates tiny models, so it must be in a ratio between a tiny and a large model."""
     from cbscore.model_config import PRESETS
 
-    preset = PRESETS[model]
-    return float(preset.flops_per_token(context_tokens)) + 6.0 * vocab_size * preset.d_model
+    return float(PRESETS[model].flops_per_token(context_tokens, vocab_size=vocab_size))
 
 
 def measure_rates(spec: StudySpec, *, device: str | None = None, min_seconds: float = 0.5,
@@ -158,7 +157,9 @@ def measure_rates(spec: StudySpec, *, device: str | None = None, min_seconds: fl
     from cbscore.model_config import PRESETS
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    vocab = int(spec.data.get("vocab_size", 8192))
+    from cbscore.data import DataConfig
+
+    vocab = DataConfig.from_dict(dict(spec.data)).expected_vocab_size or 8192
     t = spec.context_tokens
     models = sorted({s.model for s in spec.resolve_settings()}, key=lambda m: PRESETS[m].n_params)
     rates: dict[str, float] = {}

@@ -14,19 +14,21 @@ Order of work within a setting (DESIGN.md §1, "Target loss"):
    the middle of the batch sizes this gives two chains that run side by side: upwards from
    ``B_ref``, and upwards from the smallest batch size.
 
-Savings that do not change the answer (with tuned hyper-parameters, steps to target do not grow
-with batch size — McCandlish et al. 2018, eq. 2.11; Zhang et al. 2025, §2):
+Budgets that cannot bias B* (DESIGN.md §1; :func:`cell_budget_tokens`): with tuned
+hyper-parameters, tokens to target ``E(B)`` grow with B and steps to target ``S(B)`` do not
+(McCandlish et al. 2018, eqs. 2.11-2.12; Zhang et al. 2025, §2). So a cell below B_ref gets
+``(1 + budget_margin)·D`` tokens and a cell above B_ref ``(1 + budget_margin)·min S(B' < B)``
+steps, however many tokens that is. A cell censored at that cap is a lower bound, not a gap.
 
-* in a cell, once a trial reached the target at S steps, trials still above it at
-  ``S·(1 + margin)`` stop as ``pruned`` (and later trials of the cell start with that cap);
-* a cell's budget in steps is capped at ``(1 + margin)·min S(B')`` over the smaller batch sizes
-  ``B' < B`` already measured;
+Savings that do not change the answer:
+
+* in a cell, once a trial reached the target at S steps, trials still above it at an evaluation
+  past ``S·(1 + prune_margin)`` stop as ``pruned`` (and later trials of the cell start with that
+  cap). Only evaluated steps count: a trial may have crossed since its last evaluation;
 * a cell is ``skipped`` once a smaller batch size ended with every trial censored after at
   least this cell's token budget: tokens to target ``E(B) = B·T·S(B)`` never fall as B grows
   (McCandlish et al. 2018, eq. 2.12: ``E(B) = E_min·(1 + B/B_noise)``), so the cell could only
-  end censored too, and censored points never enter ``S(B)`` or the fits (DESIGN.md §1). Every
-  non-reference trial has the same budget, ``budget_multiple·D`` tokens, so this stops the climb
-  in B at the first batch size that cannot reach the target within it.
+  end censored too, and censored points never enter ``S(B)`` or the fits (DESIGN.md §1).
 """
 
 from __future__ import annotations
@@ -119,8 +121,11 @@ def _trial_id(spec: StudySpec, setting: Setting, batch_size: int, tag: str, seed
 def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr: float, seed: int,
                        max_tokens: int, max_steps: int | None, target_loss: float | None) -> dict:
     """The trainer's config of one trial, as ``TrainConfig.to_dict()`` (validated by the trainer)."""
+    from cbscore.recipe import study_recipe
     from cbscore.train_config import TrainConfig
 
+    recipe = study_recipe(spec.recipe, batch_size=batch_size, context_tokens=spec.context_tokens,
+                          d_tokens=setting.tokens, b_ref=spec.b_ref)
     config = TrainConfig.from_dict({
         "model": setting.model,
         "batch_size": batch_size,
@@ -135,8 +140,8 @@ def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr
         "warmup_tokens": int(spec.warmup_fraction * setting.tokens),
         "schedule": spec.schedule,
         "beta1": spec.beta1,
-        "beta2": spec.beta2,
-        "ewa_taus": None if spec.ewa_taus is None else list(spec.ewa_taus),
+        "beta2": recipe.beta2 if spec.beta2 is None else spec.beta2,
+        "ewa_taus": list(recipe.ewa_taus if spec.ewa_taus is None else spec.ewa_taus),
         "weight_decay": spec.weight_decay,
         "grad_clip": spec.grad_clip,
         "target_loss": target_loss,
@@ -149,10 +154,34 @@ def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr
     return config.to_dict()
 
 
+def cell_budget_tokens(spec: StudySpec, setting: Setting, batch_size: int, role: str,
+                       max_steps: int | None) -> int:
+    """Token budget of a trial of cell ``(setting, batch_size)`` (DESIGN.md §1, "Budgets that cannot
+    bias B*").
+
+    * the reference cell: D;
+    * below B_ref (targets from reference runs): ``(1 + budget_margin)·D``: tokens to target
+      ``E(B) = E_min·(1 + B/B_noise)`` grow with B (McCandlish et al. 2018, eq. 2.12), so no
+      smaller batch size needs more than B_ref's D;
+    * above B_ref: the step cap ``max_steps`` (``(1 + budget_margin)·S`` of the smaller batch
+      sizes) *is* the budget: steps to target ``S(B) = S_min·(1 + B_noise/B)`` never grow with B
+      (eq. 2.11), however many tokens that is. A fixed multiple of D would cut off exactly the
+      large-B points that pin S_min;
+    * otherwise (explicit targets, or no smaller S known yet): ``budget_multiple·D``.
+    """
+    if role == "reference":
+        return setting.tokens
+    if batch_size > spec.b_ref and max_steps is not None:
+        return max_steps * batch_size * spec.context_tokens
+    if batch_size < spec.b_ref and spec.target_losses is None:
+        return int((1 + spec.budget_margin) * setting.tokens)
+    return int(spec.budget_multiple * setting.tokens)
+
+
 def _make_trial(spec: StudySpec, setting: Setting, *, batch_size: int, role: str, lr: float, seed: int,
                 tag: str, max_steps: int | None, target_loss: float | None,
                 search_number: int | None = None) -> TrialSpec:
-    max_tokens = setting.tokens if role == "reference" else int(spec.budget_multiple * setting.tokens)
+    max_tokens = cell_budget_tokens(spec, setting, batch_size, role, max_steps)
     return TrialSpec(
         trial_id=_trial_id(spec, setting, batch_size, tag, seed),
         study=spec.name,
@@ -189,10 +218,22 @@ def grid_trials(spec: StudySpec) -> int:
 
 
 def setting_grid_tokens(spec: StudySpec, setting: Setting) -> int:
-    """Tokens one setting spends at fixed budgets: the reference cell D per trial, every other
-    cell ``budget_multiple·D`` per trial."""
-    non_ref = len(spec.batch_sizes) - 1
-    return _cell_size(spec) * (setting.tokens + non_ref * int(spec.budget_multiple * setting.tokens))
+    """Tokens one setting spends if every trial ran its whole budget (:func:`cell_budget_tokens`),
+    before anything is measured: above B_ref the step cap is taken as ``(1 + budget_margin)·S(B_ref)``
+    with ``S(B_ref) = D/(B_ref·T)``, the most any cell above B_ref can get when S does not grow."""
+    return _cell_size(spec) * sum(planned_budget(spec, setting, b)[2] for b in spec.batch_sizes)
+
+
+def planned_budget(spec: StudySpec, setting: Setting, batch_size: int) -> tuple[str, int | None, int]:
+    """``(role, step cap, tokens)`` of a cell's trials as planned before anything is measured: the
+    largest budget :func:`cell_budget_tokens` can give it (above B_ref, a cap of
+    ``(1 + budget_margin)·D/(B_ref·T)`` steps, what S(B_ref) is by construction)."""
+    role = "reference" if (batch_size == spec.b_ref and spec.target_losses is None) else "trial"
+    cap = None
+    if batch_size > spec.b_ref and spec.target_losses is None:
+        ref_steps = setting.tokens // (spec.b_ref * spec.context_tokens)
+        cap = int(math.ceil((1 + spec.budget_margin) * ref_steps))
+    return role, cap, cell_budget_tokens(spec, setting, batch_size, role, cap)
 
 
 def grid_tokens(spec: StudySpec) -> int:
@@ -280,7 +321,6 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
         best_smaller: float | None = None
         # A lower bound on tokens to target from the smaller batch sizes: E(B) > at_least.
         at_least = 0.0
-        budget_tokens = int(spec.budget_multiple * setting.tokens)
         setting_failed = any(e.startswith(f"setting {setting.setting_id!r}") for e in errors)
         for b in spec.batch_sizes:
             cid = cell_id(setting.setting_id, b)
@@ -296,10 +336,15 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                 released = False
             cap = None
             if role == "trial":
-                cands = [x for x in (best_smaller, best) if x is not None]
+                # Steps to target do not grow with B: a cell never needs more than (1 + margin)·S of
+                # a smaller batch size (the prune margin once its own best is known).
+                cands = [(1 + spec.budget_margin) * best_smaller] if best_smaller is not None else []
+                if best is not None:
+                    cands.append((1 + margin) * best)
                 if cands:
-                    cap = int(math.ceil((1 + margin) * min(cands) - 1e-9))  # 1.1·200 is 220.00000000000003
+                    cap = int(math.ceil(min(cands) - 1e-9))  # 1.1·200 is 220.00000000000003
             if released and role == "trial" and not recs and not setting_failed and at_least > 0:
+                budget_tokens = cell_budget_tokens(spec, setting, b, role, cap)
                 steps = budget_tokens // (b * spec.context_tokens)  # TrainConfig.total_steps
                 trainable = min(steps, cap if cap is not None else steps) * b * spec.context_tokens
                 if at_least >= trainable:
@@ -334,11 +379,14 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                         asks.append(AskRequest(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role,
                                                count=count, first_number=len(recs), max_steps=cap,
                                                target_loss=cell_target))
-                # Prune: trials of this cell still above the target well past the best crossing.
+                # Prune: trials of this cell still above the target at an *evaluation* well past the
+                # best crossing. Steps trained since the last evaluation say nothing: the trial may
+                # have crossed between them, and the interpolated crossing could still be the best.
                 if role == "trial" and best is not None:
                     limit = (1 + margin) * best
                     for r in recs:
-                        if r.status == "running" and r.last_step > limit and r.trial_id not in lost:
+                        last_eval = r.eval_steps[-1] if r.eval_steps else 0.0
+                        if r.status == "running" and last_eval > limit and r.trial_id not in lost:
                             stop.append((r.trial_id, "pruned"))
             resolved = complete or (role == "trial" and best is not None)
             if role == "reference":

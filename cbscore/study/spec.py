@@ -147,19 +147,30 @@ class StudySpec:
     search: SearchSpec = field(default_factory=SearchSpec)
     """Hyper-parameter search of each cell."""
     budget_multiple: float = 2.0
-    """Per-trial budget of a non-reference cell, as a multiple of the setting's D (tokens)."""
+    """Token budget (× D) of a non-reference cell only where no bound applies: explicit
+    ``target_losses`` (no reference run) below B_ref, or above B_ref before any smaller batch
+    size reached the target. Otherwise budgets follow the rule of DESIGN.md §1 (cells below
+    B_ref: (1 + budget_margin)·D tokens; above: (1 + budget_margin)·S(smaller B) steps)."""
+    budget_margin: float = 0.25
+    """Slack of the budgets: tokens to target never exceed D below B_ref and steps to target
+    never grow with B above it (McCandlish et al. 2018, eqs. 2.11-2.12), up to tuning noise."""
     prune_margin: float = 0.1
-    """Trials still above target at (1 + margin)·S_best steps stop as ``pruned``; also caps cells."""
+    """Trials still above target at an evaluation past (1 + margin)·S_best steps stop as ``pruned``."""
     warmup_fraction: float = 0.25
     """Warm-up length as a fraction of D, fixed in tokens across batch sizes (paper: 25%)."""
     schedule: str = "constant"
     """Learning-rate schedule after warm-up: ``constant`` (paper), ``cosine`` or ``wsd``."""
     beta1: float = 0.95
     """AdamW β1 (paper: 0.95)."""
+    recipe: str = "scaled"
+    """How β2 and the EWA τ follow the run (``cbscore.recipe.study_recipe``): ``scaled`` keeps the
+    paper's horizons as the same share of D at any T, B and D (half-lives in tokens); ``paper_table``
+    looks the paper's table up by batch size in sequences (the paper presets: T = 512, runs of
+    thousands of steps). Either way three τ are tracked (half-lives ×½, ×1, ×2)."""
     beta2: float | None = None
-    """AdamW β2; ``None`` = the paper's per-batch-size table."""
+    """AdamW β2 for every cell; ``None`` = from ``recipe``."""
     ewa_taus: tuple[float, ...] | None = None
-    """EWA decay rates tracked; ``None`` = the paper's per-batch-size τ."""
+    """EWA decay rates tracked in every cell; ``None`` = from ``recipe``."""
     weight_decay: float = 0.0
     """AdamW weight decay (paper: 0)."""
     grad_clip: float = 1.0
@@ -220,6 +231,13 @@ class StudySpec:
         _positive_float("budget_multiple", self.budget_multiple)
         if self.budget_multiple < 1:
             raise ConfigError("budget_multiple", self.budget_multiple, "must be at least 1 (a trial gets at least D tokens)")
+        if isinstance(self.budget_margin, bool) or not (isinstance(self.budget_margin, (int, float))
+                                                           and 0 <= self.budget_margin <= 10):
+            raise ConfigError("budget_margin", self.budget_margin, "must be a number in [0, 10]")
+        from cbscore.recipe import RECIPE_RULES
+
+        if self.recipe not in RECIPE_RULES:
+            raise ConfigError("recipe", self.recipe, f"must be one of {', '.join(RECIPE_RULES)}")
         if not (isinstance(self.prune_margin, (int, float)) and 0 <= self.prune_margin <= 10):
             raise ConfigError("prune_margin", self.prune_margin, "must be a number in [0, 10]")
         if not (isinstance(self.warmup_fraction, (int, float)) and 0 <= self.warmup_fraction < 1):
@@ -312,7 +330,7 @@ class StudySpec:
         elif self.kind == "chinchilla" and self.tokens:
             pairs = list(zip(self.models, self.tokens))
         elif self.kind == "chinchilla":
-            pairs = [(m, int(round(self.tokens_per_param * model_info(m, self.context_tokens)[0]))) for m in self.models]
+            pairs = [(m, int(round(self.tokens_per_param * model_info(m, self.context_tokens, self._vocab_size())[0]))) for m in self.models]
         elif self.kind == "fixed_n":
             pairs = [(self.models[0], t) for t in self.tokens]
         else:
@@ -320,7 +338,7 @@ class StudySpec:
         out: list[Setting] = []
         seen: set[str] = set()
         for model, tokens in pairs:
-            n_params, flops = model_info(model, self.context_tokens)
+            n_params, flops = model_info(model, self.context_tokens, self._vocab_size())
             setting_id = f"{model}_D{format_tokens(tokens)}"
             if setting_id in seen:
                 raise ConfigError("settings", setting_id, "repeats a setting")
@@ -328,6 +346,15 @@ class StudySpec:
             out.append(Setting(setting_id=setting_id, model=model, n_params=n_params, tokens=tokens,
                                flops_per_token=flops))
         return out
+
+    def _vocab_size(self) -> int | None:
+        """The tokenizer's vocabulary (LM-head FLOPs), known without touching the network."""
+        from cbscore.data import DataConfig
+
+        try:
+            return DataConfig.from_dict(dict(self.data)).expected_vocab_size
+        except ConfigError:
+            return None  # a bad data setting is reported where the data is checked
 
     # ------------------------------------------------------------------ wire format
     def to_dict(self) -> dict[str, Any]:

@@ -34,7 +34,7 @@ def test_cbs_train_reaches_a_target_on_the_builtin_corpus(builtin_store):
     assert out["tokens_to_target"] == pytest.approx(out["steps_to_target"] * 8 * 32)
     assert out["tokens"] == out["steps"] * 256
     assert out["mfu"] is None and out["tokens_per_s"] > 0
-    assert out["n_params"] == 98_304 and out["flops_per_token"] == 6 * 98_304 + 12 * 2 * 64 * 32
+    assert out["n_params"] == 98_304 and out["flops_per_token"] == 6 * (98_304 + 64 * 8192) + 12 * 2 * 64 * 32  # LM head at V = 8192
     assert "tok" in proc.stderr
 
 
@@ -44,7 +44,7 @@ def test_cbs_models_json_lists_presets_with_exact_keys(capsys):
     assert all(tuple(r) == MODELS_JSON_KEYS for r in rows)
     by_name = {r["name"]: r for r in rows}
     assert by_name["85M"]["n_params"] == 84_934_656
-    assert by_name["85M"]["flops_per_token"] == 6 * 84_934_656 + 12 * 12 * 768 * 512
+    assert by_name["85M"]["flops_per_token"] == 6 * (84_934_656 + 768 * 8192) + 12 * 12 * 768 * 512
     assert (by_name["1.2B"]["d_model"], by_name["1.2B"]["n_layers"], by_name["1.2B"]["n_heads"]) == (2048, 24, 32)
 
 

@@ -58,9 +58,29 @@ def test_small_presets_span_laptop_sizes_and_include_d128_l4():
         assert p.name.endswith(f"{p.n_params / 1e6:.1f}M")
 
 
-def test_flops_per_token_is_palm_six_n_plus_attention():
-    # PaLM appendix B: 6N + 12·L·d·T; 85M at T = 512
-    assert PRESETS["85M"].flops_per_token(512) == 6 * 84_934_656 + 12 * 12 * 768 * 512 == 566_231_040
+def test_flops_per_token_counts_blocks_head_and_attention_for_85m_at_gpt_neox_vocab():
+    # PaLM appendix B, head included: 6·(N + d·V) + 12·L·d·T; 85M at T = 512, V = 50,277
+    # 6·(84,934,656 + 768·50,277) + 12·12·768·512 = 741,284,352 + 56,623,104
+    assert PRESETS["85M"].flops_per_token(512, vocab_size=50_277) == 797_907_456
+    assert PRESETS["85M"].config(vocab_size=50_277).flops_per_token() == 797_907_456
+    # the head is about 30% of the 85M model's training FLOPs at this vocabulary
+    assert 6 * 768 * 50_277 / 797_907_456 == pytest.approx(0.290, abs=0.001)
+    # without a vocabulary the default BPE's 8192 is assumed
+    assert PRESETS["85M"].flops_per_token(512) == 566_231_040 + 6 * 768 * 8192
+
+
+def test_flops_per_token_equals_the_matmul_flops_torch_counts_in_a_training_step():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = GPTConfig(d_model=64, n_layers=2, n_heads=2, vocab_size=300, context_tokens=32)
+    model = GPT(cfg)
+    idx = torch.randint(0, 300, (2, 32))
+    counter = FlopCounterMode(display=False)
+    with counter, sdpa_kernel(SDPBackend.MATH):  # the math kernel's attention is plain bmm
+        _, loss = model(idx, idx)
+        loss.backward()
+    assert counter.get_total_flops() == 2 * 32 * model.flops_per_token()
 
 
 def test_forward_shapes_and_initial_loss_is_near_log_vocab():

@@ -10,19 +10,95 @@ import pytest
 import torch
 
 from cbscore.allocator import keep_freed_memory
-from cbscore.throughput import PEAK_BF16_FLOPS, mfu, peak_flops, peak_memory_bytes
+from cbscore.errors import ConfigError
+from cbscore.throughput import (
+    PEAK_BF16_FLOPS,
+    PEAK_FLOPS_ENV,
+    mfu,
+    normalise_device_name,
+    peak_flops,
+    peak_flops_for_name,
+    peak_memory_bytes,
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_override(monkeypatch):
+    monkeypatch.delenv(PEAK_FLOPS_ENV, raising=False)
 
 
 def test_mfu_is_achieved_flops_over_the_bf16_peak():
-    # 85M at T = 512: 566,231,040 FLOPs per token; 500k tokens/s on an H100 (989e12)
-    assert mfu(500_000, 566_231_040, PEAK_BF16_FLOPS["H100"]) == pytest.approx(0.28627, rel=1e-4)
-    assert PEAK_BF16_FLOPS["A100"] == 312e12 and PEAK_BF16_FLOPS["H200"] == 989e12
+    # 85M at T = 512 and V = 50,277: 797,907,456 FLOPs per token; 500k tokens/s on an H100 SXM
+    assert mfu(500_000, 797_907_456, peak_flops_for_name("NVIDIA H100 80GB HBM3")) == pytest.approx(
+        500_000 * 797_907_456 / 989e12)
+    assert mfu(500_000, 797_907_456, 989e12) == pytest.approx(0.40339, rel=1e-4)
+
+
+@pytest.mark.parametrize(("name", "peak"), [
+    ("NVIDIA A100-SXM4-40GB", 312e12),
+    ("NVIDIA A100-SXM4-80GB", 312e12),
+    ("NVIDIA A100-PCIE-40GB", 312e12),
+    ("NVIDIA A100 80GB PCIe", 312e12),
+    ("NVIDIA H100 80GB HBM3", 989e12),
+    ("NVIDIA H100 PCIe", 756e12),
+    ("NVIDIA H100 NVL", 835e12),
+    ("NVIDIA H200", 989e12),
+    ("NVIDIA H200 NVL", 835e12),
+    ("NVIDIA L40S", 362e12),
+    ("NVIDIA L4", 121e12),
+    ("NVIDIA A10G", 70e12),
+])
+def test_peak_is_the_dense_bf16_figure_of_the_exact_device(name, peak):
+    assert peak_flops_for_name(name) == peak
+
+
+def test_an_h100_pcie_does_not_get_the_sxm_peak():
+    assert peak_flops_for_name("NVIDIA H100 PCIe") == 756e12 != PEAK_BF16_FLOPS["NVIDIA H100 80GB HBM3"]
+    assert peak_flops_for_name("NVIDIA L4") != peak_flops_for_name("NVIDIA L40S")
+
+
+def test_names_match_up_to_case_hyphens_and_spaces_only():
+    assert normalise_device_name("NVIDIA A100-SXM4-80GB") == "A100 SXM4 80GB"
+    assert peak_flops_for_name("  nvidia a100 sxm4 80gb ") == 312e12
+    assert peak_flops_for_name("NVIDIA_H100__PCIe") == 756e12
+
+
+@pytest.mark.parametrize("name", ["NVIDIA H100", "NVIDIA H100 80GB HBM3 (MIG 1g.10gb)", "NVIDIA GeForce RTX 4090", "H20"])
+def test_unknown_device_has_no_peak_and_warns_naming_it_and_the_variable(name):
+    with pytest.warns(UserWarning) as record:
+        assert peak_flops_for_name(name) is None
+    message = str(record[0].message)
+    assert repr(name) in message and PEAK_FLOPS_ENV in message
+
+
+def test_the_environment_override_wins_over_the_table_and_the_cpu(monkeypatch):
+    monkeypatch.setenv(PEAK_FLOPS_ENV, "400e12")
+    assert peak_flops_for_name("NVIDIA H100 80GB HBM3") == 400e12
+    assert peak_flops_for_name("NVIDIA GeForce RTX 4090") == 400e12  # no warning: the peak is known
+    assert peak_flops(torch.device("cpu")) == 400e12
+    monkeypatch.setenv(PEAK_FLOPS_ENV, "  ")
+    assert peak_flops(torch.device("cpu")) is None
+
+
+@pytest.mark.parametrize("raw", ["fast", "0", "-1e12", "nan", "inf"])
+def test_a_bad_override_is_a_config_error_naming_the_variable_and_value(monkeypatch, raw):
+    monkeypatch.setenv(PEAK_FLOPS_ENV, raw)
+    with pytest.raises(ConfigError) as info:
+        peak_flops_for_name("NVIDIA H200")
+    assert str(info.value).startswith(f"{PEAK_FLOPS_ENV}: ") and str(info.value).endswith(f"but got {raw!r}.")
 
 
 def test_cpu_has_no_peak_and_no_mfu():
     assert peak_flops(torch.device("cpu")) is None
     assert mfu(10_000, 1e6, None) is None
     assert peak_memory_bytes(torch.device("cpu")) > 10 * 2**20  # the peak RSS of this process
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_this_gpu_is_in_the_peak_table():
+    name = torch.cuda.get_device_name(0)
+    assert peak_flops(torch.device("cuda", 0)) is not None, f"add {name!r} to PEAK_BF16_FLOPS"
 
 
 class _Mallinfo2(ctypes.Structure):

@@ -57,7 +57,7 @@ def test_loss_falls_on_the_builtin_corpus(builtin_slice_config):
     assert last.raw_loss < first.raw_loss - 1.5
     assert result.final_eval_loss == last.loss == last.ewa_losses["0.9"]
     assert result.tokens_per_s > 0 and result.mfu is None  # CPU: no MFU
-    assert result.n_params == 98_304 and result.flops_per_token == 6 * 98_304 + 12 * 2 * 64 * 32
+    assert result.n_params == 98_304 and result.flops_per_token == 6 * (98_304 + 64 * 1024) + 12 * 2 * 64 * 32  # head at the store's V = 1024
     # hooks: pre_train, an evaluation at 0 and at the last step, post_train; metrics on log steps only
     assert rec.events[0] == ("pre_train", 0) and rec.events[-1] == ("post_train", "finished")
     assert ("post_eval", 0) in rec.events and ("post_eval", 120) in rec.events

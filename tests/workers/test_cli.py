@@ -23,17 +23,22 @@ def test_dry_run_prints_cells_trials_and_compute_and_enqueues_nothing(worker_env
     path.write_text(yaml.safe_dump(tiny_spec_dict("dry")))
     assert cbs_main(["study", "launch", str(path), "--dry-run", "--tokens-per-s", "1000"]) == 0
     out = capsys.readouterr().out
-    # 4 cells of one lr; tokens at full budgets: 15k (reference) + 3 × 2 × 15k = 105k.
+    # 4 cells of one lr; tokens at full budgets: B=4 below B_ref 1.25 × 15k, the reference 15k, and
+    # B=16, 32 above it ceil(1.25 × 117) = 147 steps of B·16 tokens: 146,646 tokens.
+    tokens = 18_750 + 15_000 + 147 * 16 * 16 + 147 * 32 * 16
     assert "1 settings × 4 batch sizes = 4 cells, 4 trials (grid search), B_ref = 8" in out
-    assert "105K tokens" in out and "105 s on one worker" in out
+    assert "147K tokens" in out and "2.4 min on one worker" in out
     assert "throughput per worker: 1,000 tokens/s (given)" in out
-    flops = 105_000 * (6 * 98_304 + 12 * 2 * 64 * 16)  # 6N + 12·L·d·T per token (PaLM appendix B)
+    flops = tokens * (6 * (98_304 + 64 * 320) + 12 * 2 * 64 * 16)  # 6(N + dV) + 12·L·d·T, V = 320 (PaLM appendix B)
     assert f"{flops:.3g} FLOPs" in out
     assert "first wave: 1 reference trials" in out
+    # The averaging horizon of every cell, as a share of D (scaled recipe, issue 10): at B_ref = 8
+    # (column 256: half-life 5.91% of D) it is 0.0591 × 15,000 / 128 = 6.93 steps.
+    assert "recipe 'scaled'" in out and "B=8: β2 0.95, τ 0.904815 (6.93 steps, 5.9% of D)" in out
     assert queue_depth("cpu") == 0 and api.list_studies() == []
     # Three workers share it: a third of the time.
     assert cbs_main(["study", "launch", str(path), "--dry-run", "--tokens-per-s", "1000", "--workers", "3"]) == 0
-    assert "35 s on 3 workers" in capsys.readouterr().out
+    assert "49 s on 3 workers" in capsys.readouterr().out
 
 
 def test_dry_run_measures_every_model_and_scales_the_big_ones(worker_env):

@@ -69,3 +69,29 @@ def test_default_store_path_is_under_cbs_home_data(tmp_path, monkeypatch):
     config = DataConfig()
     assert config.store_path() == tmp_path / "data" / config.key()
     assert DataConfig(store_dir=str(tmp_path / "x")).store_path() == tmp_path / "x"
+
+
+@pytest.mark.parametrize(
+    "spelling", ["gpt-neox-20b", "EleutherAI/gpt-neox-20b", "hub:EleutherAI/gpt-neox-20b", "hf:EleutherAI/gpt-neox-20b",
+                 " hf:gpt-neox-20b "])
+def test_hub_tokenizer_spellings_resolve_to_one_name_and_one_store(spelling):
+    config = DataConfig(tokenizer=spelling)
+    assert config.tokenizer == config.hub_tokenizer == "EleutherAI/gpt-neox-20b"
+    assert not config.uses_bpe
+    assert config.key() == DataConfig(tokenizer="EleutherAI/gpt-neox-20b").key()
+    assert DataConfig.from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize("value", ["hf:", "hub:  ", "hf:bpe", "my tokenizer", ""])
+def test_bad_tokenizer_names_raise_config_error_naming_the_field_and_value(value):
+    with pytest.raises(ConfigError) as info:
+        DataConfig(tokenizer=value)
+    assert info.value.field == "tokenizer"
+    assert str(info.value).endswith(f"but got {value!r}.")
+
+
+def test_expected_vocab_size_is_known_without_the_network():
+    assert DataConfig().expected_vocab_size == 8192
+    assert DataConfig(vocab_size=1024).expected_vocab_size == 1024
+    assert DataConfig(tokenizer="gpt-neox-20b").expected_vocab_size == 50_277
+    assert DataConfig(tokenizer="acme/unknown-tokenizer").expected_vocab_size is None

@@ -143,6 +143,35 @@ def test_hub_tokenizer_offline_fails_in_seconds_and_leaves_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == ["c.txt"]
 
 
+@pytest.mark.parametrize("spelling", ["gpt-neox-20b", "hf:EleutherAI/gpt-neox-20b"])
+def test_paper_tokenizer_offline_names_the_field_and_value_and_reads_no_corpus(tmp_path, spelling, monkeypatch):
+    path = tmp_path / "c.txt"
+    path.write_text("\n\n".join(PARAGRAPHS))
+    read = []
+    monkeypatch.setattr(sources, "load_documents", lambda *a, **k: read.append(a))
+    started = time.perf_counter()
+    with pytest.raises(DataError) as info:
+        prepare(DataConfig(source=str(path), tokenizer=spelling, store_dir=str(tmp_path / "s")))
+    assert time.perf_counter() - started < 5.0
+    message = str(info.value)
+    assert message.startswith("tokenizer: the hub tokenizer 'EleutherAI/gpt-neox-20b' needs the Hugging Face hub")
+    assert "HF_HUB_OFFLINE" in message and "HF_HOME" in message and "'bpe'" in message
+    assert read == []  # the tokenizer fails before the corpus is read
+
+
+def test_hub_tokenizer_unreachable_endpoint_fails_in_seconds_naming_the_field(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    path = tmp_path / "c.txt"
+    path.write_text("\n\n".join(PARAGRAPHS))
+    started = time.perf_counter()
+    with pytest.raises(DataError, match=r"^tokenizer: the hub tokenizer 'EleutherAI/gpt-neox-20b'.*unreachable"):
+        prepare(DataConfig(source=str(path), tokenizer="gpt-neox-20b", store_dir=str(tmp_path / "s")))
+    assert time.perf_counter() - started < 8.0
+    assert not (tmp_path / "s").exists()
+
+
 def test_streaming_take_n_documents_works_on_a_local_dataset(tmp_path):
     """The hub path's streaming code (load_dataset(..., streaming=True), take N), run offline."""
     folder = tmp_path / "ds"

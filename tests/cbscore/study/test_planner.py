@@ -50,10 +50,14 @@ def test_target_is_best_reference_loss_and_releases_two_chains():
     assert p.targets == {"tiny-0.1M_D100K": 3.0}
     # The smallest batch size and the one above B_ref start; 16 waits for... nothing, 32 waits for 16.
     assert sorted({t.batch_size for t in p.start}) == [4, 16]
-    assert all(t.target_loss == 3.0 and t.max_tokens == 2 * D for t in p.start)
-    # Cap of the cell above B_ref: 1.1 × S(B_ref), where the best reference crossed at its last eval.
-    assert {t.max_steps for t in p.start if t.batch_size == 16} == {429}  # ceil(1.1 × 390), exact arithmetic
+    assert all(t.target_loss == 3.0 for t in p.start)
+    # Below B_ref: (1 + budget_margin)·D tokens, E(B) <= E(B_ref) = D (McCandlish et al., eq. 2.12).
+    assert {t.max_tokens for t in p.start if t.batch_size == 4} == {125_000}
     assert {t.max_steps for t in p.start if t.batch_size == 4} == {None}
+    # Above B_ref the step cap is the budget: 1.25 × S(B_ref), where the best reference crossed at its
+    # last eval, whatever that is in tokens (S(B) does not grow with B, eq. 2.11).
+    assert {t.max_steps for t in p.start if t.batch_size == 16} == {488}  # ceil(1.25 × 390)
+    assert {t.max_tokens for t in p.start if t.batch_size == 16} == {488 * 16 * 32}
     states = {c.batch_size: c.state for c in p.cells}
     assert states == {4: "running", 8: "done", 16: "running", 32: "waiting"}
 
@@ -73,56 +77,98 @@ def test_reach_prunes_slow_trials_and_releases_next_cell_with_cap():
     cell16 = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
     fast, slow = cell16
     records += [rec(fast, "reached", steps_to_target=200.0, last_step=200),
-                rec(slow, "running", last_step=221, heartbeat_s=99.0)]
+                rec(slow, "running", last_step=221, heartbeat_s=99.0, eval_steps=(100, 221), eval_losses=(4, 3.1))]
     p = plan(s, records, now_s=100)
     assert p.stop == ((slow.trial_id, "pruned"),)
     b32 = [t for t in p.start if t.batch_size == 32]
-    assert len(b32) == 2 and {t.max_steps for t in b32} == {220}  # ceil(1.1 × 200)
-    # A slow trial not yet past 1.1 × 200 steps keeps running.
-    records[-1] = rec(slow, "running", last_step=219, heartbeat_s=99.0)
+    assert len(b32) == 2 and {t.max_steps for t in b32} == {250}  # ceil(1.25 × 200)
+    # A slow trial not yet evaluated past 1.1 × 200 steps keeps running.
+    records[-1] = rec(slow, "running", last_step=219, heartbeat_s=99.0, eval_steps=(100, 219), eval_losses=(4, 3.1))
     assert plan(s, records, now_s=100).stop == ()
 
 
-def censor_cell16(s, records, statuses=("censored", "censored"), tokens=None):
-    """The B=16 cell ends with no trial at the target: its trials ran their whole token budget
-    (2·D = 200,000 tokens is 390 steps of 512 tokens) unless ``tokens`` says otherwise."""
-    cell16 = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
-    budget = (2 * D // (16 * 32)) * 16 * 32
-    return records + [rec(t, st, tokens=budget if tokens is None else tokens, last_step=390,
-                          eval_steps=(100, 390), eval_losses=(3.6, 3.2)) for t, st in zip(cell16, statuses)]
+def test_a_trial_past_the_limit_but_not_yet_evaluated_there_is_not_pruned():
+    """Pruning looks at evaluated steps only: trained to step 300 (> 1.1 × 200) but last evaluated
+    at 210 above the target, the trial may have crossed at 215 < 220 and be the cell's best."""
+    s = spec()
+    records = finish_reference(s)
+    fast, slow = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
+    records += [rec(fast, "reached", steps_to_target=200.0, last_step=200),
+                rec(slow, "running", last_step=300, heartbeat_s=99.0, eval_steps=(100, 210), eval_losses=(4, 3.01))]
+    assert plan(s, records, now_s=100).stop == ()
+    records[-1] = rec(slow, "running", last_step=300, heartbeat_s=99.0, eval_steps=(100, 210, 230),
+                      eval_losses=(4, 3.01, 3.005))
+    assert plan(s, records, now_s=100).stop == ((slow.trial_id, "pruned"),)
+
+
+def skip_spec():
+    """B_ref = 32, the largest: the cells 4 -> 8 -> 16 below it share a token budget of 1.25·D."""
+    return spec(b_ref=32)
+
+
+def reference32(s, loss=3.0):
+    refs = plan(s, [], now_s=0).start
+    steps = D // (32 * 32)
+    return [rec(t, "finished", final_eval_loss=loss, eval_steps=(50, steps), eval_losses=(4.0, loss), tokens=D,
+                last_step=steps) for t in refs]
+
+
+def censor_cell8(s, records, statuses=("censored", "censored"), tokens=None):
+    """B=4 reached at 700 steps; the B=8 cell ends with no trial at the target after its whole
+    token budget (1.25·D = 125,000 tokens is 488 steps of 256 tokens) unless ``tokens`` says
+    otherwise."""
+    cell4 = [t for t in plan(s, records, now_s=0).start if t.batch_size == 4]
+    records = records + [rec(t, "reached", steps_to_target=700.0, tokens=700 * 4 * 32, last_step=700)
+                         for t in cell4]
+    cell8 = [t for t in plan(s, records, now_s=0).start if t.batch_size == 8]
+    budget = (125_000 // (8 * 32)) * 8 * 32
+    return records + [rec(t, st, tokens=budget if tokens is None else tokens, last_step=488,
+                          eval_steps=(100, 488), eval_losses=(3.6, 3.2)) for t, st in zip(cell8, statuses)]
 
 
 def test_cells_above_a_cell_censored_at_its_budget_are_skipped():
-    """E(B) = B·T·S(B) never falls with B (McCandlish et al. 2018, eq. 2.12): once B=16 needs more
-    than the budget, B=32 could only be censored, so it is skipped and the study can finish."""
-    s = spec()
-    records = censor_cell16(s, finish_reference(s))
+    """E(B) = B·T·S(B) never falls with B (McCandlish et al. 2018, eq. 2.12): once B=8 needs more
+    than the budget, B=16 (same token budget) could only be censored, so it is skipped."""
+    s = skip_spec()
+    records = censor_cell8(s, reference32(s))
     p = plan(s, records, now_s=0)
     states = {c.batch_size: c.state for c in p.cells}
-    assert states[16] == "done" and states[32] == "skipped"
-    assert [t.batch_size for t in p.start] == [4, 4]  # B=32 starts nothing
+    assert states[8] == "done" and states[16] == "skipped" and states[32] == "done"
+    assert p.start == ()
     assert skipped_trials(p) == 2
-    cell4 = [rec(t, "reached", steps_to_target=700.0, tokens=700 * 4 * 32) for t in p.start]
-    assert plan(s, records + cell4, now_s=0).done
+    assert p.done
 
 
 @pytest.mark.parametrize("statuses,tokens", [
-    (("censored", "failed"), None),  # a learning rate that never ran: E(16) unknown
-    (("censored", "censored"), 150 * 16 * 32),  # censored at a step cap, well inside the budget
+    (("censored", "failed"), None),  # a learning rate that never ran: E(8) unknown
+    (("censored", "censored"), 150 * 8 * 32),  # censored at a step cap, well inside the budget
     (("diverged", "diverged"), None),  # no learning rate trained without blowing up
 ])
 def test_a_cell_is_not_skipped_without_a_bound_above_its_budget(statuses, tokens):
-    s = spec()
-    records = censor_cell16(s, finish_reference(s), statuses, tokens)
+    s = skip_spec()
+    records = censor_cell8(s, reference32(s), statuses, tokens)
     p = plan(s, records, now_s=0)
-    assert {c.batch_size: c.state for c in p.cells}[32] == "running"
-    assert sorted({t.batch_size for t in p.start}) == [4, 32] and skipped_trials(p) == 0
+    assert {c.batch_size: c.state for c in p.cells}[16] == "running"
+    assert sorted({t.batch_size for t in p.start}) == [16] and skipped_trials(p) == 0
 
 
 def test_a_diverged_learning_rate_does_not_stop_the_skip():
+    s = skip_spec()
+    p = plan(s, censor_cell8(s, reference32(s), ("censored", "diverged")), now_s=0)
+    assert {c.batch_size: c.state for c in p.cells}[16] == "skipped"
+
+
+def test_a_cell_censored_above_b_ref_is_a_lower_bound_and_the_climb_goes_on():
+    """Above B_ref budgets are steps: B=16 censored at its cap (S(16) > 488) does not bound E(32)
+    above B=32's budget of 488 steps of 1024 tokens, so B=32 runs (nothing is skipped)."""
     s = spec()
-    p = plan(s, censor_cell16(s, finish_reference(s), ("censored", "diverged")), now_s=0)
-    assert {c.batch_size: c.state for c in p.cells}[32] == "skipped"
+    records = finish_reference(s)
+    cell16 = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
+    records += [rec(t, "censored", tokens=488 * 16 * 32, last_step=488, eval_steps=(100, 488),
+                    eval_losses=(3.6, 3.2)) for t in cell16]
+    p = plan(s, records, now_s=0)
+    assert {c.batch_size: c.state for c in p.cells}[32] == "running"
+    assert {t.max_steps for t in p.start if t.batch_size == 32} == {488}
 
 
 def test_stale_heartbeat_is_lost_then_failed_at_attempt_cap():

@@ -65,7 +65,8 @@ def test_settings_of_each_kind():
 
 
 def test_presets_load_and_paper_budgets_match_design():
-    assert set(PRESET_NAMES) == {"demo", "paper-chinchilla", "paper-fixed-n", "paper-fixed-d"}
+    assert set(PRESET_NAMES) == {"demo", "reproduce", "reproduce-gpu", "paper-chinchilla", "paper-fixed-n",
+                                 "paper-fixed-d"}
     for name in PRESET_NAMES:
         assert load_preset(name).name == name
     chin = load_preset("paper-chinchilla")
@@ -79,13 +80,15 @@ def test_presets_load_and_paper_budgets_match_design():
 
 def test_grid_tokens_and_trials_known_answer():
     spec = small_spec()
-    # 2 lrs × 4 batch sizes; reference cell spends D, the 3 others 2·D each.
+    # 2 lrs × 4 batch sizes; the reference cell (B=8) spends D = 100,000, B=4 below it 1.25·D, and
+    # the cells above it 1.25·S(B_ref) = ceil(1.25 × 390) = 488 steps of B·32 tokens.
     assert grid_trials(spec) == 8
-    assert grid_tokens(spec) == 2 * (100_000 + 3 * 200_000)
+    per_lr = 125_000 + 100_000 + 488 * 16 * 32 + 488 * 32 * 32
+    assert grid_tokens(spec) == 2 * per_lr
     est = estimate(spec, tokens_per_s=1000.0, n_workers=2)
-    assert est.tokens == 1_400_000 and est.cells == 4 and est.trials == 8
-    assert est.seconds == pytest.approx(700.0)
-    assert est.flops == pytest.approx(1_400_000 * (6 * 98_304 + 12 * 2 * 64 * 32))
+    assert est.tokens == 2 * per_lr and est.cells == 4 and est.trials == 8
+    assert est.seconds == pytest.approx(per_lr / 1000.0)
+    assert est.flops == pytest.approx(2 * per_lr * spec.resolve_settings()[0].flops_per_token)
 
 
 def test_study_above_sanity_limit_is_flagged():
