@@ -105,6 +105,7 @@ def _presets(*rows: tuple[str, int, int, int, int]) -> dict[str, Preset]:
 PRESETS: dict[str, Preset] = _presets(
     # name          d_model  layers  heads  usual context
     ("tiny-0.1M", 64, 2, 2, 128),  # N = 98,304
+    ("tiny-0.3M", 96, 3, 3, 128),  # N = 331,776 (between the two: the reproduce preset's N axis)
     ("tiny-0.8M", 128, 4, 4, 128),  # N = 786,432 (the CPU throughput floor's shape)
     ("tiny-3.1M", 256, 4, 4, 128),  # N = 3,145,728
     ("tiny-6.3M", 256, 8, 8, 256),  # N = 6,291,456
