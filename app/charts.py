@@ -290,10 +290,11 @@ def steps_to_target_figure(curves: Sequence[SettingCurve], *, b_ref: float, over
 
 # --------------------------------------------------------------------------- scaling laws
 def scaling_law_figure(points: Sequence[ScalingPoint], *, fit: PowerLaw | None = None,
-                       references: Sequence[PowerLaw] = (), x_title: str,
+                       fits: Sequence[PowerLaw] = (), references: Sequence[PowerLaw] = (), x_title: str,
                        x_range: tuple[float, float] | None = None, height: int = 500) -> go.Figure:
-    """``B*`` against N or D on log-log axes: each setting's B* with its interval, the power law
-    fitted to them (solid) and published laws for comparison (dashed)."""
+    """``B*`` against N or D on log-log axes: each setting's B* with its interval, the power laws
+    fitted to them (solid; ``fit`` and one per group of settings in ``fits``, DESIGN.md §1: a law
+    only across settings that share the other variable) and published laws (dashed)."""
     fig = go.Figure()
     xs = [p.x for p in points]
     if x_range is None:
@@ -306,11 +307,12 @@ def scaling_law_figure(points: Sequence[ScalingPoint], *, fit: PowerLaw | None =
         fig.add_trace(go.Scatter(x=grid, y=ys, mode="lines", name=law.label,
                                  line=dict(color=("#7F8793", "#B07AA1", "#9C755F")[j % 3], dash="dash", width=1.6),
                                  hovertemplate=f"{law.label}<br>x = %{{x:.4g}}: B* = %{{y:.0f}}<extra></extra>"))
-    if fit is not None:
-        ys = fit(grid)
+    for k, law in enumerate([fit] * (fit is not None) + list(fits)):
+        ys = law(grid)
         y_values += [float(ys.min()), float(ys.max())]
-        fig.add_trace(go.Scatter(x=grid, y=ys, mode="lines", name=fit.label, line=dict(color=PALETTE[0], width=2.4),
-                                 hovertemplate=f"{fit.label}<br>x = %{{x:.4g}}: B* = %{{y:.0f}}<extra></extra>"))
+        color = PALETTE[(0, 2, 4, 5, 6, 1)[k % 6]]  # PALETTE[3] marks the settings' points
+        fig.add_trace(go.Scatter(x=grid, y=ys, mode="lines", name=law.label, line=dict(color=color, width=2.4),
+                                 hovertemplate=f"{law.label}<br>x = %{{x:.4g}}: B* = %{{y:.0f}}<extra></extra>"))
     if points:
         has_ci = all(p.low is not None and p.high is not None for p in points)
         error_y = dict(type="data", symmetric=False, array=[p.high - p.b_star for p in points],

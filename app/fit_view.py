@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from app.charts import PowerLaw, ScalingPoint, SettingCurve, StepsPoint
+from cbscore.analysis import PAPER_EXPONENT_CHINCHILLA, PAPER_EXPONENT_D, PAPER_EXPONENT_N, compare_with_paper
 
 #: N on the scaling charts is in millions of non-embedding parameters (the paper's unit).
 N_UNIT = 1e6
@@ -49,15 +50,18 @@ def best_trials(rows: Iterable[Mapping]) -> dict[tuple[str, int], Mapping]:
 
 
 def censored_floors(rows: Iterable[Mapping]) -> dict[tuple[str, int], float]:
-    """Largest step count reported by a censored trial per cell (a lower bound on its S)."""
+    """Per cell, the smallest budget (steps) a censored trial ran without reaching the target: its
+    ``budget_steps`` (the study export), else the ``steps`` the row gives. ``S(B)`` is a minimum
+    over trials and each censored trial's ``S`` exceeds its own budget, so ``S(B)`` exceeds the
+    smallest (a lower bound)."""
     floor: dict[tuple[str, int], float] = {}
     for row in rows:
         if str(row.get("outcome") or "").strip().lower() != "censored":
             continue
-        steps = _number(row.get("steps"))
+        steps = _number(row.get("budget_steps")) or _number(row.get("steps"))
         if steps and steps > 0:
             key = (str(row["setting"]).strip(), int(float(row["batch_size"])))
-            floor[key] = max(floor.get(key, 0.0), steps)
+            floor[key] = min(floor.get(key, math.inf), steps)
     return floor
 
 
@@ -83,16 +87,21 @@ def setting_curves(table, rows: Sequence[Mapping]) -> list[SettingCurve]:
                 row = best.get(key, {})
                 run_id = str(row.get("run_id") or "")
                 hyper = _hyper(row)
-                hover = (f"<b>B = {p.batch_size}</b>: S = {p.steps:,.0f} steps<br>"
-                         f"best of {p.n_reached} reached / {p.n_trials} trials"
+                how = (f"mean over {p.n_seeds} seeds of each seed's best learning rate"
+                       if p.seed_steps else f"best of {p.n_reached} reached / {p.n_trials} trials")
+                hover = (f"<b>B = {p.batch_size}</b>: S = {p.steps:,.0f} steps<br>{how}"
                          + (f"<br>{hyper}" if hyper else "")
                          + (f"<br>run {run_id[:12]} (click to open)" if run_id else ""))
                 points.append(StepsPoint(batch_size=p.batch_size, steps=p.steps, hover=hover, run_id=run_id or None))
-            elif key in floors:
+                continue
+            # Nothing reached: a lower bound where censored trials give one (DESIGN.md §1, never
+            # silently dropped); the analysis reads the budgets, the raw rows are the fallback.
+            floor = p.steps_lower_bound if p.steps_lower_bound is not None else floors.get(key)
+            if floor is not None:
                 points.append(StepsPoint(
-                    batch_size=p.batch_size, steps=floors[key], censored=True,
-                    hover=(f"<b>B = {p.batch_size}</b>: no trial reached the target<br>S > {floors[key]:,.0f} "
-                           f"steps ({p.n_censored} censored, {p.n_diverged} diverged)")))
+                    batch_size=p.batch_size, steps=floor, censored=True,
+                    hover=(f"<b>B = {p.batch_size}</b>: censored at ≥ {floor:,.0f} steps, a lower bound<br>"
+                           f"no trial reached the target ({p.n_censored} censored, {p.n_diverged} diverged)")))
         low = high = None
         if s.cbs_ci is not None and all(math.isfinite(v) for v in s.cbs_ci):
             low, high = s.cbs_ci
@@ -140,6 +149,18 @@ def scaling_points(table, variable: str) -> list[ScalingPoint]:
     return points
 
 
+def _law_where(law) -> str:
+    """What a law's settings share, in words (``""`` for an ungrouped law)."""
+    name, value = getattr(law, "fixed_name", None), getattr(law, "fixed_value", None)
+    if name == "tokens":
+        return "at fixed D" + ("" if value is None else f" = {value / 1e9:.4g}B tokens")
+    if name == "n_params":
+        return "at fixed N" + ("" if value is None else f" = {value / N_UNIT:.4g}M")
+    if name == "tokens_per_param":
+        return f"with D ∝ N ({value:.3g} tokens per parameter)"
+    return ""
+
+
 def fitted_law(law, variable: str) -> PowerLaw | None:
     """A fitted :class:`cbscore.analysis.PowerLawFit` as a chart line in the axis units.
 
@@ -151,7 +172,8 @@ def fitted_law(law, variable: str) -> PowerLaw | None:
     scale = N_UNIT if variable == "n" else 1.0
     coef = law.coef * scale**law.exponent
     name, symbol = ("N", "α") if variable == "n" else ("D", "β")
-    label = f"this data: B* = {coef:.4g}·{name}^{law.exponent:.3f}"
+    where = _law_where(law)
+    label = f"this data{', ' + where if where else ''}: B* = {coef:.4g}·{name}^{law.exponent:.3f}"
     low = high = None
     if law.exponent_ci is not None and all(math.isfinite(v) for v in law.exponent_ci):
         low, high = law.exponent_ci
@@ -159,37 +181,101 @@ def fitted_law(law, variable: str) -> PowerLaw | None:
     return PowerLaw(label=label, coef=coef, exponent=law.exponent, exponent_low=low, exponent_high=high)
 
 
+def fitted_laws(table, variable: str) -> list[PowerLaw]:
+    """Every fitted law in ``variable`` as chart lines: for ``"n"`` the Chinchilla laws
+    (``D ∝ N``) and the laws at fixed D; for ``"d"`` the laws at fixed N (one per group)."""
+    laws = table.scaling.chinchilla + table.scaling.n_laws if variable == "n" else table.scaling.d_laws
+    return [fitted_law(law, variable) for law in laws]
+
+
 def law_rows(table) -> list[dict[str, Any]]:
-    """The fitted laws as table rows: c, the exponents of N (α) and D (β) with their 95%
-    intervals, R² and the number of settings. N is in millions, D in tokens."""
+    """The fitted laws as table rows, one per group of settings that defines a law (DESIGN.md §1):
+    the law and what its settings share, the exponents of N (α) and D (β) with their 95%
+    intervals, ``c`` in the paper's units (N in millions, D in billions; Zhang et al. 2025, §4)
+    and raw (N in parameters, D in tokens), R² and the settings. Chinchilla laws first."""
     rows = []
-    for variable, law in (("n", table.scaling.n), ("d", table.scaling.d)):
-        if law is None:
-            continue
+    scaling = table.scaling
+    for law in (*scaling.chinchilla, *scaling.n_laws, *scaling.d_laws):
+        is_n = law.variable == "n"
+        form = "B* = c·N^α" if is_n else "B* = c·D^β"
         exponent, interval = law.exponent, _interval(law.exponent_ci)
         rows.append({
-            "law": "B* = c·N^α (N in millions)" if variable == "n" else "B* = c·D^β (D in tokens)",
-            "c": fitted_law(law, variable).coef,
-            "α (N exponent)": exponent if variable == "n" else None,
-            "α interval": interval if variable == "n" else None,
-            "β (D exponent)": exponent if variable == "d" else None,
-            "β interval": interval if variable == "d" else None,
+            "law": f"{form} {_law_where(law)}",
+            "c": law.coef_paper_units,
+            "c units": "N in millions" if is_n else "D in billions",
+            "c (raw)": law.coef,
+            "α (N exponent)": exponent if is_n else None,
+            "α interval": interval if is_n else None,
+            "β (D exponent)": exponent if not is_n else None,
+            "β interval": interval if not is_n else None,
             "R²": law.r2,
-            "settings": len(law.settings),
+            "settings": ", ".join(law.settings),
         })
-    joint = table.scaling.joint
+    joint = scaling.joint
     if joint is not None:
         rows.append({
-            "law": "B* = c·N^α·D^β (N in millions, D in tokens)",
-            "c": joint.coef * N_UNIT**joint.exponent_n,
+            "law": "B* = c·N^α·D^β (N and D vary independently)",
+            "c": joint.coef_paper_units,
+            "c units": "N in millions, D in billions",
+            "c (raw)": joint.coef,
             "α (N exponent)": joint.exponent_n,
             "α interval": _interval(joint.exponent_n_ci),
             "β (D exponent)": joint.exponent_d,
             "β interval": _interval(joint.exponent_d_ci),
             "R²": joint.r2,
-            "settings": len(joint.settings),
+            "settings": ", ".join(joint.settings),
         })
     return rows
+
+
+def paper_rows(table) -> list[dict[str, Any]]:
+    """This study's exponents beside the paper's (Zhang et al. 2025, §4): D at fixed N, N at
+    fixed D, and N with D ∝ N (Chinchilla, "N and D together")."""
+    comparison = compare_with_paper(table.scaling)
+    rows = []
+    for label, estimate, paper in (
+        ("β: D at fixed N", comparison.exponent_d, PAPER_EXPONENT_D),
+        ("α: N at fixed D", comparison.exponent_n, PAPER_EXPONENT_N),
+        ("α: N and D together (D ∝ N, Chinchilla)", comparison.exponent_chinchilla, PAPER_EXPONENT_CHINCHILLA),
+    ):
+        rows.append({
+            "exponent": label,
+            "this study": None if estimate is None else estimate.value,
+            "95% interval": "—" if estimate is None else _interval(estimate.ci),
+            "paper": paper,
+            "from": "no law of this kind fits these settings" if estimate is None else estimate.source,
+        })
+    return rows
+
+
+def paper_verdict(table) -> tuple[str, str]:
+    """``(verdict, sentence)``: whether this study supports "B* scales with D, not with N", by the
+    rule of :func:`cbscore.analysis.scales_with_d_not_n`."""
+    comparison = compare_with_paper(table.scaling)
+    return comparison.verdict, comparison.sentence
+
+
+#: Within this share of ``(1 + r)·B_ref``, the fitted ``B*`` says more about ``B_ref`` than about
+#: the data: ``B* = (1 + r)·B_ref + r·B_noise`` (DESIGN.md §1) with ``r·B_noise`` small.
+B_REF_DOMINATED_SHARE = 0.1
+#: The Curves page's caption for such a setting.
+B_REF_DOMINATED_CAPTION = "B_ref is above B_noise here; B* mostly reflects B_ref"
+
+
+def b_ref_dominates(cbs: float | None, b_ref: float, overhead: float,
+                    share: float = B_REF_DOMINATED_SHARE) -> bool:
+    """Whether ``B*`` lies within ``share`` (10%) of ``(1 + r)·B_ref``, its floor in the closed form
+    ``B* = (1 + r)·B_ref + r·B_noise`` (DESIGN.md §1; Zhang et al. 2025, §2.2): then
+    ``r·B_noise ≤ share·(1 + r)·B_ref`` and ``B*`` mostly restates the choice of ``B_ref``."""
+    if cbs is None or not math.isfinite(cbs):
+        return False
+    floor = (1.0 + overhead) * b_ref
+    return abs(cbs - floor) <= share * floor
+
+
+def b_ref_dominated_settings(table) -> list[str]:
+    """Settings of ``table`` whose fitted ``B*`` mostly reflects ``B_ref`` (:func:`b_ref_dominates`)."""
+    return [s.setting for s in table.settings if b_ref_dominates(s.cbs, table.b_ref, table.overhead)]
 
 
 def _interval(ci) -> str:

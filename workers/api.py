@@ -23,7 +23,7 @@ from workers.settings import WorkerSettings
 TABLE_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome",
                  "trial_id", "role", "lr", "beta2", "tau", "seed", "run_id", "budget_steps")
 #: The columns ``cbs fit`` reads (``cbs study export``).
-FIT_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome")
+FIT_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome", "seed", "budget_steps")
 
 
 @dataclass(frozen=True, kw_only=True)

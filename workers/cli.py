@@ -40,6 +40,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     launch.add_argument("--workers", type=int, default=1, metavar="K",
                         help="workers sharing the study, for the time estimate (default 1)")
     launch.set_defaults(handler=run_launch)
+    simulate = sub.add_parser(
+        "simulate", help="run the real planner against simulated trials of a known S(B): does the design find B*?")
+    simulate.add_argument("spec", metavar="SPEC.yaml|PRESET")
+    simulate.add_argument("--truth", required=True, metavar="CURVES.csv|paper",
+                          help="S(B) per setting: a cbs fit CSV, a setting,s_min,b_noise CSV, or 'paper' "
+                               "(the paper's published laws, for the paper-* presets)")
+    simulate.add_argument("--noise", type=float, default=0.0, metavar="SIGMA",
+                          help="log-normal noise σ on each trial's steps to target (default 0)")
+    simulate.add_argument("--seeds", type=int, default=1, metavar="K", help="simulated studies (default 1)")
+    simulate.add_argument("--lr-penalty", type=float, default=0.1, metavar="K",
+                          help="k of m(η) = 1 + k·ln²(η/η*): the cost of a learning rate off its optimum")
+    simulate.add_argument("--workers", type=int, default=4, help="trials running at once (default 4)")
+    simulate.add_argument("--json", action="store_true")
+    simulate.set_defaults(handler=run_simulate)
     status = sub.add_parser("status", help="cells, trials by outcome, progress and tokens")
     status.add_argument("name")
     status.add_argument("--json", action="store_true")
@@ -198,6 +212,21 @@ def run_launch(args: argparse.Namespace) -> int:
     if not api.alive_workers():
         print("cbs study: no worker is alive: start one with `cbs worker` (and the runner, `cbs study watch`), "
               "or everything with `cbs up`")
+    return 0
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    """``cbs study simulate``: the planner against a known truth (``cbscore.study.simulate``)."""
+    from cbscore.study.simulate import SimConfig, format_report, paper_truth, read_truth, simulate
+    from workers import api
+
+    spec = api.resolve_spec(args.spec)
+    truth = paper_truth(spec) if args.truth == "paper" else read_truth(args.truth, spec)
+    if isinstance(args.seeds, bool) or args.seeds < 1:
+        raise ConfigError("--seeds", args.seeds, "must be a positive integer")
+    config = SimConfig(noise_sigma=args.noise, lr_penalty=args.lr_penalty, workers=args.workers)
+    report = simulate(spec, truth, config, seeds=args.seeds)
+    print(json.dumps(report.to_json_dict(), indent=2) if args.json else format_report(report))
     return 0
 
 

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import failures, panels
+from app import failures, fit_view, panels
 
 st.title("Curves")
 st.caption(
     "Steps-to-target **S(B)**: the fewest optimizer steps at which any trial at batch size B reaches the "
     "setting's target loss (the held-out loss of the averaged weights that the reference run at B_ref reaches "
     "after D tokens). The critical batch size **B\\*** is the largest B with S(B) ≤ (1 + r)·S_lin(B), where "
-    "S_lin(B) = S(B_ref)·B_ref/B is linear scaling (Zhang et al. 2025, §2.2)."
+    "S_lin(B) = S(B_ref)·B_ref/B is linear scaling (Zhang et al. 2025, §2.2). A batch size where every trial "
+    "was censored at its step cap is drawn as a triangle at the cap: a lower bound on S(B)."
 )
 
 with failures.shown_as_message("the Curves page"):
     name = panels.study_picker("curves")
     rows = panels.study_rows(name)
     b_ref, overhead = panels.fit_controls(rows, name, panels.study_rule(name))
+    for setting in fit_view.b_ref_dominated_settings(panels.analyze(rows, b_ref, overhead)):
+        st.caption(f"**{setting}**: {fit_view.B_REF_DOMINATED_CAPTION} "
+                   f"(B* is within 10% of (1 + r)·B_ref = {(1 + overhead) * b_ref:,.0f}).")
     panels.render_curves(rows, name, b_ref, overhead)

@@ -9,21 +9,29 @@ Per trial
     target (or ``None``); ``trial_steps(B, steps, losses, target)`` → ``TrialSteps`` with the
     outcome (``reached``/``censored``/``diverged``).
 Per batch size
-    ``measure_points(trials)`` → ``MeasuredPoint`` per ``B``: ``S(B)`` is the minimum over reached
-    trials; censored, diverged and other trials are counted, never entered.
+    ``measure_points(trials)`` → ``MeasuredPoint`` per ``B``: ``S(B)`` is the minimum over the
+    reached trials (learning rates) of a seed, averaged on log axes over seeds where several
+    reached; censored, diverged and other trials are counted, never entered, and where nothing
+    reached the censored budgets give a lower bound.
 Per setting
     ``fit_steps(B, S, free_alpha=False)`` → ``StepsFit`` (``S = a + b/B`` on ``log S``;
     ``s_min``, ``b_noise``, ``cbs(r, B_ref)``, fitted values, residuals, R²);
-    ``cbs_empirical(B, S, B_ref, r)``; ``bootstrap_steps_fit(points, fit)`` → ``BootstrapResult``;
+    ``cbs_empirical(B, S, B_ref, r)``; ``bootstrap_steps_fit(points, fit)`` → ``BootstrapResult``
+    (by residuals of the log fit, and by seeds where a cell ran several; never by learning rates);
     ``sensitivity_table(fit, b_refs)``; ``analyze_setting(...)`` → ``SettingAnalysis``.
 Across settings
-    ``fit_power_law(x, B*, variable="n"|"d")`` → ``PowerLawFit``;
-    ``fit_joint_power_law(N, D, B*)`` → ``JointPowerLawFit``; ``fit_scaling_laws`` →
-    ``ScalingLaws`` with ``forecast(n_params, tokens)`` → ``Forecast``.
+    ``fit_power_law(x, B*, variable="n"|"d")`` → ``PowerLawFit`` (interval: a pairs bootstrap over
+    settings with each setting's own draws); ``fit_joint_power_law(N, D, B*)`` →
+    ``JointPowerLawFit``; ``fit_scaling_laws`` → ``ScalingLaws``: laws in ``N`` per shared ``D``,
+    in ``D`` per shared ``N``, in ``N`` per shared tokens-per-parameter ratio (``D ∝ N``, the
+    paper's Chinchilla), and the joint law where ``N`` and ``D`` vary independently — never one
+    pooled across settings whose other variable differs; ``forecast(n_params, tokens)`` →
+    ``Forecast``. ``compare_with_paper(laws)`` → ``PaperComparison`` (the paper's exponents and
+    whether the study supports "B* scales with D, not with N", :func:`scales_with_d_not_n`).
 Tables
     ``read_steps_csv(path)`` → validated rows; ``analyze_table(rows, b_ref=256, overhead=0.2,
-    free_alpha=False, bootstrap=1000, seed=0)`` → ``TableAnalysis`` whose ``to_json_dict()`` is
-    the ``cbs fit --json`` object.
+    free_alpha=False, bootstrap=1000, seed=0, skipped=None)`` → ``TableAnalysis`` whose
+    ``to_json_dict()`` is the ``cbs fit --json`` object.
 
 Refusals raise :class:`cbscore.errors.FitError`; the table-level analysis records them under
 ``errors`` and leaves the number ``None``.
@@ -37,6 +45,15 @@ from cbscore.analysis._forecast import Forecast
 from cbscore.analysis._interval import LEVEL, percentile_interval
 from cbscore.analysis._joint_law import JointPowerLawFit, fit_joint_power_law
 from cbscore.analysis._models import joint_power_law, power_law, steps_model, steps_model_free
+from cbscore.analysis._paper import (
+    PAPER_EXPONENT_CHINCHILLA,
+    PAPER_EXPONENT_D,
+    PAPER_EXPONENT_N,
+    ExponentEstimate,
+    PaperComparison,
+    compare_with_paper,
+    scales_with_d_not_n,
+)
 from cbscore.analysis._points import MeasuredPoint, measure_points
 from cbscore.analysis._power_law import PowerLawFit, fit_power_law
 from cbscore.analysis._rows import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, normalize_row
@@ -54,12 +71,17 @@ __all__ = [
     "MIN_BATCH_SIZES",
     "OPTIONAL_COLUMNS",
     "OUTCOMES",
+    "PAPER_EXPONENT_CHINCHILLA",
+    "PAPER_EXPONENT_D",
+    "PAPER_EXPONENT_N",
     "REQUIRED_COLUMNS",
     "SENSITIVITY_OVERHEADS",
     "BootstrapResult",
+    "ExponentEstimate",
     "Forecast",
     "JointPowerLawFit",
     "MeasuredPoint",
+    "PaperComparison",
     "PowerLawFit",
     "ScalingLaws",
     "SensitivityRow",
@@ -72,6 +94,7 @@ __all__ = [
     "bootstrap_steps_fit",
     "cbs_closed_form",
     "cbs_empirical",
+    "compare_with_paper",
     "first_crossing",
     "fit_joint_power_law",
     "fit_power_law",
@@ -83,6 +106,7 @@ __all__ = [
     "percentile_interval",
     "power_law",
     "read_steps_csv",
+    "scales_with_d_not_n",
     "sensitivity_table",
     "steps_model",
     "steps_model_free",

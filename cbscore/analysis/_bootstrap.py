@@ -1,4 +1,10 @@
-"""Seeded bootstrap of the ``S(B)`` fit: intervals for ``S_min``, ``B_noise`` and ``B*``."""
+"""Seeded bootstrap of the ``S(B)`` fit: intervals for ``S_min``, ``B_noise`` and ``B*``.
+
+``S(B)`` is a minimum over learning rates, not a mean over repeats, so the learning rates of a
+cell are never resampled (that measures how coarse the grid is, and can only raise ``S``).
+Each batch size's ``S`` is redrawn by residuals of the log-space fit, or by seeds where the cell
+ran several (DESIGN.md §1, "Intervals").
+"""
 
 from __future__ import annotations
 
@@ -16,8 +22,8 @@ from cbscore.errors import ConfigError, FitError
 
 #: Resamples by default (the issue's 1,000).
 DEFAULT_RESAMPLES = 1000
-#: How a batch size's ``S(B)`` is redrawn: its own trials, or the fit plus a residual.
-TRIALS, RESIDUALS = "trials", "residuals"
+#: How a batch size's ``S(B)`` is redrawn: the fit plus a residual, or its seeds resampled.
+RESIDUALS, SEEDS = "residuals", "seeds"
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -49,8 +55,9 @@ class BootstrapResult:
     b_ref: float
     """``B_ref`` of :attr:`cbs_samples` (sequences)."""
     methods: tuple[str, ...]
-    """Per fitted batch size: ``"trials"`` (its reached trials resampled, ``S`` = their minimum)
-    where several exist, else ``"residuals"`` (fitted ``log S`` plus a resampled residual)."""
+    """Per fitted batch size, ascending: ``"seeds"`` (its seeds resampled, ``S`` = their geometric
+    mean) where two or more seeds reached, else ``"residuals"`` (fitted ``log S`` plus a
+    resampled residual)."""
     s_min_samples: np.ndarray
     """(R,) ``S_min`` of every resample."""
     b_noise_samples: np.ndarray
@@ -97,11 +104,15 @@ def bootstrap_steps_fit(
 ) -> BootstrapResult:
     """Resample one setting's measurements and refit ``S(B) = a + b/B`` on ``log S`` each time.
 
-    At a batch size with several reached trials, the trials are drawn with replacement and
-    ``S(B)`` is their minimum (DESIGN.md §1: the bootstrap resamples trials). At one with a single
-    trial, ``S(B)`` is the fitted value times ``exp(e)``, ``e`` drawn from the fit's log
-    residuals, centred and inflated by ``sqrt(K/(K-2))`` for the two fitted parameters
-    (Davison & Hinkley 1997, §6.2.3). All resamples are fitted at once (:mod:`._logfit`).
+    At a batch size with one seed (or none recorded), ``S(B)`` is the fitted value times
+    ``exp(e)``, ``e`` drawn from the fit's log residuals, leverage-adjusted and centred
+    (Davison & Hinkley 1997, §6.2.3, eq. 6.9). Several learning rates at one seed are one
+    measurement, never resampled. At a batch size where two or more seeds reached, the seeds are
+    drawn with replacement and ``log S`` is their mean, each seed's deviation from the mean
+    scaled by ``sqrt(n/(n-1))`` (the bootstrap variance of a mean of ``n`` is ``(n-1)/n`` of the
+    unbiased one; Efron & Tibshirani 1993, ch. 5). All resamples are fitted at once
+    (:mod:`._logfit`); intervals are expanded percentile intervals for ``K - 2`` degrees of
+    freedom (:func:`percentile_interval`).
 
     Args:
         points: the measured points ``fit`` was fitted to (those with ``steps``), any order.
@@ -125,11 +136,14 @@ def bootstrap_steps_fit(
     log_s = np.empty((n_resamples, k))  # (R, K)
     methods = []
     for j, point in enumerate(measured):
-        if point.n_reached >= 2:
-            trials = np.asarray(point.trial_steps)  # (n,)
-            draws = rng.integers(0, len(trials), size=(n_resamples, len(trials)))
-            log_s[:, j] = np.log(trials[draws].min(axis=1))
-            methods.append(TRIALS)
+        if len(point.seed_steps) >= 2:
+            log_seeds = np.log(np.asarray(point.seed_steps))  # (n,)
+            n = len(log_seeds)
+            mean = float(log_seeds.mean())
+            deviations = (log_seeds - mean) * np.sqrt(n / (n - 1.0))  # (n,)
+            draws = rng.integers(0, n, size=(n_resamples, n))  # (R, n)
+            log_s[:, j] = mean + deviations[draws].mean(axis=1)
+            methods.append(SEEDS)
         else:
             log_s[:, j] = log_fitted[j] + residuals[rng.integers(0, k, size=n_resamples)]
             methods.append(RESIDUALS)

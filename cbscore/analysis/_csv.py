@@ -17,7 +17,9 @@ def read_steps_csv(path_or_file: str | os.PathLike | IO[str]) -> list[dict]:
 
     One row per measurement; several rows for one setting and batch size are several trials.
     Required columns ``setting,batch_size,steps``; optional ``n_params``, ``tokens``,
-    ``context``, ``outcome``; other columns are kept as strings and ignored by the analysis.
+    ``context``, ``outcome``, ``seed`` (repeats: ``S`` per seed is the minimum over its learning
+    rates) and ``budget_steps`` (a censored trial's cap, a lower bound on its ``S``); other columns
+    are kept as strings and ignored by the analysis.
 
     Raises:
         DataError: a missing or empty file, a missing column, a row with the wrong number of

@@ -19,3 +19,6 @@ class Forecast:
     """Training tokens the forecast is for (``None`` for a law in ``N`` only)."""
     law: str
     """Which law made it: ``"n"``, ``"d"`` or ``"joint"``."""
+    fixed: str = ""
+    """What that law holds fixed, in words (``"n at fixed D"``, ``"d at fixed N"``,
+    ``"n and d together (D ∝ N)"``); empty for the joint law or an ungrouped one."""

@@ -11,11 +11,14 @@ import numpy as np
 from cbscore.analysis._forecast import Forecast
 from cbscore.analysis._interval import LEVEL, percentile_interval
 from cbscore.analysis._models import joint_power_law
-from cbscore.analysis._power_law import check_positive, ci_from_draws, draw_settings
+from cbscore.analysis._power_law import PAPER_UNITS, check_positive, ci_from_draws, pairs_draws
 from cbscore.errors import FitError
 
 #: Fewest settings for three parameters with at least one residual degree of freedom.
 MIN_SETTINGS = 4
+#: Fewest settings behind an interval: a pairs bootstrap of 4 settings identifies three
+#: parameters in too few draws (a third of them are degenerate) to mean anything.
+MIN_SETTINGS_CI = 5
 #: |corr(log N, log D)| above this leaves alpha and beta unidentifiable (Chinchilla: D ≈ 20·N).
 MAX_CORRELATION = 0.999
 
@@ -30,7 +33,9 @@ def _frozen(array: np.ndarray) -> np.ndarray:
 class JointPowerLawFit:
     """``B* = coef·N^exponent_n·D^exponent_d``, by least squares on log axes.
 
-    Intervals carry each setting's bootstrap uncertainty of ``B*`` as in :class:`PowerLawFit`.
+    Fitted only where ``N`` and ``D`` vary independently across settings (DESIGN.md §1). Intervals
+    are a pairs bootstrap over settings with each setting's own draws of ``B*``, as in
+    :class:`PowerLawFit` (:func:`pairs_draws`).
     """
 
     coef: float
@@ -66,6 +71,25 @@ class JointPowerLawFit:
     def model(self):
         """The model ``f((N, D), coef, exponent_n, exponent_d)``."""
         return joint_power_law
+
+    @property
+    def paper_units(self) -> str:
+        """The units of :attr:`coef_paper_units`."""
+        return "B* = c·N^alpha·D^beta, N in millions, D in billions, B* in sequences"
+
+    @property
+    def coef_paper_units(self) -> float:
+        """``c`` with ``N`` in millions and ``D`` in billions (Zhang et al. 2025, §4 units):
+        ``c·(10⁶)^alpha·(10⁹)^beta``."""
+        return self.coef * PAPER_UNITS["n"] ** self.exponent_n * PAPER_UNITS["d"] ** self.exponent_d
+
+    @property
+    def coef_paper_units_ci(self) -> tuple[float, float] | None:
+        """Interval of :attr:`coef_paper_units` over the draws."""
+        if self.samples is None or self.exponent_n_ci is None:
+            return None
+        log_values = self.samples @ np.array([1.0, math.log(PAPER_UNITS["n"]), math.log(PAPER_UNITS["d"])])
+        return percentile_interval(np.exp(log_values[np.isfinite(log_values)]), self.level)
 
     def __call__(self, n_params, tokens):
         """``B*`` on the fitted law."""
@@ -123,7 +147,9 @@ def fit_joint_power_law(
             f"N and D vary together across settings (correlation of their logs {corr:.4f}): "
             "the joint law cannot separate their exponents"
         )
-    design = np.stack([np.ones_like(log_n), log_n, log_d], axis=1)  # (P, 3)
+    # Centred logs keep the normal equations of every draw well conditioned.
+    centre = np.array([log_n.mean(), log_d.mean()])  # (2,)
+    design = np.stack([np.ones_like(log_n), log_n - centre[0], log_d - centre[1]], axis=1)  # (P, 3)
     log_y = np.log(y_arr)
     coeffs, *_ = np.linalg.lstsq(design, log_y, rcond=None)  # (3,)
     resid = log_y - design @ coeffs
@@ -132,16 +158,23 @@ def fit_joint_power_law(
     cis: list[tuple[float, float] | None] = [None, None, None]
     samples = None
     notes: list[str] = []
-    if cbs_samples is not None:
-        draws = draw_settings(cbs_samples, n_draws, np.random.default_rng(seed))  # (R, P)
-        draw_coeffs = (np.linalg.pinv(design) @ np.log(draws).T).T  # (R, 3)
-        draw_coeffs[~np.all(np.isfinite(draws), axis=1)] = np.nan
+    if cbs_samples is not None and len(y_arr) < MIN_SETTINGS_CI:
+        notes.append(
+            f"joint law: no interval from {len(y_arr)} settings (an interval needs at least {MIN_SETTINGS_CI})"
+        )
+    elif cbs_samples is not None:
+        draws = pairs_draws(
+            design, coeffs, cbs_samples, n_draws, np.random.default_rng(seed), MAX_CORRELATION
+        )
+        draw_coeffs = np.array(draws.coeffs)  # (R, 3): log c at the centre, alpha, beta
+        draw_coeffs[:, 0] -= draw_coeffs[:, 1:] @ centre
         samples = _frozen(draw_coeffs)
         for i in range(3):
             column = np.exp(draw_coeffs[:, i]) if i == 0 else draw_coeffs[:, i]
-            cis[i], note = ci_from_draws(column, level, "joint law")
+            cis[i], note = ci_from_draws(column, level, "joint law", draws.unbounded_share)
             if note and not notes:
                 notes.append(note)
+    coeffs = np.array([coeffs[0] - coeffs[1:] @ centre, coeffs[1], coeffs[2]])
     return JointPowerLawFit(
         coef=float(math.exp(coeffs[0])),
         exponent_n=float(coeffs[1]),

@@ -5,13 +5,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from cbscore.analysis._trial import OUTCOMES, REACHED
+from cbscore.analysis._trial import CENSORED, OUTCOMES, REACHED
 from cbscore.errors import DataError
 
 #: Columns every steps table has.
 REQUIRED_COLUMNS = ("setting", "batch_size", "steps")
-#: Columns a steps table may have; any other column is carried along and ignored.
-OPTIONAL_COLUMNS = ("n_params", "tokens", "context", "outcome")
+#: Columns a steps table may have; any other column is carried along and ignored. ``seed`` marks
+#: repeats (``S`` per seed is the minimum over its learning rates); ``budget_steps`` is the steps a
+#: censored trial ran without reaching the target (a lower bound on its ``S``).
+OPTIONAL_COLUMNS = ("n_params", "tokens", "context", "outcome", "seed", "budget_steps")
 
 
 def _blank(value: object) -> bool:
@@ -44,11 +46,25 @@ def _integer(where: str, column: str, value: object) -> int:
     return int(number)
 
 
+def _seed(where: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise _fail(where, "seed", "must be a non-negative integer", value)
+    try:
+        number = float(value.strip()) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        raise _fail(where, "seed", "must be a non-negative integer", value) from None
+    if not (math.isfinite(number) and number >= 0 and number.is_integer()):
+        raise _fail(where, "seed", "must be a non-negative integer", value)
+    return int(number)
+
+
 def normalize_row(row: Mapping, where: str) -> dict:
     """One row, typed: ``setting`` str, ``batch_size`` int, ``steps`` float or ``None``,
     ``n_params``/``tokens`` float or ``None``, ``context`` int or ``None``, ``outcome`` one of
-    :data:`OUTCOMES` (``reached`` when blank and steps are given). Other keys are kept as they
-    are. ``where`` names the row in messages (e.g. ``"steps.csv line 4 (row 3)"``).
+    :data:`OUTCOMES` (``reached`` when blank and steps are given), ``seed`` int ≥ 0 or ``None``,
+    ``budget_steps`` float or ``None`` (censored rows only: the ``budget_steps`` column, else the
+    steps the row gives, which a censored trial ran without reaching). Other keys are kept as
+    they are. ``where`` names the row in messages (e.g. ``"steps.csv line 4 (row 3)"``).
 
     Raises:
         DataError: a missing column or a value that cannot be used, naming row and column.
@@ -67,6 +83,8 @@ def normalize_row(row: Mapping, where: str) -> dict:
         out[column] = None if _blank(value) else _number(where, column, value)
     context = row.get("context")
     out["context"] = None if _blank(context) else _integer(where, "context", context)
+    seed = row.get("seed")
+    out["seed"] = None if _blank(seed) else _seed(where, seed)
     outcome = row.get("outcome")
     if _blank(outcome):
         outcome = None
@@ -84,7 +102,15 @@ def normalize_row(row: Mapping, where: str) -> dict:
         out["steps"] = _number(where, "steps", steps)
         out["outcome"] = REACHED
     else:
-        # Steps of a trial that did not reach are ignored (a pruned trial may report how far it got).
+        # Steps of a trial that did not reach are ignored (a pruned trial may report how far it got),
+        # except a censored trial's, which are its budget: a lower bound on its S.
         out["steps"] = None
         out["outcome"] = outcome
+    budget = row.get("budget_steps")
+    out["budget_steps"] = None
+    if out["outcome"] == CENSORED:
+        if not _blank(budget):
+            out["budget_steps"] = _number(where, "budget_steps", budget)
+        elif not _blank(steps):
+            out["budget_steps"] = _number(where, "steps", steps)
     return out

@@ -55,6 +55,8 @@ class SettingAnalysis:
     """``B*`` over ``r`` in (0.1, 0.2, 0.3, 0.5) and ``B_ref`` over the measured batch sizes."""
     errors: tuple[str, ...]
     """Refusals and notes, each starting ``setting '<name>': ``."""
+    skipped: tuple[int, ...] = ()
+    """Batch sizes the planner never ran for this setting (given by the caller), ascending."""
 
     @property
     def measured(self) -> tuple[MeasuredPoint, ...]:
@@ -70,6 +72,14 @@ class SettingAnalysis:
     def steps(self) -> tuple[float, ...]:
         """Measured ``S(B)`` at :attr:`batch_sizes`."""
         return tuple(p.steps for p in self.measured)
+
+    @property
+    def lower_bounds(self) -> tuple[tuple[int, float], ...]:
+        """``(B, steps)`` of every batch size where nothing reached and the censored trials give
+        ``S(B) > steps`` (DESIGN.md §1: a cell censored at its cap is a lower bound)."""
+        return tuple(
+            (p.batch_size, p.steps_lower_bound) for p in self.points if p.steps_lower_bound is not None
+        )
 
     @property
     def s_min(self) -> float | None:
@@ -107,6 +117,10 @@ class SettingAnalysis:
             "cbs_ci": ci,
             "cbs_empirical": json_number(self.cbs_empirical),
             "r2": json_number(self.r2),
+            "lower_bounds": [
+                {"batch_size": int(b), "steps_at_least": json_number(v)} for b, v in self.lower_bounds
+            ],
+            "skipped": [int(b) for b in self.skipped],
         }
 
 
@@ -135,11 +149,14 @@ def analyze_setting(
     free_alpha: bool = False,
     bootstrap: int = 1000,
     seed: int = 0,
+    skipped: Iterable[int] = (),
 ) -> SettingAnalysis:
     """Measure, fit and bootstrap one setting; refusals become sentences in ``errors``.
 
     ``bootstrap = 0`` skips the bootstrap (no intervals). The free-exponent fit, when asked for,
-    never changes the paper-model results and its refusal is only a note.
+    never changes the paper-model results and its refusal is only a note. A batch size where
+    nothing reached is named in the notes, with its lower bound where censored trials give one
+    (DESIGN.md §1: never silently dropped); so are ``skipped`` batch sizes (never run).
     """
     check_cbs_settings(overhead, b_ref)
     prefix = f"setting {setting!r}: "
@@ -147,11 +164,24 @@ def analyze_setting(
     points = measure_points(trials)
     for p in points:
         if p.steps is None:
+            bound = (
+                f"; censored at ≥ {p.steps_lower_bound:,.0f} steps, a lower bound"
+                if p.steps_lower_bound is not None else ""
+            )
             errors.append(
                 f"{prefix}batch size {p.batch_size}: no trial reached the target "
-                f"({p.n_censored} censored, {p.n_diverged} diverged, {p.n_other} other); "
+                f"({p.n_censored} censored, {p.n_diverged} diverged, {p.n_other} other){bound}; "
                 "left out of the fit"
             )
+        elif p.n_seeds_unreached:
+            errors.append(
+                f"{prefix}batch size {p.batch_size}: S(B) comes from the {p.n_seeds} seed(s) that reached "
+                f"the target; {p.n_seeds_unreached} seed(s) did not and are left out"
+            )
+    measured_sizes = {p.batch_size for p in points}
+    skipped = tuple(sorted({int(b) for b in skipped} - measured_sizes))
+    for b in skipped:
+        errors.append(f"{prefix}batch size {b}: skipped by the planner (never run); not measured")
     measured = [p for p in points if p.steps is not None]
     fit = fit_free = boot = None
     cbs = cbs_ci = empirical = cbs_free = None
@@ -203,4 +233,5 @@ def analyze_setting(
         bootstrap=boot,
         sensitivity=sensitivity,
         errors=tuple(errors),
+        skipped=skipped,
     )

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, check_cbs_settings
+from cbscore.analysis._joint_law import JointPowerLawFit
 from cbscore.analysis._power_law import PowerLawFit
 from cbscore.analysis._rows import normalize_row
 from cbscore.analysis._scaling import ScalingLaws, fit_scaling_laws
@@ -22,7 +23,7 @@ class TableAnalysis:
     settings: tuple[SettingAnalysis, ...]
     """One per setting, in order of first appearance in the table."""
     scaling: ScalingLaws
-    """``B*`` against ``N``, ``D`` and both."""
+    """``B*`` against ``N`` at fixed ``D``, ``D`` at fixed ``N``, ``N`` with ``D ∝ N``, and both."""
     errors: tuple[str, ...]
     """Every refusal and note: the settings' first, then the scaling laws'."""
     b_ref: float
@@ -44,22 +45,22 @@ class TableAnalysis:
         raise KeyError(name)
 
     def to_json_dict(self) -> dict:
-        """The ``cbs fit --json`` object (schema in docs/ARCHITECTURE.md, "Analysis")."""
-        joint = self.scaling.joint
+        """The ``cbs fit --json`` object (schema in docs/ARCHITECTURE.md, "Analysis").
+
+        ``scaling`` lists every law per group of settings that defines it, with the group's key
+        (``"fixed": {"tokens": 3.072e9}`` for a law in ``N`` at fixed ``D``, ``{"n_params": …}``
+        at fixed ``N``, ``{"tokens_per_param": …}`` with ``D ∝ N``), and each coefficient both raw
+        (``x`` in parameters or tokens) and in the paper's units (``N`` in millions, ``D`` in
+        billions). Deterministic for a given seed.
+        """
+        scaling = self.scaling
         return {
             "settings": [s.to_json_dict() for s in self.settings],
             "scaling": {
-                "n": _law_json(self.scaling.n),
-                "d": _law_json(self.scaling.d),
-                "joint": None
-                if joint is None
-                else {
-                    "coef": json_number(joint.coef),
-                    "exponent_n": json_number(joint.exponent_n),
-                    "exponent_d": json_number(joint.exponent_d),
-                    "exponent_n_ci": _ci_json(joint.exponent_n_ci),
-                    "exponent_d_ci": _ci_json(joint.exponent_d_ci),
-                },
+                "n": [_law_json(law) for law in scaling.n_laws],
+                "d": [_law_json(law) for law in scaling.d_laws],
+                "chinchilla": [_law_json(law) for law in scaling.chinchilla],
+                "joint": _joint_json(scaling.joint),
             },
             "errors": list(self.errors),
         }
@@ -69,13 +70,36 @@ def _ci_json(ci: tuple[float, float] | None) -> list | None:
     return None if ci is None else [json_number(ci[0]), json_number(ci[1])]
 
 
-def _law_json(law: PowerLawFit | None) -> dict | None:
-    if law is None:
-        return None
+def _law_json(law: PowerLawFit) -> dict:
     return {
+        "variable": law.variable,
+        "fixed": {law.fixed_name: json_number(law.fixed_value)} if law.fixed_name else {},
+        "settings": list(law.settings),
         "coef": json_number(law.coef),
+        "coef_ci": _ci_json(law.coef_ci),
+        "coefficient_paper_units": json_number(law.coef_paper_units),
+        "coefficient_paper_units_ci": _ci_json(law.coef_paper_units_ci),
+        "units": law.paper_units,
         "exponent": json_number(law.exponent),
         "exponent_ci": _ci_json(law.exponent_ci),
+        "r2": json_number(law.r2),
+    }
+
+
+def _joint_json(joint: JointPowerLawFit | None) -> dict | None:
+    if joint is None:
+        return None
+    return {
+        "settings": list(joint.settings),
+        "coef": json_number(joint.coef),
+        "coefficient_paper_units": json_number(joint.coef_paper_units),
+        "coefficient_paper_units_ci": _ci_json(joint.coef_paper_units_ci),
+        "units": joint.paper_units,
+        "exponent_n": json_number(joint.exponent_n),
+        "exponent_d": json_number(joint.exponent_d),
+        "exponent_n_ci": _ci_json(joint.exponent_n_ci),
+        "exponent_d_ci": _ci_json(joint.exponent_d_ci),
+        "r2": json_number(joint.r2),
     }
 
 
@@ -86,18 +110,20 @@ def analyze_table(
     free_alpha: bool = False,
     bootstrap: int = 1000,
     seed: int = 0,
+    skipped: Mapping[str, Iterable[int]] | None = None,
 ) -> TableAnalysis:
     """Fit every setting of a steps table and the scaling laws across settings.
 
     Args:
         rows: one mapping per trial with ``setting``, ``batch_size``, ``steps`` and optionally
-            ``n_params``, ``tokens``, ``context``, ``outcome`` (strings or numbers; the rows of
-            :func:`read_steps_csv` or of the study export).
+            ``n_params``, ``tokens``, ``context``, ``outcome``, ``seed``, ``budget_steps``
+            (strings or numbers; the rows of :func:`read_steps_csv` or of the study export).
         b_ref: reference batch size ``B_ref`` in sequences (the paper's 256).
         overhead: ``r`` of the overhead rule (the paper's 0.2).
         free_alpha: also fit ``a + b·B^-alpha`` and report it beside.
         bootstrap: resamples per setting; 0 for no intervals.
         seed: seed of the bootstraps (same seed, same numbers).
+        skipped: per setting name, batch sizes the planner never ran (named in the notes).
 
     Raises:
         ConfigError: a setting out of range.
@@ -120,6 +146,8 @@ def analyze_table(
                 batch_size=row["batch_size"],
                 outcome=row["outcome"],
                 steps=row["steps"] if row["outcome"] == REACHED else None,
+                seed=row["seed"],
+                budget_steps=row["budget_steps"],
             )
         )
         known = meta.setdefault(name, {})
@@ -151,6 +179,7 @@ def analyze_table(
                 free_alpha=free_alpha,
                 bootstrap=bootstrap,
                 seed=seed,
+                skipped=(skipped or {}).get(name, ()),
             )
         )
     fitted = [s for s in settings if s.cbs is not None]

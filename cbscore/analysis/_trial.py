@@ -33,6 +33,12 @@ class TrialSteps:
     """One of :data:`OUTCOMES`; only ``reached`` trials enter ``S(B)``."""
     steps: float | None = None
     """Optimizer steps to the target (interpolated); ``None`` unless ``outcome == "reached"``."""
+    seed: int | None = None
+    """Training seed of the trial (a repeat, not a hyper-parameter); ``None`` when unknown. Trials
+    of one seed at one batch size share an ``S``: the minimum over their learning rates."""
+    budget_steps: float | None = None
+    """For a ``censored`` trial: optimizer steps it ran without reaching the target, so its ``S``
+    exceeds this (a lower bound, DESIGN.md §1 "Budgets"); ``None`` otherwise or when unknown."""
 
     def __post_init__(self):
         size = self.batch_size
@@ -50,6 +56,19 @@ class TrialSteps:
             object.__setattr__(self, "steps", float(steps))
         elif self.steps is not None:
             raise ConfigError("steps", self.steps, f"must be None for a {self.outcome} trial")
+        seed = self.seed
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+                raise ConfigError("seed", seed, "must be a non-negative integer or None")
+            object.__setattr__(self, "seed", int(seed))
+        budget = self.budget_steps
+        if budget is not None:
+            if self.outcome != CENSORED:
+                raise ConfigError("budget_steps", budget, f"must be None for a {self.outcome} trial")
+            number = isinstance(budget, numbers.Real) and not isinstance(budget, bool)
+            if not (number and math.isfinite(budget) and budget > 0):
+                raise ConfigError("budget_steps", budget, "must be a positive finite step count")
+            object.__setattr__(self, "budget_steps", float(budget))
 
 
 def trial_steps(

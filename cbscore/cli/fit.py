@@ -1,7 +1,8 @@
 """``cbs fit TABLE.csv``: steps-to-target table in, S(B) fits, CBS and scaling laws out.
 
 Works on any steps table (one row per trial: ``setting,batch_size,steps`` and optionally
-``n_params,tokens,context,outcome``), a published one included, with no training at all.
+``n_params,tokens,context,outcome,seed,budget_steps``), a published one included, with no
+training at all.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Fit S(B) = a + b/B on log S per setting, the critical batch size "
             "B* = (1 + r)·B_ref + r·B_noise with a bootstrap interval, the empirical B*, and the "
-            "power laws of B* in N, D and both. TABLE.csv has one row per trial with columns "
-            "setting,batch_size,steps and optionally n_params,tokens,context,outcome ('-' reads "
-            "standard input)."
+            "power laws of B* in N at fixed D, in D at fixed N, in N with D ∝ N and in both, each "
+            "only across the settings that define it. TABLE.csv has one row per trial with columns "
+            "setting,batch_size,steps and optionally n_params,tokens,context,outcome,seed,budget_steps "
+            "('-' reads standard input)."
         ),
     )
     parser.add_argument("table", metavar="TABLE.csv", help="steps table (CSV), or '-' for stdin")
@@ -71,6 +73,25 @@ def _table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list
     return [line(header), *(line(r) for r in rows)]
 
 
+def _law_lines(law, form: str, sym: str) -> list[str]:
+    """One law of one group: its exponent, and its coefficient raw and in the paper's units."""
+    name = "N" if law.variable == "n" else "D"
+    raw_unit = "parameters" if law.variable == "n" else "tokens"
+    paper_unit = "millions" if law.variable == "n" else "billions"
+    if law.fixed_name == "tokens":
+        where = "at fixed D" + (f" = {_g(law.fixed_value)}" if law.fixed_value is not None else " (not given)")
+    elif law.fixed_name == "n_params":
+        where = "at fixed N" + (f" = {_g(law.fixed_value)}" if law.fixed_value is not None else " (not given)")
+    else:
+        where = f"with D ∝ N ({_g(law.fixed_value, 3)} tokens per parameter)"
+    return [
+        f"  {form} {where} ({len(law.x)} settings: {', '.join(law.settings)}): "
+        f"{sym} = {law.exponent:.3f}{_ci(law.exponent_ci, 3)}, R² = {_g(law.r2, 3)}",
+        f"      c = {_g(law.coef)}{_ci(law.coef_ci)} ({name} in {raw_unit}); "
+        f"c = {_g(law.coef_paper_units)}{_ci(law.coef_paper_units_ci)} ({name} in {paper_unit})",
+    ]
+
+
 def format_analysis(analysis) -> str:
     """Readable tables: per setting its points, fit, B* and sensitivity; then the scaling laws."""
     level = "95%"
@@ -80,7 +101,9 @@ def format_analysis(analysis) -> str:
         meta = [f"N = {_g(s.n_params)}" if s.n_params else "", f"D = {_g(s.tokens)}" if s.tokens else ""]
         out.append(f"setting {s.setting!r}  " + "  ".join(m for m in meta if m))
         rows = [
-            [str(p.batch_size), _g(p.steps, 6), _g(s.fit(p.batch_size), 6) if s.fit else "—",
+            [str(p.batch_size),
+             f"≥ {_g(p.steps_lower_bound, 6)}" if p.steps_lower_bound is not None else _g(p.steps, 6),
+             _g(s.fit(p.batch_size), 6) if s.fit else "—",
              str(p.n_reached), str(p.n_censored), str(p.n_diverged), str(p.n_other)]
             for p in s.points
         ]
@@ -116,23 +139,45 @@ def format_analysis(analysis) -> str:
             )
         out.append("")
     laws = analysis.scaling
-    out.append("scaling laws of B* (power laws on log axes)")
-    for law, name, sym in ((laws.n, "N", "alpha"), (laws.d, "D", "beta")):
-        if law is None:
-            out.append(f"  B* = c·{name}^{sym}: —")
-        else:
-            out.append(
-                f"  B* = c·{name}^{sym}: c = {_g(law.coef)}{_ci(law.coef_ci)}, "
-                f"{sym} = {law.exponent:.3f}{_ci(law.exponent_ci, 3)}  ({len(law.x)} settings, R² = {_g(law.r2, 3)})"
-            )
+    out.append(
+        "scaling laws of B* (power laws on log axes; 95% intervals: a pairs bootstrap over settings, "
+        "each drawing from its own bootstrap)"
+    )
+    kinds = (
+        (laws.n_laws, "B* = c·N^alpha", "alpha", "at fixed D"),
+        (laws.d_laws, "B* = c·D^beta", "beta", "at fixed N"),
+        (laws.chinchilla, "B* = c·N^alpha", "alpha", "with D ∝ N (N and D together)"),
+    )
+    for group, form, sym, where in kinds:
+        if not group:
+            out.append(f"  {form} {where}: —")
+        for law in group:
+            out += _law_lines(law, form, sym)
     j = laws.joint
     if j is None:
         out.append("  B* = c·N^alpha·D^beta: —")
     else:
         out.append(
-            f"  B* = c·N^alpha·D^beta: c = {_g(j.coef)}, alpha = {j.exponent_n:.3f}{_ci(j.exponent_n_ci, 3)}, "
-            f"beta = {j.exponent_d:.3f}{_ci(j.exponent_d_ci, 3)}  ({len(j.cbs)} settings)"
+            f"  B* = c·N^alpha·D^beta ({len(j.cbs)} settings): alpha = {j.exponent_n:.3f}{_ci(j.exponent_n_ci, 3)}, "
+            f"beta = {j.exponent_d:.3f}{_ci(j.exponent_d_ci, 3)}, R² = {_g(j.r2, 3)}"
         )
+        out.append(
+            f"      c = {_g(j.coef)} (N in parameters, D in tokens); "
+            f"c = {_g(j.coef_paper_units)}{_ci(j.coef_paper_units_ci)} (N in millions, D in billions)"
+        )
+    from cbscore.analysis import PAPER_EXPONENT_CHINCHILLA, PAPER_EXPONENT_D, PAPER_EXPONENT_N, compare_with_paper
+
+    comparison = compare_with_paper(laws)
+    out.append("")
+    out.append("compared with Zhang et al. 2025 (exponent: this study [95%] / paper)")
+    for label, estimate, paper in (
+        ("D at fixed N (beta)", comparison.exponent_d, PAPER_EXPONENT_D),
+        ("N at fixed D (alpha)", comparison.exponent_n, PAPER_EXPONENT_N),
+        ("N with D ∝ N (Chinchilla)", comparison.exponent_chinchilla, PAPER_EXPONENT_CHINCHILLA),
+    ):
+        mine = "—" if estimate is None else f"{estimate.value:.3f}{_ci(estimate.ci, 3)}  ({estimate.source})"
+        out.append(f"  {label}: {mine} / {paper:g}")
+    out.append(f"  {comparison.sentence}")
     if analysis.errors:
         out += ["", "not fitted / notes:"] + [f"  - {e}" for e in analysis.errors]
     return "\n".join(out)

@@ -140,3 +140,14 @@ def test_cell_grid_colours_cells_by_state():
     assert heat.z[1][1] == k + 0.5
     assert [tuple(e) for e in heat.colorscale[2 * k:2 * k + 2]] == [(k / n, charts.STATE_COLORS["running"]),
                                                                    ((k + 1) / n, charts.STATE_COLORS["running"])]
+
+
+def test_scaling_figure_draws_one_line_per_fitted_group():
+    pts = [ScalingPoint(x=x, b_star=100.0 * x**0.5) for x in (10.0, 40.0)]
+    fits = [PowerLaw(label="at fixed D = 2B", coef=100.0, exponent=0.5),
+            PowerLaw(label="at fixed D = 8B", coef=150.0, exponent=0.4)]
+    fig = charts.scaling_law_figure(pts, fits=fits, x_title="N (millions)")
+    lines = [_trace(fig, f.label) for f in fits]
+    for line, law in zip(lines, fits):
+        np.testing.assert_allclose(line.y, law.coef * np.asarray(line.x) ** law.exponent)
+    assert lines[0].line.color != lines[1].line.color

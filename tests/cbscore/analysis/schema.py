@@ -6,10 +6,18 @@ import math
 
 SETTING_KEYS = [
     "setting", "n_params", "tokens", "batch_sizes", "steps", "s_min", "b_noise", "cbs",
-    "cbs_ci", "cbs_empirical", "r2",
+    "cbs_ci", "cbs_empirical", "r2", "lower_bounds", "skipped",
 ]
-LAW_KEYS = ["coef", "exponent", "exponent_ci"]
-JOINT_KEYS = ["coef", "exponent_n", "exponent_d", "exponent_n_ci", "exponent_d_ci"]
+LAW_KEYS = [
+    "variable", "fixed", "settings", "coef", "coef_ci", "coefficient_paper_units",
+    "coefficient_paper_units_ci", "units", "exponent", "exponent_ci", "r2",
+]
+JOINT_KEYS = [
+    "settings", "coef", "coefficient_paper_units", "coefficient_paper_units_ci", "units",
+    "exponent_n", "exponent_d", "exponent_n_ci", "exponent_d_ci", "r2",
+]
+#: Per list of ``scaling``: the law's variable and what its settings share.
+LAW_GROUPS = {"n": ("n", "tokens"), "d": ("d", "n_params"), "chinchilla": ("n", "tokens_per_param")}
 
 
 def _number(value, path, nullable=True):
@@ -46,20 +54,36 @@ def check_fit_json(obj: dict) -> None:
         for key in ("s_min", "b_noise", "cbs", "cbs_empirical", "r2"):
             _number(s[key], f"{path}.{key}")
         _pair(s["cbs_ci"], f"{path}.cbs_ci")
+        assert isinstance(s["lower_bounds"], list), f"{path}.lower_bounds"
+        for j, bound in enumerate(s["lower_bounds"]):
+            assert list(bound) == ["batch_size", "steps_at_least"], f"{path}.lower_bounds[{j}]"
+            assert isinstance(bound["batch_size"], int)
+            _number(bound["steps_at_least"], f"{path}.lower_bounds[{j}].steps_at_least", nullable=False)
+        assert isinstance(s["skipped"], list) and all(isinstance(b, int) for b in s["skipped"])
     scaling = obj["scaling"]
-    assert list(scaling) == ["n", "d", "joint"], list(scaling)
-    for key in ("n", "d"):
-        law = scaling[key]
-        if law is not None:
-            assert list(law) == LAW_KEYS, f"scaling.{key}: {list(law)}"
-            _number(law["coef"], f"scaling.{key}.coef", nullable=False)
-            _number(law["exponent"], f"scaling.{key}.exponent", nullable=False)
-            _pair(law["exponent_ci"], f"scaling.{key}.exponent_ci")
+    assert list(scaling) == ["n", "d", "chinchilla", "joint"], list(scaling)
+    for key, (variable, fixed) in LAW_GROUPS.items():
+        assert isinstance(scaling[key], list), f"scaling.{key}"
+        for i, law in enumerate(scaling[key]):
+            path = f"scaling.{key}[{i}]"
+            assert list(law) == LAW_KEYS, f"{path}: {list(law)}"
+            assert law["variable"] == variable, path
+            assert list(law["fixed"]) == [fixed], f"{path}.fixed: {law['fixed']}"
+            _number(law["fixed"][fixed], f"{path}.fixed.{fixed}")
+            assert isinstance(law["settings"], list) and len(law["settings"]) >= 2, f"{path}.settings"
+            unit = "N in millions" if variable == "n" else "D in billions"
+            assert isinstance(law["units"], str) and unit in law["units"], f"{path}.units"
+            for name in ("coef", "coefficient_paper_units", "exponent"):
+                _number(law[name], f"{path}.{name}", nullable=False)
+            _number(law["r2"], f"{path}.r2")
+            for name in ("coef_ci", "coefficient_paper_units_ci", "exponent_ci"):
+                _pair(law[name], f"{path}.{name}")
     joint = scaling["joint"]
     if joint is not None:
         assert list(joint) == JOINT_KEYS, list(joint)
-        for key in ("coef", "exponent_n", "exponent_d"):
+        for key in ("coef", "coefficient_paper_units", "exponent_n", "exponent_d"):
             _number(joint[key], f"scaling.joint.{key}", nullable=False)
-        _pair(joint["exponent_n_ci"], "scaling.joint.exponent_n_ci")
-        _pair(joint["exponent_d_ci"], "scaling.joint.exponent_d_ci")
+        _number(joint["r2"], "scaling.joint.r2")
+        for key in ("coefficient_paper_units_ci", "exponent_n_ci", "exponent_d_ci"):
+            _pair(joint[key], f"scaling.joint.{key}")
     assert isinstance(obj["errors"], list) and all(isinstance(e, str) for e in obj["errors"])

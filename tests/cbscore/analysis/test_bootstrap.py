@@ -24,21 +24,6 @@ def _single(batch_sizes, steps):
     return _points(batch_sizes, [[s] for s in steps])
 
 
-def test_interval_covers_the_truth_in_at_least_90_percent_of_200_seeded_cases():
-    s_min, b_noise, r, b_ref = 1000.0, 500.0, 0.2, 256.0
-    true_cbs = (1 + r) * b_ref + r * b_noise
-    covered = {"s_min": 0, "b_noise": 0, "cbs": 0}
-    for seed in range(200):
-        rng = np.random.default_rng(seed)
-        steps = noisy_curve(PAPER_BATCH_SIZES, s_min, b_noise, 0.05, rng)
-        fit = fit_steps(PAPER_BATCH_SIZES, steps)
-        boot = bootstrap_steps_fit(_single(PAPER_BATCH_SIZES, steps), fit, n_resamples=1000, seed=seed)
-        covered["s_min"] += boot.s_min_ci[0] <= s_min <= boot.s_min_ci[1]
-        covered["b_noise"] += boot.b_noise_ci[0] <= b_noise <= boot.b_noise_ci[1]
-        covered["cbs"] += boot.cbs_ci[0] <= true_cbs <= boot.cbs_ci[1]
-    assert covered["b_noise"] >= 180 and covered["cbs"] >= 180 and covered["s_min"] >= 180, covered
-
-
 def test_same_seed_same_samples_and_other_seed_other_samples():
     rng = np.random.default_rng(1)
     steps = noisy_curve(PAPER_BATCH_SIZES, 1000.0, 500.0, 0.05, rng)
@@ -55,20 +40,59 @@ def test_same_seed_same_samples_and_other_seed_other_samples():
         one.cbs_samples[0] = 1.0  # frozen
 
 
-def test_several_trials_are_resampled_and_their_minimum_is_s():
-    # Only B = 16384 has two trials, [s, 1.5·s]; everywhere else one trial on the clean curve, so
-    # the fit is exact and its residuals are 0. A resample's S(16384) is s unless both draws
-    # pick the slower trial (probability 1/4): S_min comes back exact in ~3/4 of resamples.
+def test_learning_rates_of_a_cell_are_never_resampled():
+    # Every batch size has two learning rates, [s, 1.5·s], on the clean curve: S(B) is their
+    # minimum, the fit is exact and its residuals are 0. Resampling the learning rates would move
+    # S_min up in ~3/4 of resamples; by residuals every resample is the exact curve.
     clean = curve(PAPER_BATCH_SIZES, 1000.0, 500.0)
-    trials = [[s] for s in clean[:-1]] + [[clean[-1], 1.5 * clean[-1]]]
+    trials = [[s, 1.5 * s] for s in clean]
     fit = fit_steps(PAPER_BATCH_SIZES, clean)
-    boot = bootstrap_steps_fit(_points(PAPER_BATCH_SIZES, trials), fit, n_resamples=4000, seed=0)
-    assert boot.methods == ("residuals",) * 8 + ("trials",)
-    exact = np.isclose(boot.s_min_samples, 1000.0, rtol=1e-8)
-    assert exact.mean() == pytest.approx(0.75, abs=0.03)
-    assert np.all(boot.s_min_samples[~exact] > 1000.0)  # the slower trial only raises S_min
-    lo, hi = boot.cbs_ci
-    assert lo <= fit.cbs() <= hi
+    boot = bootstrap_steps_fit(_points(PAPER_BATCH_SIZES, trials), fit, n_resamples=500, seed=0)
+    assert boot.methods == ("residuals",) * 9
+    np.testing.assert_allclose(boot.s_min_samples, 1000.0, rtol=1e-8)
+    assert boot.cbs_ci == pytest.approx((fit.cbs(), fit.cbs()), rel=1e-8)
+
+
+def _seeded_points(batch_sizes, seed_lists):
+    """Points whose S(B) is the geometric mean over seeds (as :func:`measure_points` builds them)."""
+    return [
+        MeasuredPoint(
+            batch_size=int(b), steps=float(np.exp(np.mean(np.log(s)))), trial_steps=tuple(sorted(s)),
+            n_trials=len(s), n_censored=0, n_diverged=0, n_other=0, seed_steps=tuple(s),
+        )
+        for b, s in zip(batch_sizes, seed_lists)
+    ]
+
+
+def test_seeds_are_resampled_where_a_cell_ran_several():
+    # Three seeds at every batch size, each the clean curve times exp(±0.1) or 1: log S(B) is
+    # the clean value; each resample's log S(B) is the mean of three drawn deviations, scaled by
+    # sqrt(3/2), so its standard deviation is sqrt(3/2)·sqrt(2/3·0.01)/sqrt(3) = 0.1/sqrt(3).
+    clean = curve(PAPER_BATCH_SIZES, 1000.0, 500.0)
+    seeds = [[s * np.exp(-0.1), s, s * np.exp(0.1)] for s in clean]
+    points = _seeded_points(PAPER_BATCH_SIZES, seeds)
+    fit = fit_steps(PAPER_BATCH_SIZES, [p.steps for p in points])
+    assert fit.s_min == pytest.approx(1000.0) and fit.b_noise == pytest.approx(500.0)
+    boot = bootstrap_steps_fit(points, fit, n_resamples=2000, seed=0)
+    assert boot.methods == ("seeds",) * 9
+    lo, hi = boot.b_noise_ci
+    assert lo < 500.0 < hi and hi - lo > 50.0  # a real interval, not the zero-width residual one
+    assert np.median(boot.s_min_samples) == pytest.approx(1000.0, rel=0.02)
+
+
+def test_measured_points_average_seeds_and_take_the_minimum_over_learning_rates():
+    from cbscore.analysis import TrialSteps, measure_points
+
+    trials = [
+        TrialSteps(batch_size=64, steps=400.0, seed=0), TrialSteps(batch_size=64, steps=300.0, seed=0),
+        TrialSteps(batch_size=64, steps=1200.0, seed=1), TrialSteps(batch_size=64, steps=900.0, seed=1),
+        TrialSteps(batch_size=64, outcome="censored", seed=2, budget_steps=2000.0),
+        TrialSteps(batch_size=128, steps=500.0, seed=0), TrialSteps(batch_size=128, steps=450.0, seed=0),
+    ]
+    p64, p128 = measure_points(trials)
+    assert p64.seed_steps == (300.0, 900.0) and p64.steps == pytest.approx(np.sqrt(300.0 * 900.0))
+    assert p64.n_seeds == 2 and p64.n_seeds_unreached == 1 and p64.steps_lower_bound is None
+    assert p128.seed_steps == () and p128.steps == 450.0 and p128.n_seeds == 1
 
 
 def test_unresolved_s_min_gives_an_infinite_upper_end():

@@ -40,9 +40,20 @@ def test_json_output_matches_the_schema_and_the_library(tmp_path, capsys):
     for s, spec in zip(obj["settings"], SPECS):
         assert s["b_noise"] == pytest.approx(spec["b_noise"], rel=0.15)
         assert s["cbs_ci"][0] <= s["cbs"] <= s["cbs_ci"][1]
-    assert obj["scaling"]["n"]["exponent"] > 0 and obj["scaling"]["d"] is not None
-    assert obj["scaling"]["joint"] is None
-    assert obj["errors"] == ["joint scaling law: fewer than 4 settings for the joint law (got 3)"]
+    # About 20 tokens per parameter throughout: one Chinchilla law in N ("N and D together"), no
+    # law at fixed N or fixed D (no two settings share either), no joint law (N and D collinear).
+    assert obj["scaling"]["n"] == [] and obj["scaling"]["d"] == [] and obj["scaling"]["joint"] is None
+    (law,) = obj["scaling"]["chinchilla"]
+    assert law["settings"] == ["small", "medium", "large"] and law["exponent"] > 0
+    assert law["exponent_ci"][0] <= law["exponent"] <= law["exponent_ci"][1]
+    assert law["units"].startswith("B* = c·N^alpha, N in millions")
+    assert obj["errors"] == [
+        "scaling law in n_params with D ∝ N at tokens per parameter = 20.4: interval from "
+        "3 settings only, read it as rough",
+        "scaling law in n_params at fixed tokens: no two settings with different n_params share tokens",
+        "scaling law in tokens at fixed n_params: no two settings with different tokens share n_params",
+        "joint scaling law: fewer than 4 settings for the joint law (got 3)",
+    ]
     # Same seed, same output.
     assert main(["fit", str(path), "--json", "--bootstrap", "200", "--seed", "3"]) == 0
     assert json.loads(capsys.readouterr().out) == obj
@@ -64,7 +75,11 @@ def test_text_output_has_the_tables(tmp_path, capsys):
     assert "setting 'small'" in text and "B* = " in text and "empirical B* = " in text
     assert "sensitivity of B*" in text and "r=0.5" in text
     assert "free exponent: S = a + b·B^-alpha" in text
-    assert "B* = c·N^alpha: c = " in text and "joint scaling law" in text
+    assert "B* = c·N^alpha with D ∝ N (20.4 tokens per parameter) (3 settings: small, medium, large): alpha = " in text
+    assert "(N in parameters); c = " in text and "(N in millions)" in text
+    assert "B* = c·D^beta at fixed N: —" in text and "joint scaling law" in text
+    assert "compared with Zhang et al. 2025" in text and "N with D ∝ N (Chinchilla): " in text
+    assert "inconclusive on the paper's finding" in text  # no law at fixed N or fixed D here
 
 
 @pytest.mark.parametrize(

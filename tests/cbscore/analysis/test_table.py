@@ -31,8 +31,10 @@ def test_noise_free_table_gives_exact_numbers_and_a_valid_json_object():
     assert (s["s_min"], s["b_noise"], s["cbs"]) == pytest.approx((2000.0, 700.0, 447.2), rel=1e-9)
     assert s["cbs_ci"] == pytest.approx([447.2, 447.2], rel=1e-9)  # zero residuals
     assert s["n_params"] is None and s["r2"] == pytest.approx(1.0)
-    assert obj["scaling"] == {"n": None, "d": None, "joint": None}
-    assert "scaling law in n_params: fewer than 2 settings with distinct n_params (got 0)" in obj["errors"]
+    assert s["lower_bounds"] == [] and s["skipped"] == []
+    assert obj["scaling"] == {"n": [], "d": [], "chinchilla": [], "joint": None}
+    assert ("scaling law in n_params at fixed tokens: no two settings with different n_params share tokens"
+            in obj["errors"])
 
 
 def test_refusal_is_recorded_under_errors_and_leaves_nulls():
@@ -96,13 +98,18 @@ def test_paper_shaped_chinchilla_table():
         assert s["cbs"] == pytest.approx(true, rel=0.1)
         assert s["cbs_empirical"] == pytest.approx(s["cbs"], rel=0.25)
         assert s["r2"] > 0.99
-    d_law = obj["scaling"]["d"]
-    assert d_law["exponent_ci"][0] < d_law["exponent"] < d_law["exponent_ci"][1]
-    assert 0.2 < d_law["exponent"] < 0.5
-    assert obj["scaling"]["joint"] is None
+    # D ∝ N (about 20 tokens per parameter): one Chinchilla law in N, "N and D together"; no law at
+    # fixed N or fixed D (no two settings share either), and no joint law.
+    assert obj["scaling"]["n"] == [] and obj["scaling"]["d"] == [] and obj["scaling"]["joint"] is None
+    (law,) = obj["scaling"]["chinchilla"]
+    assert law["fixed"]["tokens_per_param"] == pytest.approx(20.4, rel=0.01)
+    assert law["exponent_ci"][0] < law["exponent"] < law["exponent_ci"][1]
+    # B_noise ∝ D^0.5 ∝ N^0.5, so B* = 1.2·256 + 0.2·B_noise grows like N to a power below 0.5.
+    assert 0.2 < law["exponent"] < 0.5
+    assert law["coefficient_paper_units"] == pytest.approx(law["coef"] * 1e6 ** law["exponent"], rel=1e-9)
     assert any("joint scaling law: N and D vary together" in e for e in obj["errors"])
-    forecast = analysis.scaling.forecast(tokens=49e9)
-    assert forecast.cbs > cbs[-1]
+    forecast = analysis.scaling.forecast(n_params=2.4e9)
+    assert forecast.cbs > cbs[-1] and forecast.law == "n" and forecast.fixed == "n and d together (D ∝ N)"
 
 
 def test_read_steps_csv_types_rows_and_keeps_extra_columns():
@@ -204,3 +211,44 @@ def test_unbounded_cbs_interval_is_null_at_that_end_with_a_reason():
     assert s["cbs"] is not None and s["cbs_ci"][0] is not None and s["cbs_ci"][1] is None
     assert any(e.startswith("setting 'x': the CBS interval has no upper end") for e in obj["errors"])
     assert analysis.setting("x").extrapolated  # B* far above the largest measured batch size
+
+
+def test_censored_cells_are_lower_bounds_named_in_the_notes_and_the_json():
+    # B = 16384 and 32768: every trial censored at its cap (the study export's budget_steps
+    # column, or steps given on a censored row); the smallest cap bounds S(B) from below.
+    rows = table_rows([{"setting": "x", "s_min": 2000.0, "b_noise": 700.0}], batch_sizes=PAPER_BATCH_SIZES[:-1])
+    rows += [
+        {"setting": "x", "batch_size": 16384, "steps": "", "outcome": "censored", "budget_steps": 1800},
+        {"setting": "x", "batch_size": 16384, "steps": "", "outcome": "censored", "budget_steps": "1900"},
+        {"setting": "x", "batch_size": 16384, "steps": "", "outcome": "diverged"},
+        {"setting": "x", "batch_size": 32768, "steps": "950", "outcome": "censored"},
+    ]
+    analysis = analyze_table(rows, bootstrap=0, skipped={"x": [65536]})
+    s = analysis.setting("x")
+    assert s.lower_bounds == ((16384, 1800.0), (32768, 950.0)) and s.skipped == (65536,)
+    assert 16384 not in s.batch_sizes  # never entered in the fit
+    assert ("setting 'x': batch size 16384: no trial reached the target (2 censored, 1 diverged, 0 other); "
+            "censored at ≥ 1,800 steps, a lower bound; left out of the fit") in analysis.errors
+    assert "setting 'x': batch size 65536: skipped by the planner (never run); not measured" in analysis.errors
+    obj = analysis.to_json_dict()
+    check_fit_json(obj)
+    assert obj["settings"][0]["lower_bounds"] == [
+        {"batch_size": 16384, "steps_at_least": 1800}, {"batch_size": 32768, "steps_at_least": 950},
+    ]
+    assert obj["settings"][0]["skipped"] == [65536]
+
+
+def test_seed_column_makes_s_a_mean_over_seeds_of_the_minimum_over_learning_rates():
+    rows = read_steps_csv(_csv(
+        "setting,batch_size,steps,seed,lr\n"
+        + "".join(f"s,{b},{1000 * (1 + 500 / b) * f},{seed},{lr}\n"
+                  for b in (64, 256, 1024, 4096) for seed, f0 in ((0, 0.9), (1, 1.1))
+                  for lr, f in ((0.001, f0), (0.01, 1.5 * f0)))
+    ))
+    assert rows[0]["seed"] == 0 and rows[2]["seed"] == 1 and rows[0]["budget_steps"] is None
+    s = analyze_table(rows, bootstrap=100).setting("s")
+    assert [p.seed_steps for p in s.points][0] == pytest.approx((900 * (1 + 500 / 64), 1100 * (1 + 500 / 64)))
+    assert s.steps[0] == pytest.approx(np.sqrt(0.9 * 1.1) * 1000 * (1 + 500 / 64))
+    assert s.bootstrap.methods == ("seeds",) * 4
+    with pytest.raises(DataError, match=r"column 'seed': must be a non-negative integer, but got '-1'"):
+        read_steps_csv(_csv("setting,batch_size,steps,seed\ns,64,100,-1\n"))
