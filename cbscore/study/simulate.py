@@ -358,7 +358,10 @@ def _record(run: _Run, now: float, status: str | None = None) -> TrialRecord:
     t = run.spec
     step = run.step_at(now)
     done = status is not None
-    evals = tuple(float(s) for s in range(run.eval_every, int(step) + 1, run.eval_every))
+    # The planner reads the last evaluation (pruning) and whether any crossed (none has before
+    # the trial ends): the last one stands for all of them.
+    last_eval = (int(step) // run.eval_every) * run.eval_every
+    evals = (float(last_eval),) if last_eval > 0 else ()
     if done and run.outcome == "finished":
         evals = (float(run.steps),)
         losses = (run.final_loss,)
@@ -434,14 +437,14 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
 
 def _fit_cbs(batch_sizes: Sequence[float], steps: Sequence[float], spec: StudySpec) -> float:
     fit = fit_steps(batch_sizes, steps)
-    return cbs_closed_form(fit.b_noise, b_ref=spec.b_ref, overhead=spec.overhead)
+    return float(cbs_closed_form(fit.b_noise, b_ref=spec.b_ref, overhead=spec.overhead))
 
 
 def _outcomes(spec: StudySpec, sim: _Sim, records: Mapping[str, TrialRecord], p) -> list[SettingOutcome]:
     out = []
     for sid, setting in sim.settings.items():
         truth = sim.truth[sid]
-        cbs_truth = cbs_closed_form(truth.b_noise, b_ref=spec.b_ref, overhead=spec.overhead)
+        cbs_truth = float(cbs_closed_form(truth.b_noise, b_ref=spec.b_ref, overhead=spec.overhead))
         # The study: S(B) = min over reached trials (the reference cell crosses at its last step).
         target = p.targets.get(sid)
         steps: dict[int, float] = {}

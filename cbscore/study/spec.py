@@ -321,7 +321,15 @@ class StudySpec:
 
     # ------------------------------------------------------------------ settings
     def resolve_settings(self) -> list[Setting]:
-        """The ``(N, D)`` settings of the study, in a stable order."""
+        """The ``(N, D)`` settings of the study, in a stable order (computed once per spec: the
+        planner asks on every pass)."""
+        cached = self.__dict__.get("_settings")
+        if cached is None:
+            cached = tuple(self._resolve_settings())
+            object.__setattr__(self, "_settings", cached)  # a cache on a frozen spec, not a field
+        return list(cached)
+
+    def _resolve_settings(self) -> list[Setting]:
         from cbscore.study.models import model_info
 
         pairs: list[tuple[str, int]]

@@ -8,6 +8,7 @@ the Celery task's only argument, and a ``TrialRecord`` is rebuilt from MLflow by
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -129,6 +130,7 @@ class TrialRecord:
         return cls(**dict(data))
 
 
+@functools.lru_cache(maxsize=4096)
 def lr_tag(lr: float) -> str:
     """Learning rate as it appears in a trial id, three significant digits: 0.00316 -> 'lr3.16e-3'."""
     mantissa, exponent = f"{lr:.2e}".split("e")

@@ -1,0 +1,45 @@
+"""Time of ``cbs study simulate`` on each paper preset with 50 seeds at σ = 0.1 (issue 10's
+budget: under 10 s), in this process and as the CLI a user runs (a fresh process, imports
+included).
+
+Run: ``.venv/bin/python benchmarks/bench_simulate.py``. Prints one line per preset: seconds for
+the 50 simulated studies, planner calls per study, and the tokens the study spends against the
+fixed-budget grid.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from cbscore.study import load_preset  # noqa: E402
+from cbscore.study.simulate import SimConfig, paper_truth, simulate  # noqa: E402
+
+SEEDS = 50
+
+
+def main() -> int:
+    for preset in ("paper-chinchilla", "paper-fixed-d", "paper-fixed-n"):
+        spec = load_preset(preset)
+        t0 = time.perf_counter()
+        report = simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.1), seeds=SEEDS)
+        seconds = time.perf_counter() - t0
+        d = report.to_json_dict()
+        t1 = time.perf_counter()
+        subprocess.run([os.path.join(os.path.dirname(sys.executable), "cbs"), "study", "simulate", preset, "--truth", "paper",
+                        "--noise", "0.1", "--seeds", str(SEEDS)], check=True, capture_output=True)
+        cli = time.perf_counter() - t1
+        print(f"{preset:<17} {SEEDS} seeds: {seconds:5.2f} s in-process, {cli:5.2f} s as `cbs study simulate`; "
+              f"study tokens {d['tokens_share_of_fixed_budget_grid']:.1%} of the fixed-budget grid, "
+              f"{d['tokens_study_mean'] / d['tokens_grid_to_target_mean']:.1%} of the full grid run to target")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The study simulator: the real planner against simulated trials whose B* is known (issue 10)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cbscore.errors import ConfigError, DataError
+from cbscore.study import StudySpec, load_preset
+from cbscore.study.simulate import (SimConfig, TruthCurve, format_report, paper_truth, read_truth, simulate,
+                                    write_truth_csv)
+
+
+@pytest.mark.parametrize("preset", ["paper-chinchilla", "paper-fixed-d", "paper-fixed-n"])
+def test_paper_presets_find_the_truths_b_star_without_noise(preset):
+    """σ = 0: the planner's budgets, caps, pruning and skips leave B* where the full grid puts it,
+    and within 2% of the paper's curves (what is left is the learning-rate grid's coarseness)."""
+    spec = load_preset(preset)
+    report = simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.0))
+    for s in report.summary():
+        assert s["fit_failures"] == 0
+        assert s["cbs_study_median"] == pytest.approx(s["cbs_grid_median"], rel=1e-6), s
+        assert abs(s["bias_vs_truth"]) < 0.02, s
+        assert s["censored_cells"] == [] and s["skipped_cells"] == []
+    d = report.to_json_dict()
+    # The study stops every trial at its target and prunes: it spends less than the full grid run to
+    # each trial's own target, and far less than the fixed-budget grid (the dry run's upper bound).
+    assert d["tokens_study_mean"] < d["tokens_grid_to_target_mean"] < d["tokens_fixed_budget_grid"]
+
+
+def sweep_spec(**changes) -> StudySpec:
+    base = dict(name="sweep", kind="custom", settings=[{"model": "tiny-0.1M", "tokens": 2_000_000}],
+                batch_sizes=[2 ** k for k in range(1, 14)], b_ref=16, context_tokens=128,
+                search={"kind": "grid", "lrs": [0.002, 0.004, 0.008, 0.016, 0.032, 0.064]})
+    base.update(changes)
+    return StudySpec.from_dict(base)
+
+
+@pytest.mark.parametrize("ratio", [0.1, 0.3, 1.0, 3.0, 10.0, 30.0])
+def test_no_bias_from_b_noise_a_tenth_to_thirty_times_b_ref(ratio):
+    """A synthetic sweep: whatever B_noise is against B_ref, the planner's rules leave B* within 2%
+    of the truth curve's at σ = 0 (every learning rate equally good: only the planner can bias it),
+    and exactly where the full grid puts it when the learning rates differ (the grid's own
+    coarseness, which moves both alike, is up to 5% here at k = 0.1)."""
+    spec = sweep_spec()
+    truth = {spec.resolve_settings()[0].setting_id: TruthCurve(s_min=100.0, b_noise=ratio * spec.b_ref)}
+    s = simulate(spec, truth, SimConfig(noise_sigma=0.0, lr_penalty=0.0)).summary()[0]
+    assert s["fit_failures"] == 0 and s["censored_cells"] == [] and s["skipped_cells"] == []
+    assert abs(s["cbs_study_median"] / s["cbs_truth"] - 1) < 0.02, s
+    s = simulate(spec, truth, SimConfig(noise_sigma=0.0)).summary()[0]
+    assert s["cbs_study_median"] == pytest.approx(s["cbs_grid_median"], rel=1e-6), s
+
+
+def test_noise_spreads_b_star_and_the_study_matches_the_full_grid_seed_by_seed():
+    spec = load_preset("paper-fixed-d")
+    report = simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.1), seeds=6)
+    for s in report.summary():
+        assert s["spread_rel_sd"] > 0.01  # noise reaches B*
+        assert s["cbs_study_p05"] < s["cbs_study_median"] < s["cbs_study_p95"]
+    # Same draws for the study and the grid: where no cell is censored the two agree exactly.
+    for run in report.seeds:
+        for o in run.settings:
+            if not o.censored_cells and o.cbs_study is not None:
+                assert o.cbs_study == pytest.approx(o.cbs_grid, rel=1e-9)
+
+
+def test_a_tight_budget_margin_censors_cells_and_says_so():
+    """With no slack, noise puts some cells past their cap: they are reported as lower bounds."""
+    spec = load_preset("paper-chinchilla").replace(budget_margin=0.0)
+    report = simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.2), seeds=4)
+    assert any(s["censored_cells"] for s in report.summary())
+    assert "censored (lower bounds) at B =" in format_report(report)
+
+
+def test_truth_from_a_curves_csv_and_from_a_steps_table(tmp_path):
+    spec = load_preset("paper-fixed-d")
+    truth = paper_truth(spec)
+    path = tmp_path / "truth.csv"
+    write_truth_csv(truth, spec, path)
+    again = read_truth(path, spec)
+    for sid, curve in truth.items():
+        assert again[sid].b_noise == pytest.approx(curve.b_noise, rel=1e-5)
+    # A cbs fit steps table: exact points of S = 50·(1 + 300/B), matched by n_params and tokens.
+    s0 = spec.resolve_settings()[0]
+    rows = ["setting,batch_size,steps,n_params,tokens"] + [
+        f"paper-85M,{b},{50 * (1 + 300 / b)!r},{s0.n_params},{s0.tokens}" for b in (64, 128, 256, 512, 1024, 4096)]
+    table = tmp_path / "steps.csv"
+    table.write_text("\n".join(rows) + "\n")
+    one = spec.replace(kind="custom", models=(), tokens=(), settings=[{"model": s0.model, "tokens": s0.tokens}])
+    got = read_truth(table, one)[s0.setting_id]
+    assert got.b_noise == pytest.approx(300.0, rel=1e-6) and got.s_min == pytest.approx(50.0, rel=1e-6)
+
+
+def test_a_truth_without_a_setting_is_refused_by_name(tmp_path):
+    spec = load_preset("paper-fixed-d")
+    path = tmp_path / "truth.csv"
+    path.write_text("setting,s_min,b_noise\nsomething-else,10,100\n")
+    with pytest.raises(DataError, match="no curve for setting '85M_D3.072B'"):
+        read_truth(path, spec)
+    path.write_text("setting,s_min,b_noise\n85M_D3.072B,ten,100\n")
+    with pytest.raises(DataError, match="line 2: s_min and b_noise must be numbers"):
+        read_truth(path, spec)
+
+
+def test_bad_simulation_settings_are_refused_by_name():
+    with pytest.raises(ConfigError, match="^noise: "):
+        SimConfig(noise_sigma=-1)
+    with pytest.raises(ConfigError, match="^workers: "):
+        SimConfig(workers=0)
+    spec = load_preset("paper-fixed-d").replace(search={"kind": "optuna"})
+    with pytest.raises(ConfigError, match="^search.kind: "):
+        simulate(spec, paper_truth(load_preset("paper-fixed-d")))
+
+
+def test_cli_prints_the_table_and_json(capsys, tmp_path, monkeypatch):
+    from cbscore.cli import main
+
+    monkeypatch.setenv("CBS_HOME", str(tmp_path))
+    assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--seeds", "2", "--noise", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "simulated study 'paper-fixed-d': 2 seed(s), noise σ = 0.05" in out
+    assert "85M_D3.072B" in out and "fixed-budget grid" in out
+    assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["settings"]) == 5 and np.isfinite(d["tokens_study_mean"])
+    assert main(["study", "simulate", "paper-fixed-d", "--truth", str(tmp_path / "nope.csv")]) != 0
+    assert "--truth" in capsys.readouterr().err
