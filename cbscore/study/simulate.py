@@ -132,6 +132,8 @@ class StudyOutcome:
     """Training FLOPs of those tokens."""
     trials: int
     """Trials started."""
+    max_trial_tokens: int
+    """Tokens of the largest single trial (what a single-pass corpus must hold)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,6 +191,7 @@ class SimulationReport:
             "tokens_share_of_fixed_budget_grid": tokens / self.grid_tokens if self.grid_tokens else None,
             "tokens_grid_to_target_mean": float(np.mean([sum(x.tokens_grid_to_target for x in s.settings)
                                                          for s in self.seeds])),
+            "max_trial_tokens": max(s.max_trial_tokens for s in self.seeds),
             "gpu_hours_study": flops / GPU_FLOPS / 3600.0,
             "gpu_hours_fixed_budget_grid": self.grid_flops / GPU_FLOPS / 3600.0,
             "gpu_hours_note": "H100 SXM dense bf16 peak at 40% MFU",
@@ -432,7 +435,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
     return StudyOutcome(seed=seed, settings=tuple(_outcomes(spec, sim, records, p)),
                         tokens_study=sum(r.tokens for r in records.values()),
                         flops_study=sum(r.tokens * sim.settings[r.setting_id].flops_per_token for r in records.values()),
-                        trials=started)
+                        trials=started, max_trial_tokens=max((r.tokens for r in records.values()), default=0))
 
 
 def _fit_cbs(batch_sizes: Sequence[float], steps: Sequence[float], spec: StudySpec) -> float:
@@ -534,7 +537,8 @@ def format_report(report: SimulationReport) -> str:
                  f"{d['tokens_fixed_budget_grid']:.4g} ({d['tokens_share_of_fixed_budget_grid']:.1%} of it); "
                  f"full grid run to each trial's target {d['tokens_grid_to_target_mean']:.4g}")
     lines.append(f"GPU-hours ({d['gpu_hours_note']}): study {d['gpu_hours_study']:.4g}, "
-                 f"fixed-budget grid {d['gpu_hours_fixed_budget_grid']:.4g}")
+                 f"fixed-budget grid {d['gpu_hours_fixed_budget_grid']:.4g}; the largest trial trains "
+                 f"{d['max_trial_tokens']:.4g} tokens (a single-pass corpus must hold them)")
     return "\n".join(lines)
 
 
