@@ -54,6 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     simulate.add_argument("--workers", type=int, default=4, help="trials running at once (default 4)")
     simulate.add_argument("--json", action="store_true")
     simulate.set_defaults(handler=run_simulate)
+    report = sub.add_parser("report", help="write a study's evidence (steps CSV, fit JSON, figures, cost) to a folder")
+    report.add_argument("name")
+    report.add_argument("--out", required=True, help="folder, e.g. docs/results/NAME")
+    report.set_defaults(handler=run_report)
     status = sub.add_parser("status", help="cells, trials by outcome, progress and tokens")
     status.add_argument("name")
     status.add_argument("--json", action="store_true")
@@ -212,6 +216,15 @@ def run_launch(args: argparse.Namespace) -> int:
     if not api.alive_workers():
         print("cbs study: no worker is alive: start one with `cbs worker` (and the runner, `cbs study watch`), "
               "or everything with `cbs up`")
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """``cbs study report``: ``workers.report.write_report``."""
+    from workers.report import write_report
+
+    files = write_report(args.name, args.out, command=" ".join(["cbs", *sys.argv[1:]]))
+    print(f"cbs study report: {args.name!r} → {args.out}: " + ", ".join(files))
     return 0
 
 

@@ -1,0 +1,40 @@
+"""``cbs study report``: a study's evidence written so that anyone can refit it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.app import store_seed
+from cbscore.cli import main as cbs_main
+from workers.settings import WorkerSettings
+from workers.tracking import Tracker
+
+
+def test_report_writes_a_refittable_table_its_fit_and_the_cost(worker_env, tmp_path, capsys):
+    s = WorkerSettings.from_env()
+    spec = store_seed.spec_for("rep", n_settings=1, batch_sizes=(8, 16, 32, 64), lrs=(0.003, 0.01, 0.03), b_ref=16)
+    store_seed.seed_study(Tracker(s.tracking_uri, worker_env["CBS_ARTIFACT_ROOT"]), spec)
+    out = tmp_path / "results" / "rep"
+    assert cbs_main(["study", "report", "rep", "--out", str(out)]) == 0
+    assert "cbs study report: 'rep' →" in capsys.readouterr().out
+    names = {p.name for p in out.iterdir()}
+    assert {"steps.csv", "trials.csv", "fit.json", "spec.yaml", "summary.json"} <= names
+    assert any(n.startswith("curves") for n in names)  # PNG with kaleido and a Chrome, HTML otherwise
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["study"] == "rep" and summary["tokens_spent"] > 0 and summary["machine"]["cpus"] >= 1
+    assert summary["refit"] == "cbs fit steps.csv --b-ref 16 --overhead 0.2 --json"
+    # The committed fit is what `cbs fit` gives on the committed CSV, byte for byte.
+    refit = subprocess.run([sys.executable, "-c", "import sys; from cbscore.cli import main; sys.exit(main(sys.argv[1:]))",
+                            "fit", str(out / "steps.csv"), "--b-ref", "16", "--overhead", "0.2", "--json"],
+                           capture_output=True, text=True, check=True)
+    assert refit.stdout == (out / "fit.json").read_text()
+    assert json.loads(refit.stdout)["settings"][0]["cbs"] is not None
+
+
+def test_report_of_an_unknown_study_names_it_and_writes_nothing(worker_env, tmp_path, capsys):
+    out = tmp_path / "nothing"
+    assert cbs_main(["study", "report", "nope", "--out", str(out)]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert not out.exists()
