@@ -38,8 +38,9 @@ def dead_owner() -> str:
     ({"search": {"kind": "grid", "lrs": [-0.01]}}, "search.lrs", "must be a positive finite number, but got -0.01."),
     ({"target_losses": {"tiny-0.1M_D15K": float("nan")}}, "target_losses.tiny-0.1M_D15K", "must be a finite number"),
     ({"max_trials": 2}, "max_trials", "too large to be sane (4 trials exceed max_trials=2)"),
-    # A budget that cannot hold one step of the largest batch: the trainer's own check, at launch.
-    ({"settings": [{"model": "tiny-0.1M", "tokens": 200}]}, "max_tokens", "must allow at least one step"),
+    # A D that cannot hold one step at B_ref (8 × 16 tokens): the trainer's own check, at launch.
+    # (Cells above B_ref are budgeted in steps, so only the reference and smaller cells can fail.)
+    ({"settings": [{"model": "tiny-0.1M", "tokens": 100}]}, "max_tokens", "must allow at least one step"),
 ])
 def test_bad_spec_is_refused_with_nothing_created(worker_env, changes, field, words):
     with pytest.raises(ConfigError) as err:
