@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import os
+import time
+from collections.abc import Mapping
 
 import streamlit as st
 
@@ -64,28 +66,66 @@ def study_rule(name: str) -> tuple[int | None, float | None]:
     return getattr(summary, "b_ref", None), getattr(summary, "overhead", None)
 
 
-def study_rows(name: str) -> list[dict]:
-    """The steps table of ``name``; :class:`~app.failures.Nothing` while no trial has an outcome."""
+class StudyRows(list):
+    """A study's steps table (one dict per trial, as :func:`sources.table` gives it) that also
+    carries :attr:`skipped`: per setting, the batch sizes the planner never ran. :func:`analyze`
+    names them in the notes, so every page that fits a study's rows lists them."""
+
+    skipped: Mapping[str, tuple[int, ...]] = {}
+
+
+def study_rows(name: str) -> StudyRows:
+    """The steps table of ``name`` with its skipped cells; :class:`~app.failures.Nothing` while
+    no trial has an outcome."""
     from app.failures import Nothing
 
-    rows = sources.table(name)
+    rows = StudyRows(sources.table(name))
     if not rows:
         raise Nothing(f"Study `{name}` has no finished trials yet — its curves appear as trials reach their "
                       "targets. Watch it on the Studies page.")
+    rows.skipped = study_skipped(name)
     return rows
+
+
+@st.cache_data(ttl=sources.SLOW_TTL_S, max_entries=16, show_spinner=False)
+def study_skipped(name: str) -> dict[str, tuple[int, ...]]:
+    """Per setting of ``name``, the batch sizes of its cells in state ``skipped``: the planner
+    (:func:`cbscore.study.plan`, on the study's spec and records) will never run them."""
+    from cbscore.study import plan
+
+    skipped: dict[str, list[int]] = {}
+    for cell in plan(sources.spec(name), sources.records(name), time.time()).cells:
+        if cell.state == "skipped":
+            skipped.setdefault(cell.setting_id, []).append(cell.batch_size)
+    return {setting: tuple(sizes) for setting, sizes in skipped.items()}
 
 
 # --------------------------------------------------------------------------- results panels
 #: Bootstrap resamples per setting behind every interval the pages show.
 BOOTSTRAP = 1000
+#: How the interval of B* is drawn (DESIGN.md §1, "Intervals"; cbscore/analysis/_bootstrap.py).
+CI_HELP = ("95% bootstrap interval of B*: the residuals of the log-space fit of S(B) resampled, and the seeds "
+           "where a batch size ran several; never the learning rates of a cell (S(B) is their minimum).")
+#: Why the scaling charts can be empty (DESIGN.md §1, "Scaling laws": never pooled across settings
+#: whose other variable differs).
+NO_LAW = ("No scaling law yet: a law needs B* at two or more settings that share the other variable — the law "
+          "in N across settings with the same D, the law in D across settings with the same N, the Chinchilla "
+          "law in N across settings with the same tokens per parameter (D ∝ N), and the joint law N^α·D^β over "
+          "4 or more settings where N and D vary independently.")
+
+
+def analyze(rows: list[dict], b_ref: int, overhead: float):
+    """:func:`cbscore.analysis.analyze_table` of ``rows`` (with the skipped cells of a
+    :class:`StudyRows`), cached per table, ``B_ref`` and ``r``."""
+    skipped = getattr(rows, "skipped", None) or {}
+    return _analyze(list(rows), b_ref, overhead, tuple(sorted(skipped.items())))
 
 
 @st.cache_data(ttl=600, max_entries=32, show_spinner="Fitting S(B) and bootstrapping B*…")
-def analyze(rows: list[dict], b_ref: int, overhead: float):
-    """:func:`cbscore.analysis.analyze_table` of ``rows``, cached per table, ``B_ref`` and ``r``."""
+def _analyze(rows: list[dict], b_ref: int, overhead: float, skipped: tuple[tuple[str, tuple[int, ...]], ...]):
     from cbscore.analysis import analyze_table
 
-    return analyze_table(rows, b_ref=b_ref, overhead=overhead, bootstrap=BOOTSTRAP, seed=0)
+    return analyze_table(rows, b_ref=b_ref, overhead=overhead, bootstrap=BOOTSTRAP, seed=0, skipped=dict(skipped))
 
 
 def fit_controls(rows: list[dict], source: str,
@@ -150,8 +190,8 @@ def render_curves(rows: list[dict], source: str, b_ref: int, overhead: float) ->
         "S_min (steps)": st.column_config.NumberColumn(format="%.0f"),
         "B_noise (seq)": st.column_config.NumberColumn(format="%.0f"),
         "B* (seq)": st.column_config.NumberColumn(format="%.0f", help="(1 + r)·B_ref + r·B_noise"),
-        "95% low": st.column_config.NumberColumn(format="%.0f", help="Bootstrap interval of B* (trials resampled)"),
-        "95% high": st.column_config.NumberColumn(format="%.0f", help="Bootstrap interval of B* (trials resampled)"),
+        "95% low": st.column_config.NumberColumn(format="%.0f", help=CI_HELP),
+        "95% high": st.column_config.NumberColumn(format="%.0f", help=CI_HELP),
         "B* from points": st.column_config.NumberColumn(format="%.0f", help="B* read off the measured points "
                                                          "(interpolated on log axes), beside the fitted one"),
         "R² (log S)": st.column_config.NumberColumn(format="%.3f"),
@@ -207,7 +247,7 @@ def render_scaling(rows: list[dict], source: str, b_ref: int, overhead: float) -
         st.markdown("**B\\* against model size N** (millions of non-embedding parameters)")
         points = fit_view.scaling_points(table, "n")
         st.plotly_chart(charts.scaling_law_figure(
-            points, fit=fit_view.fitted_law(table.scaling.n, "n"), references=fit_view.PAPER_LAWS_N,
+            points, fits=fit_view.fitted_laws(table, "n"), references=fit_view.PAPER_LAWS_N,
             x_title="N (millions of non-embedding parameters, log)",
             x_range=_x_range([p.x for p in points], paper=(50.0, 2000.0))),
             key=f"{source}.scaling.n", config={"displaylogo": False})
@@ -215,7 +255,7 @@ def render_scaling(rows: list[dict], source: str, b_ref: int, overhead: float) -
         st.markdown("**B\\* against data size D** (training tokens)")
         points = fit_view.scaling_points(table, "d")
         st.plotly_chart(charts.scaling_law_figure(
-            points, fit=fit_view.fitted_law(table.scaling.d, "d"), x_title="D (training tokens, log)"),
+            points, fits=fit_view.fitted_laws(table, "d"), x_title="D (training tokens, log)"),
             key=f"{source}.scaling.d", config={"displaylogo": False})
     laws = fit_view.law_rows(table)
     if laws:
@@ -227,8 +267,7 @@ def render_scaling(rows: list[dict], source: str, b_ref: int, overhead: float) -
             "R²": st.column_config.NumberColumn(format="%.3f"),
         })
     else:
-        st.info("No scaling law yet: a law needs B* at two or more settings with different N (or D).",
-                icon=":material/info:")
+        st.info(NO_LAW, icon=":material/info:")
     _forecast(table, source)
     _notes(table)
 

@@ -36,7 +36,9 @@ LABELS = {
     "search.n_trials": "Optuna trials per cell",
     "search.lr_min": "Lowest learning rate",
     "search.lr_max": "Highest learning rate",
-    "budget_multiple": "Trial budget (× D)",
+    "budget_multiple": "Fallback budget (× D)",
+    "budget_margin": "Budget margin",
+    "recipe": "Recipe rule",
     "prune_margin": "Prune margin",
     "seeds": "Seeds",
     "max_trials": "Max trials",
@@ -50,6 +52,10 @@ LABELS = {
     "weight_decay": "Weight decay",
     "grad_clip": "Gradient clipping",
     "micro_batch_size": "Micro-batch size",
+    # The simulator's inputs (Preview → "Simulate this design").
+    "noise": "Noise σ",
+    "b_noise": "B_noise of every setting",
+    "--truth": "Truth",
 }
 
 
@@ -185,11 +191,13 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "search.lr_min": float(search.get("lr_min", 1e-4)),
         "search.lr_max": float(search.get("lr_max", 1e-1)),
         "budget_multiple": float(spec.get("budget_multiple", 2.0)),
+        "budget_margin": float(spec.get("budget_margin", 0.25)),
         "prune_margin": float(spec.get("prune_margin", 0.1)),
         "seeds": format_list(spec.get("seeds") or [0]),
         "max_trials": int(spec.get("max_trials", 2000)),
         "data.source": str((spec.get("data") or {}).get("source", "builtin")),
         "schedule": spec.get("schedule", "constant"),
+        "recipe": spec.get("recipe", "scaled"),
         "warmup_fraction": float(spec.get("warmup_fraction", 0.25)),
         "beta2": "" if spec.get("beta2") is None else f"{spec['beta2']:g}",
         "micro_batch_size": int(spec.get("micro_batch_size") or 0),
@@ -219,7 +227,7 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
     d["batch_sizes"] = parse_ints("batch_sizes", values["batch_sizes"])
     for key in ("b_ref", "context_tokens", "max_trials"):
         d[key] = int(values[key])
-    for key in ("overhead", "budget_multiple", "prune_margin", "warmup_fraction"):
+    for key in ("overhead", "budget_multiple", "budget_margin", "prune_margin", "warmup_fraction"):
         d[key] = float(values[key])
     d["target_losses"] = parse_targets(values["target_losses"]) if values["target_rule"] == "explicit" else None
     if d["target_losses"] == {}:
@@ -231,6 +239,7 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
     d["seeds"] = parse_ints("seeds", values["seeds"])
     d["data"] = {**(base.get("data") or {}), "source": str(values["data.source"]).strip()}
     d["schedule"] = values["schedule"]
+    d["recipe"] = values["recipe"]
     beta2 = str(values["beta2"]).strip()
     try:
         d["beta2"] = float(beta2) if beta2 else None
@@ -240,8 +249,26 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
     return StudySpec.from_dict(d)
 
 
+def budget_rule(spec, batch_size: int) -> str:
+    """The planner's budget rule for the trials of a cell at ``batch_size``, in words
+    (``cbscore.study.planner.cell_budget_tokens``; DESIGN.md §1, "Budgets that cannot bias B*")."""
+    margin = f"{1 + spec.budget_margin:g}"
+    if spec.target_losses is None:
+        if batch_size == spec.b_ref:
+            return "D tokens (the reference run)"
+        if batch_size < spec.b_ref:
+            return f"{margin}·D tokens"
+        return f"{margin}·S(smaller B) steps (at most {margin}·S(B_ref))"
+    fallback = f"{spec.budget_multiple:g}·D tokens"
+    if batch_size <= spec.b_ref:
+        return f"{fallback} (fallback: explicit targets)"
+    return f"{fallback} until a smaller B reaches the target, then {margin}·S(smaller B) steps"
+
+
 def planned_cells(spec) -> list[dict[str, Any]]:
-    """One row per cell (setting × batch size): its role, trials and per-trial budget."""
+    """One row per cell (setting × batch size): its role, trials and per-trial budget (the most
+    the planner can give it before anything is measured: above B_ref, the step cap from
+    ``S(B_ref) = D/(B_ref·T)``)."""
     from cbscore.study.planner import planned_budget
 
     per_cell = spec.search.trials_per_cell() * (len(spec.seeds) if spec.search.kind == "grid" else 1)
@@ -255,5 +282,134 @@ def planned_cells(spec) -> list[dict[str, Any]]:
                 "B (sequences)": b, "role": "reference: sets the target" if reference else "search to target",
                 "trials": per_cell, "budget per trial (tokens)": budget,
                 "budget per trial (steps)": budget // (b * spec.context_tokens),
+                "budget rule": budget_rule(spec, b),
             })
     return rows
+
+
+# --------------------------------------------------------------------------- recipe preview
+#: A middle τ whose half-life passes this share of D averages over much of the run, from the
+#: initial weights on (DESIGN.md §1, "Recipe defaults"); the paper's own are 1.5%–19% of D.
+LONG_HORIZON_SHARE = 0.5
+
+
+def recipe_rows(spec) -> list[dict[str, Any]]:
+    """Per setting and batch size: the β2 and the EWA τ its trials use (``cbscore.recipe.study_recipe``
+    under the spec's ``recipe``, or the spec's own ``beta2``/``ewa_taus``), and the middle τ's
+    half-life in steps and as a share of D."""
+    from cbscore.recipe import half_life_steps, study_recipe
+
+    rows = []
+    for setting in spec.resolve_settings():
+        for b in spec.batch_sizes:
+            r = study_recipe(spec.recipe, batch_size=b, context_tokens=spec.context_tokens,
+                             d_tokens=setting.tokens, b_ref=spec.b_ref)
+            beta2 = r.beta2 if spec.beta2 is None else spec.beta2
+            taus = tuple(sorted(r.ewa_taus if spec.ewa_taus is None else spec.ewa_taus))
+            middle = taus[len(taus) // 2]
+            steps = half_life_steps(middle)
+            rows.append({
+                "setting": setting.setting_id, "B (sequences)": b, "β2": beta2, "EWA τ (middle)": middle,
+                "τ half-life (steps)": steps,
+                "τ half-life (share of D)": steps * b * spec.context_tokens / setting.tokens,
+                "τ tracked": ", ".join(f"{t:g}" for t in taus),
+            })
+    return rows
+
+
+# --------------------------------------------------------------------------- simulation
+#: Where a simulation's truth comes from (Preview → "Simulate this design").
+TRUTH_LABELS = {
+    "paper": "The paper's laws (the paper's models)",
+    "b_noise": "One B_noise for every setting",
+    "csv": "A CSV of truth curves",
+}
+#: Most simulated studies the page runs at once.
+MAX_SIM_SEEDS = 200
+#: The paper's models (DESIGN.md §1), whose B* its laws describe.
+PAPER_MODELS = ("85M", "151M", "302M", "604M", "1.2B")
+
+
+def default_truth(spec) -> str:
+    """The truth a simulation of ``spec`` starts from: the paper's laws for a study of the paper's
+    models (the ``paper-*`` presets), where they give every setting a positive B_noise; else one
+    B_noise for every setting (the laws say nothing about tiny models)."""
+    from cbscore.errors import CbsError
+    from cbscore.study.simulate import paper_truth
+
+    if not all(s.model in PAPER_MODELS for s in spec.resolve_settings()):
+        return "b_noise"
+    try:
+        paper_truth(spec)
+    except CbsError:  # B* at or below (1 + r)·B_ref: no positive B_noise
+        return "b_noise"
+    return "paper"
+
+
+def read_truth_text(text: str, spec, name: str):
+    """:func:`cbscore.study.simulate.read_truth` of an uploaded CSV's ``text``: either
+    ``setting,s_min,b_noise`` rows (optionally ``n_params,tokens``) or a steps table in the
+    ``cbs fit`` format. Messages name the upload, not the temporary file it is read from."""
+    import tempfile
+    from pathlib import Path
+
+    from cbscore.errors import DataError
+    from cbscore.study.simulate import read_truth
+
+    with tempfile.TemporaryDirectory(prefix="cbs-truth-") as folder:
+        path = Path(folder) / "truth.csv"
+        path.write_text(text, encoding="utf-8")
+        try:
+            return read_truth(path, spec)
+        except DataError as exc:
+            raise DataError(str(exc).replace(f"--truth {path}", name)) from None
+
+
+def uniform_truth(spec, b_noise: float):
+    """One truth curve with ``B_noise = b_noise`` for every setting. ``S_min`` is a placeholder:
+    the simulator scales each setting's curve so that its best reference run crosses the target
+    after D tokens (a scale of S(B) leaves B_noise, and so B*, unchanged)."""
+    from cbscore.study.simulate import TruthCurve
+
+    if not (isinstance(b_noise, (int, float)) and math.isfinite(b_noise) and b_noise > 0):
+        raise ConfigError("b_noise", b_noise, "must be a positive number of sequences")
+    return {s.setting_id: TruthCurve(s_min=1.0, b_noise=float(b_noise)) for s in spec.resolve_settings()}
+
+
+def simulation_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per setting of a ``SimulationReport.to_json_dict()``: B* of the truth, of the full grid and
+    of the study (medians over seeds), the study's bias and spread, and what was censored or
+    skipped."""
+    rows = []
+    for s in report["settings"]:
+        notes = []
+        if s["fit_failures"]:
+            notes.append(f"fit refused in {s['fit_failures']} seed(s)")
+        if s["censored_cells"]:
+            notes.append("censored (lower bounds) at B = " + ", ".join(map(str, s["censored_cells"])))
+        if s["skipped_cells"]:
+            notes.append("skipped B = " + ", ".join(map(str, s["skipped_cells"])))
+        rows.append({
+            "setting": s["setting"],
+            "B* truth": s["cbs_truth"],
+            "B* full grid": s["cbs_grid_median"],
+            "B* study": s["cbs_study_median"],
+            "study vs truth": s["bias_vs_truth"],
+            "study vs full grid": s["bias_vs_grid"],
+            "study B* 5%": s["cbs_study_p05"],
+            "study B* 95%": s["cbs_study_p95"],
+            "notes": "; ".join(notes),
+        })
+    return rows
+
+
+def simulation_summary(report: Mapping[str, Any]) -> str:
+    """The tokens and GPU-hours of a ``SimulationReport.to_json_dict()``, in one sentence."""
+    from app.units import count
+
+    share = report["tokens_share_of_fixed_budget_grid"]
+    return (f"Tokens: the study spends {count(report['tokens_study_mean'])} (mean over {report['seeds']} "
+            f"simulated studies), {'' if share is None else f'{share:.0%} of '}the fixed-budget grid's "
+            f"{count(report['tokens_fixed_budget_grid'])}; the full grid run to each trial's target would spend "
+            f"{count(report['tokens_grid_to_target_mean'])}. GPU-hours ({report['gpu_hours_note']}): study "
+            f"{report['gpu_hours_study']:.3g}, fixed-budget grid {report['gpu_hours_fixed_budget_grid']:.3g}.")

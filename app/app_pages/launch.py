@@ -8,6 +8,7 @@ import streamlit as st
 from app import failures, sources, spec_form, units
 from app.spec_form import KIND_LABELS
 from cbscore.errors import CbsError
+from cbscore.recipe import RECIPE_RULES
 from cbscore.study import PRESET_NAMES, StudySpec, estimate, load_preset
 from cbscore.study.models import preset_names
 from cbscore.study.spec import KINDS, SCHEDULES
@@ -20,6 +21,9 @@ DEFAULT_TOKENS_PER_S = 20_000
 def _load(spec: dict) -> None:
     """Fill the form from a spec dict (widgets take their values from session state)."""
     st.session_state[K + "base"] = spec
+    st.session_state[K + "previewed"] = False  # a new spec is previewed when asked
+    for key in ("sim.truth", "sim.b_noise"):  # their defaults follow the spec
+        st.session_state.pop(K + key, None)
     values = spec_form.form_values(spec)
     st.session_state[K + "saved"] = {**st.session_state.get(K + "saved", {}), **values}
     for field, value in values.items():
@@ -136,25 +140,40 @@ with st.form("launch", border=True):
     cols[4].number_input("Highest learning rate", key=K + "search.lr_max", min_value=0.0, format="%.1e")
 
     st.markdown("**Budget and data**")
-    cols = st.columns(5)
-    cols[0].number_input("Trial budget (× D)", key=K + "budget_multiple", min_value=0.0, step=0.5,
-                         help="Tokens a non-reference trial may spend before it is censored, as a multiple of D.")
-    cols[1].number_input("Prune margin", key=K + "prune_margin", min_value=0.0, step=0.05,
+    cols = st.columns(6)
+    cols[0].number_input("Budget margin", key=K + "budget_margin", min_value=0.0, step=0.05, format="%.2f",
+                         help="Below B_ref a trial gets (1 + margin)·D tokens; above B_ref (1 + margin)·S(smaller B) "
+                              "steps, S(smaller B) being the fewest steps a smaller batch size needed. Tokens to "
+                              "target never exceed D below B_ref and steps to target never grow with B, so these "
+                              "budgets leave B* alone; a cell censored at one is a lower bound. The paper presets "
+                              "use 0.25.")
+    cols[1].number_input("Fallback budget (× D)", key=K + "budget_multiple", min_value=0.0, step=0.5,
+                         help="Only with explicit target losses (no reference run): the tokens a trial may spend, "
+                              "as a multiple of D, below B_ref, and above it until a smaller batch size reached "
+                              "the target.")
+    cols[2].number_input("Prune margin", key=K + "prune_margin", min_value=0.0, step=0.05,
                          help="A trial still above the target at (1 + margin)·S_best steps is pruned.")
-    cols[2].text_input("Seeds", key=K + "seeds", help="Training seeds; each is one more trial per learning rate.")
-    cols[3].number_input("Max trials", key=K + "max_trials", min_value=1, step=100,
+    cols[3].text_input("Seeds", key=K + "seeds", help="Training seeds; each is one more trial per learning rate.")
+    cols[4].number_input("Max trials", key=K + "max_trials", min_value=1, step=100,
                          help="Sanity limit; a larger study needs 'Launch anyway'.")
-    cols[4].text_input("Data source", key=K + "data.source",
+    cols[5].text_input("Data source", key=K + "data.source",
                        help="`builtin` (the shipped corpus), a local path, or `hub:NAME` for a Hugging Face dataset.")
 
     with st.expander("Recipe (paper defaults)"):
-        cols = st.columns(4)
+        cols = st.columns(5)
         cols[0].selectbox("Schedule", SCHEDULES, key=K + "schedule",
                           help="After a linear warm-up fixed in tokens; the paper uses a constant rate.")
-        cols[1].number_input("Warm-up fraction", key=K + "warmup_fraction", min_value=0.0, max_value=0.99, step=0.05,
+        cols[1].selectbox("Recipe rule", RECIPE_RULES, key=K + "recipe",
+                          help="How β2 and the EWA τ follow the run. `scaled`: the paper's β2 and EWA horizons "
+                               "(half-lives) kept as the same share of D at any context length T, batch size B "
+                               "and D, so a short run averages over a short horizon. `paper_table`: the paper's "
+                               "table looked up by batch size in sequences (T = 512, runs of thousands of steps: "
+                               "the paper presets). Three τ are tracked either way; the Preview lists them.")
+        cols[2].number_input("Warm-up fraction", key=K + "warmup_fraction", min_value=0.0, max_value=0.99, step=0.05,
                              help="Warm-up length as a fraction of D (the paper: 0.25).")
-        cols[2].text_input("β2", key=K + "beta2", help="Empty = the paper's per-batch-size table (.999 … .95).")
-        cols[3].number_input("Micro-batch size", key=K + "micro_batch_size", min_value=0, step=8,
+        cols[3].text_input("β2", key=K + "beta2", help="Empty = from the recipe rule; a number here is used for "
+                                                       "every batch size.")
+        cols[4].number_input("Micro-batch size", key=K + "micro_batch_size", min_value=0, step=8,
                              help="Sequences per forward pass (gradient accumulation); 0 = the whole batch.")
 
     cols = st.columns([2, 2, 3])
@@ -170,7 +189,102 @@ with st.form("launch", border=True):
 
 _save(("preset", "kind", "tokens_per_s", *spec_form.form_values(st.session_state[K + "base"])))
 
+
+def _recipe_preview(spec) -> None:
+    """β2 and the EWA τ of every cell, and a warning where τ averages over much of the run."""
+    rows = spec_form.recipe_rows(spec)
+    long = sorted({r["setting"] for r in rows if r["τ half-life (share of D)"] > spec_form.LONG_HORIZON_SHARE})
+    if long:
+        st.warning(f"The middle EWA τ's half-life is over {spec_form.LONG_HORIZON_SHARE:.0%} of D in "
+                   f"{', '.join(long)}: the average then reaches back to the first steps and measures something "
+                   "else. The `scaled` recipe rule keeps the paper's horizons (1.5%–19% of D).",
+                   icon=":material/warning:")
+    with st.expander(f"Recipe `{spec.recipe}`: β2 and EWA τ per setting and batch size"):
+        st.caption("The EWA τ tracked by every trial of a cell (the target crossing uses the best of them) and "
+                   "the middle one's half-life, in optimizer steps and as a share of D. At the paper's scale "
+                   "its half-life is 1.5% (B = 64) to 19% (B = 16384) of D.")
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
+            "β2": st.column_config.NumberColumn(format="%.6g"),
+            "EWA τ (middle)": st.column_config.NumberColumn(format="%.6g"),
+            "τ half-life (steps)": st.column_config.NumberColumn(format="%.3g"),
+            "τ half-life (share of D)": st.column_config.NumberColumn(format="percent"),
+        })
+
+
+def _simulate(spec) -> None:
+    """Preview → "Simulate this design": the real planner against simulated trials whose truth is
+    known (:mod:`cbscore.study.simulate`), to see whether its savings move B*."""
+    from cbscore.study.simulate import SimConfig, paper_truth, simulate
+
+    result = st.session_state.get(K + "sim.result")
+    shown = result is not None and result[0] == spec.to_json()
+    with st.expander("Simulate this design", icon=":material/science:", expanded=shown):
+        st.caption("Runs the planner on simulated trials whose steps to target follow a known curve "
+                   "S(B) = S_min·(1 + B_noise/B), times a learning-rate penalty and log-normal noise σ, and "
+                   "reports three B* per setting: the truth's, the full grid's (every learning rate at every "
+                   "batch size run to its target) and the study's (the planner's budgets, caps, pruning and "
+                   "skips). A design whose study B* strays from the full grid's loses the answer to its savings.")
+        options = list(spec_form.TRUTH_LABELS)
+        with st.form("launch.simulate", border=False):
+            cols = st.columns([3, 2, 1, 1])
+            truth = cols[0].radio("Truth", options, index=options.index(spec_form.default_truth(spec)),
+                                  key=K + "sim.truth", format_func=spec_form.TRUTH_LABELS.get,
+                                  help="The paper's laws: B* of each setting from Zhang et al. 2025 (§4) at its N "
+                                       "and D, for the paper's model sizes. A CSV: `setting,s_min,b_noise` rows "
+                                       "(or `n_params,tokens` to match settings), or a steps table in the "
+                                       "`cbs fit` format, fitted per setting.")
+            b_noise = cols[1].number_input(
+                "B_noise of every setting (sequences)", key=K + "sim.b_noise", min_value=0.0,
+                value=float(4 * spec.b_ref), step=float(spec.b_ref),
+                help=f"For “{spec_form.TRUTH_LABELS['b_noise']}”: the truth's B* is (1 + r)·B_ref + r·B_noise "
+                     f"= {1 + spec.overhead:g}·{spec.b_ref} + {spec.overhead:g}·B_noise. S_min follows from D: "
+                     "each setting's best reference run reaches its target after D tokens.")
+            noise = cols[2].number_input("Noise σ", key=K + "sim.noise", min_value=0.0, value=0.1, step=0.05,
+                                         help="σ of the log-normal noise on each trial's steps to target.")
+            seeds = cols[3].number_input("Simulated studies", key=K + "sim.seeds", min_value=1,
+                                         max_value=spec_form.MAX_SIM_SEEDS, value=20, step=1,
+                                         help="Independent draws of the noise: B* is given as the median and "
+                                              "the 5–95% spread over them.")
+            upload = st.file_uploader("Truth CSV", type=["csv"], key=K + "sim.csv",
+                                      help=f"For “{spec_form.TRUTH_LABELS['csv']}”.")
+            run = st.form_submit_button("Simulate", icon=":material/play_arrow:")
+        if run:
+            st.session_state.pop(K + "sim.result", None)  # an error below is not shown beside an old result
+            shown = False
+            with failures.shown_as_message("the simulation"):
+                if truth == "paper":
+                    curves, how = paper_truth(spec), "the paper's laws"
+                elif truth == "b_noise":
+                    curves, how = spec_form.uniform_truth(spec, b_noise), f"B_noise = {b_noise:g} in every setting"
+                elif upload is None:
+                    raise failures.Nothing("Upload a truth CSV to simulate against it.")
+                else:
+                    curves = spec_form.read_truth_text(upload.getvalue().decode("utf-8-sig", errors="replace"),
+                                                       spec, upload.name)
+                    how = f"the truth curves of `{upload.name}`"
+                with st.spinner(f"Simulating {int(seeds)} studies of `{spec.name}`…"):
+                    report = simulate(spec, curves, SimConfig(noise_sigma=float(noise)), seeds=int(seeds))
+                result = (spec.to_json(), report.to_json_dict(), how)
+                st.session_state[K + "sim.result"] = result
+                shown = True
+        if shown:
+            _, report, how = result
+            st.markdown(f"**{report['seeds']} simulated studies** against {how}, noise σ = {report['noise_sigma']:g}")
+            st.dataframe(pd.DataFrame(spec_form.simulation_rows(report)), hide_index=True, width="stretch",
+                         placeholder="—", column_config={
+                             **{c: st.column_config.NumberColumn(format="%.1f")
+                                for c in ("B* truth", "B* full grid", "B* study", "study B* 5%", "study B* 95%")},
+                             "study vs truth": st.column_config.NumberColumn(format="percent",
+                                                                             help="Median over the studies"),
+                             "study vs full grid": st.column_config.NumberColumn(format="percent",
+                                                                                 help="Median over the studies"),
+                         })
+            st.caption(spec_form.simulation_summary(report))
+
+
 if preview or launch:
+    st.session_state[K + "previewed"] = True  # stays open while the simulation below runs
+if preview or launch or st.session_state.get(K + "previewed"):
     with failures.shown_as_message("the launch form"):
         values = {field: st.session_state[K + field] for field in spec_form.form_values(st.session_state[K + "base"])}
         spec = spec_form.build_spec(st.session_state[K + "base"], values)
@@ -199,9 +313,11 @@ if preview or launch:
                          "D (tokens)": st.column_config.NumberColumn(format="compact"),
                          "budget per trial (tokens)": st.column_config.NumberColumn(format="compact"),
                      })
+        _recipe_preview(spec)
         with st.expander("The spec as YAML"):
             st.code(spec.to_yaml(), language="yaml")
             st.download_button("Download YAML", spec.to_yaml(), file_name=f"{spec.name}.yaml", mime="application/x-yaml")
+        _simulate(spec)
 
         if launch:
             if est.over_limit and not force:

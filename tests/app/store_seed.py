@@ -30,6 +30,13 @@ SLOWER = 1.25
 N_EVALS = 16
 #: Seconds before ``now_s`` at which the seeded trials that ended did so.
 ENDED_AGO_S = 600.0
+#: D = this × N for the first four settings (twice as many per parameter for the next four, ...):
+#: one Chinchilla-like family per ratio, so the law in N with D ∝ N is defined (DESIGN.md §1).
+TOKENS_PER_PARAM = 10
+#: The trials of a *missed* cell (the largest batch size of every setting but the last) would need
+#: this many times the cell's step cap: the grid's learning rates all miss there, and the cell ends
+#: censored at its cap, a lower bound on S(B) (DESIGN.md §1).
+MISSED = 1.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,9 +53,17 @@ class SeededSetting:
 
 def spec_for(name: str, *, n_settings: int = 3, batch_sizes=(8, 16, 32, 64, 128, 256), lrs=(0.003, 0.01, 0.03),
              b_ref: int = 32) -> StudySpec:
-    """A custom study over the tiny presets with D growing with N (a Chinchilla-like family)."""
+    """A custom study over the tiny presets with D ∝ N (a Chinchilla-like family): setting ``i`` is
+    model ``i mod 4`` at ``TOKENS_PER_PARAM·2^(i div 4)`` tokens per parameter (tiny-0.1M, 0.8M,
+    3.1M at 983,040, 7,864,320 and 31,457,280 tokens)."""
+    from cbscore.study.models import model_info
+
     models = ("tiny-0.1M", "tiny-0.8M", "tiny-3.1M", "tiny-6.3M")
-    settings = [{"model": models[i % len(models)], "tokens": 1_000_000 * 2 ** i} for i in range(n_settings)]
+    settings = []
+    for i in range(n_settings):
+        model = models[i % len(models)]
+        n_params = model_info(model, 128)[0]
+        settings.append({"model": model, "tokens": TOKENS_PER_PARAM * 2 ** (i // len(models)) * n_params})
     return StudySpec.from_dict({
         "name": name, "kind": "custom", "settings": settings, "batch_sizes": list(batch_sizes),
         "context_tokens": 128, "b_ref": b_ref, "search": {"kind": "grid", "lrs": list(lrs)},
@@ -65,18 +80,25 @@ def _curve(s: float, last_step: float) -> tuple[list[int], list[float]]:
 
 
 def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_setting=None,
-               now_s: float | None = None) -> dict[str, SeededSetting]:
+               missed_below_b_ref: int | None = None, now_s: float | None = None) -> dict[str, SeededSetting]:
     """Write ``spec`` as a finished study (plus ``running`` trials still running) into ``tracker``.
 
     Per setting ``i``, ``B_noise = b_noise_per_setting[i]`` (default ``64·2^i``) and ``S_min`` is
     chosen so that the reference run at ``B_ref`` reaches the target exactly after D tokens. In
     each cell the middle learning rate reaches the target at ``S(B)``, the others ``SLOWER``
-    times later, and the largest diverges at the largest batch size. The first ``running``
-    non-reference cells get one more trial (seed 1) that is still running. Returns the settings.
+    times later, and the largest diverges at the largest batch size. Budgets are the planner's:
+    below B_ref ``(1 + budget_margin)·D`` tokens, above it a step cap of ``(1 + budget_margin)``
+    times the fewest steps a smaller batch size needed. The largest batch size of every setting
+    but the last is *missed* (:data:`MISSED`): its trials that do not diverge end censored at the
+    cap. ``missed_below_b_ref``: a batch size below B_ref missed in every setting, its trials
+    censored after their whole token budget; the planner then skips the batch sizes between it
+    and B_ref (tokens to target never fall as B grows), and they are not written. The first
+    ``running`` non-reference cells get one more trial (seed 1) that is still running. Returns
+    the settings.
     """
     from mlflow.entities import Param
 
-    from cbscore.study.planner import _make_trial
+    from cbscore.study.planner import _make_trial, cell_budget_tokens
     from workers.tracking import RUN_STATUS, flatten, metric
 
     now_s = time.time() if now_s is None else now_s
@@ -93,21 +115,33 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
     counts: dict[str, int] = {}
     tokens_spent = 0
     left_running = running
-    for setting, b_noise in zip(settings, b_noises):
+    for index, (setting, b_noise) in enumerate(zip(settings, b_noises)):
         ref_steps = round(setting.tokens / (spec.b_ref * spec.context_tokens))  # D tokens at B_ref
         seeded = SeededSetting(setting_id=setting.setting_id, b_noise=float(b_noise),
                                s_min=ref_steps / (1.0 + b_noise / spec.b_ref))
         out[setting.setting_id] = seeded
+        fewest = math.inf  # the fewest steps to target of the batch sizes seeded so far
         for b in spec.batch_sizes:
+            if missed_below_b_ref is not None and missed_below_b_ref < b < spec.b_ref:
+                continue  # skipped by the planner: never run
             role = "reference" if b == spec.b_ref else "trial"
-            budget_tokens = setting.tokens if role == "reference" else int(spec.budget_multiple * setting.tokens)
+            cap = None
+            if b > spec.b_ref:  # S(B) never grows with B: the planner's step cap is the budget
+                cap = int(math.ceil((1 + spec.budget_margin) * fewest - 1e-9))
+            budget_tokens = cell_budget_tokens(spec, setting, b, role, cap)
             budget_steps = budget_tokens // (b * spec.context_tokens)
+            missed = role == "trial" and (b == missed_below_b_ref
+                                          or (b == spec.batch_sizes[-1] and index < len(settings) - 1))
+            if not missed:
+                fewest = min(fewest, seeded.steps(b))
             trials = [(lr, 0) for lr in lrs]
             if left_running and role == "trial":
                 left_running -= 1
                 trials.append((best_lr, 1))  # one more seed, still running
             for lr, seed in trials:
                 s = seeded.steps(b) * (1.0 if lr == best_lr else SLOWER)
+                if missed:
+                    s = max(s, MISSED * budget_steps)
                 is_running = seed == 1
                 diverged = lr == lrs[-1] and b == spec.batch_sizes[-1] and role == "trial"
                 if is_running:
@@ -136,7 +170,8 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
                 tags = {"mlflow.parentRunId": parent_id, "trial_id": trial_id, "attempt": "1", "study": spec.name,
                         "setting": setting.setting_id, "cell": f"{setting.setting_id}.b{b}", "model": setting.model,
                         "batch_size": str(b), "lr": repr(lr), "seed": str(seed), "role": role,
-                        "max_tokens": str(budget_tokens), "max_steps": "", "search_number": "",
+                        "max_tokens": str(budget_tokens), "max_steps": "" if cap is None else str(cap),
+                        "search_number": "",
                         "target_loss": "" if role == "reference" else repr(TARGET),
                         "n_params": str(setting.n_params), "setting_tokens": str(setting.tokens),
                         "context_tokens": str(spec.context_tokens), "queue": "cpu",
@@ -145,7 +180,7 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
                 # The runner's params (the trial's TrainConfig, flattened) and TrialSpec tag, so a
                 # seeded run weighs what a real one does in every read.
                 ts = _make_trial(spec, setting, batch_size=b, role=role, lr=lr, seed=seed, tag=lr_tag(lr),
-                                 max_steps=None, target_loss=None if role == "reference" else TARGET)
+                                 max_steps=cap, target_loss=None if role == "reference" else TARGET)
                 tags["trial_spec"] = json.dumps(ts.to_dict(), sort_keys=True)
                 params = [Param(k, v) for k, v in flatten(ts.train_config).items()]
                 # A few calls per trial (the runner and a worker make more; the result is the same).

@@ -25,8 +25,12 @@ def test_scaling_page_sets_the_study_beside_the_paper(app_test, app_env):
     assert "Compared with the paper" in [s.value for s in at.subheader]
     table = [d.value for d in at.dataframe if "paper" in d.value.columns][0]
     assert list(table["paper"]) == [0.47, 0.087, 0.47]
-    # The seeded settings share neither N nor D, nor a tokens-per-parameter ratio: no law is
-    # defined, so the verdict is inconclusive and says why.
+    # The seeded settings share a tokens-per-parameter ratio (D = 10·N) but neither N nor D: the
+    # Chinchilla exponent is measured, the exponents at fixed N or D are not, so the verdict on
+    # "D, not N" is inconclusive and says why.
+    exponents = table.set_index("exponent")["this study"]
+    assert exponents["α: N and D together (D ∝ N, Chinchilla)"] > 0
+    assert exponents[["β: D at fixed N", "α: N at fixed D"]].isna().all()
     (info,) = [i.value for i in at.info if "paper's finding" in i.value]
     assert info.startswith("This study is inconclusive on the paper's finding that B* scales with D, not with N")
     assert "no interval for the D-exponent at fixed N" in info
@@ -45,3 +49,26 @@ def test_curves_page_draws_censored_cells_as_lower_bounds_and_flags_b_ref_domina
     captions = [c.value for c in at.caption if "B_ref is above B_noise here" in c.value]
     assert captions == [f"**{first}**: B_ref is above B_noise here; B* mostly reflects B_ref "
                         "(B* is within 10% of (1 + r)·B_ref = 154)."]
+
+
+def test_fit_notes_name_the_batch_sizes_the_planner_skipped(app_test, empty_env):
+    """B = 8 ends censored after its whole token budget (1.25·D), so the planner skips B = 16 below
+    B_ref = 32: the Curves and Scaling laws pages list it in their notes, never silently."""
+    import os
+
+    from tests.app.store_seed import seed_study, spec_for
+    from workers.tracking import Tracker
+
+    spec = spec_for("skips", n_settings=1, batch_sizes=(4, 8, 16, 32, 64, 128))
+    tracker = Tracker(os.environ["CBS_TRACKING_URI"], os.environ["CBS_ARTIFACT_ROOT"])
+    [seeded] = seed_study(tracker, spec, missed_below_b_ref=8).values()
+    note = f"setting '{seeded.setting_id}': batch size 16: skipped by the planner (never run); not measured"
+    for page in ("curves", "scaling"):
+        at = _open(app_test, page)
+        (notes,) = [e for e in at.expander if e.label.startswith("What the data cannot support")]
+        assert note in notes.markdown[0].value, page
+        assert "batch size 8: no trial reached the target" in notes.markdown[0].value
+    # The fit uses the measured points only, on the exact curve: B* is still the closed form.
+    at = _open(app_test, "curves")
+    results = [d.value for d in at.dataframe if "B* (seq)" in d.value.columns][0].set_index("setting")
+    assert results.loc[seeded.setting_id, "B* (seq)"] == pytest.approx(expected_cbs(seeded, 32), rel=1e-9)

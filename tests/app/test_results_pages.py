@@ -55,9 +55,12 @@ def test_curves_page_shows_the_known_b_star_of_every_setting(app_test, app_env):
     stars = {t["name"]: t["x"][0] for t in fig["data"] if t.get("name", "").endswith(": B*")}
     assert stars == pytest.approx({f"{s}: B*": expected_cbs(v, 32) for s, v in app_env.items()})
     assert fig["layout"]["xaxis"]["type"] == "log" and 32 in fig["layout"]["xaxis"]["tickvals"]
-    # The batch size where no trial reached (B = 256 of the smaller settings) is a note, not a number.
+    # The batch size where no trial reached (B = 256 of the smaller settings, censored at its step
+    # cap) is a note with its lower bound, not a number.
     (notes,) = [e for e in at.expander if e.label.startswith("What the data cannot support")]
-    assert "setting 'tiny-0.1M_D1M': batch size 256: no trial reached the target" in notes.markdown[0].value
+    first = next(iter(app_env))
+    assert (f"setting '{first}': batch size 256: no trial reached the target (2 censored, 1 diverged, 0 other); "
+            "censored at ≥ ") in notes.markdown[0].value
 
 
 def test_curves_recompute_when_r_and_b_ref_change(app_test, app_env):
@@ -82,12 +85,18 @@ def test_scaling_page_fits_the_law_across_settings(app_test, app_env):
     n = np.array([s.n_params for s in settings], dtype=float)
     b_star = np.array([expected_cbs(app_env[s.setting_id], 32) for s in settings])
     slope, intercept = np.polyfit(np.log(n), np.log(b_star), 1)
-    row = laws.iloc[0]
-    assert row["law"].startswith("B* = c·N^α")
+    # The settings share a tokens-per-parameter ratio (D = 10·N): one Chinchilla law, nothing else.
+    assert [d.tokens / d.n_params for d in settings] == [10.0, 10.0, 10.0]
+    (row,) = [r for _, r in laws.iterrows()]
+    assert row["law"] == "B* = c·N^α with D ∝ N (10 tokens per parameter)"
+    assert row["settings"] == ", ".join(s.setting_id for s in settings)
     assert row["α (N exponent)"] == pytest.approx(slope, rel=1e-6)
     assert row["c"] == pytest.approx(np.exp(intercept) * 1e6**slope, rel=1e-6)  # N in millions
-    # The chart draws the paper's Chinchilla law for comparison.
+    # The chart draws the fitted law of every group (here the one Chinchilla law, N in millions) and
+    # the paper's Chinchilla law for comparison.
     fig = _figure(at, 0)
+    (fitted,) = [t for t in fig["data"] if t.get("name", "").startswith("this data, with D ∝ N")]
+    np.testing.assert_allclose(_array(fitted["y"]), row["c"] * _array(fitted["x"]) ** slope, rtol=1e-6)
     paper = [t for t in fig["data"] if t.get("name", "").startswith("paper, Chinchilla")][0]
     np.testing.assert_allclose(_array(paper["y"]), 93.20 * _array(paper["x"]) ** 0.47)
     # The forecast calculator answers from the fitted law in N when D is left empty.

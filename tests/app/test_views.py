@@ -36,11 +36,46 @@ def test_form_round_trip_gives_back_every_preset(preset):
 def test_planned_cells_add_up_to_the_estimate():
     spec = load_preset("demo")
     cells = spec_form.planned_cells(spec)
-    assert len(cells) == estimate(spec).cells == 18
-    assert sum(c["trials"] for c in cells) == estimate(spec).trials == 36
-    # Reference trials spend D, the others budget_multiple·D, capped in steps at B·T tokens each.
-    ref = next(c for c in cells if c["role"].startswith("reference") and c["setting"] == "tiny-0.1M_D160K")
-    assert ref["budget per trial (tokens)"] == 160_000 and ref["budget per trial (steps)"] == 160_000 // (16 * 128)
+    n_settings = len(spec.resolve_settings())
+    assert len(cells) == estimate(spec).cells == n_settings * len(spec.batch_sizes)
+    assert sum(c["trials"] for c in cells) == estimate(spec).trials == len(cells) * len(spec.search.lrs)
+    # Reference trials spend D tokens: D/(B_ref·T) steps.
+    first = spec.resolve_settings()[0]
+    ref = next(c for c in cells if c["role"].startswith("reference") and c["setting"] == first.setting_id)
+    assert ref["budget per trial (tokens)"] == first.tokens
+    assert ref["budget per trial (steps)"] == first.tokens // (spec.b_ref * spec.context_tokens)
+
+
+def test_budget_rules_read_as_the_planner_applies_them():
+    """DESIGN.md §1, "Budgets that cannot bias B*": (1 + margin)·D tokens below B_ref, (1 + margin)·S
+    steps above it; the fallback multiple of D only with explicit targets."""
+    spec = load_preset("demo").replace(batch_sizes=(1, 2, 4), b_ref=2, budget_margin=0.5)
+    assert [spec_form.budget_rule(spec, b) for b in (1, 2, 4)] == [
+        "1.5·D tokens", "D tokens (the reference run)", "1.5·S(smaller B) steps (at most 1.5·S(B_ref))"]
+    targets = {s.setting_id: 4.0 for s in spec.resolve_settings()}
+    explicit = spec.replace(target_losses=targets, budget_multiple=3.0)
+    assert spec_form.budget_rule(explicit, 1) == "3·D tokens (fallback: explicit targets)"
+    assert spec_form.budget_rule(explicit, 4) == ("3·D tokens until a smaller B reaches the target, then "
+                                                  "1.5·S(smaller B) steps")
+
+
+def test_simulation_rows_and_summary_read_a_report():
+    report = {
+        "seeds": 4, "settings": [{
+            "setting": "s", "cbs_truth": 400.0, "cbs_grid_median": 396.0, "cbs_study_median": 390.0,
+            "cbs_study_p05": 350.0, "cbs_study_p95": 430.0, "bias_vs_truth": -0.025, "bias_vs_grid": -0.015,
+            "fit_failures": 1, "censored_cells": [4096], "skipped_cells": [64, 128]}],
+        "tokens_study_mean": 2.5e9, "tokens_fixed_budget_grid": 1e10, "tokens_share_of_fixed_budget_grid": 0.25,
+        "tokens_grid_to_target_mean": 4e9, "gpu_hours_study": 12.5, "gpu_hours_fixed_budget_grid": 50.0,
+        "gpu_hours_note": "H100 SXM dense bf16 peak at 40% MFU"}
+    (row,) = spec_form.simulation_rows(report)
+    assert (row["B* truth"], row["B* study"], row["study vs truth"]) == (400.0, 390.0, -0.025)
+    assert (row["study B* 5%"], row["study B* 95%"]) == (350.0, 430.0)
+    assert row["notes"] == "fit refused in 1 seed(s); censored (lower bounds) at B = 4096; skipped B = 64, 128"
+    assert spec_form.simulation_summary(report) == (
+        "Tokens: the study spends 2.5B (mean over 4 simulated studies), 25% of the fixed-budget grid's 10B; the "
+        "full grid run to each trial's target would spend 4B. GPU-hours (H100 SXM dense bf16 peak at 40% MFU): "
+        "study 12.5, fixed-budget grid 50.")
 
 
 def test_best_trial_of_a_cell_is_the_fewest_steps_and_censored_gives_a_floor():
@@ -53,6 +88,86 @@ def test_best_trial_of_a_cell_is_the_fewest_steps_and_censored_gives_a_floor():
     best = fit_view.best_trials(rows)
     assert list(best) == [("s", 64)] and best[("s", 64)]["lr"] == 0.003
     assert fit_view.censored_floors(rows) == {("s", 128): 300.0}
+    # The study export leaves steps empty and gives budget_steps; S(B) > the smallest budget.
+    rows += [{"setting": "s", "batch_size": 256, "steps": "", "outcome": "censored", "budget_steps": 90},
+             {"setting": "s", "batch_size": 256, "steps": "", "outcome": "censored", "budget_steps": 80}]
+    assert fit_view.censored_floors(rows) == {("s", 128): 300.0, ("s", 256): 80.0}
+
+
+def _steps_rows(settings, batch_sizes=(64, 128, 256, 512, 1024, 2048, 4096)):
+    """A steps table on exact curves S = 1000·(1 + B_noise/B) for (name, N, D, B_noise) settings."""
+    return [{"setting": name, "batch_size": b, "steps": 1000.0 * (1 + b_noise / b), "n_params": n, "tokens": d,
+             "outcome": "reached"} for name, n, d, b_noise in settings for b in batch_sizes]
+
+
+def test_censored_cells_are_drawn_as_lower_bounds_at_their_cap():
+    from cbscore.analysis import analyze_table
+
+    rows = _steps_rows([("s", 1e8, 2e9, 500.0)])
+    rows += [{"setting": "s", "batch_size": 8192, "steps": "", "outcome": "censored", "budget_steps": 1700,
+              "n_params": 1e8, "tokens": 2e9},
+             {"setting": "s", "batch_size": 8192, "steps": "", "outcome": "diverged", "n_params": 1e8, "tokens": 2e9}]
+    table = analyze_table(rows, bootstrap=0)
+    (curve,) = fit_view.setting_curves(table, rows)
+    (bound,) = [p for p in curve.points if p.censored]
+    assert (bound.batch_size, bound.steps) == (8192, 1700.0)
+    assert "censored at ≥ 1,700 steps, a lower bound" in bound.hover and "1 diverged" in bound.hover
+    assert any("batch size 8192: no trial reached the target (1 censored, 1 diverged, 0 other); censored at "
+               "≥ 1,700 steps, a lower bound" in e for e in table.errors)
+
+
+def test_law_rows_give_one_row_per_group_with_paper_and_raw_coefficients():
+    from cbscore.analysis import analyze_table
+
+    # (N1, D1), (N1, D2), (N2, D1): a law in D at N1 and a law in N at D1, nothing pooled.
+    rows = _steps_rows([("a", 1e8, 2e9, 400.0), ("b", 1e8, 8e9, 800.0), ("c", 4e8, 2e9, 500.0)])
+    table = analyze_table(rows, bootstrap=50)
+    laws = {r["law"]: r for r in fit_view.law_rows(table)}
+    assert list(laws) == ["B* = c·N^α at fixed D = 2B tokens", "B* = c·D^β at fixed N = 100M"]
+    n_row, d_row = laws.values()
+    assert n_row["settings"] == "a, c" and d_row["settings"] == "a, b"
+    (n_law,) = table.scaling.n_laws
+    assert n_row["c"] == pytest.approx(n_law.coef * 1e6**n_law.exponent) and n_row["c units"] == "N in millions"
+    assert n_row["c (raw)"] == n_law.coef and n_row["β (D exponent)"] is None
+    (d_law,) = table.scaling.d_laws
+    assert d_row["c"] == pytest.approx(d_law.coef * 1e9**d_law.exponent) and d_row["c units"] == "D in billions"
+    assert d_row["α interval"] is None and d_row["β interval"] == "—"  # two settings: no interval
+    lines = fit_view.fitted_laws(table, "n")
+    assert [line.label.split(":")[0] for line in lines] == ["this data, at fixed D = 2B tokens"]
+
+
+def test_paper_rows_and_verdict_for_a_study_without_laws_at_fixed_n_or_d():
+    from cbscore.analysis import analyze_table
+
+    rows = _steps_rows([("a", 1e8, 2e9, 400.0), ("b", 2e8, 4e9, 600.0), ("c", 4e8, 8e9, 900.0)])
+    table = analyze_table(rows, bootstrap=50)
+    rows = {r["exponent"]: r for r in fit_view.paper_rows(table)}
+    assert [r["paper"] for r in rows.values()] == [0.47, 0.087, 0.47]
+    chinchilla = rows["α: N and D together (D ∝ N, Chinchilla)"]
+    assert chinchilla["this study"] == pytest.approx(table.scaling.chinchilla[0].exponent)
+    assert chinchilla["from"] == "law in N with D ∝ N at 20 tokens per parameter, 3 settings"
+    assert rows["β: D at fixed N"]["this study"] is None
+    verdict, sentence = fit_view.paper_verdict(table)
+    assert verdict == "inconclusive" and "no interval for the D-exponent at fixed N" in sentence
+
+
+@pytest.mark.parametrize("cbs, expected", [
+    (1.2 * 256, True), (1.09 * 1.2 * 256, True), (1.11 * 1.2 * 256, False), (None, False), (float("inf"), False),
+])
+def test_b_star_within_10_percent_of_its_floor_mostly_reflects_b_ref(cbs, expected):
+    assert fit_view.b_ref_dominates(cbs, 256, 0.2) is expected
+
+
+def test_b_ref_dominated_settings_are_named():
+    from cbscore.analysis import analyze_table
+
+    # B* = 1.2·256 + 0.2·B_noise: B_noise = 100 gives 327 (6% above 307), B_noise = 1000 gives 507.
+    rows = _steps_rows([("small-noise", None, None, 100.0), ("large-noise", None, None, 1000.0)])
+    for row in rows:
+        row.pop("n_params"), row.pop("tokens")
+    table = analyze_table(rows, bootstrap=0)
+    assert fit_view.b_ref_dominated_settings(table) == ["small-noise"]
+    assert fit_view.B_REF_DOMINATED_CAPTION == "B_ref is above B_noise here; B* mostly reflects B_ref"
 
 
 def test_fitted_law_is_drawn_with_n_in_millions():
@@ -100,12 +215,13 @@ def test_units_read_naturally():
 
 
 def test_skipped_cells_count_as_ended_and_say_why():
-    """B=16 ends censored at its whole budget, so B=32 is skipped: its trials count as ended, the
-    study reaches 100% once B=4 ends, and the grid says why the cell never ran."""
+    """Below B_ref every cell gets the same token budget, (1 + margin)·D: B=8 ends censored after
+    all of it, so B=16 is skipped (tokens to target never fall as B grows). Its trials count as
+    ended, the study reaches 100%, and the grid says why the cell never ran."""
     from cbscore.study import StudySpec, TrialRecord, plan
 
     spec = StudySpec.from_dict(dict(name="v", kind="custom", settings=[{"model": "tiny-0.1M", "tokens": 100_000}],
-                                    batch_sizes=[4, 8, 16, 32], b_ref=8, context_tokens=32,
+                                    batch_sizes=[4, 8, 16, 32], b_ref=32, context_tokens=32,
                                     search={"kind": "grid", "lrs": [0.01]}))
 
     def rec(t, status, **kw):
@@ -113,12 +229,28 @@ def test_skipped_cells_count_as_ended_and_say_why():
                            batch_size=t.batch_size, lr=t.lr, status=status, **kw)
 
     [ref] = plan(spec, [], 0).start
-    records = [rec(ref, "finished", final_eval_loss=3.0, eval_steps=(390,), eval_losses=(3.0,), tokens=99_840)]
-    started = plan(spec, records, 0).start  # B=4 and B=16
-    records += [rec(t, "censored", tokens=199_680, last_step=390) if t.batch_size == 16
-                else rec(t, "reached", steps_to_target=700.0, tokens=89_600) for t in started]
+    ref_steps = 100_000 // (32 * 32)  # 97 steps of 1,024 tokens
+    records = [rec(ref, "finished", final_eval_loss=3.0, eval_steps=(ref_steps,), eval_losses=(3.0,),
+                   tokens=ref_steps * 32 * 32, last_step=ref_steps)]
+    [cell4] = plan(spec, records, 0).start
+    assert (cell4.batch_size, cell4.max_tokens) == (4, 125_000)  # 1.25·D
+    records.append(rec(cell4, "reached", steps_to_target=700.0, tokens=700 * 4 * 32, last_step=700))
+    [cell8] = plan(spec, records, 0).start
+    assert (cell8.batch_size, cell8.max_tokens) == (8, 125_000)
+    budget_steps = 125_000 // (8 * 32)  # 488
+    records.append(rec(cell8, "censored", tokens=budget_steps * 8 * 32, last_step=budget_steps,
+                       eval_steps=(100, budget_steps), eval_losses=(3.6, 3.2)))
     view = study_view.study_view(spec, records, now_s=0)
-    key = ("tiny-0.1M_D100K", 32)
+    key = ("tiny-0.1M_D100K", 16)
     assert view.states[key] == "skipped" and "could only end censored" in view.hover[key]
+    assert view.states[("tiny-0.1M_D100K", 8)] == "censored"
     assert (view.ended, view.planned, view.progress) == (4, 4, 1.0)
-    assert view.counts["skipped"] == 1 and view.grid_tokens == 100_000 + 3 * 200_000
+    assert view.counts["skipped"] == 1 and view.grid_tokens == 3 * 125_000 + 100_000
+
+
+def test_simulations_start_from_the_papers_laws_only_for_the_papers_models():
+    assert spec_form.default_truth(load_preset("paper-chinchilla")) == "paper"
+    assert spec_form.default_truth(load_preset("demo")) == "b_noise"
+    # The paper's fixed-D law gives 85M B* = 914 sequences: not above (1 + r)·B_ref at B_ref = 1024.
+    spec = load_preset("paper-fixed-d")
+    assert spec_form.default_truth(spec.replace(b_ref=1024, batch_sizes=(512, 1024, 2048))) == "b_noise"
