@@ -73,6 +73,26 @@ def _write_figures(figs: dict[str, object], folder: Path) -> list[str]:
     return written
 
 
+def best_learning_rates(rows: list[dict], lrs: tuple[float, ...]) -> list[dict]:
+    """Per cell, the learning rate of its fastest trial and whether it sits at an end of the grid
+    (then the best rate may lie outside it, and S(B) is an upper bound on the tuned value)."""
+    best: dict[tuple[str, int], dict] = {}
+    for r in rows:
+        if r.get("outcome") != "reached" or r.get("steps") in (None, ""):
+            continue
+        key = (r["setting"], int(r["batch_size"]))
+        if key not in best or float(r["steps"]) < float(best[key]["steps"]):
+            best[key] = r
+    lo, hi = min(lrs), max(lrs)
+    out = []
+    for (setting, b), r in sorted(best.items()):
+        lr = float(r["lr"])
+        edge = "lowest" if lr == lo else "highest" if lr == hi else None
+        out.append({"setting": setting, "batch_size": b, "best_lr": lr, "steps": float(r["steps"]),
+                    "tau": r.get("tau"), "at_grid_edge": edge})
+    return out
+
+
 def _wall_seconds(name: str) -> tuple[float | None, str | None, str | None]:
     """Seconds from the first trial's start to the last trial's end (MLflow run times)."""
     from datetime import datetime, timezone
@@ -122,6 +142,7 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
                         "cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
             "figures": figures,
+            "best_learning_rates": best_learning_rates(full, spec.search.lrs) if spec.search.kind == "grid" else None,
         }
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         out.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,10 @@ def test_report_writes_a_refittable_table_its_fit_and_the_cost(worker_env, tmp_p
     summary = json.loads((out / "summary.json").read_text())
     assert summary["study"] == "rep" and summary["tokens_spent"] > 0 and summary["machine"]["cpus"] >= 1
     assert summary["refit"] == "cbs fit steps.csv --b-ref 16 --overhead 0.2 --json"
+    # The seeded best learning rate is the middle one at every batch size: never at the grid's edge.
+    best = summary["best_learning_rates"]
+    assert [b["batch_size"] for b in best] == [8, 16, 32, 64]
+    assert all(b["best_lr"] == 0.01 and b["at_grid_edge"] is None for b in best)
     # The committed fit is what `cbs fit` gives on the committed CSV, byte for byte.
     refit = subprocess.run([sys.executable, "-c", "import sys; from cbscore.cli import main; sys.exit(main(sys.argv[1:]))",
                             "fit", str(out / "steps.csv"), "--b-ref", "16", "--overhead", "0.2", "--json"],
