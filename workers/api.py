@@ -13,6 +13,7 @@ import math
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 from cbscore.errors import ConfigError
@@ -128,6 +129,8 @@ def resolve_spec(spec: StudySpec | Mapping | str) -> StudySpec:
 
         if spec in PRESET_NAMES:
             return load_preset(spec)
+        if "\n" not in spec and spec.endswith((".yaml", ".yml", ".json")):
+            return StudySpec.from_yaml(Path(spec))  # a file named on the command line
         return StudySpec.from_yaml(spec)
     raise ConfigError("spec", spec, "must be a StudySpec, a mapping, YAML text, a .yaml path or a preset name")
 

@@ -45,21 +45,28 @@ def read_steps_csv(path_or_file: str | os.PathLike | IO[str]) -> list[dict]:
             f"{name}: the file is empty; expected a header with the columns {','.join(REQUIRED_COLUMNS)}."
         )
     reader = csv.reader(io.StringIO(text, newline=""))
-    header = [cell.strip() for cell in next(reader)]
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    if missing:
-        raise DataError(
-            f"{name} line 1 (header): missing required column {missing[0]!r}; "
-            f"the columns are {','.join(header)}."
-        )
-    rows = []
-    for cells in reader:
-        if not any(cell.strip() for cell in cells):
-            continue  # blank line
-        where = f"{name} line {reader.line_num} (row {len(rows) + 1})"
-        if len(cells) != len(header):
-            raise DataError(f"{where}: has {len(cells)} cells but the header has {len(header)} columns.")
-        rows.append(normalize_row(dict(zip(header, cells)), where))
+    try:
+        header = [cell.strip() for cell in next(reader)]
+        duplicated = sorted({c for c in header if c and header.count(c) > 1})
+        if duplicated:
+            raise DataError(f"{name} line 1 (header): column {duplicated[0]!r} appears more than once; "
+                            f"which one holds the data is ambiguous.")
+        missing = [c for c in REQUIRED_COLUMNS if c not in header]
+        if missing:
+            raise DataError(
+                f"{name} line 1 (header): missing required column {missing[0]!r}; "
+                f"the columns are {','.join(header)}."
+            )
+        rows = []
+        for cells in reader:
+            if not any(cell.strip() for cell in cells):
+                continue  # blank line
+            where = f"{name} line {reader.line_num} (row {len(rows) + 1})"
+            if len(cells) != len(header):
+                raise DataError(f"{where}: has {len(cells)} cells but the header has {len(header)} columns.")
+            rows.append(normalize_row(dict(zip(header, cells)), where))
+    except csv.Error as exc:  # a field over the csv module's limit (128 KiB), a NUL byte, ...
+        raise DataError(f"{name} line {reader.line_num}: not a readable CSV row ({exc}).") from None
     if not rows:
         raise DataError(f"{name}: no data rows after the header.")
     return rows

@@ -197,7 +197,7 @@ class StudySpec:
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+        if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):  # "$" would admit a trailing newline
             raise ConfigError("name", self.name, "must be 1-64 letters, digits, '-' or '_', starting with a letter or digit")
         if self.kind not in KINDS:
             raise ConfigError("kind", self.kind, f"must be one of {', '.join(KINDS)}")
@@ -396,10 +396,12 @@ class StudySpec:
 
     @classmethod
     def from_yaml(cls, source: str | Path) -> "StudySpec":
-        """Read a spec from a YAML (or JSON) file path or from YAML text."""
+        """Read a spec from a YAML (or JSON) file (a :class:`~pathlib.Path`) or from YAML text (a
+        ``str``, always: a string is never taken for a path, so text pasted in the web page can
+        never make the server read one of its files)."""
         text = source
-        if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and source.endswith((".yaml", ".yml", ".json"))):
-            path = Path(source)
+        if isinstance(source, Path):
+            path = source
             if not path.exists():
                 raise ConfigError("spec", str(path), "file does not exist")
             text = path.read_text()

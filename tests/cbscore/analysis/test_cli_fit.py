@@ -104,3 +104,19 @@ def test_missing_file_and_bad_option_exit_2(tmp_path, capsys):
     path = _write(tmp_path / "steps.csv", table_rows(SPECS[:1]))
     assert main(["fit", str(path), "--overhead", "-1"]) == 2
     assert "overhead" in capsys.readouterr().err
+
+
+def test_a_huge_field_and_a_duplicate_header_are_named_not_raised(tmp_path):
+    """Issue 12: a field over the csv module's 128 KiB limit and a repeated column are input
+    errors with the file and line, not a raw ``_csv.Error`` or a silent pick."""
+    from cbscore.analysis import read_steps_csv
+    from cbscore.errors import DataError
+
+    big = tmp_path / "big.csv"
+    big.write_text("setting,batch_size,steps\n" + "a,8," + "9" * 200_000 + "\n")
+    with pytest.raises(DataError, match=r"big.csv line \d+: not a readable CSV row"):
+        read_steps_csv(big)
+    dup = tmp_path / "dup.csv"
+    dup.write_text("setting,batch_size,steps,steps\na,8,100,200\n")
+    with pytest.raises(DataError, match="column 'steps' appears more than once"):
+        read_steps_csv(dup)

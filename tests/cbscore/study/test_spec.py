@@ -94,3 +94,22 @@ def test_grid_tokens_and_trials_known_answer():
 def test_study_above_sanity_limit_is_flagged():
     est = estimate(small_spec(max_trials=5))
     assert est.over_limit == "8 trials exceed max_trials=5"
+
+
+def test_a_one_line_path_string_is_yaml_text_never_a_file(tmp_path):
+    """Text pasted in the web page is parsed as YAML, never opened as a server path (issue 12):
+    a file holding a secret is not read back through the error message."""
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("name: hunter2-is-the-password\nsettings: [{model: tiny-0.1M, tokens: 1000}]\n"
+                      "batch_sizes: [8]\nb_ref: 8\n")
+    with pytest.raises(ConfigError) as err:
+        StudySpec.from_yaml(str(secret))
+    assert "hunter2" not in str(err.value) and str(err.value).startswith("spec: ")
+    from pathlib import Path
+    assert StudySpec.from_yaml(Path(secret)).name == "hunter2-is-the-password"  # an explicit Path is a file
+
+
+def test_a_name_with_a_trailing_newline_is_refused():
+    with pytest.raises(ConfigError, match="^name: "):
+        StudySpec(name="demo\n", kind="custom", settings=[{"model": "tiny-0.1M", "tokens": 1000}],
+                  batch_sizes=(8,), b_ref=8)
