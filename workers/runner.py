@@ -357,6 +357,10 @@ class Runner:
                             f"failed {list(rep.failed)}, pruned {list(rep.stopped)}, resent {list(rep.resent)}")
             except CbsError as exc:
                 log(f"cbs study watch: {exc}")
+            except Exception as exc:  # noqa: BLE001 - one bad pass (a broker folder briefly unusable, a
+                # database hiccup) must not end the runner: under `cbs up` that would stop every process,
+                # running trials included. The next pass retries; the pass is idempotent.
+                log(f"cbs study watch: this pass failed ({type(exc).__name__}: {exc}); retrying in {period:g} s")
             n += 1
             if passes is None or n < passes:
                 time.sleep(max(0.0, period - (time.time() - t0)))

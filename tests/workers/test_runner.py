@@ -196,3 +196,25 @@ def test_a_redelivered_task_at_the_attempt_cap_ends_failed_instead_of_looping(wo
     assert (run.info.status, run.data.tags["outcome"]) == ("FAILED", "failed")
     assert run.data.tags["stop_reason"] == "lost its worker 2 times (CBS_MAX_ATTEMPTS=2)"
     assert "skipped" in run_trial_attempt("s7", record.trial_id, 2, worker="test")  # and never again
+
+
+def test_watch_survives_a_pass_that_raises_any_exception(worker_env, monkeypatch):
+    """Issue 12: a pass that fails with something other than a CbsError (seen: NotADirectoryError
+    while the broker folder was briefly unusable) is logged, and the runner goes on."""
+    from workers.runner import Runner
+
+    runner = Runner()
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise NotADirectoryError("broker/queue is not a directory")
+        return []
+
+    monkeypatch.setattr(runner, "advance_all", flaky)
+    logs: list[str] = []
+    runner.watch(period_s=0.01, passes=3, log=logs.append)
+    assert len(calls) == 3
+    assert logs == ["cbs study watch: this pass failed (NotADirectoryError: broker/queue is not a directory); "
+                    "retrying in 0.01 s"]
