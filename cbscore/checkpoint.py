@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -43,11 +44,27 @@ def save_checkpoint(checkpoint_dir: str | os.PathLike, payload: dict) -> Path:
 
 
 def load_checkpoint(checkpoint_dir: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict | None:
-    """The checkpoint in ``checkpoint_dir``, or ``None`` when there is none."""
+    """The checkpoint in ``checkpoint_dir``, or ``None`` when there is none.
+
+    Temporary files of a save cut short (SIGKILL between ``mkstemp`` and ``os.replace``) are
+    removed. A checkpoint that cannot be read (a disk that lied about ``fsync``, a truncated copy)
+    is moved aside to ``checkpoint.pt.corrupt`` and ``None`` is returned: the trial restarts from
+    step 0, which costs time but never a wrong number, instead of failing for good.
+    """
+    folder = Path(checkpoint_dir)
+    for leftover in folder.glob(".checkpoint-*.tmp") if folder.is_dir() else ():
+        leftover.unlink(missing_ok=True)
     path = checkpoint_path(checkpoint_dir)
     if not path.exists():
         return None
-    return torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError, EOFError, UnpicklingError, ...
+        aside = path.with_name(CHECKPOINT_NAME + ".corrupt")
+        os.replace(path, aside)
+        warnings.warn(f"checkpoint {path} could not be read ({type(exc).__name__}); moved to {aside.name}, "
+                      f"the trial restarts from step 0", RuntimeWarning, stacklevel=2)
+        return None
 
 
 def rng_state() -> dict:

@@ -1,0 +1,30 @@
+"""Checkpoints that cannot be read restart the trial; a cut save leaves no litter (issue 12)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cbscore.checkpoint import load_checkpoint, save_checkpoint
+
+
+def test_round_trip_and_leftover_temporary_files_are_removed(tmp_path):
+    save_checkpoint(tmp_path, {"step": 7, "w": torch.ones(3)})
+    (tmp_path / ".checkpoint-abc.tmp").write_bytes(b"half a save")  # a SIGKILL between mkstemp and replace
+    ckpt = load_checkpoint(tmp_path)
+    assert ckpt["step"] == 7 and torch.equal(ckpt["w"], torch.ones(3))
+    assert not list(tmp_path.glob(".checkpoint-*.tmp"))
+
+
+def test_a_corrupt_checkpoint_is_moved_aside_and_the_trial_starts_over(tmp_path):
+    save_checkpoint(tmp_path, {"step": 7})
+    data = (tmp_path / "checkpoint.pt").read_bytes()
+    (tmp_path / "checkpoint.pt").write_bytes(data[: len(data) // 2])  # truncated
+    with pytest.warns(RuntimeWarning, match="restarts from step 0"):
+        assert load_checkpoint(tmp_path) is None
+    assert (tmp_path / "checkpoint.pt.corrupt").exists() and not (tmp_path / "checkpoint.pt").exists()
+    assert load_checkpoint(tmp_path) is None  # and stays a fresh start
+
+
+def test_no_folder_means_no_checkpoint(tmp_path):
+    assert load_checkpoint(tmp_path / "missing") is None
