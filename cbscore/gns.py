@@ -1,0 +1,305 @@
+"""The gradient noise scale ``B_simple = tr Σ / |G|²`` measured during training, and the CBS it forecasts.
+
+McCandlish et al. 2018, "An Empirical Model of Large-Batch Training" (arXiv 1812.06162):
+
+- ``G`` is the true gradient, ``Σ`` the covariance of the per-example gradients; the simple
+  noise scale ``B_simple = tr Σ / |G|²`` (§2.2) stands in for ``B_noise = tr(HΣ)/(GᵀHG)``,
+  which needs the Hessian ``H`` (the two agree when ``H`` is a multiple of the identity).
+- A batch gradient over ``B`` examples has ``E[|G_B|²] = |G|² + tr Σ / B`` (App. A.1), so
+  squared norms at two batch sizes give unbiased estimates of ``|G|²`` and ``tr Σ``
+  (:func:`two_batch_estimates`).
+- The per-step estimates are noisy (``|G|²`` can come out negative); App. A.1 smooths
+  ``|G|²`` and ``tr Σ`` with separate exponential moving averages and takes the ratio of the
+  averages, never the average of the ratio (:class:`GnsTracker`).
+
+Units. An "example" is one **sequence** of ``T`` tokens (the trainer's loss is a mean over the
+sequences of a micro-batch), so ``b_small``/``b_big`` are in sequences, ``tr Σ`` is per
+sequence and ``B_simple`` comes out in sequences, like ``B`` in DESIGN.md §1. Multiply by ``T``
+for tokens. The EMA half-life is in tokens, so the smoothing covers the same stretch of training
+whatever the batch size.
+
+Usage with gradient accumulation (what a trainer does per step; ``n`` micro-batches of ``M``
+sequences make one batch of ``B = n·M``; ``n ≥ 2`` is needed, ``b_small < b_big``)::
+
+    # once, before the loop:
+    acc = [torch.zeros_like(p) for p in params]          # running mean of the micro-batch gradients
+    pending = []                                         # squared norms of the steps since the last log
+    ...
+    # every step:
+    torch._foreach_zero_(acc)
+    small = []                                           # |g_i|² of each micro-batch gradient
+    for i in range(n):
+        model.zero_grad(set_to_none=True)
+        _, loss_i = model(inputs_i, targets_i)           # mean over the M sequences of chunk i
+        loss_i.backward()                                # .grad = g_i, this micro-batch's gradient
+        small.append(grad_sq_norm_tensor(params))        # device scalar, no host sync
+        torch._foreach_add_(acc, [p.grad for p in params], alpha=1.0 / n)
+    for p, a in zip(params, acc):
+        p.grad = a                                       # the full-batch gradient, mean of the g_i
+    big = torch.nn.utils.clip_grad_norm_(params, max_norm) ** 2   # its norm BEFORE clipping
+    optimizer.step()
+    ...
+    pending.append((torch.stack(small), big))           # device tensors until the next log step
+    ...
+    # at a log step, one host sync for all the steps since the last one:
+    smalls, bigs = (torch.stack(x).cpu() for x in zip(*pending))   # (k, n), (k,)
+    for small, big in zip(smalls, bigs):
+        g2, trace = two_batch_estimates(small, float(big), M, B)
+        tracker.update(g2, trace, tokens=B * T)
+    pending.clear()
+
+The other way keeps the trainer's usual ``(loss_i / n).backward()`` accumulation and takes the
+micro-batch gradient as a difference of the accumulated ``.grad`` after and before the
+backward: ``g_i = n·(grad_after − grad_before)``, so ``|g_i|² = n²·|grad_after − grad_before|²``
+(mind the ``n²``). It needs a copy of ``grad_before`` as well, plus a subtraction that loses
+precision to cancellation late in the batch; the separate running sum above costs the same and
+avoids it.
+
+Cost, either way: one extra fp32 buffer the size of the parameters (AdamW already holds the
+weights, the gradients and two moments, so about +25% of that memory), and per micro-batch one
+norm and one add over all parameters: memory-bound passes of a few bytes per parameter, against
+a forward+backward of about ``6·N·M·T`` FLOPs, so negligible unless ``M·T`` is tiny. The
+full-batch norm is free (``clip_grad_norm_`` already returns it). Where the copy matters,
+measure only every k-th step (then pass ``tokens=k·B·T`` to :meth:`GnsTracker.update`), or,
+with data parallelism, use each rank's local gradient as the small batch (the paper's
+zero-overhead method, App. A.1).
+
+Forecast. A run at a fixed ``B_run`` spends ``1 + B_noise/B_run`` steps per step of the
+ideal (infinite-batch) run (§2.3, eq. 2.11), so its step ``t`` contributes
+``dS_min = w_t = 1/(1 + B_noise(t)/B_run)`` to ``S_min`` and ``B_noise(t)·w_t`` to
+``E_min``; ``B_crit = E_min/S_min`` (eq. 2.12) is then the ``w``-weighted average of
+``B_noise(t)`` over the run's steps (the reasoning of App. D, where the noise scale changes
+during training). :func:`forecast_b_noise` computes it with ``B_simple`` for ``B_noise``;
+:func:`forecast_cbs` turns it into ``B*`` by DESIGN.md §1's closed form. ``B_simple`` is a proxy:
+it ignores the Hessian and the optimizer's preconditioning, and the paper's ``B_simple`` tracks
+the ``B_crit`` measured from ``S(B)`` curves (§3) only up to a task-dependent factor, so the
+fitted ``S(B)`` curve stays the measurement and this is a forecast beside it.
+
+torch, math and ``cbscore.errors`` only; never mlflow, celery or streamlit.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+import torch
+
+from cbscore.errors import ConfigError
+
+__all__ = [
+    "GnsEstimates",
+    "GnsTracker",
+    "forecast_b_noise",
+    "forecast_cbs",
+    "grad_sq_norm",
+    "grad_sq_norm_tensor",
+    "two_batch_estimates",
+]
+
+
+class GnsEstimates(NamedTuple):
+    """One step's unbiased estimates (a plain ``(g2, trace)`` tuple that also has names)."""
+
+    g2: float
+    """Estimate of ``|G|²``, the squared norm of the true (expected) gradient; a noisy step may give < 0."""
+    trace: float
+    """Estimate of ``tr Σ``, the trace of the per-sequence gradient covariance."""
+
+
+def _finite_positive(field: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(field, value, "must be a positive finite number")
+    return float(value)
+
+
+def two_batch_estimates(
+    small_sq_norms: Sequence[float] | torch.Tensor,
+    big_sq_norm: float,
+    b_small: int,
+    b_big: int,
+) -> GnsEstimates:
+    """Unbiased ``(|G|², tr Σ)`` from squared gradient norms at two batch sizes (App. A.1).
+
+    ``small_sq_norms``: ``|G_{B_small}|²`` of one or more gradients over ``b_small`` examples
+    each (the micro-batches); their mean is ``S_small``. ``big_sq_norm``: ``S_big``, the squared
+    norm of the gradient over ``b_big`` examples (the full batch, before clipping). With
+    ``E[S_B] = |G|² + tr Σ / B`` for both sizes, solving the two equations gives (App. A.1)
+
+        |G|² ≈ (B_big·S_big − B_small·S_small) / (B_big − B_small)
+        tr Σ ≈ (S_small − S_big) / (1/B_small − 1/B_big)
+
+    Refuses ``b_big <= b_small`` (the system is singular). A non-finite input (an overflowed
+    gradient, a diverged step) returns ``(nan, nan)``: callers skip it
+    (:meth:`GnsTracker.update` does).
+    """
+    for field, value in (("b_small", b_small), ("b_big", b_big)):
+        _finite_positive(field, value)
+    if b_big <= b_small:
+        raise ConfigError("b_big", b_big, f"must be larger than b_small={b_small}")
+    if isinstance(small_sq_norms, torch.Tensor):
+        small = small_sq_norms.detach().cpu().double().flatten()  # a host sync if on a device
+        if small.numel() == 0:
+            raise ConfigError("small_sq_norms", [], "must hold at least one squared norm")
+        s_small = float(small.mean())
+    else:
+        values = [float(v) for v in small_sq_norms]
+        if not values:
+            raise ConfigError("small_sq_norms", values, "must hold at least one squared norm")
+        s_small = math.fsum(values) / len(values)
+    s_big = float(big_sq_norm)
+    if not (math.isfinite(s_small) and math.isfinite(s_big)):
+        return GnsEstimates(math.nan, math.nan)
+    b_small, b_big = float(b_small), float(b_big)
+    g2 = (b_big * s_big - b_small * s_small) / (b_big - b_small)
+    trace = (s_small - s_big) / (1.0 / b_small - 1.0 / b_big)
+    return GnsEstimates(g2, trace)
+
+
+class GnsTracker:
+    """Exponential moving averages of ``|G|²`` and ``tr Σ`` with a half-life in tokens (App. A.1).
+
+    Each :meth:`update` folds in one step's estimates ``x``: ``m ← d·m + (1 − d)·x`` with
+    ``d = 0.5 ** (tokens / half_life_tokens)``, so a step of ``k`` times the tokens decays like
+    ``k`` small steps and the smoothing horizon is the same stretch of training at every batch
+    size. The averages are bias corrected as Adam's moments (Kingma & Ba 2015, §3), here with a
+    decay that may change from step to step: ``m̂ = m / (1 − Π d)``, a weighted mean of the
+    estimates folded in whose weights sum to one (the first update returns its own value).
+
+    Fields (all plain numbers, saved by :meth:`state_dict`):
+
+    - ``half_life_tokens``: tokens after which an estimate's weight has halved.
+    - ``g2_ema``, ``trace_ema``: the uncorrected averages ``m``.
+    - ``decay_product``: ``Π d`` over the updates folded in (1 before any).
+    - ``steps``: updates folded in; ``skipped``: updates ignored because an estimate was not finite.
+    """
+
+    def __init__(self, half_life_tokens: float):
+        self.half_life_tokens = _finite_positive("half_life_tokens", half_life_tokens)
+        self.g2_ema = 0.0
+        self.trace_ema = 0.0
+        self.decay_product = 1.0
+        self.steps = 0
+        self.skipped = 0
+
+    def update(self, g2: float, trace: float, tokens: int) -> None:
+        """Fold in one step's ``(|G|², tr Σ)`` estimates; ``tokens`` trained since the previous update.
+
+        ``tokens`` is the step's ``B·T``, or ``k·B·T`` where only every k-th step is measured.
+
+        A pair with a non-finite member is ignored (counted in ``skipped``) so that both
+        averages always cover the same steps. Negative ``|G|²`` estimates are kept: dropping
+        them would bias the average upwards.
+        """
+        tokens = _finite_positive("tokens", tokens)
+        g2, trace = float(g2), float(trace)
+        if not (math.isfinite(g2) and math.isfinite(trace)):
+            self.skipped += 1
+            return
+        decay = 0.5 ** (tokens / self.half_life_tokens)
+        self.g2_ema = decay * self.g2_ema + (1.0 - decay) * g2
+        self.trace_ema = decay * self.trace_ema + (1.0 - decay) * trace
+        self.decay_product *= decay
+        self.steps += 1
+
+    def _corrected(self, ema: float) -> float:
+        if self.steps == 0:
+            return math.nan
+        return ema / (1.0 - self.decay_product)
+
+    @property
+    def g2(self) -> float:
+        """Smoothed, bias-corrected ``|G|²`` (nan before the first update)."""
+        return self._corrected(self.g2_ema)
+
+    @property
+    def trace(self) -> float:
+        """Smoothed, bias-corrected ``tr Σ`` (nan before the first update)."""
+        return self._corrected(self.trace_ema)
+
+    @property
+    def b_simple(self) -> float:
+        """``tr Σ / |G|²`` of the smoothed values (sequences); nan until both are positive."""
+        g2, trace = self.g2, self.trace
+        if not (g2 > 0 and trace > 0):  # also false for nan
+            return math.nan
+        return trace / g2
+
+    def state_dict(self) -> dict:
+        return {
+            "half_life_tokens": self.half_life_tokens,
+            "g2_ema": self.g2_ema,
+            "trace_ema": self.trace_ema,
+            "decay_product": self.decay_product,
+            "steps": self.steps,
+            "skipped": self.skipped,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if float(state["half_life_tokens"]) != self.half_life_tokens:
+            raise ConfigError(
+                "half_life_tokens", float(state["half_life_tokens"]),
+                f"of the saved tracker must equal this tracker's {self.half_life_tokens:g}",
+            )
+        self.g2_ema = float(state["g2_ema"])
+        self.trace_ema = float(state["trace_ema"])
+        self.decay_product = float(state["decay_product"])
+        self.steps = int(state["steps"])
+        self.skipped = int(state["skipped"])
+
+
+@torch.no_grad()
+def grad_sq_norm_tensor(parameters: Iterable[torch.Tensor]) -> torch.Tensor:
+    """``Σ |p.grad|²`` over the parameters that have a gradient, as a 0-dim device tensor.
+
+    Accumulated in fp32 at least (fp64 gradients stay fp64), whatever the gradients' dtype; no
+    host synchronisation, so it can run per micro-batch inside the hot loop. 0 without gradients.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.zeros((), dtype=torch.float32)
+    dtype = torch.promote_types(grads[0].dtype, torch.float32)
+    device = grads[0].device
+    # per-tensor norms in the accumulation dtype, then the sum of their squares
+    norms = [torch.linalg.vector_norm(g, dtype=dtype).to(device) for g in grads]
+    return torch.stack(norms).square().sum()
+
+
+def grad_sq_norm(parameters: Iterable[torch.Tensor]) -> float:
+    """``Σ |p.grad|²`` as a Python float (a host sync on an accelerator; see :func:`grad_sq_norm_tensor`)."""
+    return float(grad_sq_norm_tensor(parameters))
+
+
+def forecast_b_noise(b_simple: Sequence[float], b_run: float) -> float:
+    """Forecast of the run's ``B_noise`` (``b/a`` of the ``S(B)`` fit) from per-step ``B_simple``.
+
+    ``B̂ = Σ_t w_t·B_simple(t) / Σ_t w_t`` with ``w_t = 1/(1 + B_simple(t)/B_run)``: the share of
+    the ideal run's steps ``S_min`` that step ``t`` of a run at ``B_run`` stands for (§2.3,
+    eqs. 2.11–2.12, applied step by step as in App. D; derivation in the module docstring).
+    ``b_simple`` holds one smoothed value per step (or per log step, evenly spaced in steps) of a
+    run at ``b_run`` sequences; non-finite and non-positive values (the tracker's warm-up) are
+    skipped.
+    """
+    b_run = _finite_positive("b_run", b_run)
+    values = [float(v) for v in b_simple]
+    kept = [v for v in values if math.isfinite(v) and v > 0]
+    if not kept:
+        raise ConfigError("b_simple", values[:8], "must hold at least one positive finite value")
+    weights = [1.0 / (1.0 + v / b_run) for v in kept]
+    return math.fsum(w * v for w, v in zip(weights, kept)) / math.fsum(weights)
+
+
+def forecast_cbs(b_hat: float, b_ref: float, overhead: float = 0.2) -> float:
+    """``B* = (1 + r)·B_ref + r·B̂``: the CBS that ``S(B) = S_min·(1 + B̂/B)`` implies (DESIGN.md §1).
+
+    ``B̂`` is a forecast ``B_noise`` (:func:`forecast_b_noise`), ``B_ref`` the reference batch
+    size, ``r = overhead`` the allowed extra compute over linear scaling (paper: 0.2); all in
+    sequences. Same closed form as :func:`cbscore.analysis.cbs_closed_form` on the fitted curve.
+    """
+    if isinstance(b_hat, bool) or not isinstance(b_hat, numbers.Real) or not math.isfinite(b_hat) or b_hat < 0:
+        raise ConfigError("b_hat", b_hat, "must be a non-negative finite number")
+    b_ref = _finite_positive("b_ref", b_ref)
+    overhead = _finite_positive("overhead", overhead)
+    return (1.0 + overhead) * b_ref + overhead * float(b_hat)
