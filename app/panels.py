@@ -91,13 +91,9 @@ def study_rows(name: str) -> StudyRows:
 def study_skipped(name: str) -> dict[str, tuple[int, ...]]:
     """Per setting of ``name``, the batch sizes of its cells in state ``skipped``: the planner
     (:func:`cbscore.study.plan`, on the study's spec and records) will never run them."""
-    from cbscore.study import plan
+    from cbscore.study import plan, skipped_cells
 
-    skipped: dict[str, list[int]] = {}
-    for cell in plan(sources.spec(name), sources.records(name), time.time()).cells:
-        if cell.state == "skipped":
-            skipped.setdefault(cell.setting_id, []).append(cell.batch_size)
-    return {setting: tuple(sizes) for setting, sizes in skipped.items()}
+    return skipped_cells(plan(sources.spec(name), sources.records(name), time.time()))
 
 
 # --------------------------------------------------------------------------- results panels

@@ -297,15 +297,14 @@ def recipe_rows(spec) -> list[dict[str, Any]]:
     """Per setting and batch size: the β2 and the EWA τ its trials use (``cbscore.recipe.study_recipe``
     under the spec's ``recipe``, or the spec's own ``beta2``/``ewa_taus``), and the middle τ's
     half-life in steps and as a share of D."""
-    from cbscore.recipe import half_life_steps, study_recipe
+    from cbscore.recipe import half_life_steps
+    from cbscore.study.planner import cell_recipe
 
     rows = []
     for setting in spec.resolve_settings():
         for b in spec.batch_sizes:
-            r = study_recipe(spec.recipe, batch_size=b, context_tokens=spec.context_tokens,
-                             d_tokens=setting.tokens, b_ref=spec.b_ref)
-            beta2 = r.beta2 if spec.beta2 is None else spec.beta2
-            taus = tuple(sorted(r.ewa_taus if spec.ewa_taus is None else spec.ewa_taus))
+            beta2, taus = cell_recipe(spec, setting, b)
+            taus = tuple(sorted(taus))
             middle = taus[len(taus) // 2]
             steps = half_life_steps(middle)
             rows.append({
@@ -380,15 +379,10 @@ def simulation_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per setting of a ``SimulationReport.to_json_dict()``: B* of the truth, of the full grid and
     of the study (medians over seeds), the study's bias and spread, and what was censored or
     skipped."""
+    from cbscore.study.simulate import setting_notes
+
     rows = []
     for s in report["settings"]:
-        notes = []
-        if s["fit_failures"]:
-            notes.append(f"fit refused in {s['fit_failures']} seed(s)")
-        if s["censored_cells"]:
-            notes.append("censored (lower bounds) at B = " + ", ".join(map(str, s["censored_cells"])))
-        if s["skipped_cells"]:
-            notes.append("skipped B = " + ", ".join(map(str, s["skipped_cells"])))
         rows.append({
             "setting": s["setting"],
             "B* truth": s["cbs_truth"],
@@ -398,7 +392,7 @@ def simulation_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
             "study vs full grid": s["bias_vs_grid"],
             "study B* 5%": s["cbs_study_p05"],
             "study B* 95%": s["cbs_study_p95"],
-            "notes": "; ".join(notes),
+            "notes": setting_notes(s),
         })
     return rows
 

@@ -310,11 +310,10 @@ def study_fit(name: str, *, bootstrap: int = 1000, seed: int = 0, free_alpha: bo
     rows = [{k: row[k] for k in FIT_COLUMNS} for row in study_table(name)]
     if not rows:
         raise FitError(f"study {name!r} has no finished trials yet, so there is nothing to fit.")
+    from cbscore.study import plan, skipped_cells
+
     # Cells the planner never ran are named in the notes (the CSV alone cannot say so).
-    skipped: dict[str, list[int]] = {}
-    for cell in study_status(name).cells:
-        if cell["state"] == "skipped":
-            skipped.setdefault(cell["setting_id"], []).append(cell["batch_size"])
+    skipped = skipped_cells(plan(spec, study_records(name), time.time()))
     return analyze_table(rows, b_ref=spec.b_ref, overhead=spec.overhead, free_alpha=free_alpha,
                          bootstrap=bootstrap, seed=seed, skipped=skipped or None)
 

@@ -284,7 +284,8 @@ def describe_plan(spec, tokens_per_s: float | None = None, *, n_workers: int = 1
 def describe_recipe(spec) -> list[str]:
     """Per setting and batch size: β2 and the middle τ, with the τ's half-life in steps and as a
     share of D, the reference run's length (``cbscore.recipe.study_recipe``; README "Recipe")."""
-    from cbscore.recipe import EWA_HALF_LIFE_MULTIPLES, half_life_steps, study_recipe
+    from cbscore.recipe import EWA_HALF_LIFE_MULTIPLES, half_life_steps
+    from cbscore.study.planner import cell_recipe
 
     fixed = spec.beta2 is not None or spec.ewa_taus is not None
     lines = [f"recipe {spec.recipe!r}" + (" (β2/τ given in the spec override it)" if fixed else "")
@@ -294,12 +295,11 @@ def describe_recipe(spec) -> list[str]:
     for setting in spec.resolve_settings():
         cells = []
         for b in spec.batch_sizes:
-            r = study_recipe(spec.recipe, batch_size=b, context_tokens=spec.context_tokens,
-                             d_tokens=setting.tokens, b_ref=spec.b_ref)
-            mid = r.ewa_taus[len(r.ewa_taus) // 2]
+            beta2, taus = cell_recipe(spec, setting, b)
+            mid = sorted(taus)[len(taus) // 2]
             steps = half_life_steps(mid)
             share = steps * b * spec.context_tokens / setting.tokens
-            cells.append(f"B={b}: β2 {r.beta2:g}, τ {mid:g} ({steps:.3g} steps, {share:.1%} of D)")
+            cells.append(f"B={b}: β2 {beta2:g}, τ {mid:g} ({steps:.3g} steps, {share:.1%} of D)")
         lines.append(f"  {setting.setting_id:<24} " + "; ".join(cells))
     return lines
 

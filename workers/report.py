@@ -33,20 +33,20 @@ def _csv_text(rows: list[dict], columns: tuple[str, ...]) -> str:
     return buf.getvalue()
 
 
-def fit_json_text(steps_csv: Path, *, b_ref: int, overhead: float) -> str:
-    """Exactly what ``cbs fit STEPS --b-ref B --overhead r --json`` prints (1,000 resamples, seed 0)."""
+def fit_of_csv(steps_csv: Path, *, b_ref: int, overhead: float):
+    """The analysis ``cbs fit STEPS --b-ref B --overhead r`` computes (1,000 resamples, seed 0), and
+    the exact text its ``--json`` prints."""
     from cbscore.analysis import analyze_table, read_steps_csv
 
     analysis = analyze_table(read_steps_csv(steps_csv), b_ref=b_ref, overhead=overhead, bootstrap=1000, seed=0)
-    return json.dumps(analysis.to_json_dict(), indent=2, allow_nan=False) + "\n"
+    return analysis, json.dumps(analysis.to_json_dict(), indent=2, allow_nan=False) + "\n"
 
 
-def _figures(rows: list[dict], b_ref: int, overhead: float) -> dict[str, object]:
-    """The pages' figures of the study (pure builders in ``app.charts``/``app.fit_view``)."""
+def _figures(table, rows: list[dict], b_ref: int, overhead: float) -> dict[str, object]:
+    """The pages' figures of the study (pure builders in ``app.charts``/``app.fit_view``): the fits
+    of ``table`` (the committed CSV's), each point's best trial from ``rows`` (the full table)."""
     from app import charts, fit_view
-    from cbscore.analysis import analyze_table
 
-    table = analyze_table(rows, b_ref=b_ref, overhead=overhead, bootstrap=1000, seed=0)
     curves = fit_view.setting_curves(table, rows)
     figs: dict[str, object] = {
         "curves": charts.steps_to_target_figure(curves, b_ref=b_ref, overhead=overhead),
@@ -129,9 +129,10 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
     try:
         (tmp / "steps.csv").write_text(_csv_text(full, api.FIT_COLUMNS))
         (tmp / "trials.csv").write_text(_csv_text(full, api.TABLE_COLUMNS))
-        (tmp / "fit.json").write_text(fit_json_text(tmp / "steps.csv", b_ref=spec.b_ref, overhead=spec.overhead))
+        table, fit_text = fit_of_csv(tmp / "steps.csv", b_ref=spec.b_ref, overhead=spec.overhead)
+        (tmp / "fit.json").write_text(fit_text)
         (tmp / "spec.yaml").write_text(spec.to_yaml())
-        figures = _write_figures(_figures(full, spec.b_ref, spec.overhead), tmp)
+        figures = _write_figures(_figures(table, full, spec.b_ref, spec.overhead), tmp)
         summary = {
             "study": name, "status": status.status, "counts": dict(status.counts), "trials": status.n_trials,
             "tokens_spent": status.tokens_spent, "tokens_fixed_budget_grid": status.grid_tokens,

@@ -118,14 +118,24 @@ def _trial_id(spec: StudySpec, setting: Setting, batch_size: int, tag: str, seed
     return f"{spec.name}.{setting.setting_id}.b{batch_size}.{tag}.s{seed}"
 
 
-def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr: float, seed: int,
-                       max_tokens: int, max_steps: int | None, target_loss: float | None) -> dict:
-    """The trainer's config of one trial, as ``TrainConfig.to_dict()`` (validated by the trainer)."""
+def cell_recipe(spec: StudySpec, setting: Setting, batch_size: int) -> tuple[float, tuple[float, ...]]:
+    """``(β2, τ tracked)`` of the trials of one cell: the spec's own ``beta2``/``ewa_taus`` where it
+    gives them, else :func:`cbscore.recipe.study_recipe` under the spec's ``recipe`` rule."""
     from cbscore.recipe import study_recipe
-    from cbscore.train_config import TrainConfig
 
     recipe = study_recipe(spec.recipe, batch_size=batch_size, context_tokens=spec.context_tokens,
                           d_tokens=setting.tokens, b_ref=spec.b_ref)
+    beta2 = recipe.beta2 if spec.beta2 is None else float(spec.beta2)
+    taus = recipe.ewa_taus if spec.ewa_taus is None else tuple(spec.ewa_taus)
+    return beta2, taus
+
+
+def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr: float, seed: int,
+                       max_tokens: int, max_steps: int | None, target_loss: float | None) -> dict:
+    """The trainer's config of one trial, as ``TrainConfig.to_dict()`` (validated by the trainer)."""
+    from cbscore.train_config import TrainConfig
+
+    beta2, taus = cell_recipe(spec, setting, batch_size)
     config = TrainConfig.from_dict({
         "model": setting.model,
         "batch_size": batch_size,
@@ -140,8 +150,8 @@ def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr
         "warmup_tokens": int(spec.warmup_fraction * setting.tokens),
         "schedule": spec.schedule,
         "beta1": spec.beta1,
-        "beta2": recipe.beta2 if spec.beta2 is None else spec.beta2,
-        "ewa_taus": list(recipe.ewa_taus if spec.ewa_taus is None else spec.ewa_taus),
+        "beta2": beta2,
+        "ewa_taus": list(taus),
         "weight_decay": spec.weight_decay,
         "grad_clip": spec.grad_clip,
         "target_loss": target_loss,
@@ -408,6 +418,16 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
 def skipped_trials(p: Plan) -> int:
     """Trials the plan will never run because their cells are ``skipped``."""
     return sum(c.n_trials for c in p.cells if c.state == "skipped")
+
+
+def skipped_cells(p: Plan) -> dict[str, tuple[int, ...]]:
+    """Per setting, the batch sizes of its ``skipped`` cells: the planner will never run them (the
+    fit's notes name them; a steps table alone cannot say so)."""
+    out: dict[str, list[int]] = {}
+    for c in p.cells:
+        if c.state == "skipped":
+            out.setdefault(c.setting_id, []).append(c.batch_size)
+    return {setting: tuple(sizes) for setting, sizes in out.items()}
 
 
 def status_counts(records: Iterable[TrialRecord], p: Plan) -> dict[str, int]:

@@ -42,7 +42,7 @@ import numpy as np
 
 from cbscore.analysis import cbs_closed_form, fit_steps
 from cbscore.errors import CbsError, ConfigError, DataError, FitError
-from cbscore.study.planner import grid_tokens, plan
+from cbscore.study.planner import grid_tokens, plan, skipped_cells
 from cbscore.study.spec import Setting, StudySpec
 from cbscore.study.trials import TrialRecord, TrialSpec
 
@@ -467,7 +467,7 @@ def _outcomes(spec: StudySpec, sim: _Sim, records: Mapping[str, TrialRecord], p)
             recs = [r for r in records.values() if r.setting_id == sid and r.batch_size == b]
             if recs and b not in steps and any(r.status == "censored" for r in recs):
                 censored.add(b)
-        skipped = tuple(c.batch_size for c in p.cells if c.setting_id == sid and c.state == "skipped")
+        skipped = skipped_cells(p).get(sid, ())
         error = None
         try:
             cbs_study = _fit_cbs(list(steps), list(steps.values()), spec)
@@ -512,6 +512,19 @@ def simulate(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimConfig
                             grid_flops=float(sum(setting_grid_tokens(spec, s) * s.flops_per_token for s in settings)))
 
 
+def setting_notes(summary_row: Mapping) -> str:
+    """What a row of :meth:`SimulationReport.summary` needs said beside its B*: refused fits,
+    censored cells (lower bounds) and skipped cells."""
+    notes = []
+    if summary_row["fit_failures"]:
+        notes.append(f"fit refused in {summary_row['fit_failures']} seed(s)")
+    if summary_row["censored_cells"]:
+        notes.append("censored (lower bounds) at B = " + ", ".join(map(str, summary_row["censored_cells"])))
+    if summary_row["skipped_cells"]:
+        notes.append("skipped B = " + ", ".join(map(str, summary_row["skipped_cells"])))
+    return "; ".join(notes)
+
+
 def format_report(report: SimulationReport) -> str:
     """The text of ``cbs study simulate``."""
     d = report.to_json_dict()
@@ -522,17 +535,10 @@ def format_report(report: SimulationReport) -> str:
     for s in d["settings"]:
         def num(x, fmt="{:.1f}"):
             return "—" if x is None else fmt.format(x)
-        notes = []
-        if s["fit_failures"]:
-            notes.append(f"fit refused in {s['fit_failures']} seed(s)")
-        if s["censored_cells"]:
-            notes.append("censored (lower bounds) at B = " + ", ".join(map(str, s["censored_cells"])))
-        if s["skipped_cells"]:
-            notes.append("skipped B = " + ", ".join(map(str, s["skipped_cells"])))
         spread = (f"{s['cbs_study_p05']:.1f}–{s['cbs_study_p95']:.1f}" if s["cbs_study_p05"] is not None else "—")
         lines.append(f"{s['setting']:<24} {s['cbs_truth']:>9.1f} {num(s['cbs_grid_median']):>9} "
                      f"{num(s['cbs_study_median']):>9} {num(s['bias_vs_truth'], '{:+.1%}'):>9} "
-                     f"{num(s['bias_vs_grid'], '{:+.1%}'):>8} {spread:>17}  {'; '.join(notes)}")
+                     f"{num(s['bias_vs_grid'], '{:+.1%}'):>8} {spread:>17}  {setting_notes(s)}")
     lines.append(f"tokens: study {d['tokens_study_mean']:.4g} (mean over seeds); fixed-budget grid "
                  f"{d['tokens_fixed_budget_grid']:.4g} ({d['tokens_share_of_fixed_budget_grid']:.1%} of it); "
                  f"full grid run to each trial's target {d['tokens_grid_to_target_mean']:.4g}")
