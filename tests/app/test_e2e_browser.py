@@ -180,7 +180,10 @@ def test_launch_a_tiny_study_by_clicking_and_see_its_fitted_b_star(stack, browse
     _wait(browser, lambda d: "Launch a study" in d.page_source, 60, "the Launch page")
 
     # Paste a tiny spec into the YAML box and load it into the form.
-    browser.find_element(By.XPATH, "//summary[.//*[contains(text(), 'Paste or upload a YAML spec')]]").click()
+    # Streamlit renders a page element by element: the title can be there before the expander.
+    expander = "//summary[.//*[contains(text(), 'Paste or upload a YAML spec')]]"
+    _wait(browser, lambda d: d.find_elements(By.XPATH, expander), 60, "the YAML expander")
+    browser.find_element(By.XPATH, expander).click()
     yaml_box = _input(browser, "YAML spec", "textarea")
     yaml_box.send_keys(SPEC_YAML)
     _button(browser, "Load YAML into the form").click()
