@@ -65,6 +65,11 @@ def check_spec(spec: StudySpec, *, force: bool = False) -> None:
         field_name = "max_trials" if "max_trials" in est.over_limit else "max_total_tokens"
         raise ConfigError(field_name, getattr(spec, field_name),
                           f"the study is too large to be sane ({est.over_limit}); raise the limit or use --force")
+    # A store folder that preparing could destroy is refused here, before anything is written.
+    from cbscore.data import DataConfig
+    from cbscore.data.store import check_store_location
+
+    check_store_location(DataConfig.from_dict(dict(spec.data)).store_path())
     # Build every cell's TrainConfig once: a batch size the budget cannot hold, a bad data
     # setting, ... fail here with the trainer's own message, not in a worker hours later.
     for setting in spec.resolve_settings():

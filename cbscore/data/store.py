@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cbscore.errors import DataError
+from cbscore.errors import ConfigError, DataError
 
 from . import sources
 from .config import DataConfig, _normalised_source
@@ -139,6 +139,7 @@ def prepare(config: DataConfig, progress: bool = False) -> TokenStore:
     own tokenizer file is reused untouched. Otherwise it is rebuilt (atomically).
     """
     path = config.store_path()
+    check_store_location(path)  # before anything else: a rebuild replaces the folder
     fingerprint = sources.fingerprint(config)  # fails fast (missing file) before touching disk
     path.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive_lock(path.parent / f".{path.name}.lock"):
@@ -153,6 +154,59 @@ def prepare(config: DataConfig, progress: bool = False) -> TokenStore:
     store = TokenStore(path)
     store.built = True
     return store
+
+
+def data_roots() -> list[Path]:
+    """Folders where ``prepare`` may create a store: ``$CBS_HOME`` and the operator's
+    ``CBS_DATA_ROOTS`` (``os.pathsep``-separated; an environment setting, never a spec field, so
+    a spec pasted into the web page cannot widen it)."""
+    from cbscore.paths import cbs_home
+
+    roots = [cbs_home()]
+    for raw in (os.environ.get("CBS_DATA_ROOTS") or "").split(os.pathsep):
+        if raw.strip():
+            roots.append(Path(raw.strip()).expanduser().resolve())
+    return roots
+
+
+def is_store(path: Path) -> bool:
+    """True when ``path`` holds a CBS token-store manifest (a folder ``prepare`` may replace)."""
+    try:
+        manifest = json.loads((Path(path) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and "format_version" in manifest and "splits" in manifest
+
+
+def check_store_location(path: Path) -> None:
+    """Refuse a store folder that ``prepare`` could destroy something in (a ``ConfigError`` on
+    ``data.store_dir``).
+
+    A rebuild renames the existing folder aside and deletes it, so an existing folder is only
+    ever replaced when it holds a CBS manifest. A new folder must lie strictly inside a data root
+    (:func:`data_roots`); the state directory's own folders (``checkpoints``, ``broker``...) are
+    never a store.
+    """
+    from cbscore.paths import cbs_home
+
+    path = Path(path).expanduser().resolve()
+    if is_store(path):
+        return
+    home = cbs_home()
+    if path == home or home.is_relative_to(path):
+        raise ConfigError("data.store_dir", str(path), "is the state directory $CBS_HOME or holds it; "
+                          "pick a folder of its own")
+    if path.is_relative_to(home) and path.relative_to(home).parts[0] != "data":
+        raise ConfigError("data.store_dir", str(path), f"is inside {home} but not under its data/ folder; "
+                          f"stores live in {home / 'data'}")
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise ConfigError("data.store_dir", str(path), "exists and is not a CBS token store (no manifest.json); "
+                          "preparing a store replaces its folder, so it must be new, empty or a store")
+    roots = data_roots()
+    if not any(path.is_relative_to(root) and path != root for root in roots):
+        raise ConfigError("data.store_dir", str(path),
+                          f"is outside the data roots ({', '.join(map(str, roots))}); "
+                          "set CBS_DATA_ROOTS on the server to allow another folder")
 
 
 # ---- building -----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pytest
 
 from cbscore.data import DataConfig, open_store, prepare
 from cbscore.data import builtin
+from cbscore.data.store import check_store_location
 from cbscore.errors import ConfigError, DataError
 
 CHAPTERS = 1189  # chapters of the 66-book Protestant canon
@@ -233,3 +234,43 @@ def test_a_relative_and_an_absolute_path_share_one_store(tmp_path, monkeypatch):
     again = prepare(absolute)
     assert again.built is False and again.path == relative.store_path()
     assert open_store(relative).manifest == open_store(absolute).manifest
+
+
+# ---- where a store may live (issue 12, item 1) ----------------------------------------------------
+def test_prepare_never_replaces_a_folder_that_is_not_a_store(tmp_path, monkeypatch):
+    """A folder holding someone's files is refused, untouched, wherever it is."""
+    monkeypatch.setenv("CBS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CBS_DATA_ROOTS", str(tmp_path))
+    thesis = tmp_path / "thesis"
+    thesis.mkdir()
+    (thesis / "chapter1.tex").write_text("irreplaceable")
+    with pytest.raises(ConfigError) as err:
+        prepare(DataConfig(max_documents=20, vocab_size=260, store_dir=str(thesis)))
+    assert err.value.field == "data.store_dir" and "thesis" in str(err.value)
+    assert (thesis / "chapter1.tex").read_text() == "irreplaceable"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "thesis"]  # nothing built beside it
+
+
+def test_store_folders_live_under_the_data_roots(tmp_path, monkeypatch):
+    monkeypatch.setenv("CBS_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("CBS_DATA_ROOTS", raising=False)
+    outside = tmp_path / "elsewhere" / "store"
+    with pytest.raises(ConfigError, match="outside the data roots"):
+        check_store_location(outside)
+    assert not outside.parent.exists()
+    # The state directory and its own folders are never a store.
+    for bad in (tmp_path / "home", tmp_path / "home" / "checkpoints", tmp_path):
+        with pytest.raises(ConfigError):
+            check_store_location(bad)
+    check_store_location(tmp_path / "home" / "data" / "mine")  # new, under $CBS_HOME/data: fine
+    monkeypatch.setenv("CBS_DATA_ROOTS", str(tmp_path / "elsewhere"))
+    check_store_location(outside)  # the operator allowed that root
+
+
+def test_an_existing_store_anywhere_may_be_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("CBS_DATA_ROOTS", str(tmp_path))
+    folder = str(tmp_path / "s")
+    prepare(DataConfig(max_documents=20, vocab_size=260, store_dir=folder))
+    monkeypatch.delenv("CBS_DATA_ROOTS")
+    rebuilt = prepare(DataConfig(max_documents=20, vocab_size=300, store_dir=folder))  # it holds a manifest
+    assert rebuilt.built and rebuilt.vocab_size == 300
