@@ -18,7 +18,6 @@ Settings are read from the environment when this module is imported (``workers.s
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 
@@ -120,7 +119,7 @@ class _Presence:
         self.nodename = ""  # a child never unregisters its parent
 
     def start(self, nodename: str, concurrency: int) -> None:
-        from workers.ledger import Ledger, WorkerRow
+        from workers.ledger import Ledger, WorkerRow, host_id
 
         s = WorkerSettings.from_env()
         ledger = Ledger(s.ledger_url)
@@ -131,7 +130,7 @@ class _Presence:
 
         def beat() -> None:
             while True:
-                row = WorkerRow(nodename=nodename, hostname=socket.gethostname(), pid=os.getpid(), device=device,
+                row = WorkerRow(nodename=nodename, hostname=host_id(), pid=os.getpid(), device=device,
                                 queue=queue, concurrency=concurrency, started_s=started, heartbeat_s=time.time())
                 with self.lock:
                     try:

@@ -42,7 +42,7 @@ LEASES = sa.Table(
     sa.Column("run_id", sa.String(64)),
     sa.Column("attempt", sa.Integer, nullable=False),
     sa.Column("state", sa.String(16), nullable=False),  # creating | queued | running | done
-    sa.Column("owner", sa.String(255)),  # "host:pid" of the process holding the lease
+    sa.Column("owner", sa.String(255)),  # "host_id():pid" of the process holding the lease
     sa.Column("worker", sa.String(255)),  # Celery node name of the worker running it
     sa.Column("queue", sa.String(16)),
     sa.Column("heartbeat_s", sa.Float),
@@ -106,21 +106,44 @@ class WorkerRow:
     heartbeat_s: float
 
 
+def _read_first(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def host_id() -> str:
+    """Where a pid means one process: ``hostname@<pid namespace>.<boot>``.
+
+    Containers that share a hostname have their own PID namespaces (the same pid is a different
+    process in each), and a reboot reuses pids, so a pid is only judged where both match. Off
+    Linux (no ``/proc``) it is the plain hostname.
+    """
+    try:
+        ns = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return socket.gethostname()
+    boot = _read_first("/proc/sys/kernel/random/boot_id").replace("-", "")[:12]
+    return f"{socket.gethostname()}@{ns}.{boot}"
+
+
 def this_process() -> str:
-    """Owner id of the calling process: ``host:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """Owner id of the calling process: ``host_id():pid``."""
+    return f"{host_id()}:{os.getpid()}"
 
 
 def owner_is_dead(owner: str | None) -> bool:
-    """True when ``owner`` ("host:pid") is a process on this host that no longer runs.
+    """True when ``owner`` (``host_id():pid``) is a process of this host and PID namespace that no
+    longer runs.
 
-    Owners on other hosts are never judged here (their heartbeat decides). A zombie (killed, not
-    yet reaped) counts as dead.
+    Owners on other hosts or in other PID namespaces (another container with the same hostname)
+    are never judged here: their heartbeat decides. A zombie (killed, not yet reaped) counts as dead.
     """
     if not owner or ":" not in owner:
         return False
     host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
+    if host != host_id() or not pid.isdigit():
         return False
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -3,10 +3,15 @@ creator per trial, and the study lock hands a missed pass to its holder."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
+import socket
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +125,34 @@ def test_worker_presence_expires(ledger):
     assert ledger.workers(now_s=111.0, stale_after_s=10) == []
     ledger.worker_gone("cpu-1@h")
     assert ledger.workers(now_s=100.0, stale_after_s=10) == []
+
+
+def _free_pid() -> int:
+    """A pid no process of this namespace has (above every live one, under pid_max)."""
+    live = {int(p) for p in os.listdir("/proc") if p.isdigit()}
+    return max(live) + 500
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0,
+                    reason="needs unshare and root to make a PID namespace")
+def test_a_live_trial_in_another_pid_namespace_is_not_judged_dead():
+    """Two containers with one hostname: a holder alive in its own PID namespace has a pid that
+    names no process here. It must not be judged dead (issue 12, item 5)."""
+    pid = _free_pid()
+    code = ("from workers.ledger import this_process; import time; "
+            "print(this_process(), flush=True); time.sleep(60)")
+    # In a new PID namespace, ns_last_pid makes the next child get exactly ``pid``.
+    script = (f"echo {pid - 1} > /proc/sys/kernel/ns_last_pid && "
+              f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}")
+    holder = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", script],
+                              stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).parents[2]),
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    try:
+        owner = holder.stdout.readline().strip()
+        assert owner.endswith(f":{pid}"), owner
+        assert not Path(f"/proc/{pid}").exists()  # that pid is nobody here...
+        assert socket.gethostname() in owner
+        assert not owner_is_dead(owner)  # ...but its holder lives elsewhere: only the heartbeat decides
+    finally:
+        holder.kill()
+        holder.wait()
