@@ -100,6 +100,11 @@ class Callback:
     def post_train(self, state: TrainState, result: TrialResult) -> None:
         pass
 
+    def may_checkpoint(self, state: TrainState) -> bool:
+        """Asked before every checkpoint write; any callback answering False skips it (a holder
+        that lost its trial to a newer attempt must not write one)."""
+        return True
+
     def on_error(self, state: TrainState, exc: BaseException) -> None:
         pass
 

@@ -263,6 +263,8 @@ class _Trial:
 
     def _save(self, result: TrialResult | None = None) -> None:
         if self.config.checkpoint_dir is not None:
+            if not all(cb.may_checkpoint(self.state) for cb in self.callbacks):
+                return
             save_checkpoint(self.config.checkpoint_dir, self._payload(result))
             self.last_checkpoint_at = time.monotonic()
 

@@ -27,9 +27,10 @@ for _name, _value in {
 
 # Run-time state of the product under test: one folder per test session, never the user's .cbs/.
 os.environ.setdefault("CBS_HOME", str(CACHE / "cbs-home-tests"))
-# Tests build throw-away stores in pytest's temporary folders: allow them as a data root (the
-# product allows only $CBS_HOME unless the operator sets this; tests of that rule unset it).
-os.environ.setdefault("CBS_DATA_ROOTS", tempfile.gettempdir())
+# Tests build throw-away stores in pytest's temporary folders and shared ones under .cache/: allow
+# them as data roots (the product allows only $CBS_HOME unless the operator sets this; tests of
+# that rule unset it).
+os.environ.setdefault("CBS_DATA_ROOTS", os.pathsep.join([tempfile.gettempdir(), str(CACHE)]))
 
 # Shared fixtures (a prepared built-in token store, ...) live in plugin modules.
 pytest_plugins = ["tests.data_fixtures"]

@@ -155,6 +155,11 @@ class _Presence:
 _PRESENCE = _Presence()
 
 
+def worker_nodename() -> str:
+    """This worker's Celery node name (``cpu@host``) in its parent process, once it is ready."""
+    return _PRESENCE.nodename or ""
+
+
 @signals.worker_init.connect
 def _preload(**_: object) -> None:
     """Import MLflow once in the parent (forked children reuse it; it never touches CUDA), and on

@@ -256,10 +256,10 @@ class Ledger:
                          attempt=attempt + 1, state="queued", owner=None, worker=None, sent_s=now_s, updated_s=now_s)
 
     def fail_lost(self, trial_id: str, attempt: int, *, now_s: float, stale_before_s: float,
-                  dead_owner: str | None = None) -> bool:
-        """``running → done`` (failed): lost at the attempt cap."""
+                  dead_owner: str | None = None, outcome: str = "failed") -> bool:
+        """``running → done`` (``outcome``): lost at the attempt cap, or lost after a cancel."""
         return self._cas(self._lost(trial_id, attempt, stale_before_s, dead_owner),
-                         state="done", outcome="failed", updated_s=now_s)
+                         state="done", outcome=outcome, updated_s=now_s)
 
     def beat(self, trial_id: str, attempt: int, owner: str, now_s: float) -> tuple[bool, str | None]:
         """Stamp the heartbeat; returns (still held by ``owner``, stop reason or None)."""
@@ -356,6 +356,12 @@ class Ledger:
             with self.engine.begin() as conn:
                 conn.execute(LOCKS.update().where(LOCKS.c.study == study).values(dirty=1))
             return False
+
+    def renew_lock(self, study: str, owner: str, *, now_s: float, ttl_s: float) -> bool:
+        """Extend ``owner``'s hold on ``study``'s lock to ``now_s + ttl_s``; False if it lost it."""
+        with self.engine.begin() as conn:
+            return conn.execute(LOCKS.update().where(LOCKS.c.study == study, LOCKS.c.owner == owner)
+                                .values(until_s=now_s + ttl_s)).rowcount == 1
 
     def unlock(self, study: str, owner: str) -> bool:
         """Release the lock unless another pass was asked for meanwhile.

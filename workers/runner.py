@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study import (TERMINAL, StudySpec, TrialSpec, build_train_config, estimate, plan, planned_budget,
                            status_counts, trial_from_ask)
+from workers.checkpoints import remove_checkpoint, sweep
 from workers.ledger import Ledger, owner_is_dead, this_process
 from workers.records import build_records
 from workers.settings import QUEUES, WorkerSettings
@@ -80,8 +82,36 @@ def check_spec(spec: StudySpec, *, force: bool = False) -> None:
                                    max_tokens=role_tokens, max_steps=cap, target_loss=None)
 
 
+class _LockKeeper:
+    """Renews a study lock every ``ttl_s / 3`` while a pass runs, so a pass longer than the TTL
+    (a slow MLflow, hundreds of trials to start) never lets a second runner in beside it."""
+
+    def __init__(self, ledger: Ledger, study: str, owner: str, ttl_s: float):
+        self.ledger, self.study, self.owner, self.ttl_s = ledger, study, owner, ttl_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cbs-study-lock", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                self.ledger.renew_lock(self.study, self.owner, now_s=time.time(), ttl_s=self.ttl_s)
+            except Exception as exc:  # noqa: BLE001 - the database is briefly away: try again next period
+                print(f"cbs runner: renewing the lock of {self.study} failed: {exc}", flush=True)
+
+    def __enter__(self) -> "_LockKeeper":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
 class Runner:
     """Launch, advance and cancel studies against one set of settings."""
+
+    #: How long a study lock holds without renewal (renewed every third of it while a pass runs).
+    lock_ttl_s = _LOCK_TTL_S
 
     def __init__(self, settings: WorkerSettings | None = None):
         self.settings = settings or WorkerSettings.from_env()
@@ -130,28 +160,46 @@ class Runner:
     def advance(self, study: str) -> AdvanceReport:
         """One (or a few) idempotent passes over ``study``; see the module docstring."""
         now = time.time()
-        if not self.ledger.try_lock(study, self.owner, now_s=now, ttl_s=_LOCK_TTL_S):
+        ttl = self.lock_ttl_s
+        if not self.ledger.try_lock(study, self.owner, now_s=now, ttl_s=ttl):
             return AdvanceReport(study=study, skipped="another runner is advancing this study")
         report = AdvanceReport(study=study)
         try:
-            for _ in range(_MAX_PASSES):
-                report = self._advance_once(study)
-                if self.ledger.unlock(study, self.owner):
-                    break
-                self.ledger.try_lock(study, self.owner, now_s=time.time(), ttl_s=_LOCK_TTL_S)
-            else:
-                self.ledger.unlock(study, self.owner)
+            with _LockKeeper(self.ledger, study, self.owner, ttl):
+                for _ in range(_MAX_PASSES):
+                    report = self._advance_once(study)
+                    if self.ledger.unlock(study, self.owner):
+                        break
+                    self.ledger.try_lock(study, self.owner, now_s=time.time(), ttl_s=ttl)
+                else:
+                    self.ledger.unlock(study, self.owner)
         except BaseException:
             self.ledger.unlock(study, self.owner)
             raise
         return report
 
-    def advance_all(self) -> list[AdvanceReport]:
-        """Advance every study that is still running."""
+    def advance_all(self, log=print) -> list[AdvanceReport]:
+        """Advance every study that is still running, and repair the others' loose ends.
+
+        One study's failure is logged and the next study goes on (a bad spec, a run MLflow
+        refuses): a runner serving many studies never stops for one.
+        """
         out = []
         for exp, parent in self.tracker.studies():
-            if parent is not None and parent.data.tags.get("status") == "running":
-                out.append(self.advance(exp.name))
+            if parent is None:
+                continue
+            try:
+                if parent.data.tags.get("status") == "running":
+                    out.append(self.advance(exp.name))
+                else:
+                    repaired = self.repair_ended(exp.name)
+                    if repaired:
+                        out.append(AdvanceReport(study=exp.name, repaired=tuple(repaired),
+                                                 skipped=f"study is {parent.data.tags.get('status')}"))
+            except Exception as exc:  # noqa: BLE001 - see the docstring
+                log(f"cbs study watch: {exp.name}: this pass failed ({type(exc).__name__}: {exc}); "
+                    "the other studies go on")
+                out.append(AdvanceReport(study=exp.name, skipped="failed", errors=(f"{type(exc).__name__}: {exc}",)))
         return out
 
     def _advance_once(self, study: str) -> AdvanceReport:
@@ -171,14 +219,7 @@ class Runner:
         runs_by_trial = {r.data.tags.get("trial_id"): r for r in runs}
         now = time.time()
 
-        # Repair: a lease ended but its run was not (the process died in between).
-        repaired = []
-        for tid, lease in leases.items():
-            run = runs_by_trial.get(tid)
-            if (lease.state == "done" and run is not None and run.data.tags.get("status") not in TERMINAL
-                    and run.info.status not in ("FINISHED", "FAILED", "KILLED")):
-                self.tracker.end_trial(run.info.run_id, lease.outcome or "failed")
-                repaired.append(tid)
+        repaired = self._repair_runs(leases, runs_by_trial)
 
         p = plan(spec, records, now, stale_after_s=s.stale_after_s, max_attempts=s.max_attempts)
 
@@ -193,6 +234,7 @@ class Runner:
                 self.tracker.end_trial(rec.run_id, "failed",
                                        stop_reason=f"lost its worker {lease.attempt} times (CBS_MAX_ATTEMPTS={s.max_attempts})")
                 tell(s, study, runs_by_trial[tid].data.tags, "failed", None)
+                remove_checkpoint(tid)
                 failed.append(tid)
 
         requeued = []
@@ -253,6 +295,58 @@ class Runner:
         return AdvanceReport(study=study, started=tuple(started), requeued=tuple(requeued), failed=tuple(failed),
                              stopped=tuple(stopped), resent=tuple(resent), repaired=tuple(repaired),
                              done=p.done, errors=tuple(p.errors))
+
+    # ------------------------------------------------------------------ repair
+    def _repair_runs(self, leases: dict, runs_by_trial: dict) -> list[str]:
+        """A lease ended but its run was not (the process died in between): end the run as the
+        lease says. Checkpoints of ended trials still on disk are removed (:mod:`workers.checkpoints`)."""
+        repaired = []
+        for tid, lease in leases.items():
+            run = runs_by_trial.get(tid)
+            if (lease.state == "done" and run is not None and run.data.tags.get("status") not in TERMINAL
+                    and run.info.status not in ("FINISHED", "FAILED", "KILLED")):
+                self.tracker.end_trial(run.info.run_id, lease.outcome or "failed")
+                repaired.append(tid)
+        sweep(tid for tid, lease in leases.items() if lease.state == "done")
+        return repaired
+
+    def repair_ended(self, study: str) -> list[str]:
+        """Loose ends of a study that is no longer running (cancelled, done): a trial whose holder
+        was lost after the cancel ends ``stopped``, a queued one too, and a run left open by a
+        crash between the ledger and MLflow is ended. Returns the trials repaired.
+
+        Cheap when there is nothing to do: MLflow is read only when a lease is still open or one
+        ended since the last clean repair (the parent's ``repaired_s`` tag).
+        """
+        parent = self.tracker.study_run(study)
+        if parent is None or parent.data.tags.get("status") == "running":
+            return []
+        leases = self.ledger.leases(study)
+        since = float(parent.data.tags.get("repaired_s") or 0.0)
+        if all(lease.state == "done" and lease.updated_s < since for lease in leases.values()):
+            return []
+        now = time.time()
+        stale_before = now - self.settings.stale_after_s
+        repaired = []
+        for tid, lease in leases.items():
+            if lease.state in ("queued", "creating"):
+                if self.ledger.end_queued(tid, outcome="stopped", now_s=now) and lease.run_id:
+                    self.tracker.end_trial(lease.run_id, "stopped", stop_reason="cancelled")
+                    repaired.append(tid)
+            elif lease.state == "running":
+                dead = lease.owner if owner_is_dead(lease.owner) else None
+                if self.ledger.fail_lost(tid, lease.attempt, now_s=now, stale_before_s=stale_before, dead_owner=dead,
+                                         outcome="stopped") and lease.run_id:
+                    self.tracker.end_trial(lease.run_id, "stopped",
+                                           stop_reason=f"lost its worker after the study was {parent.data.tags.get('status')}")
+                    remove_checkpoint(tid)
+                    repaired.append(tid)
+        exp_id, parent_id = parent.info.experiment_id, parent.info.run_id
+        runs_by_trial = {r.data.tags.get("trial_id"): r for r in self.tracker.trial_runs(exp_id, parent_id)}
+        repaired += self._repair_runs(self.ledger.leases(study), runs_by_trial)
+        if all(lease.state == "done" for lease in self.ledger.leases(study).values()):
+            self.tracker.set_tags(parent_id, {"repaired_s": f"{now:.3f}"})
+        return repaired
 
     # ------------------------------------------------------------------ trials
     def _start(self, ts: TrialSpec, exp_id: str, parent_id: str) -> bool:
@@ -327,6 +421,7 @@ class Runner:
         if self.ledger.end_queued(trial_id, outcome="stopped", now_s=now):
             if lease.run_id:
                 self.tracker.end_trial(lease.run_id, "stopped", stop_reason=reason)
+            remove_checkpoint(trial_id)  # a trial released at a checkpoint, then cancelled
             return "stopped"
         if self.ledger.request_stop(trial_id, reason):
             if lease.run_id:
@@ -356,7 +451,7 @@ class Runner:
         while passes is None or n < passes:
             t0 = time.time()
             try:
-                for rep in self.advance_all():
+                for rep in self.advance_all(log=log):
                     if rep.started or rep.requeued or rep.failed or rep.resent or rep.repaired or rep.stopped:
                         log(f"cbs study watch: {rep.study}: started {len(rep.started)}, requeued {list(rep.requeued)}, "
                             f"failed {list(rep.failed)}, pruned {list(rep.stopped)}, resent {list(rep.resent)}")

@@ -68,6 +68,53 @@ class TrackingError(CbsError):
     """The tracking store cannot be reached or refuses a write; the message says which store."""
 
 
+#: MLflow error codes of a store that is down, overloaded or restarting (worth trying again).
+_TRANSIENT_CODES = frozenset({"TEMPORARILY_UNAVAILABLE", "INTERNAL_ERROR", "REQUEST_LIMIT_EXCEEDED",
+                              "DEADLINE_EXCEEDED", "ABORTED", "RESOURCE_EXHAUSTED"})
+_TRANSIENT_WORDS = ("max retries exceeded", "connection refused", "connection reset", "database is locked",
+                    "server closed the connection", "could not connect", "timed out", "temporarily unavailable")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when ``exc`` (or what caused it) says a store is unreachable or busy, not that the
+    request was wrong: a connection error, a database that is locked or went away, an MLflow
+    server answering 5xx. A trial that meets one gives its attempt back instead of failing."""
+    import sqlalchemy.exc as sa_exc
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (ConnectionError, TimeoutError, sa_exc.OperationalError, sa_exc.InterfaceError,
+                            sa_exc.DisconnectionError, sqlite3.OperationalError)):
+            return True
+        if type(exc).__module__.startswith(("requests", "urllib3")):
+            return True
+        if isinstance(exc, MlflowException):
+            if exc.error_code in _TRANSIENT_CODES:
+                return True
+            if any(w in str(exc).lower() for w in _TRANSIENT_WORDS):
+                return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def retrying(call, *, what: str, attempts: int | None = None, first_wait_s: float = 0.5):
+    """``call()``, tried up to ``attempts`` times (``CBS_TRACKING_RETRIES``, default 4) with
+    doubling waits while it fails with a transient error (:func:`is_transient`)."""
+    n = attempts or int(os.environ.get("CBS_TRACKING_RETRIES") or 4)
+    wait = first_wait_s
+    for i in range(n):
+        try:
+            return call()
+        except Exception as exc:
+            if i == n - 1 or not is_transient(exc):
+                raise
+            print(f"cbs tracking: {what} failed ({type(exc).__name__}: {str(exc)[:200]}); "
+                  f"retrying in {wait:g} s", flush=True)
+            time.sleep(wait)
+            wait *= 2
+
+
 # ---------------------------------------------------------------------------- store and client
 _CLIENTS: dict[tuple[int, str], MlflowClient] = {}
 _CLIENTS_LOCK = threading.Lock()
@@ -314,21 +361,29 @@ class Tracker:
     def set_trial_status(self, run_id: str, status: str, **tags: Any) -> None:
         """Tag the trial's ``status`` (and more tags) and move the MLflow run status to match."""
         all_tags = {"status": status, **{k: "" if v is None else str(v) for k, v in tags.items()}}
-        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in all_tags.items()])
         run_status = RUN_STATUS[status]
-        if run_status in TERMINAL_RUN_STATUSES:
-            self.client.set_terminated(run_id, status=run_status)
-        else:
-            self.client.update_run(run_id, status=run_status)
+
+        def write() -> None:  # idempotent, so a retry after a write that landed is harmless
+            self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in all_tags.items()])
+            if run_status in TERMINAL_RUN_STATUSES:
+                self.client.set_terminated(run_id, status=run_status)
+            else:
+                self.client.update_run(run_id, status=run_status)
+
+        retrying(write, what=f"setting the status of run {run_id}")
 
     def end_trial(self, run_id: str, outcome: str, **tags: Any) -> None:
         """End a trial run with ``outcome`` (tags ``status`` and ``outcome``; FINISHED/KILLED/FAILED)."""
         self.set_trial_status(run_id, outcome, outcome=outcome, **tags)
 
     def log_metrics(self, run_id: str, metrics: Iterable[Metric]) -> None:
+        """Log ``metrics`` in batches of 1000, each retried on a transient error (:func:`retrying`).
+        A batch logged twice (a retry after a write that did land) is harmless: the history keeps
+        the latest value per step."""
         batch = list(metrics)
         for i in range(0, len(batch), 1000):
-            self.client.log_batch(run_id, metrics=batch[i:i + 1000])
+            chunk = batch[i:i + 1000]
+            retrying(lambda: self.client.log_batch(run_id, metrics=chunk), what=f"logging metrics of run {run_id}")
 
     # -------------------------------------------------------------- histories (cached when ended)
     _HISTORY: "OrderedDict[tuple[str, str, str], tuple[tuple[float, ...], tuple[float, ...]]]" = OrderedDict()
@@ -463,22 +518,45 @@ class MlflowCallback(Callback):
         self.last_flush = 0.0
         self.flushes = 0
 
-    def flush(self, state: TrainState) -> None:
+    #: Metrics kept while the store is unreachable; beyond this the oldest training-curve points
+    #: go first (evaluations and summaries are what the study reads, so they are kept).
+    max_buffer = 200_000
+
+    def flush(self, state: TrainState, *, must: bool = False) -> None:
+        """Send the buffer. A failure mid-training keeps the buffer for the next flush and goes on
+        (the store may be restarting); with ``must`` (the end of the trial) it raises, and the
+        trial gives its attempt back (:mod:`workers.trial`)."""
         now = time.time()
         self.buffer += [metric("heartbeat", now, state.step, now), metric("progress/step", state.step, state.step, now),
                         metric("progress/tokens", state.tokens, state.step, now)]
         batch, self.buffer = self.buffer, []
-        self.tracker.log_metrics(self.run_id, batch)
         self.last_flush = now
+        try:
+            self.tracker.log_metrics(self.run_id, batch)
+        except Exception as exc:
+            self.buffer = batch + self.buffer
+            self._trim()
+            if must or not is_transient(exc):
+                raise
+            print(f"cbs trial: metrics kept for the next flush ({len(self.buffer)} waiting): {exc}", flush=True)
+            return
         self.flushes += 1
+
+    def _trim(self) -> None:
+        excess = len(self.buffer) - self.max_buffer
+        if excess > 0:
+            curve = [i for i, m in enumerate(self.buffer) if m.key.startswith(("train/", "optim/", "perf/", "heartbeat",
+                                                                                "progress/"))]
+            drop = set(curve[:excess])
+            self.buffer = [m for i, m in enumerate(self.buffer) if i not in drop]
 
     def pre_train(self, state: TrainState) -> None:
         tags = [RunTag("total_steps", str(state.total_steps)), RunTag("warmup_steps", str(state.warmup_steps)),
                 RunTag("device", state.device)]
         if state.resumed_from_step is not None:
             tags.append(RunTag("resumed_from_step", str(state.resumed_from_step)))
-        self.tracker.client.log_batch(self.run_id, tags=tags)
-        self.flush(state)
+        retrying(lambda: self.tracker.client.log_batch(self.run_id, tags=tags), what="tagging the run")
+        self.flush(state, must=True)
 
     def post_step(self, state: TrainState, metrics: dict[str, Any] | None) -> None:
         if metrics is not None:
@@ -501,7 +579,10 @@ class MlflowCallback(Callback):
 
     def post_train(self, state: TrainState, result: TrialResult) -> None:
         self.buffer += summary_metrics(result)
-        self.flush(state)
+        self.flush(state, must=True)
 
     def on_error(self, state: TrainState, exc: BaseException) -> None:
-        self.flush(state)
+        try:
+            self.flush(state)
+        except Exception as flush_exc:  # noqa: BLE001 - the training error is the one to report
+            print(f"cbs trial: could not send the last metrics: {flush_exc}", flush=True)

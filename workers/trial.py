@@ -11,7 +11,13 @@
    (FINISHED / KILLED / FAILED), then Optuna; delete the checkpoint; advance the study.
 
 An exception in training ends the trial ``failed`` (run FAILED) and is re-raised, never
-swallowed; it is not retried (only a lost worker is). A shutdown is not a failure: SIGTERM (or the
+swallowed; it is not retried (only a lost worker is). A tracking or database error is not the
+trial's fault: after the tracker's own retries (:func:`workers.tracking.retrying`) the holder
+gives the *same* attempt back to the queue (``release``) and a later attempt resumes from the
+checkpoint, which holds the result when training had already ended. A task killed at the hard
+time limit (``CBS_TRIAL_TIME_LIMIT_S``) ends ``failed`` from the worker's parent
+(:func:`end_after_time_limit`) instead of looking like a lost worker. Every terminal transition
+removes the trial's checkpoint folder (:mod:`workers.checkpoints`). A shutdown is not a failure: SIGTERM (or the
 worker's shutdown hook, through the lease) stops the trainer at the next step with a checkpoint
 and the same attempt goes back to the queue; a harder interrupt (SystemExit, KeyboardInterrupt)
 puts it back too, to resume from the last periodic checkpoint.
@@ -21,17 +27,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import threading
 import time
 import traceback
 
-from cbscore import paths
 from cbscore.callbacks import Callback, TrainState
+from workers.checkpoints import checkpoint_dir, remove_checkpoint
 from workers.ledger import INTERRUPTED, Ledger, owner_is_dead, this_process
 from workers.settings import WorkerSettings
-from workers.tracking import MlflowCallback, Tracker
+from workers.tracking import MlflowCallback, Tracker, is_transient
 
 
 class Heartbeat:
@@ -94,9 +99,12 @@ class StopWatch(Callback):
     def post_step(self, state: TrainState, metrics) -> None:
         self._check(state)
 
-
-def checkpoint_dir(trial_id: str) -> str:
-    return str(paths.subdir("checkpoints") / trial_id)
+    def may_checkpoint(self, state: TrainState) -> bool:
+        """Ask the ledger now (not at the last beat) whether this attempt still holds the trial: a
+        superseded holder must never write a checkpoint the new holder would resume from, nor one
+        after the trial ended and its folder was removed."""
+        self.heartbeat.beat()
+        return not self.heartbeat.superseded
 
 
 def _operational(trial_id: str) -> dict:
@@ -143,6 +151,7 @@ def _fail_at_cap(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, l
         tracker.end_trial(lease.run_id, "failed",
                           stop_reason=f"lost its worker {lease.attempt} times (CBS_MAX_ATTEMPTS={s.max_attempts})")
         tell(s, study, tracker.get_run(lease.run_id).data.tags, "failed", None)
+        remove_checkpoint(trial_id)
         _advance(study)
     return {"trial_id": trial_id, "attempt": lease.attempt, "outcome": "failed"}
 
@@ -151,10 +160,21 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
                  worker: str, run_id: str) -> dict:
     from workers.records import trial_spec
 
-    tracker = Tracker(s.tracking_uri, s.artifact_root)
-    run = tracker.get_run(run_id)
-    spec = trial_spec(run)
-    tracker.set_trial_status(run_id, "running", attempt=attempt, worker=worker, pid=os.getpid())
+    try:
+        tracker = Tracker(s.tracking_uri, s.artifact_root)
+        run = tracker.get_run(run_id)
+        spec = trial_spec(run)
+        tracker.set_trial_status(run_id, "running", attempt=attempt, worker=worker, pid=os.getpid())
+    except Exception as exc:
+        # Before training: a store that is down costs no attempt; anything else fails the trial
+        # now instead of leaving a lease that looks lost (and burns every attempt in seconds).
+        if is_transient(exc):
+            return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, None, exc)
+        if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
+            _try_end(s, run_id, "failed", f"{type(exc).__name__}: {exc}"[:500])
+            remove_checkpoint(trial_id)
+            _advance(study)
+        raise
     heartbeat = Heartbeat(ledger, trial_id, attempt, owner, s.heartbeat_s).start()
     # SIGTERM (the pool stopping its children, a process-group kill) becomes a stop at the next
     # step with a checkpoint, then the same attempt goes back to the queue.
@@ -175,12 +195,16 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
         raise
     except BaseException as exc:
         heartbeat.stop()
-        if not heartbeat.superseded and ledger.finish(trial_id, attempt, owner=owner, outcome="failed",
-                                                      now_s=time.time()):
+        if heartbeat.superseded:
+            raise
+        if isinstance(exc, Exception) and is_transient(exc):
+            return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, run, exc)
+        if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
             message = f"{type(exc).__name__}: {exc}"
             tracker.end_trial(run_id, "failed", stop_reason=message[:500])
             tracker.log_text(run_id, traceback.format_exc(), f"errors/attempt-{attempt}.txt")
             tell(s, study, run.data.tags, "failed", None)
+            remove_checkpoint(trial_id)
             _advance(study)
         raise
     finally:
@@ -195,16 +219,65 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     if outcome == "stopped":
         outcome = "pruned" if result.stop_reason == "pruned" else "stopped"
     if ledger.finish(trial_id, attempt, owner=owner, outcome=outcome, now_s=time.time()):
+        remove_checkpoint(trial_id)  # the lease is done: nobody resumes it (the run is ended next)
         tracker.end_trial(run_id, outcome, stop_reason=result.stop_reason or "",
                           steps_to_target="" if result.steps_to_target is None else repr(result.steps_to_target),
                           beta2=repr(result.beta2), ewa_taus=json.dumps(list(result.ewa_taus)),
                           target_tau=result.target_tau or "")
         tell(s, study, run.data.tags, outcome, result)
-        if not os.environ.get("CBS_KEEP_CHECKPOINTS"):
-            shutil.rmtree(checkpoint_dir(trial_id), ignore_errors=True)
     _advance(study)
     return {"trial_id": trial_id, "attempt": attempt, "outcome": outcome, "steps": result.steps,
             "steps_to_target": result.steps_to_target, "resumed_from_step": result.resumed_from_step}
+
+
+def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,
+               run_id: str, run, exc: BaseException) -> dict:
+    """A store was unreachable: put the same attempt back in the queue (it costs no attempt) and
+    send it again after a pause; the checkpoint (with the result, if training ended) is kept."""
+    reason = f"{type(exc).__name__}: {str(exc)[:300]}"
+    print(f"cbs trial {trial_id}: a store is unreachable ({reason}); attempt {attempt} goes back to the queue",
+          flush=True)
+    if not ledger.release(trial_id, attempt, owner=owner, now_s=time.time()):
+        return {"trial_id": trial_id, "attempt": attempt, "skipped": "lease lost while giving it back"}
+    try:
+        Tracker(s.tracking_uri, s.artifact_root).set_trial_status(run_id, "queued", attempt=attempt,
+                                                                  given_back=reason[:250])
+    except Exception as tag_exc:  # noqa: BLE001 - the store is down: the runner's pass re-tags it
+        print(f"cbs trial {trial_id}: could not tag the run: {tag_exc}", flush=True)
+    from workers.runner import Runner
+
+    queue = (run.data.tags.get("queue") if run is not None else None) or "cpu"
+    Runner(s).send(study, trial_id, attempt, queue, countdown_s=max(15.0, 3 * s.heartbeat_s))
+    return {"trial_id": trial_id, "attempt": attempt, "requeued": f"store unreachable: {reason}"}
+
+
+def _try_end(s: WorkerSettings, run_id: str, outcome: str, reason: str) -> None:
+    try:
+        Tracker(s.tracking_uri, s.artifact_root).end_trial(run_id, outcome, stop_reason=reason)
+    except Exception as exc:  # noqa: BLE001 - the runner's repair pass ends it from the lease
+        print(f"cbs trial: could not end run {run_id}: {exc}", flush=True)
+
+
+def end_after_time_limit(study: str, trial_id: str, worker: str, limit_s: float | None,
+                         settings: WorkerSettings | None = None) -> bool:
+    """The hard time limit killed this worker's child running ``trial_id`` (called in the
+    worker's parent, just before the kill): end the trial ``failed`` with that reason, so the
+    runner does not take it for a lost worker and run it again up to the attempt cap."""
+    s = settings or WorkerSettings.from_env()
+    ledger = Ledger(s.ledger_url)
+    lease = ledger.lease(trial_id)
+    if lease is None or lease.state != "running" or (worker and lease.worker != worker):
+        return False
+    if not ledger.finish(trial_id, lease.attempt, owner=lease.owner, outcome="failed", now_s=time.time()):
+        return False
+    reason = f"exceeded the hard time limit of {limit_s:g} s (CBS_TRIAL_TIME_LIMIT_S)" if limit_s else \
+        "exceeded the hard time limit (CBS_TRIAL_TIME_LIMIT_S)"
+    tracker = Tracker(s.tracking_uri, s.artifact_root)
+    tracker.end_trial(lease.run_id, "failed", stop_reason=reason)
+    tell(s, study, tracker.get_run(lease.run_id).data.tags, "failed", None)
+    remove_checkpoint(trial_id)
+    _advance(study)
+    return True
 
 
 def _requeue_interrupted(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,

@@ -206,7 +206,7 @@ def test_watch_survives_a_pass_that_raises_any_exception(worker_env, monkeypatch
     runner = Runner()
     calls = []
 
-    def flaky():
+    def flaky(log=None):
         calls.append(1)
         if len(calls) == 1:
             raise NotADirectoryError("broker/queue is not a directory")
@@ -218,3 +218,25 @@ def test_watch_survives_a_pass_that_raises_any_exception(worker_env, monkeypatch
     assert len(calls) == 3
     assert logs == ["cbs study watch: this pass failed (NotADirectoryError: broker/queue is not a directory); "
                     "retrying in 0.01 s"]
+
+
+def test_one_failing_study_does_not_stop_the_others(worker_env, monkeypatch):
+    """Issue 12, item 3: the runner logs a study whose pass fails and advances the next one."""
+    api.launch_study(tiny_spec("bad-one"))
+    api.launch_study(tiny_spec("good-one"))
+    runner = Runner()
+    real = runner.advance
+
+    def advance(study):
+        if study == "bad-one":
+            raise NotADirectoryError("its folder is briefly unusable")
+        return real(study)
+
+    monkeypatch.setattr(runner, "advance", advance)
+    logs: list[str] = []
+    reports = {r.study: r for r in runner.advance_all(log=logs.append)}
+    assert reports["bad-one"].skipped == "failed"
+    assert reports["bad-one"].errors == ("NotADirectoryError: its folder is briefly unusable",)
+    assert reports["good-one"].skipped is None  # advanced
+    assert logs == ["cbs study watch: bad-one: this pass failed (NotADirectoryError: its folder is briefly "
+                    "unusable); the other studies go on"]
