@@ -72,6 +72,9 @@ class WorkerSettings:
     ledger_url: str
     """SQLAlchemy URL of the runner's ledger (leases and worker presence)."""
     max_attempts: int
+    max_give_backs: int = 20
+    """How often a trial may give its attempt back because a store was unreachable before it
+    fails (``CBS_MAX_GIVE_BACKS``; waits double from 15 s to 10 min between tries)."""
     """Attempts before a trial that keeps losing its worker ends ``failed``."""
     soft_time_limit_s: float | None
     """Soft time limit of a trial, seconds (``None``: none)."""
@@ -134,6 +137,7 @@ class WorkerSettings:
             optuna_storage=with_driver(optuna),
             ledger_url=with_driver(ledger),
             max_attempts=int(_number(env, "CBS_MAX_ATTEMPTS", 3, integer=True)),
+            max_give_backs=int(_number(env, "CBS_MAX_GIVE_BACKS", 20, integer=True)),
             soft_time_limit_s=_optional(env, "CBS_TRIAL_SOFT_TIME_LIMIT_S"),
             time_limit_s=_optional(env, "CBS_TRIAL_TIME_LIMIT_S"),
             heartbeat_s=_number(env, "CBS_HEARTBEAT_S", 5.0),

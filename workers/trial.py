@@ -235,8 +235,16 @@ def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, att
     """A store was unreachable: put the same attempt back in the queue (it costs no attempt) and
     send it again after a pause; the checkpoint (with the result, if training ended) is kept."""
     reason = f"{type(exc).__name__}: {str(exc)[:300]}"
-    print(f"cbs trial {trial_id}: a store is unreachable ({reason}); attempt {attempt} goes back to the queue",
-          flush=True)
+    given = _count_give_back(trial_id)
+    if given > s.max_give_backs:  # not an outage after all (an error the store repeats): fail it
+        if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
+            _try_end(s, run_id, "failed", f"gave its attempt back {given - 1} times (CBS_MAX_GIVE_BACKS="
+                                          f"{s.max_give_backs}); last error {reason}"[:500])
+            remove_checkpoint(trial_id)
+            _advance(study)
+        return {"trial_id": trial_id, "attempt": attempt, "outcome": "failed"}
+    print(f"cbs trial {trial_id}: a store is unreachable ({reason}); attempt {attempt} goes back to the queue "
+          f"({given}/{s.max_give_backs})", flush=True)
     if not ledger.release(trial_id, attempt, owner=owner, now_s=time.time()):
         return {"trial_id": trial_id, "attempt": attempt, "skipped": "lease lost while giving it back"}
     try:
@@ -247,8 +255,25 @@ def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, att
     from workers.runner import Runner
 
     queue = (run.data.tags.get("queue") if run is not None else None) or "cpu"
-    Runner(s).send(study, trial_id, attempt, queue, countdown_s=max(15.0, 3 * s.heartbeat_s))
+    # Back off: 15 s, 30 s, ... up to 10 min between tries of a store that stays down.
+    wait_s = min(600.0, max(15.0, 3 * s.heartbeat_s) * 2 ** (given - 1))
+    Runner(s).send(study, trial_id, attempt, queue, countdown_s=wait_s)
     return {"trial_id": trial_id, "attempt": attempt, "requeued": f"store unreachable: {reason}"}
+
+
+def _count_give_back(trial_id: str) -> int:
+    """Count this give-back in the trial's checkpoint folder (removed when the trial ends)."""
+    from pathlib import Path
+
+    folder = Path(checkpoint_dir(trial_id))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "give-backs"
+    try:
+        n = int(path.read_text()) + 1
+    except (OSError, ValueError):
+        n = 1
+    path.write_text(str(n))
+    return n
 
 
 def _try_end(s: WorkerSettings, run_id: str, outcome: str, reason: str) -> None:
