@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import streamlit as st
 
-from app import sources
+from app import sources, units
 
 
 def optuna_dashboard_url() -> str | None:
@@ -210,8 +210,8 @@ def _b_star_metrics(table, most: int = 6) -> None:
             continue
         interval = ""
         if s.cbs_ci is not None and all(math.isfinite(v) for v in s.cbs_ci):
-            interval = f"95% interval {s.cbs_ci[0]:,.0f} – {s.cbs_ci[1]:,.0f}"
-        col.metric(f"B* · {s.setting}", f"{s.cbs:,.0f}", help=f"sequences; {interval}" if interval else "sequences")
+            interval = f"95% interval {units.batch(s.cbs_ci[0])} – {units.batch(s.cbs_ci[1])}"
+        col.metric(f"B* · {s.setting}", units.batch(s.cbs), help=f"sequences; {interval}" if interval else "sequences")
 
 
 def _selected_run(event) -> None:

@@ -31,3 +31,11 @@ def count(value: float) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.3g}{unit}"
     return f"{value:.3g}"
+
+
+def batch(value: float) -> str:
+    """A batch size in sequences, three significant digits below 1000 (a tiny study's B* of 5.17
+    is not "5"), whole numbers with separators above: ``5.1734`` → ``5.17``, ``1234.5`` → ``1,234``."""
+    if value is None or not math.isfinite(value):
+        return "—"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"

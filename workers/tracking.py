@@ -517,6 +517,9 @@ class MlflowCallback(Callback):
         self.buffer: list[Metric] = []
         self.last_flush = 0.0
         self.flushes = 0
+        #: Curve points up to this step were logged by an earlier attempt (a resumed trial
+        #: recomputes the steps between its checkpoint and the crash; each step is logged once).
+        self.logged_through = -1
 
     #: Metrics kept while the store is unreachable; beyond this the oldest training-curve points
     #: go first (evaluations and summaries are what the study reads, so they are kept).
@@ -555,11 +558,13 @@ class MlflowCallback(Callback):
                 RunTag("device", state.device)]
         if state.resumed_from_step is not None:
             tags.append(RunTag("resumed_from_step", str(state.resumed_from_step)))
+            logged = retrying(lambda: self.tracker.client.get_run(self.run_id), what="reading the run").data.metrics
+            self.logged_through = int(logged.get("progress/step", -1))
         retrying(lambda: self.tracker.client.log_batch(self.run_id, tags=tags), what="tagging the run")
         self.flush(state, must=True)
 
     def post_step(self, state: TrainState, metrics: dict[str, Any] | None) -> None:
-        if metrics is not None:
+        if metrics is not None and state.step > self.logged_through:
             step = state.step
             self.buffer.append(metric("train/loss", metrics["train_loss"], step))
             self.buffer.append(metric("optim/lr", metrics["lr"], step))
@@ -573,7 +578,8 @@ class MlflowCallback(Callback):
             self.flush(state)
 
     def post_eval(self, state: TrainState, point: EvalPoint) -> None:
-        self.buffer += eval_metrics(point)
+        if point.step > self.logged_through:
+            self.buffer += eval_metrics(point)
         if self.flush_on_eval:
             self.flush(state)
 

@@ -9,6 +9,7 @@ folder. The browser is Debian's chromium driven by chromedriver through selenium
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -19,6 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from app import units
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -101,7 +104,7 @@ def stack(tmp_path):
         # All start at once: the first to open the store creates its schema under a file lock.
         _wait_http(f"http://127.0.0.1:{web_port}/_stcore/health", 90)
         _wait_http(f"{tracking_url}/health", 90)
-        yield f"http://127.0.0.1:{web_port}", tracking_url, logs
+        yield f"http://127.0.0.1:{web_port}", tracking_url, logs, env
     finally:
         for proc in procs:
             try:
@@ -175,7 +178,7 @@ def test_launch_a_tiny_study_by_clicking_and_see_its_fitted_b_star(stack, browse
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    web_url, tracking_url, logs = stack
+    web_url, tracking_url, logs, env = stack
     browser.get(web_url)
     _wait(browser, lambda d: "Launch a study" in d.page_source, 60, "the Launch page")
 
@@ -216,5 +219,23 @@ def test_launch_a_tiny_study_by_clicking_and_see_its_fitted_b_star(stack, browse
     if value is None:
         tails = {p.name: p.read_text()[-2000:] for p in logs.iterdir()}
         pytest.fail(f"no fitted B* on the Curves page; screenshots in {tmp_path}; logs: {tails}")
-    assert float(value.replace(",", "")) > 4  # B* > B_ref by definition
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+    # Once the study is done, the page's B* is the one `cbs study fit` computes for the same study.
+    cbs = str(Path(sys.executable).parent / "cbs")
+
+    def cli(*args: str) -> dict:
+        out = subprocess.run([cbs, "study", *args, "--json"], env=env, capture_output=True, text=True, timeout=120,
+                             cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    deadline = time.time() + 240
+    while cli("status", STUDY).get("status") != "done":
+        assert time.time() < deadline, "the study did not finish"
+        time.sleep(3)
+    fit = cli("fit", STUDY)
+    expected = units.batch(fit["settings"][0]["cbs"])
+    browser.get(f"{web_url}/curves?study={STUDY}")
+    shown = _wait(browser, lambda d: _b_star(d) if _b_star(d) == expected else None, 60,
+                  f"the page's B* to equal cbs study fit's {expected}")
+    assert float(shown.replace(",", "")) > 4  # B* > B_ref by definition
