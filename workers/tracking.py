@@ -387,7 +387,22 @@ class Tracker:
 
     # -------------------------------------------------------------- histories (cached when ended)
     _HISTORY: "OrderedDict[tuple[str, str, str], tuple[tuple[float, ...], tuple[float, ...]]]" = OrderedDict()
-    _HISTORY_MAX = 20000
+    #: Bytes the in-memory history cache may hold (``CBS_HISTORY_CACHE_MB``, default 256): a curve
+    #: of n points costs about 64·n bytes (two tuples of float objects), so the cap is in bytes,
+    #: not entries (20,000 curves of 100k points would be 128 GB).
+    _HISTORY_MAX_BYTES = int(float(os.environ.get("CBS_HISTORY_CACHE_MB") or 256) * 2**20)
+    _HISTORY_BYTES = 0
+
+    @staticmethod
+    def _remember(cache_key, curve) -> None:
+        """Keep ``curve`` in the in-memory cache, dropping the least recently used beyond the cap."""
+        if cache_key in Tracker._HISTORY:
+            Tracker._HISTORY_BYTES -= _curve_bytes(Tracker._HISTORY.pop(cache_key))
+        Tracker._HISTORY[cache_key] = curve
+        Tracker._HISTORY_BYTES += _curve_bytes(curve)
+        while Tracker._HISTORY_BYTES > Tracker._HISTORY_MAX_BYTES and len(Tracker._HISTORY) > 1:
+            _, old = Tracker._HISTORY.popitem(last=False)
+            Tracker._HISTORY_BYTES -= _curve_bytes(old)
 
     def history(self, run, key: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """``(steps, values)`` of one metric, one value per step (the latest write wins: a resumed
@@ -402,7 +417,7 @@ class Tracker:
         if ended:  # read by an earlier process on this host?
             on_disk = (_disk_load(self._cache_path("mlflow-history", run_id)) or {}).get("curves", {})
             if key in on_disk:
-                Tracker._HISTORY[cache_key] = on_disk[key]
+                Tracker._remember(cache_key, on_disk[key])
                 return on_disk[key]
         points: dict[int, tuple[int, float]] = {}
         for m in self.client.get_metric_history(run_id, key):
@@ -411,9 +426,7 @@ class Tracker:
         steps = tuple(float(s) for s in sorted(points))
         values = tuple(points[int(s)][1] for s in steps)
         if ended:
-            Tracker._HISTORY[cache_key] = (steps, values)
-            while len(Tracker._HISTORY) > Tracker._HISTORY_MAX:
-                Tracker._HISTORY.popitem(last=False)
+            Tracker._remember(cache_key, (steps, values))
             _disk_save(self._cache_path("mlflow-history", run_id), {"curves": {**on_disk, key: (steps, values)}})
         return steps, values
 
@@ -427,6 +440,40 @@ class Tracker:
 # ---------------------------------------------------------------------------- on-disk caches
 #: Version of the on-disk caches (a new one ignores older files).
 _DISK_FORMAT = 1
+#: Bytes the on-disk caches under ``$CBS_HOME/cache`` may hold (``CBS_DISK_CACHE_MB``, default
+#: 512); the least recently used files go first (a read touches its file).
+_DISK_MAX_BYTES = int(float(os.environ.get("CBS_DISK_CACHE_MB") or 512) * 2**20)
+#: Saves between two prunes in one process (the first save prunes too).
+_PRUNE_EVERY = 50
+_saves = 0
+
+
+def _curve_bytes(curve) -> int:
+    steps, values = curve
+    return 64 * (len(steps) + len(values)) // 2 + 200
+
+
+def prune_disk_cache(root: Path, max_bytes: int) -> int:
+    """Delete the least recently used cache files under ``root`` until they hold at most
+    ``max_bytes``; returns the bytes freed. Another process may delete the same file: fine."""
+    files = []
+    for path in root.rglob("*.pickle"):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        files.append((st.st_mtime, st.st_size, path))
+    total = sum(size for _, size, _ in files)
+    freed = 0
+    for _, size, path in sorted(files):
+        if total - freed <= max_bytes:
+            break
+        try:
+            path.unlink()
+            freed += size
+        except OSError:
+            pass
+    return freed
 
 
 def _disk_load(path: Path) -> dict | None:
@@ -441,6 +488,7 @@ def _disk_load(path: Path) -> dict | None:
             saved = pickle.load(f)  # our own file under the state directory
         if saved.get("format") != _DISK_FORMAT or saved.get("mlflow") != mlflow.__version__:
             return None
+        os.utime(path)  # recently used: the pruning keeps it
         return saved
     except Exception:  # missing or broken: a miss
         return None
@@ -464,6 +512,11 @@ def _disk_save(path: Path, payload: Mapping[str, Any]) -> None:
     except Exception:  # a read-only or full disk costs speed, never a read
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        return
+    global _saves
+    _saves += 1
+    if _saves % _PRUNE_EVERY == 1:
+        prune_disk_cache(path.parent.parent, _DISK_MAX_BYTES)
 
 
 # ---------------------------------------------------------------------------- the callback

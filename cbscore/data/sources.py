@@ -1,7 +1,8 @@
 """Corpus sources: the built-in corpus, local files and streamed hub datasets.
 
-Every source becomes the same thing: an in-memory ``datasets.Dataset`` with a ``text`` column and
-a ``group`` column (documents of one group always land in the same split), plus a *fingerprint*
+Every source becomes the same thing: a ``datasets.Dataset`` with a ``text`` column and a ``group``
+column (in memory for the built-in corpus and hub samples; memory-mapped Arrow files on disk for
+local files, so a corpus larger than the machine's memory can be prepared) (documents of one group always land in the same split), plus a *fingerprint*
 that changes when the source's content does, so a stale token store is rebuilt.
 """
 
@@ -52,7 +53,7 @@ def fingerprint(config: DataConfig) -> dict:
 
 
 def load_documents(config: DataConfig, cache_dir: Path):
-    """The source's documents as an in-memory ``datasets.Dataset`` with ``text`` and ``group``.
+    """The source's documents as a ``datasets.Dataset`` with ``text`` and ``group``.
 
     Empty documents are dropped; ``max_documents`` keeps the first N. ``cache_dir`` receives any
     Arrow cache ``datasets`` writes (it lives in the build's temporary folder).
@@ -68,7 +69,13 @@ def load_documents(config: DataConfig, cache_dir: Path):
     elif kind == "hub":
         records = _hub_documents(config)
     else:
-        records = _local_documents(config, cache_dir)
+        dataset = _local_documents(config, cache_dir)
+        if len(dataset) == 0:
+            raise DataError(
+                f"The source {config.source!r} has no documents with text (empty corpus); "
+                "give a source that holds text."
+            )
+        return dataset
     if not records["text"]:
         raise DataError(
             f"The source {config.source!r} has no documents with text (empty corpus); "
@@ -111,15 +118,22 @@ def local_files(source: str) -> list[Path]:
     return files
 
 
-def _local_documents(config: DataConfig, cache_dir: Path) -> dict:
-    """Read local files with ``datasets.load_dataset``; ``.txt`` documents are blank-line separated."""
+def _local_documents(config: DataConfig, cache_dir: Path):
+    """Read local files with ``datasets.load_dataset``; ``.txt`` documents are blank-line separated.
+
+    The result stays in Arrow files under ``cache_dir`` (memory-mapped): documents are stripped,
+    blank ones dropped and numbered in batches, never gathered into Python lists, so preparing a
+    corpus needs memory for a batch, not for the corpus.
+    """
     import datasets
 
     files = local_files(config.source)
     builder = _BUILDERS[files[0].suffix.lower()]
     if builder != "parquet" and all(_blank(f) for f in files):
-        return {"text": [], "group": []}  # datasets refuses empty files; report an empty corpus
+        return datasets.Dataset.from_dict({"text": [], "group": []})  # datasets refuses empty files
     kwargs = {"sample_by": "paragraph"} if builder == "text" else {}
+    if builder != "parquet":
+        kwargs["chunksize"] = 1 << 20  # bytes read per block (default 10 MiB), so memory stays small
     try:
         dataset = datasets.load_dataset(
             builder,
@@ -136,13 +150,21 @@ def _local_documents(config: DataConfig, cache_dir: Path) -> dict:
             f"text_field: the files of {config.source!r} have no column {field!r} "
             f"(columns: {dataset.column_names}), but got {field!r}."
         )
-    texts = []
-    for text in dataset[field]:
-        if isinstance(text, str) and text.strip():
-            texts.append(text.strip())
-            if config.max_documents is not None and len(texts) >= config.max_documents:
-                break
-    return {"text": texts, "group": [str(i) for i in range(len(texts))]}
+    dataset = dataset.select_columns([field])
+    if field != "text":
+        dataset = dataset.rename_column(field, "text")
+
+    def clean(batch: dict) -> dict:
+        return {"text": [t.strip() if isinstance(t, str) else "" for t in batch["text"]]}
+
+    batch = {"batched": True, "batch_size": 256}
+    dataset = dataset.map(clean, writer_batch_size=256, desc="reading documents", **batch)
+    dataset = dataset.filter(lambda b: [bool(t) for t in b["text"]], writer_batch_size=256,
+                             desc="dropping blank documents", **batch)
+    if config.max_documents is not None and len(dataset) > config.max_documents:
+        dataset = dataset.select(range(config.max_documents))
+    return dataset.map(lambda b, idx: {"group": [str(i) for i in idx]}, with_indices=True, writer_batch_size=256,
+                       desc="numbering documents", **batch)
 
 
 def _blank(path: Path, chunk_bytes: int = 1 << 20) -> bool:

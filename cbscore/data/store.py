@@ -18,6 +18,7 @@ import contextlib
 import datetime as dt
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -229,7 +230,7 @@ def _build(config: DataConfig, fingerprint: dict, tmp: Path, progress: bool) -> 
         seconds["read"], mark = time.perf_counter() - mark, time.perf_counter()
         if tokenizer is None:
             tokenizer, tokenizer_info = train_bpe(
-                train_docs["text"], config.vocab_size, config.seed, progress=progress
+                _TextColumn(train_docs), config.vocab_size, config.seed, progress=progress
             )
         seconds["tokenizer"], mark = time.perf_counter() - mark, time.perf_counter()
         tokenizer.save(str(tmp / TOKENIZER))
@@ -238,11 +239,11 @@ def _build(config: DataConfig, fingerprint: dict, tmp: Path, progress: bool) -> 
         eot = eot_id(tokenizer)
         splits = {}
         for name, split_docs in (("train", train_docs), ("val", val_docs)):
-            n_tokens = _write_split(split_docs, tokenizer, eot, dtype, tmp / f"{name}.bin", name, progress)
+            n_tokens, n_chars = _write_split(split_docs, tokenizer, eot, dtype, tmp / f"{name}.bin", name, progress)
             splits[name] = {
                 "file": f"{name}.bin",
                 "documents": len(split_docs),
-                "characters": int(sum(len(t) for t in split_docs["text"])),
+                "characters": n_chars,
                 "tokens": n_tokens,
             }
         seconds["tokenize_and_write"] = time.perf_counter() - mark
@@ -287,46 +288,39 @@ def _split(groups: list[str], config: DataConfig) -> tuple[list[int], list[int]]
     return train_idx, val_idx
 
 
-def _write_split(docs, tokenizer, eot: int, dtype, path: Path, name: str, progress: bool) -> int:
-    """Tokenize ``docs`` (``datasets.map``, batched) and write ids + EOT per document to ``path``."""
-    import pyarrow as pa
+class _TextColumn:
+    """``dataset["text"]`` read document by document (``len`` and ``[i]``), for a dataset kept on
+    disk: the BPE trainer samples documents from it without loading the column."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> str:
+        return self.dataset[int(i)]["text"]
+
+
+def _write_split(docs, tokenizer, eot: int, dtype, path: Path, name: str, progress: bool) -> tuple[int, int]:
+    """Tokenize ``docs`` batch by batch and append each document's ids and an EOT to ``path``;
+    returns (tokens written, characters read). Memory: one batch, whatever the corpus size."""
     from tqdm.auto import tqdm
 
     encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
-
-    def tokenize(batch: dict) -> dict:
-        return {"ids": [e.ids for e in encode(batch["text"])]}
-
-    ids = docs.map(
-        tokenize,
-        batched=True,
-        batch_size=_ENCODE_BATCH,
-        remove_columns=docs.column_names,
-        keep_in_memory=True,
-        desc=f"tokenizing {name}",
-    ).data.column("ids")
-    lengths = pa.compute.list_value_length(ids).to_numpy(zero_copy_only=False)
-    total = int(lengths.sum()) + len(lengths)  # + one EOT per document
-    tokens = np.memmap(path, dtype=dtype, mode="w+", shape=(total,))  # raw file, no header
-    pos = 0
-    with tqdm(total=total, desc=f"writing {name}", unit="tok", disable=not progress) as bar:
-        for chunk in ids.chunks:
-            values = chunk.flatten().to_numpy(zero_copy_only=False)  # (sum len,)
-            chunk_lengths = pa.compute.list_value_length(chunk).to_numpy(zero_copy_only=False)
-            n = len(chunk_lengths)
-            span = len(values) + n
-            block = np.empty(span, dtype=dtype)
-            eot_at = np.cumsum(chunk_lengths + 1) - 1  # position of each document's EOT
-            is_eot = np.zeros(span, dtype=bool)
-            is_eot[eot_at] = True
-            block[is_eot] = eot
-            block[~is_eot] = values
-            tokens[pos : pos + span] = block
-            pos += span
-            bar.update(span)
-    tokens.flush()
-    del tokens
-    return total
+    total = chars = 0
+    with open(path, "wb") as out, tqdm(total=len(docs), desc=f"tokenizing {name}", unit="doc",
+                                       disable=not progress) as bar:
+        for batch in docs.iter(batch_size=_ENCODE_BATCH):
+            texts = batch["text"]
+            chars += sum(len(t) for t in texts)
+            ids = [e.ids for e in encode(texts)]
+            n = sum(len(x) for x in ids) + len(ids)  # + one EOT per document
+            block = np.fromiter(itertools.chain.from_iterable(x + [eot] for x in ids), dtype=dtype, count=n)
+            out.write(block.tobytes())
+            total += n
+            bar.update(len(texts))
+    return total, chars
 
 
 # ---- idempotence, atomicity, locking ------------------------------------------------------------

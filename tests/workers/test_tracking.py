@@ -167,3 +167,34 @@ def test_ended_runs_survive_a_restart_on_disk(tracker, tmp_path, monkeypatch):
     searched.clear()
     assert sorted(r.info.run_id for r in tracker.trial_runs(exp_id, parent_id)) == sorted(ids)
     assert searched == [f"tags.`mlflow.parentRunId` = '{parent_id}'"]
+
+
+def test_the_history_cache_is_capped_in_bytes_not_entries(monkeypatch):
+    """Issue 12, item 9: a few very long curves must not hold gigabytes however few they are."""
+    from workers.tracking import Tracker, _curve_bytes
+
+    monkeypatch.setattr(Tracker, "_HISTORY", __import__("collections").OrderedDict())
+    monkeypatch.setattr(Tracker, "_HISTORY_BYTES", 0)
+    monkeypatch.setattr(Tracker, "_HISTORY_MAX_BYTES", 1_000_000)
+    long_curve = (tuple(float(i) for i in range(5000)), tuple(1.0 for _ in range(5000)))  # ≈ 320 kB
+    for i in range(10):
+        Tracker._remember(("uri", f"run{i}", "train/loss"), long_curve)
+    assert len(Tracker._HISTORY) == 3  # 3 × 320 kB fit in 1 MB; the 7 oldest went
+    assert list(Tracker._HISTORY)[0] == ("uri", "run7", "train/loss")
+    assert Tracker._HISTORY_BYTES == 3 * _curve_bytes(long_curve) <= 1_000_000
+
+
+def test_the_disk_cache_is_pruned_least_recently_used_first(tmp_path):
+    import os
+
+    from workers.tracking import prune_disk_cache
+
+    (tmp_path / "mlflow-history").mkdir()
+    for i in range(10):
+        path = tmp_path / "mlflow-history" / f"run{i}.pickle"
+        path.write_bytes(b"x" * 1000)
+        os.utime(path, (1000 + i, 1000 + i))
+    os.utime(tmp_path / "mlflow-history" / "run0.pickle")  # read just now: kept
+    assert prune_disk_cache(tmp_path, 4000) == 6000
+    left = sorted(p.name for p in (tmp_path / "mlflow-history").iterdir())
+    assert left == ["run0.pickle", "run7.pickle", "run8.pickle", "run9.pickle"]

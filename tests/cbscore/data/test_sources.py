@@ -92,9 +92,9 @@ def test_ids_beyond_uint16_are_stored_as_uint32(tmp_path):
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     docs = datasets.Dataset.from_dict({"text": ["w1 w69999 w65536", "w65537"]})
-    n = _write_split(docs, tokenizer, 0, np.uint32, tmp_path / "t.bin", "train", progress=False)
+    n, chars = _write_split(docs, tokenizer, 0, np.uint32, tmp_path / "t.bin", "train", progress=False)
     written = np.fromfile(tmp_path / "t.bin", dtype=np.uint32)
-    assert n == 6
+    assert (n, chars) == (6, 22)
     assert written.tolist() == [1, 69999, 65536, 0, 65537, 0]
 
 
@@ -206,3 +206,26 @@ def test_hub_tokenizer_is_used_from_the_local_cache_when_offline(tmp_path, monke
     assert store.manifest["tokenizer_training"] == {"kind": "hub", "name": "acme/tiny-bpe"}
     assert store.vocab_size == builtin_slice_store.vocab_size == 1024
     assert _all_docs(store) == sorted(PARAGRAPHS)
+
+
+def test_a_local_corpus_is_not_read_into_memory(tmp_path):
+    """Issue 12, item 9: the documents of a local file stay in Arrow files on disk; Python holds a
+    batch at a time (the old reader built the whole text column as a list, twice the file)."""
+    import json
+    import tracemalloc
+
+    corpus = tmp_path / "big.jsonl"
+    line = "the quick brown fox jumps over the lazy dog " * 20
+    with corpus.open("w") as f:
+        for i in range(48_000):  # about 43 MB of text
+            f.write(json.dumps({"text": f"{i} {line}"}) + "\n")
+    size = corpus.stat().st_size
+    tracemalloc.start()
+    try:
+        docs = sources.load_documents(DataConfig(source=str(corpus), vocab_size=260), tmp_path / "cache")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(docs) == 48_000 and docs[47_999]["text"].startswith("47999 the quick")
+    assert docs[5]["group"] == "5"
+    assert peak < size / 2, f"peak {peak / 1e6:.1f} MB of Python memory for a {size / 1e6:.1f} MB corpus"
