@@ -71,12 +71,32 @@ def web_port(port: int | None) -> int:
     return port
 
 
+def allowed_hosts(host: str) -> list[str]:
+    """Host names the app answers to: loopback, the address it listens on (unless a wildcard), and
+    ``CBS_WEB_ALLOWED_HOSTS`` (comma-separated; ``*.example.com`` patterns, ``*`` for any).
+
+    Streamlit accepts any ``Host`` header unless ``server.allowedHosts`` is set, which lets a web
+    page re-point its own domain at 127.0.0.1 (DNS rebinding) and drive the app from the user's
+    browser. With a list, a connection whose ``Host`` is not in it is refused.
+    """
+    hosts = ["localhost", "127.0.0.1", "::1"]
+    if host not in ("0.0.0.0", "::", "") and host not in hosts:
+        hosts.append(host)
+    for extra in (os.environ.get("CBS_WEB_ALLOWED_HOSTS") or "").split(","):
+        if extra.strip() and extra.strip() not in hosts:
+            hosts.append(extra.strip())
+    return hosts
+
+
 def streamlit_command(port: int, host: str = "127.0.0.1") -> list[str]:
-    """The ``streamlit run`` command line of the app: headless, no usage stats, no file watcher."""
+    """The ``streamlit run`` command line of the app: headless, no usage stats, no file watcher,
+    only the allowed Host names (:func:`allowed_hosts`)."""
+    hosts = [arg for h in allowed_hosts(host) for arg in ("--server.allowedHosts", h)]
     return [
         sys.executable, "-m", "streamlit", "run", str(APP_SCRIPT),
         "--server.address", host,
         "--server.port", str(port),
+        *hosts,
         "--server.headless", "true",
         "--server.fileWatcherType", "none",
         "--browser.gatherUsageStats", "false",

@@ -121,3 +121,53 @@ def _alive(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+def _websocket_status(port: int, host_header: str) -> int:
+    """The HTTP status the app's websocket endpoint answers a handshake with ``Host: host_header``."""
+    import base64
+    import socket
+
+    key = base64.b64encode(os.urandom(16)).decode()
+    request = (f"GET /_stcore/stream HTTP/1.1\r\nHost: {host_header}\r\nUpgrade: websocket\r\n"
+               f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+               f"Sec-WebSocket-Protocol: streamlit\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request.encode())
+        status_line = sock.recv(4096).split(b"\r\n", 1)[0].decode()
+    return int(status_line.split()[1])
+
+
+def test_the_web_app_refuses_a_rebound_host_name(tmp_path):
+    """Issue 12, item 11: a page whose domain was re-pointed at 127.0.0.1 (DNS rebinding) connects
+    with its own name in ``Host``; the app must refuse it and still serve its own names."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, CBS_HOME=str(tmp_path / "home"), CBS_TRACKING_URI=f"sqlite:///{tmp_path / 'm.db'}")
+    proc = subprocess.Popen([CBS, "web", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            env=env, start_new_session=True, cwd=tmp_path)
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read()
+                break
+            except Exception:
+                assert proc.poll() is None and time.time() < deadline, "the web app did not start"
+                time.sleep(0.5)
+        assert _websocket_status(port, f"127.0.0.1:{port}") == 101
+        assert _websocket_status(port, f"localhost:{port}") == 101
+        assert _websocket_status(port, f"attacker.example:{port}") == 403
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def test_extra_host_names_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("CBS_WEB_ALLOWED_HOSTS", "lab.example.com, *.corp.example")
+    assert cli.allowed_hosts("0.0.0.0") == ["localhost", "127.0.0.1", "::1", "lab.example.com", "*.corp.example"]
+    assert cli.allowed_hosts("10.0.0.5")[3] == "10.0.0.5"

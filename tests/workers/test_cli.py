@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import socket
+import urllib.error
 import urllib.request
+
+from pathlib import Path
 
 import pytest
 
@@ -112,6 +115,25 @@ def test_tracking_server_serves_the_store_and_takes_writes(worker_env, processes
         run = json.loads(resp.read())["run"]
     tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
     assert tags["trial_id"] == record.trial_id and run["info"]["status"] == "SCHEDULED"
+    # A page re-pointing its own domain at 127.0.0.1 (DNS rebinding) is refused (issue 12, item 12).
+    rebound = urllib.request.Request(f"{base}/api/2.0/mlflow/runs/get?run_id={record.run_id}",
+                                     headers={"Host": f"attacker.example:{port}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(rebound, timeout=5)
+    assert refused.value.code in (400, 403)
+
+
+def test_the_mlflow_floor_has_the_servers_host_check():
+    """``mlflow>=3.0`` admitted servers without the Host/CORS middleware (added in 3.5)."""
+    import tomllib
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    [req] = [Requirement(r) for r in pyproject["project"]["dependencies"] if Requirement(r).name == "mlflow"]
+    assert not req.specifier.contains(Version("3.4.99")) and req.specifier.contains(Version(version("mlflow")))
 
 
 def test_study_list_and_status_show_a_launched_study(worker_env, capsys):
