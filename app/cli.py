@@ -1,8 +1,9 @@
-"""``cbs web`` (the Streamlit app) and ``cbs up`` (everything from the Procfile, via honcho).
+"""``cbs web`` (the Streamlit app) and ``cbs up`` (everything from the Procfile, supervised).
 
 Both listen on 127.0.0.1 unless told otherwise (DESIGN.md §3). ``cbs up`` prepares the built-in
-corpus first, so the first trial does not wait on tokenization, then runs honcho on the repo's
-``Procfile`` (web, worker, tracking, ...) and stops all of it on Ctrl-C.
+corpus first, so the first trial does not wait on tokenization, then runs the repo's ``Procfile``
+(web, worker, tracking, ...) under :class:`app.supervisor.Supervisor`: a process that crashes is
+restarted, and Ctrl-C stops all of it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -30,7 +30,7 @@ READY_TIMEOUT_S = 120.0
 #: Most trials ``cbs up`` runs at once by default (one per core up to this; tiny models on a CPU
 #: train faster as separate one-thread processes than as one process with many threads).
 MAX_DEFAULT_WORKERS = 4
-#: Seconds ``cbs up`` waits for honcho to stop its processes after Ctrl-C before killing them.
+#: Seconds ``cbs up`` waits for its processes to stop after Ctrl-C before killing them.
 STOP_GRACE_S = 20.0
 
 
@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     up = subparsers.add_parser("up", help="run everything: tracking server, worker(s) and the web app",
                                description="Prepare the built-in corpus, then run every process of the "
-                                           "Procfile with honcho; Ctrl-C stops them all.")
+                                           "Procfile, restarting any that crashes; Ctrl-C stops them all.")
     up.add_argument("--port", type=int, default=None,
                     help=f"port of the web app (default: $CBS_WEB_PORT or {DEFAULT_PORT})")
     up.add_argument("--skip-data", action="store_true", help="do not prepare the built-in corpus first")
@@ -108,7 +108,7 @@ def streamlit_command(port: int, host: str = "127.0.0.1") -> list[str]:
 
 
 def run_web(args: argparse.Namespace) -> int:
-    """Replace this process by streamlit (so honcho's signals reach it directly)."""
+    """Replace this process by streamlit (so the supervisor's signals reach it directly)."""
     port = web_port(args.port)
     host = args.host or os.environ.get("CBS_WEB_HOST") or "127.0.0.1"
     os.environ["STREAMLIT_BROWSER_GATHER_USAGE_STATS"] = "false"
@@ -190,33 +190,29 @@ def run_up(args: argparse.Namespace) -> int:
     env["CBS_WORKER_CONCURRENCY"] = str(workers)  # read by the Procfile's `cbs worker`
     env.setdefault("STREAMLIT_BROWSER_GATHER_USAGE_STATS", "false")
     env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    # The Procfile says `cbs ...`: make this interpreter's `cbs` the one honcho finds.
+    # The Procfile says `cbs ...`: make this interpreter's `cbs` the one the shell finds.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    print("cbs up: starting " + ", ".join(_process_names(procfile)) + f" (the worker runs {workers} trial(s) at "
-          "once; Ctrl-C stops everything)", flush=True)
+    from app.supervisor import Supervisor, read_procfile
+    from cbscore import paths
+
+    specs = read_procfile(procfile)
+    print("cbs up: starting " + ", ".join(s.name for s in specs) + f" (the worker runs {workers} trial(s) at "
+          "once; a process that crashes is restarted; Ctrl-C stops everything)", flush=True)
     print(f"cbs up: web app at http://127.0.0.1:{port}; the MLflow UI's address follows once it answers", flush=True)
-    honcho = [sys.executable, "-m", "honcho", "-f", str(procfile), "-d", str(procfile.parent), "start"]
-    proc = subprocess.Popen(honcho, env=env)
+    supervisor = Supervisor(specs, env=env, cwd=procfile.parent, pids_file=paths.cbs_home() / "up" / "pids.json",
+                            stop_grace_s=STOP_GRACE_S)
     stop = threading.Event()
+
+    def on_signal(*_: object) -> None:
+        stop.set()
+        supervisor.stop()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     threading.Thread(target=announce_when_ready, args=(port, stop), daemon=True).start()
     try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        stop.set()
-        # The terminal sent SIGINT to honcho too; it stops its processes. Wait for that.
-        try:
-            proc.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait()
-        print("cbs up: stopped", flush=True)
-        return 0
-
-
-def _process_names(procfile: Path) -> list[str]:
-    names = []
-    for line in procfile.read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and ":" in line:
-            names.append(line.split(":", 1)[0].strip())
-    return names
+        code = supervisor.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("cbs up: stopped", flush=True)
+    return code

@@ -1,4 +1,4 @@
-"""``cbs web`` and ``cbs up``: the command lines, bad ports, and honcho on a Procfile (real processes)."""
+"""``cbs web`` and ``cbs up``: the command lines, bad ports, and the supervisor on a Procfile (real processes)."""
 
 from __future__ import annotations
 

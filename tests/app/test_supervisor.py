@@ -1,0 +1,87 @@
+"""``cbs up``'s supervisor on real processes: a crashed process comes back, a crash loop stops
+the stack with the reason, and stopping ends every process group (children included)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from app.supervisor import Supervisor, read_procfile
+from cbscore.errors import ConfigError
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+def _wait(predicate, timeout_s: float = 20):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail("timed out")
+
+
+def test_a_killed_process_is_restarted_and_stop_ends_every_group(tmp_path):
+    procfile = tmp_path / "Procfile"
+    # `sleeper` starts a grandchild, as a worker starts its pool: stopping must end it too.
+    procfile.write_text(
+        f"sleeper: {sys.executable} -c \"import subprocess, sys, time; "
+        f"c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+        f"open('{tmp_path}/child-' + str(c.pid), 'w'); print('up', flush=True); time.sleep(120)\"\n"
+        f"other: {sys.executable} -c \"import time; time.sleep(120)\"\n")
+    pids = tmp_path / "pids.json"
+    out = io.StringIO()
+    sup = Supervisor(read_procfile(procfile), env=dict(os.environ), cwd=tmp_path, pids_file=pids,
+                     restart_delay_s=0.5, stop_grace_s=5, out=out)
+    runner = threading.Thread(target=sup.run)
+    runner.start()
+    try:
+        first = _wait(lambda: pids.exists() and json.loads(pids.read_text()).get("sleeper"))
+        _wait(lambda: len(json.loads(pids.read_text())) == 2)
+        os.killpg(first, 9)  # the whole group, as the chaos run does
+        second = _wait(lambda: (json.loads(pids.read_text()).get("sleeper") or first) != first
+                       and json.loads(pids.read_text())["sleeper"])
+        assert _alive(second) and not _alive(first)
+        assert "sleeper exited (code -9); restarting it in 0.5 s" in out.getvalue()
+        other = json.loads(pids.read_text())["other"]
+        _wait(lambda: len(list(tmp_path.glob("child-*"))) == 2)
+    finally:
+        sup.stop()
+        runner.join(timeout=30)
+    children = [int(p.name.split("-")[1]) for p in tmp_path.glob("child-*")]
+    assert not any(_alive(pid) for pid in [second, other, *children])
+    assert not pids.exists()
+
+
+def test_a_crash_loop_stops_the_stack_and_says_which(tmp_path):
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(f"broken: {sys.executable} -c \"raise SystemExit(3)\"\n"
+                        f"fine: {sys.executable} -c \"import time; time.sleep(120)\"\n")
+    out = io.StringIO()
+    sup = Supervisor(read_procfile(procfile), env=dict(os.environ), cwd=tmp_path, restart_delay_s=0.1,
+                     max_restarts=3, stop_grace_s=5, out=out)
+    assert sup.run() == 1
+    assert "broken exited (code 3) 4 times within 60 s; stopping everything" in out.getvalue()
+    assert all(p.poll() is not None for p in sup.procs.values())
+
+
+def test_a_bad_procfile_line_is_named(tmp_path):
+    procfile = tmp_path / "Procfile"
+    procfile.write_text("web cbs web\n")
+    with pytest.raises(ConfigError, match="is not 'name: command'"):
+        read_procfile(procfile)
