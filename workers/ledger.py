@@ -133,6 +133,16 @@ def this_process() -> str:
     return f"{host_id()}:{os.getpid()}"
 
 
+def owner_is_alive_here(owner: str | None) -> bool:
+    """True when ``owner`` is a running process of this host and PID namespace (not a zombie)."""
+    if not owner or ":" not in owner:
+        return False
+    host, _, pid = owner.rpartition(":")
+    if host != host_id() or not pid.isdigit():
+        return False
+    return not owner_is_dead(owner)
+
+
 def owner_is_dead(owner: str | None) -> bool:
     """True when ``owner`` (``host_id():pid``) is a process of this host and PID namespace that no
     longer runs.

@@ -33,12 +33,15 @@ from cbscore.errors import CbsError, ConfigError
 from cbscore.study import (TERMINAL, StudySpec, TrialSpec, build_train_config, estimate, plan, planned_budget,
                            status_counts, trial_from_ask)
 from workers.checkpoints import remove_checkpoint, sweep
-from workers.ledger import Ledger, owner_is_dead, this_process
+from workers.ledger import Ledger, owner_is_alive_here, owner_is_dead, this_process
 from workers.records import build_records
 from workers.settings import QUEUES, WorkerSettings
 from workers.tracking import Tracker
 
 _LOCK_TTL_S = 300.0
+#: A holder alive on this host whose heartbeat is stale is slow (a loaded machine, a long MLflow
+#: call), not lost: it is judged lost only after this many staleness limits (then it is hung).
+_LOCAL_HUNG_FACTOR = 10
 _MAX_PASSES = 3
 
 
@@ -227,7 +230,7 @@ class Runner:
         failed = []
         for tid in p.fail:
             rec, lease = by_id[tid], leases.get(tid)
-            if lease is None or lease.state != "running":
+            if lease is None or lease.state != "running" or self._slow_not_lost(lease, now):
                 continue
             dead = lease.owner if owner_is_dead(lease.owner) else None
             if self.ledger.fail_lost(tid, lease.attempt, now_s=now, stale_before_s=stale_before, dead_owner=dead):
@@ -240,7 +243,7 @@ class Runner:
         requeued = []
         for tid in p.lost:
             rec, lease = by_id[tid], leases.get(tid)
-            if lease is None or lease.state != "running":
+            if lease is None or lease.state != "running" or self._slow_not_lost(lease, now):
                 continue
             dead = lease.owner if owner_is_dead(lease.owner) else None
             if self.ledger.requeue(tid, lease.attempt, now_s=now, stale_before_s=stale_before, dead_owner=dead):
@@ -295,6 +298,13 @@ class Runner:
         return AdvanceReport(study=study, started=tuple(started), requeued=tuple(requeued), failed=tuple(failed),
                              stopped=tuple(stopped), resent=tuple(resent), repaired=tuple(repaired),
                              done=p.done, errors=tuple(p.errors))
+
+    def _slow_not_lost(self, lease, now: float) -> bool:
+        """A stale heartbeat from a holder that still runs on this host: it is slow, and taking the
+        trial from it would run the trial twice at once (module docstring). Hung past
+        ``_LOCAL_HUNG_FACTOR`` staleness limits, it is lost after all."""
+        return (owner_is_alive_here(lease.owner)
+                and (lease.heartbeat_s or 0.0) > now - _LOCAL_HUNG_FACTOR * self.settings.stale_after_s)
 
     # ------------------------------------------------------------------ repair
     def _repair_runs(self, leases: dict, runs_by_trial: dict) -> list[str]:

@@ -160,6 +160,9 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
                  worker: str, run_id: str) -> dict:
     from workers.records import trial_spec
 
+    # Beat from the claim on: reading the run and importing the trainer can take longer than the
+    # staleness limit on a loaded machine.
+    heartbeat = Heartbeat(ledger, trial_id, attempt, owner, s.heartbeat_s).start()
     try:
         tracker = Tracker(s.tracking_uri, s.artifact_root)
         run = tracker.get_run(run_id)
@@ -168,6 +171,7 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     except Exception as exc:
         # Before training: a store that is down costs no attempt; anything else fails the trial
         # now instead of leaving a lease that looks lost (and burns every attempt in seconds).
+        heartbeat.stop()
         if is_transient(exc):
             return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, None, exc)
         if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
@@ -175,7 +179,6 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
             remove_checkpoint(trial_id)
             _advance(study)
         raise
-    heartbeat = Heartbeat(ledger, trial_id, attempt, owner, s.heartbeat_s).start()
     # SIGTERM (the pool stopping its children, a process-group kill) becomes a stop at the next
     # step with a checkpoint, then the same attempt goes back to the queue.
     on_main = threading.current_thread() is threading.main_thread()

@@ -1,0 +1,44 @@
+"""The chaos run at its small size (issue 12): a study under ``cbs up`` completes with the same
+steps table and B* as an undisturbed run while workers, their children, the runner, the MLflow
+server and the web app are killed at random; no run left open, no checkpoint left, no step logged
+twice. ``benchmarks/chaos.py`` runs the README's larger size."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["fs", pytest.param("redis-pg", marks=pytest.mark.services)])
+def test_a_small_study_survives_random_kills(tmp_path, backend):
+    if backend == "redis-pg":
+        from tests.workers.test_worker_process import POSTGRES_URL, redis_or_skip
+
+        redis_or_skip()
+        import psycopg2
+
+        try:
+            psycopg2.connect(POSTGRES_URL, connect_timeout=2).close()
+        except Exception as exc:  # noqa: BLE001
+            from tests.workers.test_worker_process import missing_service
+
+            missing_service(f"no PostgreSQL answers at {POSTGRES_URL} ({type(exc).__name__})")
+    out = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "chaos.py"), "--backend", backend,
+                           "--size", "small", "--home", str(tmp_path / "home"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=1500, cwd=ROOT)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert sum(report["kills"].values()) >= 5, report["kills"]
+    assert report["identical_table"], report.get("table_diff")
+    assert report["b_star_calm"] == report["b_star_chaos"]
+    assert report["runs_left_open"] == [] and report["checkpoint_files_left"] == []
+    assert report["trials_logged_twice_or_out_of_order"] == []
+    assert report["passed"] and proc.returncode == 0
