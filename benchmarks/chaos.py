@@ -278,8 +278,10 @@ def run_backend(backend: str, size_name: str, home_root: Path, seed: int) -> dic
     else:
         env["CBS_TRACKING_URI"] = f"sqlite:///{home / 'mlflow.db'}"
     store = home / "data" / "chaos-store"
-    report: dict = {"backend": backend, "size": size_name, "seed": seed, "home": str(home),
-                    "machine": f"{os.cpu_count()} cores", "kills": {k: 0 for k in KINDS}}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
+    report: dict = {"backend": backend, "size": size_name, "seed": seed, "home": str(home), "commit": commit.strip(),
+                    "machine": f"{os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
+                    "kills": {k: 0 for k in KINDS}}
     t_start = time.time()
     up, env = start_up(home, env, home / "up.log")
     try:
