@@ -26,14 +26,17 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
 
 
-def _wait(predicate, timeout_s: float = 20):
+def _wait(predicate, what: str, timeout_s: float = 90):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        value = predicate()
+        try:
+            value = predicate()
+        except (OSError, ValueError):  # the pids file between two writes
+            value = None
         if value:
             return value
         time.sleep(0.1)
-    pytest.fail("timed out")
+    pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 def test_a_killed_process_is_restarted_and_stop_ends_every_group(tmp_path):
@@ -51,15 +54,16 @@ def test_a_killed_process_is_restarted_and_stop_ends_every_group(tmp_path):
     runner = threading.Thread(target=sup.run)
     runner.start()
     try:
-        first = _wait(lambda: pids.exists() and json.loads(pids.read_text()).get("sleeper"))
-        _wait(lambda: len(json.loads(pids.read_text())) == 2)
+        first = _wait(lambda: pids.exists() and json.loads(pids.read_text()).get("sleeper"), "the first start")
+        _wait(lambda: len(json.loads(pids.read_text())) == 2, "both processes")
+        _wait(lambda: len(list(tmp_path.glob("child-*"))) == 1, "the first sleeper's child")
         os.killpg(first, 9)  # the whole group, as the chaos run does
         second = _wait(lambda: (json.loads(pids.read_text()).get("sleeper") or first) != first
-                       and json.loads(pids.read_text())["sleeper"])
+                       and json.loads(pids.read_text())["sleeper"], "the restart")
         assert _alive(second) and not _alive(first)
         assert "sleeper exited (code -9); restarting it in 0.5 s" in out.getvalue()
         other = json.loads(pids.read_text())["other"]
-        _wait(lambda: len(list(tmp_path.glob("child-*"))) == 2)
+        _wait(lambda: len(list(tmp_path.glob("child-*"))) == 2, "the restarted process's child")
     finally:
         sup.stop()
         runner.join(timeout=30)
