@@ -60,15 +60,19 @@ class Size:
     lrs: tuple[float, ...]
     kill_every_s: tuple[float, float]
     """Seconds between two kills, drawn uniformly from this range."""
+    min_uptime_s: float
+    """A process is killed only after it has run this long (a worker needs tens of seconds to
+    start on a loaded machine: killing it sooner would only ever kill start-ups)."""
     timeout_s: float
 
 
 SIZES = {
     # The slow test's size: 3 trials, a kill every 3-6 s.
-    "small": Size(tokens=(24_000,), batch_sizes=(4, 8, 16), lrs=(0.01,), kill_every_s=(3.0, 6.0), timeout_s=900),
+    "small": Size(tokens=(24_000,), batch_sizes=(4, 8, 16), lrs=(0.01,), kill_every_s=(3.0, 6.0), min_uptime_s=20,
+                  timeout_s=900),
     # The README's figures: 2 settings × 4 batch sizes, a kill every 4-10 s.
     "default": Size(tokens=(30_000, 60_000), batch_sizes=(4, 8, 16, 32), lrs=(0.01,), kill_every_s=(4.0, 10.0),
-                    timeout_s=3000),
+                    min_uptime_s=45, timeout_s=3000),
 }
 
 
@@ -125,19 +129,31 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def kill_one(kind: str, home: Path) -> bool:
-    """Kill one process of ``kind``; False when there was none to kill right now."""
+def uptime_s(pid: int) -> float:
+    """Seconds since ``pid`` started (field 22 of /proc/PID/stat, in clock ticks after boot)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def kill_one(kind: str, home: Path, min_uptime_s: float) -> bool:
+    """Kill one process of ``kind`` that has run at least ``min_uptime_s``; False when there was
+    none to kill right now."""
     live = pids(home)
     try:
         if kind == "worker-child":
-            kids = children(live["worker"]) if "worker" in live else []
-            if not kids:
+            kids = [c for c in (children(live["worker"]) if "worker" in live else []) if uptime_s(c) >= 5]
+            if not kids or uptime_s(live["worker"]) < min_uptime_s:
                 return False
             os.kill(random.choice(kids), signal.SIGKILL)
-        elif kind == "worker-group":
-            os.killpg(live["worker"], signal.SIGKILL)
         else:
-            os.killpg(live[kind], signal.SIGKILL)
+            pid = live["worker" if kind == "worker-group" else kind]
+            if uptime_s(pid) < min_uptime_s:
+                return False
+            os.killpg(pid, signal.SIGKILL)
     except (KeyError, ProcessLookupError):
         return False
     return True
@@ -202,7 +218,7 @@ def wait_done(name: str, env: dict, timeout_s: float, home: Path, size: Size | N
         if now >= next_kill:
             kinds = sorted(KINDS, key=lambda k: (kills[k], random.random()))
             for kind in kinds:
-                if kill_one(kind, home):
+                if kill_one(kind, home, size.min_uptime_s):
                     kills[kind] += 1
                     print(f"chaos: {now - t0:6.1f} s  killed {kind}", flush=True)
                     break
