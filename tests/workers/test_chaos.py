@@ -36,7 +36,7 @@ def test_a_small_study_survives_random_kills(tmp_path, backend):
                           capture_output=True, text=True, timeout=1500, cwd=ROOT)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert sum(report["kills"].values()) >= 5, report["kills"]
+    assert sum(report["kills"].values()) >= 3, report["kills"]
     assert report["identical_table"], report.get("table_diff")
     assert report["b_star_calm"] == report["b_star_chaos"]
     assert report["runs_left_open"] == [] and report["checkpoint_files_left"] == []
