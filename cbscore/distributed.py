@@ -1,0 +1,203 @@
+"""One trial on several devices: k processes, PyTorch DDP, rank 0 the only one that talks.
+
+``train(config)`` with ``config.devices = k > 1`` runs the trial as k processes: the calling
+process is rank 0 and :func:`launch` starts ranks 1 … k−1 with ``torch.multiprocessing``'s spawn
+(a fresh interpreter each: CUDA is not fork-safe). They meet through a ``TCPStore`` on 127.0.0.1
+that rank 0 opens on a free port, and form a ``torch.distributed`` process group: NCCL on CUDA
+(rank r on the r-th visible GPU), gloo on the CPU. Nothing here implements a collective.
+
+What each rank does (Goyal et al. 2017, arXiv 1706.02677, §2: a global batch split across
+workers whose gradients are averaged is the same update as the whole batch on one worker):
+
+- step ``t`` of global batch ``B`` takes the windows ``t·B … (t+1)·B − 1`` (the data stream's
+  rule); rank r trains on its ``B/k`` of them, ``r·B/k …``, in micro-batches of
+  ``micro_batch_size``; DDP averages the gradients over ranks in the backward of the last
+  micro-batch only (``no_sync`` on the others), so one all-reduce per step;
+- every rank steps its own AdamW on the same averaged gradient, so the weights stay equal
+  (DDP broadcasts rank 0's at the start, after rank 0 loaded any checkpoint);
+- rank 0 alone evaluates, keeps the weight averages, writes checkpoints and runs the callbacks
+  (MLflow, the ledger's heartbeat). Its decisions (stop, when the next evaluation is) reach the
+  other ranks through a gloo broadcast of two integers before every step: host memory only, so
+  it never waits on the GPU;
+- the logged train loss is the mean over all ranks (an all-reduce on log steps).
+
+A rank that dies (``kill -9``, a lost GPU) makes the next collective on the others fail: gloo
+sees the closed socket at once, and every collective has a ``dist_timeout_s`` deadline besides.
+Rank 0 then raises :class:`RankFailed`, the other ranks are ended (and a rank whose parent dies
+gets SIGKILL from the kernel, ``PR_SET_PDEATHSIG``), and the trial resumes from its last
+checkpoint when it is run again: every rank loads the same one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import datetime
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+#: Seconds a finished rank 0 waits for the others to exit before ending them.
+JOIN_TIMEOUT_S = 30.0
+
+
+class RankFailed(RuntimeError):
+    """Another rank of a multi-device trial died or failed: this attempt is lost, not the trial
+    (it resumes from its last checkpoint)."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """This process's place in a trial: rank, world size, and the groups it talks through.
+
+    ``world_size == 1`` is the ordinary single-process trial: every method is then the identity
+    and nothing touches ``torch.distributed``."""
+
+    rank: int = 0
+    """This process's rank, 0 … world_size − 1; rank 0 evaluates, checkpoints and reports."""
+    world_size: int = 1
+    """Processes (devices) training the trial."""
+    control: object | None = None
+    """The gloo process group of the host-side decisions (``None``: the default group)."""
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+    def local_rows(self, batch_size: int) -> tuple[int, int]:
+        """``(offset, count)`` of this rank's sequences within a global batch of ``batch_size``."""
+        count = batch_size // self.world_size
+        return self.rank * count, count
+
+    def agree(self, stop: int, next_eval: int) -> tuple[int, int]:
+        """Rank 0's ``(stop, next_eval)`` on every rank (a gloo broadcast of host integers)."""
+        if self.world_size == 1:
+            return stop, next_eval
+        message = torch.tensor([stop, next_eval], dtype=torch.int64)  # (2,) on the host
+        dist.broadcast(message, src=0, group=self.control)
+        return int(message[0]), int(message[1])
+
+    def mean(self, value: torch.Tensor) -> torch.Tensor:
+        """The mean of ``value`` over ranks (gloo has no AVG: a SUM, then a division)."""
+        if self.world_size == 1:
+            return value
+        total = value.detach().clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return total / self.world_size
+
+    def wrap(self, model: torch.nn.Module, device: torch.device):
+        """``(model to train, no_sync factory)``: DDP over ranks, or the model itself."""
+        if self.world_size == 1:
+            return model, contextlib.nullcontext
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ids = [device.index] if device.type == "cuda" else None
+        ddp = DDP(model, device_ids=ids, broadcast_buffers=False)  # no buffers are trained (rotary tables are fixed)
+        return ddp, ddp.no_sync
+
+
+SINGLE = Group()
+
+
+def device_for_rank(kind: str, rank: int) -> torch.device:
+    """Rank r on the r-th visible GPU (the worker's ``CUDA_VISIBLE_DEVICES`` names the trial's),
+    or on the CPU."""
+    if kind == "cuda":
+        torch.cuda.set_device(rank)
+        return torch.device("cuda", rank)
+    return torch.device("cpu")
+
+
+def backend_for(kind: str) -> str:
+    return "nccl" if kind == "cuda" else "gloo"
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent (rank 0) dies (Linux only): a
+    rank whose leader was killed must not wait for a collective that never comes."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+
+
+def _init(kind: str, rank: int, world_size: int, store, timeout_s: float) -> Group:
+    timeout = datetime.timedelta(seconds=timeout_s)
+    dist.init_process_group(backend_for(kind), store=store, rank=rank, world_size=world_size, timeout=timeout)
+    # Decisions travel on the host: a gloo group beside NCCL (the default group itself on a CPU).
+    control = dist.new_group(backend="gloo", timeout=timeout) if kind == "cuda" else None
+    return Group(rank=rank, world_size=world_size, control=control)
+
+
+def _follower(index: int, config_dict: dict, port: int, kind: str) -> None:
+    """Rank ``index + 1`` (the entry point ``torch.multiprocessing`` spawns)."""
+    _die_with_parent()
+    from cbscore.train import run_rank
+    from cbscore.train_config import TrainConfig
+
+    config = TrainConfig.from_dict(config_dict)
+    rank = index + 1
+    store = dist.TCPStore("127.0.0.1", port, config.devices, is_master=False,
+                          timeout=datetime.timedelta(seconds=config.dist_timeout_s))
+    group = _init(kind, rank, config.devices, store, config.dist_timeout_s)
+    try:
+        run_rank(config, group)
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+def launch(config, kind: str, run_leader: Callable[[Group], object]):
+    """Run ``run_leader(group)`` as rank 0 here with ranks 1 … k−1 spawned; returns its result.
+
+    Raises :class:`RankFailed` when another rank died or failed (rank 0's own errors, a
+    ``ConfigError`` say, are raised as they are)."""
+    import torch.multiprocessing as mp
+
+    k = config.devices
+    timeout = datetime.timedelta(seconds=config.dist_timeout_s)
+    store = dist.TCPStore("127.0.0.1", 0, k, is_master=True, timeout=timeout, wait_for_workers=False)
+    context = mp.start_processes(_follower, args=(config.to_dict(), store.port, kind), nprocs=k - 1,
+                                 join=False, daemon=False, start_method="spawn")
+    try:
+        group = _init(kind, 0, k, store, config.dist_timeout_s)
+        return run_leader(group)
+    except BaseException as exc:
+        dead = _dead_ranks(context)
+        if dead and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise RankFailed(f"rank {dead} of {k} ended before the trial did ({exc.__class__.__name__}: "
+                             f"{str(exc)[:300]}); the trial resumes from its last checkpoint") from exc
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+        _end(context)
+
+
+def _dead_ranks(context, wait_s: float = 2.0) -> str:
+    """The ranks (1-based beyond 0) whose process ended with an error, as text; '' if none.
+    A rank killed a moment ago may still look alive: give them ``wait_s`` to be reaped."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        dead = [f"{i + 1} (pid {p.pid}, exit {p.exitcode})" for i, p in enumerate(context.processes)
+                if p.exitcode not in (None, 0)]
+        if dead or time.monotonic() > deadline:
+            return ", ".join(dead)
+        time.sleep(0.05)
+
+
+def _end(context) -> None:
+    """Wait for the other ranks to exit, then end what is left (a rank stuck in a collective)."""
+    for p in context.processes:
+        p.join(timeout=JOIN_TIMEOUT_S if p.exitcode is None else 0)
+    for p in context.processes:
+        if p.is_alive():
+            os.kill(p.pid, signal.SIGKILL)
+            p.join(timeout=5)
