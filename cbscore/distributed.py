@@ -97,7 +97,8 @@ class Group:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [device.index] if device.type == "cuda" else None
-        ddp = DDP(model, device_ids=ids, broadcast_buffers=False)  # no buffers are trained (rotary tables are fixed)
+        # the only buffers are the fixed rotary tables: equal on every rank, never re-sent
+        ddp = DDP(model, device_ids=ids, forward_sync_buffers=False)
         return ddp, ddp.no_sync
 
 
