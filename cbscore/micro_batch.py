@@ -9,12 +9,13 @@ whose activations fit in a share of the device's free memory. Training memory is
 - **activations**, per sequence of T tokens at 16-bit: ``34·T·C`` bytes per layer for a block
   with flash attention (Korthikanti et al. 2022, arXiv 2205.05198, eq. 1 without its ``5·a·T²``
   attention-score term, which flash attention does not store), plus ``8·T·C`` for what this
-  model adds (the QK-LayerNorm inputs and the rotated q, k), and the LM head's ``T·V`` logits:
-  bf16 logits (2 B), their fp32 copy for the loss (4 B), the log-softmax kept for backward (4 B)
-  and its gradient (4 B): ``14·T·V`` bytes.
+  model adds (the QK-LayerNorm inputs and the rotated q, k), and the LM head's ``T·V`` logits
+  (the model returns none, so none outlive the loss): the log-softmax kept for backward (4 B) and,
+  at the peak, its gradient (4 B) and the bf16 logits' gradient (2 B): ``10·T·V`` bytes.
 
-At 151M (C = 1024, L = 12), T = 512 and V = 8192 that is 0.32 GB a sequence, so an H200's
-~139 GB holds about 330 and the rule picks 256 (a power of two that divides the batch). The
+At 151M (C = 1024, L = 12) and T = 512 that is 0.31 GB a sequence at V = 8192 (an H200's ~139 GB
+holds about 358: the rule picks 256, the largest divisor of the batch below it) and 0.52 GB at
+GPT-NeoX's 50,304 (about 200: 128 at B = 256), where the LM head is half of it. The
 estimate is deliberately plain: where it is too optimistic, the trainer's out-of-memory handler
 halves the micro-batch and redoes the step (:class:`cbscore.train._StepFn`).
 """
@@ -33,7 +34,7 @@ def activation_bytes_per_sequence(config: GPTConfig, context_tokens: int | None 
     """Bytes of activations one sequence keeps for backward (see the module docstring)."""
     t = config.context_tokens if context_tokens is None else context_tokens
     per_layer = (34 + 8) * t * config.d_model  # Korthikanti et al. 2022 eq. 1 (flash attention) + QK-norm, rotary
-    logits = 14 * t * config.vocab_size  # bf16 logits, fp32 copy, log-softmax, its gradient
+    logits = 10 * t * config.vocab_size  # log-softmax (fp32), its gradient, the bf16 logits' gradient
     return config.n_layers * per_layer + logits
 
 
