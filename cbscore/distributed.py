@@ -1,8 +1,9 @@
 """One trial on several devices: k processes, PyTorch DDP, rank 0 the only one that talks.
 
 ``train(config)`` with ``config.devices = k > 1`` runs the trial as k processes: the calling
-process is rank 0 and :func:`launch` starts ranks 1 … k−1 with ``torch.multiprocessing``'s spawn
-(a fresh interpreter each: CUDA is not fork-safe). They meet through a ``TCPStore`` on 127.0.0.1
+process is rank 0 and :func:`launch` starts ranks 1 … k−1 as fresh interpreters (``python -m
+cbscore.distributed``; CUDA is not fork-safe, and a Celery pool child may not use
+``multiprocessing``, see :func:`_spawn`). They meet through a ``TCPStore`` on 127.0.0.1
 that rank 0 opens on a free port, and form a ``torch.distributed`` process group: NCCL on CUDA
 (rank r on the r-th visible GPU), gloo on the CPU. Nothing here implements a collective.
 
@@ -33,9 +34,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import datetime
+import json
 import os
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -135,14 +139,13 @@ def _init(kind: str, rank: int, world_size: int, store, timeout_s: float) -> Gro
     return Group(rank=rank, world_size=world_size, control=control)
 
 
-def _follower(index: int, config_dict: dict, port: int, kind: str) -> None:
-    """Rank ``index + 1`` (the entry point ``torch.multiprocessing`` spawns)."""
+def _follower(rank: int, config_dict: dict, port: int, kind: str) -> None:
+    """Rank ``rank > 0``: join rank 0's store and group, train, leave."""
     _die_with_parent()
     from cbscore.train import run_rank
     from cbscore.train_config import TrainConfig
 
     config = TrainConfig.from_dict(config_dict)
-    rank = index + 1
     store = dist.TCPStore("127.0.0.1", port, config.devices, is_master=False,
                           timeout=datetime.timedelta(seconds=config.dist_timeout_s))
     group = _init(kind, rank, config.devices, store, config.dist_timeout_s)
@@ -153,23 +156,33 @@ def _follower(index: int, config_dict: dict, port: int, kind: str) -> None:
             dist.destroy_process_group()
 
 
+def _spawn(rank: int, config, port: int, kind: str) -> subprocess.Popen:
+    """Start rank ``rank`` as a fresh interpreter (``python -m cbscore.distributed``), the trial's
+    config on its stdin. Not ``multiprocessing``: a Celery pool child is a daemonic billiard
+    process, which ``multiprocessing`` refuses children to and cannot pickle."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.Popen([sys.executable, "-m", "cbscore.distributed", str(rank), str(port), kind],
+                            stdin=subprocess.PIPE, env=env)
+    proc.stdin.write(json.dumps(config.to_dict()).encode())
+    proc.stdin.close()
+    return proc
+
+
 def launch(config, kind: str, run_leader: Callable[[Group], object]):
-    """Run ``run_leader(group)`` as rank 0 here with ranks 1 … k−1 spawned; returns its result.
-
-    Raises :class:`RankFailed` when another rank died or failed (rank 0's own errors, a
+    """Run ``run_leader(group)`` as rank 0 here with ranks 1 … k−1 started beside it; returns its
+    result. Raises :class:`RankFailed` when another rank died or failed (rank 0's own errors, a
     ``ConfigError`` say, are raised as they are)."""
-    import torch.multiprocessing as mp
-
     k = config.devices
     timeout = datetime.timedelta(seconds=config.dist_timeout_s)
     store = dist.TCPStore("127.0.0.1", 0, k, is_master=True, timeout=timeout, wait_for_workers=False)
-    context = mp.start_processes(_follower, args=(config.to_dict(), store.port, kind), nprocs=k - 1,
-                                 join=False, daemon=False, start_method="spawn")
+    ranks = [_spawn(rank, config, store.port, kind) for rank in range(1, k)]
+    failed = False
     try:
         group = _init(kind, 0, k, store, config.dist_timeout_s)
         return run_leader(group)
     except BaseException as exc:
-        dead = _dead_ranks(context)
+        failed = True
+        dead = _dead_ranks(ranks)
         if dead and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise RankFailed(f"rank {dead} of {k} ended before the trial did ({exc.__class__.__name__}: "
                              f"{str(exc)[:300]}); the trial resumes from its last checkpoint") from exc
@@ -177,28 +190,31 @@ def launch(config, kind: str, run_leader: Callable[[Group], object]):
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
-        _end(context)
+        _end(ranks, grace_s=5.0 if failed else JOIN_TIMEOUT_S)
 
 
-def _dead_ranks(context, wait_s: float = 2.0) -> str:
-    """The ranks (1-based beyond 0) whose process ended with an error, as text; '' if none.
-    A rank killed a moment ago may still look alive: give them ``wait_s`` to be reaped."""
-    import time
-
+def _dead_ranks(ranks: list[subprocess.Popen], wait_s: float = 2.0) -> str:
+    """The ranks (1, 2, …) whose process ended with an error, as text; '' if none. A rank
+    killed a moment ago may not be reaped yet: give them ``wait_s``."""
     deadline = time.monotonic() + wait_s
     while True:
-        dead = [f"{i + 1} (pid {p.pid}, exit {p.exitcode})" for i, p in enumerate(context.processes)
-                if p.exitcode not in (None, 0)]
+        dead = [f"{i + 1} (pid {p.pid}, exit {p.poll()})" for i, p in enumerate(ranks) if p.poll() not in (None, 0)]
         if dead or time.monotonic() > deadline:
             return ", ".join(dead)
         time.sleep(0.05)
 
 
-def _end(context) -> None:
+def _end(ranks: list[subprocess.Popen], grace_s: float) -> None:
     """Wait for the other ranks to exit, then end what is left (a rank stuck in a collective)."""
-    for p in context.processes:
-        p.join(timeout=JOIN_TIMEOUT_S if p.exitcode is None else 0)
-    for p in context.processes:
-        if p.is_alive():
-            os.kill(p.pid, signal.SIGKILL)
-            p.join(timeout=5)
+    deadline = time.monotonic() + grace_s
+    for p in ranks:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for p in ranks:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+
+
+if __name__ == "__main__":  # a rank > 0: python -m cbscore.distributed RANK PORT KIND < config.json
+    _follower(int(sys.argv[1]), json.loads(sys.stdin.read()), int(sys.argv[2]), sys.argv[3])

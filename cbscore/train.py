@@ -77,7 +77,7 @@ def train(config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrialResul
     :class:`cbscore.distributed.RankFailed`."""
     callbacks = tuple(callbacks)
     state = _new_state(config)
-    with _torch_threads(config.threads):
+    with _torch_threads(_threads(config)):
         try:
             if config.devices == 1:
                 return _Trial(config, state, callbacks, SINGLE).run()
@@ -92,8 +92,16 @@ def train(config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrialResul
 def run_rank(config: TrainConfig, group: Group) -> None:
     """Rank ``group.rank > 0`` of a multi-device trial: trains its share of every batch, reports
     nothing (rank 0 does); started by :mod:`cbscore.distributed`."""
-    with _torch_threads(config.threads):
+    with _torch_threads(_threads(config)):
         _Trial(config, _new_state(config), (), group).run()
+
+
+def _threads(config: TrainConfig) -> int | None:
+    """Torch threads of each process: the config's; or for several ranks on one CPU a share of
+    the cores each (torch's default, every core per process, would oversubscribe them k times)."""
+    if config.threads is not None or config.devices == 1 or _resolve_device(config.device).type == "cuda":
+        return config.threads
+    return max(1, (os.cpu_count() or 1) // config.devices)
 
 
 def _new_state(config: TrainConfig) -> TrainState:

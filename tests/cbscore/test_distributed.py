@@ -59,8 +59,7 @@ def test_a_batch_that_does_not_split_evenly_is_refused():
 
 
 def spawned_ranks() -> list[int]:
-    """Pids of the rank processes this process spawned (children running ``spawn_main``; the
-    resource tracker is a child too, and is left alone)."""
+    """Pids of the rank processes this process started (``python -m cbscore.distributed``)."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -72,7 +71,7 @@ def spawned_ranks() -> list[int]:
                 cmdline = f.read()
         except OSError:
             continue
-        if ppid == os.getpid() and b"spawn_main" in cmdline:
+        if ppid == os.getpid() and b"cbscore.distributed" in cmdline:
             pids.append(int(entry))
     return pids
 
