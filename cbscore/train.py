@@ -14,9 +14,10 @@ held-out split. It stops
 - or when a callback calls ``state.request_stop(reason)`` (``stopped``).
 
 Device, dtype, autocast, compilation and the optimizer are decided once, before the loop. The
-per-step path (``_StepFn``) has no config branching, no try/except and no I/O; the train loss
-stays a device tensor and is read on the host only at log steps (``# host sync``). Evaluation,
-checkpoints and logging callbacks run off the throughput clock.
+per-step path (``_StepFn``) has no config branching, no I/O and no try/except but the
+out-of-memory handler (free unless it fires); the train loss stays a device tensor and is read on
+the host only at log steps (``# host sync``). Evaluation, checkpoints and logging callbacks run
+off the throughput clock.
 
 Several devices. With ``devices = k > 1`` the trial runs as k DDP processes
 (:mod:`cbscore.distributed`): this process is rank 0, the only one that evaluates, checkpoints
