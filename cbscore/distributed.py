@@ -129,6 +129,8 @@ def _die_with_parent() -> None:
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
             libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    if os.environ.get("CBS_RANK0_PID") and os.getppid() != int(os.environ["CBS_RANK0_PID"]):
+        sys.exit(f"rank 0 (pid {os.environ['CBS_RANK0_PID']}) died before this rank started")  # too late for the signal
 
 
 def _init(kind: str, rank: int, world_size: int, store, timeout_s: float) -> Group:
@@ -160,7 +162,7 @@ def _spawn(rank: int, config, port: int, kind: str) -> subprocess.Popen:
     """Start rank ``rank`` as a fresh interpreter (``python -m cbscore.distributed``), the trial's
     config on its stdin. Not ``multiprocessing``: a Celery pool child is a daemonic billiard
     process, which ``multiprocessing`` refuses children to and cannot pickle."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "CBS_RANK0_PID": str(os.getpid())}
     proc = subprocess.Popen([sys.executable, "-m", "cbscore.distributed", str(rank), str(port), kind],
                             stdin=subprocess.PIPE, env=env)
     proc.stdin.write(json.dumps(config.to_dict()).encode())

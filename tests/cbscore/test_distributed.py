@@ -113,3 +113,53 @@ def test_kill_9_of_one_rank_ends_the_attempt_and_the_trial_resumes_from_its_chec
     torch.testing.assert_close([v for _, v in resumed.train_log], [v for _, v in whole.train_log], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close([e.loss for e in resumed.eval_history], [e.loss for e in whole.eval_history],
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_ranks_die_with_a_killed_rank_0(builtin_slice_config, tmp_path):
+    """kill -9 of rank 0 (the Celery child of a worker): the kernel ends the other ranks
+    (PR_SET_PDEATHSIG), so no rank is left waiting on a collective."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    config = tiny(builtin_slice_config, max_tokens=8 * 32 * 100_000, devices=2, allow_repeat=True)
+    script = ("import json, sys; from cbscore.train import train; from cbscore.train_config import TrainConfig; "
+              "train(TrainConfig.from_dict(json.loads(sys.stdin.read())))")
+    leader = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE)
+    leader.stdin.write(json.dumps(config.to_dict()).encode())
+    leader.stdin.close()
+
+    def children() -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except (OSError, ValueError):
+                continue
+            if int(fields[1]) == leader.pid and b"cbscore.distributed" in cmdline:
+                found.append(int(entry))
+        return found
+
+    deadline = time.monotonic() + 60
+    while not (ranks := children()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(ranks) == 1
+    time.sleep(3)  # training by now
+    leader.kill()
+    leader.wait(timeout=10)
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+    deadline = time.monotonic() + 10
+    while alive(ranks[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(ranks[0])
