@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 import torch
@@ -82,25 +83,25 @@ class KillRankAt(Callback):
     def __init__(self, step: int):
         self.step = step
         self.killed: list[int] = []
+        self.at = 0.0
 
     def post_step(self, state, metrics):
         if state.step == self.step and not self.killed:
             self.killed = spawned_ranks()
             assert len(self.killed) == 1
             os.kill(self.killed[0], signal.SIGKILL)
+            self.at = time.monotonic()
 
 
 @pytest.mark.slow
 def test_kill_9_of_one_rank_ends_the_attempt_and_the_trial_resumes_from_its_checkpoint(builtin_slice_config, tmp_path):
-    import time
-
-    config = tiny(builtin_slice_config, max_steps=30, devices=2, micro_batch_size=4, dist_timeout_s=30.0,
+    config = tiny(builtin_slice_config, max_steps=30, devices=2, micro_batch_size=4, dist_timeout_s=120.0,
                   checkpoint_dir=str(tmp_path / "ckpt"), checkpoint_every_steps=5)
     killer = KillRankAt(17)  # after the checkpoint of step 15, which falls inside a log interval
-    started = time.monotonic()
     with pytest.raises(RankFailed, match=r"rank 1 \(pid \d+, exit -9\) of 2 ended before the trial did"):
         train(config, callbacks=[killer])
-    assert time.monotonic() - started < 30  # no hang: gloo sees the closed socket before the deadline
+    # no hang: gloo sees the closed socket at once, long before the 120 s deadline
+    assert time.monotonic() - killer.at < 20
     assert killer.killed and not spawned_ranks()  # no rank left behind
     from cbscore.checkpoint import load_checkpoint
 
@@ -122,7 +123,6 @@ def test_ranks_die_with_a_killed_rank_0(builtin_slice_config, tmp_path):
     import json
     import subprocess
     import sys
-    import time
 
     config = tiny(builtin_slice_config, max_tokens=8 * 32 * 100_000, devices=2, allow_repeat=True)
     script = ("import json, sys; from cbscore.train import train; from cbscore.train_config import TrainConfig; "
