@@ -356,6 +356,8 @@ class _Trial:
         if self.device.type != "cuda":
             return local
         free, _ = torch.cuda.mem_get_info(self.device)
+        # blocks the caching allocator holds but nothing uses are free for this trial too
+        free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
         # the weights, the averages and the evaluation copy are allocated; fp32 gradients and
         # AdamW's two moments (4 + 8 bytes per parameter) come with the first step
         still_to_come = 12 * self.model.n_params_total
