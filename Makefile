@@ -14,20 +14,35 @@ TEST_ENV := HF_HOME=$(CACHE)/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
 	XDG_CACHE_HOME=$(CACHE)/xdg MPLCONFIGDIR=$(CACHE)/mpl
 PYTEST_ARGS ?= --durations=5
 
-.PHONY: install browser run test test-all bench clean
+.PHONY: install cuda-torch browser run test test-all bench clean
+
+# True when torch is a CUDA build (it may still see no GPU: that is the driver's business).
+HAS_CUDA_BUILD := import sys, torch; sys.exit(0 if torch.version.cuda else 1)
+# How a CPU-only torch is replaced on a GPU host (a variable: the Makefile's test stands in for pip).
+TORCH_CUDA_INSTALL ?= $(PY) -m pip uninstall -y -q torch && $(PY) -m pip install "torch==$(TORCH_VERSION)"
 
 $(VENV)/.installed: pyproject.toml
 	@# A host whose system Python already has torch (a GPU host with its CUDA build) shares it.
 	@test -x $(PY) || { if $(PYTHON) -c "import torch" 2>/dev/null; then \
 		$(PYTHON) -m venv --system-site-packages $(VENV); else $(PYTHON) -m venv $(VENV); fi; }
-	@$(PY) -c "import torch" 2>/dev/null || \
-		$(PY) -m pip install --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null || \
-		{ if command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install "torch==$(TORCH_VERSION)"; \
-		  else $(PY) -m pip install "torch==$(TORCH_VERSION)" --index-url https://download.pytorch.org/whl/cpu; fi; }
+	@$(PY) -c "import torch" 2>/dev/null || { if command -v nvidia-smi >/dev/null 2>&1; then \
+		  $(PY) -m pip install "torch==$(TORCH_VERSION)"; \
+		else $(PY) -m pip install --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null || \
+		  $(PY) -m pip install "torch==$(TORCH_VERSION)" --index-url https://download.pytorch.org/whl/cpu; fi; }
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed cuda-torch
+
+# A GPU host (nvidia-smi answers) needs a CUDA build of torch: with a CPU-only one (an old venv, a
+# system Python's CPU wheel) every GPU trial fails and `pytest -m gpu` skips. Checked on every
+# install; replaced once, and an error if it is still CPU-only.
+cuda-torch:
+	@if command -v nvidia-smi >/dev/null 2>&1 && ! $(PY) -c "$(HAS_CUDA_BUILD)" 2>/dev/null; then \
+		echo "make: this host has an NVIDIA GPU (nvidia-smi) but $(PY) has a CPU-only torch: installing torch==$(TORCH_VERSION) with CUDA"; \
+		$(TORCH_CUDA_INSTALL) || true; \
+		$(PY) -c "$(HAS_CUDA_BUILD)" 2>/dev/null || { echo "make: error: $(PY) still has a CPU-only torch on a GPU host; install a CUDA build (pip install torch==$(TORCH_VERSION)) or remove $(VENV) and run make again"; exit 1; }; \
+	fi
 
 run: install
 	$(VENV)/bin/cbs up

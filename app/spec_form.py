@@ -52,6 +52,7 @@ LABELS = {
     "weight_decay": "Weight decay",
     "grad_clip": "Gradient clipping",
     "micro_batch_size": "Micro-batch size",
+    "devices_per_trial": "Devices per trial (YAML)",
     # The simulator's inputs (Preview → "Simulate this design").
     "noise": "Noise σ",
     "b_noise": "B_noise of every setting",

@@ -116,6 +116,25 @@ def eta_s(budget_tokens: int | None, tokens: int, tokens_per_s: float | None) ->
     return max(0.0, (budget_tokens - tokens) / tokens_per_s)
 
 
+def throughput_text(curve: Mapping[str, Any], devices: int = 1) -> str:
+    """A running trial's latest throughput: tokens/s of all its devices, per device when there are
+    several, and MFU (per device, against the exact device's bf16 peak; PaLM appendix B).
+    ``devices``: the spec's ``devices_per_trial``, used where the run has no per-device metric."""
+    from app import units
+
+    total = last_value(curve, "perf/tokens_per_s")
+    per_device = last_value(curve, "perf/tokens_per_s_per_device")
+    if per_device is not None and total is not None and per_device > 0:
+        devices = max(1, round(total / per_device))  # what the worker ran it on (it may override the spec)
+    elif total is not None:
+        per_device = total / devices
+    mfu = last_value(curve, "perf/mfu")
+    text = units.rate(total)
+    if devices > 1 and per_device is not None:
+        text += f" ({units.count(per_device)} per device × {devices})"
+    return text + (f" · MFU {mfu:.1%}" if mfu is not None else " · MFU n/a")
+
+
 def last_value(curve: Mapping[str, Any], key: str) -> float | None:
     """The latest value of metric ``key`` in a ``trial_curve`` result."""
     steps_values = curve.get(key)

@@ -13,7 +13,11 @@ Any hook may call ``state.request_stop(reason)``; the trainer stops after the cu
 writes a checkpoint (when it has a ``checkpoint_dir``) and ends with status ``stopped``.
 
 Metrics dict on log steps: ``step``, ``tokens``, ``train_loss`` (mean since the previous log
-step, nats), ``lr``, ``grad_norm`` (before clipping), ``tokens_per_s``, ``mfu``.
+step, nats), ``lr``, ``grad_norm`` (before clipping), ``tokens_per_s`` (all devices together),
+``tokens_per_s_per_device``, ``mfu`` (per device, against one device's peak).
+
+In a multi-device trial (``devices > 1``) the hooks run in rank 0's process only, and a stop
+asked in ``post_step`` takes effect at the same step on every rank.
 """
 
 from __future__ import annotations
@@ -57,8 +61,15 @@ class TrainState:
     train_loss: float | None = None
     """Mean train loss over the last log interval, nats (updated on log steps)."""
     tokens_per_s: float | None = None
-    """Training throughput over the last log interval."""
+    """Training throughput over the last log interval, all devices together (tokens/s)."""
+    tokens_per_s_per_device: float | None = None
+    """``tokens_per_s / devices``."""
     mfu: float | None = None
+    """Model-FLOPs utilisation of each device (:func:`cbscore.throughput.mfu`)."""
+    devices: int = 1
+    """Processes (devices) training the trial (DDP ranks)."""
+    micro_batch_size: int | None = None
+    """Sequences per forward pass on one device (after any out-of-memory halving)."""
     last_eval: EvalPoint | None = None
     eval_history: list[EvalPoint] = field(default_factory=list)
     train_seconds: float = 0.0

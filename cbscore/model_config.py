@@ -17,6 +17,19 @@ from cbscore.errors import ConfigError
 #: :class:`cbscore.data.DataConfig` (the built-in corpus).
 DEFAULT_VOCAB_SIZE = 8192
 
+#: The LM head's rows are padded to a multiple of this: a (M, C) × (C, V) matmul whose V is not a
+#: multiple of 64-128 falls off the tensor cores' tile sizes (nanoGPT pads GPT-2's 50,257 to
+#: 50,304 for the same reason, ~25% faster there). The extra rows are never a target.
+VOCAB_MULTIPLE = 128
+
+
+def padded_vocab_size(vocab_size: int, multiple: int = VOCAB_MULTIPLE) -> int:
+    """``vocab_size`` rounded up to a multiple of ``multiple`` (GPT-NeoX's 50,277 → 50,304;
+    the built-in 8,192 stays)."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0:
+        raise ConfigError("vocab_size", vocab_size, "must be a positive integer")
+    return -(-vocab_size // multiple) * multiple
+
 
 @dataclass(frozen=True, kw_only=True)
 class GPTConfig:

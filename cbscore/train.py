@@ -14,9 +14,19 @@ held-out split. It stops
 - or when a callback calls ``state.request_stop(reason)`` (``stopped``).
 
 Device, dtype, autocast, compilation and the optimizer are decided once, before the loop. The
-per-step path (``_StepFn``) has no config branching, no try/except and no I/O; the train loss
-stays a device tensor and is read on the host only at log steps (``# host sync``). Evaluation,
-checkpoints and logging callbacks run off the throughput clock.
+per-step path (``_StepFn``) has no config branching, no I/O and no try/except but the
+out-of-memory handler (free unless it fires); the train loss stays a device tensor and is read on
+the host only at log steps (``# host sync``). Evaluation, checkpoints and logging callbacks run
+off the throughput clock.
+
+Several devices. With ``devices = k > 1`` the trial runs as k DDP processes
+(:mod:`cbscore.distributed`): this process is rank 0, the only one that evaluates, checkpoints
+and calls the callbacks; the others train their share of every batch. Before every step rank 0's
+decisions (stop, the next evaluation step) are broadcast, so all ranks stop at the same step.
+
+Out of memory. An out-of-memory error during a step's forward and backward passes frees them,
+halves the micro-batch and redoes the passes; the optimizer has not stepped yet, so the update is
+the same (a sum of the same gradients in another grouping).
 
 Resuming. With ``checkpoint_dir`` set, a checkpoint (model, optimizer, averaged weights, step,
 RNG states, evaluation history, the partial log interval and the next evaluation step) is
@@ -32,6 +42,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -43,10 +55,13 @@ from cbscore.allocator import keep_freed_memory
 from cbscore.analysis import first_crossing
 from cbscore.averaging import WeightAverage
 from cbscore.callbacks import Callback, TrainState
-from cbscore.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from cbscore.checkpoint import checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from cbscore.distributed import SINGLE, Group, device_for_rank, launch
 from cbscore.errors import ConfigError
 from cbscore.eval_schedule import EvalSchedule, default_every_steps, min_every_steps
 from cbscore.model import GPT, get_preset
+from cbscore.micro_batch import activation_bytes_per_sequence, choose_micro_batch, smaller_micro_batch
+from cbscore.model_config import padded_vocab_size
 from cbscore.schedules import LrSchedule, warmup_steps
 from cbscore.throughput import mfu, peak_flops, peak_memory_bytes
 from cbscore.train_config import OPERATIONAL_FIELDS, TrainConfig
@@ -56,10 +71,43 @@ CHECKPOINT_FORMAT = 1
 
 
 def train(config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrialResult:
-    """Train one trial; see the module docstring for outcomes, evaluation and resuming."""
+    """Train one trial; see the module docstring for outcomes, evaluation and resuming.
+
+    With ``config.devices > 1`` this process is rank 0 of a DDP trial and the other ranks are
+    spawned (:func:`cbscore.distributed.launch`); a rank that dies raises
+    :class:`cbscore.distributed.RankFailed`."""
     callbacks = tuple(callbacks)
+    state = _new_state(config)
+    with _torch_threads(_threads(config)):
+        try:
+            if config.devices == 1:
+                return _Trial(config, state, callbacks, SINGLE).run()
+            kind = _resolve_device(config.device).type
+            return launch(config, kind, lambda group: _Trial(config, state, callbacks, group).run())
+        except BaseException as exc:
+            for cb in callbacks:
+                cb.on_error(state, exc)
+            raise
+
+
+def run_rank(config: TrainConfig, group: Group) -> None:
+    """Rank ``group.rank > 0`` of a multi-device trial: trains its share of every batch, reports
+    nothing (rank 0 does); started by :mod:`cbscore.distributed`."""
+    with _torch_threads(_threads(config)):
+        _Trial(config, _new_state(config), (), group).run()
+
+
+def _threads(config: TrainConfig) -> int | None:
+    """Torch threads of each process: the config's; or for several ranks on one CPU a share of
+    the cores each (torch's default, every core per process, would oversubscribe them k times)."""
+    if config.threads is not None or config.devices == 1 or _resolve_device(config.device).type == "cuda":
+        return config.threads
+    return max(1, (os.cpu_count() or 1) // config.devices)
+
+
+def _new_state(config: TrainConfig) -> TrainState:
     preset = get_preset(config.model)
-    state = TrainState(
+    return TrainState(
         config=config,
         total_steps=config.total_steps,
         warmup_steps=warmup_steps(config.resolved_warmup_tokens(), config.batch_tokens),
@@ -67,14 +115,8 @@ def train(config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrialResul
         n_params=preset.n_params,
         flops_per_token=preset.flops_per_token(config.context_tokens),
         device=_resolve_device(config.device).type,
+        devices=config.devices,
     )
-    with _torch_threads(config.threads):
-        try:
-            return _Trial(config, state, callbacks).run()
-        except BaseException as exc:
-            for cb in callbacks:
-                cb.on_error(state, exc)
-            raise
 
 
 # ---------------------------------------------------------------------------------- setup helpers
@@ -117,17 +159,29 @@ class _StepFn:
     """One optimizer step: micro-batches with gradient accumulation, clipping, AdamW, EWA.
 
     Everything that depends on the config (device transfer, autocast, clipping norm, number of
-    micro-batches) is fixed in ``__init__``; ``__call__`` is the hot path."""
+    micro-batches, DDP's ``no_sync``) is fixed in ``__init__``; ``__call__`` is the hot path.
+    ``batch`` is this device's share of the global batch (all of it on one device); under DDP
+    the gradients are averaged over ranks in the last micro-batch's backward only.
+
+    The one ``try`` of the hot path is the out-of-memory handler (free unless it fires): it
+    halves the micro-batch and redoes the passes before the optimizer steps, so the update is
+    the same. Under DDP an OOM in the last micro-batch's backward, while the gradients are being
+    all-reduced, cannot be redone by one rank alone: choose the micro-batch so it is not needed."""
 
     def __init__(self, model, optimizer, average: WeightAverage, *, device, micro_batch_size, batch_size,
-                 autocast: Callable[[], contextlib.AbstractContextManager], grad_clip: float):
+                 autocast: Callable[[], contextlib.AbstractContextManager], grad_clip: float,
+                 no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                 on_resize: Callable[[int], None] = lambda micro: None):
         self.model = model
         self.optimizer = optimizer
         self.average = average
         self.params = [p for p in model.parameters()]
-        self.n_micro = batch_size // micro_batch_size
-        self.micro = micro_batch_size
+        self.batch_size = batch_size
+        self.no_sync = no_sync
+        self.on_resize = on_resize
+        self._set_micro(micro_batch_size)
         self.autocast = autocast
+        self.device = device
         # clip_grad_norm_ with max_norm=inf only measures the norm (scales by exactly 1)
         self.max_norm = grad_clip if grad_clip > 0 else math.inf
         if device.type == "cuda":
@@ -135,23 +189,56 @@ class _StepFn:
         else:
             self.to_device = torch.from_numpy
 
+    def _set_micro(self, micro: int) -> None:
+        self.micro = micro
+        self.n_micro = self.batch_size // micro
+        # DDP all-reduces in the backward of the last micro-batch only
+        self.sync_contexts = [self.no_sync] * (self.n_micro - 1) + [contextlib.nullcontext]
+
     def __call__(self, batch: np.ndarray, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         tokens = self.to_device(batch)  # (B, T + 1) int64
-        loss_sum = torch.zeros((), device=tokens.device)
-        for i in range(self.n_micro):
-            chunk = tokens[i * self.micro:(i + 1) * self.micro]  # (M, T + 1)
-            with self.autocast():
-                _, loss = self.model(chunk[:, :-1], chunk[:, 1:])  # inputs, next-token targets (M, T)
-            # equal-size micro-batches: the mean of their means is the full batch's mean
-            (loss / self.n_micro).backward()
-            loss_sum += loss.detach()
+        while True:
+            try:
+                loss = self._passes(tokens)
+                break
+            except torch.OutOfMemoryError:
+                pass  # leave the handler first: its traceback holds the failed passes' activations
+            self._halve()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm, foreach=True)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.average.update()
-        return loss_sum / self.n_micro, grad_norm  # device tensors, no host sync
+        return loss, grad_norm  # device tensors, no host sync
+
+    def _passes(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of every micro-batch; the mean loss (a device scalar)."""
+        loss_sum = torch.zeros((), device=tokens.device)
+        for i in range(self.n_micro):
+            chunk = tokens[i * self.micro:(i + 1) * self.micro]  # (M, T + 1)
+            with self.sync_contexts[i]():
+                with self.autocast():
+                    _, loss = self.model(chunk[:, :-1], chunk[:, 1:])  # inputs, next-token targets (M, T)
+                # equal-size micro-batches: the mean of their means is the full batch's mean
+                (loss / self.n_micro).backward()
+            loss_sum += loss.detach()
+        return loss_sum / self.n_micro
+
+    def _halve(self) -> None:
+        """After an out-of-memory error: drop the partial gradients, halve the micro-batch."""
+        micro = smaller_micro_batch(self.batch_size, self.micro)
+        if micro is None:
+            raise torch.OutOfMemoryError(
+                f"out of memory at a micro-batch of 1 sequence ({self.batch_size} per device): "
+                "use more devices (devices) or a smaller model or context")
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        print(f"cbs train: out of memory at a micro-batch of {self.micro}; redoing the step at {micro}",
+              file=sys.stderr, flush=True)
+        self._set_micro(micro)
+        self.on_resize(micro)
 
 
 @dataclass
@@ -165,36 +252,52 @@ class _Progress:
     train_log: list[tuple[int, float]] = field(default_factory=list)
 
 
+class _NoAverage:
+    """Ranks > 0 keep no weight average: only rank 0 evaluates."""
+
+    def update(self) -> None:
+        pass
+
+
 class _Trial:
-    def __init__(self, config: TrainConfig, state: TrainState, callbacks: tuple[Callback, ...]):
+    def __init__(self, config: TrainConfig, state: TrainState, callbacks: tuple[Callback, ...],
+                 group: Group = SINGLE):
         self.config = config
         self.state = state
         self.callbacks = callbacks
+        self.group = group
+        self.leader = group.leader
 
     # ------------------------------------------------------------------------------ setup
     def _setup(self) -> None:
-        cfg = self.config
+        cfg, leader = self.config, self.leader
         from cbscore.data import prepare
 
-        self.device = device = _resolve_device(cfg.device)
-        self.state.device = _device_label(device)
+        self.device = device = self._device()
+        self.state.device = _device_label(device) + (f" × {cfg.devices}" if cfg.devices > 1 else "")
         total = cfg.total_steps
 
-        # Data first: a DataError should come before a large model is built.
+        # Data first: a DataError should come before a large model is built. (Ranks > 0 start
+        # their setup once rank 0 has finished its own, so the store is prepared once.)
         store = prepare(cfg.data)
         self.stream = store.train_stream(cfg.context_tokens, cfg.seed, allow_repeat=cfg.allow_repeat)
         self.stream.check_tokens(total * cfg.batch_tokens)
-        val = store.val_windows(cfg.context_tokens, max_windows=cfg.eval_windows)  # (K, T + 1)
-        self.val = torch.from_numpy(np.ascontiguousarray(val, dtype=np.int64)).to(device)
+        if leader:
+            val = store.val_windows(cfg.context_tokens, max_windows=cfg.eval_windows)  # (K, T + 1)
+            self.val = torch.from_numpy(np.ascontiguousarray(val, dtype=np.int64)).to(device)
 
         # Model: initialised on the CPU from the seed, so the init is the same on every device.
         torch.manual_seed(cfg.seed)
-        model_config = get_preset(cfg.model).config(vocab_size=int(store.vocab_size), context_tokens=cfg.context_tokens)
+        # The LM head padded to a multiple of 128 rows (a hub tokenizer's 50,277 → 50,304): the
+        # matmul stays on the tensor cores' tiles; the padded rows are never a target.
+        vocab = padded_vocab_size(int(store.vocab_size))
+        model_config = get_preset(cfg.model).config(vocab_size=vocab, context_tokens=cfg.context_tokens)
         self.model = GPT(model_config).to(device)
         self.state.model = self.model
         # FLOPs per token with the LM head at the store's own vocabulary (MFU; PaLM appendix B).
         self.state.flops_per_token = model_config.flops_per_token()
-        self.eval_model = copy.deepcopy(self.model).requires_grad_(False)
+        if leader:
+            self.eval_model = copy.deepcopy(self.model).requires_grad_(False)
 
         if device.type == "cuda":
             torch.set_float32_matmul_precision("high")
@@ -215,29 +318,72 @@ class _Trial:
         )
         self.taus = cfg.resolved_ewa_taus()
         self.state.beta2, self.state.ewa_taus = self.beta2, self.taus
-        self.average = WeightAverage(list(self.model.parameters()), self.taus)
+        self.average = WeightAverage(list(self.model.parameters()), self.taus) if leader else _NoAverage()
         self.lr_schedule = LrSchedule(
             kind=cfg.schedule, lr=cfg.lr, warmup_steps=self.state.warmup_steps, total_steps=total,
             min_lr_ratio=cfg.min_lr_ratio, decay_fraction=cfg.decay_fraction,
         )
-        self.eval_schedule = EvalSchedule(
-            total_steps=total,
-            every_steps=cfg.eval_every_steps or default_every_steps(total),
-            target_loss=cfg.target_loss,
-            near_fraction=cfg.eval_near_target,
-            min_every_steps=min_every_steps(
-                eval_windows=len(self.val), context_tokens=cfg.context_tokens, n_models=1 + len(self.taus),
-                batch_tokens=cfg.batch_tokens, max_eval_fraction=cfg.max_eval_fraction),
-        )
-        train_model = torch.compile(self.model) if cfg.compile else self.model
-        self.step_fn = _StepFn(
-            train_model, self.optimizer, self.average, device=device,
-            micro_batch_size=cfg.micro_batch_size or cfg.batch_size, batch_size=cfg.batch_size,
-            autocast=self.autocast, grad_clip=cfg.grad_clip,
-        )
-        self.eval_chunk = min(cfg.micro_batch_size or cfg.batch_size, len(self.val))
+        if leader:
+            self.eval_schedule = EvalSchedule(
+                total_steps=total,
+                every_steps=cfg.eval_every_steps or default_every_steps(total),
+                target_loss=cfg.target_loss,
+                near_fraction=cfg.eval_near_target,
+                min_every_steps=min_every_steps(
+                    eval_windows=len(self.val), context_tokens=cfg.context_tokens, n_models=1 + len(self.taus),
+                    batch_tokens=cfg.batch_tokens, max_eval_fraction=cfg.max_eval_fraction),
+            )
+        self.micro = cfg.micro_batch_size or self._auto_micro_batch(model_config)
+        self.state.micro_batch_size = self.micro
+        if leader:
+            self.eval_chunk = min(self.micro, len(self.val))
         self.peak = peak_flops(device)
         self.progress = _Progress(interval_loss=torch.zeros((), device=device))
+
+    def _device(self) -> torch.device:
+        device = _resolve_device(self.config.device)
+        if self.config.devices > 1 and device.type == "cuda":
+            visible = torch.cuda.device_count()
+            if visible < self.config.devices:
+                raise ConfigError("devices", self.config.devices, f"needs as many GPUs, but {visible} are visible")
+            return device_for_rank("cuda", self.group.rank)
+        return device
+
+    def _auto_micro_batch(self, model_config) -> int:
+        """The whole per-device batch on a CPU; on CUDA the largest divisor of it whose
+        activations fit in the free memory (:mod:`cbscore.micro_batch`)."""
+        local = self.config.local_batch_size
+        if self.device.type != "cuda":
+            return local
+        free, _ = torch.cuda.mem_get_info(self.device)
+        # blocks the caching allocator holds but nothing uses are free for this trial too
+        free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        # the weights, the averages and the evaluation copy are allocated; fp32 gradients and
+        # AdamW's two moments (4 + 8 bytes per parameter) come with the first step
+        still_to_come = 12 * self.model.n_params_total
+        return choose_micro_batch(local, free - still_to_come,
+                                  activation_bytes_per_sequence(model_config, self.config.context_tokens))
+
+    def _compile_and_wrap(self) -> None:
+        """DDP (broadcasting rank 0's weights: call it after any checkpoint is loaded), then
+        ``torch.compile`` where asked (on CUDA by default; the inductor cache under ``$CBS_HOME``)."""
+        cfg = self.config
+        train_model, no_sync = self.group.wrap(self.model, self.device)
+        if cfg.resolved_compile(self.device.type):
+            if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+                from cbscore.paths import subdir
+
+                # every shape compiled once per worker host, not once per trial process
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(subdir("inductor"))
+            train_model = torch.compile(train_model)
+        self.step_fn = _StepFn(
+            train_model, self.optimizer, self.average, device=self.device,
+            micro_batch_size=self.micro, batch_size=cfg.local_batch_size,
+            autocast=self.autocast, grad_clip=cfg.grad_clip, no_sync=no_sync, on_resize=self._resized,
+        )
+
+    def _resized(self, micro: int) -> None:
+        self.micro = self.state.micro_batch_size = micro
 
     # ------------------------------------------------------------------------------ checkpoints
     def _payload(self, result: TrialResult | None = None) -> dict:
@@ -304,6 +450,27 @@ class _Trial:
             self.state.train_loss = self.progress.train_log[-1][1]
         return ckpt
 
+    def _restore_follower(self, step: int) -> None:
+        """Rank > 0: load what rank 0 resumed from (rank 0 checked it; it writes no new one until
+        every rank has taken a step). The partial log interval in a checkpoint is already the
+        mean over ranks (see ``_mean_interval``)."""
+        ckpt = torch.load(checkpoint_path(self.config.checkpoint_dir), map_location="cpu", weights_only=True)
+        if int(ckpt["step"]) != step:
+            raise RuntimeError(f"rank {self.group.rank}: the checkpoint is at step {ckpt['step']}, rank 0 resumed "
+                               f"from step {step}")
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.state.step = step
+        saved = ckpt["progress"]
+        self.progress = _Progress(interval_loss=saved["interval_loss"].to(self.device),
+                                  interval_steps=int(saved["interval_steps"]))
+
+    def _mean_interval(self) -> None:
+        """Replace every rank's partial log-interval loss by its mean over ranks (before a
+        checkpoint: the mean is linear, so a rank that resumes with it and adds its own later
+        steps still logs the global mean)."""
+        self.progress.interval_loss = self.group.mean(self.progress.interval_loss)
+
     # ------------------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def _eval_loss(self, model) -> torch.Tensor:
@@ -335,17 +502,36 @@ class _Trial:
         )
 
     # ------------------------------------------------------------------------------ the loop
-    def run(self) -> TrialResult:
+    def _start(self) -> dict | None:
+        """Setup and restore, rank 0 first: the others start theirs when it is done (the token
+        store is then prepared once) and told the step it resumed from, or that it ended."""
+        if self.leader:
+            self._setup()
+            ckpt = self._restore()
+            ended = ckpt is not None and ckpt["result"] is not None
+            self.group.agree(int(ended), self.state.step)
+            return ckpt
+        ended, step = self.group.agree(0, 0)
+        if ended:
+            return {"result": True}
         self._setup()
-        ckpt = self._restore()
-        cfg, state, progress = self.config, self.state, self.progress
+        if step > 0:
+            self._restore_follower(step)
+        return None
+
+    def run(self) -> TrialResult | None:
+        ckpt = self._start()
         if ckpt is not None and ckpt["result"] is not None:  # the trial already ended
+            if not self.leader:
+                return None
             result = TrialResult.from_dict(ckpt["result"])
             for cb in self.callbacks:
-                cb.pre_train(state)
+                cb.pre_train(self.state)
             for cb in self.callbacks:
-                cb.post_train(state, result)
+                cb.post_train(self.state, result)
             return result
+        self._compile_and_wrap()  # DDP broadcasts rank 0's (restored) weights here
+        cfg, state, progress, group, leader = self.config, self.state, self.progress, self.group, self.leader
         for cb in self.callbacks:
             cb.pre_train(state)
 
@@ -356,35 +542,39 @@ class _Trial:
         log_every, ckpt_every = cfg.log_every_steps, cfg.checkpoint_every_steps
         ckpt_seconds = cfg.checkpoint_every_seconds if cfg.checkpoint_dir is not None else None
         interval_clock, interval_tokens = 0.0, 0
+        row_offset, rows = group.local_rows(cfg.batch_size)
 
         while True:
-            # ---- evaluation (off the throughput clock) -----------------------------------
-            if state.step == progress.next_eval:
-                t0 = time.perf_counter()
-                point = self._evaluate()
-                state.eval_seconds += time.perf_counter() - t0
-                state.eval_history.append(point)
-                state.last_eval = point
-                progress.next_eval = self.eval_schedule.next_step(state.step, point.loss)
-                for cb in self.callbacks:
-                    cb.post_eval(state, point)
-                if not (math.isfinite(point.raw_loss) and math.isfinite(point.loss)):
-                    status, reason = "diverged", f"non-finite evaluation loss at step {state.step}"
-                    break
-                if cfg.target_loss is not None and point.loss <= cfg.target_loss:
-                    status = "reached"
-                    break
-            if state.step >= state.total_steps:
-                status = "censored" if cfg.target_loss is not None else "finished"
-                break
-            if state.stop_requested:
-                status, reason = "stopped", state.stop_reason
+            # ---- rank 0 decides (evaluation off the throughput clock) ----------------------
+            if leader and status is None:
+                if state.step == progress.next_eval:
+                    t0 = time.perf_counter()
+                    point = self._evaluate()
+                    state.eval_seconds += time.perf_counter() - t0
+                    state.eval_history.append(point)
+                    state.last_eval = point
+                    progress.next_eval = self.eval_schedule.next_step(state.step, point.loss)
+                    for cb in self.callbacks:
+                        cb.post_eval(state, point)
+                    if not (math.isfinite(point.raw_loss) and math.isfinite(point.loss)):
+                        status, reason = "diverged", f"non-finite evaluation loss at step {state.step}"
+                    elif cfg.target_loss is not None and point.loss <= cfg.target_loss:
+                        status = "reached"
+                if status is None and state.step >= state.total_steps:
+                    status = "censored" if cfg.target_loss is not None else "finished"
+                if status is None and state.stop_requested:
+                    status, reason = "stopped", state.stop_reason
+            # ... and every rank follows (one host broadcast; nothing on one device)
+            stop, progress.next_eval = group.agree(int(status is not None), progress.next_eval)
+            if stop:
                 break
 
             # ---- one optimizer step (the hot path) ---------------------------------------
             t0 = time.perf_counter()
             state.lr = self.lr_schedule(state.step)
-            loss, grad_norm = self.step_fn(self.stream.batch(state.step, cfg.batch_size), state.lr)
+            # this rank's rows of the global batch: windows step·B + offset … (+ rows)
+            batch = self.stream.windows(state.step * cfg.batch_size + row_offset, rows)  # (B/k, T + 1)
+            loss, grad_norm = self.step_fn(batch, state.lr)
             progress.interval_loss += loss
             progress.interval_steps += 1
             state.step += 1
@@ -405,18 +595,21 @@ class _Trial:
 
             metrics = None
             if is_log:
-                mean_loss = progress.interval_loss.item() / progress.interval_steps  # host sync
-                norm = grad_norm.item()  # host sync
+                # the mean over ranks of each rank's sum over the interval: the global batch's
+                mean_loss = group.mean(progress.interval_loss).item() / progress.interval_steps  # host sync
+                norm = grad_norm.item()  # host sync; the gradient is already averaged over ranks
                 progress.train_log.append((state.step, mean_loss))
                 progress.interval_loss.zero_()
                 progress.interval_steps = 0
                 state.train_loss = mean_loss
                 state.tokens_per_s = interval_tokens / interval_clock if interval_clock > 0 else None
-                state.mfu = mfu(state.tokens_per_s, state.flops_per_token, self.peak)
+                state.tokens_per_s_per_device = None if state.tokens_per_s is None else state.tokens_per_s / cfg.devices
+                state.mfu = mfu(state.tokens_per_s_per_device, state.flops_per_token, self.peak)
                 interval_clock, interval_tokens = 0.0, 0
                 metrics = {
                     "step": state.step, "tokens": state.tokens, "train_loss": mean_loss, "lr": state.lr,
-                    "grad_norm": norm, "tokens_per_s": state.tokens_per_s, "mfu": state.mfu,
+                    "grad_norm": norm, "tokens_per_s": state.tokens_per_s,
+                    "tokens_per_s_per_device": state.tokens_per_s_per_device, "mfu": state.mfu,
                 }
                 if not math.isfinite(mean_loss):
                     status, reason = "diverged", f"non-finite train loss at step {state.step}"
@@ -426,15 +619,20 @@ class _Trial:
                         f"its running minimum {progress.running_min:.4g}"
                     )
                 progress.running_min = min(progress.running_min, mean_loss)
+            if is_ckpt:
+                self._mean_interval()  # every rank: the checkpoint carries the global partial interval
+            if not leader:
+                continue
             for cb in self.callbacks:
                 cb.post_step(state, metrics)
-            if status is not None:
-                break
-            if is_ckpt or (
+            if status is None and (is_ckpt or (
                 is_log and ckpt_seconds is not None and time.monotonic() - self.last_checkpoint_at >= ckpt_seconds
-            ):
+            )):
                 self._save()
 
+        self._mean_interval()  # every rank: a stopped trial's checkpoint carries the global interval
+        if not leader:
+            return None
         return self._finish(status, reason, warm, start_step)
 
     def _finish(self, status: str, reason: str | None, warm: tuple[float, int] | None, start_step: int) -> TrialResult:
@@ -467,7 +665,7 @@ class _Trial:
             beta2=self.beta2,
             ewa_taus=self.taus,
             tokens_per_s=tokens_per_s,
-            mfu=mfu(tokens_per_s, state.flops_per_token, self.peak),
+            mfu=mfu(None if tokens_per_s is None else tokens_per_s / cfg.devices, state.flops_per_token, self.peak),
             n_params=state.n_params,
             flops_per_token=state.flops_per_token,
             train_seconds=state.train_seconds,
@@ -475,6 +673,8 @@ class _Trial:
             peak_memory_bytes=peak_memory_bytes(self.device),
             device=state.device,
             resumed_from_step=state.resumed_from_step,
+            devices=cfg.devices,
+            micro_batch_size=self.micro,
             target_tau=target_tau,
             eval_history=tuple(history),
             train_log=tuple(self.progress.train_log),

@@ -34,8 +34,10 @@ class TrainConfig:
     batch_size: int
     """Sequences per optimizer step (B); the batch in tokens is ``batch_size · context_tokens``."""
     micro_batch_size: int | None = None
-    """Sequences per forward/backward pass; must divide ``batch_size`` (gradient accumulation).
-    ``None`` = the whole batch in one pass."""
+    """Sequences per forward/backward pass on one device; must divide the per-device batch
+    ``batch_size / devices`` (gradient accumulation). ``None`` = chosen from the GPU's free memory
+    on CUDA (:mod:`cbscore.micro_batch`), the whole per-device batch on a CPU. On CUDA an
+    out-of-memory error halves it and redoes the step's passes (the same update)."""
     context_tokens: int = 512
     """Sequence length T in tokens (the paper: 512)."""
 
@@ -105,10 +107,19 @@ class TrainConfig:
     # ---------------------------------------------------------------- device
     device: str = "auto"
     """``auto`` (CUDA when available), ``cpu`` (fp32) or ``cuda`` (bf16 autocast)."""
-    compile: bool = False
-    """``torch.compile`` the model (recommended on CUDA)."""
+    compile: bool | None = None
+    """``torch.compile`` the model; ``None`` = on CUDA (inductor cache under ``$CBS_HOME/inductor``
+    unless ``TORCHINDUCTOR_CACHE_DIR`` is set), off on a CPU."""
     threads: int | None = None
-    """CPU threads for torch (``None`` = torch's default)."""
+    """CPU threads for torch, per process (``None`` = torch's default)."""
+    devices: int = 1
+    """Processes training this trial with DDP (:mod:`cbscore.distributed`): GPUs on CUDA (the
+    first ``devices`` visible ones), gloo ranks on a CPU. The global batch ``batch_size`` is split
+    evenly across them, so it must be a multiple of ``devices``; the update is the same."""
+    dist_timeout_s: float = 300.0
+    """Deadline of every collective of a multi-device trial, seconds: a rank that died ends the
+    attempt within it (usually at once: its sockets close) instead of hanging the others. It must
+    cover one evaluation, which the other ranks wait through."""
 
     # ---------------------------------------------------------------- checkpoints
     checkpoint_dir: str | None = None
@@ -132,12 +143,21 @@ class TrainConfig:
             raise ConfigError("model", self.model, f"is not a model preset (known: {', '.join(PRESETS)})")
         _positive_int("batch_size", self.batch_size)
         _positive_int("context_tokens", self.context_tokens)
+        _positive_int("devices", self.devices)
+        if self.batch_size % self.devices:
+            raise ConfigError("devices", self.devices, f"must divide batch_size={self.batch_size} (the batch is split across devices)")
         if self.micro_batch_size is not None:
             _positive_int("micro_batch_size", self.micro_batch_size)
             if self.batch_size % self.micro_batch_size:
                 raise ConfigError(
                     "micro_batch_size", self.micro_batch_size, f"must divide batch_size={self.batch_size}"
                 )
+            if self.local_batch_size % self.micro_batch_size:
+                raise ConfigError(
+                    "micro_batch_size", self.micro_batch_size,
+                    f"must divide the per-device batch batch_size/devices = {self.local_batch_size}",
+                )
+        _positive_finite("dist_timeout_s", self.dist_timeout_s)
         _positive_int("max_tokens", self.max_tokens)
         if self.max_tokens < self.batch_tokens:
             raise ConfigError(
@@ -198,8 +218,8 @@ class TrainConfig:
             raise ConfigError("allow_repeat", self.allow_repeat, "must be true or false")
         if self.device not in DEVICES:
             raise ConfigError("device", self.device, f"must be one of {', '.join(DEVICES)}")
-        if not isinstance(self.compile, bool):
-            raise ConfigError("compile", self.compile, "must be true or false")
+        if self.compile is not None and not isinstance(self.compile, bool):
+            raise ConfigError("compile", self.compile, "must be true, false or null (on CUDA only)")
         if self.threads is not None:
             _positive_int("threads", self.threads)
 
@@ -217,6 +237,15 @@ class TrainConfig:
     def batch_tokens(self) -> int:
         """Tokens per optimizer step, ``batch_size · context_tokens``."""
         return self.batch_size * self.context_tokens
+
+    @property
+    def local_batch_size(self) -> int:
+        """Sequences per step on one device, ``batch_size / devices``."""
+        return self.batch_size // self.devices
+
+    def resolved_compile(self, device_type: str) -> bool:
+        """Whether the model is compiled on a device of ``device_type`` (``"cuda"``, ``"cpu"``)."""
+        return device_type == "cuda" if self.compile is None else self.compile
 
     @property
     def total_steps(self) -> int:
@@ -267,7 +296,7 @@ class TrainConfig:
 # trial runs, not what it computes.
 OPERATIONAL_FIELDS = frozenset({
     "device", "compile", "threads", "micro_batch_size", "checkpoint_dir", "checkpoint_every_steps",
-    "checkpoint_every_seconds", "log_every_steps",
+    "checkpoint_every_seconds", "log_every_steps", "devices", "dist_timeout_s",
 })
 
 

@@ -92,9 +92,10 @@ class TrialResult:
     ewa_taus: tuple[float, ...]
     """EWA decay rates actually tracked."""
     tokens_per_s: float | None
-    """Training throughput (evaluation, checkpoints and the first step excluded)."""
+    """Training throughput of all devices together (evaluation, checkpoints and the first step
+    excluded), tokens/s."""
     mfu: float | None
-    """Model-FLOPs utilisation against the device's bf16 peak; ``None`` on CPU."""
+    """Model-FLOPs utilisation of each device against its bf16 peak; ``None`` on CPU."""
     n_params: int
     """Non-embedding parameters N = 12·L·d²."""
     flops_per_token: float
@@ -109,6 +110,10 @@ class TrialResult:
     """``cpu`` or ``cuda:N`` (with the GPU name)."""
     resumed_from_step: int | None
     """Step of the checkpoint this run resumed from, ``None`` if it started fresh."""
+    devices: int = 1
+    """Processes (devices) that trained the trial; tokens/s per device is ``tokens_per_s / devices``."""
+    micro_batch_size: int | None = None
+    """Sequences per forward pass on one device at the end (after any out-of-memory halving)."""
     target_tau: str | None = None
     """The τ (``f"{tau:g}"``) whose averaged loss made the target crossing (``reached`` only): of
     the τ tracked at once, the one with the lowest loss at the first evaluation at or below the

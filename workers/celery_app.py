@@ -173,6 +173,15 @@ def _preload(**_: object) -> None:
         import workers.trial  # noqa: F401
 
 
+@signals.worker_process_init.connect
+def _pin_devices(**_: object) -> None:
+    """In each pool child of a GPU worker: narrow ``CUDA_VISIBLE_DEVICES`` to the child's own GPU
+    group before anything touches CUDA (``cbs worker --gpus … --devices-per-trial K``)."""
+    from workers.devices import pin_child
+
+    pin_child()
+
+
 @signals.worker_ready.connect
 def _worker_ready(sender=None, **_: object) -> None:
     _PRESENCE.start(sender.hostname, int(sender.controller.concurrency or 1))

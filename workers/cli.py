@@ -13,18 +13,26 @@ import os
 import socket
 import sys
 
+from cbscore import paths
 from cbscore.errors import ConfigError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     worker = subparsers.add_parser(
         "worker", help="start a Celery worker that runs trials (one per child process)",
-        description="Start a Celery worker on the cpu queue, or on the gpu queue pinned to one GPU "
-                    "(CUDA_VISIBLE_DEVICES is set before anything imports torch).")
+        description="Start a Celery worker on the cpu queue, or on the gpu queue pinned to its GPUs "
+                    "(CUDA_VISIBLE_DEVICES is set before anything imports torch; GPU indices in nvidia-smi's "
+                    "PCI bus order). With --gpus G1,...,Gn and --devices-per-trial K it runs n/K trials at "
+                    "once, each on K GPUs with DDP.")
     worker.add_argument("--gpu", type=int, metavar="INDEX", default=None, help="run on this GPU (gpu queue)")
+    worker.add_argument("--gpus", metavar="I,J,...", default=None,
+                        help="run on these GPUs (gpu queue), --devices-per-trial of them per trial")
+    worker.add_argument("--devices-per-trial", type=int, metavar="K", default=None,
+                        help="devices (GPUs, or gloo processes on a CPU) that train each trial together with "
+                             "DDP; overrides the spec's devices_per_trial (default: 1 on GPUs, the spec's on a CPU)")
     worker.add_argument("--concurrency", type=int, metavar="K", default=None,
                         help="trials at once (CPU: each gets one torch thread when K > 1; "
-                             "default $CBS_WORKER_CONCURRENCY or 1)")
+                             "default $CBS_WORKER_CONCURRENCY or 1; GPUs: one trial per GPU group)")
     worker.add_argument("--loglevel", default="INFO", help="Celery log level (default INFO)")
     worker.set_defaults(handler=run_worker)
 
@@ -93,24 +101,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 # ---------------------------------------------------------------------------- cbs worker
-def worker_argv(gpu: int | None, concurrency: int, loglevel: str = "INFO") -> tuple[list[str], dict[str, str]]:
-    """The ``celery worker`` command line and the environment it needs."""
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+def worker_argv(gpu: int | None, concurrency: int | None, loglevel: str = "INFO", *,
+                gpus: tuple[int, ...] | None = None,
+                devices_per_trial: int | None = None) -> tuple[list[str], dict[str, str]]:
+    """The ``celery worker`` command line and the environment it needs (``concurrency`` ``None``:
+    one trial per GPU group, or 1 on a CPU)."""
+    from workers.devices import DEVICES_ENV, GPUS_ENV, slot_count
+
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1):
         raise ConfigError("--concurrency", concurrency, "must be a positive integer")
     if gpu is not None and gpu < 0:
         raise ConfigError("--gpu", gpu, "must be a GPU index (0, 1, ...)")
-    host = socket.gethostname()
-    env: dict[str, str] = {}
+    if gpu is not None and gpus:
+        raise ConfigError("--gpus", ",".join(map(str, gpus)), "and --gpu exclude each other: give one")
     if gpu is not None:
-        queue, nodename = "gpu", f"gpu{gpu}@{host}"
-        env.update(CUDA_VISIBLE_DEVICES=str(gpu), CBS_WORKER_DEVICE=f"cuda:{gpu}", CBS_TRIAL_DEVICE="cuda")
-        if concurrency > 1:
-            raise ConfigError("--concurrency", concurrency, "must be 1 on a GPU (one trial per GPU)")
+        gpus = (gpu,)
+    host = socket.gethostname()
+    # GPU indices as nvidia-smi prints them (CUDA's default order is fastest first)
+    env: dict[str, str] = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if gpus:
+        k = 1 if devices_per_trial is None else devices_per_trial
+        slots = slot_count(gpus, k)
+        if concurrency is not None and concurrency != slots:
+            raise ConfigError("--concurrency", concurrency,
+                              f"must be {slots} on {len(gpus)} GPU(s) at {k} per trial (one trial per GPU group)")
+        concurrency = slots
+        names = "-".join(map(str, gpus))
+        queue, nodename = "gpu", f"gpu{names}@{host}"
+        # The parent never touches CUDA; each pool child narrows this to its own group (workers.devices).
+        env.update(CUDA_VISIBLE_DEVICES=",".join(map(str, gpus)), CBS_WORKER_DEVICE=f"cuda:{','.join(map(str, gpus))}",
+                   CBS_TRIAL_DEVICE="cuda", **{GPUS_ENV: ",".join(map(str, gpus)), DEVICES_ENV: str(k)})
+        # Every compiled shape once per host, not once per trial process (inductor's on-disk cache).
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(paths.subdir("inductor"))
     else:
+        concurrency = 1 if concurrency is None else concurrency
         queue, nodename = "cpu", f"cpu-{os.getpid()}@{host}"
         env.update(CBS_WORKER_DEVICE="cpu", CBS_TRIAL_DEVICE="cpu", CUDA_VISIBLE_DEVICES="")
-        if concurrency > 1:
-            env["CBS_TORCH_THREADS"] = "1"
+        if devices_per_trial is not None:
+            slot_count((0,) * devices_per_trial, devices_per_trial)  # checks it is a positive integer
+            env[DEVICES_ENV] = str(devices_per_trial)
+        ranks = concurrency * (devices_per_trial or 1)
+        if ranks > 1:  # every rank of every trial one share of the cores, at least one thread
+            env["CBS_TORCH_THREADS"] = "1" if concurrency > 1 else str(max(1, (os.cpu_count() or 1) // ranks))
     env["CBS_WORKER_QUEUE"] = queue
     # billiard forks each trial's child from its pool-maintenance thread, so the child allocates
     # from that thread's glibc malloc arena, not the main heap; there every training step of a
@@ -140,8 +172,12 @@ def default_concurrency() -> int:
 def run_worker(args: argparse.Namespace) -> int:
     from workers.settings import WorkerSettings
 
-    concurrency = default_concurrency() if args.concurrency is None else args.concurrency
-    argv, env = worker_argv(args.gpu, concurrency, args.loglevel)
+    from workers.devices import parse_gpus
+
+    gpus = parse_gpus(args.gpus) if args.gpus is not None else None
+    on_gpu = args.gpu is not None or gpus is not None
+    concurrency = args.concurrency if args.concurrency is not None or on_gpu else default_concurrency()
+    argv, env = worker_argv(args.gpu, concurrency, args.loglevel, gpus=gpus, devices_per_trial=args.devices_per_trial)
     s = WorkerSettings.from_env()  # refuse bad settings before Celery starts
     from workers.tracking import prepare_store
 

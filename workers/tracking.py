@@ -625,6 +625,8 @@ class MlflowCallback(Callback):
                 self.buffer.append(metric("optim/grad_norm", metrics["grad_norm"], step))
             if metrics.get("tokens_per_s") is not None:
                 self.buffer.append(metric("perf/tokens_per_s", metrics["tokens_per_s"], step))
+            if metrics.get("tokens_per_s_per_device") is not None:
+                self.buffer.append(metric("perf/tokens_per_s_per_device", metrics["tokens_per_s_per_device"], step))
             if metrics.get("mfu") is not None:
                 self.buffer.append(metric("perf/mfu", metrics["mfu"], step))
         if time.time() - self.last_flush >= self.flush_s:

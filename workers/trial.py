@@ -107,9 +107,12 @@ class StopWatch(Callback):
         return not self.heartbeat.superseded
 
 
-def _operational(trial_id: str) -> dict:
-    """Fields that change how the trial runs here, not what it computes (the checkpoint allows them)."""
-    out: dict = {"checkpoint_dir": checkpoint_dir(trial_id),
+def _operational(trial_id: str, train_config: dict) -> dict:
+    """Fields that change how the trial runs here, not what it computes (the checkpoint allows them):
+    the checkpoint folder and period, the device, threads, and this worker's devices per trial."""
+    from workers.devices import trial_devices
+
+    out: dict = {**trial_devices(train_config), "checkpoint_dir": checkpoint_dir(trial_id),
                  "checkpoint_every_seconds": float(os.environ.get("CBS_CHECKPOINT_EVERY_S") or 300.0)}
     device = os.environ.get("CBS_TRIAL_DEVICE")
     if device:
@@ -183,13 +186,18 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     # step with a checkpoint, then the same attempt goes back to the queue.
     on_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, lambda *_: heartbeat.interrupt()) if on_main else None
+    from cbscore.distributed import RankFailed
+
     try:
         from cbscore.train import train
         from cbscore.train_config import TrainConfig
 
-        config = TrainConfig.from_dict({**spec.train_config, **_operational(trial_id)})
+        config = TrainConfig.from_dict({**spec.train_config, **_operational(trial_id, spec.train_config)})
         callbacks = [MlflowCallback(tracker, run_id, flush_s=s.heartbeat_s), StopWatch(heartbeat)]
         result = train(config, callbacks)
+    except RankFailed as exc:  # another rank of the trial died: this attempt is lost, not the trial
+        heartbeat.stop()
+        return _lose_attempt(s, ledger, study, trial_id, attempt, owner, tracker, run, exc)
     except (KeyboardInterrupt, SystemExit):  # interrupted harder: resume from the last checkpoint
         heartbeat.stop()
         if not heartbeat.superseded and ledger.release(trial_id, attempt, owner=owner, now_s=time.time()):
@@ -316,6 +324,25 @@ def _requeue_interrupted(s: WorkerSettings, ledger: Ledger, study: str, trial_id
         tracker.set_trial_status(run.info.run_id, "queued", attempt=attempt, interrupted_at_step=result.steps)
         _send_again(s, study, trial_id, attempt, run)
     return {"trial_id": trial_id, "attempt": attempt, "requeued": f"interrupted at step {result.steps}"}
+
+
+def _lose_attempt(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,
+                  tracker: Tracker, run, exc: BaseException) -> dict:
+    """A rank of a multi-device trial died (``RankFailed``): the attempt ends as a lost one, as if
+    its worker had died. Below the attempt cap the trial goes back to the queue as the next
+    attempt (it resumes from its checkpoint); at the cap it ends ``failed``."""
+    message = f"{type(exc).__name__}: {exc}"
+    tracker.log_text(run.info.run_id, message, f"errors/attempt-{attempt}.txt")
+    if attempt >= s.max_attempts:
+        if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
+            tracker.end_trial(run.info.run_id, "failed", stop_reason=message[:500])
+            tell(s, study, run.data.tags, "failed", None)
+            _advance(study)
+        return {"trial_id": trial_id, "attempt": attempt, "outcome": "failed", "lost": message}
+    if ledger.requeue(trial_id, attempt, now_s=time.time(), stale_before_s=0.0, dead_owner=owner):
+        tracker.set_trial_status(run.info.run_id, "queued", attempt=attempt + 1)
+        _send_again(s, study, trial_id, attempt + 1, run)
+    return {"trial_id": trial_id, "attempt": attempt, "lost": message}
 
 
 def _send_again(s: WorkerSettings, study: str, trial_id: str, attempt: int, run) -> None:

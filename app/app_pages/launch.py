@@ -174,7 +174,9 @@ with st.form("launch", border=True):
         cols[3].text_input("β2", key=K + "beta2", help="Empty = from the recipe rule; a number here is used for "
                                                        "every batch size.")
         cols[4].number_input("Micro-batch size", key=K + "micro_batch_size", min_value=0, step=8,
-                             help="Sequences per forward pass (gradient accumulation); 0 = the whole batch.")
+                             help="Sequences per forward pass on one device (gradient accumulation); 0 = chosen "
+                                  "from the GPU's free memory on CUDA, the whole batch on a CPU. Several devices "
+                                  "per trial: `devices_per_trial` in the YAML.")
 
     cols = st.columns([2, 2, 3])
     tokens_per_s = cols[0].number_input("Throughput per worker (tokens/s)", key=K + "tokens_per_s",

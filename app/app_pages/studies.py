@@ -101,9 +101,13 @@ def _running_trial(spec, record, target: float | None, link: str | None) -> None
     eta = study_view.eta_s(budget, record.tokens, rate)
     st.markdown(f"**{record.setting_id} · B = {record.batch_size}** · lr {record.lr:.3g}"
                 + (f" · [run in MLflow]({link})" if link else ""))
-    st.caption(f"step {record.last_step:,} · {units.count(record.tokens)} tokens · {units.rate(rate)} · "
-               f"ETA ≤ {units.duration(eta)}", help="ETA: time to spend the trial's budget at its current "
-               "throughput; it stops earlier when it reaches the target.")
+    speed = study_view.throughput_text(curve, spec.devices_per_trial)
+    st.caption(f"step {record.last_step:,} · {units.count(record.tokens)} tokens · {speed} · "
+               f"ETA ≤ {units.duration(eta)}", help="Throughput of all the trial's devices, per device where it "
+               "runs on several (DDP), and MFU: model FLOPs (6·(N + d·V) + 12·L·d·T per token, the LM head and "
+               "attention included) over the exact device's dense bf16 peak; n/a on a CPU or an unknown GPU. "
+               "ETA: time to spend the trial's budget at its current throughput; it stops earlier when it "
+               "reaches the target.")
     st.plotly_chart(charts.loss_curve_figure([study_view.loss_curve(record, spec.context_tokens, curve)],
                                              target_loss=target, height=260),
                     key=f"studies.curve.{record.trial_id}", config={"displayModeBar": False})

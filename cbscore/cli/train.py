@@ -11,7 +11,7 @@ import sys
 #: Keys of ``cbs train --json`` (exactly these, null where not applicable).
 TRAIN_JSON_KEYS = (
     "status", "steps_to_target", "tokens_to_target", "final_eval_loss", "steps", "tokens",
-    "tokens_per_s", "mfu", "n_params", "flops_per_token",
+    "tokens_per_s", "mfu", "n_params", "flops_per_token", "devices", "micro_batch_size", "peak_memory_bytes",
 )
 #: Keys of each object of ``cbs models --json``.
 MODELS_JSON_KEYS = ("name", "d_model", "n_layers", "n_heads", "n_params", "flops_per_token")
@@ -75,7 +75,10 @@ def register(subparsers) -> None:
                    help="checkpoint folder; an existing checkpoint there is resumed")
     p.add_argument("--checkpoint-every-steps", type=int, default=None, metavar="S")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the model (default: on CUDA, not on a CPU)")
+    p.add_argument("--devices", type=int, default=1, metavar="K",
+                   help="train on K devices with DDP: the first K GPUs, or K gloo processes on a CPU (default 1)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -128,6 +131,7 @@ def build_config(args: argparse.Namespace):
         device=args.device,
         compile=args.compile,
         threads=args.threads,
+        devices=args.devices,
         checkpoint_dir=args.checkpoint_dir,
         checkpoint_every_steps=args.checkpoint_every_steps,
     )
@@ -162,8 +166,10 @@ def summary(config, result) -> str:
     lines.append(f"steps        {result.steps:,} of {result.total_steps:,} ({result.tokens:,} tokens; "
                  f"warm-up {result.warmup_steps:,} steps)")
     tps = f"{result.tokens_per_s:,.0f} tokens/s" if result.tokens_per_s else "n/a"
+    if result.tokens_per_s and result.devices > 1:
+        tps += f" ({result.tokens_per_s / result.devices:,.0f} per device)"
     mfu = f"MFU {result.mfu:.1%}" if result.mfu is not None else "MFU n/a"
-    lines.append(f"throughput   {tps}, {mfu} on {result.device}; train {result.train_seconds:.1f} s, "
+    lines.append(f"throughput   {tps}, {mfu} on {result.device}, micro-batch {result.micro_batch_size}; train {result.train_seconds:.1f} s, "
                  f"eval {result.eval_seconds:.1f} s")
     lines.append(f"model        {config.model}: N = {result.n_params:,}, {result.flops_per_token:.4g} FLOPs/token, "
                  f"β2 {result.beta2:g}, peak memory {result.peak_memory_bytes / 2**20:,.0f} MiB")

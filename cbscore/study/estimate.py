@@ -7,6 +7,7 @@ Training FLOPs are ``flops_per_token · tokens`` with 6N + 12·L·d·T per token
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -90,7 +91,8 @@ def measure_tokens_per_s(model: str, context_tokens: int, *, batch_size: int = 8
                          threads: int | None = None) -> float:
     """Training tokens/s of a preset on this machine: AdamW steps on random tokens after one
     warm-up step, at least ``steps`` of them and at least ``min_seconds`` (a rough figure for the
-    dry run's time estimate, not a benchmark: ``benchmarks/bench_train.py`` is that)."""
+    dry run's time estimate, not a benchmark: ``benchmarks/bench_train.py`` is that). On CUDA
+    as a trial runs there (eager): bf16 autocast and fused AdamW."""
     import time
 
     import torch
@@ -101,11 +103,14 @@ def measure_tokens_per_s(model: str, context_tokens: int, *, batch_size: int = 8
         torch.set_num_threads(threads)
     gen = torch.Generator().manual_seed(0)
     net = GPT(get_preset(model).config(vocab_size=vocab_size, context_tokens=context_tokens)).to(device)
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    on_cuda = device.startswith("cuda")
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4, fused=on_cuda)
     idx = torch.randint(0, vocab_size, (batch_size, context_tokens + 1), generator=gen).to(device)
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if on_cuda else contextlib.nullcontext
 
     def step() -> None:
-        _, loss = net(idx[:, :-1], idx[:, 1:])  # (B, T) inputs and shifted targets
+        with autocast():
+            _, loss = net(idx[:, :-1], idx[:, 1:])  # (B, T) inputs and shifted targets
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -144,6 +149,20 @@ def _flops_with_head(model: str, context_tokens: int, vocab_size: int) -> float:
     return float(PRESETS[model].flops_per_token(context_tokens, vocab_size=vocab_size))
 
 
+def gpu_measure_batch(spec: StudySpec, model: str, free_bytes: float, *, vocab_size: int = 8192) -> int:
+    """The micro-batch of a reference trial of ``model`` on one device: the spec's, or the one
+    :mod:`cbscore.micro_batch` chooses from ``free_bytes``, at most B_ref's share per device."""
+    from cbscore.micro_batch import activation_bytes_per_sequence, choose_micro_batch, static_bytes
+    from cbscore.model_config import PRESETS, padded_vocab_size
+
+    local = max(1, spec.b_ref // spec.devices_per_trial)
+    if spec.micro_batch_size:
+        return min(spec.micro_batch_size, local)
+    config = PRESETS[model].config(vocab_size=padded_vocab_size(vocab_size), context_tokens=spec.context_tokens)
+    total = config.n_params + 2 * config.d_model * config.vocab_size  # blocks and both embeddings
+    return choose_micro_batch(local, free_bytes - static_bytes(total, 3), activation_bytes_per_sequence(config))
+
+
 def measure_rates(spec: StudySpec, *, device: str | None = None, min_seconds: float = 0.5,
                   threads: int | None = None) -> tuple[dict[str, float], dict[str, str]]:
     """Training tokens/s of one worker for every model of ``spec`` on this machine, and how each
@@ -168,13 +187,16 @@ def measure_rates(spec: StudySpec, *, device: str | None = None, min_seconds: fl
     threads = threads or before
     on_cpu = f"this CPU ({threads} thread{'' if threads == 1 else 's'})"
     if device.startswith("cuda"):
-        # One forward pass of a trial at most (its micro-batch), and no more than 32 sequences:
-        # fp32 without autocast, so a conservative figure (not checked on a GPU yet).
-        batch = min(spec.micro_batch_size or spec.b_ref, spec.b_ref, 32)
+        # One pass of a reference trial (B_ref per device) at its micro-batch, in bf16 as trials
+        # run; eager, so below a compiled trial's rate (an upper bound on the time).
+        free, _ = torch.cuda.mem_get_info()
         for m in models:
-            rates[m] = measure_tokens_per_s(m, t, batch_size=batch, min_seconds=min_seconds, vocab_size=vocab,
-                                            device=device)
-            how[m] = f"measured on {torch.cuda.get_device_name()} at B={batch}"
+            batch = gpu_measure_batch(spec, m, free, vocab_size=vocab)
+            per_device = measure_tokens_per_s(m, t, batch_size=batch, min_seconds=min_seconds, vocab_size=vocab,
+                                              device=device)
+            rates[m] = per_device * spec.devices_per_trial  # a trial's ranks step together
+            how[m] = (f"measured on {torch.cuda.get_device_name()} at a micro-batch of {batch} in bf16"
+                      + (f", × {spec.devices_per_trial} devices" if spec.devices_per_trial > 1 else ""))
         return rates, how
     batch = max(1, min(spec.b_ref, CPU_MEASURE_MAX_TOKENS // t))
     small = [m for m in models if PRESETS[m].n_params <= CPU_MEASURE_MAX_PARAMS] or [CPU_PROXY_MODEL]

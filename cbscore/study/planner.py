@@ -136,11 +136,13 @@ def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr
     from cbscore.train_config import TrainConfig
 
     beta2, taus = cell_recipe(spec, setting, batch_size)
+    local = batch_size // spec.devices_per_trial  # sequences per step on one device
     config = TrainConfig.from_dict({
         "model": setting.model,
         "batch_size": batch_size,
+        "devices": spec.devices_per_trial,
         # Gradient accumulation above the micro-batch (the same update, less memory per pass).
-        "micro_batch_size": spec.micro_batch_size if spec.micro_batch_size and batch_size > spec.micro_batch_size
+        "micro_batch_size": spec.micro_batch_size if spec.micro_batch_size and local > spec.micro_batch_size
         else None,
         "context_tokens": spec.context_tokens,
         "lr": lr,

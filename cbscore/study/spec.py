@@ -176,8 +176,14 @@ class StudySpec:
     grad_clip: float = 1.0
     """Gradient-norm clipping threshold (paper: 1.0)."""
     micro_batch_size: int | None = None
-    """Sequences per forward pass of the batch sizes above it (gradient accumulation: the same
-    update with less memory per pass; it must divide them); ``None`` = the whole batch."""
+    """Sequences per forward pass on one device, for the per-device batches above it (gradient
+    accumulation: the same update with less memory per pass; it must divide them); ``None`` =
+    chosen from the GPU's free memory on CUDA, the whole per-device batch on a CPU."""
+    devices_per_trial: int = 1
+    """Devices that train each trial together (DDP; ``cbscore.distributed``): GPUs, or gloo
+    processes on a CPU. Every batch size is split evenly across them, so each must be a multiple
+    of it. A worker started with ``--devices-per-trial K`` runs trials on its own K instead (the
+    same update, computed on other hardware)."""
     eval_windows: int = 128
     """Held-out windows of ``context_tokens + 1`` tokens per evaluation (more: a less noisy target
     crossing, slower evaluations)."""
@@ -257,12 +263,19 @@ class StudySpec:
         if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
             raise ConfigError("weight_decay", self.weight_decay, "must be a non-negative number")
         _positive_float("grad_clip", self.grad_clip)
+        _positive_int("devices_per_trial", self.devices_per_trial)
+        uneven = [b for b in self.batch_sizes if b % self.devices_per_trial]
+        if uneven:
+            raise ConfigError("devices_per_trial", self.devices_per_trial,
+                              f"must divide every batch size (it does not divide {uneven})")
         if self.micro_batch_size is not None:
             _positive_int("micro_batch_size", self.micro_batch_size)
-            bad = [b for b in self.batch_sizes if b > self.micro_batch_size and b % self.micro_batch_size]
+            k = self.devices_per_trial
+            bad = [b for b in self.batch_sizes if b // k > self.micro_batch_size and (b // k) % self.micro_batch_size]
             if bad:
+                what = "batch size" if k == 1 else f"per-device batch (batch size / {k})"
                 raise ConfigError("micro_batch_size", self.micro_batch_size,
-                                  f"must divide every larger batch size (it does not divide {bad})")
+                                  f"must divide every larger {what} (it does not divide {bad})")
         _positive_int("eval_windows", self.eval_windows)
         _positive_float("max_eval_fraction", self.max_eval_fraction)
         if not self.seeds:

@@ -254,3 +254,15 @@ def test_simulations_start_from_the_papers_laws_only_for_the_papers_models():
     # The paper's fixed-D law gives 85M B* = 914 sequences: not above (1 + r)·B_ref at B_ref = 1024.
     spec = load_preset("paper-fixed-d")
     assert spec_form.default_truth(spec.replace(b_ref=1024, batch_sizes=(512, 1024, 2048))) == "b_noise"
+
+
+def test_running_trial_throughput_shows_total_per_device_and_mfu():
+    two_ranks = {"perf/tokens_per_s": ([10, 20], [90_000.0, 100_000.0]),
+                 "perf/tokens_per_s_per_device": ([10, 20], [45_000.0, 50_000.0]),
+                 "perf/mfu": ([10, 20], [0.38, 0.412])}
+    assert study_view.throughput_text(two_ranks) == "100k tokens/s (50k per device × 2) · MFU 41.2%"
+    one_cpu = {"perf/tokens_per_s": ([10], [6_123.0])}
+    assert study_view.throughput_text(one_cpu) == "6.12k tokens/s · MFU n/a"
+    # a run from before the per-device metric: the spec's devices_per_trial splits the total
+    assert study_view.throughput_text(one_cpu, devices=2) == "6.12k tokens/s (3.06k per device × 2) · MFU n/a"
+    assert study_view.throughput_text({}) == "— · MFU n/a"

@@ -228,3 +228,18 @@ def test_micro_batch_applies_above_it_only():
     assert plan(s, [], now_s=0).start[0].train_config["micro_batch_size"] is None  # B_ref = 8 itself
     with pytest.raises(Exception, match=r"^micro_batch_size: must divide every larger batch size \(it does not divide \[32\]\)"):
         spec(micro_batch_size=12, batch_sizes=[4, 8, 32])
+
+
+def test_devices_per_trial_splits_each_batch_and_the_micro_batch_applies_per_device():
+    """Two devices per trial: every trial's config asks for 2 ranks; the micro-batch splits the
+    per-device batch (B/2) only where it is larger."""
+    s = spec(micro_batch_size=4, devices_per_trial=2)
+    trials = plan(s, finish_reference(s), now_s=0).start
+    assert {t.train_config["devices"] for t in trials} == {2}
+    assert {t.batch_size: t.train_config["micro_batch_size"] for t in trials} == {4: None, 16: 4}
+    assert plan(s, [], now_s=0).start[0].train_config["micro_batch_size"] is None  # B_ref = 8: 4 per device
+    assert spec().to_dict()["devices_per_trial"] == 1
+    with pytest.raises(Exception, match=r"^devices_per_trial: must divide every batch size \(it does not divide \[4\]\), but got 8\.$"):
+        spec(devices_per_trial=8, batch_sizes=[4, 8, 16])
+    with pytest.raises(Exception, match=r"^micro_batch_size: must divide every larger per-device batch \(batch size / 2\)"):
+        spec(micro_batch_size=3, devices_per_trial=2, batch_sizes=[4, 8, 16])

@@ -72,3 +72,19 @@ def test_paper_model_flops_include_the_gpt_neox_head():
     n_params, flops = model_info("85M", 512, 50_277)
     assert n_params == 84_934_656 and flops == 797_907_456
     assert model_info("85M", 512)[1] == 566_231_040 + 6 * 768 * 8192  # the default BPE's vocabulary
+
+
+def test_the_dry_run_measures_a_gpu_at_a_reference_trials_micro_batch():
+    """bf16 at the micro-batch a B_ref trial will run (not fp32 at B ≤ 32). 151M at GPT-NeoX's
+    vocabulary (padded to 50,304): 0.52 GB a sequence, 8.1 GB of weights, moments and averages."""
+    from cbscore.study import load_preset
+    from cbscore.study.estimate import gpu_measure_batch
+
+    spec = load_preset("paper-chinchilla")
+    assert spec.b_ref == 256 and spec.micro_batch_size is None
+    # an H200: 0.8·(139e9 − 8.1e9) / 0.522e9 = 200 sequences fit; the largest divisor of 256 below: 128
+    assert gpu_measure_batch(spec, "151M", 139e9, vocab_size=50_277) == 128
+    # 40 GB: 0.8·31.9e9 / 0.522e9 = 48 → 32
+    assert gpu_measure_batch(spec, "151M", 40e9, vocab_size=50_277) == 32
+    assert gpu_measure_batch(spec.replace(micro_batch_size=64), "151M", 1e9) == 64
+    assert gpu_measure_batch(spec.replace(devices_per_trial=2), "151M", 139e9, vocab_size=50_277) == 128

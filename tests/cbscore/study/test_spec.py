@@ -24,6 +24,8 @@ def small_spec(**changes) -> StudySpec:
         ({"batch_sizes": [4, 8.5, 8]}, "batch_sizes", "8.5"),
         ({"batch_sizes": [4, "x", 8]}, "batch_sizes", "'x'"),
         ({"micro_batch_size": 3}, "micro_batch_size", "3"),
+        ({"devices_per_trial": 3}, "devices_per_trial", "3"),
+        ({"devices_per_trial": 0}, "devices_per_trial", "0"),
         ({"settings": [{"model": "gpt-9000", "tokens": 10}]}, "settings[0].model", "'gpt-9000'"),
         ({"search": {"kind": "grid", "lrs": [0.01, -1.0]}}, "search.lrs", "-1.0"),
         ({"search": {"kind": "grid", "lrs": [0.01, 0.0]}}, "search.lrs", "0.0"),

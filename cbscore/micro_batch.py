@@ -1,0 +1,63 @@
+"""The micro-batch a GPU holds: sequences per forward/backward pass, chosen from free memory.
+
+A trial without a ``micro_batch_size`` on CUDA gets the largest divisor of its per-device batch
+whose activations fit in a share of the device's free memory. Training memory is
+
+- **static**, per parameter (every trainable number, embeddings included): fp32 weights (4 B),
+  fp32 gradients (4 B), AdamW's two moments (8 B), one fp32 copy per EWA τ and the evaluation
+  model's copy (4 B each): ``(20 + 4·n_taus)`` bytes;
+- **activations**, per sequence of T tokens at 16-bit: ``34·T·C`` bytes per layer for a block
+  with flash attention (Korthikanti et al. 2022, arXiv 2205.05198, eq. 1 without its ``5·a·T²``
+  attention-score term, which flash attention does not store), plus ``8·T·C`` for what this
+  model adds (the QK-LayerNorm inputs and the rotated q, k), and the LM head's ``T·V`` logits
+  (the model returns none, so none outlive the loss): the log-softmax kept for backward (4 B) and,
+  at the peak, its gradient (4 B) and the bf16 logits' gradient (2 B): ``10·T·V`` bytes.
+
+At 151M (C = 1024, L = 12) and T = 512 that is 0.31 GB a sequence at V = 8192 (an H200's ~139 GB
+holds about 358: the rule picks 256, the largest divisor of the batch below it) and 0.52 GB at
+GPT-NeoX's 50,304 (about 200: 128 at B = 256), where the LM head is half of it. The
+estimate is deliberately plain: where it is too optimistic, the trainer's out-of-memory handler
+halves the micro-batch and redoes the step (:class:`cbscore.train._StepFn`).
+"""
+
+from __future__ import annotations
+
+from cbscore.errors import ConfigError
+from cbscore.model_config import GPTConfig
+
+#: Share of the free memory the activations may take (the allocator's fragmentation, cuBLAS
+#: workspaces and compilation buffers need the rest).
+HEADROOM = 0.8
+
+
+def activation_bytes_per_sequence(config: GPTConfig, context_tokens: int | None = None) -> int:
+    """Bytes of activations one sequence keeps for backward (see the module docstring)."""
+    t = config.context_tokens if context_tokens is None else context_tokens
+    per_layer = (34 + 8) * t * config.d_model  # Korthikanti et al. 2022 eq. 1 (flash attention) + QK-norm, rotary
+    logits = 10 * t * config.vocab_size  # log-softmax (fp32), its gradient, the bf16 logits' gradient
+    return config.n_layers * per_layer + logits
+
+
+def static_bytes(n_params_total: int, n_taus: int) -> int:
+    """Bytes of weights, gradients, AdamW moments, EWA copies and the evaluation model."""
+    return (20 + 4 * n_taus) * n_params_total
+
+
+def choose_micro_batch(local_batch: int, free_bytes: float, bytes_per_sequence: float, *,
+                       headroom: float = HEADROOM) -> int:
+    """The largest divisor of ``local_batch`` whose activations fit in ``headroom·free_bytes``
+    (at least 1: a device that holds less is told by the out-of-memory error itself)."""
+    if isinstance(local_batch, bool) or not isinstance(local_batch, int) or local_batch < 1:
+        raise ConfigError("local_batch", local_batch, "must be a positive integer")
+    if not bytes_per_sequence > 0:
+        raise ConfigError("bytes_per_sequence", bytes_per_sequence, "must be positive")
+    fits = int(max(0.0, headroom * free_bytes) // bytes_per_sequence)
+    return max(d for d in range(1, local_batch + 1) if local_batch % d == 0 and (d <= fits or d == 1))
+
+
+def smaller_micro_batch(local_batch: int, micro: int) -> int | None:
+    """The micro-batch after an out-of-memory error: the largest divisor of ``local_batch`` at
+    most half of ``micro`` (``None`` when ``micro`` is already 1)."""
+    if micro <= 1:
+        return None
+    return max(d for d in range(1, micro // 2 + 1) if local_batch % d == 0)

@@ -1,0 +1,165 @@
+"""One trial on two gloo ranks (CPU) against the same trial in one process: known answers.
+
+The two runs share the global batch (8 sequences of 32 tokens), the data order and the initial
+weights, so DDP's averaged gradient is the one-process gradient up to float reassociation: the
+loss trajectories agree to float tolerance and so do the steps to the target.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from cbscore.callbacks import Callback
+from cbscore.distributed import RankFailed
+from cbscore.errors import ConfigError
+from cbscore.train import train
+from cbscore.train_config import TrainConfig
+
+
+def tiny(data, **changes) -> TrainConfig:
+    base = dict(
+        model="tiny-0.1M", batch_size=8, context_tokens=32, max_tokens=8 * 32 * 40, lr=1e-2,
+        warmup_tokens=8 * 32 * 5, ewa_taus=(0.9,), eval_windows=16, log_every_steps=2,
+        data=data, device="cpu", threads=1, dist_timeout_s=60.0,
+    )
+    return TrainConfig(**{**base, **changes})
+
+
+def test_two_gloo_ranks_train_the_same_trial_as_one_process(builtin_slice_config):
+    # micro-batch 4 in both: the one-process run sums two micro-batch gradients, the two ranks
+    # all-reduce theirs; the same numbers in another order
+    one = train(tiny(builtin_slice_config, micro_batch_size=4, target_loss=6.0))
+    two = train(tiny(builtin_slice_config, micro_batch_size=4, target_loss=6.0, devices=2))
+    assert one.status == two.status == "reached"
+    assert two.devices == 2 and two.steps == one.steps
+    assert [s for s, _ in two.train_log] == [s for s, _ in one.train_log]
+    torch.testing.assert_close([v for _, v in two.train_log], [v for _, v in one.train_log], rtol=1e-4, atol=1e-4)
+    assert [e.step for e in two.eval_history] == [e.step for e in one.eval_history]
+    torch.testing.assert_close([e.loss for e in two.eval_history], [e.loss for e in one.eval_history],
+                               rtol=1e-4, atol=1e-4)
+    assert two.steps_to_target == pytest.approx(one.steps_to_target, rel=1e-3)
+
+
+def test_each_rank_accumulates_micro_batches_with_no_sync(builtin_slice_config):
+    # 2 ranks × 2 micro-batches of 2 sequences: three syncs skipped a step, the same trajectory
+    one = train(tiny(builtin_slice_config, max_steps=12))
+    two = train(tiny(builtin_slice_config, max_steps=12, devices=2, micro_batch_size=2))
+    torch.testing.assert_close([v for _, v in two.train_log], [v for _, v in one.train_log], rtol=1e-4, atol=1e-4)
+
+
+def test_a_batch_that_does_not_split_evenly_is_refused():
+    with pytest.raises(ConfigError, match=r"^devices: must divide batch_size=8 .*but got 3\.$"):
+        TrainConfig(model="tiny-0.1M", batch_size=8, max_tokens=10**6, lr=1e-3, devices=3)
+    with pytest.raises(ConfigError, match=r"micro_batch_size: must divide the per-device batch batch_size/devices = 4, but got 8\."):
+        TrainConfig(model="tiny-0.1M", batch_size=8, max_tokens=10**6, lr=1e-3, devices=2, micro_batch_size=8)
+
+
+def spawned_ranks() -> list[int]:
+    """Pids of the rank processes this process started (``python -m cbscore.distributed``)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if ppid == os.getpid() and b"cbscore.distributed" in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
+class KillRankAt(Callback):
+    """At ``step``, SIGKILL rank 1's process (what a lost GPU or the OOM killer does)."""
+
+    def __init__(self, step: int):
+        self.step = step
+        self.killed: list[int] = []
+        self.at = 0.0
+
+    def post_step(self, state, metrics):
+        if state.step == self.step and not self.killed:
+            self.killed = spawned_ranks()
+            assert len(self.killed) == 1
+            os.kill(self.killed[0], signal.SIGKILL)
+            self.at = time.monotonic()
+
+
+@pytest.mark.slow
+def test_kill_9_of_one_rank_ends_the_attempt_and_the_trial_resumes_from_its_checkpoint(builtin_slice_config, tmp_path):
+    config = tiny(builtin_slice_config, max_steps=30, devices=2, micro_batch_size=4, dist_timeout_s=120.0,
+                  checkpoint_dir=str(tmp_path / "ckpt"), checkpoint_every_steps=5)
+    killer = KillRankAt(17)  # after the checkpoint of step 15, which falls inside a log interval
+    with pytest.raises(RankFailed, match=r"rank 1 \(pid \d+, exit -9\) of 2 ended before the trial did"):
+        train(config, callbacks=[killer])
+    # no hang: gloo sees the closed socket at once, long before the 120 s deadline
+    assert time.monotonic() - killer.at < 20
+    assert killer.killed and not spawned_ranks()  # no rank left behind
+    from cbscore.checkpoint import load_checkpoint
+
+    assert load_checkpoint(tmp_path / "ckpt")["step"] == 15
+    resumed = train(config)
+    assert resumed.status == "finished" and resumed.steps == 30 and resumed.resumed_from_step == 15
+    # the same trajectory as the uninterrupted trial in one process
+    whole = train(tiny(builtin_slice_config, max_steps=30, micro_batch_size=4))
+    assert [s for s, _ in resumed.train_log] == [s for s, _ in whole.train_log]
+    torch.testing.assert_close([v for _, v in resumed.train_log], [v for _, v in whole.train_log], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close([e.loss for e in resumed.eval_history], [e.loss for e in whole.eval_history],
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_ranks_die_with_a_killed_rank_0(builtin_slice_config, tmp_path):
+    """kill -9 of rank 0 (the Celery child of a worker): the kernel ends the other ranks
+    (PR_SET_PDEATHSIG), so no rank is left waiting on a collective."""
+    import json
+    import subprocess
+    import sys
+
+    config = tiny(builtin_slice_config, max_tokens=8 * 32 * 100_000, devices=2, allow_repeat=True)
+    script = ("import json, sys; from cbscore.train import train; from cbscore.train_config import TrainConfig; "
+              "train(TrainConfig.from_dict(json.loads(sys.stdin.read())))")
+    leader = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE)
+    leader.stdin.write(json.dumps(config.to_dict()).encode())
+    leader.stdin.close()
+
+    def children() -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except (OSError, ValueError):
+                continue
+            if int(fields[1]) == leader.pid and b"cbscore.distributed" in cmdline:
+                found.append(int(entry))
+        return found
+
+    deadline = time.monotonic() + 60
+    while not (ranks := children()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(ranks) == 1
+    time.sleep(3)  # training by now
+    leader.kill()
+    leader.wait(timeout=10)
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+    deadline = time.monotonic() + 10
+    while alive(ranks[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(ranks[0])
