@@ -337,6 +337,7 @@ def _lose_attempt(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, 
         if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
             tracker.end_trial(run.info.run_id, "failed", stop_reason=message[:500])
             tell(s, study, run.data.tags, "failed", None)
+            remove_checkpoint(trial_id)
             _advance(study)
         return {"trial_id": trial_id, "attempt": attempt, "outcome": "failed", "lost": message}
     if ledger.requeue(trial_id, attempt, now_s=time.time(), stale_before_s=0.0, dead_owner=owner):
