@@ -188,7 +188,10 @@ def engine(url: str) -> sa.Engine:
                     conn.exec_driver_sql("PRAGMA journal_mode=WAL")
             else:
                 eng = sa.create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=2)
-            _META.create_all(eng, checkfirst=True)
+            from workers.schema_lock import schema_lock
+
+            with schema_lock(url, "ledger"):
+                _META.create_all(eng, checkfirst=True)
             _ENGINES[key] = eng
         return eng
 

@@ -49,7 +49,10 @@ def storage(url: str) -> optuna.storages.RDBStorage:
             if url.startswith("sqlite:///"):
                 Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
                 kwargs = {"connect_args": {"timeout": 30}}
-            found = _STORAGES[key] = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+            from workers.schema_lock import schema_lock
+
+            with schema_lock(url, "optuna"):
+                found = _STORAGES[key] = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
         return found
 
 

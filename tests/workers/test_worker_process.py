@@ -272,6 +272,24 @@ def postgres_env(worker_env, monkeypatch):
 
 
 @pytest.mark.services
+def test_processes_starting_together_on_fresh_postgresql_databases_all_start(postgres_env, tmp_path):
+    """``cbs up`` on PostgreSQL starts the tracking server, the worker, the runner and the CLI at
+    once; each creates MLflow's, Optuna's and the ledger's tables on first use. Unserialised, all
+    but one died in ``CREATE TABLE alembic_version`` (seen in the chaos run)."""
+    import subprocess
+    import sys
+
+    code = ("from workers.settings import WorkerSettings; from workers.tracking import Tracker; "
+            "from workers.ledger import Ledger; from workers.search import storage; "
+            "s = WorkerSettings.from_env(); Tracker(s.tracking_uri).studies(); Ledger(s.ledger_url).leases('x'); "
+            "storage(s.optuna_storage); print('ok')")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, cwd=Path(__file__).parents[2]) for _ in range(4)]
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, "\n---\n".join(o[-1500:] for o in outputs)
+
+
+@pytest.mark.services
 def test_sigterm_on_redis_and_postgresql_puts_the_trial_back_and_it_resumes(redis_env, postgres_env, processes,
                                                                               token_store):
     """The scale-out path in the default run: broker on Redis, MLflow, Optuna and the ledger on
