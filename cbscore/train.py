@@ -46,6 +46,7 @@ from cbscore.callbacks import Callback, TrainState
 from cbscore.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from cbscore.errors import ConfigError
 from cbscore.eval_schedule import EvalSchedule, default_every_steps, min_every_steps
+from cbscore.gns import NO_GNS, GnsProbe
 from cbscore.model import GPT, get_preset
 from cbscore.schedules import LrSchedule, warmup_steps
 from cbscore.throughput import mfu, peak_flops, peak_memory_bytes
@@ -120,7 +121,7 @@ class _StepFn:
     micro-batches) is fixed in ``__init__``; ``__call__`` is the hot path."""
 
     def __init__(self, model, optimizer, average: WeightAverage, *, device, micro_batch_size, batch_size,
-                 autocast: Callable[[], contextlib.AbstractContextManager], grad_clip: float):
+                 autocast: Callable[[], contextlib.AbstractContextManager], grad_clip: float, gns=NO_GNS):
         self.model = model
         self.optimizer = optimizer
         self.average = average
@@ -130,6 +131,7 @@ class _StepFn:
         self.autocast = autocast
         # clip_grad_norm_ with max_norm=inf only measures the norm (scales by exactly 1)
         self.max_norm = grad_clip if grad_clip > 0 else math.inf
+        self.gns = gns  # GnsProbe (reads each micro-batch's gradient) or NO_GNS (cbscore.gns)
         if device.type == "cuda":
             self.to_device = lambda a: torch.from_numpy(a).pin_memory().to(device, non_blocking=True)
         else:
@@ -146,8 +148,10 @@ class _StepFn:
                 _, loss = self.model(chunk[:, :-1], chunk[:, 1:])  # inputs, next-token targets (M, T)
             # equal-size micro-batches: the mean of their means is the full batch's mean
             (loss / self.n_micro).backward()
+            self.gns.after_backward(i)
             loss_sum += loss.detach()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm, foreach=True)
+        self.gns.end_step(grad_norm)  # the full-batch norm before clipping
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.average.update()
@@ -230,10 +234,15 @@ class _Trial:
                 batch_tokens=cfg.batch_tokens, max_eval_fraction=cfg.max_eval_fraction),
         )
         train_model = torch.compile(self.model) if cfg.compile else self.model
+        pass_size = cfg.pass_size()
+        self.gns = NO_GNS
+        if cfg.measure_gns and cfg.batch_size // pass_size >= 2:  # two batch sizes: micro and full
+            self.gns = GnsProbe(self.model.parameters(), n_micro=cfg.batch_size // pass_size, micro_batch_size=pass_size,
+                                batch_tokens=cfg.batch_tokens, half_life_tokens=cfg.resolved_gns_half_life_tokens())
         self.step_fn = _StepFn(
             train_model, self.optimizer, self.average, device=device,
-            micro_batch_size=cfg.micro_batch_size or cfg.batch_size, batch_size=cfg.batch_size,
-            autocast=self.autocast, grad_clip=cfg.grad_clip,
+            micro_batch_size=pass_size, batch_size=cfg.batch_size,
+            autocast=self.autocast, grad_clip=cfg.grad_clip, gns=self.gns,
         )
         self.eval_chunk = min(cfg.micro_batch_size or cfg.batch_size, len(self.val))
         self.peak = peak_flops(device)
@@ -258,6 +267,7 @@ class _Trial:
                 "running_min": p.running_min,
                 "train_log": [list(x) for x in p.train_log],
             },
+            "gns": self.gns.state_dict(),  # noise-scale averages (None without a probe)
             "result": None if result is None else result.to_dict(),
         }
 
@@ -286,6 +296,7 @@ class _Trial:
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.average.load_state_dict(ckpt["average"])
         set_rng_state(ckpt["rng"])
+        self.gns.load_state_dict(ckpt.get("gns"))
         self.state.step = int(ckpt["step"])
         self.state.resumed_from_step = self.state.step
         self.state.eval_history = [EvalPoint.from_dict(e) for e in ckpt["eval_history"]]
@@ -405,6 +416,7 @@ class _Trial:
             if is_log:
                 mean_loss = progress.interval_loss.item() / progress.interval_steps  # host sync
                 norm = grad_norm.item()  # host sync
+                self.gns.sync()  # host sync of the steps' gradient norms since the last log step
                 progress.train_log.append((state.step, mean_loss))
                 progress.interval_loss.zero_()
                 progress.interval_steps = 0
@@ -416,6 +428,8 @@ class _Trial:
                     "step": state.step, "tokens": state.tokens, "train_loss": mean_loss, "lr": state.lr,
                     "grad_norm": norm, "tokens_per_s": state.tokens_per_s, "mfu": state.mfu,
                 }
+                if state.step == progress.next_eval:  # the noise scale, at evaluation steps
+                    metrics.update(self.gns.metrics())
                 if not math.isfinite(mean_loss):
                     status, reason = "diverged", f"non-finite train loss at step {state.step}"
                 elif state.step > state.warmup_steps and mean_loss > cfg.divergence_factor * progress.running_min:
