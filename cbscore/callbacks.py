@@ -13,8 +13,8 @@ Any hook may call ``state.request_stop(reason)``; the trainer stops after the cu
 writes a checkpoint (when it has a ``checkpoint_dir``) and ends with status ``stopped``.
 
 Metrics dict on log steps: ``step``, ``tokens``, ``train_loss`` (mean since the previous log
-step, nats), ``lr``, ``grad_norm`` (before clipping), ``tokens_per_s``, ``mfu``; on the log
-step just before an evaluation, where the step accumulates ≥ 2 micro-batches, also the gradient
+step, nats), ``lr``, ``grad_norm`` (before clipping), ``tokens_per_s``, ``mfu``; where the
+step accumulates ≥ 2 micro-batches (so on every evaluation step, a log step too), also the gradient
 noise scale (:class:`cbscore.gns.GnsProbe`): ``gns_g2`` (smoothed ``|G|²``), ``gns_trace_sigma``
 (smoothed ``tr Σ``, per sequence) and ``gns_b_simple`` (their ratio, in sequences), each
 ``None`` where not finite.

@@ -427,9 +427,10 @@ class _Trial:
                 metrics = {
                     "step": state.step, "tokens": state.tokens, "train_loss": mean_loss, "lr": state.lr,
                     "grad_norm": norm, "tokens_per_s": state.tokens_per_s, "mfu": state.mfu,
+                    # the noise scale (empty without a probe): every log step, and so at every
+                    # evaluation step too, which max_eval_fraction can space far apart
+                    **self.gns.metrics(),
                 }
-                if state.step == progress.next_eval:  # the noise scale, at evaluation steps
-                    metrics.update(self.gns.metrics())
                 if not math.isfinite(mean_loss):
                     status, reason = "diverged", f"non-finite train loss at step {state.step}"
                 elif state.step > state.warmup_steps and mean_loss > cfg.divergence_factor * progress.running_min:

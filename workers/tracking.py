@@ -13,7 +13,7 @@ trial, linked by ``mlflow.parentRunId``:
 * metrics at ``step=`` optimizer step: ``train/loss``, ``optim/lr``, ``optim/grad_norm``,
   ``perf/tokens_per_s``, ``perf/mfu``, ``eval/loss_ewa`` (best τ), ``eval/loss_ewa_<τ>``,
   ``eval/loss_raw``, ``gns/g2``, ``gns/trace_sigma``, ``gns/b_simple`` (the gradient noise scale
-  at evaluation steps, ``cbscore.gns``; B_simple in sequences), ``heartbeat`` (wall time, Unix seconds), ``progress/step``, ``progress/tokens``, and the
+  at log steps, so at every evaluation step too, ``cbscore.gns``; B_simple in sequences), ``heartbeat`` (wall time, Unix seconds), ``progress/step``, ``progress/tokens``, and the
   ``summary/*`` figures at the end (``steps_to_target``, ``tokens_to_target``, ...).
 
 MLflow run status follows the trial: ``SCHEDULED`` while queued (again after a lost attempt),
@@ -495,7 +495,7 @@ class MlflowCallback(Callback):
                 self.buffer.append(metric("perf/tokens_per_s", metrics["tokens_per_s"], step))
             if metrics.get("mfu") is not None:
                 self.buffer.append(metric("perf/mfu", metrics["mfu"], step))
-            for key, name in GNS_METRICS.items():  # only at evaluation steps; None where not finite
+            for key, name in GNS_METRICS.items():  # None where not finite
                 if metrics.get(key) is not None:
                     self.buffer.append(metric(name, metrics[key], step))
         if time.time() - self.last_flush >= self.flush_s:
