@@ -294,13 +294,9 @@ def forecast_b_noise(b_simple: Sequence[float], b_run: float) -> float:
     run at ``b_run`` sequences; non-finite and non-positive values (the tracker's warm-up) are
     skipped.
     """
-    b_run = _finite_positive("b_run", b_run)
-    values = [float(v) for v in b_simple]
-    kept = [v for v in values if math.isfinite(v) and v > 0]
-    if not kept:
-        raise ConfigError("b_simple", values[:8], "must hold at least one positive finite value")
-    weights = [1.0 / (1.0 + v / b_run) for v in kept]
-    return math.fsum(w * v for w, v in zip(weights, kept)) / math.fsum(weights)
+    from cbscore.analysis import weighted_noise_scale  # numpy only; the step-weighted general case
+
+    return weighted_noise_scale(b_simple, _finite_positive("b_run", b_run))[0]
 
 
 def forecast_cbs(b_hat: float, b_ref: float, overhead: float = 0.2) -> float:
