@@ -243,7 +243,7 @@ def forecast_batch_sizes(b_ref: int, b_noise: Sequence[float], *, below: int = 2
     sizes = [b_ref >> i for i in range(below, 0, -1) if b_ref >> i >= 1 and (b_ref >> i) << i == b_ref]
     b = b_ref
     sizes.append(b)
-    while b < top or len(sizes) < min_sizes:
+    while b < top * (1 - 1e-9) or len(sizes) < min_sizes:  # a factor that is 3 up to rounding reaches 4×
         b *= 2
         sizes.append(b)
     return tuple(sizes)
