@@ -70,7 +70,10 @@ ideal (infinite-batch) run (§2.3, eq. 2.11), so its step ``t`` contributes
 ``E_min``; ``B_crit = E_min/S_min`` (eq. 2.12) is then the ``w``-weighted average of
 ``B_noise(t)`` over the run's steps (the reasoning of App. D, where the noise scale changes
 during training). :func:`forecast_b_noise` computes it with ``B_simple`` for ``B_noise``;
-:func:`forecast_cbs` turns it into ``B*`` by DESIGN.md §1's closed form. ``B_simple`` is a proxy:
+:func:`forecast_cbs` turns it into ``B*`` by DESIGN.md §1's closed form. The general case, with
+values logged every few steps and cut at the target step, and the calibration against measured
+``B_noise``, are in :mod:`cbscore.analysis` (``weighted_noise_scale``, ``forecast_setting``,
+``calibrate``; numpy only, so the pages need no torch). ``B_simple`` is a proxy:
 it ignores the Hessian and the optimizer's preconditioning, and the paper's ``B_simple`` tracks
 the ``B_crit`` measured from ``S(B)`` curves (§3) only up to a task-dependent factor, so the
 fitted ``S(B)`` curve stays the measurement and this is a forecast beside it.
