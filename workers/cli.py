@@ -360,14 +360,11 @@ def format_forecast(forecast) -> str:
     for f in forecast.forecasts:
         lines.append(f"  {f.setting:<24} B̂ = {f.b_hat:.4g}  Ŝ_min = {f.s_min:.4g} steps  forecast B* = {f.cbs:.4g}  "
                      f"({f.n_values} values to step {f.target_step:.4g})")
-    cal = forecast.calibration
-    if cal is not None and cal.factor is not None:
-        ci = "" if cal.factor_ci is None else f" [{cal.factor_ci[0]:.3g}, {cal.factor_ci[1]:.3g}]"
-        lines.append(f"calibration c = measured B_noise / B̂ = {cal.factor:.3g}{ci} ({cal.method})")
-        for r in cal.settings:
-            lines.append(f"  {r.setting:<24} B_noise {r.b_noise:.4g} / B̂ {r.b_hat:.4g} = {r.ratio:.3g}")
-    for e in forecast.errors + (cal.errors if cal is not None else ()):
-        lines.append(f"note: {e}")
+    from cbscore.cli.fit import format_calibration
+
+    lines += [f"note: {e}" for e in forecast.errors]
+    if forecast.calibration is not None:
+        lines.append(format_calibration(forecast.calibration))
     return "\n".join(lines)
 
 
