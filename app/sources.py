@@ -115,6 +115,13 @@ def table(study: str) -> list[dict]:
     return [dict(row) for row in call("study_table", study)]
 
 
+@st.cache_data(ttl=SLOW_TTL_S, max_entries=16, show_spinner=False)
+def forecast(study: str):
+    """The noise-scale forecast of every setting of ``study`` (``workers.forecast.StudyForecast``,
+    without calibration: the pages calibrate against their own fit)."""
+    return call("study_forecast", study, with_fit=False)
+
+
 @st.cache_data(ttl=LIVE_TTL_S, max_entries=2, show_spinner=False)
 def alive_workers() -> list:
     """Workers that answer, with what each runs."""
@@ -156,5 +163,5 @@ def run_links(experiment_id: str, run_ids: list[str]) -> dict[str, str]:
 
 def refresh() -> None:
     """Forget every cached read (after launching or cancelling something)."""
-    for fn in (studies, records, curve, table, alive_workers):
+    for fn in (studies, records, curve, table, forecast, alive_workers):
         fn.clear()

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ("bench_fit.py", "bench_simulate.py", "bench_data.py", "bench_train.py", "bench_workers.py", "bench_app.py")
+SCRIPTS = ("bench_fit.py", "bench_simulate.py", "bench_data.py", "bench_train.py", "bench_gns.py", "bench_workers.py",
+           "bench_app.py")
 
 
 def main() -> int:

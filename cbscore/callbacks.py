@@ -14,7 +14,11 @@ writes a checkpoint (when it has a ``checkpoint_dir``) and ends with status ``st
 
 Metrics dict on log steps: ``step``, ``tokens``, ``train_loss`` (mean since the previous log
 step, nats), ``lr``, ``grad_norm`` (before clipping), ``tokens_per_s`` (all devices together),
-``tokens_per_s_per_device``, ``mfu`` (per device, against one device's peak).
+``tokens_per_s_per_device``, ``mfu`` (per device, against one device's peak); where the step
+accumulates ≥ 2 micro-batches in one process (so on every evaluation step, a log step too), also
+the gradient noise scale (:class:`cbscore.gns.GnsProbe`): ``gns_g2`` (smoothed ``|G|²``),
+``gns_trace_sigma`` (smoothed ``tr Σ``, per sequence) and ``gns_b_simple`` (their ratio, in
+sequences), each ``None`` where not finite.
 
 In a multi-device trial (``devices > 1``) the hooks run in rank 0's process only, and a stop
 asked in ``post_step`` takes effect at the same step on every rank.

@@ -70,10 +70,23 @@ ideal (infinite-batch) run (§2.3, eq. 2.11), so its step ``t`` contributes
 ``E_min``; ``B_crit = E_min/S_min`` (eq. 2.12) is then the ``w``-weighted average of
 ``B_noise(t)`` over the run's steps (the reasoning of App. D, where the noise scale changes
 during training). :func:`forecast_b_noise` computes it with ``B_simple`` for ``B_noise``;
-:func:`forecast_cbs` turns it into ``B*`` by DESIGN.md §1's closed form. ``B_simple`` is a proxy:
+:func:`forecast_cbs` turns it into ``B*`` by DESIGN.md §1's closed form. The general case, with
+values logged every few steps and cut at the target step, and the calibration against measured
+``B_noise``, are in :mod:`cbscore.analysis` (``weighted_noise_scale``, ``forecast_setting``,
+``calibrate``; numpy only, so the pages need no torch). ``B_simple`` is a proxy:
 it ignores the Hessian and the optimizer's preconditioning, and the paper's ``B_simple`` tracks
 the ``B_crit`` measured from ``S(B)`` curves (§3) only up to a task-dependent factor, so the
 fitted ``S(B)`` curve stays the measurement and this is a forecast beside it.
+
+In the trainer. :class:`GnsProbe` is what ``cbscore.train`` runs: it keeps the trainer's
+``(loss_i / n).backward()`` accumulation untouched (so the update is bit-for-bit the one without
+the probe, and a data-parallel ``no_sync`` accumulation is not disturbed) and reads each
+micro-batch gradient as the difference of ``.grad`` after and before its backward (the second
+recipe above; the cancellation costs about ``n·ε_fp32`` of relative precision, far below the
+estimator's own noise). Squared norms stay on the device until a log step, where
+:meth:`GnsProbe.sync` reads all of them at once (one host sync) and folds them into a
+:class:`GnsTracker`. :data:`NO_GNS` is the do-nothing probe of a step with one micro-batch, so
+the hot loop has no branch on whether the noise scale is measured.
 
 torch, math and ``cbscore.errors`` only; never mlflow, celery or streamlit.
 """
@@ -91,6 +104,8 @@ from cbscore.errors import ConfigError
 
 __all__ = [
     "GnsEstimates",
+    "GnsProbe",
+    "NO_GNS",
     "GnsTracker",
     "forecast_b_noise",
     "forecast_cbs",
@@ -282,13 +297,9 @@ def forecast_b_noise(b_simple: Sequence[float], b_run: float) -> float:
     run at ``b_run`` sequences; non-finite and non-positive values (the tracker's warm-up) are
     skipped.
     """
-    b_run = _finite_positive("b_run", b_run)
-    values = [float(v) for v in b_simple]
-    kept = [v for v in values if math.isfinite(v) and v > 0]
-    if not kept:
-        raise ConfigError("b_simple", values[:8], "must hold at least one positive finite value")
-    weights = [1.0 / (1.0 + v / b_run) for v in kept]
-    return math.fsum(w * v for w, v in zip(weights, kept)) / math.fsum(weights)
+    from cbscore.analysis import weighted_noise_scale  # numpy only; the step-weighted general case
+
+    return weighted_noise_scale(b_simple, _finite_positive("b_run", b_run))[0]
 
 
 def forecast_cbs(b_hat: float, b_ref: float, overhead: float = 0.2) -> float:
@@ -303,3 +314,121 @@ def forecast_cbs(b_hat: float, b_ref: float, overhead: float = 0.2) -> float:
     b_ref = _finite_positive("b_ref", b_ref)
     overhead = _finite_positive("overhead", overhead)
     return (1.0 + overhead) * b_ref + overhead * float(b_hat)
+
+
+class GnsProbe:
+    """Measures ``|G|²``, ``tr Σ`` and ``B_simple`` inside the trainer's step (see the module docstring).
+
+    Per step of ``n`` micro-batches of ``M`` sequences (``B = n·M``, ``n ≥ 2``): the trainer calls
+    :meth:`after_backward` after each micro-batch's ``(loss_i / n).backward()`` and
+    :meth:`end_step` with the full-batch gradient norm before clipping; both only queue device
+    work. :meth:`sync` (at log steps) reads the queued norms with one host sync and updates the
+    :class:`GnsTracker`; :meth:`metrics` gives the smoothed values.
+
+    Cost: one buffer of the gradients' size (``prev``), and per micro-batch one subtraction, one
+    norm and one copy over all parameters (memory-bound; measured by ``benchmarks/bench_gns.py``).
+    """
+
+    def __init__(self, params: Iterable[torch.Tensor], *, n_micro: int, micro_batch_size: int,
+                 batch_tokens: int, half_life_tokens: float):
+        if isinstance(n_micro, bool) or not isinstance(n_micro, int) or n_micro < 2:
+            raise ConfigError("n_micro", n_micro, "must be an integer ≥ 2 (the estimators need two batch sizes)")
+        self.params = [p for p in params if p.requires_grad]
+        self.n_micro = n_micro
+        self.b_small = _finite_positive("micro_batch_size", micro_batch_size)
+        self.b_big = self.b_small * n_micro
+        self.batch_tokens = _finite_positive("batch_tokens", batch_tokens)
+        self.tracker = GnsTracker(half_life_tokens)
+        # .grad as it was before the current micro-batch's backward (the running accumulation)
+        self.prev = [torch.zeros_like(p) for p in self.params]
+        self.small: list[torch.Tensor] = []  # this step's n²·|Δgrad|², 0-dim device tensors
+        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # ((n,), ()) per step since sync
+
+    # ---- hot path: device work only ------------------------------------------------------
+    @torch.no_grad()
+    def after_backward(self, i: int) -> None:
+        """Record micro-batch ``i``'s squared gradient norm ``|g_i|² = n²·|grad_after − grad_before|²``."""
+        grads = [p.grad for p in self.params]
+        if i == 0:  # .grad was empty before: it is g_0 / n
+            delta = grads
+        else:
+            torch._foreach_sub_(self.prev, grads)  # prev − after = −g_i / n
+            delta = self.prev
+        norms = torch._foreach_norm(delta)  # per-tensor L2 norms, 0-dim each
+        self.small.append(torch.stack(norms).square().sum() * float(self.n_micro**2))
+        if i < self.n_micro - 1:
+            torch._foreach_copy_(self.prev, grads)
+
+    def resize(self, n_micro: int, micro_batch_size: int) -> None:
+        """The trainer halved the micro-batch after an out-of-memory error and redoes the step:
+        drop the step's partial norms and measure at the new split (``n_micro`` passes of
+        ``micro_batch_size``); the smoothed averages carry on (same estimands)."""
+        self.n_micro = n_micro
+        self.b_small = float(micro_batch_size)
+        self.b_big = self.b_small * n_micro
+        self.small = []
+
+    def end_step(self, full_norm: torch.Tensor) -> None:
+        """Close the step: ``full_norm`` is the full-batch gradient norm before clipping (device)."""
+        self.pending.append((torch.stack(self.small), full_norm.detach().float().square()))
+        self.small = []
+
+    # ---- log steps -------------------------------------------------------------------------
+    def sync(self) -> None:
+        """Fold the steps queued since the last call into the tracker (one host sync)."""
+        if not self.pending:
+            return
+        smalls = torch.stack([s for s, _ in self.pending]).double().cpu()  # (k, n); host sync
+        bigs = torch.stack([b for _, b in self.pending]).double().cpu()  # (k,)
+        self.pending.clear()
+        for small, big in zip(smalls.tolist(), bigs.tolist()):
+            g2, trace = two_batch_estimates(small, big, self.b_small, self.b_big)
+            self.tracker.update(g2, trace, tokens=self.batch_tokens)  # skips non-finite pairs
+
+    def metrics(self) -> dict[str, float | None]:
+        """Smoothed ``|G|²`` (``gns_g2``), ``tr Σ`` (``gns_trace_sigma``) and ``B_simple`` in sequences
+        (``gns_b_simple``); ``None`` where not finite (before the first step, or ``B_simple`` while an
+        average is not positive)."""
+        values = {"gns_g2": self.tracker.g2, "gns_trace_sigma": self.tracker.trace, "gns_b_simple": self.tracker.b_simple}
+        return {k: (v if math.isfinite(v) else None) for k, v in values.items()}
+
+    def state_dict(self) -> dict:
+        """The tracker's state after folding in every queued step (what a checkpoint saves)."""
+        self.sync()
+        return self.tracker.state_dict()
+
+    def load_state_dict(self, state: dict | None) -> None:
+        """Continue from a checkpoint's tracker; one saved without a probe, or with another
+        half-life, starts the averages afresh (the half-life may change between attempts)."""
+        self.pending.clear()
+        if state is not None and float(state["half_life_tokens"]) == self.tracker.half_life_tokens:
+            self.tracker.load_state_dict(state)
+
+
+class _NoGns:
+    """The probe of a step with a single micro-batch: nothing to measure, nothing to branch on."""
+
+    def after_backward(self, i: int) -> None:
+        pass
+
+    def resize(self, n_micro: int, micro_batch_size: int) -> None:
+        pass
+
+    def end_step(self, full_norm: torch.Tensor) -> None:
+        pass
+
+    def sync(self) -> None:
+        pass
+
+    def metrics(self) -> dict[str, float | None]:
+        return {}
+
+    def state_dict(self) -> None:
+        return None
+
+    def load_state_dict(self, state: dict | None) -> None:
+        pass
+
+
+NO_GNS = _NoGns()
+"""The do-nothing probe (steps with one micro-batch, or ``measure_gns=False``)."""

@@ -59,6 +59,7 @@ from cbscore.checkpoint import checkpoint_path, load_checkpoint, rng_state, save
 from cbscore.distributed import SINGLE, Group, device_for_rank, launch
 from cbscore.errors import ConfigError
 from cbscore.eval_schedule import EvalSchedule, default_every_steps, min_every_steps
+from cbscore.gns import NO_GNS, GnsProbe
 from cbscore.model import GPT, get_preset
 from cbscore.micro_batch import activation_bytes_per_sequence, choose_micro_batch, smaller_micro_batch
 from cbscore.model_config import padded_vocab_size
@@ -171,7 +172,7 @@ class _StepFn:
     def __init__(self, model, optimizer, average: WeightAverage, *, device, micro_batch_size, batch_size,
                  autocast: Callable[[], contextlib.AbstractContextManager], grad_clip: float,
                  no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-                 on_resize: Callable[[int], None] = lambda micro: None):
+                 on_resize: Callable[[int], None] = lambda micro: None, gns=NO_GNS):
         self.model = model
         self.optimizer = optimizer
         self.average = average
@@ -184,6 +185,7 @@ class _StepFn:
         self.device = device
         # clip_grad_norm_ with max_norm=inf only measures the norm (scales by exactly 1)
         self.max_norm = grad_clip if grad_clip > 0 else math.inf
+        self.gns = gns  # GnsProbe (reads each micro-batch's gradient) or NO_GNS (cbscore.gns)
         if device.type == "cuda":
             self.to_device = lambda a: torch.from_numpy(a).pin_memory().to(device, non_blocking=True)
         else:
@@ -207,6 +209,7 @@ class _StepFn:
                 pass  # leave the handler first: its traceback holds the failed passes' activations
             self._halve()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm, foreach=True)
+        self.gns.end_step(grad_norm)  # the full-batch norm before clipping
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.average.update()
@@ -222,6 +225,7 @@ class _StepFn:
                     _, loss = self.model(chunk[:, :-1], chunk[:, 1:])  # inputs, next-token targets (M, T)
                 # equal-size micro-batches: the mean of their means is the full batch's mean
                 (loss / self.n_micro).backward()
+            self.gns.after_backward(i)  # the noise-scale probe reads this micro-batch's gradient
             loss_sum += loss.detach()
         return loss_sum / self.n_micro
 
@@ -238,6 +242,7 @@ class _StepFn:
         print(f"cbs train: out of memory at a micro-batch of {self.micro}; redoing the step at {micro}",
               file=sys.stderr, flush=True)
         self._set_micro(micro)
+        self.gns.resize(self.n_micro, micro)  # the probe's two batch sizes follow the new split
         self.on_resize(micro)
 
 
@@ -333,10 +338,18 @@ class _Trial:
                     eval_windows=len(self.val), context_tokens=cfg.context_tokens, n_models=1 + len(self.taus),
                     batch_tokens=cfg.batch_tokens, max_eval_fraction=cfg.max_eval_fraction),
             )
-        self.micro = cfg.micro_batch_size or self._auto_micro_batch(model_config)
+        # The noise-scale probe reads one process's micro-batch gradients: single-device trials
+        # only (under DDP a rank's gradients are its own until the last micro-batch's all-reduce).
+        gns_split = cfg.gns_micro_batch_size if cfg.devices == 1 else None
+        self.micro = gns_split or cfg.micro_batch_size or self._auto_micro_batch(model_config)
         self.state.micro_batch_size = self.micro
+        self.gns = NO_GNS
+        n_micro = cfg.local_batch_size // self.micro
+        if cfg.measure_gns and cfg.devices == 1 and n_micro >= 2:  # two batch sizes: micro and full
+            self.gns = GnsProbe(self.model.parameters(), n_micro=n_micro, micro_batch_size=self.micro,
+                                batch_tokens=cfg.batch_tokens, half_life_tokens=cfg.resolved_gns_half_life_tokens())
         if leader:
-            self.eval_chunk = min(self.micro, len(self.val))
+            self.eval_chunk = min(cfg.micro_batch_size or self.micro, len(self.val))
         self.peak = peak_flops(device)
         self.progress = _Progress(interval_loss=torch.zeros((), device=device))
 
@@ -380,6 +393,7 @@ class _Trial:
             train_model, self.optimizer, self.average, device=self.device,
             micro_batch_size=self.micro, batch_size=cfg.local_batch_size,
             autocast=self.autocast, grad_clip=cfg.grad_clip, no_sync=no_sync, on_resize=self._resized,
+            gns=self.gns,
         )
 
     def _resized(self, micro: int) -> None:
@@ -404,6 +418,7 @@ class _Trial:
                 "running_min": p.running_min,
                 "train_log": [list(x) for x in p.train_log],
             },
+            "gns": self.gns.state_dict(),  # noise-scale averages (None without a probe)
             "result": None if result is None else result.to_dict(),
         }
 
@@ -434,6 +449,7 @@ class _Trial:
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.average.load_state_dict(ckpt["average"])
         set_rng_state(ckpt["rng"])
+        self.gns.load_state_dict(ckpt.get("gns"))
         self.state.step = int(ckpt["step"])
         self.state.resumed_from_step = self.state.step
         self.state.eval_history = [EvalPoint.from_dict(e) for e in ckpt["eval_history"]]
@@ -598,6 +614,7 @@ class _Trial:
                 # the mean over ranks of each rank's sum over the interval: the global batch's
                 mean_loss = group.mean(progress.interval_loss).item() / progress.interval_steps  # host sync
                 norm = grad_norm.item()  # host sync; the gradient is already averaged over ranks
+                self.gns.sync()  # host sync of the steps' gradient norms since the last log step
                 progress.train_log.append((state.step, mean_loss))
                 progress.interval_loss.zero_()
                 progress.interval_steps = 0
@@ -610,6 +627,9 @@ class _Trial:
                     "step": state.step, "tokens": state.tokens, "train_loss": mean_loss, "lr": state.lr,
                     "grad_norm": norm, "tokens_per_s": state.tokens_per_s,
                     "tokens_per_s_per_device": state.tokens_per_s_per_device, "mfu": state.mfu,
+                    # the noise scale (empty without a probe): every log step, and so at every
+                    # evaluation step too, which max_eval_fraction can space far apart
+                    **self.gns.metrics(),
                 }
                 if not math.isfinite(mean_loss):
                     status, reason = "diverged", f"non-finite train loss at step {state.step}"

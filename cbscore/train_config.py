@@ -96,6 +96,20 @@ class TrainConfig:
     divergence_factor: float = 2.0
     """After warm-up, a logged train loss above this multiple of its running minimum is a divergence."""
 
+    # ---------------------------------------------------------------- gradient noise scale
+    measure_gns: bool = True
+    """Measure the gradient noise scale ``B_simple = tr Σ / |G|²`` (:mod:`cbscore.gns`) on every
+    step that accumulates ≥ 2 micro-batches; reported at evaluation steps. ``False``: never."""
+    gns_micro_batch_size: int | None = None
+    """Sequences per pass of an extra micro-batch split made to measure the noise scale: the same
+    batch, the same update (gradient accumulation), in passes of this size. Must divide
+    ``micro_batch_size`` when that is set, else ``batch_size``, and be smaller than ``batch_size``.
+    ``None`` = measure only where ``micro_batch_size`` already splits the batch."""
+    gns_half_life_tokens: int | None = None
+    """Half-life in tokens of the exponential averages of ``|G|²`` and ``tr Σ``; ``None`` = 10% of
+    the budget (``total_steps · batch_tokens``). The study planner sets 10% of the setting's D, so
+    every batch size of a setting smooths over the same stretch of training."""
+
     # ---------------------------------------------------------------- data
     data: DataConfig = field(default_factory=DataConfig)
     """Corpus, tokenizer and split (:class:`cbscore.data.DataConfig`)."""
@@ -208,6 +222,19 @@ class TrainConfig:
         if self.max_eval_fraction <= 0:
             raise ConfigError("max_eval_fraction", self.max_eval_fraction, "must be positive")
         _positive_int("log_every_steps", self.log_every_steps)
+        if not isinstance(self.measure_gns, bool):
+            raise ConfigError("measure_gns", self.measure_gns, "must be true or false")
+        if self.gns_micro_batch_size is not None:
+            _positive_int("gns_micro_batch_size", self.gns_micro_batch_size)
+            pass_size = self.micro_batch_size or self.batch_size
+            if pass_size % self.gns_micro_batch_size:
+                which = "micro_batch_size" if self.micro_batch_size else "batch_size"
+                raise ConfigError("gns_micro_batch_size", self.gns_micro_batch_size, f"must divide {which}={pass_size}")
+            if self.gns_micro_batch_size >= self.batch_size:
+                raise ConfigError("gns_micro_batch_size", self.gns_micro_batch_size,
+                                  f"must be smaller than batch_size={self.batch_size} (two micro-batches at least)")
+        if self.gns_half_life_tokens is not None:
+            _positive_int("gns_half_life_tokens", self.gns_half_life_tokens)
         _finite("divergence_factor", self.divergence_factor)
         if self.divergence_factor <= 1:
             raise ConfigError("divergence_factor", self.divergence_factor, "must be greater than 1")
@@ -265,6 +292,17 @@ class TrainConfig:
         """τ tracked: the config's, or the paper's one τ for this batch size."""
         return (paper_ewa_tau(self.batch_size),) if self.ewa_taus is None else tuple(float(t) for t in self.ewa_taus)
 
+    def pass_size(self) -> int:
+        """Sequences per forward/backward pass: ``gns_micro_batch_size``, else ``micro_batch_size``,
+        else the whole batch."""
+        return self.gns_micro_batch_size or self.micro_batch_size or self.batch_size
+
+    def resolved_gns_half_life_tokens(self) -> int:
+        """Half-life of the noise-scale averages in tokens (10% of the budget when ``None``)."""
+        if self.gns_half_life_tokens is not None:
+            return self.gns_half_life_tokens
+        return max(1, round(0.1 * self.total_steps * self.batch_tokens))
+
     def replace(self, **changes: Any) -> "TrainConfig":
         """A copy with ``changes`` applied (and checked)."""
         return dataclasses.replace(self, **changes)
@@ -297,6 +335,8 @@ class TrainConfig:
 OPERATIONAL_FIELDS = frozenset({
     "device", "compile", "threads", "micro_batch_size", "checkpoint_dir", "checkpoint_every_steps",
     "checkpoint_every_seconds", "log_every_steps", "devices", "dist_timeout_s",
+    # the noise-scale probe reads gradients, it never changes the update (cbscore.gns)
+    "measure_gns", "gns_micro_batch_size", "gns_half_life_tokens",
 })
 
 

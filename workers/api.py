@@ -144,7 +144,28 @@ def launch_study(spec: StudySpec | Mapping | str, *, force: bool = False) -> str
     """
     from workers.runner import Runner
 
-    return Runner().launch(resolve_spec(spec), force=force)
+    spec, _ = apply_forecast_from(resolve_spec(spec))
+    return Runner().launch(spec, force=force)
+
+
+def apply_forecast_from(spec: StudySpec):
+    """``(spec, ForecastRange | None)``: with ``forecast_from: OTHER``, the spec's batch sizes
+    chosen around OTHER's calibrated noise-scale forecast (:mod:`workers.forecast`); an unknown
+    or uncalibrated OTHER is a :class:`ConfigError` naming the field and the value."""
+    if spec.forecast_from is None:
+        return spec, None
+    from workers.forecast import forecast_spec
+
+    tracker = _tracker()
+    if tracker.study_run(spec.forecast_from) is None:
+        raise ConfigError("forecast_from", spec.forecast_from, "names no study in the tracking store")
+    from cbscore.errors import FitError
+
+    try:
+        source = study_forecast(spec.forecast_from, with_fit=True)
+    except FitError as exc:
+        raise ConfigError("forecast_from", spec.forecast_from, f"cannot be fitted yet ({exc})") from None
+    return forecast_spec(spec, source)
 
 
 def cancel_study(name: str) -> int:
@@ -299,6 +320,33 @@ def study_status(name: str) -> StudyStatus:
                        n_trials=n_trials, tokens_spent=sum(r.tokens for r in records), grid_tokens=grid_tokens(spec),
                        targets=dict(p.targets), errors=tuple(p.errors),
                        progress=ended / n_trials if n_trials else 0.0)
+
+
+def study_forecast(name: str, *, with_fit: bool = True, analysis=None, bootstrap: int = 1000, seed: int = 0):
+    """:class:`workers.forecast.StudyForecast` of ``name``: the noise-scale forecast per setting from
+    its best reference run, calibrated against the study's own fit (``with_fit``; ``analysis``
+    reuses one already computed)."""
+    from workers.forecast import study_forecast as build
+
+    tracker = _tracker()
+    parent = _parent(tracker, name)
+    spec = StudySpec.from_dict(tracker.study_spec(parent))
+    runs = {r.info.run_id: r for r in tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)}
+    from workers.records import build_records
+
+    records = build_records(list(runs.values()), _ledger().leases(name), tracker)
+    if with_fit and analysis is None:
+        from cbscore.errors import FitError
+
+        try:
+            analysis = study_fit(name, bootstrap=bootstrap, seed=seed)
+        except FitError:
+            analysis = None  # nothing fitted yet: forecasts only
+
+    def history(run_id: str, key: str):
+        return tracker.history(runs[run_id], key)
+
+    return build(spec, records, history, analysis, bootstrap=bootstrap, seed=seed)
 
 
 def study_fit(name: str, *, bootstrap: int = 1000, seed: int = 0, free_alpha: bool = False):

@@ -242,6 +242,9 @@ def run_launch(args: argparse.Namespace) -> int:
     spec = api.resolve_spec(args.spec)
     if args.name:
         spec = spec.replace(name=args.name)
+    spec, chosen = api.apply_forecast_from(spec)
+    if chosen is not None:
+        print(f"cbs study: {chosen.describe()}")
     if args.dry_run:
         print(describe_plan(spec, args.tokens_per_s, n_workers=args.workers))
         return 0
@@ -373,13 +376,32 @@ def run_fit(args: argparse.Namespace) -> int:
     from workers import api
 
     analysis = api.study_fit(args.name, bootstrap=args.bootstrap, seed=args.seed)
+    # the noise-scale forecast of each setting and its calibration against this fit (issue 14)
+    forecast = api.study_forecast(args.name, analysis=analysis, bootstrap=args.bootstrap, seed=args.seed)
     if args.json:
-        print(json.dumps(analysis.to_json_dict(), indent=2, allow_nan=False))
+        out = analysis.to_json_dict()
+        out["forecast"], out["calibration"] = forecast.to_json_dict()
+        print(json.dumps(out, indent=2, allow_nan=False))
         return 0
     from cbscore.cli.fit import format_analysis
 
     print(format_analysis(analysis))
+    print(format_forecast(forecast))
     return 0
+
+
+def format_forecast(forecast) -> str:
+    """The text of ``cbs study fit``'s noise-scale section."""
+    lines = ["", "noise-scale forecast (best reference run's B_simple; McCandlish et al. 2018, eqs. 2.11-2.12):"]
+    for f in forecast.forecasts:
+        lines.append(f"  {f.setting:<24} B̂ = {f.b_hat:.4g}  Ŝ_min = {f.s_min:.4g} steps  forecast B* = {f.cbs:.4g}  "
+                     f"({f.n_values} values to step {f.target_step:.4g})")
+    from cbscore.cli.fit import format_calibration
+
+    lines += [f"note: {e}" for e in forecast.errors]
+    if forecast.calibration is not None:
+        lines.append(format_calibration(forecast.calibration))
+    return "\n".join(lines)
 
 
 def run_export(args: argparse.Namespace) -> int:

@@ -4,7 +4,10 @@ Results that come from running the lab live under ``docs/results/<name>/``: the 
 ``cbs fit`` CSV), the fit of *that file* (so ``cbs fit steps.csv --b-ref B --overhead r --json``
 gives it back byte for byte), the Curves and Scaling-laws figures drawn by the same chart code
 the pages use (PNG through kaleido, when it and a Chrome are installed; HTML otherwise), the spec,
-and ``summary.json`` with what it cost: wall time, tokens and trials, the machine.
+and ``summary.json`` with what it cost: wall time, tokens and trials, the machine. Where trials
+logged the gradient noise scale (issue 14): ``forecast.json`` (the ``forecast`` and ``calibration``
+keys of ``cbs study fit --json``, calibrated against the committed CSV's fit), ``gns.csv`` (every
+trial's logged ``gns/*`` values) and the forecast figures.
 
 Everything is written to a temporary folder first and moved into place at the end, so a failure
 never leaves half a report.
@@ -58,6 +61,55 @@ def _figures(table, rows: list[dict], b_ref: int, overhead: float) -> dict[str, 
             figs[f"scaling-{variable}"] = charts.scaling_law_figure(
                 points, fits=fit_view.fitted_laws(table, variable), x_title=title)
     return figs
+
+
+def _forecast_figures(table, forecast, b_ref: int, overhead: float) -> dict[str, object]:
+    """The Curves page's forecast overlays and the Scaling page's forecast against measured B*."""
+    from app import gns_charts
+
+    cal = forecast.calibration
+    by_setting = {s.setting: s for s in table.settings}
+    figs: dict[str, object] = {}
+    for f in forecast.forecasts:
+        s = by_setting.get(f.setting)
+        measured = tuple((int(b), float(v)) for b, v in zip(s.batch_sizes, s.steps)) if s is not None else ()
+        figs[f"forecast-{f.setting}"] = gns_charts.forecast_overlay_figure(gns_charts.ForecastOverlay(
+            label=f.setting, measured=measured, b_run=f.b_run, target_step=f.target_step, b_hat=f.b_hat,
+            factor=None if cal is None else cal.factor, factor_ci=None if cal is None else cal.factor_ci))
+    fc_json, cal_json = forecast.to_json_dict()
+    points = gns_charts.forecast_points(fc_json, cal_json, table.settings, b_ref=b_ref, overhead=overhead)
+    if points:
+        figs["forecast-vs-measured"] = gns_charts.forecast_vs_measured_figure(points)
+    return figs
+
+
+#: Columns of ``gns.csv``: one row per logged noise-scale value of every ended trial.
+NOISE_COLUMNS = ("trial_id", "setting", "batch_size", "role", "lr", "outcome", "step", "tokens", "g2",
+                 "trace_sigma", "b_simple")
+
+
+def noise_rows(name: str) -> list[dict]:
+    """Every ended trial's ``gns/g2``, ``gns/trace_sigma`` and ``gns/b_simple`` by step (MLflow)."""
+    from cbscore.study import TERMINAL
+    from workers import api
+    from workers.records import build_records
+
+    tracker = api._tracker()
+    parent = api._parent(tracker, name)
+    runs = {r.info.run_id: r for r in tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)}
+    context = api._int(parent.data.params.get("context_tokens")) or 0
+    rows = []
+    for rec in build_records(list(runs.values()), api._ledger().leases(name), tracker, with_history=False):
+        run = runs.get(rec.run_id)
+        if rec.status not in TERMINAL or run is None or "gns/b_simple" not in run.data.metrics:
+            continue
+        series = {k: dict(zip(*tracker.history(run, f"gns/{k}"))) for k in ("g2", "trace_sigma", "b_simple")}
+        for step in sorted(set().union(*series.values())):
+            rows.append({"trial_id": rec.trial_id, "setting": rec.setting_id, "batch_size": rec.batch_size,
+                         "role": rec.role, "lr": rec.lr, "outcome": rec.status, "step": int(step),
+                         "tokens": int(step) * rec.batch_size * context,
+                         **{k: series[k].get(step) for k in series}})
+    return rows
 
 
 def _write_figures(figs: dict[str, object], folder: Path) -> list[str]:
@@ -132,7 +184,17 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
         table, fit_text = fit_of_csv(tmp / "steps.csv", b_ref=spec.b_ref, overhead=spec.overhead)
         (tmp / "fit.json").write_text(fit_text)
         (tmp / "spec.yaml").write_text(spec.to_yaml())
-        figures = _write_figures(_figures(table, full, spec.b_ref, spec.overhead), tmp)
+        figs = _figures(table, full, spec.b_ref, spec.overhead)
+        forecast = api.study_forecast(name, analysis=table)
+        if forecast.forecasts:
+            fc_json, cal_json = forecast.to_json_dict()
+            (tmp / "forecast.json").write_text(
+                json.dumps({"forecast": fc_json, "calibration": cal_json}, indent=2, allow_nan=False) + "\n")
+            figs.update(_forecast_figures(table, forecast, spec.b_ref, spec.overhead))
+        noise = noise_rows(name)
+        if noise:
+            (tmp / "gns.csv").write_text(_csv_text(noise, NOISE_COLUMNS))
+        figures = _write_figures(figs, tmp)
         summary = {
             "study": name, "status": status.status, "counts": dict(status.counts), "trials": status.n_trials,
             "tokens_spent": status.tokens_spent, "tokens_fixed_budget_grid": status.grid_tokens,

@@ -12,7 +12,9 @@ trial, linked by ``mlflow.parentRunId``:
   (the TrialSpec JSON), ``worker``;
 * metrics at ``step=`` optimizer step: ``train/loss``, ``optim/lr``, ``optim/grad_norm``,
   ``perf/tokens_per_s``, ``perf/mfu``, ``eval/loss_ewa`` (best τ), ``eval/loss_ewa_<τ>``,
-  ``eval/loss_raw``, ``heartbeat`` (wall time, Unix seconds), ``progress/step``, ``progress/tokens``, and the
+  ``eval/loss_raw``, ``gns/g2``, ``gns/trace_sigma``, ``gns/b_simple`` (the gradient noise scale
+  at log steps, so at every evaluation step too, ``cbscore.gns``; B_simple in sequences),
+  ``heartbeat`` (wall time, Unix seconds), ``progress/step``, ``progress/tokens``, and the
   ``summary/*`` figures at the end (``steps_to_target``, ``tokens_to_target``, ...).
 
 MLflow run status follows the trial: ``SCHEDULED`` while queued (again after a lost attempt),
@@ -58,7 +60,10 @@ RUN_STATUS = {
 TERMINAL_RUN_STATUSES = ("FINISHED", "KILLED", "FAILED")
 
 #: Metric keys that make up a trial's curves (``trial_curve``).
-CURVE_PREFIXES = ("train/", "eval/", "optim/", "perf/")
+CURVE_PREFIXES = ("train/", "eval/", "optim/", "perf/", "gns/")
+
+#: Metrics-dict keys of the gradient noise scale (``cbscore.gns.GnsProbe.metrics``) → MLflow keys.
+GNS_METRICS = {"gns_g2": "gns/g2", "gns_trace_sigma": "gns/trace_sigma", "gns_b_simple": "gns/b_simple"}
 
 _SPEC_TAG = "cbs.spec"
 _MAX_TAG = 7900  # MLflow's limit is 8000 characters per tag value
@@ -634,6 +639,9 @@ class MlflowCallback(Callback):
                 self.buffer.append(metric("perf/tokens_per_s_per_device", metrics["tokens_per_s_per_device"], step))
             if metrics.get("mfu") is not None:
                 self.buffer.append(metric("perf/mfu", metrics["mfu"], step))
+            for key, name in GNS_METRICS.items():  # None where not finite
+                if metrics.get(key) is not None:
+                    self.buffer.append(metric(name, metrics[key], step))
         if time.time() - self.last_flush >= self.flush_s:
             self.flush(state)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import failures, fit_view, panels
+from app import failures, fit_view, gns_panels, panels
 
 st.title("Curves")
 st.caption(
@@ -23,3 +23,4 @@ with failures.shown_as_message("the Curves page"):
         st.caption(f"**{setting}**: {fit_view.B_REF_DOMINATED_CAPTION} "
                    f"(B* is within 10% of (1 + r)·B_ref = {(1 + overhead) * b_ref:,.0f}).")
     panels.render_curves(rows, name, b_ref, overhead)
+    gns_panels.render_forecast_overlay(name, panels.analyze(rows, b_ref, overhead))

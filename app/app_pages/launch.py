@@ -192,6 +192,18 @@ with st.form("launch", border=True):
 _save(("preset", "kind", "tokens_per_s", *spec_form.form_values(st.session_state[K + "base"])))
 
 
+def _forecast_from(spec):
+    """With ``forecast_from``: the spec with its batch sizes chosen around that study's calibrated
+    noise-scale forecast (``workers.forecast``), said in the Preview; an unknown study is an error."""
+    if spec.forecast_from is None:
+        return spec
+    spec, chosen = sources.call("apply_forecast_from", spec)
+    st.info(f"**forecast_from `{chosen.source}`** — {chosen.describe()}. The Preview below plans these batch "
+            "sizes: from B_ref/4 to past 4× the largest calibrated B_noise, where the S(B) fit needs points.",
+            icon=":material/insights:")
+    return spec
+
+
 def _recipe_preview(spec) -> None:
     """β2 and the EWA τ of every cell, and a warning where τ averages over much of the run."""
     rows = spec_form.recipe_rows(spec)
@@ -290,6 +302,7 @@ if preview or launch or st.session_state.get(K + "previewed"):
     with failures.shown_as_message("the launch form"):
         values = {field: st.session_state[K + field] for field in spec_form.form_values(st.session_state[K + "base"])}
         spec = spec_form.build_spec(st.session_state[K + "base"], values)
+        spec = _forecast_from(spec)
         try:
             n_workers = max(1, len(sources.alive_workers()))
         except Exception:  # the estimate assumes one worker when none can be counted

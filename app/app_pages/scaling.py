@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import failures, fit_view, panels
+from app import failures, fit_view, gns_panels, panels
 
 st.title("Scaling laws")
 st.caption(
@@ -38,3 +38,4 @@ with failures.shown_as_message("the Scaling laws page"):
     b_ref, overhead = panels.fit_controls(rows, name, panels.study_rule(name))
     panels.render_scaling(rows, name, b_ref, overhead)
     _compare_with_paper(panels.analyze(rows, b_ref, overhead))
+    gns_panels.render_forecast_vs_measured(name, panels.analyze(rows, b_ref, overhead), b_ref, overhead)

@@ -7,7 +7,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from app import charts, failures, panels, sources, study_view, units
+from app import charts, failures, gns_panels, panels, sources, study_view, units
 
 #: Seconds between refreshes of the selected study (its records are read again each time).
 REFRESH_S = sources.LIVE_TTL_S
@@ -111,6 +111,7 @@ def _running_trial(spec, record, target: float | None, link: str | None) -> None
     st.plotly_chart(charts.loss_curve_figure([study_view.loss_curve(record, spec.context_tokens, curve)],
                                              target_loss=target, height=260),
                     key=f"studies.curve.{record.trial_id}", config={"displayModeBar": False})
+    gns_panels.noise_scale_chart(record, spec.context_tokens, curve)
     if st.button("Cancel this trial", key=f"studies.cancel.{record.trial_id}", icon=":material/stop_circle:"):
         sources.call("cancel_trial", record.trial_id)
         sources.refresh()

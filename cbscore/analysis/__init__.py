@@ -28,6 +28,11 @@ Across settings
     pooled across settings whose other variable differs; ``forecast(n_params, tokens)`` →
     ``Forecast``. ``compare_with_paper(laws)`` → ``PaperComparison`` (the paper's exponents and
     whether the study supports "B* scales with D, not with N", :func:`scales_with_d_not_n`).
+Noise-scale forecast
+    ``forecast_setting(setting, b_simple=…, steps=…, b_run=…, target_step=…)`` → ``NoiseForecast``
+    (``B̂``, ``Ŝ_min``, ``Ê_min`` and the forecast ``B*`` from one run's logged ``B_simple``);
+    ``calibrate(forecasts, setting_analyses)`` → ``Calibration`` (measured ``B_noise`` / ``B̂``
+    per setting and the study's factor with a bootstrap interval); ``forecast_batch_sizes``.
 Tables
     ``read_steps_csv(path)`` → validated rows; ``analyze_table(rows, b_ref=256, overhead=0.2,
     free_alpha=False, bootstrap=1000, seed=0, skipped=None)`` → ``TableAnalysis`` whose
@@ -44,6 +49,15 @@ from cbscore.analysis._csv import read_steps_csv
 from cbscore.analysis._forecast import Forecast
 from cbscore.analysis._interval import LEVEL, percentile_interval
 from cbscore.analysis._joint_law import JointPowerLawFit, fit_joint_power_law
+from cbscore.analysis._noise_forecast import (
+    Calibration,
+    NoiseForecast,
+    SettingCalibration,
+    calibrate,
+    forecast_batch_sizes,
+    forecast_setting,
+    weighted_noise_scale,
+)
 from cbscore.analysis._models import joint_power_law, power_law, steps_model, steps_model_free
 from cbscore.analysis._paper import (
     PAPER_EXPONENT_CHINCHILLA,
@@ -65,6 +79,13 @@ from cbscore.analysis._table import TableAnalysis, analyze_table
 from cbscore.analysis._trial import OUTCOMES, TrialSteps, trial_steps
 
 __all__ = [
+    "Calibration",
+    "NoiseForecast",
+    "SettingCalibration",
+    "calibrate",
+    "forecast_batch_sizes",
+    "forecast_setting",
+    "weighted_noise_scale",
     "DEFAULT_B_REF",
     "DEFAULT_OVERHEAD",
     "LEVEL",

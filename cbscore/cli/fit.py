@@ -33,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples per setting; 0 for none (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument("--forecast", metavar="FORECAST.json", default=None,
+                        help="calibrate a noise-scale forecast (the 'forecast' key of `cbs study fit --json`, "
+                             "or a report's forecast.json) against this table's fit; adds 'calibration'")
     parser.set_defaults(handler=run_fit)
 
 
@@ -48,11 +51,50 @@ def run_fit(args: argparse.Namespace) -> int:
         bootstrap=args.bootstrap,
         seed=args.seed,
     )
+    calibration = None if args.forecast is None else calibrate_file(args.forecast, analysis, args.bootstrap, args.seed)
     if args.json:
-        print(json.dumps(analysis.to_json_dict(), indent=2, allow_nan=False))
+        out = analysis.to_json_dict()
+        if calibration is not None:
+            out["calibration"] = calibration.to_json_dict()
+        print(json.dumps(out, indent=2, allow_nan=False))
     else:
         print(format_analysis(analysis))
+        if calibration is not None:
+            print(format_calibration(calibration))
     return 0
+
+
+def calibrate_file(path: str, analysis, bootstrap: int, seed: int):
+    """:func:`cbscore.analysis.calibrate` of the forecasts in ``path`` against ``analysis``."""
+    from cbscore.analysis import NoiseForecast, calibrate
+    from cbscore.errors import ConfigError
+
+    try:
+        data = json.loads(open(path).read())
+    except (OSError, ValueError) as exc:
+        raise ConfigError("--forecast", path, f"is not a readable JSON file ({exc.__class__.__name__})") from None
+    block = data.get("forecast", data) if isinstance(data, dict) else None
+    entries = block.get("settings") if isinstance(block, dict) else None
+    if not isinstance(entries, list):
+        raise ConfigError("--forecast", path, "must hold a 'forecast' object with a 'settings' list")
+    fields = ("setting", "b_run", "b_hat", "s_min", "e_min", "target_step", "n_values", "cbs")
+    try:
+        forecasts = [NoiseForecast(**{k: e[k] for k in fields}, run_id=str(e.get("run_id", ""))) for e in entries]
+    except (KeyError, TypeError) as exc:
+        raise ConfigError("--forecast", path, f"has a forecast entry without {exc}") from None
+    return calibrate(forecasts, analysis.settings, n_resamples=max(bootstrap, 1), seed=seed)
+
+
+def format_calibration(cal) -> str:
+    """The text of a calibration: the factor with its interval, and each setting's ratio."""
+    if cal.factor is None:
+        return "calibration: no setting has both a forecast and a fitted B_noise"
+    ci = "" if cal.factor_ci is None else f" [{cal.factor_ci[0]:.3g}, {cal.factor_ci[1]:.3g}]"
+    lines = [f"calibration c = measured B_noise / B̂ = {cal.factor:.3g}{ci} ({cal.method})"]
+    for r in cal.settings:
+        lines.append(f"  {r.setting:<24} B_noise {r.b_noise:.4g} / B̂ {r.b_hat:.4g} = {r.ratio:.3g}")
+    lines += [f"note: {e}" for e in cal.errors]
+    return "\n".join(lines)
 
 
 def _g(value: float | None, digits: int = 4) -> str:

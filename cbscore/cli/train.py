@@ -8,10 +8,13 @@ import math
 import re
 import sys
 
+from cbscore.callbacks import Callback
+
 #: Keys of ``cbs train --json`` (exactly these, null where not applicable).
 TRAIN_JSON_KEYS = (
     "status", "steps_to_target", "tokens_to_target", "final_eval_loss", "steps", "tokens",
     "tokens_per_s", "mfu", "n_params", "flops_per_token", "devices", "micro_batch_size", "peak_memory_bytes",
+    "gns_b_simple",
 )
 #: Keys of each object of ``cbs models --json``.
 MODELS_JSON_KEYS = ("name", "d_model", "n_layers", "n_heads", "n_params", "flops_per_token")
@@ -54,6 +57,11 @@ def register(subparsers) -> None:
                    help="stop when the averaged-weights held-out loss reaches L (nats per token)")
     p.add_argument("--micro-batch-size", type=int, default=None, metavar="M",
                    help="sequences per forward pass; must divide the batch size (default: the batch)")
+    p.add_argument("--gns-micro-batch-size", type=int, default=None, metavar="M",
+                   help="measure the gradient noise scale by splitting each batch into passes of M sequences "
+                        "(the same update; cbscore.gns)")
+    p.add_argument("--gns-half-life-tokens", type=token_count, default=None, metavar="N",
+                   help="half-life of the noise-scale averages in tokens (default: 10%% of the budget)")
     p.add_argument("--context", type=int, default=None, metavar="T",
                    help="context length in tokens (default: the preset's usual context, see `cbs models`)")
     p.add_argument("--max-steps", type=int, default=None, metavar="S", help="cap on optimizer steps")
@@ -115,6 +123,8 @@ def build_config(args: argparse.Namespace):
         model=args.model,
         batch_size=args.batch_size,
         micro_batch_size=args.micro_batch_size,
+        gns_micro_batch_size=args.gns_micro_batch_size,
+        gns_half_life_tokens=args.gns_half_life_tokens,
         context_tokens=args.context if args.context is not None else preset.context_tokens,
         max_tokens=args.max_tokens,
         max_steps=args.max_steps,
@@ -144,13 +154,30 @@ def _train(args: argparse.Namespace) -> int:
 
     config = build_config(args)
     prepare(config.data, progress=not args.no_progress)  # idempotent; shows progress the first time
-    result = train(config, callbacks=[ProgressBar(file=sys.stderr, disable=args.no_progress)])
+    noise = _LastNoiseScale()
+    result = train(config, callbacks=[ProgressBar(file=sys.stderr, disable=args.no_progress), noise])
     if args.json:
-        d = result.to_dict()
+        d = {**result.to_dict(), "gns_b_simple": noise.b_simple}
         print(json.dumps({k: d[k] for k in TRAIN_JSON_KEYS}))
         return 0
     print(summary(config, result))
+    if noise.b_simple is not None:
+        print(f"noise scale  B_simple {noise.b_simple:.4g} sequences at step {noise.step:,} "
+              f"(|G|² {noise.g2:.4g}, tr Σ {noise.trace:.4g}; McCandlish et al. 2018)")
     return 0
+
+
+class _LastNoiseScale(Callback):
+    """The last gradient noise scale the trainer reported (``None`` without a probe)."""
+
+    def __init__(self):
+        self.b_simple = self.g2 = self.trace = None
+        self.step = 0
+
+    def post_step(self, state, metrics) -> None:
+        if metrics is not None and metrics.get("gns_b_simple") is not None:
+            self.b_simple, self.g2, self.trace = metrics["gns_b_simple"], metrics["gns_g2"], metrics["gns_trace_sigma"]
+            self.step = state.step
 
 
 def summary(config, result) -> str:

@@ -144,6 +144,10 @@ def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr
         # Gradient accumulation above the micro-batch (the same update, less memory per pass).
         "micro_batch_size": spec.micro_batch_size if spec.micro_batch_size and local > spec.micro_batch_size
         else None,
+        # An extra split of the same batch that measures the gradient noise scale (cbscore.gns).
+        "gns_micro_batch_size": spec.gns_micro_batch_size if batch_size in spec.gns_batch_sizes() else None,
+        # Its averages' half-life: 10% of the setting's D at every batch size, in tokens.
+        "gns_half_life_tokens": max(1, round(0.1 * setting.tokens)),
         "context_tokens": spec.context_tokens,
         "lr": lr,
         "max_tokens": max_tokens,

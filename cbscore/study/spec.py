@@ -26,6 +26,7 @@ from cbscore.errors import ConfigError
 KINDS = ("chinchilla", "fixed_n", "fixed_d", "custom")
 SEARCH_KINDS = ("grid", "optuna")
 SCHEDULES = ("constant", "cosine", "wsd")
+GNS_CELLS = ("all", "reference")
 
 #: The paper's learning-rate grid (Zhang et al. 2025, §3.1).
 PAPER_LRS = (1e-3, 3.16e-3, 6.32e-3, 1e-2, 3.16e-2)
@@ -184,6 +185,18 @@ class StudySpec:
     processes on a CPU. Every batch size is split evenly across them, so each must be a multiple
     of it. A worker started with ``--devices-per-trial K`` runs trials on its own K instead (the
     same update, computed on other hardware)."""
+    gns_micro_batch_size: int | None = None
+    """Measure the gradient noise scale ``B_simple`` (``cbscore.gns``) in the cells chosen by
+    ``gns_cells``, by splitting each batch into passes of this many sequences (the same update;
+    the split costs step time on small batches). It must be smaller than ``b_ref`` and divide
+    every larger batch size of those cells (and ``micro_batch_size`` where that applies).
+    ``None`` = measure only where ``micro_batch_size`` already accumulates."""
+    gns_cells: str = "all"
+    """Cells that get the ``gns_micro_batch_size`` split: ``all``, or ``reference`` (only the
+    reference cell at ``b_ref``, which is all the forecast needs)."""
+    forecast_from: str | None = None
+    """Name of an earlier study whose calibrated noise-scale forecast chooses this study's batch
+    sizes (``cbscore.study.forecast_range``); checked against the tracking store at launch."""
     eval_windows: int = 128
     """Held-out windows of ``context_tokens + 1`` tokens per evaluation (more: a less noisy target
     crossing, slower evaluations)."""
@@ -276,6 +289,11 @@ class StudySpec:
                 what = "batch size" if k == 1 else f"per-device batch (batch size / {k})"
                 raise ConfigError("micro_batch_size", self.micro_batch_size,
                                   f"must divide every larger {what} (it does not divide {bad})")
+        self._check_gns()
+        if self.forecast_from is not None and (not isinstance(self.forecast_from, str) or not _NAME_RE.fullmatch(self.forecast_from)):
+            raise ConfigError("forecast_from", self.forecast_from, "must be the name of another study")
+        if self.forecast_from is not None and self.forecast_from == self.name:
+            raise ConfigError("forecast_from", self.forecast_from, "must name another study, not this one")
         _positive_int("eval_windows", self.eval_windows)
         _positive_float("max_eval_fraction", self.max_eval_fraction)
         if not self.seeds:
@@ -297,6 +315,29 @@ class StudySpec:
             missing = sorted(ids - set(self.target_losses))
             if missing:
                 raise ConfigError("target_losses", dict(self.target_losses), f"must give a target for every setting (missing {missing})")
+
+    def gns_batch_sizes(self) -> tuple[int, ...]:
+        """Batch sizes whose trials get the ``gns_micro_batch_size`` split (none without it)."""
+        if self.gns_micro_batch_size is None:
+            return ()
+        chosen = self.batch_sizes if self.gns_cells == "all" else (self.b_ref,)
+        return tuple(b for b in chosen if b > self.gns_micro_batch_size)
+
+    def _check_gns(self) -> None:
+        if self.gns_cells not in GNS_CELLS:
+            raise ConfigError("gns_cells", self.gns_cells, f"must be one of {', '.join(GNS_CELLS)}")
+        m = self.gns_micro_batch_size
+        if m is None:
+            return
+        _positive_int("gns_micro_batch_size", m)
+        if m >= self.b_ref:
+            raise ConfigError("gns_micro_batch_size", m,
+                              f"must be smaller than b_ref={self.b_ref} (the forecast needs the reference runs split in two at least)")
+        for b in self.gns_batch_sizes():
+            pass_size = self.micro_batch_size if self.micro_batch_size and b > self.micro_batch_size else b
+            if pass_size % m:
+                which = f"micro_batch_size={pass_size}" if pass_size != b else f"batch size {b}"
+                raise ConfigError("gns_micro_batch_size", m, f"must divide {which}")
 
     def _check_kind(self) -> None:
         from cbscore.study.models import check_model

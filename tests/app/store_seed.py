@@ -37,6 +37,10 @@ TOKENS_PER_PARAM = 10
 #: this many times the cell's step cap: the grid's learning rates all miss there, and the cell ends
 #: censored at its cap, a lower bound on S(B) (DESIGN.md §1).
 MISSED = 1.5
+#: Every trial logs a constant gradient noise scale ``B_simple = B_noise / GNS_RATIO`` (``gns/b_simple``,
+#: at its evaluation steps), so the noise-scale forecast is ``B̂ = B_noise / GNS_RATIO`` and the
+#: calibration factor of a seeded study is exactly ``GNS_RATIO`` (its S(B) curves are exact).
+GNS_RATIO = 3.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +163,7 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
                     losses[-1] = float("nan")
                 metrics = [metric("eval/loss_ewa", v, k, now_s) for k, v in zip(steps, losses)]
                 metrics += [metric("eval/loss_ewa_0.999", v, k, now_s) for k, v in zip(steps, losses)]
+                metrics += [metric("gns/b_simple", b_noise / GNS_RATIO, k, now_s) for k in steps]
                 figures = {"progress/step": last, "progress/tokens": last * b * spec.context_tokens,
                            "perf/tokens_per_s": 25_000.0, "heartbeat": now_s}
                 if not is_running:

@@ -288,3 +288,32 @@ def test_simulating_against_an_uploaded_truth_csv_and_errors_are_messages(launch
     assert _errors(launch) == ["**Search** (`search.kind`): the simulator runs grid searches only, "
                                "but got `'optuna'`."]
     assert not launch.exception
+
+
+def test_forecast_from_an_unknown_study_is_named_with_its_value(launch):
+    spec = load_preset("demo").replace(name="next", forecast_from="nope")
+    launch.text_area(key="launch.yaml_text").set_value(spec.to_yaml())
+    launch.button(key="launch.yaml_load").click().run()
+    launch.button(key=PREVIEW).click().run()
+    (error,) = _errors(launch)
+    assert "`forecast_from`" in error and "names no study in the tracking store" in error and "'nope'" in error
+    assert not launch.metric
+
+
+def test_forecast_from_a_calibrated_study_chooses_the_batch_sizes_in_the_preview(app_test, app_env):
+    from tests.app.conftest import STUDY
+    from tests.app.store_seed import spec_for
+
+    app_test.run()
+    app_test.switch_page("app_pages/launch.py").run()
+    # the seeded study: B_noise 64, 128, 256 and B̂ = B_noise/3 (c = 3), B_ref = 32; the same settings
+    spec = spec_for("next").replace(forecast_from=STUDY)
+    app_test.text_area(key="launch.yaml_text").set_value(spec.to_yaml())
+    app_test.button(key="launch.yaml_load").click().run()
+    app_test.button(key=PREVIEW).click().run()
+    assert not _errors(app_test), _errors(app_test)
+    (info,) = [i.value for i in app_test.info if "forecast_from" in i.value]
+    assert "c = 3" in info
+    assert "batch sizes [8, 16, 32, 64, 128, 256, 512, 1024]" in info  # B_ref/4 … ≥ 4 × 256
+    cells = [d.value for d in app_test.dataframe if "B (sequences)" in d.value.columns][0]  # the planned cells
+    assert sorted(set(cells["B (sequences)"])) == [8, 16, 32, 64, 128, 256, 512, 1024]

@@ -120,10 +120,19 @@ def test_studies_page_shows_cells_running_trials_and_workers(app_test, app_env):
     # The two running trials sit in the first trial cells of the first setting.
     assert grid["text"][0] == ["running", "running", "finished", "reached", "reached", "censored"]
     assert [s.value for s in at.subheader if s.value.startswith("Running")] == ["Running trials (2)"]
-    curves = [json.loads(c.proto.spec) for c in at.get("plotly_chart")[1:]]
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")[1:]]
+    curves = [c for c in charts if c["layout"]["yaxis"]["title"]["text"].startswith("held-out loss")]
     assert len(curves) == 2
     target_lines = [s for s in curves[0]["layout"]["shapes"] if s["type"] == "line"]
     assert target_lines[0]["y0"] == pytest.approx(4.0)
+    # each running trial's gradient noise scale against tokens (seeded: B_noise / 3 of its setting)
+    from tests.app.store_seed import GNS_RATIO
+
+    noise = [c for c in charts if c["layout"]["yaxis"]["title"]["text"].startswith("B_simple")]
+    assert len(noise) == 2
+    first = next(iter(app_env.values()))
+    ys = _array(noise[0]["data"][0]["y"])
+    assert len(ys) > 0 and ys == pytest.approx([first.b_noise / GNS_RATIO] * len(ys))
     assert any("No worker answers" in i.value for i in at.info)
 
 
@@ -179,3 +188,38 @@ def test_cancel_buttons_call_the_workers(app_test, app_env):
     with mock.patch("workers.api.cancel_trial", return_value="stopping") as cancel_trial:
         at.button(key="studies.cancel_one").click().run()
     cancel_trial.assert_called_once_with(running[0])
+
+
+def test_curves_page_overlays_the_noise_scale_forecast_with_its_calibration(app_test, app_env):
+    from tests.app.store_seed import GNS_RATIO
+
+    at = _open(app_test, "curves")
+    # the seeded B_simple is B_noise / 3 in every setting and the curves are exact: c = 3
+    assert any(f"c = measured B_noise / B̂ = **{GNS_RATIO:.3g}**" in m.value for m in at.markdown)
+    overlays = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    overlays = [f for f in overlays if any(t.get("name", "").startswith("calibrated: c·B̂") for t in f["data"])]
+    assert len(overlays) == len(app_env)
+    for fig in overlays:
+        setting = fig["layout"]["title"]["text"]
+        seeded = app_env[setting]
+        measured = next(t for t in fig["data"] if t.get("name") == "measured S(B)")
+        cal = next(t for t in fig["data"] if t.get("name", "").startswith("calibrated: c·B̂"))
+        xs, ys = _array(cal["x"]), _array(cal["y"])
+        # the calibrated forecast is the seeded curve itself: it passes through every measured point
+        for b, s in zip(_array(measured["x"]), _array(measured["y"])):
+            assert np.interp(np.log(b), np.log(xs), ys) == pytest.approx(seeded.steps(int(b)), rel=0.02)
+            assert s == pytest.approx(seeded.steps(int(b)), rel=1e-6)
+
+
+def test_scaling_page_plots_forecast_against_measured_b_star(app_test, app_env):
+    from tests.app.store_seed import GNS_RATIO
+
+    at = _open(app_test, "scaling")
+    table = [d.value for d in at.dataframe if "B̂ (seq)" in d.value.columns][0].set_index("setting")
+    for setting, seeded in app_env.items():
+        assert table.loc[setting, "B̂ (seq)"] == pytest.approx(seeded.b_noise / GNS_RATIO)
+        assert table.loc[setting, "ratio"] == pytest.approx(GNS_RATIO)
+    fig = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+               if any(t.get("name") == "forecast = measured" for t in json.loads(c.proto.spec)["data"]))
+    cal = next(t for t in fig["data"] if t.get("name") == "calibrated forecast (c·B̂)")
+    assert _array(cal["x"]) == pytest.approx(_array(cal["y"]))  # calibrated = measured on exact curves

@@ -36,6 +36,7 @@ def test_cbs_train_reaches_a_target_on_the_builtin_corpus(builtin_store):
     assert out["mfu"] is None and out["tokens_per_s"] > 0
     assert out["n_params"] == 98_304 and out["flops_per_token"] == 6 * (98_304 + 64 * 8192) + 12 * 2 * 64 * 32  # LM head at V = 8192
     assert "tok" in proc.stderr
+    assert out["gns_b_simple"] is None  # one pass per batch: nothing to compare
 
 
 def test_cbs_models_json_lists_presets_with_exact_keys(capsys):
@@ -73,3 +74,17 @@ def test_token_counts_accept_suffixes():
     assert token_count("1.741B") == 1_741_000_000
     with pytest.raises(Exception, match="but got '2.5'"):
         token_count("2.5")
+
+
+def test_cbs_train_measures_the_noise_scale_on_request(builtin_store):
+    proc = _cbs(
+        "train", "--model", "tiny-0.1M", "--batch-size", "8", "--context", "32", "--lr", "2e-2",
+        "--max-tokens", "16k", "--ewa-tau", "0.9", "--eval-windows", "16", "--gns-micro-batch-size", "2",
+        "--device", "cpu", "--threads", "1", "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[0])
+    assert out["status"] == "finished" and out["gns_b_simple"] > 0
+    bad = _cbs("train", "--model", "tiny-0.1M", "--batch-size", "8", "--lr", "1e-2", "--max-tokens", "16k",
+               "--gns-micro-batch-size", "3")
+    assert bad.returncode == 2 and "gns_micro_batch_size: must divide batch_size=8, but got 3." in bad.stderr

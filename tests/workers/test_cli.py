@@ -155,3 +155,28 @@ def test_paper_presets_plan_in_a_dry_run(worker_env, preset, capsys):
     out = capsys.readouterr().out
     assert "5 settings × 9 batch sizes = 45 cells, 225 trials" in out and "first wave: 25 reference trials" in out
     assert queue_depth("cpu") == 0 and queue_depth("gpu") == 0 and api.list_studies() == []
+
+
+def test_study_fit_json_gains_forecast_and_calibration(worker_env, capsys):
+    from tests.app import store_seed
+    from workers.settings import WorkerSettings
+    from workers.tracking import Tracker
+
+    s = WorkerSettings.from_env()
+    spec = store_seed.spec_for("gnsfit", n_settings=2, batch_sizes=(8, 16, 32, 64, 128), b_ref=16)
+    seeded = store_seed.seed_study(Tracker(s.tracking_uri, worker_env["CBS_ARTIFACT_ROOT"]), spec)
+    assert cbs_main(["study", "fit", "gnsfit", "--json", "--bootstrap", "200"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"settings", "scaling", "errors", "forecast", "calibration"} <= set(out)
+    forecasts = {f["setting"]: f for f in out["forecast"]["settings"]}
+    assert set(forecasts) == set(seeded)
+    for setting, truth in seeded.items():
+        f = forecasts[setting]
+        assert abs(f["b_hat"] - truth.b_noise / store_seed.GNS_RATIO) < 1e-9 * truth.b_noise
+        assert abs(f["cbs"] - (1.2 * 16 + 0.2 * f["b_hat"])) < 1e-9 * f["cbs"]
+    cal = out["calibration"]
+    assert abs(cal["factor"] - store_seed.GNS_RATIO) < 1e-6 and cal["n_resamples"] == 200
+    assert cal["factor_ci"][0] <= cal["factor"] <= cal["factor_ci"][1]
+    # the text form says the same in words
+    assert cbs_main(["study", "fit", "gnsfit", "--bootstrap", "50"]) == 0
+    assert f"calibration c = measured B_noise / B̂ = {store_seed.GNS_RATIO:.3g}" in capsys.readouterr().out

@@ -35,6 +35,16 @@ def test_report_writes_a_refittable_table_its_fit_and_the_cost(worker_env, tmp_p
                            capture_output=True, text=True, check=True)
     assert refit.stdout == (out / "fit.json").read_text()
     assert json.loads(refit.stdout)["settings"][0]["cbs"] is not None
+    # The seeded trials log B_simple = B_noise / 3: the forecast is B_noise / 3 and the calibration 3.
+    setting = spec.resolve_settings()[0].setting_id
+    forecast = json.loads((out / "forecast.json").read_text())
+    assert [f["setting"] for f in forecast["forecast"]["settings"]] == [setting]
+    b_noise = json.loads(refit.stdout)["settings"][0]["b_noise"]
+    assert abs(forecast["forecast"]["settings"][0]["b_hat"] - b_noise / store_seed.GNS_RATIO) < 1e-6 * b_noise
+    assert abs(forecast["calibration"]["factor"] - store_seed.GNS_RATIO) < 1e-6
+    gns = (out / "gns.csv").read_text().splitlines()
+    assert gns[0] == "trial_id,setting,batch_size,role,lr,outcome,step,tokens,g2,trace_sigma,b_simple"
+    assert len(gns) > 12 and any(n.startswith("forecast-vs-measured") for n in names | {p.name for p in out.iterdir()})
 
 
 def test_report_of_an_unknown_study_names_it_and_writes_nothing(worker_env, tmp_path, capsys):

@@ -198,3 +198,32 @@ def test_the_disk_cache_is_pruned_least_recently_used_first(tmp_path):
     assert prune_disk_cache(tmp_path, 4000) == 6000
     left = sorted(p.name for p in (tmp_path / "mlflow-history").iterdir())
     assert left == ["run0.pickle", "run7.pickle", "run8.pickle", "run9.pickle"]
+
+
+def test_callback_logs_the_noise_scale_the_trainer_measured(tracker, token_store):
+    from cbscore.train import train
+    from cbscore.train_config import TrainConfig
+
+    class Seen(Callback):
+        def __init__(self):
+            self.gns = {}
+
+        def post_step(self, state, metrics):
+            if metrics is not None and "gns_b_simple" in metrics:
+                self.gns[state.step] = (metrics["gns_g2"], metrics["gns_trace_sigma"], metrics["gns_b_simple"])
+
+    exp_id, parent_id = make_study(tracker)
+    run_id = tracker.create_trial(exp_id, parent_id, trial_id="t", tags={}, params={})
+    config = TrainConfig(model="tiny-0.1M", batch_size=8, context_tokens=16, lr=0.01, max_tokens=4_096,
+                         data=DATA, threads=1, device="cpu", eval_windows=16, ewa_taus=(0.99,),
+                         gns_micro_batch_size=2)
+    seen = Seen()
+    train(config, [MlflowCallback(tracker, run_id, flush_s=3600), seen])
+    run = tracker.get_run(run_id)
+    assert seen.gns
+    for i, key in enumerate(("gns/g2", "gns/trace_sigma", "gns/b_simple")):
+        steps, values = tracker.history(run, key)
+        logged = {s: v for s, v in seen.gns.items() if v[i] is not None}  # None (not finite) is never logged
+        assert steps == tuple(float(s) for s in logged)
+        assert values == pytest.approx([v[i] for v in logged.values()])
+    assert "gns/b_simple" in tracker.curves(run_id)

@@ -120,3 +120,22 @@ def test_a_huge_field_and_a_duplicate_header_are_named_not_raised(tmp_path):
     dup.write_text("setting,batch_size,steps,steps\na,8,100,200\n")
     with pytest.raises(DataError, match="column 'steps' appears more than once"):
         read_steps_csv(dup)
+
+
+def test_forecast_file_is_calibrated_against_the_table(tmp_path, capsys):
+    # exact curves whose B_noise is 4× the forecast's B̂ in every setting: c = 4
+    rows = table_rows(SPECS, sigma=0.0, seed=0)
+    path = _write(tmp_path / "steps.csv", rows)
+    forecast = {"forecast": {"settings": [
+        {"setting": s["setting"], "b_run": 256, "b_hat": s["b_noise"] / 4, "s_min": 1.0, "e_min": 1.0,
+         "target_step": 1.0, "n_values": 10, "cbs": 1.0} for s in SPECS]}}
+    (tmp_path / "forecast.json").write_text(json.dumps(forecast))
+    assert main(["fit", str(path), "--json", "--bootstrap", "100", "--forecast", str(tmp_path / "forecast.json")]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["calibration"]["factor"] == pytest.approx(4.0, rel=1e-6)
+    assert [s["ratio"] for s in obj["calibration"]["settings"]] == pytest.approx([4.0] * 3, rel=1e-6)
+    assert main(["fit", str(path), "--bootstrap", "50", "--forecast", str(tmp_path / "forecast.json")]) == 0
+    assert "calibration c = measured B_noise / B̂ = 4" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text('{"forecast": {"nope": 1}}')
+    assert main(["fit", str(path), "--forecast", str(tmp_path / "bad.json")]) == 2
+    assert "--forecast: must hold a 'forecast' object with a 'settings' list" in capsys.readouterr().err

@@ -243,3 +243,36 @@ def test_devices_per_trial_splits_each_batch_and_the_micro_batch_applies_per_dev
         spec(devices_per_trial=8, batch_sizes=[4, 8, 16])
     with pytest.raises(Exception, match=r"^micro_batch_size: must divide every larger per-device batch \(batch size / 2\)"):
         spec(micro_batch_size=3, devices_per_trial=2, batch_sizes=[4, 8, 16])
+
+
+def test_gns_split_applies_to_the_chosen_cells_with_a_half_life_in_tokens_of_d():
+    """``gns_micro_batch_size`` splits the cells that measure the noise scale; 10% of D smooths them."""
+    s = spec(gns_micro_batch_size=2)
+    refs = plan(s, [], now_s=0).start
+    assert {t.train_config["gns_micro_batch_size"] for t in refs} == {2}
+    trials = plan(s, finish_reference(s), now_s=0).start
+    assert {t.batch_size: t.train_config["gns_micro_batch_size"] for t in trials} == {4: 2, 16: 2}
+    assert {t.train_config["gns_half_life_tokens"] for t in refs + trials} == {D // 10}
+    only_ref = spec(gns_micro_batch_size=2, gns_cells="reference")
+    assert {t.train_config["gns_micro_batch_size"] for t in plan(only_ref, [], now_s=0).start} == {2}
+    later = plan(only_ref, finish_reference(only_ref), now_s=0).start
+    assert {t.batch_size: t.train_config["gns_micro_batch_size"] for t in later} == {4: None, 16: None}
+    # with micro_batch_size the split must divide the pass it splits
+    assert spec(micro_batch_size=8, gns_micro_batch_size=4).gns_batch_sizes() == (8, 16, 32)
+
+
+def test_gns_spec_fields_are_checked():
+    with pytest.raises(Exception, match=r"^gns_micro_batch_size: must be smaller than b_ref=8 .*but got 8\.$"):
+        spec(gns_micro_batch_size=8)
+    with pytest.raises(Exception, match=r"^gns_micro_batch_size: must divide batch size 4, but got 3\.$"):
+        spec(gns_micro_batch_size=3)
+    with pytest.raises(Exception, match=r"^gns_micro_batch_size: must divide micro_batch_size=4, but got 3\.$"):
+        spec(micro_batch_size=4, batch_sizes=[8, 16], gns_micro_batch_size=3)
+    with pytest.raises(Exception, match=r"^gns_micro_batch_size: must be a positive integer, but got 0\.$"):
+        spec(gns_micro_batch_size=0)
+    with pytest.raises(Exception, match=r"^gns_cells: must be one of all, reference, but got 'some'\.$"):
+        spec(gns_cells="some")
+    with pytest.raises(Exception, match=r"^forecast_from: must name another study, not this one, but got 't'\.$"):
+        spec(forecast_from="t")
+    s = spec(gns_micro_batch_size=4, gns_cells="reference", forecast_from="earlier")
+    assert StudySpec.from_dict(s.to_dict()) == s

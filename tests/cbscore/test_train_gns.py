@@ -1,0 +1,166 @@
+"""The gradient noise scale inside the trainer: same update, known norms, checkpointed averages."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from cbscore.callbacks import Callback
+from cbscore.checkpoint import load_checkpoint
+from cbscore.errors import ConfigError
+from cbscore.gns import GnsProbe, two_batch_estimates
+from cbscore.train import train
+from cbscore.train_config import TrainConfig
+
+GNS_KEYS = {"gns_g2", "gns_trace_sigma", "gns_b_simple"}
+
+
+def tiny(data, **changes) -> TrainConfig:
+    """tiny-0.1M, 8 sequences of 32 tokens a step, one thread (as in test_train.py)."""
+    base = dict(
+        model="tiny-0.1M", batch_size=8, context_tokens=32, max_tokens=8 * 32 * 40, lr=1e-2,
+        warmup_tokens=8 * 32 * 10, ewa_taus=(0.9,), eval_windows=16, log_every_steps=5,
+        data=data, device="cpu", threads=1,
+    )
+    return TrainConfig(**{**base, **changes})
+
+
+class Recorder(Callback):
+    def __init__(self):
+        self.metrics = []
+
+    def post_step(self, state, metrics):
+        if metrics is not None:
+            self.metrics.append(dict(metrics))
+
+    def gns(self):
+        """``{step: (g2, trace, b_simple)}`` of the log steps that carried the noise scale."""
+        return {m["step"]: (m["gns_g2"], m["gns_trace_sigma"], m["gns_b_simple"]) for m in self.metrics if "gns_g2" in m}
+
+
+def test_the_probe_leaves_the_update_bit_for_bit_unchanged(builtin_slice_config, tmp_path):
+    runs = {}
+    for name, changes in {"off": dict(micro_batch_size=2, measure_gns=False), "on": dict(micro_batch_size=2),
+                          "split": dict(gns_micro_batch_size=2)}.items():
+        rec = Recorder()
+        result = train(tiny(builtin_slice_config, max_steps=12, checkpoint_dir=str(tmp_path / name), **changes),
+                       callbacks=[rec])
+        runs[name] = (result, rec, load_checkpoint(tmp_path / name)["model"])
+    (off, off_rec, off_w), (on, on_rec, on_w), (split, split_rec, split_w) = runs["off"], runs["on"], runs["split"]
+    assert on.train_log == off.train_log == split.train_log
+    assert [e.to_dict() for e in on.eval_history] == [e.to_dict() for e in off.eval_history]
+    for name in off_w:
+        assert torch.equal(on_w[name], off_w[name]) and torch.equal(split_w[name], off_w[name])
+    # the extra split of the same batch measures what micro_batch_size=2 measures
+    assert off_rec.gns() == {} and on_rec.gns() == split_rec.gns() != {}
+
+
+def test_noise_scale_is_reported_at_every_log_step_and_so_every_evaluation(builtin_slice_config):
+    rec = Recorder()
+    result = train(tiny(builtin_slice_config, micro_batch_size=4), callbacks=[rec])
+    eval_steps = {e.step for e in result.eval_history} - {0}  # step 0: nothing trained yet
+    reported = rec.gns()
+    assert set(reported) == {m["step"] for m in rec.metrics} >= eval_steps | set(range(5, 41, 5))
+    for g2, trace, b_simple in reported.values():
+        assert trace > 0
+        if g2 is not None and g2 > 0:
+            assert b_simple == pytest.approx(trace / g2)
+    # a whole batch in one pass has nothing to compare: no keys at all
+    single = Recorder()
+    train(tiny(builtin_slice_config, max_steps=6), callbacks=[single])
+    assert single.gns() == {}
+
+
+def test_probe_norms_match_gradients_computed_one_micro_batch_at_a_time():
+    torch.manual_seed(0)
+    n_micro, m = 4, 3
+    model = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 1)).double()
+    x, y = torch.randn(n_micro, m, 5, dtype=torch.float64), torch.randn(n_micro, m, 1, dtype=torch.float64)
+    params = list(model.parameters())
+
+    def loss(i):
+        return (model(x[i]) - y[i]).square().mean()
+
+    # by hand: each micro-batch's own gradient, and their mean
+    micro = []
+    for i in range(n_micro):
+        model.zero_grad(set_to_none=True)
+        loss(i).backward()
+        micro.append(torch.cat([p.grad.flatten() for p in params]))
+    small_hand = [float(g.square().sum()) for g in micro]
+    big_hand = float(torch.stack(micro).mean(0).square().sum())
+
+    # the trainer's way: (loss_i / n).backward() accumulates; the probe reads the differences
+    probe = GnsProbe(params, n_micro=n_micro, micro_batch_size=m, batch_tokens=n_micro * m * 10, half_life_tokens=100)
+    model.zero_grad(set_to_none=True)
+    for i in range(n_micro):
+        (loss(i) / n_micro).backward()
+        probe.after_backward(i)
+    full_norm = torch.nn.utils.clip_grad_norm_(params, 1e-3)  # returns the norm before clipping
+    probe.end_step(full_norm)
+    small, big = probe.pending[0]
+    assert small.tolist() == pytest.approx(small_hand, rel=1e-9)
+    assert float(big) == pytest.approx(big_hand, rel=1e-6)  # the norm comes back in fp32
+    probe.sync()
+    g2, trace = two_batch_estimates(small_hand, big_hand, m, n_micro * m)
+    metrics = probe.metrics()
+    assert metrics["gns_g2"] == pytest.approx(g2, rel=1e-5)
+    assert metrics["gns_trace_sigma"] == pytest.approx(trace, rel=1e-5)
+
+
+def test_non_finite_steps_are_skipped_and_reported_as_none():
+    p = nn.Parameter(torch.zeros(3))
+    probe = GnsProbe([p], n_micro=2, micro_batch_size=1, batch_tokens=4, half_life_tokens=8)
+    assert set(probe.metrics().values()) == {None}  # nothing folded in yet
+    for grads in ((torch.tensor([1.0, 0.0, 0.0]), torch.tensor([3.0, 0.0, 0.0])),
+                  (torch.tensor([math.inf, 0.0, 0.0]), torch.tensor([1.0, 0.0, 0.0]))):
+        p.grad = None
+        for i, g in enumerate(grads):  # .grad accumulates g_i / n, as (loss_i / n).backward() does
+            p.grad = g / 2 if p.grad is None else p.grad + g / 2
+            probe.after_backward(i)
+        probe.end_step(p.grad.norm())
+    probe.sync()
+    assert probe.tracker.steps == 1 and probe.tracker.skipped == 1
+    # g_0 = 1, g_1 = 3 (one example each), G_big = 2: |G|² = (2·4 − 1·5)/1 = 3, tr Σ = (5 − 4)/(1 − ½) = 2
+    assert probe.metrics() == pytest.approx({"gns_g2": 3.0, "gns_trace_sigma": 2.0, "gns_b_simple": 2.0 / 3.0})
+
+
+def test_resume_continues_the_noise_scale_exactly(builtin_slice_config, tmp_path):
+    class CrashAt(Callback):
+        def post_step(self, state, metrics):
+            if state.step == 17:
+                raise RuntimeError("simulated kill")
+
+    config = tiny(builtin_slice_config, micro_batch_size=4, checkpoint_every_steps=10, checkpoint_dir=str(tmp_path / "c"))
+    whole = Recorder()
+    train(config.replace(checkpoint_dir=str(tmp_path / "other"), checkpoint_every_steps=None), callbacks=[whole])
+    with pytest.raises(RuntimeError):
+        train(config, callbacks=[CrashAt()])
+    saved = load_checkpoint(tmp_path / "c")["gns"]
+    assert saved["steps"] == 10 and saved["half_life_tokens"] == config.resolved_gns_half_life_tokens()
+    resumed = Recorder()
+    result = train(config, callbacks=[resumed])
+    assert result.resumed_from_step == 10
+    after = {s: v for s, v in whole.gns().items() if s > 10}
+    assert after and resumed.gns() == after  # identical values, not merely close
+
+
+def test_gns_fields_are_checked_and_round_trip(builtin_slice_config):
+    with pytest.raises(ConfigError, match=r"gns_micro_batch_size: must divide batch_size=8, but got 3"):
+        tiny(builtin_slice_config, gns_micro_batch_size=3)
+    with pytest.raises(ConfigError, match=r"gns_micro_batch_size: must divide micro_batch_size=4, but got 3"):
+        tiny(builtin_slice_config, micro_batch_size=4, gns_micro_batch_size=3)
+    with pytest.raises(ConfigError, match=r"gns_micro_batch_size: must be smaller than batch_size=8.*but got 8"):
+        tiny(builtin_slice_config, gns_micro_batch_size=8)
+    with pytest.raises(ConfigError, match=r"gns_half_life_tokens: must be a positive integer, but got 0"):
+        tiny(builtin_slice_config, gns_half_life_tokens=0)
+    with pytest.raises(ConfigError, match=r"measure_gns: must be true or false, but got 'yes'"):
+        tiny(builtin_slice_config, measure_gns="yes")
+    config = tiny(builtin_slice_config, micro_batch_size=4, gns_micro_batch_size=2, gns_half_life_tokens=777)
+    assert TrainConfig.from_dict(config.to_dict()) == config
+    assert config.pass_size() == 2 and config.resolved_gns_half_life_tokens() == 777
+    # default half-life: 10% of the budget in tokens (40 steps of 256 tokens)
+    assert tiny(builtin_slice_config).resolved_gns_half_life_tokens() == 1024
