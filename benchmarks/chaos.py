@@ -241,9 +241,10 @@ def table(name: str, env: dict) -> list[dict]:
 def checks(name: str, env: dict, home: Path) -> dict:
     """Everything but the table comparison, from MLflow's and the filesystem's own records."""
     os.environ.update(env)
+    from workers.settings import WorkerSettings
     from workers.tracking import Tracker
 
-    tracker = Tracker(env["CBS_TRACKING_URI"])
+    tracker = Tracker(WorkerSettings.from_env().tracking_uri)  # postgresql:// with the shipped driver
     parent = tracker.study_run(name)
     runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
     open_runs = [r.data.tags.get("trial_id") for r in runs if r.info.status in ("RUNNING", "SCHEDULED")]
