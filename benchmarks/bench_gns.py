@@ -20,6 +20,11 @@ the end, of one window; the host sync at log steps counts, unlike in ``tokens_pe
 trainer's own ``train_seconds`` per step beside it.
 
     python benchmarks/bench_gns.py                      # tiny-0.8M, T 128, B 16: micro 4 and split 8
+
+Measured (2 CPU cores shared with other jobs, load average 8–9, torch 2.13 CPU), ``--model tiny-0.8M
+--batch-size 16 --micro 4 --threads 1 --interleaved-steps 25 --interleaved-only``: median step 1,780 ms
+without the probe, 1,831 ms with it (+2.9%; means +4.3%). With ``--threads 2`` under that load the
+OpenMP threads starved and the run did not finish in 17 min; use one thread on a busy machine.
     python benchmarks/bench_gns.py --model tiny-0.1M --batch-size 8 --micro 2 --split 4 --steps 60
 """
 
