@@ -1,7 +1,11 @@
 """Cost of measuring the gradient noise scale (issue 14): step time with and without it, on CPU.
 
-Two questions, each answered by the real trainer (``cbscore.train.train``), A/B runs interleaved
-and repeated so that a shared machine's drift hits both sides alike:
+Three measurements. The first alternates single steps with and without the probe in one process
+(the trainer's own ``_StepFn``, the probe's host sync every 10 steps included), so that a shared
+machine's load hits both sides alike step by step; it is the figure to read on a busy machine. The
+other two run whole trials (``cbscore.train.train``), A/B interleaved and repeated:
+
+0. **The probe, step by step** (``--interleaved-steps``, 0 to skip): median step time.
 
 1. **The probe on a step that already accumulates** (``micro_batch_size`` splits the batch):
    ``measure_gns`` on against off, the same passes. This is the issue's "< 3% of step time":
@@ -16,6 +20,11 @@ the end, of one window; the host sync at log steps counts, unlike in ``tokens_pe
 trainer's own ``train_seconds`` per step beside it.
 
     python benchmarks/bench_gns.py                      # tiny-0.8M, T 128, B 16: micro 4 and split 8
+
+Measured (2 CPU cores shared with other jobs, load average 8–9, torch 2.13 CPU), ``--model tiny-0.8M
+--batch-size 16 --micro 4 --threads 1 --interleaved-steps 25 --interleaved-only``: median step 1,780 ms
+without the probe, 1,831 ms with it (+2.9%; means +4.3%). With ``--threads 2`` under that load the
+OpenMP threads starved and the run did not finish in 17 min; use one thread on a busy machine.
     python benchmarks/bench_gns.py --model tiny-0.1M --batch-size 8 --micro 2 --split 4 --steps 60
 """
 
@@ -42,6 +51,52 @@ def _run(args: argparse.Namespace, **changes) -> tuple[float, float]:
     result = train(config)
     wall = time.perf_counter() - t0
     return wall / result.steps, result.train_seconds / result.steps
+
+
+def interleaved(args: argparse.Namespace) -> dict:
+    """Median step time of the trainer's step with and without a ``GnsProbe``, alternating steps."""
+    import contextlib
+
+    import torch
+
+    from cbscore.averaging import WeightAverage
+    from cbscore.data import DataConfig, prepare
+    from cbscore.gns import GnsProbe
+    from cbscore.model import GPT, get_preset
+    from cbscore.train import _StepFn
+
+    torch.set_num_threads(args.threads)
+    store = prepare(DataConfig(vocab_size=args.vocab_size))
+    stream = store.train_stream(args.context, 0, allow_repeat=True)
+    torch.manual_seed(0)
+    model = GPT(get_preset(args.model).config(vocab_size=int(store.vocab_size), context_tokens=args.context))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.95, 0.99))
+    average = WeightAverage(list(model.parameters()), (0.999,))
+    probe = GnsProbe(model.parameters(), n_micro=args.batch_size // args.micro, micro_batch_size=args.micro,
+                     batch_tokens=args.batch_size * args.context, half_life_tokens=1e6)
+    common = dict(device=torch.device("cpu"), micro_batch_size=args.micro, batch_size=args.batch_size,
+                  autocast=contextlib.nullcontext, grad_clip=1.0)
+    step = {"off": _StepFn(model, optimizer, average, **common),
+            "on": _StepFn(model, optimizer, average, gns=probe, **common)}
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    warm = 4
+    for i in range(warm + 2 * args.interleaved_steps):
+        name = "on" if i % 2 else "off"
+        batch = stream.batch(i, args.batch_size)
+        t0 = time.perf_counter()
+        step[name](batch, 1e-3)
+        if name == "on" and (i // 2) % 10 == 9:
+            probe.sync()  # the trainer's log-step host sync, every 10 steps
+        dt = time.perf_counter() - t0
+        if i >= warm:
+            times[name].append(dt)
+    off, on = statistics.median(times["off"]), statistics.median(times["on"])
+    return {"case": "probe, alternating steps in one process", "micro_batch_size": args.micro,
+            "steps_each": len(times["on"]), "median_ms_per_step": [round(1e3 * off, 2), round(1e3 * on, 2)],
+            "overhead_pct": round(100 * (on / off - 1), 2),
+            "mean_ms_per_step": [round(1e3 * statistics.fmean(times["off"]), 2),
+                                 round(1e3 * statistics.fmean(times["on"]), 2)],
+            "gns_b_simple_at_end": probe.metrics()["gns_b_simple"]}
 
 
 def compare(args: argparse.Namespace, name: str, base: dict, other: dict) -> dict:
@@ -73,6 +128,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--interleaved-steps", type=int, default=40, help="steps each side of measurement 0")
+    parser.add_argument("--interleaved-only", action="store_true", help="only measurement 0")
     args = parser.parse_args()
     import os
 
@@ -81,6 +138,11 @@ def main() -> None:
     print(json.dumps({"model": args.model, "batch_size": args.batch_size, "context": args.context,
                       "steps": args.steps, "repeats": args.repeats, "threads": args.threads,
                       "torch": torch.__version__, "cpus": os.cpu_count(), "load_avg": os.getloadavg()}))
+    if args.interleaved_steps:
+        print(json.dumps(interleaved(args)), flush=True)
+    if args.interleaved_only:
+        print(json.dumps({"load_avg_after": os.getloadavg()}))
+        return
     for name, base, other in (
         ("probe on an accumulating step", dict(micro_batch_size=args.micro, measure_gns=False),
          dict(micro_batch_size=args.micro)),
