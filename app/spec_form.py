@@ -52,7 +52,9 @@ LABELS = {
     "weight_decay": "Weight decay",
     "grad_clip": "Gradient clipping",
     "micro_batch_size": "Micro-batch size",
-    "devices_per_trial": "Devices per trial (YAML)",
+    "devices_per_trial": "Devices per trial",
+    "gns_micro_batch_size": "Noise-scale split (sequences)",
+    "gns_cells": "Noise-scale cells",
     # The simulator's inputs (Preview → "Simulate this design").
     "noise": "Noise σ",
     "b_noise": "B_noise of every setting",
@@ -202,6 +204,9 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "warmup_fraction": float(spec.get("warmup_fraction", 0.25)),
         "beta2": "" if spec.get("beta2") is None else f"{spec['beta2']:g}",
         "micro_batch_size": int(spec.get("micro_batch_size") or 0),
+        "devices_per_trial": int(spec.get("devices_per_trial") or 1),
+        "gns_micro_batch_size": int(spec.get("gns_micro_batch_size") or 0),
+        "gns_cells": str(spec.get("gns_cells") or "all"),
     }
 
 
@@ -247,6 +252,9 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
     except ValueError:
         raise ConfigError("beta2", beta2, "must be a number in [0, 1), or empty for the paper's table") from None
     d["micro_batch_size"] = int(values["micro_batch_size"]) or None
+    d["devices_per_trial"] = int(values["devices_per_trial"])
+    d["gns_micro_batch_size"] = int(values["gns_micro_batch_size"]) or None  # 0 = no extra split
+    d["gns_cells"] = values["gns_cells"]
     return StudySpec.from_dict(d)
 
 

@@ -73,8 +73,10 @@ SIZES = {
     # The slow test's size: 3 trials, one kill of each kind 3-6 s apart.
     "small": Size(tokens=(24_000,), batch_sizes=(4, 8, 16), lrs=(0.01,), kill_every_s=(3.0, 6.0), min_uptime_s=20,
                   kills_per_kind=1, timeout_s=900),
-    # The README's figures: 2 settings × 4 batch sizes, four kills of each kind 5-15 s apart.
-    "default": Size(tokens=(30_000, 60_000), batch_sizes=(4, 8, 16, 32), lrs=(0.01,), kill_every_s=(5.0, 15.0),
+    # The README's figures: 2 settings × 4 batch sizes, four kills of each kind 5-15 s apart. D is
+    # sized so that the study outlasts the storm on two quiet cores (at D = 30k/60k it ran 36 s
+    # undisturbed and ended after 3 of the 20 kills).
+    "default": Size(tokens=(200_000, 400_000), batch_sizes=(4, 8, 16, 32), lrs=(0.01,), kill_every_s=(5.0, 15.0),
                     min_uptime_s=45, kills_per_kind=4, timeout_s=3000),
 }
 
@@ -238,6 +240,37 @@ def table(name: str, env: dict) -> list[dict]:
                                                                          float(r["lr"] or 0)))
 
 
+def explain(diff: list, env: dict) -> list[dict]:
+    """For each differing row, what the two trials were told and did: the target each trainer
+    was given, its attempts and give-backs, the step it resumed from and its raw eval history."""
+    os.environ.update(env)
+    from workers.settings import WorkerSettings
+    from workers.tracking import Tracker
+
+    tracker = Tracker(WorkerSettings.from_env().tracking_uri)
+    out = []
+    for pair in diff:
+        item = {}
+        for name, row in zip(("calm", "chaos"), pair):
+            parent = tracker.study_run(name)
+            for run in tracker.trial_runs(parent.info.experiment_id, parent.info.run_id):
+                tags = run.data.tags
+                if tags.get("setting") != row["setting"] or tags.get("batch_size") != row["batch_size"]:
+                    continue
+                spec = json.loads(tags.get("trial_spec", "{}"))
+                history = tracker.client.get_metric_history(run.info.run_id, "eval/loss_ewa")
+                item[name] = {
+                    "trial_id": tags.get("trial_id"), "attempt": tags.get("attempt"),
+                    "given_back": tags.get("given_back"), "target_loss": spec.get("target_loss"),
+                    "train_target_loss": (spec.get("train_config") or {}).get("target_loss"),
+                    "resumed_from_step": run.data.metrics.get("summary/resumed_from_step"),
+                    "eval": [(m.step, m.value, m.timestamp) for m in sorted(history, key=lambda m: m.timestamp)],
+                    "parent_targets": {k: v for k, v in parent.data.tags.items() if k.startswith("target")},
+                }
+        out.append(item)
+    return out
+
+
 def checks(name: str, env: dict, home: Path) -> dict:
     """Everything but the table comparison, from MLflow's and the filesystem's own records."""
     os.environ.update(env)
@@ -319,13 +352,16 @@ def run_backend(backend: str, size_name: str, home_root: Path, seed: int) -> dic
         report["identical_table"] = calm == chaos
         if calm != chaos:
             report["table_diff"] = [(a, b) for a, b in zip(calm, chaos) if a != b][:10]
+            report["diff_trials"] = explain(report["table_diff"], env)
         report["b_star_calm"], report["b_star_chaos"] = b_star("calm", env), b_star("chaos", env)
         report.update(checks("chaos", env, home))
         report["tokens_spent"] = sum(int(r["tokens"] or 0) for r in calm + chaos)
     finally:
         stop_up(up)
         report["wall_s"] = round(time.time() - t_start, 1)
-        if db is not None:
+        if db is not None and os.environ.get("CBS_CHAOS_KEEP_DB"):
+            report["kept_databases"] = [env["CBS_TRACKING_URI"], env["CBS_OPTUNA_STORAGE"]]
+        elif db is not None:
             import psycopg2
 
             admin = psycopg2.connect(POSTGRES_URL, connect_timeout=3)

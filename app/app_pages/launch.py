@@ -11,7 +11,7 @@ from cbscore.errors import CbsError
 from cbscore.recipe import RECIPE_RULES
 from cbscore.study import PRESET_NAMES, StudySpec, estimate, load_preset
 from cbscore.study.models import preset_names
-from cbscore.study.spec import KINDS, SCHEDULES
+from cbscore.study.spec import GNS_CELLS, KINDS, SCHEDULES
 
 K = "launch."  # prefix of this page's session-state keys
 #: Throughput assumed for the time estimate until the researcher gives theirs (tokens/s per worker).
@@ -175,8 +175,23 @@ with st.form("launch", border=True):
                                                        "every batch size.")
         cols[4].number_input("Micro-batch size", key=K + "micro_batch_size", min_value=0, step=8,
                              help="Sequences per forward pass on one device (gradient accumulation); 0 = chosen "
-                                  "from the GPU's free memory on CUDA, the whole batch on a CPU. Several devices "
-                                  "per trial: `devices_per_trial` in the YAML.")
+                                  "from the GPU's free memory on CUDA, the whole batch on a CPU.")
+
+    with st.expander("Devices and noise scale"):
+        cols = st.columns(3)
+        cols[0].number_input("Devices per trial", key=K + "devices_per_trial", min_value=1, step=1,
+                             help="Devices that train one trial together (DDP: NCCL on GPUs, gloo processes on a "
+                                  "CPU), the batch split evenly across them, so it must divide every batch size. "
+                                  "The same update as on one device. A worker started with `cbs worker --gpus "
+                                  "0,1,2,3 --devices-per-trial K` uses its own K instead.")
+        cols[1].number_input("Noise-scale split (sequences)", key=K + "gns_micro_batch_size", min_value=0, step=1,
+                             help="Measure the gradient noise scale B_simple (McCandlish et al. 2018) by splitting "
+                                  "each batch into passes of this many sequences: the same update, some step time "
+                                  "on small batches. It feeds the forecast of B* on the Curves and Scaling pages. "
+                                  "0 = measure only where the micro-batch already accumulates. Smaller than B_ref.")
+        cols[2].selectbox("Noise-scale cells", GNS_CELLS, key=K + "gns_cells",
+                          help="Cells that get the split: `all`, or `reference` (only B_ref, all the forecast "
+                               "needs; the other cells then run at full speed).")
 
     cols = st.columns([2, 2, 3])
     tokens_per_s = cols[0].number_input("Throughput per worker (tokens/s)", key=K + "tokens_per_s",

@@ -317,3 +317,31 @@ def test_forecast_from_a_calibrated_study_chooses_the_batch_sizes_in_the_preview
     assert "batch sizes [8, 16, 32, 64, 128, 256, 512, 1024]" in info  # B_ref/4 … ≥ 4 × 256
     cells = [d.value for d in app_test.dataframe if "B (sequences)" in d.value.columns][0]  # the planned cells
     assert sorted(set(cells["B (sequences)"])) == [8, 16, 32, 64, 128, 256, 512, 1024]
+
+
+# --------------------------------------------------------------------------- devices and noise scale
+def test_devices_per_trial_and_noise_scale_split_reach_the_spec(launch):
+    launch.number_input(key="launch.devices_per_trial").set_value(2)
+    launch.number_input(key="launch.gns_micro_batch_size").set_value(1)
+    launch.selectbox(key="launch.gns_cells").set_value("reference")
+    launch.text_input(key="launch.name").set_value("split")
+    with mock.patch("workers.api.launch_study", return_value="split") as submit:
+        launch.button(key=LAUNCH).click().run()
+    assert not _errors(launch)
+    (spec,), _ = submit.call_args
+    assert spec == load_preset("demo").replace(name="split", devices_per_trial=2, gns_micro_batch_size=1,
+                                               gns_cells="reference")
+
+
+def test_devices_that_do_not_divide_a_batch_size_are_named_and_nothing_is_launched(launch):
+    launch.number_input(key="launch.devices_per_trial").set_value(3)
+    with mock.patch("workers.api.launch_study") as submit:
+        launch.button(key=LAUNCH).click().run()
+    (error,) = _errors(launch)
+    assert error.startswith("**Devices per trial** (`devices_per_trial`): must divide every batch size") and "`3`" in error
+    assert not submit.called and not launch.metric
+    launch.number_input(key="launch.devices_per_trial").set_value(1)
+    launch.number_input(key="launch.gns_micro_batch_size").set_value(load_preset("demo").b_ref)
+    launch.button(key=PREVIEW).click().run()
+    (error,) = _errors(launch)
+    assert error.startswith("**Noise-scale split (sequences)** (`gns_micro_batch_size`): must be smaller than b_ref")
