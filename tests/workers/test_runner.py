@@ -49,6 +49,21 @@ def test_bad_spec_is_refused_with_nothing_created(worker_env, changes, field, wo
     nothing_created("bad")
 
 
+def test_a_prepared_store_too_small_for_the_largest_budget_is_refused_at_launch(worker_env, token_store):
+    # The session's store holds the first 120 chapters (about 246k training tokens at T = 16). At
+    # D = 150k the reference fits, but a cell above B_ref may read up to 2.5·D in one pass: once
+    # that trial failed in a worker after the others had run (the chaos run's first sizing).
+    held = token_store.train_stream(16, seed=0).n_tokens
+    with pytest.raises(ConfigError) as err:
+        api.launch_study(tiny_spec_dict("big", settings=[{"model": "tiny-0.1M", "tokens": 150_000}]))
+    assert err.value.field == "data.max_documents" and err.value.value == 120
+    assert f"holds {held:,} training tokens" in str(err.value) and "tiny-0.1M_D150K at batch size 32" in str(err.value)
+    nothing_created("big")
+    # repetition allowed: the same spec launches
+    assert api.launch_study(tiny_spec_dict("big", settings=[{"model": "tiny-0.1M", "tokens": 150_000}],
+                                           allow_repeat=True)) == "big"
+
+
 def test_launch_creates_the_study_once_and_refuses_a_different_spec_under_its_name(worker_env):
     assert api.launch_study(tiny_spec("s1")) == "s1"
     assert api.launch_study(tiny_spec_dict("s1")) == "s1"  # the same spec again: resumed, nothing new
