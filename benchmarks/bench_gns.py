@@ -21,10 +21,12 @@ trainer's own ``train_seconds`` per step beside it.
 
     python benchmarks/bench_gns.py                      # tiny-0.8M, T 128, B 16: micro 4 and split 8
 
-Measured (2 CPU cores shared with other jobs, load average 8–9, torch 2.13 CPU), ``--model tiny-0.8M
---batch-size 16 --micro 4 --threads 1 --interleaved-steps 25 --interleaved-only``: median step 1,780 ms
-without the probe, 1,831 ms with it (+2.9%; means +4.3%). With ``--threads 2`` under that load the
-OpenMP threads starved and the run did not finish in 17 min; use one thread on a busy machine.
+Measured on two quiet CPU cores (torch 2.13 CPU, nothing else running), ``--threads 2
+--interleaved-steps 100 --steps 100 --repeats 5``: 0. median step 215.9 ms without the probe,
+216.4 ms with it (+0.24%); 1. whole trials 186.6 → 191.3 ms per step (+2.5%); 2. the opt-in split
+at 8 of a batch of 16, 172.6 → 181.3 ms (+5.1%, smaller matmuls). The first probe, which copied
+``.grad`` and took differences, measured +3.1% and +4.0% in 0. and 1. on the same machine. On a busy
+machine use ``--threads 1`` (with two threads under load 8–9 the OpenMP threads starved).
     python benchmarks/bench_gns.py --model tiny-0.1M --batch-size 8 --micro 2 --split 4 --steps 60
 """
 
@@ -76,6 +78,7 @@ def interleaved(args: argparse.Namespace) -> dict:
                      batch_tokens=args.batch_size * args.context, half_life_tokens=1e6)
     common = dict(device=torch.device("cpu"), micro_batch_size=args.micro, batch_size=args.batch_size,
                   autocast=contextlib.nullcontext, grad_clip=1.0)
+    probe.close()  # its hooks are on the parameters only for the "on" steps
     step = {"off": _StepFn(model, optimizer, average, **common),
             "on": _StepFn(model, optimizer, average, gns=probe, **common)}
     times: dict[str, list[float]] = {"off": [], "on": []}
@@ -83,11 +86,14 @@ def interleaved(args: argparse.Namespace) -> dict:
     for i in range(warm + 2 * args.interleaved_steps):
         name = "on" if i % 2 else "off"
         batch = stream.batch(i, args.batch_size)
+        if name == "on":
+            probe.open()  # untimed: a trial puts the hooks on once
         t0 = time.perf_counter()
         step[name](batch, 1e-3)
         if name == "on" and (i // 2) % 10 == 9:
             probe.sync()  # the trainer's log-step host sync, every 10 steps
         dt = time.perf_counter() - t0
+        probe.close()
         if i >= warm:
             times[name].append(dt)
     off, on = statistics.median(times["off"]), statistics.median(times["on"])

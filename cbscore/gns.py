@@ -48,21 +48,18 @@ sequences make one batch of ``B = n·M``; ``n ≥ 2`` is needed, ``b_small < b_b
         tracker.update(g2, trace, tokens=B * T)
     pending.clear()
 
-The other way keeps the trainer's usual ``(loss_i / n).backward()`` accumulation and takes the
-micro-batch gradient as a difference of the accumulated ``.grad`` after and before the
-backward: ``g_i = n·(grad_after − grad_before)``, so ``|g_i|² = n²·|grad_after − grad_before|²``
-(mind the ``n²``). It needs a copy of ``grad_before`` as well, plus a subtraction that loses
-precision to cancellation late in the batch; the separate running sum above costs the same and
-avoids it.
+The trainer (:class:`GnsProbe`) keeps its usual ``(loss_i / n).backward()`` accumulation instead
+and reads each micro-batch's gradient where backward hands it over: a hook on every parameter
+sees ``g_i / n`` before it is added to ``.grad``, so ``|g_i|² = n²·|g_i / n|²`` (mind the ``n²``)
+with no extra buffer and no cancellation (a difference of ``.grad`` after and before the backward
+would need a copy of it and lose precision late in the batch).
 
-Cost, either way: one extra fp32 buffer the size of the parameters (AdamW already holds the
-weights, the gradients and two moments, so about +25% of that memory), and per micro-batch one
-norm and one add over all parameters: memory-bound passes of a few bytes per parameter, against
-a forward+backward of about ``6·N·M·T`` FLOPs, so negligible unless ``M·T`` is tiny. The
-full-batch norm is free (``clip_grad_norm_`` already returns it). Where the copy matters,
-measure only every k-th step (then pass ``tokens=k·B·T`` to :meth:`GnsTracker.update`), or,
-with data parallelism, use each rank's local gradient as the small batch (the paper's
-zero-overhead method, App. A.1).
+Cost: per micro-batch one norm over all parameters, a memory-bound pass of a few bytes per
+parameter against a forward+backward of about ``6·N·M·T`` FLOPs, so negligible unless ``M·T`` is
+tiny. The full-batch norm is free (``clip_grad_norm_`` already returns it). Where it matters,
+measure only every k-th step (then pass ``tokens=k·B·T`` to :meth:`GnsTracker.update`), or, with
+data parallelism, use each rank's local gradient as the small batch (the paper's zero-overhead
+method, App. A.1).
 
 Forecast. A run at a fixed ``B_run`` spends ``1 + B_noise/B_run`` steps per step of the
 ideal (infinite-batch) run (§2.3, eq. 2.11), so its step ``t`` contributes
@@ -319,14 +316,20 @@ def forecast_cbs(b_hat: float, b_ref: float, overhead: float = 0.2) -> float:
 class GnsProbe:
     """Measures ``|G|²``, ``tr Σ`` and ``B_simple`` inside the trainer's step (see the module docstring).
 
-    Per step of ``n`` micro-batches of ``M`` sequences (``B = n·M``, ``n ≥ 2``): the trainer calls
-    :meth:`after_backward` after each micro-batch's ``(loss_i / n).backward()`` and
-    :meth:`end_step` with the full-batch gradient norm before clipping; both only queue device
-    work. :meth:`sync` (at log steps) reads the queued norms with one host sync and updates the
-    :class:`GnsTracker`; :meth:`metrics` gives the smoothed values.
+    Per step of ``n`` micro-batches of ``M`` sequences (``B = n·M``, ``n ≥ 2``), with the trainer's
+    usual ``(loss_i / n).backward()`` accumulation: a hook on every parameter
+    (``Tensor.register_hook``) sees the gradient that backward is about to add to ``.grad``, which
+    is ``g_i / n`` for micro-batch ``i``, and queues its norm; :meth:`after_backward` folds the
+    queued norms into ``|g_i|² = n²·Σ_p |g_i,p / n|²``. :meth:`end_step` takes the full-batch
+    gradient norm before clipping. All of it only queues device work; :meth:`sync` (at log steps)
+    reads the norms with one host sync and updates the :class:`GnsTracker`; :meth:`metrics` gives
+    the smoothed values.
 
-    Cost: one buffer of the gradients' size (``prev``), and per micro-batch one subtraction, one
-    norm and one copy over all parameters (memory-bound; measured by ``benchmarks/bench_gns.py``).
+    Cost: one norm per parameter tensor per micro-batch, read while backward has just written the
+    gradient (still in cache), and no buffer: an earlier version kept ``.grad``'s previous value
+    and took differences, three passes over all gradients per micro-batch and a copy of them
+    (+3.1% step time against +1.x% now on two CPU cores, ``benchmarks/bench_gns.py``).
+    A parameter used twice in the graph (tied weights) gets one call with the summed gradient.
     """
 
     def __init__(self, params: Iterable[torch.Tensor], *, n_micro: int, micro_batch_size: int,
@@ -339,25 +342,34 @@ class GnsProbe:
         self.b_big = self.b_small * n_micro
         self.batch_tokens = _finite_positive("batch_tokens", batch_tokens)
         self.tracker = GnsTracker(half_life_tokens)
-        # .grad as it was before the current micro-batch's backward (the running accumulation)
-        self.prev = [torch.zeros_like(p) for p in self.params]
-        self.small: list[torch.Tensor] = []  # this step's n²·|Δgrad|², 0-dim device tensors
+        self.parts: list[torch.Tensor] = []  # this micro-batch's per-tensor norms |g_i,p / n|, 0-dim
+        self.small: list[torch.Tensor] = []  # this step's n²·|g_i / n|², 0-dim device tensors
         self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # ((n,), ()) per step since sync
+        self.handles: list = []
+        self.open()
 
     # ---- hot path: device work only ------------------------------------------------------
     @torch.no_grad()
+    def _on_grad(self, grad: torch.Tensor) -> None:
+        """Backward's gradient for one parameter, before it is added to ``.grad`` (unchanged)."""
+        # fp32 at least (a half-precision gradient's squared norm overflows); fp64 stays fp64
+        self.parts.append(torch.linalg.vector_norm(grad, dtype=torch.float32 if grad.element_size() < 4 else None))
+
     def after_backward(self, i: int) -> None:
-        """Record micro-batch ``i``'s squared gradient norm ``|g_i|² = n²·|grad_after − grad_before|²``."""
-        grads = [p.grad for p in self.params]
-        if i == 0:  # .grad was empty before: it is g_0 / n
-            delta = grads
-        else:
-            torch._foreach_sub_(self.prev, grads)  # prev − after = −g_i / n
-            delta = self.prev
-        norms = torch._foreach_norm(delta)  # per-tensor L2 norms, 0-dim each
-        self.small.append(torch.stack(norms).square().sum() * float(self.n_micro**2))
-        if i < self.n_micro - 1:
-            torch._foreach_copy_(self.prev, grads)
+        """Close micro-batch ``i``: its squared gradient norm ``|g_i|² = n²·Σ_p |g_i,p / n|²``."""
+        self.small.append(torch.stack(self.parts).square().sum() * float(self.n_micro**2))
+        self.parts = []
+
+    def open(self) -> None:
+        """Put the hooks on the parameters (done at construction; again after :meth:`close`)."""
+        if not self.handles:
+            self.handles = [p.register_hook(self._on_grad) for p in self.params]
+
+    def close(self) -> None:
+        """Remove the hooks (the model then trains as if no probe had been there)."""
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
 
     def resize(self, n_micro: int, micro_batch_size: int) -> None:
         """The trainer halved the micro-batch after an out-of-memory error and redoes the step:
@@ -366,7 +378,7 @@ class GnsProbe:
         self.n_micro = n_micro
         self.b_small = float(micro_batch_size)
         self.b_big = self.b_small * n_micro
-        self.small = []
+        self.small, self.parts = [], []
 
     def end_step(self, full_norm: torch.Tensor) -> None:
         """Close the step: ``full_norm`` is the full-batch gradient norm before clipping (device)."""

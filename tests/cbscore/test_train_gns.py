@@ -118,8 +118,8 @@ def test_non_finite_steps_are_skipped_and_reported_as_none():
     for grads in ((torch.tensor([1.0, 0.0, 0.0]), torch.tensor([3.0, 0.0, 0.0])),
                   (torch.tensor([math.inf, 0.0, 0.0]), torch.tensor([1.0, 0.0, 0.0]))):
         p.grad = None
-        for i, g in enumerate(grads):  # .grad accumulates g_i / n, as (loss_i / n).backward() does
-            p.grad = g / 2 if p.grad is None else p.grad + g / 2
+        for i, g in enumerate(grads):  # (loss_i / n).backward() with loss_i = p·g_i: .grad accumulates g_i / n
+            (p @ g / 2).backward()
             probe.after_backward(i)
         probe.end_step(p.grad.norm())
     probe.sync()
