@@ -27,6 +27,7 @@ Measured on two quiet CPU cores (torch 2.13 CPU, nothing else running), ``--thre
 at 8 of a batch of 16, 172.6 → 181.3 ms (+5.1%, smaller matmuls). The first probe, which copied
 ``.grad`` and took differences, measured +3.1% and +4.0% in 0. and 1. on the same machine. On a busy
 machine use ``--threads 1`` (with two threads under load 8–9 the OpenMP threads starved).
+
     python benchmarks/bench_gns.py --model tiny-0.1M --batch-size 8 --micro 2 --split 4 --steps 60
 """
 

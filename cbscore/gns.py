@@ -328,7 +328,7 @@ class GnsProbe:
     Cost: one norm per parameter tensor per micro-batch, read while backward has just written the
     gradient (still in cache), and no buffer: an earlier version kept ``.grad``'s previous value
     and took differences, three passes over all gradients per micro-batch and a copy of them
-    (+3.1% step time against +1.x% now on two CPU cores, ``benchmarks/bench_gns.py``).
+    (+3.1% step time, against +0.24% now, on two quiet CPU cores: ``benchmarks/bench_gns.py``).
     A parameter used twice in the graph (tied weights) gets one call with the summed gradient.
     """
 
