@@ -391,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=ROOT / ".cbs" / "chaos")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     args = parser.parse_args(argv)
+    args.home = args.home.resolve()  # cbs up runs in the study's folder: a relative path would move
     if args.backend == "both":
         reports = []
         for backend in ("fs", "redis-pg"):
