@@ -330,16 +330,25 @@ class GnsProbe:
     and took differences, three passes over all gradients per micro-batch and a copy of them
     (+3.1% step time, against +0.24% now, on two quiet CPU cores: ``benchmarks/bench_gns.py``).
     A parameter used twice in the graph (tied weights) gets one call with the summed gradient.
+
+    Under DDP (``ranks = k``) the probe lives on rank 0 only: its hooks run before the gradient
+    is accumulated, so before DDP's all-reduce, and see rank 0's own micro-batch gradients; the
+    full-batch norm is of the all-reduced gradient, a batch of ``k·n·M``. With one micro-batch per
+    rank that is the paper's data-parallel estimator, at no extra pass (App. A.1).
     """
 
     def __init__(self, params: Iterable[torch.Tensor], *, n_micro: int, micro_batch_size: int,
-                 batch_tokens: int, half_life_tokens: float):
-        if isinstance(n_micro, bool) or not isinstance(n_micro, int) or n_micro < 2:
-            raise ConfigError("n_micro", n_micro, "must be an integer ≥ 2 (the estimators need two batch sizes)")
+                 batch_tokens: int, half_life_tokens: float, ranks: int = 1):
+        if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+            raise ConfigError("ranks", ranks, "must be a positive integer")
+        if isinstance(n_micro, bool) or not isinstance(n_micro, int) or n_micro < 1 or n_micro * ranks < 2:
+            raise ConfigError("n_micro", n_micro, f"must be an integer ≥ {2 if ranks == 1 else 1} "
+                                                  f"(at {ranks} rank(s): the estimators need two batch sizes)")
         self.params = [p for p in params if p.requires_grad]
         self.n_micro = n_micro
+        self.ranks = ranks
         self.b_small = _finite_positive("micro_batch_size", micro_batch_size)
-        self.b_big = self.b_small * n_micro
+        self.b_big = self.b_small * n_micro * ranks  # the global batch: every rank's micro-batches
         self.batch_tokens = _finite_positive("batch_tokens", batch_tokens)
         self.tracker = GnsTracker(half_life_tokens)
         self.parts: list[torch.Tensor] = []  # this micro-batch's per-tensor norms |g_i,p / n|, 0-dim
@@ -377,7 +386,7 @@ class GnsProbe:
         ``micro_batch_size``); the smoothed averages carry on (same estimands)."""
         self.n_micro = n_micro
         self.b_small = float(micro_batch_size)
-        self.b_big = self.b_small * n_micro
+        self.b_big = self.b_small * n_micro * self.ranks
         self.small, self.parts = [], []
 
     def end_step(self, full_norm: torch.Tensor) -> None:

@@ -338,16 +338,20 @@ class _Trial:
                     eval_windows=len(self.val), context_tokens=cfg.context_tokens, n_models=1 + len(self.taus),
                     batch_tokens=cfg.batch_tokens, max_eval_fraction=cfg.max_eval_fraction),
             )
-        # The noise-scale probe reads one process's micro-batch gradients: single-device trials
-        # only (under DDP a rank's gradients are its own until the last micro-batch's all-reduce).
+        # The extra split that measures the noise scale is for single-device trials: under DDP
+        # the ranks already give two batch sizes.
         gns_split = cfg.gns_micro_batch_size if cfg.devices == 1 else None
         self.micro = gns_split or cfg.micro_batch_size or self._auto_micro_batch(model_config)
         self.state.micro_batch_size = self.micro
         self.gns = NO_GNS
         n_micro = cfg.local_batch_size // self.micro
-        if cfg.measure_gns and cfg.devices == 1 and n_micro >= 2:  # two batch sizes: micro and full
+        # Two batch sizes, micro and global: several micro-batches, or several ranks (rank 0's
+        # probe sees its own micro-batch gradients before the all-reduce; McCandlish et al.
+        # 2018, App. A.1, the data-parallel estimator at no extra pass).
+        if cfg.measure_gns and self.leader and n_micro * cfg.devices >= 2:
             self.gns = GnsProbe(self.model.parameters(), n_micro=n_micro, micro_batch_size=self.micro,
-                                batch_tokens=cfg.batch_tokens, half_life_tokens=cfg.resolved_gns_half_life_tokens())
+                                batch_tokens=cfg.batch_tokens, half_life_tokens=cfg.resolved_gns_half_life_tokens(),
+                                ranks=cfg.devices)
         if leader:
             self.eval_chunk = min(cfg.micro_batch_size or self.micro, len(self.val))
         self.peak = peak_flops(device)

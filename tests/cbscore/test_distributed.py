@@ -7,6 +7,7 @@ loss trajectories agree to float tolerance and so do the steps to the target.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -163,3 +164,23 @@ def test_ranks_die_with_a_killed_rank_0(builtin_slice_config, tmp_path):
     while alive(ranks[0]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(ranks[0])
+
+
+class _Metrics(Callback):
+    def __init__(self):
+        self.b_simple = []
+
+    def post_step(self, state, metrics):
+        if metrics is not None and metrics.get("gns_b_simple") is not None:
+            self.b_simple.append(metrics["gns_b_simple"])
+
+
+def test_two_ranks_measure_the_noise_scale_with_no_split(builtin_slice_config):
+    # one pass per rank: the ranks are the two batch sizes (rank 0's 4 sequences, the global 8);
+    # one process needs two micro-batches of 4 for the same. Both estimate the same B_simple.
+    one, two = _Metrics(), _Metrics()
+    train(tiny(builtin_slice_config, micro_batch_size=4, gns_half_life_tokens=8 * 32 * 10), callbacks=[one])
+    train(tiny(builtin_slice_config, devices=2, gns_half_life_tokens=8 * 32 * 10), callbacks=[two])
+    assert len(two.b_simple) == len(one.b_simple) > 5 and all(math.isfinite(b) and b > 0 for b in two.b_simple)
+    # the same quantity from half the small-batch samples: within a factor of 3 at the end
+    assert 1 / 3 < two.b_simple[-1] / one.b_simple[-1] < 3

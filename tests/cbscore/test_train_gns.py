@@ -164,3 +164,20 @@ def test_gns_fields_are_checked_and_round_trip(builtin_slice_config):
     assert config.pass_size() == 2 and config.resolved_gns_half_life_tokens() == 777
     # default half-life: 10% of the budget in tokens (40 steps of 256 tokens)
     assert tiny(builtin_slice_config).resolved_gns_half_life_tokens() == 1024
+
+
+def test_under_ddp_rank_0_measures_its_own_micro_batch_against_the_global_batch():
+    # rank 0 of two, one micro-batch each: the hook sees rank 0's local gradient g_0 (before the
+    # all-reduce), the step's norm is of the all-reduced G = (g_0 + g_1)/2, a batch of 2
+    p = nn.Parameter(torch.zeros(3))
+    probe = GnsProbe([p], n_micro=1, micro_batch_size=1, batch_tokens=4, half_life_tokens=8, ranks=2)
+    assert (probe.b_small, probe.b_big) == (1.0, 2.0)
+    g0, g1 = torch.tensor([3.0, 1.0, 0.0]), torch.tensor([1.0, 1.0, 2.0])
+    (p @ g0).backward()  # rank 0's loss: .grad = g_0
+    probe.after_backward(0)
+    probe.end_step(((g0 + g1) / 2).norm())
+    probe.sync()
+    g2, trace = two_batch_estimates([float(g0.square().sum())], float(((g0 + g1) / 2).square().sum()), 1, 2)
+    assert probe.metrics()["gns_g2"] == pytest.approx(g2) and probe.metrics()["gns_trace_sigma"] == pytest.approx(trace)
+    with pytest.raises(ConfigError, match="n_micro"):
+        GnsProbe([p], n_micro=1, micro_batch_size=1, batch_tokens=4, half_life_tokens=8)  # one rank, one pass
