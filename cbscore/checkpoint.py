@@ -25,18 +25,33 @@ def checkpoint_path(checkpoint_dir: str | os.PathLike) -> Path:
     return Path(checkpoint_dir) / CHECKPOINT_NAME
 
 
-def save_checkpoint(checkpoint_dir: str | os.PathLike, payload: dict) -> Path:
-    """Write ``payload`` to ``checkpoint_dir/checkpoint.pt`` atomically; returns the path."""
+def save_checkpoint(checkpoint_dir: str | os.PathLike, payload: dict, *, create: bool = True) -> Path | None:
+    """Write ``payload`` to ``checkpoint_dir/checkpoint.pt`` atomically; returns the path.
+
+    ``None`` (nothing saved, no error) when the folder is removed while the save runs, or is
+    already gone with ``create=False``: a writer that has saved there before and finds it gone was
+    overtaken (its trial ended, or a newer attempt took the trial and cleared the folder), so it
+    must not make the folder again.
+    """
     folder = Path(checkpoint_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
     final = folder / CHECKPOINT_NAME
-    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=folder)
+    except FileNotFoundError:
+        return None
     try:
         with os.fdopen(fd, "wb") as handle:
             torch.save(payload, handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, final)
+    except FileNotFoundError:
+        Path(tmp).unlink(missing_ok=True)
+        if folder.is_dir():
+            raise
+        return None  # removed under this save (see above)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

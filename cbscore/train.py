@@ -272,6 +272,7 @@ class _Trial:
         self.callbacks = callbacks
         self.group = group
         self.leader = group.leader
+        self.saved_here = False  # whether this trial's checkpoint folder exists because of this run
 
     # ------------------------------------------------------------------------------ setup
     def _setup(self) -> None:
@@ -430,7 +431,11 @@ class _Trial:
         if self.config.checkpoint_dir is not None:
             if not all(cb.may_checkpoint(self.state) for cb in self.callbacks):
                 return
-            save_checkpoint(self.config.checkpoint_dir, self._payload(result))
+            # the folder is made by this trial's first save only: gone later, it was removed
+            # under this process (the trial ended or was taken over), and nothing is written
+            if save_checkpoint(self.config.checkpoint_dir, self._payload(result), create=not self.saved_here) is None:
+                return
+            self.saved_here = True
             self.last_checkpoint_at = time.monotonic()
 
     def _restore(self) -> dict | None:
@@ -447,6 +452,7 @@ class _Trial:
                 "checkpoint_dir", self.config.checkpoint_dir,
                 f"holds a checkpoint of a different trial (fields that differ: {', '.join(differ)})",
             )
+        self.saved_here = True  # the folder holds this trial's checkpoint: never make it again
         if ckpt["result"] is not None:
             return ckpt
         self.model.load_state_dict(ckpt["model"])

@@ -28,3 +28,23 @@ def test_a_corrupt_checkpoint_is_moved_aside_and_the_trial_starts_over(tmp_path)
 
 def test_no_folder_means_no_checkpoint(tmp_path):
     assert load_checkpoint(tmp_path / "missing") is None
+
+
+def test_a_folder_removed_under_a_save_is_not_made_again(tmp_path, monkeypatch):
+    # A holder overtaken by a newer attempt: that attempt clears the folder while the old holder
+    # is writing (between its last ledger check and the rename). Nothing saved, nothing recreated.
+    import os
+    import shutil
+
+    from cbscore import checkpoint
+
+    folder = tmp_path / "trial"
+    assert save_checkpoint(folder, {"step": 1}) == folder / "checkpoint.pt"
+    fsync = os.fsync
+    monkeypatch.setattr(checkpoint.os, "fsync", lambda fd: (fsync(fd), shutil.rmtree(folder)))
+    assert save_checkpoint(folder, {"step": 2}, create=False) is None
+    assert not folder.exists()
+    monkeypatch.setattr(checkpoint.os, "fsync", fsync)
+    assert save_checkpoint(folder, {"step": 3}, create=False) is None  # gone before: not made again
+    assert not folder.exists()
+    assert save_checkpoint(folder, {"step": 4}) is not None  # a first save makes it
