@@ -72,8 +72,8 @@ def check_spec(spec: StudySpec, *, force: bool = False) -> None:
                           f"the study is too large to be sane ({est.over_limit}); raise the limit or use --force")
     # A store folder that preparing could destroy is refused here, before anything is written.
     from cbscore.data import DataConfig
-    from cbscore.train_config import TrainConfig
     from cbscore.data.store import check_store_location
+    from cbscore.train_config import TrainConfig
 
     check_store_location(DataConfig.from_dict(dict(spec.data)).store_path())
     # Build every cell's TrainConfig once: a batch size the budget cannot hold, a bad data
