@@ -173,7 +173,7 @@ def test_a_superseded_holder_never_writes_a_checkpoint(worker_env, token_store, 
     monkeypatch.setenv("CBS_CHECKPOINT_EVERY_S", "0.001")  # a checkpoint at every log step
     monkeypatch.setenv("CBS_HEARTBEAT_S", "30")  # the old holder learns it only when it asks
     monkeypatch.setenv("CBS_STALE_AFTER_S", "90")
-    api.launch_study(tiny_spec("sup1", batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 60_000}]))
+    api.launch_study(tiny_spec("sup1", batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 200_000}]))
     [record] = api.study_records("sup1")
     tid = record.trial_id
     folder = Path(checkpoint_dir(tid))

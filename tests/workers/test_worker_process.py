@@ -75,7 +75,9 @@ def test_killed_worker_trial_resumes_from_its_checkpoint(worker_env, processes, 
     trial back as attempt 2 from its checkpoint; it finishes once and no run stays RUNNING."""
     name = "kill"
     first = processes.worker()
-    api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 40_000}]))
+    # D = 200k: 1,562 steps, long enough to be caught mid-way on a quiet machine (at 40k the
+    # whole trial once ran in 2.6 s, between two polls)
+    api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 200_000}]))
     s = WorkerSettings.from_env()
     tracker = Tracker(s.tracking_uri)
     [record] = api.study_records(name)
@@ -98,11 +100,11 @@ def test_killed_worker_trial_resumes_from_its_checkpoint(worker_env, processes, 
     run = tracker.get_run(record.run_id)
     assert (record.status, record.attempt, run.info.status) == ("finished", 2, "FINISHED")
     resumed = int(run.data.tags["resumed_from_step"])
-    assert 0 < resumed < 312  # from a checkpoint written before the kill, not from scratch
+    assert 0 < resumed < 1562  # from a checkpoint written before the kill, not from scratch
     after = [m.step for m in tracker.client.get_metric_history(record.run_id, "train/loss") if m.timestamp > killed_at_ms]
     assert min(after) > resumed  # the second attempt's first logged step is past the checkpoint
     steps, _ = tracker.history(run, "train/loss")
-    assert steps[-1] == 312  # one curve, to the budget: 40k / (8·16)
+    assert steps[-1] == 1562  # one curve, to the budget: 200k / (8·16)
     # MLflow's raw history keeps every write: each step was logged exactly once across the two
     # attempts (the resumed one recomputes the steps between its checkpoint and the kill but
     # does not log them again).
@@ -120,7 +122,7 @@ def test_warm_shutdown_checkpoints_running_trials_back_to_the_queue(worker_env, 
     queue, the worker exits in seconds, and the next worker resumes it exactly there."""
     name = "warm"
     first = processes.worker()
-    api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 60_000}]))
+    api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 200_000}]))
     s = WorkerSettings.from_env()
     tracker = Tracker(s.tracking_uri)
     [record] = api.study_records(name)
@@ -132,7 +134,7 @@ def test_warm_shutdown_checkpoints_running_trials_back_to_the_queue(worker_env, 
     run = tracker.get_run(record.run_id)
     assert (queued.status, queued.attempt, run.info.status) == ("queued", 1, "SCHEDULED")
     stopped_at = int(run.data.tags["interrupted_at_step"])
-    assert 20 <= stopped_at < 468  # 60k tokens / (8·16) = 468 steps
+    assert 20 <= stopped_at < 1562  # 200k tokens / (8·16) = 1,562 steps
     processes.worker()
     wait_for(lambda: study_done(name), 120, every_s=1, what="the interrupted trial to finish on a new worker")
     [record] = api.study_records(name)
@@ -151,7 +153,7 @@ def test_a_killed_child_is_redelivered_by_celery_and_resumes(worker_env, process
 
     name = "child"
     worker = processes.worker()
-    api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 60_000}]))
+    api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 200_000}]))
     s = WorkerSettings.from_env()
     tracker, ledger = Tracker(s.tracking_uri), Ledger(s.ledger_url)
     [record] = api.study_records(name)
@@ -303,7 +305,7 @@ def test_sigterm_on_redis_and_postgresql_puts_the_trial_back_and_it_resumes(redi
     prepare_store(s.tracking_uri)
     first = processes.worker()
     name = "pgterm"
-    api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 60_000}]))
+    api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 200_000}]))
     tracker = Tracker(s.tracking_uri)
     [record] = api.study_records(name)
     wait_for(lambda: tracker.get_run(record.run_id).data.metrics.get("progress/step", 0) >= 20, 120,
