@@ -310,7 +310,9 @@ def forecast_cbs(b_hat: float, b_ref: float, overhead: float = 0.2) -> float:
         raise ConfigError("b_hat", b_hat, "must be a non-negative finite number")
     b_ref = _finite_positive("b_ref", b_ref)
     overhead = _finite_positive("overhead", overhead)
-    return (1.0 + overhead) * b_ref + overhead * float(b_hat)
+    from cbscore.analysis import cbs_closed_form  # numpy only
+
+    return float(cbs_closed_form(float(b_hat), b_ref, overhead))
 
 
 class GnsProbe:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cbscore.analysis._cbs import cbs_closed_form
 from cbscore.analysis._interval import LEVEL
 from cbscore.errors import ConfigError, FitError
 
@@ -117,7 +118,7 @@ def forecast_setting(setting: str, *, b_simple: Sequence[float], steps: Sequence
     b_hat, s_min, e_min = weighted_noise_scale(b_simple, b_run, steps, target_step)
     end = float(steps[-1]) if target_step is None else float(target_step)
     n = sum(1 for s, v in zip(steps, b_simple) if s <= end and math.isfinite(v) and v > 0)
-    cbs = (1.0 + overhead) * float(b_ref) + overhead * b_hat  # DESIGN.md §1, closed form
+    cbs = float(cbs_closed_form(b_hat, float(b_ref), overhead))  # DESIGN.md §1
     return NoiseForecast(setting=setting, b_run=float(b_run), b_hat=b_hat, s_min=s_min, e_min=e_min,
                          target_step=end, n_values=n, cbs=cbs, run_id=run_id)
 

@@ -11,6 +11,16 @@ APP = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
 STUDY = "seeded"
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie left to an init that does not reap counts as ended)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
 def _store_env(folder: Path) -> dict[str, str]:
     return {
         "CBS_HOME": str(folder / "home"),

@@ -13,6 +13,7 @@ import pytest
 
 from app import cli
 from cbscore.errors import ConfigError
+from tests.app.conftest import alive
 
 CBS = str(Path(sys.executable).parent / "cbs")
 
@@ -110,17 +111,8 @@ def test_up_runs_the_procfile_prints_the_urls_and_ctrl_c_stops_everything(tmp_pa
     assert "cbs up: web app at http://127.0.0.1:8777" in output
     assert "sleeping with 3 trials" in output  # the Procfile's `cbs worker` reads CBS_WORKER_CONCURRENCY
     assert "the worker runs 3 trial(s) at once" in output
-    assert not _alive(sleeper)
+    assert not alive(sleeper)
 
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie left to an init that does not reap counts as ended)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
 
 
 def _websocket_status(port: int, host_header: str) -> int:

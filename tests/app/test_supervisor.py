@@ -15,15 +15,7 @@ import pytest
 
 from app.supervisor import Supervisor, read_procfile
 from cbscore.errors import ConfigError
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+from tests.app.conftest import alive
 
 
 def _wait(predicate, what: str, timeout_s: float = 90):
@@ -60,7 +52,7 @@ def test_a_killed_process_is_restarted_and_stop_ends_every_group(tmp_path):
         os.killpg(first, 9)  # the whole group, as the chaos run does
         second = _wait(lambda: (json.loads(pids.read_text()).get("sleeper") or first) != first
                        and json.loads(pids.read_text())["sleeper"], "the restart")
-        assert _alive(second) and not _alive(first)
+        assert alive(second) and not alive(first)
         assert "sleeper exited (code -9); restarting it in 0.5 s" in out.getvalue()
         other = json.loads(pids.read_text())["other"]
         _wait(lambda: len(list(tmp_path.glob("child-*"))) == 2, "the restarted process's child")
@@ -68,7 +60,7 @@ def test_a_killed_process_is_restarted_and_stop_ends_every_group(tmp_path):
         sup.stop()
         runner.join(timeout=30)
     children = [int(p.name.split("-")[1]) for p in tmp_path.glob("child-*")]
-    assert not any(_alive(pid) for pid in [second, other, *children])
+    assert not any(alive(pid) for pid in [second, other, *children])
     assert not pids.exists()
 
 

@@ -20,15 +20,13 @@ from cbscore.distributed import RankFailed
 from cbscore.errors import ConfigError
 from cbscore.train import train
 from cbscore.train_config import TrainConfig
+from tests.cbscore.test_train import tiny as _tiny
 
 
 def tiny(data, **changes) -> TrainConfig:
-    base = dict(
-        model="tiny-0.1M", batch_size=8, context_tokens=32, max_tokens=8 * 32 * 40, lr=1e-2,
-        warmup_tokens=8 * 32 * 5, ewa_taus=(0.9,), eval_windows=16, log_every_steps=2,
-        data=data, device="cpu", threads=1, dist_timeout_s=60.0,
-    )
-    return TrainConfig(**{**base, **changes})
+    """test_train.py's tiny trial: 40 steps, a short warm-up, a log every 2 steps, a 60 s collective timeout."""
+    return _tiny(data, **{"max_tokens": 8 * 32 * 40, "warmup_tokens": 8 * 32 * 5, "log_every_steps": 2,
+                          "dist_timeout_s": 60.0, **changes})
 
 
 def test_two_gloo_ranks_train_the_same_trial_as_one_process(builtin_slice_config):

@@ -14,28 +14,18 @@ from cbscore.errors import ConfigError
 from cbscore.gns import GnsProbe, two_batch_estimates
 from cbscore.train import train
 from cbscore.train_config import TrainConfig
+from tests.cbscore.test_train import Recorder as _Recorder
+from tests.cbscore.test_train import tiny as _tiny
 
 GNS_KEYS = {"gns_g2", "gns_trace_sigma", "gns_b_simple"}
 
 
 def tiny(data, **changes) -> TrainConfig:
-    """tiny-0.1M, 8 sequences of 32 tokens a step, one thread (as in test_train.py)."""
-    base = dict(
-        model="tiny-0.1M", batch_size=8, context_tokens=32, max_tokens=8 * 32 * 40, lr=1e-2,
-        warmup_tokens=8 * 32 * 10, ewa_taus=(0.9,), eval_windows=16, log_every_steps=5,
-        data=data, device="cpu", threads=1,
-    )
-    return TrainConfig(**{**base, **changes})
+    """test_train.py's tiny trial, 40 steps."""
+    return _tiny(data, **{"max_tokens": 8 * 32 * 40, **changes})
 
 
-class Recorder(Callback):
-    def __init__(self):
-        self.metrics = []
-
-    def post_step(self, state, metrics):
-        if metrics is not None:
-            self.metrics.append(dict(metrics))
-
+class Recorder(_Recorder):
     def gns(self):
         """``{step: (g2, trace, b_simple)}`` of the log steps that carried the noise scale."""
         return {m["step"]: (m["gns_g2"], m["gns_trace_sigma"], m["gns_b_simple"]) for m in self.metrics if "gns_g2" in m}
