@@ -13,7 +13,8 @@ REQUIRED_COLUMNS = ("setting", "batch_size", "steps")
 #: Columns a steps table may have; any other column is carried along and ignored. ``seed`` marks
 #: repeats (``S`` per seed is the minimum over its learning rates); ``budget_steps`` is the steps a
 #: censored trial ran without reaching the target (a lower bound on its ``S``).
-OPTIONAL_COLUMNS = ("n_params", "tokens", "context", "outcome", "seed", "budget_steps")
+#: ``lr`` is the trial's peak learning rate: with it, a cell's ``S`` comes from a fit across rates.
+OPTIONAL_COLUMNS = ("n_params", "tokens", "context", "outcome", "seed", "budget_steps", "lr")
 
 
 def _blank(value: object) -> bool:
@@ -62,7 +63,7 @@ def normalize_row(row: Mapping, where: str) -> dict:
     """One row, typed: ``setting`` str, ``batch_size`` int, ``steps`` float or ``None``,
     ``n_params``/``tokens`` float or ``None``, ``context`` int or ``None``, ``outcome`` one of
     :data:`OUTCOMES` (``reached`` when blank and steps are given), ``seed`` int ≥ 0 or ``None``,
-    ``budget_steps`` float or ``None`` (censored rows only: the ``budget_steps`` column, else the
+    ``lr`` float or ``None``, ``budget_steps`` float or ``None`` (censored rows only: the ``budget_steps`` column, else the
     steps the row gives, which a censored trial ran without reaching). Other keys are kept as
     they are. ``where`` names the row in messages (e.g. ``"steps.csv line 4 (row 3)"``).
 
@@ -85,6 +86,8 @@ def normalize_row(row: Mapping, where: str) -> dict:
     out["context"] = None if _blank(context) else _integer(where, "context", context)
     seed = row.get("seed")
     out["seed"] = None if _blank(seed) else _seed(where, seed)
+    lr = row.get("lr")
+    out["lr"] = None if _blank(lr) else _number(where, "lr", lr)
     outcome = row.get("outcome")
     if _blank(outcome):
         outcome = None

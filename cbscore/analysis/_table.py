@@ -148,6 +148,7 @@ def analyze_table(
                 steps=row["steps"] if row["outcome"] == REACHED else None,
                 seed=row["seed"],
                 budget_steps=row["budget_steps"],
+                lr=row["lr"],
             )
         )
         known = meta.setdefault(name, {})

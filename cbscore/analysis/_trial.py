@@ -39,6 +39,9 @@ class TrialSteps:
     budget_steps: float | None = None
     """For a ``censored`` trial: optimizer steps it ran without reaching the target, so its ``S``
     exceeds this (a lower bound, DESIGN.md §1 "Budgets"); ``None`` otherwise or when unknown."""
+    lr: float | None = None
+    """Peak learning rate of the trial; ``None`` when unknown. With the rates of a cell known,
+    ``S(B)`` is read off a fit across them (:func:`cbscore.analysis.measure_points`)."""
 
     def __post_init__(self):
         size = self.batch_size
@@ -69,6 +72,12 @@ class TrialSteps:
             if not (number and math.isfinite(budget) and budget > 0):
                 raise ConfigError("budget_steps", budget, "must be a positive finite step count")
             object.__setattr__(self, "budget_steps", float(budget))
+        lr = self.lr
+        if lr is not None:
+            number = isinstance(lr, numbers.Real) and not isinstance(lr, bool)
+            if not (number and math.isfinite(lr) and lr > 0):
+                raise ConfigError("lr", lr, "must be a positive finite learning rate or None")
+            object.__setattr__(self, "lr", float(lr))
 
 
 def trial_steps(
