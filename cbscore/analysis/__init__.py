@@ -19,6 +19,11 @@ Per setting
     ``cbs_empirical(B, S, B_ref, r)``; ``bootstrap_steps_fit(points, fit)`` → ``BootstrapResult``
     (by residuals of the log fit, and by seeds where a cell ran several; never by learning rates);
     ``sensitivity_table(fit, b_refs)``; ``analyze_setting(...)`` → ``SettingAnalysis``.
+Target
+    ``reference_target(histories, ref_steps)`` → ``ReferenceTarget``: the target loss from every
+    reference run's evaluations (each run's loss at ``D`` from a local fit, the best over learning
+    rates per seed from a fit across rates, the mean over seeds); ``target_draws`` redraws it for
+    the bootstrap.
 Across settings
     ``fit_power_law(x, B*, variable="n"|"d")`` → ``PowerLawFit`` (interval: a pairs bootstrap over
     settings with each setting's own draws); ``fit_joint_power_law(N, D, B*)`` →
@@ -76,6 +81,7 @@ from cbscore.analysis._sensitivity import SENSITIVITY_OVERHEADS, SensitivityRow,
 from cbscore.analysis._setting import SettingAnalysis, analyze_setting
 from cbscore.analysis._steps_fit import MIN_BATCH_SIZES, StepsFit, fit_steps
 from cbscore.analysis._table import TableAnalysis, analyze_table
+from cbscore.analysis._target import EvalHistory, ReferenceTarget, reference_target, target_draws
 from cbscore.analysis._trial import OUTCOMES, TrialSteps, trial_steps
 
 __all__ = [
@@ -98,6 +104,8 @@ __all__ = [
     "REQUIRED_COLUMNS",
     "SENSITIVITY_OVERHEADS",
     "BootstrapResult",
+    "EvalHistory",
+    "ReferenceTarget",
     "ExponentEstimate",
     "Forecast",
     "JointPowerLawFit",
@@ -127,9 +135,11 @@ __all__ = [
     "percentile_interval",
     "power_law",
     "read_steps_csv",
+    "reference_target",
     "scales_with_d_not_n",
     "sensitivity_table",
     "steps_model",
     "steps_model_free",
+    "target_draws",
     "trial_steps",
 ]

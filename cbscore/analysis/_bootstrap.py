@@ -3,7 +3,8 @@
 ``S(B)`` is a minimum over learning rates, not a mean over repeats, so the learning rates of a
 cell are never resampled (that measures how coarse the grid is, and can only raise ``S``).
 Each batch size's ``S`` is redrawn by residuals of the log-space fit, or by seeds where the cell
-ran several (DESIGN.md §1, "Intervals").
+ran several, and, where the trials' evaluation histories are known, shifted by what a redrawn
+target does to every crossing (``log_shifts``; DESIGN.md §1, "Intervals").
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, cbs_closed_form, check_cbs_settings
+from cbscore.analysis._cbs import (
+    DEFAULT_B_REF,
+    DEFAULT_OVERHEAD,
+    cbs_closed_form,
+    cbs_empirical,
+    check_cbs_settings,
+)
 from cbscore.analysis._interval import LEVEL, percentile_interval
 from cbscore.analysis._logfit import fit_log_linear
 from cbscore.analysis._points import MeasuredPoint
@@ -66,6 +73,12 @@ class BootstrapResult:
     """Percentile interval of ``S_min``."""
     b_noise_ci: tuple[float, float]
     """Percentile interval of ``B_noise``."""
+    log_s_samples: np.ndarray | None = None
+    """(R, K) the resampled ``log S`` at :attr:`batch_sizes` (for the empirical ``B*``)."""
+    batch_sizes: tuple[float, ...] = ()
+    """Batch sizes of the resampled points, ascending."""
+    target_redrawn: bool = False
+    """Whether each resample also redrew the target and moved every crossing with it."""
 
     @property
     def cbs_samples(self) -> np.ndarray:
@@ -91,6 +104,24 @@ class BootstrapResult:
         """Percentile interval of ``B*`` at any ``r`` and ``B_ref``."""
         return percentile_interval(self.cbs_samples_at(overhead, b_ref), self.level, self.dof)
 
+    def cbs_empirical_ci(self, overhead: float | None = None, b_ref: float | None = None) -> tuple[float, float] | None:
+        """Percentile interval of the empirical ``B*`` (read off each resample's points, see
+        :func:`cbs_empirical`); a resample whose ``B*`` lies beyond the largest batch size counts
+        as ``inf``, one that cannot give any is dropped. ``None`` without stored samples."""
+        if self.log_s_samples is None:
+            return None
+        overhead = self.overhead if overhead is None else overhead
+        b_ref = self.b_ref if b_ref is None else b_ref
+        values = np.empty(self.log_s_samples.shape[0])
+        for i, log_s in enumerate(self.log_s_samples):
+            try:
+                values[i] = cbs_empirical(self.batch_sizes, np.exp(log_s), b_ref, overhead)
+            except FitError as exc:
+                values[i] = np.inf if "beyond" in str(exc) else np.nan
+        if np.isnan(values).all():
+            return None
+        return percentile_interval(values, self.level, self.dof)
+
 
 def bootstrap_steps_fit(
     points: Sequence[MeasuredPoint],
@@ -101,6 +132,7 @@ def bootstrap_steps_fit(
     overhead: float = DEFAULT_OVERHEAD,
     b_ref: float = DEFAULT_B_REF,
     level: float = LEVEL,
+    log_shifts: np.ndarray | None = None,
 ) -> BootstrapResult:
     """Resample one setting's measurements and refit ``S(B) = a + b/B`` on ``log S`` each time.
 
@@ -119,6 +151,10 @@ def bootstrap_steps_fit(
         fit: the ``alpha = 1`` fit of those points.
         n_resamples: number of resamples (≥ 1).
         seed: seed of the generator; the same seed gives the same samples.
+        log_shifts: (R, K) optional change of ``log S`` at every fitted batch size (ascending) in
+            each resample when the target is redrawn and every crossing recomputed from the
+            trials' evaluation histories (:func:`cbscore.analysis.analyze_setting` builds it):
+            added to the resampled ``log S``, so an error in the target moves the cells together.
     """
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
         raise ConfigError("bootstrap", n_resamples, "must be a positive integer number of resamples")
@@ -147,6 +183,11 @@ def bootstrap_steps_fit(
         else:
             log_s[:, j] = log_fitted[j] + residuals[rng.integers(0, k, size=n_resamples)]
             methods.append(RESIDUALS)
+    if log_shifts is not None:
+        log_shifts = np.asarray(log_shifts, dtype=float)
+        if log_shifts.shape != log_s.shape:
+            raise FitError(f"log_shifts must have shape {log_s.shape}, but got {log_shifts.shape}")
+        log_s = log_s + log_shifts
     a, b = fit_log_linear(1.0 / batch_sizes, log_s)
     with np.errstate(divide="ignore", invalid="ignore"):
         b_noise = np.where(a > 0, b / np.where(a > 0, a, 1.0), np.inf)
@@ -162,6 +203,9 @@ def bootstrap_steps_fit(
         b_noise_samples=_frozen(b_noise),
         s_min_ci=percentile_interval(a, level, k - 2),
         b_noise_ci=percentile_interval(b_noise, level, k - 2),
+        log_s_samples=_frozen(log_s),
+        batch_sizes=tuple(float(v) for v in batch_sizes),
+        target_redrawn=log_shifts is not None,
     )
 
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from cbscore.analysis._bootstrap import BootstrapResult, bootstrap_steps_fit
 from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, cbs_empirical, check_cbs_settings
 from cbscore.analysis._points import MeasuredPoint, measure_points
 from cbscore.analysis._sensitivity import SENSITIVITY_OVERHEADS, SensitivityRow, sensitivity_table
-from cbscore.analysis._steps_fit import StepsFit, fit_steps
+from cbscore.analysis._steps_fit import MIN_BATCH_SIZES, StepsFit, fit_steps
+from cbscore.analysis._target import EvalHistory, ReferenceTarget, reference_target, retarget, target_draws
 from cbscore.analysis._trial import TrialSteps
 from cbscore.errors import FitError
 
@@ -57,6 +60,23 @@ class SettingAnalysis:
     """Refusals and notes, each starting ``setting '<name>': ``."""
     skipped: tuple[int, ...] = ()
     """Batch sizes the planner never ran for this setting (given by the caller), ascending."""
+    fit_without_ref: StepsFit | None = None
+    """The same fit with the reference point ``B_ref`` left out (DESIGN.md §1: the target comes
+    from the reference cell, so its point is the one to check); ``None`` when ``B_ref`` was not
+    measured or fewer than 3 batch sizes remain."""
+    cbs_without_ref: float | None = None
+    """``B*`` of :attr:`fit_without_ref` (closed form: it needs no ``S(B_ref)``)."""
+    cbs_without_ref_ci: tuple[float, float] | None = None
+    """Bootstrap interval of :attr:`cbs_without_ref`."""
+    b_noise_without_ref_ci: tuple[float, float] | None = None
+    """Bootstrap interval of ``B_noise`` without the reference point."""
+    cbs_empirical_ci: tuple[float, float] | None = None
+    """Bootstrap interval of :attr:`cbs_empirical` (read off each resample's points)."""
+    target: ReferenceTarget | None = None
+    """The target rebuilt from the reference runs' evaluation histories, when they were given."""
+    lr_edge_batch_sizes: tuple[int, ...] = ()
+    """Batch sizes whose best learning rate sits at an edge of the grid (the optimum may lie
+    beyond it), ascending."""
 
     @property
     def measured(self) -> tuple[MeasuredPoint, ...]:
@@ -92,6 +112,16 @@ class SettingAnalysis:
         return None if self.fit is None else self.fit.b_noise
 
     @property
+    def b_noise_ci(self) -> tuple[float, float] | None:
+        """Bootstrap interval of :attr:`b_noise`."""
+        return None if self.bootstrap is None else self.bootstrap.b_noise_ci
+
+    @property
+    def b_noise_without_ref(self) -> float | None:
+        """``B_noise`` with the reference point left out."""
+        return None if self.fit_without_ref is None else self.fit_without_ref.b_noise
+
+    @property
     def r2(self) -> float | None:
         """R² of the log fit."""
         return None if self.fit is None else self.fit.r2
@@ -121,7 +151,21 @@ class SettingAnalysis:
                 {"batch_size": int(b), "steps_at_least": json_number(v)} for b, v in self.lower_bounds
             ],
             "skipped": [int(b) for b in self.skipped],
+            "b_noise_ci": _ci(self.b_noise_ci),
+            "cbs_empirical_ci": _ci(self.cbs_empirical_ci),
+            "without_ref": {
+                "b_noise": json_number(self.b_noise_without_ref),
+                "b_noise_ci": _ci(self.b_noise_without_ref_ci),
+                "cbs": json_number(self.cbs_without_ref),
+                "cbs_ci": _ci(self.cbs_without_ref_ci),
+            },
+            "target_redrawn": bool(self.bootstrap is not None and self.bootstrap.target_redrawn),
+            "lr_at_edge": [int(b) for b in self.lr_edge_batch_sizes],
         }
+
+
+def _ci(ci: tuple[float, float] | None) -> list | None:
+    return None if ci is None else [json_number(v) for v in ci]
 
 
 def json_number(value: float | None) -> float | int | None:
@@ -150,6 +194,7 @@ def analyze_setting(
     bootstrap: int = 1000,
     seed: int = 0,
     skipped: Iterable[int] = (),
+    histories: Sequence[EvalHistory] | None = None,
 ) -> SettingAnalysis:
     """Measure, fit and bootstrap one setting; refusals become sentences in ``errors``.
 
@@ -157,6 +202,17 @@ def analyze_setting(
     never changes the paper-model results and its refusal is only a note. A batch size where
     nothing reached is named in the notes, with its lower bound where censored trials give one
     (DESIGN.md §1: never silently dropped); so are ``skipped`` batch sizes (never run).
+
+    ``histories`` (every trial's evaluations, the reference cell's marked ``role="reference"``;
+    needs ``tokens`` and ``context``) let the bootstrap redraw the target
+    (:func:`cbscore.analysis.target_draws`) and recompute every crossing from them, so the
+    target's own error moves the cells together inside the intervals (DESIGN.md §1, "Intervals").
+    Without them the bootstrap holds the target fixed (``bootstrap.target_redrawn`` is false;
+    :func:`analyze_table` says so in one note).
+
+    The fit is also reported without the reference point (:attr:`SettingAnalysis.fit_without_ref`):
+    the target comes from the reference cell, so a reference cell that ran fast or slow shows as a
+    gap between the two.
     """
     check_cbs_settings(overhead, b_ref)
     prefix = f"setting {setting!r}: "
@@ -182,7 +238,17 @@ def analyze_setting(
     skipped = tuple(sorted({int(b) for b in skipped} - measured_sizes))
     for b in skipped:
         errors.append(f"{prefix}batch size {b}: skipped by the planner (never run); not measured")
+    edges = tuple(p.batch_size for p in points if getattr(p, "lr_at_edge", False))
+    if edges:
+        errors.append(
+            f"{prefix}the best learning rate sits at an edge of the grid at batch size(s) "
+            f"{', '.join(str(b) for b in edges)}: the optimum may lie beyond it, and S(B) is too high there"
+        )
     measured = [p for p in points if p.steps is not None]
+    without = [p for p in measured if p.batch_size != b_ref]
+    fit_wo = boot_wo = cbs_wo = None
+    empirical_ci = None
+    target, shifts = None, None
     fit = fit_free = boot = None
     cbs = cbs_ci = empirical = cbs_free = None
     sensitivity: tuple[SensitivityRow, ...] = ()
@@ -196,12 +262,33 @@ def analyze_setting(
             empirical = cbs_empirical(fit.batch_sizes, fit.steps, b_ref, overhead)
         except FitError as exc:
             errors.append(f"{prefix}{exc}")
+        if len(without) < len(measured) and len({p.batch_size for p in without}) >= MIN_BATCH_SIZES:
+            try:
+                fit_wo = fit_steps([p.batch_size for p in without], [p.steps for p in without])
+                cbs_wo = fit_wo.cbs(overhead, b_ref)
+            except FitError as exc:
+                errors.append(f"{prefix}without the reference point: {exc}")
+        if bootstrap and histories is not None:
+            try:
+                target, shifts = _target_shifts(
+                    histories, [p.batch_size for p in measured], tokens, context, bootstrap,
+                    np.random.default_rng(setting_seed(seed + 1, setting)),
+                )
+            except FitError as exc:
+                errors.append(f"{prefix}the bootstrap holds the target fixed: {exc}")
         if bootstrap:
             boot = bootstrap_steps_fit(
                 measured, fit, n_resamples=bootstrap, seed=setting_seed(seed, setting),
-                overhead=overhead, b_ref=b_ref,
+                overhead=overhead, b_ref=b_ref, log_shifts=shifts,
             )
             cbs_ci = boot.cbs_ci
+            empirical_ci = boot.cbs_empirical_ci() if empirical is not None else None
+            if fit_wo is not None:
+                keep = np.array([p.batch_size != b_ref for p in measured])
+                boot_wo = bootstrap_steps_fit(
+                    without, fit_wo, n_resamples=bootstrap, seed=setting_seed(seed, setting),
+                    overhead=overhead, b_ref=b_ref, log_shifts=None if shifts is None else shifts[:, keep],
+                )
             if not all(math.isfinite(v) for v in cbs_ci):
                 errors.append(
                     f"{prefix}the CBS interval has no upper end: S_min fitted to 0 in "
@@ -234,4 +321,52 @@ def analyze_setting(
         sensitivity=sensitivity,
         errors=tuple(errors),
         skipped=skipped,
+        fit_without_ref=fit_wo,
+        cbs_without_ref=cbs_wo,
+        cbs_without_ref_ci=None if boot_wo is None else boot_wo.cbs_ci,
+        b_noise_without_ref_ci=None if boot_wo is None else boot_wo.b_noise_ci,
+        cbs_empirical_ci=empirical_ci,
+        target=target,
+        lr_edge_batch_sizes=edges,
     )
+
+
+#: Target values at which every crossing is recomputed; each draw is interpolated between them.
+TARGET_GRID = 15
+
+
+def _target_shifts(
+    histories: Sequence[EvalHistory], batch_sizes: Sequence[int], tokens: float | None,
+    context: int | None, n_draws: int, rng: np.random.Generator,
+) -> tuple[ReferenceTarget, np.ndarray]:
+    """The target from the reference histories and ``(R, K)`` changes of ``log S(B)`` at
+    ``batch_sizes`` when the target is redrawn (:func:`target_draws`).
+
+    Every trial's crossing is recomputed (:func:`retarget`) and the points measured again
+    (:func:`measure_points`) at :data:`TARGET_GRID` quantiles of the draws; a draw between two of
+    them is interpolated (``S`` is smooth in the target), one outside takes the nearest.
+    """
+    refs = [h for h in histories if h.role == "reference"]
+    if not refs:
+        raise FitError("no reference run among the evaluation histories")
+    if not tokens or not context:
+        raise FitError("the reference step count D/(B_ref·T) needs the setting's tokens and context")
+    b_ref_run = refs[0].batch_size
+    target = reference_target(refs, tokens / (b_ref_run * context))
+    draws = target_draws(target, n_draws, rng)  # (R,)
+    grid = np.unique(np.quantile(draws, np.linspace(0.0, 1.0, TARGET_GRID)))
+
+    def log_steps(value: float) -> np.ndarray:
+        points = {p.batch_size: p.steps for p in measure_points(retarget(h, value) for h in histories)}
+        return np.log([points.get(b) or np.nan for b in batch_sizes])  # (K,)
+
+    base = log_steps(target.value)
+    if not np.all(np.isfinite(base)):
+        raise FitError("the evaluation histories do not reach the target at every fitted batch size")
+    table = np.array([log_steps(v) - base for v in grid])  # (G, K)
+    ok = np.all(np.isfinite(table), axis=1)
+    if not ok.any():
+        raise FitError("no redrawn target is reached at every fitted batch size")
+    grid, table = grid[ok], table[ok]
+    shifts = np.stack([np.interp(draws, grid, table[:, j]) for j in range(len(batch_sizes))], axis=1)
+    return target, shifts

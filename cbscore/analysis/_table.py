@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, check_cbs_settings
@@ -12,8 +12,16 @@ from cbscore.analysis._power_law import PowerLawFit
 from cbscore.analysis._rows import normalize_row
 from cbscore.analysis._scaling import ScalingLaws, fit_scaling_laws
 from cbscore.analysis._setting import SettingAnalysis, analyze_setting, json_number
+from cbscore.analysis._target import EvalHistory
 from cbscore.analysis._trial import REACHED, TrialSteps
 from cbscore.errors import ConfigError, DataError
+
+
+#: The note of a table fitted without evaluation histories (a plain steps CSV).
+FIXED_TARGET_NOTE = (
+    "intervals hold each setting's target loss fixed (no evaluation histories given, as in a plain "
+    "steps table): an error in the target moves every S(B) together and is not in them"
+)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -111,6 +119,7 @@ def analyze_table(
     bootstrap: int = 1000,
     seed: int = 0,
     skipped: Mapping[str, Iterable[int]] | None = None,
+    histories: Mapping[str, Sequence[EvalHistory]] | None = None,
 ) -> TableAnalysis:
     """Fit every setting of a steps table and the scaling laws across settings.
 
@@ -124,6 +133,9 @@ def analyze_table(
         bootstrap: resamples per setting; 0 for no intervals.
         seed: seed of the bootstraps (same seed, same numbers).
         skipped: per setting name, batch sizes the planner never ran (named in the notes).
+        histories: per setting name, every trial's evaluation history (the reference cell's with
+            ``role="reference"``): the bootstrap then redraws the target and recomputes every
+            crossing (:func:`analyze_setting`). Without them it holds the target fixed, and says so.
 
     Raises:
         ConfigError: a setting out of range.
@@ -181,6 +193,7 @@ def analyze_table(
                 bootstrap=bootstrap,
                 seed=seed,
                 skipped=(skipped or {}).get(name, ()),
+                histories=None if histories is None else histories.get(name),
             )
         )
     fitted = [s for s in settings if s.cbs is not None]
@@ -194,6 +207,8 @@ def analyze_table(
         seed=seed,
     )
     errors = [e for s in settings for e in s.errors] + list(scaling.errors)
+    if bootstrap and histories is None:
+        errors.append(FIXED_TARGET_NOTE)
     return TableAnalysis(
         settings=tuple(settings),
         scaling=scaling,

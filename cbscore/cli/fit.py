@@ -159,8 +159,13 @@ def format_analysis(analysis) -> str:
             extrapolated = "  (above the largest measured B)" if s.extrapolated else ""
             out.append(
                 f"  B* = {_g(s.cbs)}{_ci(s.cbs_ci)}{'  ' + level + ' CI' if s.cbs_ci else ''}"
-                f"{extrapolated}   empirical B* = {_g(s.cbs_empirical)}"
+                f"{extrapolated}   empirical B* = {_g(s.cbs_empirical)}{_ci(s.cbs_empirical_ci)}"
             )
+            if s.fit_without_ref is not None:
+                out.append(
+                    f"  without the reference point B_ref = {b_ref:g}: B_noise = {_g(s.b_noise_without_ref)}"
+                    f"{_ci(s.b_noise_without_ref_ci)}   B* = {_g(s.cbs_without_ref)}{_ci(s.cbs_without_ref_ci)}"
+                )
             if s.fit_free is not None:
                 f = s.fit_free
                 out.append(

@@ -6,8 +6,10 @@ import math
 
 SETTING_KEYS = [
     "setting", "n_params", "tokens", "batch_sizes", "steps", "s_min", "b_noise", "cbs",
-    "cbs_ci", "cbs_empirical", "r2", "lower_bounds", "skipped",
+    "cbs_ci", "cbs_empirical", "r2", "lower_bounds", "skipped", "b_noise_ci", "cbs_empirical_ci",
+    "without_ref", "target_redrawn", "lr_at_edge",
 ]
+WITHOUT_REF_KEYS = ["b_noise", "b_noise_ci", "cbs", "cbs_ci"]
 LAW_KEYS = [
     "variable", "fixed", "settings", "coef", "coef_ci", "coefficient_paper_units",
     "coefficient_paper_units_ci", "units", "exponent", "exponent_ci", "r2",
@@ -60,6 +62,15 @@ def check_fit_json(obj: dict) -> None:
             assert isinstance(bound["batch_size"], int)
             _number(bound["steps_at_least"], f"{path}.lower_bounds[{j}].steps_at_least", nullable=False)
         assert isinstance(s["skipped"], list) and all(isinstance(b, int) for b in s["skipped"])
+        _pair(s["b_noise_ci"], f"{path}.b_noise_ci")
+        _pair(s["cbs_empirical_ci"], f"{path}.cbs_empirical_ci")
+        assert list(s["without_ref"]) == WITHOUT_REF_KEYS, f"{path}.without_ref: {list(s['without_ref'])}"
+        for key in ("b_noise", "cbs"):
+            _number(s["without_ref"][key], f"{path}.without_ref.{key}")
+        for key in ("b_noise_ci", "cbs_ci"):
+            _pair(s["without_ref"][key], f"{path}.without_ref.{key}")
+        assert isinstance(s["target_redrawn"], bool), f"{path}.target_redrawn"
+        assert isinstance(s["lr_at_edge"], list) and all(isinstance(b, int) for b in s["lr_at_edge"])
     scaling = obj["scaling"]
     assert list(scaling) == ["n", "d", "chinchilla", "joint"], list(scaling)
     for key, (variable, fixed) in LAW_GROUPS.items():

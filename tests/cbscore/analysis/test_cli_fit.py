@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from cbscore.analysis._table import FIXED_TARGET_NOTE
 from cbscore.cli import main
 
 from .schema import check_fit_json
@@ -48,11 +49,15 @@ def test_json_output_matches_the_schema_and_the_library(tmp_path, capsys):
     assert law["exponent_ci"][0] <= law["exponent"] <= law["exponent_ci"][1]
     assert law["units"].startswith("B* = c·N^alpha, N in millions")
     assert obj["errors"] == [
+        # 0.001 reached and 0.03 diverged: the best rate is the lowest one tried.
+        "setting 'small': the best learning rate sits at an edge of the grid at batch size(s) 16384: "
+        "the optimum may lie beyond it, and S(B) is too high there",
         "scaling law in n_params with D ∝ N at tokens per parameter = 20.4: interval from "
         "3 settings only, read it as rough",
         "scaling law in n_params at fixed tokens: no two settings with different n_params share tokens",
         "scaling law in tokens at fixed n_params: no two settings with different tokens share n_params",
         "joint scaling law: fewer than 4 settings for the joint law (got 3)",
+        FIXED_TARGET_NOTE,
     ]
     # Same seed, same output.
     assert main(["fit", str(path), "--json", "--bootstrap", "200", "--seed", "3"]) == 0
