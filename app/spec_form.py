@@ -200,7 +200,7 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "max_trials": int(spec.get("max_trials", 2000)),
         "data.source": str((spec.get("data") or {}).get("source", "builtin")),
         "schedule": spec.get("schedule", "constant"),
-        "recipe": spec.get("recipe", "scaled"),
+        "recipe": spec.get("recipe", "fixed"),
         "warmup_fraction": float(spec.get("warmup_fraction", 0.25)),
         "beta2": "" if spec.get("beta2") is None else f"{spec['beta2']:g}",
         "micro_batch_size": int(spec.get("micro_batch_size") or 0),
@@ -250,7 +250,7 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
     try:
         d["beta2"] = float(beta2) if beta2 else None
     except ValueError:
-        raise ConfigError("beta2", beta2, "must be a number in [0, 1), or empty for the paper's table") from None
+        raise ConfigError("beta2", beta2, "must be a number in [0, 1), or empty for the recipe rule") from None
     d["micro_batch_size"] = int(values["micro_batch_size"]) or None
     d["devices_per_trial"] = int(values["devices_per_trial"])
     d["gns_micro_batch_size"] = int(values["gns_micro_batch_size"]) or None  # 0 = no extra split
@@ -304,9 +304,9 @@ LONG_HORIZON_SHARE = 0.5
 
 def recipe_rows(spec) -> list[dict[str, Any]]:
     """Per setting and batch size: the β2 and the EWA τ its trials use (``cbscore.recipe.study_recipe``
-    under the spec's ``recipe``, or the spec's own ``beta2``/``ewa_taus``), and the middle τ's
-    half-life in steps and as a share of D."""
-    from cbscore.recipe import half_life_steps
+    under the spec's ``recipe``, or the spec's own ``beta2``/``ewa_taus``), the middle τ's
+    half-life in steps and as a share of D, and the floors and ceilings of the rule that set them."""
+    from cbscore.recipe import half_life_steps, spec_recipe
     from cbscore.study.planner import cell_recipe
 
     rows = []
@@ -321,6 +321,9 @@ def recipe_rows(spec) -> list[dict[str, Any]]:
                 "τ half-life (steps)": steps,
                 "τ half-life (share of D)": steps * b * spec.context_tokens / setting.tokens,
                 "τ tracked": ", ".join(f"{t:g}" for t in taus),
+                "bounds hit": ", ".join(x for x in spec_recipe(spec, batch_size=b, d_tokens=setting.tokens).bounds
+                                        if (x.startswith("β2") and spec.beta2 is None)
+                                        or (x.startswith("τ") and spec.ewa_taus is None)),
             })
     return rows
 

@@ -53,7 +53,7 @@ class TrainState:
     flops_per_token: float
     device: str
     beta2: float | None = None
-    """AdamW β2 in use (the paper's table when the config left it ``None``)."""
+    """AdamW β2 in use (``TrainConfig.default_recipe`` when the config left it ``None``)."""
     ewa_taus: tuple[float, ...] = ()
     """EWA decay rates tracked."""
     model: "nn.Module | None" = None

@@ -2,8 +2,8 @@
 
 Defaults are the paper's recipe (Zhang et al. 2025, §3.1; DESIGN.md §1): AdamW with β1 0.95,
 ε 1e-8, no weight decay, gradient clipping at 1.0, a constant learning rate after a linear
-warm-up fixed in tokens, and β2 and the EWA τ from the paper's per-batch-size table
-(:mod:`cbscore.recipe`) unless given. ``to_dict()``/``from_dict()`` is the wire format (the
+warm-up fixed in tokens, and β2 and the EWA τ of the ``fixed`` recipe with the trial as its own
+reference run unless given (:func:`cbscore.recipe.trial_recipe`). ``to_dict()``/``from_dict()`` is the wire format (the
 study runner sends it through Celery as JSON); a bad value raises
 :class:`~cbscore.errors.ConfigError` naming the field and the value.
 """
@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from cbscore.data import DataConfig
 from cbscore.errors import ConfigError
 from cbscore.model_config import PRESETS
-from cbscore.recipe import BETA1, EPS, GRAD_CLIP, WARMUP_FRACTION, WEIGHT_DECAY, paper_beta2, paper_ewa_tau
+from cbscore.recipe import BETA1, EPS, GRAD_CLIP, WARMUP_FRACTION, WEIGHT_DECAY, Recipe, trial_recipe
 from cbscore.schedules import SCHEDULES
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -69,7 +69,7 @@ class TrainConfig:
     beta1: float = BETA1
     """AdamW β1 (paper: 0.95)."""
     beta2: float | None = None
-    """AdamW β2; ``None`` = the paper's per-batch-size table (nearest batch size on a log scale)."""
+    """AdamW β2; ``None`` = :meth:`default_recipe` (the ``fixed`` rule, the trial its own reference)."""
     eps: float = EPS
     """AdamW ε (paper: 1e-8)."""
     weight_decay: float = WEIGHT_DECAY
@@ -79,8 +79,8 @@ class TrainConfig:
 
     # ---------------------------------------------------------------- averaging and evaluation
     ewa_taus: tuple[float, ...] | None = None
-    """EWA decay rates τ tracked at once, each in (0, 1); ``None`` = the paper's τ for this batch
-    size. The target is decided by the lowest averaged loss over them."""
+    """EWA decay rates τ tracked at once, each in (0, 1); ``None`` = :meth:`default_recipe`'s three
+    (half-lives ×½, ×1, ×2). The target is decided by the lowest averaged loss over them."""
     eval_windows: int = 128
     """Held-out windows of ``context_tokens + 1`` tokens per evaluation."""
     eval_every_steps: int | None = None
@@ -286,13 +286,20 @@ class TrainConfig:
         """Warm-up in tokens (25% of ``max_tokens`` when ``warmup_tokens`` is ``None``)."""
         return round(WARMUP_FRACTION * self.max_tokens) if self.warmup_tokens is None else self.warmup_tokens
 
+    def default_recipe(self) -> Recipe:
+        """β2 and τ of this trial alone (:func:`cbscore.recipe.trial_recipe`): the ``fixed`` rule
+        with B_ref = ``batch_size`` and D = the tokens of ``total_steps``, so a 97-step run
+        averages over a few steps, not the 1,386 of the paper's τ = 0.9995."""
+        return trial_recipe(batch_size=self.batch_size, context_tokens=self.context_tokens,
+                            d_tokens=self.total_steps * self.batch_tokens)
+
     def resolved_beta2(self) -> float:
-        """β2 used: the config's, or the paper's for this batch size."""
-        return paper_beta2(self.batch_size) if self.beta2 is None else float(self.beta2)
+        """β2 used: the config's, or :meth:`default_recipe`'s."""
+        return self.default_recipe().beta2 if self.beta2 is None else float(self.beta2)
 
     def resolved_ewa_taus(self) -> tuple[float, ...]:
-        """τ tracked: the config's, or the paper's one τ for this batch size."""
-        return (paper_ewa_tau(self.batch_size),) if self.ewa_taus is None else tuple(float(t) for t in self.ewa_taus)
+        """τ tracked: the config's, or :meth:`default_recipe`'s three."""
+        return self.default_recipe().ewa_taus if self.ewa_taus is None else tuple(float(t) for t in self.ewa_taus)
 
     def pass_size(self) -> int:
         """Sequences per forward/backward pass: ``gns_micro_batch_size``, else ``micro_batch_size``,

@@ -88,7 +88,7 @@ class TrialResult:
     warmup_steps: int
     """Warm-up length in steps (``ceil(warmup_tokens / batch_tokens)``)."""
     beta2: float
-    """AdamW β2 actually used (the paper's table when the config left it ``None``)."""
+    """AdamW β2 actually used (``TrainConfig.default_recipe`` when the config left it ``None``)."""
     ewa_taus: tuple[float, ...]
     """EWA decay rates actually tracked."""
     tokens_per_s: float | None

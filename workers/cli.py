@@ -321,25 +321,39 @@ def describe_plan(spec, tokens_per_s: float | None = None, *, n_workers: int = 1
 
 
 def describe_recipe(spec) -> list[str]:
-    """Per setting and batch size: β2 and the middle τ, with the τ's half-life in steps and as a
-    share of D, the reference run's length (``cbscore.recipe.study_recipe``; README "Recipe")."""
-    from cbscore.recipe import EWA_HALF_LIFE_MULTIPLES, half_life_steps
+    """β2 and the middle τ of every cell, the τ's half-life in steps and as a share of D, and the
+    floors and ceilings that set them (``cbscore.recipe``; README "Recipe"): one line per batch size
+    where every setting gets the same recipe (``fixed``, ``paper_table``, one D), else per setting."""
+    from cbscore.recipe import EWA_HALF_LIFE_MULTIPLES, half_life_steps, reference_d_tokens, spec_recipe
     from cbscore.study.planner import cell_recipe
 
-    fixed = spec.beta2 is not None or spec.ewa_taus is not None
-    lines = [f"recipe {spec.recipe!r}" + (" (β2/τ given in the spec override it)" if fixed else "")
-             + f": β2, and the EWA τ tracked ({len(EWA_HALF_LIFE_MULTIPLES)} half-lives ×"
+    settings = spec.resolve_settings()
+    d_ref = reference_d_tokens(s.tokens for s in settings)
+    given = [name for name in ("beta2", "ewa_taus") if getattr(spec, name) is not None]
+    ruled = [name for name in ("β2", "τ") if {"β2": "beta2", "τ": "ewa_taus"}[name] not in given]
+
+    def cell(setting, b: int, d_tokens: int, d_name: str) -> str:
+        beta2, taus = cell_recipe(spec, setting, b)
+        mid = sorted(taus)[len(taus) // 2]
+        steps = half_life_steps(mid)
+        bounds = [x for x in spec_recipe(spec, batch_size=b, d_tokens=setting.tokens).bounds if x.split()[0] in ruled]
+        return (f"B={b}: β2 {beta2:g}, τ {mid:g} ({steps:.3g} steps, {steps * b * spec.context_tokens / d_tokens:.1%} "
+                f"of {d_name})" + (f" [{', '.join(bounds)}]" if bounds else ""))
+
+    one = all(cell_recipe(spec, s, b) == cell_recipe(spec, settings[0], b) for s in settings for b in spec.batch_sizes)
+    what = (f"one β2 and τ per batch size for the whole study, at the reference D_ref = {_human(d_ref)} tokens "
+            f"(√(D_min·D_max) of the settings)" if spec.recipe == "fixed" else
+            "β2 and τ per batch size" if spec.recipe == "paper_table" else "β2 and τ per setting's D")
+    lines = [f"recipe {spec.recipe!r}" + (f" ({'/'.join(given)} given in the spec override it)" if given else "")
+             + f": {what}; the EWA τ tracked are {len(EWA_HALF_LIFE_MULTIPLES)} half-lives ×"
              + "/".join(f"{m:g}" for m in EWA_HALF_LIFE_MULTIPLES)
-             + "), middle τ's half-life in steps and as a share of D (the reference run):"]
-    for setting in spec.resolve_settings():
-        cells = []
-        for b in spec.batch_sizes:
-            beta2, taus = cell_recipe(spec, setting, b)
-            mid = sorted(taus)[len(taus) // 2]
-            steps = half_life_steps(mid)
-            share = steps * b * spec.context_tokens / setting.tokens
-            cells.append(f"B={b}: β2 {beta2:g}, τ {mid:g} ({steps:.3g} steps, {share:.1%} of D)")
-        lines.append(f"  {setting.setting_id:<24} " + "; ".join(cells))
+             + "; the middle τ's half-life in steps and as a share of D; floors and ceilings hit in brackets:"]
+    if one:
+        lines.extend(f"  {cell(settings[0], b, d_ref, 'D_ref')}" for b in spec.batch_sizes)
+    else:
+        for setting in settings:
+            lines.append(f"  {setting.setting_id:<24} "
+                         + "; ".join(cell(setting, b, setting.tokens, "D") for b in spec.batch_sizes))
     return lines
 
 

@@ -164,11 +164,14 @@ with st.form("launch", border=True):
         cols[0].selectbox("Schedule", SCHEDULES, key=K + "schedule",
                           help="After a linear warm-up fixed in tokens; the paper uses a constant rate.")
         cols[1].selectbox("Recipe rule", RECIPE_RULES, key=K + "recipe",
-                          help="How β2 and the EWA τ follow the run. `scaled`: the paper's β2 and EWA horizons "
-                               "(half-lives) kept as the same share of D at any context length T, batch size B "
-                               "and D, so a short run averages over a short horizon. `paper_table`: the paper's "
-                               "table looked up by batch size in sequences (T = 512, runs of thousands of steps: "
-                               "the paper presets). Three τ are tracked either way; the Preview lists them.")
+                          help="How β2 and the EWA τ are chosen. `fixed` (default): one β2 and τ per batch size "
+                               "for the whole study, the paper's horizons (half-lives) as the same share of the "
+                               "study's reference D = √(D_min·D_max), so the D-exponent does not measure the "
+                               "recipe. `scaled`: the same shares of each setting's own D (the recipe moves with "
+                               "D). Both keep β2's horizon in tokens (a smaller batch gets a larger β2, within "
+                               "[0.95, 0.999]) and τ's half-life at least 4 steps. `paper_table`: the paper's "
+                               "table by batch size in sequences (T = 512, runs of thousands of steps: the paper "
+                               "presets). Three τ are tracked; the Preview lists them and the bounds hit.")
         cols[2].number_input("Warm-up fraction", key=K + "warmup_fraction", min_value=0.0, max_value=0.99, step=0.05,
                              help="Warm-up length as a fraction of D (the paper: 0.25).")
         cols[3].text_input("β2", key=K + "beta2", help="Empty = from the recipe rule; a number here is used for "
@@ -226,12 +229,14 @@ def _recipe_preview(spec) -> None:
     if long:
         st.warning(f"The middle EWA τ's half-life is over {spec_form.LONG_HORIZON_SHARE:.0%} of D in "
                    f"{', '.join(long)}: the average then reaches back to the first steps and measures something "
-                   "else. The `scaled` recipe rule keeps the paper's horizons (1.5%–19% of D).",
+                   "else. The `fixed` and `scaled` recipe rules keep the paper's horizons (1.5%–19% of D).",
                    icon=":material/warning:")
     with st.expander(f"Recipe `{spec.recipe}`: β2 and EWA τ per setting and batch size"):
         st.caption("The EWA τ tracked by every trial of a cell (the target crossing uses the best of them) and "
                    "the middle one's half-life, in optimizer steps and as a share of D. At the paper's scale "
-                   "its half-life is 1.5% (B = 64) to 19% (B = 16384) of D.")
+                   "its half-life is 1.5% (B = 64) to 19% (B = 16384) of D. \"bounds hit\" names the rule's "
+                   "floors and ceilings that set a value (β2 within [0.95, 0.999], its horizon in tokens at "
+                   "least that of 0.95 at 8·B_ref; τ's half-life at least 4 steps).")
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
             "β2": st.column_config.NumberColumn(format="%.6g"),
             "EWA τ (middle)": st.column_config.NumberColumn(format="%.6g"),

@@ -69,9 +69,12 @@ def register(subparsers) -> None:
                    help="warm-up length in tokens (default: 25%% of --max-tokens)")
     p.add_argument("--schedule", choices=("constant", "cosine", "wsd"), default="constant",
                    help="learning rate after warm-up (default: constant, the paper's)")
-    p.add_argument("--beta2", type=float, default=None, help="AdamW β2 (default: the paper's table for B)")
+    p.add_argument("--beta2", type=float, default=None,
+                   help="AdamW β2 (default: the `fixed` recipe with this run as its own reference, "
+                        "B_ref = B and D = the budget; cbscore.recipe.trial_recipe)")
     p.add_argument("--ewa-tau", type=float, nargs="+", default=None, metavar="TAU",
-                   help="EWA decay rate(s) tracked at once (default: the paper's τ for B)")
+                   help="EWA decay rate(s) tracked at once (default: the same recipe's three τ, "
+                        "half-lives ×½, ×1, ×2 of a share of the run, at least 4 steps)")
     p.add_argument("--eval-windows", type=int, default=128, metavar="K",
                    help="held-out windows per evaluation (default: 128)")
     p.add_argument("--data-source", default="builtin",
@@ -200,4 +203,25 @@ def summary(config, result) -> str:
                  f"eval {result.eval_seconds:.1f} s")
     lines.append(f"model        {config.model}: N = {result.n_params:,}, {result.flops_per_token:.4g} FLOPs/token, "
                  f"β2 {result.beta2:g}, peak memory {result.peak_memory_bytes / 2**20:,.0f} MiB")
+    if config.beta2 is None or config.ewa_taus is None:
+        lines.append(recipe_line(config))
     return "\n".join(lines)
+
+
+def recipe_line(config) -> str:
+    """Where the β2 and τ that the command line left out came from, and the bounds they hit."""
+    from cbscore.recipe import half_life_steps
+
+    recipe = config.default_recipe()
+    parts, names = [], []
+    if config.beta2 is None:
+        parts.append(f"β2 {recipe.beta2:g}")
+        names.append("β2")
+    if config.ewa_taus is None:
+        steps = "/".join(f"{half_life_steps(t):.3g}" for t in recipe.ewa_taus)
+        parts.append(f"τ {', '.join(f'{t:g}' for t in recipe.ewa_taus)} (half-lives {steps} steps)")
+        names.append("τ")
+    bounds = [b for b in recipe.bounds if b.split()[0] in names]
+    return (f"recipe       `fixed`, this run its own reference (B_ref = {config.batch_size}, "
+            f"D = {config.total_steps * config.batch_tokens:,} tokens): {', '.join(parts)}"
+            + (f"; {', '.join(bounds)}" if bounds else ""))

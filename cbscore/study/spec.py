@@ -163,11 +163,16 @@ class StudySpec:
     """Learning-rate schedule after warm-up: ``constant`` (paper), ``cosine`` or ``wsd``."""
     beta1: float = 0.95
     """AdamW β1 (paper: 0.95)."""
-    recipe: str = "scaled"
-    """How β2 and the EWA τ follow the run (``cbscore.recipe.study_recipe``): ``scaled`` keeps the
-    paper's horizons as the same share of D at any T, B and D (half-lives in tokens); ``paper_table``
-    looks the paper's table up by batch size in sequences (the paper presets: T = 512, runs of
-    thousands of steps). Either way three τ are tracked (half-lives ×½, ×1, ×2)."""
+    recipe: str = "fixed"
+    """How β2 and the EWA τ are chosen (``cbscore.recipe.study_recipe``). ``fixed`` (the default of
+    every kind): one β2 and one set of τ per batch size for the whole study, the paper's horizons
+    (half-lives in tokens) as the same share of the study's reference D, √(D_min·D_max) of its
+    settings, so the D- and N-exponents do not measure the recipe (the paper kept one table; with
+    one D, as in ``fixed_d``, it equals ``scaled``). ``scaled``: the same shares of each setting's
+    own D (the recipe then moves with D). ``paper_table``: the paper's table by batch size in
+    sequences (the paper presets: T = 512, runs of thousands of steps). ``fixed`` and ``scaled``
+    keep β2's horizon in tokens below 8·B_ref (a smaller batch gets a larger β2) within [0.95,
+    0.999], and τ's half-life at least 4 steps. Three τ are tracked (half-lives ×½, ×1, ×2)."""
     beta2: float | None = None
     """AdamW β2 for every cell; ``None`` = from ``recipe``."""
     ewa_taus: tuple[float, ...] | None = None

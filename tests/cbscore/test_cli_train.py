@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from cbscore.cli import main
-from cbscore.cli.train import MODELS_JSON_KEYS, TRAIN_JSON_KEYS, token_count
+from cbscore.cli import build_parser, main
+from cbscore.cli.train import MODELS_JSON_KEYS, TRAIN_JSON_KEYS, build_config, token_count
 
 
 def _cbs(*args: str) -> subprocess.CompletedProcess:
@@ -88,3 +88,30 @@ def test_cbs_train_measures_the_noise_scale_on_request(builtin_store):
     bad = _cbs("train", "--model", "tiny-0.1M", "--batch-size", "8", "--lr", "1e-2", "--max-tokens", "16k",
                "--gns-micro-batch-size", "3")
     assert bad.returncode == 2 and "gns_micro_batch_size: must divide batch_size=8, but got 3." in bad.stderr
+
+
+def test_cbs_train_alone_takes_the_fixed_recipe_with_the_run_as_its_own_reference():
+    # 97 steps of 8 × 32 tokens: the middle τ keeps 5.913% of the run (5.74 steps), not the paper
+    # table's τ = 0.9995 (1,386 steps); β2 = 0.95^(1/8) at B_ref = B (cbscore.recipe.trial_recipe).
+    args = build_parser().parse_args(["train", "--model", "tiny-0.1M", "--batch-size", "8", "--context", "32",
+                                      "--lr", "2e-2", "--max-tokens", str(97 * 256)])
+    config = build_config(args)
+    assert config.total_steps == 97
+    assert config.resolved_ewa_taus() == (0.785304, 0.886174, 0.941368)
+    assert config.resolved_beta2() == 0.993609
+    given = build_config(build_parser().parse_args(
+        ["train", "--model", "tiny-0.1M", "--batch-size", "8", "--lr", "2e-2", "--max-tokens", "1M",
+         "--beta2", "0.99", "--ewa-tau", "0.9"]))
+    assert given.resolved_beta2() == 0.99 and given.resolved_ewa_taus() == (0.9,)
+
+
+def test_cbs_train_summary_names_the_recipe_and_its_bounds(builtin_store):
+    proc = _cbs(
+        "train", "--model", "tiny-0.1M", "--batch-size", "8", "--context", "32", "--lr", "2e-2",
+        "--max-tokens", str(97 * 256), "--eval-windows", "8", "--device", "cpu", "--threads", "1", "--no-progress",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "(EWA τ 0.785304, 0.886174, 0.941368)" in proc.stdout
+    assert ("recipe       `fixed`, this run its own reference (B_ref = 8, D = 24,832 tokens): β2 0.993609, "
+            "τ 0.785304, 0.886174, 0.941368 (half-lives 2.87/5.74/11.5 steps); β2 horizon floor (0.95 at 8·B_ref)"
+            in proc.stdout)

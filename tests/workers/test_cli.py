@@ -35,9 +35,13 @@ def test_dry_run_prints_cells_trials_and_compute_and_enqueues_nothing(worker_env
     flops = tokens * (6 * (98_304 + 64 * 320) + 12 * 2 * 64 * 16)  # 6(N + dV) + 12·L·d·T, V = 320 (PaLM appendix B)
     assert f"{flops:.3g} FLOPs" in out
     assert "first wave: 1 reference trials" in out
-    # The averaging horizon of every cell, as a share of D (scaled recipe, issue 10): at B_ref = 8
-    # (column 256: half-life 5.91% of D) it is 0.0591 × 15,000 / 128 = 6.93 steps.
-    assert "recipe 'scaled'" in out and "B=8: β2 0.95, τ 0.904815 (6.93 steps, 5.9% of D)" in out
+    # One recipe per batch size (the `fixed` rule, issue 19), with the bounds it hit: at B_ref = 8
+    # (column 256: τ half-life 5.91% of D) 0.0591 × 15,000 / 128 = 6.93 steps and β2 = 0.95^(1/8)
+    # from the horizon floor; at B = 32 (column 1024: 3.5 steps) τ takes the 4-step floor.
+    assert "recipe 'fixed': one β2 and τ per batch size for the whole study, at the reference D_ref = 15K" in out
+    assert "  B=8: β2 0.993609, τ 0.904815 (6.93 steps, 5.9% of D_ref) [β2 horizon floor (0.95 at 8·B_ref)]" in out
+    assert ("  B=32: β2 0.974679, τ 0.840896 (4 steps, 13.7% of D_ref) [β2 horizon floor (0.95 at 8·B_ref), "
+            "τ floor 4 steps]") in out
     assert queue_depth("cpu") == 0 and api.list_studies() == []
     # Three workers share it: a third of the time.
     assert cbs_main(["study", "launch", str(path), "--dry-run", "--tokens-per-s", "1000", "--workers", "3"]) == 0

@@ -115,3 +115,23 @@ def test_a_name_with_a_trailing_newline_is_refused():
     with pytest.raises(ConfigError, match="^name: "):
         StudySpec(name="demo\n", kind="custom", settings=[{"model": "tiny-0.1M", "tokens": 1000}],
                   batch_sizes=(8,), b_ref=8)
+
+
+@pytest.mark.parametrize("kind, extra", [
+    ("custom", {}), ("fixed_n", {"models": ["tiny-0.1M"], "tokens": [50_000, 400_000]}),
+    ("fixed_d", {"models": ["tiny-0.1M", "tiny-0.3M"], "tokens": [50_000]}),
+    ("chinchilla", {"models": ["tiny-0.1M", "tiny-0.3M"]}),
+])
+def test_recipe_defaults_to_fixed_for_every_kind(kind, extra):
+    # one recipe per batch size for the whole study (cbscore.recipe): with one D (fixed_d) it is
+    # the same as `scaled`; elsewhere it keeps the recipe out of the exponents
+    changes = {"kind": kind, "settings": [], **extra} if extra else {}
+    assert small_spec(**changes).recipe == "fixed"
+
+
+def test_recipe_rules_are_checked_naming_the_field_and_keep_through_yaml():
+    with pytest.raises(ConfigError, match=r"^recipe: must be one of fixed, scaled, paper_table, but got 'linear'"):
+        small_spec(recipe="linear")
+    for rule in ("fixed", "scaled", "paper_table"):
+        spec = small_spec(recipe=rule)
+        assert StudySpec.from_yaml(spec.to_yaml()).recipe == rule
