@@ -295,3 +295,38 @@ def default_b_ref(sizes: Sequence[int], preferred: int | None = None) -> int:
         if candidate in sizes:
             return int(candidate)
     return int(sizes[len(sizes) // 2]) if sizes else 256
+
+
+def beyond_intervals(x: float | None, ci_x, y: float | None, ci_y) -> bool:
+    """Whether ``x`` and ``y`` disagree beyond their intervals: either lies outside the other's.
+
+    Not "the intervals do not overlap": the two estimates on one page share most of their data
+    (the same points with one left out, or the same points read two ways), so their difference is
+    far more certain than two independent intervals suggest. With neither interval, never."""
+    if x is None or y is None or not (math.isfinite(x) and math.isfinite(y)):
+        return False
+    outside = lambda v, ci: ci is not None and not (ci[0] <= v <= ci[1])  # noqa: E731
+    return outside(x, ci_y) or outside(y, ci_x)
+
+
+def setting_flags(table) -> list[tuple[str, str]]:
+    """``(setting, sentence)`` for what the Curves page must point out (issue 19): a fitted ``B*``
+    that moves beyond its interval when the reference point is left out (the target and
+    ``S(B_ref)`` come from the reference cell), a fitted ``B*`` and an empirical one that differ by
+    more than their intervals, and cells whose best learning rate sits at an edge of the grid."""
+    flags = []
+    for s in table.settings:
+        if beyond_intervals(s.cbs, s.cbs_ci, getattr(s, "cbs_without_ref", None),
+                            getattr(s, "cbs_without_ref_ci", None)):
+            flags.append((s.setting, f"B* is {s.cbs:.3g} {_interval(s.cbs_ci)} with the reference point and "
+                                     f"{s.cbs_without_ref:.3g} {_interval(s.cbs_without_ref_ci)} without it: the "
+                                     "reference cell decides this B*"))
+        if beyond_intervals(s.cbs, s.cbs_ci, s.cbs_empirical, getattr(s, "cbs_empirical_ci", None)):
+            flags.append((s.setting, f"fitted B* {s.cbs:.3g} {_interval(s.cbs_ci)} and empirical B* "
+                                     f"{s.cbs_empirical:.3g} {_interval(getattr(s, 'cbs_empirical_ci', None))} "
+                                     "differ by more than their intervals: S(B) may not follow a + b/B here"))
+        edges = [p.batch_size for p in s.points if getattr(p, "lr_at_edge", False)]
+        if edges:
+            flags.append((s.setting, "best learning rate at an edge of the grid at B = "
+                                     f"{', '.join(str(b) for b in edges)}: the optimum may lie beyond it"))
+    return flags

@@ -22,5 +22,7 @@ with failures.shown_as_message("the Curves page"):
     for setting in fit_view.b_ref_dominated_settings(panels.analyze(rows, b_ref, overhead)):
         st.caption(f"**{setting}**: {fit_view.B_REF_DOMINATED_CAPTION} "
                    f"(B* is within 10% of (1 + r)·B_ref = {(1 + overhead) * b_ref:,.0f}).")
+    for setting, sentence in fit_view.setting_flags(panels.analyze(rows, b_ref, overhead)):
+        st.warning(f"**{setting}**: {sentence}.")
     panels.render_curves(rows, name, b_ref, overhead)
     gns_panels.render_forecast_overlay(name, panels.analyze(rows, b_ref, overhead))
