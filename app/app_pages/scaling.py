@@ -11,8 +11,9 @@ st.caption(
     "Each setting's fitted critical batch size **B\\*** placed at its model size N and data size D. Power laws "
     "are fitted on log axes only across settings that define them: B* = c·N^α across settings that share D, "
     "B* = c·D^β across settings that share N, B* = c·N^α across settings with D ∝ N (the paper's Chinchilla, "
-    "\"N and D together\"), and B* = c·N^α·D^β where N and D vary independently. 95% intervals: a pairs "
-    "bootstrap over settings, each drawing from its own bootstrap of B* (3 or more settings per law). The paper "
+    "\"N and D together\"), and B* = c·N^α·D^β where N and D vary independently. 95% intervals: a random-effects "
+    "meta-regression, each setting weighted by its own bootstrap of B*, plus the settings' scatter beyond it "
+    "(3 or more settings per law). The paper "
     "finds B* grows with D and barely with N at fixed D: Chinchilla B* = 93.20·N^0.47, fixed D "
     "B* = 621.3·N^0.087 (N in millions; Zhang et al. 2025, §4)."
 )

@@ -25,8 +25,8 @@ Target
     rates per seed from a fit across rates, the mean over seeds); ``target_draws`` redraws it for
     the bootstrap.
 Across settings
-    ``fit_power_law(x, B*, variable="n"|"d")`` → ``PowerLawFit`` (interval: a pairs bootstrap over
-    settings with each setting's own draws); ``fit_joint_power_law(N, D, B*)`` →
+    ``fit_power_law(x, B*, variable="n"|"d")`` → ``PowerLawFit`` (interval: a random-effects
+    meta-regression weighted by each setting's own draws); ``fit_joint_power_law(N, D, B*)`` →
     ``JointPowerLawFit``; ``fit_scaling_laws`` → ``ScalingLaws``: laws in ``N`` per shared ``D``,
     in ``D`` per shared ``N``, in ``N`` per shared tokens-per-parameter ratio (``D ∝ N``, the
     paper's Chinchilla), and the joint law where ``N`` and ``D`` vary independently — never one

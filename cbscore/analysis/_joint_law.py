@@ -11,13 +11,13 @@ import numpy as np
 from cbscore.analysis._forecast import Forecast
 from cbscore.analysis._interval import LEVEL, percentile_interval
 from cbscore.analysis._models import joint_power_law
-from cbscore.analysis._power_law import PAPER_UNITS, check_positive, ci_from_draws, pairs_draws
+from cbscore.analysis._power_law import PAPER_UNITS, SharedDraws, check_positive, ci_from_draws, law_draws
 from cbscore.errors import FitError
 
 #: Fewest settings for three parameters with at least one residual degree of freedom.
 MIN_SETTINGS = 4
-#: Fewest settings behind an interval: a pairs bootstrap of 4 settings identifies three
-#: parameters in too few draws (a third of them are degenerate) to mean anything.
+#: Fewest settings behind an interval: two residual degrees of freedom for the scatter beyond the
+#: draws (with one, as from 4 settings, its estimate is too rough to carry three parameters).
 MIN_SETTINGS_CI = 5
 #: |corr(log N, log D)| above this leaves alpha and beta unidentifiable (Chinchilla: D ≈ 20·N).
 MAX_CORRELATION = 0.999
@@ -34,8 +34,10 @@ class JointPowerLawFit:
     """``B* = coef·N^exponent_n·D^exponent_d``, by least squares on log axes.
 
     Fitted only where ``N`` and ``D`` vary independently across settings (DESIGN.md §1). Intervals
-    are a pairs bootstrap over settings with each setting's own draws of ``B*``, as in
-    :class:`PowerLawFit` (:func:`pairs_draws`).
+    and draws come from the random-effects meta-regression of :class:`PowerLawFit`
+    (:func:`law_draws`), the Student-t scale set by the fewer degrees of freedom of the two
+    exponents; with draws, the point fit is that weighted fit. Both exponents come from the same
+    draws, so their difference (the verdict of :func:`compare_with_paper`) is read off them.
     """
 
     coef: float
@@ -119,8 +121,11 @@ def fit_joint_power_law(
     n_draws: int = 1000,
     seed: object = 0,
     level: float = LEVEL,
+    shared: SharedDraws | None = None,
 ) -> JointPowerLawFit:
     """Fit ``log B* = log c + alpha·log N + beta·log D`` across settings.
+
+    ``shared``: the random numbers of the draws, one row per setting (see :func:`fit_power_law`).
 
     Raises:
         FitError: fewer than :data:`MIN_SETTINGS` settings, ``N`` or ``D`` that does not vary,
@@ -152,9 +157,7 @@ def fit_joint_power_law(
     design = np.stack([np.ones_like(log_n), log_n - centre[0], log_d - centre[1]], axis=1)  # (P, 3)
     log_y = np.log(y_arr)
     coeffs, *_ = np.linalg.lstsq(design, log_y, rcond=None)  # (3,)
-    resid = log_y - design @ coeffs
     ss_tot = float(np.sum((log_y - log_y.mean()) ** 2))
-    r2 = 1.0 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else math.nan
     cis: list[tuple[float, float] | None] = [None, None, None]
     samples = None
     notes: list[str] = []
@@ -163,10 +166,11 @@ def fit_joint_power_law(
             f"joint law: no interval from {len(y_arr)} settings (an interval needs at least {MIN_SETTINGS_CI})"
         )
     elif cbs_samples is not None:
-        draws = pairs_draws(
-            design, coeffs, cbs_samples, n_draws, np.random.default_rng(seed), MAX_CORRELATION
-        )
-        draw_coeffs = np.array(draws.coeffs)  # (R, 3): log c at the centre, alpha, beta
+        if shared is None:
+            shared = SharedDraws.draw(len(y_arr), n_draws, np.random.default_rng(seed))
+        draws = law_draws(design, log_y, cbs_samples, shared, dof_columns=(1, 2))
+        coeffs = draws.coeffs  # the random-effects fit
+        draw_coeffs = np.array(draws.samples)  # (R, 3): log c at the centre, alpha, beta
         draw_coeffs[:, 0] -= draw_coeffs[:, 1:] @ centre
         samples = _frozen(draw_coeffs)
         for i in range(3):
@@ -174,6 +178,8 @@ def fit_joint_power_law(
             cis[i], note = ci_from_draws(column, level, "joint law", draws.unbounded_share)
             if note and not notes:
                 notes.append(note)
+    resid = log_y - design @ coeffs
+    r2 = 1.0 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else math.nan
     coeffs = np.array([coeffs[0] - coeffs[1:] @ centre, coeffs[1], coeffs[2]])
     return JointPowerLawFit(
         coef=float(math.exp(coeffs[0])),

@@ -8,7 +8,11 @@ fixed ``D`` (``B* ∝ N^0.087``); along the Chinchilla line ``D ∝ N`` it grows
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cbscore.analysis._interval import LEVEL, percentile_interval
 
 #: The paper's exponent of ``D`` at fixed ``N`` (Zhang et al. 2025, §4).
 PAPER_EXPONENT_D = 0.47
@@ -31,6 +35,8 @@ class ExponentEstimate:
     """Its 95% interval; ``None`` where the data cannot support one."""
     source: str
     """The law it comes from, in words (e.g. ``"law in D at fixed N = 1.51e+08, 3 settings"``)."""
+    samples: np.ndarray | None = field(default=None, compare=False, repr=False)
+    """(R,) the law's draws of this exponent (paired across laws, see :func:`scales_with_d_not_n`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,68 +76,81 @@ def _fmt(ci: tuple[float, float]) -> str:
 
 
 def scales_with_d_not_n(
-    d_ci: tuple[float, float] | None, n_ci: tuple[float, float] | None
+    d_samples: np.ndarray | None, n_samples: np.ndarray | None, level: float = LEVEL
 ) -> tuple[str, str]:
-    """The rule: does a study support "B* scales with D, not with N"?
+    """The rule: does a study support "B* scales with D, not with N"? Read off joint draws.
 
-    Supported when the interval of the ``D``-exponent at fixed ``N`` excludes 0 (lies above it)
-    and the interval of the ``N``-exponent at fixed ``D`` lies below the ``D``-exponent's or
-    contains 0. Not supported when ``B*`` falls with ``D`` or the ``N``-exponent's interval lies
-    wholly above the ``D``-exponent's. Inconclusive otherwise (a missing interval, a
-    ``D``-exponent interval that contains 0, or an ``N``-exponent interval above 0 that overlaps
-    the ``D``-exponent's).
+    ``d_samples`` and ``n_samples`` are draws of the ``D``-exponent at fixed ``N`` (``beta_D``) and
+    of the ``N``-exponent at fixed ``D`` (``alpha_N``), paired: draw ``r`` of each comes from the
+    same bootstrap draw (the joint law's draws are paired by construction; laws over different
+    settings share their random numbers, :func:`fit_scaling_laws`). With ``tail = (1 - level)/2``:
+
+    - supported when the lower ``tail`` quantile of ``beta_D`` is above 0 *and* that of
+      ``beta_D - alpha_N`` is above 0 (B* grows with ``D``, and faster than with ``N``);
+    - not supported when the upper ``tail`` quantile of ``beta_D`` is below 0 or that of
+      ``beta_D - alpha_N`` is below 0;
+    - inconclusive otherwise, or without draws.
+
+    An ``N``-exponent interval that merely includes 0 is no evidence that ``B*`` does not grow
+    with ``N`` (DESIGN.md §1): a wide one, as from few settings, includes 0 and ``beta_D`` alike.
 
     Returns:
-        ``(verdict, reason)``: the verdict and one clause saying which condition held or failed.
+        ``(verdict, reason)``: the verdict and one clause with the quantiles it rests on.
     """
-    d_ci, n_ci = _usable(d_ci), _usable(n_ci)
-    if d_ci is None:
+    if d_samples is None:
         return INCONCLUSIVE, (
-            "there is no interval for the D-exponent at fixed N (it needs a law in D over 3 or more "
+            "there is no interval for the D-exponent at fixed N, so no draws (it needs a law in D over 3 or more "
             "settings that share N, or a joint law over 5 or more)"
         )
-    if n_ci is None:
+    if n_samples is None:
         return INCONCLUSIVE, (
-            "there is no interval for the N-exponent at fixed D (it needs a law in N over 3 or more "
+            "there is no interval for the N-exponent at fixed D, so no draws (it needs a law in N over 3 or more "
             "settings that share D, or a joint law over 5 or more)"
         )
-    (d_lo, d_hi), (n_lo, n_hi) = d_ci, n_ci
-    if d_hi < 0:
-        return NOT_SUPPORTED, f"B* falls with D at fixed N (D-exponent interval {_fmt(d_ci)} lies below 0)"
-    if d_lo <= 0:
-        return INCONCLUSIVE, f"the D-exponent's interval {_fmt(d_ci)} includes 0"
-    if n_lo <= 0 <= n_hi:
-        return SUPPORTED, (
-            f"the D-exponent's interval {_fmt(d_ci)} excludes 0 and the N-exponent's {_fmt(n_ci)} "
-            "includes 0"
+    d, n = np.asarray(d_samples, dtype=float), np.asarray(n_samples, dtype=float)
+    if d.shape != n.shape or d.ndim != 1:
+        return INCONCLUSIVE, (
+            f"the draws of the two exponents do not pair up ({d.size} and {n.size} draws)"
         )
-    if n_hi < d_lo:
-        return SUPPORTED, (
-            f"the D-exponent's interval {_fmt(d_ci)} excludes 0 and the N-exponent's {_fmt(n_ci)} "
-            "lies below it"
-        )
-    if n_lo > d_hi:
+    both = np.isfinite(d) & np.isfinite(n)
+    if both.sum() < 2:
+        return INCONCLUSIVE, "no draw gives both exponents"
+    d_ci = percentile_interval(d[both], level)
+    diff_ci = percentile_interval(d[both] - n[both], level)
+    pct = f"{level:.0%}"
+    if d_ci[1] < 0:
+        return NOT_SUPPORTED, f"B* falls with D at fixed N (D-exponent {pct} interval {_fmt(d_ci)} lies below 0)"
+    if diff_ci[1] < 0:
         return NOT_SUPPORTED, (
-            f"B* grows faster with N than with D: the N-exponent's interval {_fmt(n_ci)} lies above "
-            f"the D-exponent's {_fmt(d_ci)}"
+            f"B* grows faster with N than with D: D-exponent minus N-exponent over the same draws "
+            f"{_fmt(diff_ci)} lies below 0"
         )
+    if d_ci[0] > 0 and diff_ci[0] > 0:
+        return SUPPORTED, (
+            f"the D-exponent's {pct} interval {_fmt(d_ci)} lies above 0 and so does D-exponent minus "
+            f"N-exponent over the same draws, {_fmt(diff_ci)}"
+        )
+    if d_ci[0] <= 0:
+        return INCONCLUSIVE, f"the D-exponent's {pct} interval {_fmt(d_ci)} includes 0"
     return INCONCLUSIVE, (
-        f"the N-exponent's interval {_fmt(n_ci)} excludes 0 and overlaps the D-exponent's {_fmt(d_ci)}"
+        f"the D-exponent's {pct} interval {_fmt(d_ci)} lies above 0, but D-exponent minus N-exponent "
+        f"over the same draws, {_fmt(diff_ci)}, includes 0"
     )
 
 
-def _pick(laws, joint_value, joint_ci, joint_source) -> ExponentEstimate | None:
+def _pick(laws, joint_value, joint_ci, joint_source, joint_samples=None) -> ExponentEstimate | None:
     """The law over the most settings that has an interval, else the joint law's exponent if it
     has one, else whichever estimate exists (shown, without an interval)."""
     candidates = [
         ExponentEstimate(
-            value=law.exponent, ci=law.exponent_ci,
+            value=law.exponent, ci=law.exponent_ci, samples=law.exponent_samples,
             source=f"law in {law.variable.upper()} {_fixed_words(law)}, {len(law.x)} settings",
         )
         for law in sorted(laws, key=lambda law: -len(law.x))
     ]
     if joint_value is not None:
-        candidates.append(ExponentEstimate(value=joint_value, ci=joint_ci, source=joint_source))
+        candidates.append(ExponentEstimate(value=joint_value, ci=joint_ci, source=joint_source,
+                                           samples=joint_samples))
     with_ci = [c for c in candidates if _usable(c.ci) is not None]
     return (with_ci or candidates or [None])[0]
 
@@ -148,15 +167,19 @@ def _fixed_words(law) -> str:
 
 def compare_with_paper(laws) -> PaperComparison:
     """This study's exponents (from a :class:`ScalingLaws`) beside the paper's, with the verdict
-    of :func:`scales_with_d_not_n`."""
+    of :func:`scales_with_d_not_n` read off the two exponents' paired draws."""
     joint = laws.joint
     joint_source = f"joint law B* = c·N^α·D^β, {len(joint.cbs)} settings" if joint is not None else ""
-    exponent_d = _pick(laws.d_laws, joint and joint.exponent_d, joint and joint.exponent_d_ci, joint_source)
-    exponent_n = _pick(laws.n_laws, joint and joint.exponent_n, joint and joint.exponent_n_ci, joint_source)
+    joint_d = joint_n = None
+    if joint is not None and joint.samples is not None:
+        joint_n, joint_d = joint.samples[:, 1], joint.samples[:, 2]
+    exponent_d = _pick(laws.d_laws, joint and joint.exponent_d, joint and joint.exponent_d_ci, joint_source,
+                       joint_d)
+    exponent_n = _pick(laws.n_laws, joint and joint.exponent_n, joint and joint.exponent_n_ci, joint_source,
+                       joint_n)
     chinchilla = _pick(laws.chinchilla, None, None, "")
-    verdict, reason = scales_with_d_not_n(
-        exponent_d.ci if exponent_d else None, exponent_n.ci if exponent_n else None
-    )
+    usable = [e.samples if e is not None and _usable(e.ci) is not None else None for e in (exponent_d, exponent_n)]
+    verdict, reason = scales_with_d_not_n(*usable)
     return PaperComparison(
         exponent_d=exponent_d,
         exponent_n=exponent_n,

@@ -1,8 +1,9 @@
 """One-variable scaling law ``B* = c·x^alpha`` fitted on log axes (DESIGN.md §1, "Scaling laws").
 
-Its interval is a pairs bootstrap over settings combined with each setting's own bootstrap
-draws of ``B*`` (:func:`pairs_draws`), so it carries both the settings' scatter around the law
-and each setting's uncertainty.
+Its interval comes from a random-effects meta-regression (:func:`law_draws`): each setting
+weighted by the variance of its own bootstrap draws of ``B*`` plus a between-setting variance
+estimated from the scatter around the law, so it carries both each setting's uncertainty and the
+settings' scatter beyond it, at about the ideal width when there is no such scatter.
 """
 
 from __future__ import annotations
@@ -48,80 +49,183 @@ def check_positive(name: str, values: np.ndarray) -> None:
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
-class PairsDraws:
-    """Coefficients of a log-linear law refitted to resampled settings (:func:`pairs_draws`)."""
+class SharedDraws:
+    """Random numbers that every law of one study draws from, so that the draws of two laws pair
+    up (draw ``r`` of every law uses row ``r`` of these and draw ``r`` of each setting's ``B*``)."""
+
+    scatter: np.ndarray
+    """(P, R) standard normals, one row per setting of the law: that setting's share of the
+    scatter beyond its draws in each draw."""
+    uniform: np.ndarray
+    """(R,) uniforms on (0, 1): the Student-t scale of each draw."""
+
+    @classmethod
+    def draw(cls, n_settings: int, n_draws: int, rng: np.random.Generator) -> SharedDraws:
+        """Fresh shared draws for ``n_settings`` settings."""
+        return cls(scatter=rng.standard_normal((n_settings, n_draws)), uniform=rng.random(n_draws))
+
+    def rows(self, index: Sequence[int]) -> SharedDraws:
+        """The shared draws of a subset of the settings (a law's group)."""
+        return SharedDraws(scatter=self.scatter[list(index)], uniform=self.uniform)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class LawDraws:
+    """A random-effects fit of ``log B* = design @ coeffs`` and its draws (:func:`law_draws`)."""
 
     coeffs: np.ndarray
-    """(R, k) coefficients of every draw, inflated about the point fit; ``nan`` rows where the
-    draw was degenerate or drew an unbounded ``B*``."""
-    n_degenerate: int
-    """Draws whose resampled settings could not identify the law (one ``x``; collinear ``N, D``)."""
+    """(k,) the point fit: weighted least squares with weights ``1/(v_i + tau2)``."""
+    samples: np.ndarray
+    """(R, k) draws of the coefficients; ``nan`` rows where a setting drew an unbounded ``B*``."""
+    tau2: float
+    """Between-setting variance of ``log B*`` beyond each setting's own draws."""
+    dof: float
+    """Satterthwaite degrees of freedom of the draws' Student-t scale (``inf``: normal)."""
     n_unbounded: int
-    """Non-degenerate draws that drew an infinite ``B*`` (a setting whose ``S_min`` fitted to 0)."""
+    """Draws in which a setting drew an infinite ``B*`` (its ``S_min`` fitted to 0)."""
 
     @property
     def unbounded_share(self) -> float:
-        """Share of the non-degenerate draws that were unbounded."""
-        valid = len(self.coeffs) - self.n_degenerate
-        return self.n_unbounded / valid if valid else 1.0
+        return self.n_unbounded / len(self.samples) if len(self.samples) else 1.0
 
 
-def pairs_draws(
+#: Fewest residual degrees of freedom (settings minus parameters) for the Student-t scale. With
+#: one (3 settings) the Satterthwaite t_1 tails (12.7 for 95%) widen the interval several-fold as
+#: soon as any scatter beyond the draws is seen, without covering more: what such studies miss
+#: are those whose scatter happened to look small (tau2 = 0), which no quantile widens. So with
+#: one the draws are normal; in simulation that covers 90-98% in regime (a) and with extra scatter
+#: of 0.5x the draws (~89% at 0.75x, ~84% at 2x) (tests/cbscore/analysis/test_law_coverage.py).
+MIN_RESIDUAL_DOF = 2
+#: Floor of a setting's variance of log ``B*`` (an exact curve's draws have none): a standard
+#: deviation of 1e-6, far below any measurement, that keeps the weights finite.
+MIN_VARIANCE = 1e-12
+
+
+def _wls(design: np.ndarray, log_y: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted least squares: ``(coeffs, (X'WX)^-1)``."""
+    xw = design * weights[:, None]  # (P, k)
+    cov = np.linalg.inv(design.T @ xw)  # (k, k)
+    return cov @ (xw.T @ log_y), cov
+
+
+def generalized_q(design: np.ndarray, log_y: np.ndarray, variances: np.ndarray, tau2: float) -> float:
+    """``Q(tau2) = sum w_i r_i^2`` with ``w_i = 1/(v_i + tau2)`` and the weighted fit's residuals."""
+    weights = 1.0 / (variances + tau2)
+    coeffs, _ = _wls(design, log_y, weights)
+    resid = log_y - design @ coeffs
+    return float(np.sum(weights * resid**2))
+
+
+def between_setting_variance(design: np.ndarray, log_y: np.ndarray, variances: np.ndarray) -> float:
+    """``tau2`` of the settings' scatter beyond their own draws: the root of
+    ``Q(tau2) = median of chi2_{P-k}``, truncated at 0.
+
+    The generalized ``Q`` of the random-effects meta-regression is ``chi2_{P-k}`` at the true
+    ``tau2`` and falls as ``tau2`` grows; solving ``Q = P - k`` is the Paule & Mandel (1982)
+    estimator, solving it at the median of ``chi2_{P-k}`` is the median-unbiased point of the
+    Q-profile (Viechtbauer 2007, Stat. Med. 26:37). The median is the choice that keeps the
+    interval's width at the ideal in at least half the studies whose scatter is measurement
+    noise only (then ``Q < median`` half the time and ``tau2 = 0``), while a smaller ``tau2``
+    (Paule-Mandel's, above the median for one residual degree of freedom) covers less when the
+    settings do scatter beyond their draws.
+    """
+    from scipy import special  # lazy: scipy's import is slow and most callers never get here
+
+    p, k = design.shape
+    target = 2.0 * float(special.gammaincinv((p - k) / 2.0, 0.5))  # median of chi2_{P-k}
+    if generalized_q(design, log_y, variances, 0.0) <= target:
+        return 0.0
+    ols, *_ = np.linalg.lstsq(design, log_y, rcond=None)
+    hi = float(np.sum((log_y - design @ ols) ** 2)) / target  # Q(hi) <= RSS_OLS/hi = target
+    lo = 0.0
+    for _ in range(100):  # bisection: Q is decreasing in tau2
+        mid = 0.5 * (lo + hi)
+        if generalized_q(design, log_y, variances, mid) > target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return 0.5 * (lo + hi)
+
+
+def law_draws(
     design: np.ndarray,
-    coeffs: np.ndarray,
+    log_y: np.ndarray,
     cbs_samples: Sequence[np.ndarray],
-    n_draws: int,
-    rng: np.random.Generator,
-    max_correlation: float = 1.0,
-) -> PairsDraws:
-    """Pairs bootstrap of ``log B* = design @ coeffs`` over settings, with each setting's draws.
+    shared: SharedDraws,
+    dof_columns: Sequence[int] = (1,),
+) -> LawDraws:
+    """Random-effects meta-regression of ``log B*`` on ``design`` and draws of its coefficients.
 
-    Each draw resamples the ``P`` settings with replacement (the pairs bootstrap, Efron &
-    Tibshirani 1993, §9.5; Davison & Hinkley 1997, §6.2.4), gives every resampled slot one of its
-    setting's bootstrap samples of ``B*`` (DESIGN.md §1: the intervals carry each setting's
-    uncertainty and the settings' scatter around the law) and refits by least squares. Draws are
-    then inflated about the point fit by ``sqrt(P/(P-k))``, the HC1 small-sample factor of the
-    sandwich variance the pairs bootstrap estimates (MacKinnon & White 1985): without it five
-    settings give ~90% coverage of a nominal 95% interval, with it ~94% in simulation.
+    The model (DerSimonian & Laird 1986; for a regression, Raudenbush 2009, "Analyzing effect
+    sizes: random-effects models"): ``log B*_i = x_i·coeffs + u_i + e_i``, ``e_i`` the setting's
+    own measurement error, of variance ``v_i`` read off its bootstrap draws of ``B*`` (the square
+    of half their central 68% range on log axes, robust to a skewed bootstrap), and ``u_i`` the
+    scatter around the law beyond the draws, of variance ``tau2``
+    (:func:`between_setting_variance`). The point fit is weighted least squares with weights
+    ``w_i = 1/(v_i + tau2)`` and covariance ``(X'WX)^-1``.
+
+    Draw ``r`` is ``coeffs + g_r·A·(e_{·r} + sqrt(tau2)·z_{·r})``, with ``A = (X'WX)^-1 X'W``:
+    ``e_{ir}`` is setting ``i``'s own draw ``r`` of ``log B*`` minus the median of its draws
+    (so each setting's uncertainty enters with its own shape), ``z_{ir}`` its shared standard
+    normal (:class:`SharedDraws`), and ``g_r = sqrt(d/chi2_d)`` the Student-t scale for the
+    estimated ``tau2``, with ``d`` the Satterthwaite (1946) degrees of freedom of the variance
+    ``A(V + tau2)A'``: its known part ``A V A'`` has infinitely many, its ``tau2`` part ``P - k``,
+    so ``d = (P - k)·(total/tau2 part)^2``, ``inf`` when ``tau2 = 0``. The percentile interval of
+    the draws is then about ``coeffs ± t_d·se``: in simulation (tests/cbscore/analysis/
+    test_law_coverage.py) it covers 96-98% when the scatter is measurement noise only, at
+    1.1-1.3x the ideal median width, and 91-94% when the settings scatter beyond their draws
+    (5 settings: extra scatter 1-2x the draws; 3 settings: 0.5x, see :data:`MIN_RESIDUAL_DOF`).
 
     Args:
         design: (P, k) design matrix, first column ones, the others centred logs.
-        coeffs: (k,) the point fit.
-        cbs_samples: per setting, its bootstrap samples of ``B*`` (length ``P``).
-        max_correlation: a draw whose non-constant columns correlate more than this (in absolute
-            value) is degenerate (the joint law: ``log N`` and ``log D`` that vary together).
+        log_y: (P,) ``log B*`` of the settings.
+        cbs_samples: per setting, its bootstrap samples of ``B*``; draw ``r`` uses sample
+            ``r mod len``.
+        shared: the random numbers of the draws (their count is the number of draws).
+        dof_columns: the coefficients whose Satterthwaite degrees of freedom set ``d`` (the
+            smallest of them): the exponents.
     """
+    from scipy import special
+
     p, k = design.shape
-    idx = rng.integers(0, p, size=(n_draws, p))  # (R, P) settings of every draw
-    log_y = np.empty((n_draws, p))  # (R, P)
+    n_draws = shared.uniform.shape[0]
+    dev = np.empty((p, n_draws))  # (P, R) each setting's draws of log B* about their median
+    variances = np.empty(p)
     with np.errstate(divide="ignore"):
-        for j, samples in enumerate(cbs_samples):
-            samples = np.asarray(samples, dtype=float)
-            hit = idx == j
-            log_y[hit] = np.log(samples[rng.integers(0, len(samples), size=int(hit.sum()))])
-    x = design[idx]  # (R, P, k)
-    # Degenerate draws: a non-constant column that does not vary, or columns that vary together.
-    centred = x[:, :, 1:] - x[:, :, 1:].mean(axis=1, keepdims=True)  # (R, P, k-1)
-    cov = np.einsum("rpi,rpj->rij", centred, centred)  # (R, k-1, k-1)
-    var = np.diagonal(cov, axis1=1, axis2=2)  # (R, k-1)
-    scale = np.maximum(np.diagonal(design[:, 1:].T @ design[:, 1:]), 1e-300)  # (k-1,)
-    ok = np.all(var > 1e-9 * scale, axis=1)
-    if k > 2:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            corr = cov / np.sqrt(var[:, :, None] * var[:, None, :])
-        off = ~np.eye(k - 1, dtype=bool)
-        ok &= np.all(np.abs(np.where(off, corr, 0.0)) <= max_correlation, axis=(1, 2))
-    bounded = np.all(np.isfinite(log_y), axis=1)
-    use = ok & bounded
-    out = np.full((n_draws, k), np.nan)
-    if use.any():
-        xtx = np.einsum("rpi,rpj->rij", x[use], x[use])  # (R', k, k)
-        xty = np.einsum("rpi,rp->ri", x[use], log_y[use])  # (R', k)
-        solved = np.linalg.solve(xtx, xty[:, :, None])[:, :, 0]
-        out[use] = coeffs + math.sqrt(p / (p - k)) * (solved - coeffs)
-    return PairsDraws(
-        coeffs=_frozen(out), n_degenerate=int(np.sum(~ok)), n_unbounded=int(np.sum(ok & ~bounded))
-    )
+        for i, samples in enumerate(cbs_samples):
+            logs = np.log(np.asarray(samples, dtype=float).ravel())
+            finite = logs[np.isfinite(logs)]
+            if finite.size == 0:
+                lo = mid = hi = 0.0
+            else:
+                lo, mid, hi = np.quantile(finite, [_NORMAL_68[0], 0.5, _NORMAL_68[1]])
+            variances[i] = max(((hi - lo) / 2.0) ** 2, MIN_VARIANCE)
+            dev[i] = logs[np.arange(n_draws) % logs.size] - mid
+    tau2 = between_setting_variance(design, log_y, variances)
+    weights = 1.0 / (variances + tau2)
+    coeffs, cov = _wls(design, log_y, weights)
+    a = cov @ (design * weights[:, None]).T  # (k, P)
+    part_v = (a**2) @ variances  # (k,)
+    part_tau = (a**2).sum(axis=1) * tau2  # (k,)
+    dof = math.inf
+    if tau2 > 0 and p - k >= MIN_RESIDUAL_DOF:
+        dof = min(float((p - k) * ((part_v[j] + part_tau[j]) / part_tau[j]) ** 2) for j in dof_columns)
+    scale = np.ones(n_draws)
+    if math.isfinite(dof):
+        chi2 = 2.0 * special.gammaincinv(dof / 2.0, shared.uniform)  # (R,) chi2_d quantiles
+        scale = np.sqrt(dof / np.maximum(chi2, 1e-300))
+    bounded = np.all(np.isfinite(dev), axis=0)  # (R,)
+    noise = np.where(bounded, dev, 0.0) + math.sqrt(tau2) * shared.scatter  # (P, R)
+    samples = coeffs[None, :] + scale[:, None] * (a @ noise).T  # (R, k)
+    samples[~bounded] = np.nan
+    return LawDraws(coeffs=coeffs, samples=_frozen(samples), tau2=float(tau2), dof=dof,
+                    n_unbounded=int(np.sum(~bounded)))
+
+
+#: The central 68.27% of a normal (±1 standard deviation), as quantiles.
+_NORMAL_68 = (0.15865525393145707, 0.8413447460685429)
 
 
 def ci_from_draws(
@@ -146,8 +250,9 @@ class PowerLawFit:
     """``B* = coef·x^exponent`` across settings, by least squares on log axes.
 
     Zhang et al. 2025 (arXiv 2410.21676, §4) fit such laws to point estimates; the intervals here
-    add a pairs bootstrap over settings, each resampled setting drawing one of its own bootstrap
-    samples of ``B*`` (:func:`pairs_draws`). The law is only fitted across settings that hold the
+    come from a random-effects meta-regression over the settings, weighted by each setting's own
+    bootstrap draws of ``B*`` (:func:`law_draws`); with draws, the point fit is that weighted
+    fit (ordinary least squares without). The law is only fitted across settings that hold the
     other variable fixed (:attr:`fixed_name`), never pooled across it.
     """
 
@@ -245,6 +350,7 @@ def fit_power_law(
     level: float = LEVEL,
     fixed_name: str | None = None,
     fixed_value: float | None = None,
+    shared: SharedDraws | None = None,
 ) -> PowerLawFit:
     """Fit ``log B* = log c + alpha·log x`` across settings.
 
@@ -259,6 +365,9 @@ def fit_power_law(
         cbs_samples: each setting's bootstrap samples of ``B*``; without them no intervals.
         n_draws: draws for the intervals.
         fixed_name, fixed_value: what the settings share (see :class:`PowerLawFit`).
+        shared: the random numbers of the draws, one row per setting (:class:`SharedDraws`;
+            :func:`fit_scaling_laws` passes one study-wide set so that laws' draws pair up);
+            default: drawn from ``seed``, ``n_draws`` of them.
 
     Raises:
         FitError: fewer than 2 distinct values of ``x``, or a non-positive / non-finite value.
@@ -282,9 +391,7 @@ def fit_power_law(
     design = np.stack([np.ones_like(x_arr), log_x - centre], axis=1)  # (P, 2)
     log_y = np.log(y_arr)  # (P,)
     coeffs, *_ = np.linalg.lstsq(design, log_y, rcond=None)  # (2,) intercept at the centre, slope
-    resid = log_y - design @ coeffs
     ss_tot = float(np.sum((log_y - log_y.mean()) ** 2))
-    r2 = 1.0 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else math.nan
     coef_ci = exponent_ci = None
     coef_samples = exponent_samples = None
     notes: list[str] = []
@@ -295,15 +402,22 @@ def fit_power_law(
             f"{MIN_SETTINGS_CI}, so that their scatter around the law can be measured)"
         )
     elif cbs_samples is not None:
-        draws = pairs_draws(design, coeffs, cbs_samples, n_draws, np.random.default_rng(seed))
-        log_c = draws.coeffs[:, 0] - draws.coeffs[:, 1] * centre  # back from the centred intercept
+        if len(cbs_samples) != len(x_arr):
+            raise FitError(f"one list of B* samples per setting, but got {len(cbs_samples)} for {len(x_arr)}")
+        if shared is None:
+            shared = SharedDraws.draw(len(x_arr), n_draws, np.random.default_rng(seed))
+        draws = law_draws(design, log_y, cbs_samples, shared)
+        coeffs = draws.coeffs  # the random-effects fit: weights 1/(v_i + tau2)
+        log_c = draws.samples[:, 0] - draws.samples[:, 1] * centre  # back from the centred intercept
         coef_samples = _frozen(np.exp(log_c))
-        exponent_samples = _frozen(draws.coeffs[:, 1])
+        exponent_samples = _frozen(draws.samples[:, 1])
         coef_ci, note = ci_from_draws(coef_samples, level, what, draws.unbounded_share)
         exponent_ci, _ = ci_from_draws(exponent_samples, level, what, draws.unbounded_share)
         notes += [note] if note else []
         if exponent_ci is not None and len(x_arr) == MIN_SETTINGS_CI:
             notes.append(f"{what}: interval from {len(x_arr)} settings only, read it as rough")
+    resid = log_y - design @ coeffs
+    r2 = 1.0 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else math.nan
     return PowerLawFit(
         variable=variable,
         coef=float(math.exp(coeffs[0] - coeffs[1] * centre)),

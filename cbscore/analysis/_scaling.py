@@ -24,7 +24,7 @@ import numpy as np
 
 from cbscore.analysis._forecast import Forecast
 from cbscore.analysis._joint_law import JointPowerLawFit, fit_joint_power_law
-from cbscore.analysis._power_law import PowerLawFit, fit_power_law
+from cbscore.analysis._power_law import PowerLawFit, SharedDraws, fit_power_law
 from cbscore.errors import FitError
 
 #: Relative tolerance within which two settings share ``N`` or ``D`` (values from tags or CSVs).
@@ -146,11 +146,25 @@ def fit_scaling_laws(
     """Fit every law the settings define (see the module docstring); the rest become sentences.
 
     A group needs two or more settings with distinct values of the law's variable; its interval
-    needs three (see :func:`fit_power_law`). Each group's draws are seeded by ``seed``, the kind of
-    law and the names of its settings, so adding a setting elsewhere never changes them.
+    needs three (see :func:`fit_power_law`).
+
+    Every law draws from one study-wide set of random numbers (:class:`SharedDraws`): draw ``r`` of
+    every law uses draw ``r`` of each of its settings' own ``B*`` samples, that setting's ``r``-th
+    scatter normal and the study's ``r``-th t-scale uniform. So the draws of two laws pair up (the
+    verdict of :func:`compare_with_paper` reads ``beta_D - alpha_N`` draw by draw): a setting that
+    two laws share enters both with the same error in the same draw, as it did in the
+    measurement, and laws over disjoint settings draw from independent inputs, as their errors
+    are. Each setting's row is seeded by ``seed`` and its name, so adding a setting elsewhere
+    never changes it.
     """
     errors: list[str] = []
     names = list(settings)
+    shared = None
+    if cbs_samples is not None:
+        rows = [SharedDraws.draw(1, n_draws, np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))]))
+                for name in names]
+        shared = SharedDraws(scatter=np.concatenate([r.scatter for r in rows]) if rows else np.zeros((0, n_draws)),
+                             uniform=np.random.default_rng([seed, 5]).random(n_draws))
 
     def fit_groups(variable, x_values, key_values, fixed_name, rtol, what):
         laws = []
@@ -171,9 +185,9 @@ def fit_scaling_laws(
                     settings=group_names,
                     cbs_samples=None if cbs_samples is None else [cbs_samples[i] for i in group],
                     n_draws=n_draws,
-                    seed=[seed, zlib.crc32(f"{fixed_name}:{','.join(group_names)}".encode("utf-8"))],
                     fixed_name=fixed_name,
                     fixed_value=fixed,
+                    shared=None if shared is None else shared.rows(group),
                 )
             except FitError as exc:
                 errors.append(f"scaling law {what}: {exc}")
@@ -221,7 +235,7 @@ def fit_scaling_laws(
                 settings=[names[i] for i in index],
                 cbs_samples=None if cbs_samples is None else [cbs_samples[i] for i in index],
                 n_draws=n_draws,
-                seed=[seed, 3],
+                shared=None if shared is None else shared.rows(index),
             )
             errors += [f"joint scaling law: {note}" for note in joint.notes]
         except FitError as exc:

@@ -72,8 +72,8 @@ def test_setting_interval_covers_b_noise_when_every_cell_ran_three_seeds():
 
 def test_law_interval_covers_the_exponent_when_settings_scatter_around_the_law():
     # Five settings whose B* scatter by exp(0.2·z) around B* = 3·N^0.3, each with its own
-    # bootstrap draws (spread 0.05 around its measured B*): the pairs bootstrap over settings
-    # carries the scatter, the draws each setting's uncertainty.
+    # bootstrap draws (spread 0.05 around its measured B*): the between-setting variance of the
+    # random-effects fit carries the scatter (4x the draws), the draws each setting's uncertainty.
     covered = 0
     for case in range(CASES):
         rng = np.random.default_rng(20_000 + case)

@@ -15,20 +15,49 @@ from cbscore.analysis import (
 )
 
 
-@pytest.mark.parametrize("d_ci, n_ci, verdict, clause", [
-    ((0.3, 0.6), (-0.05, 0.2), "supported", "the N-exponent's [-0.050, 0.200] includes 0"),
-    ((0.3, 0.6), (0.05, 0.2), "supported", "lies below it"),
-    ((0.3, 0.6), (-0.4, -0.35), "supported", "lies below it"),
-    ((-0.1, 0.6), (-0.05, 0.2), "inconclusive", "the D-exponent's interval [-0.100, 0.600] includes 0"),
-    ((0.3, 0.6), (0.2, 0.4), "inconclusive", "excludes 0 and overlaps the D-exponent's"),
-    ((0.1, 0.2), (0.3, 0.5), "not supported", "grows faster with N than with D"),
-    ((-0.6, -0.3), (-0.05, 0.2), "not supported", "falls with D"),
-    (None, (-0.05, 0.2), "inconclusive", "no interval for the D-exponent"),
-    ((0.3, 0.6), None, "inconclusive", "no interval for the N-exponent"),
+def _draws(d_ci, n_ci, corr=0.0, n=4000):
+    """Paired normal draws of (beta_D, alpha_N) whose central 95% are ``d_ci`` and ``n_ci``."""
+    z = np.random.default_rng(0).standard_normal((2, n))
+    z[1] = corr * z[0] + np.sqrt(1 - corr**2) * z[1]
+    (d_lo, d_hi), (n_lo, n_hi) = d_ci, n_ci
+    return ((d_lo + d_hi) / 2 + (d_hi - d_lo) / 3.92 * z[0],
+            (n_lo + n_hi) / 2 + (n_hi - n_lo) / 3.92 * z[1])
+
+
+@pytest.mark.parametrize("d_ci, n_ci, corr, verdict, clause", [
+    # Finding 5 of issue 19: the N-exponent's interval includes 0 only because it is wide; the old
+    # rule called this "supported".
+    ((0.05, 0.9), (-0.5, 1.5), 0.0, "inconclusive", "D-exponent minus N-exponent over the same draws"),
+    ((0.3, 0.6), (-0.05, 0.2), 0.0, "supported", "lies above 0 and so does D-exponent minus N-exponent"),
+    ((0.3, 0.6), (-0.4, -0.35), 0.0, "supported", "lies above 0 and so does"),
+    ((-0.1, 0.6), (-0.05, 0.2), 0.0, "inconclusive", "the D-exponent's 95% interval [-0.09"),
+    ((0.3, 0.6), (0.2, 0.4), 0.0, "inconclusive", "includes 0"),
+    # The same margins, drawn together (a shared setting moves both exponents alike): the
+    # difference is tight and above 0, which only paired draws can show.
+    ((0.3, 0.6), (0.2, 0.4), 0.99, "supported", "lies above 0 and so does"),
+    ((0.1, 0.2), (0.3, 0.5), 0.0, "not supported", "grows faster with N than with D"),
+    ((-0.6, -0.3), (-0.05, 0.2), 0.0, "not supported", "falls with D"),
 ])
-def test_verdict_rule(d_ci, n_ci, verdict, clause):
-    got, reason = scales_with_d_not_n(d_ci, n_ci)
-    assert got == verdict and clause in reason
+def test_verdict_rule_reads_the_joint_draws(d_ci, n_ci, corr, verdict, clause):
+    got, reason = scales_with_d_not_n(*_draws(d_ci, n_ci, corr))
+    assert got == verdict and clause in reason, reason
+
+
+def test_verdict_reason_gives_the_quantiles_of_both_conditions():
+    d, n = _draws((0.3, 0.6), (-0.05, 0.2))
+    _, reason = scales_with_d_not_n(d, n)
+    d_lo, d_hi = np.percentile(d, [2.5, 97.5])
+    x_lo, x_hi = np.percentile(d - n, [2.5, 97.5])
+    assert f"[{d_lo:.3f}, {d_hi:.3f}]" in reason and f"[{x_lo:.3f}, {x_hi:.3f}]" in reason
+
+
+def test_verdict_without_paired_draws_is_inconclusive():
+    d, n = _draws((0.3, 0.6), (-0.05, 0.2))
+    assert scales_with_d_not_n(None, n)[0] == "inconclusive"
+    assert "no interval for the D-exponent at fixed N, so no draws" in scales_with_d_not_n(None, n)[1]
+    assert "no interval for the N-exponent at fixed D, so no draws" in scales_with_d_not_n(d, None)[1]
+    got, reason = scales_with_d_not_n(d, n[:-1])
+    assert got == "inconclusive" and "do not pair up" in reason
 
 
 def test_paper_values_are_the_published_exponents():

@@ -24,8 +24,8 @@ def test_power_law_recovers_coefficient_and_exponent_exactly():
 
 
 def test_power_law_interval_carries_per_setting_uncertainty():
-    # Settings exactly on the law: every resample of settings gives the law back, so the
-    # interval's width comes from each setting's own draws alone, and doubles with their spread.
+    # Settings exactly on the law: no scatter beyond the draws (tau2 = 0), so the interval's
+    # width comes from each setting's own draws alone, and doubles with their spread.
     true = power_law(N, 3.0, 0.3)
     widths = []
     for sigma in (0.1, 0.2):
