@@ -49,13 +49,19 @@ class StudyForecast:
 
 
 def best_reference(records: Sequence[TrialRecord], setting_id: str, target: float) -> TrialRecord | None:
-    """The reference trial of ``setting_id`` whose final loss is the target (the lowest one)."""
+    """The reference trial of ``setting_id`` with the lowest final loss, if it reached ``target``.
+
+    The target comes from the whole reference cell (:func:`cbscore.analysis.reference_target`), so
+    the best run crosses it near D, not exactly at its last evaluation; a run that never evaluated
+    at or below it gives no forecast."""
     refs = [r for r in records if r.setting_id == setting_id and r.role == "reference"
             and r.final_eval_loss is not None and math.isfinite(r.final_eval_loss)]
     if not refs:
         return None
     best = min(refs, key=lambda r: r.final_eval_loss)
-    return best if best.final_eval_loss <= target + 1e-12 else None
+    reached = best.final_eval_loss <= target + 1e-12 or any(
+        math.isfinite(v) and v <= target for v in best.eval_losses)
+    return best if reached else None
 
 
 def setting_forecasts(spec: StudySpec, records: Sequence[TrialRecord], history) -> tuple[list[NoiseForecast], list[str]]:
@@ -80,6 +86,8 @@ def setting_forecasts(spec: StudySpec, records: Sequence[TrialRecord], history) 
                           "gns_micro_batch_size, or a micro_batch_size that accumulates at B_ref)")
             continue
         crossing = first_crossing(list(best.eval_steps), list(best.eval_losses), target) if best.eval_steps else None
+        if crossing is None and best.eval_steps and best.final_eval_loss <= target + 1e-12:
+            crossing = float(best.eval_steps[-1])  # at the target to rounding: its last evaluation
         try:
             out.append(forecast_setting(sid, b_simple=values, steps=steps, b_run=best.batch_size,
                                         target_step=crossing, b_ref=spec.b_ref, overhead=spec.overhead,

@@ -18,10 +18,14 @@ def spec(**changes) -> StudySpec:
     return StudySpec.from_dict({**base, **changes})
 
 
+#: D/(B_ref·T) of each setting: a reference run's last evaluation, where the target is read.
+REF_STEPS = {"tiny-0.1M_D50K": 50_000 / 256, "tiny-0.1M_D200K": 200_000 / 256}
+
+
 def reference(setting: str, lr: float, final: float, run_id: str) -> TrialRecord:
     return TrialRecord(trial_id=f"src.{setting}.b2.{lr}", cell_id=f"{setting}.b2", setting_id=setting,
                        role="reference", batch_size=2, lr=lr, status="finished", final_eval_loss=final,
-                       run_id=run_id, eval_steps=(0.0, 100.0, 200.0), eval_losses=(9.0, 6.0, final))
+                       run_id=run_id, eval_steps=(0.0, 100.0, REF_STEPS[setting]), eval_losses=(9.0, 6.0, final))
 
 
 def records():
@@ -43,8 +47,10 @@ def test_forecast_comes_from_the_best_reference_run_of_each_setting():
     assert [f.setting for f in out.forecasts] == ["tiny-0.1M_D50K", "tiny-0.1M_D200K"]
     d50, d200 = out.forecasts
     assert d50.run_id == "a2" and d50.b_hat == pytest.approx(6.0)  # the run that set the target
-    assert d50.target_step == pytest.approx(200.0)  # it reaches its own final loss at its last eval
-    assert d50.s_min == pytest.approx(200.0 / (1 + 6.0 / 2))  # McCandlish eq. 2.11 per step
+    # Two rates only: the target is the better run's loss at D, reached at its last evaluation.
+    ref = REF_STEPS["tiny-0.1M_D50K"]
+    assert d50.target_step == pytest.approx(ref)
+    assert d50.s_min == pytest.approx(ref / (1 + 6.0 / 2))  # McCandlish eq. 2.11 per step
     assert d200.cbs == pytest.approx(1.2 * 2 + 0.2 * 18.0)
     assert out.calibration is None and out.errors == ()
     # before the reference runs of a setting finish, it is named, not guessed
