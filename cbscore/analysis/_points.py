@@ -1,12 +1,41 @@
-"""Steps-to-target per batch size: the minimum over learning rates, per seed (DESIGN.md §1)."""
+"""Steps-to-target per batch size, from every learning rate of a cell (DESIGN.md §1).
+
+The paper takes, per batch size, the minimum over its learning rates. Under noise that is a
+minimum of noisy values, biased low, and by an amount that changes with how many rates are
+competitive at each ``B`` (fewer where the optimum sits at an edge of the grid, typically the
+largest ``B``), which moves ``B_noise`` and ``B*`` (issue 19, finding 2). The default here reads
+``S(B)`` off a fit across the rates instead:
+
+    log S(η) = s_c + k·(ln η − ln η*_c)²   for every cell c = (B, seed) of one setting,
+
+a parabola in ``ln η`` near the optimum (the shape of loss and steps against the log learning
+rate in the tuning sweeps of Wortsman et al. 2023, arXiv 2309.14322, Fig. 1, and of Bjorck et al.
+2024, arXiv 2409.19913). The curvature ``k`` is shared by the cells of a setting, the level
+``s_c`` and optimum ``η*_c`` are per cell, so the model is linear in ``(α_c, β_c, k)`` after
+expanding the square and one least-squares solve fits it. ``S_c = exp(s_c)`` averages the noise of
+several rates instead of selecting its luckiest draw. The raw minimum is kept beside it
+(:attr:`MeasuredPoint.steps_min`); ``cbs study simulate`` compares the two against a known truth.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from cbscore.analysis._trial import CENSORED, DIVERGED, REACHED, TrialSteps
+from cbscore.errors import ConfigError
+
+#: Per-cell estimators of ``S``: ``fit`` (a parabola in ``ln η`` with a curvature shared by the
+#: setting's cells) and ``min`` (the paper's minimum over the rates).
+ESTIMATORS = ("fit", "min")
+#: The estimator used unless a caller names another (chosen on the simulator: issue 19).
+DEFAULT_ESTIMATOR = "fit"
+#: Rates on each side of a cell's best that enter the fit (the parabola is local: far from the
+#: optimum, steps grow faster than any parabola and then diverge).
+FIT_NEIGHBOURS = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -16,12 +45,12 @@ class MeasuredPoint:
     batch_size: int
     """Batch size in sequences."""
     steps: float | None
-    """``S(B)``: the fewest steps to target over the reached trials (learning rates); with several
-    seeds, the geometric mean over seeds of each seed's fewest steps (:attr:`seed_steps`).
-    ``None`` if no trial reached."""
+    """``S(B)``: per seed, the level of the fit across learning rates (``estimator == "fit"``) or
+    the fewest steps over the rates (``"min"``); with several seeds, the geometric mean over
+    seeds (:attr:`seed_steps`). ``None`` if no trial reached."""
     trial_steps: tuple[float, ...]
-    """Steps of every reached trial, ascending (shown; never resampled: a minimum over learning
-    rates is not a sample of repeats, DESIGN.md §1 "Intervals")."""
+    """Steps of every reached trial, ascending (shown; never resampled: the rates of a cell are
+    not repeats, DESIGN.md §1 "Intervals")."""
     n_trials: int
     """All trials at this batch size, whatever their outcome."""
     n_censored: int
@@ -31,19 +60,33 @@ class MeasuredPoint:
     n_other: int
     """Pruned, stopped, failed or unfinished trials."""
     seed_steps: tuple[float, ...] = ()
-    """Where reached trials carry two or more distinct seeds: ``S`` of each such seed (the fewest
-    steps over its learning rates), in seed order; the bootstrap resamples these. Empty when one
-    seed (or none recorded) reached, and then :attr:`steps` is the minimum over all trials."""
+    """Where reached trials carry two or more distinct seeds: ``S`` of each such seed (same
+    estimator), in seed order; the bootstrap resamples these. Empty when one seed (or none
+    recorded) reached."""
     n_seeds_unreached: int = 0
     """Seeds with trials here none of which reached (left out of the mean over seeds)."""
     steps_lower_bound: float | None = None
     """Where no trial reached but some were censored with a known budget: ``S(B)`` exceeds this,
-    the smallest budget (steps) among them, since ``S(B)`` is a minimum and each censored trial's
-    ``S`` exceeds its own budget. ``None`` otherwise."""
+    the smallest budget (steps) among them, since each censored trial's ``S`` exceeds its own
+    budget. ``None`` otherwise."""
+    steps_min: float | None = None
+    """The paper's estimate beside :attr:`steps`: per seed the fewest steps over the rates,
+    combined over seeds the same way. ``None`` if no trial reached."""
+    estimator: str = "min"
+    """What :attr:`steps` is: ``"fit"`` where every reached seed was read off the fit across
+    rates, ``"min"`` where at least one seed fell back to its minimum (one reached rate, rates
+    unknown, or no curvature to fit)."""
+    lr_best: float | None = None
+    """Best learning rate: per seed the fit's optimum (kept within the rates tried) or the
+    minimum's rate; geometric mean over seeds. ``None`` where rates are unknown."""
+    lr_at_edge: bool = False
+    """Whether, in some seed, the best reached rate is the smallest or the largest rate tried at
+    this batch size (diverged and censored rates count as tried): the optimum is not bracketed,
+    and the grid should be extended past that edge (DESIGN.md §1)."""
 
     @property
     def n_reached(self) -> int:
-        """Trials that reached the target (they alone enter ``steps``)."""
+        """Trials that reached the target."""
         return len(self.trial_steps)
 
     @property
@@ -52,49 +95,147 @@ class MeasuredPoint:
         return len(self.seed_steps) or (1 if self.trial_steps else 0)
 
 
-def measure_points(trials: Iterable[TrialSteps]) -> tuple[MeasuredPoint, ...]:
-    """Group trials by batch size; ``S(B)`` is the minimum over the reached ones of each seed.
+@dataclass(frozen=True)
+class _CellFit:
+    """The fit's reading of one cell (one batch size, one seed)."""
 
+    steps: float
+    lr: float | None
+    fitted: bool
+
+
+def _geo_mean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _window(reached: list[TrialSteps], tried: Sequence[float]) -> list[TrialSteps]:
+    """The cell's reached trials whose rate is within :data:`FIT_NEIGHBOURS` places of the best
+    reached rate among the rates ``tried`` (ascending; pruned and censored rates count)."""
+    best = min(reached, key=lambda t: t.steps)
+    rank = {lr: i for i, lr in enumerate(tried)}
+    at = rank[best.lr]
+    return [t for t in reached if abs(rank[t.lr] - at) <= FIT_NEIGHBOURS]
+
+
+def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
+                     tried: dict[tuple[int, int | None], Sequence[float]] | None = None) -> dict[tuple, _CellFit]:
+    """``S`` of every cell ``(B, seed)`` from the shared-curvature parabola in ``ln η``.
+
+    Cells with two or more distinct reached rates enter one least-squares solve of
+    ``log S = α_c + β_c·u + k·u²`` (``u = ln η − ln η_best,c``, centred for conditioning); the
+    optimum ``u* = −β_c/(2k)`` is kept within the rates the cell tried (never extrapolated past
+    its grid) and ``S_c = exp(α_c + β_c·u* + k·u*²)``. Cells with one reached rate, or unknown
+    rates, keep their minimum; so does every cell when the solve has no residual degree of
+    freedom or finds no positive curvature.
+    """
+    out: dict[tuple, _CellFit] = {}
+    rows: list[tuple[tuple, np.ndarray, np.ndarray]] = []  # (cell, u (n,), log S (n,))
+    for key, reached in cells.items():
+        best = min(reached, key=lambda t: t.steps)
+        out[key] = _CellFit(steps=best.steps, lr=best.lr, fitted=False)
+        if any(t.lr is None for t in reached):
+            continue
+        rates = sorted(set((tried or {}).get(key, ())) | {t.lr for t in reached})
+        window = _window(reached, rates)
+        if len({t.lr for t in window}) < 2:
+            continue
+        u = np.array([math.log(t.lr / best.lr) for t in window])
+        rows.append((key, u, np.log([t.steps for t in window])))
+    n_obs = sum(len(u) for _, u, _ in rows)
+    if not rows or n_obs - 2 * len(rows) - 1 < 1:
+        return out
+    # Design (n_obs, 2·cells + 1): per-cell intercept and slope, then the shared u² column.
+    design = np.zeros((n_obs, 2 * len(rows) + 1))
+    y = np.empty(n_obs)
+    at = 0
+    for j, (_, u, log_s) in enumerate(rows):
+        n = len(u)
+        design[at:at + n, 2 * j] = 1.0
+        design[at:at + n, 2 * j + 1] = u
+        design[at:at + n, -1] = u * u
+        y[at:at + n] = log_s
+        at += n
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    k = float(coef[-1])
+    if not (math.isfinite(k) and k > 0):
+        return out
+    for j, (key, u, _) in enumerate(rows):
+        alpha, beta = float(coef[2 * j]), float(coef[2 * j + 1])
+        u_star = min(max(-beta / (2.0 * k), float(u.min())), float(u.max()))
+        level = alpha + beta * u_star + k * u_star * u_star
+        lr_best = out[key].lr * math.exp(u_star)
+        out[key] = _CellFit(steps=math.exp(level), lr=lr_best, fitted=True)
+    return out
+
+
+def measure_points(
+    trials: Iterable[TrialSteps], *, estimator: str = DEFAULT_ESTIMATOR
+) -> tuple[MeasuredPoint, ...]:
+    """Group one setting's trials by batch size; ``S(B)`` per seed from its learning rates.
+
+    ``estimator="fit"`` reads each seed's ``S`` off the fit across rates
+    (:func:`fit_across_rates`), ``"min"`` takes the fewest steps (the paper's choice, Zhang et
+    al. 2025, arXiv 2410.21676, §3.1); both are reported (:attr:`MeasuredPoint.steps_min`).
     Censored and diverged trials never enter ``S`` (DESIGN.md §1); they are counted, and where
     nothing reached, the censored trials' budgets give :attr:`MeasuredPoint.steps_lower_bound`.
-    With several seeds, ``S(B)`` is the geometric mean over seeds of each seed's minimum: the fit
-    is on ``log S`` (Zhang et al. 2025, arXiv 2410.21676, §3.1), so that is the mean it would
-    see, and a minimum over repeats would be biased low. Points come back sorted by batch size,
-    including batch sizes where nothing reached.
+    With several seeds, ``S(B)`` is the geometric mean over seeds: the fit is on ``log S``, so
+    that is the mean it would see, and a minimum over repeats would be biased low. Points come
+    back sorted by batch size, including batch sizes where nothing reached.
     """
+    if estimator not in ESTIMATORS:
+        raise ConfigError("estimator", estimator, f"must be one of {', '.join(ESTIMATORS)}")
     grouped: dict[int, list[TrialSteps]] = {}
     for trial in trials:
         grouped.setdefault(trial.batch_size, []).append(trial)
+    cells: dict[tuple[int, int | None], list[TrialSteps]] = {}
+    tried: dict[tuple[int, int | None], list[float]] = {}
+    for batch_size, group in grouped.items():
+        for t in group:
+            if t.outcome == REACHED:
+                cells.setdefault((batch_size, t.seed), []).append(t)
+            if t.lr is not None:
+                tried.setdefault((batch_size, t.seed), []).append(t.lr)
+    fits = fit_across_rates(cells, tried) if estimator == "fit" else {}
     points = []
     for batch_size in sorted(grouped):
         group = grouped[batch_size]
         reached = sorted(t.steps for t in group if t.outcome == REACHED)
-        by_seed: dict[int | None, list[float]] = {}
-        for t in group:
-            by_seed.setdefault(t.seed, [])
-            if t.outcome == REACHED:
-                by_seed[t.seed].append(t.steps)
-        seed_min = {s: min(v) for s, v in by_seed.items() if v}
-        order = sorted(seed_min, key=lambda s: (s is None, s if s is not None else 0))
-        seed_steps = tuple(seed_min[s] for s in order) if len(seed_min) >= 2 else ()
-        steps = reached[0] if reached else None
-        if seed_steps:
-            steps = math.exp(sum(math.log(v) for v in seed_steps) / len(seed_steps))
+        seeds = sorted({t.seed for t in group}, key=lambda s: (s is None, s if s is not None else 0))
+        reached_seeds = [s for s in seeds if (batch_size, s) in cells]
+        seed_min = [min(t.steps for t in cells[(batch_size, s)]) for s in reached_seeds]
+        seed_est, seed_lr, fitted = [], [], True
+        for s, low in zip(reached_seeds, seed_min):
+            cell = fits.get((batch_size, s))
+            if cell is None:
+                cell = _CellFit(steps=low, lr=min(cells[(batch_size, s)], key=lambda t: t.steps).lr, fitted=False)
+            seed_est.append(cell.steps)
+            seed_lr.append(cell.lr)
+            fitted = fitted and cell.fitted
+        at_edge = False
+        for s in reached_seeds:
+            tried = [t.lr for t in group if t.seed == s and t.lr is not None]
+            best = min(cells[(batch_size, s)], key=lambda t: t.steps)
+            if best.lr is not None and len(set(tried)) >= 2 and best.lr in (min(tried), max(tried)):
+                at_edge = True
         n_censored = sum(t.outcome == CENSORED for t in group)
         n_diverged = sum(t.outcome == DIVERGED for t in group)
         budgets = [t.budget_steps for t in group if t.outcome == CENSORED and t.budget_steps is not None]
         points.append(
             MeasuredPoint(
                 batch_size=batch_size,
-                steps=steps,
+                steps=_geo_mean(seed_est) if seed_est else None,
                 trial_steps=tuple(reached),
                 n_trials=len(group),
                 n_censored=n_censored,
                 n_diverged=n_diverged,
                 n_other=len(group) - len(reached) - n_censored - n_diverged,
-                seed_steps=seed_steps,
-                n_seeds_unreached=sum(1 for v in by_seed.values() if not v) if reached else 0,
+                seed_steps=tuple(seed_est) if len(seed_est) >= 2 else (),
+                n_seeds_unreached=(len(seeds) - len(reached_seeds)) if reached else 0,
                 steps_lower_bound=min(budgets) if budgets and not reached else None,
+                steps_min=_geo_mean(seed_min) if seed_min else None,
+                estimator="fit" if (fitted and seed_est) else "min",
+                lr_best=(_geo_mean(seed_lr) if seed_lr and all(v is not None for v in seed_lr) else None),
+                lr_at_edge=at_edge,
             )
         )
     return tuple(points)

@@ -49,6 +49,11 @@ class StepsFit:
     """``log S - log S_fit`` at those batch sizes (the fit minimises their squares)."""
     r2: float
     """Coefficient of determination of the fit on ``log S``."""
+    lower_bounds: tuple[tuple[float, float], ...] = ()
+    """``(B, steps)`` of censored cells, ``S(B) > steps``, that were given to the fit."""
+    censored_fit: bool = False
+    """Whether the lower bounds moved the fit (the least-squares curve fell below one of them, and
+    the censored likelihood was maximised instead)."""
 
     @property
     def s_min(self) -> float:
@@ -99,12 +104,21 @@ class StepsFit:
 
 
 def fit_steps(
-    batch_sizes: Sequence[float], steps: Sequence[float], *, free_alpha: bool = False
+    batch_sizes: Sequence[float], steps: Sequence[float], *, free_alpha: bool = False,
+    lower_bounds: Sequence[tuple[float, float]] = (),
 ) -> StepsFit:
     """Fit ``S(B) = a + b/B`` (or ``a + b·B^-alpha``) by least squares on ``log S``.
 
     The paper's choice (Zhang et al. 2025, arXiv 2410.21676, §3.1): errors in steps-to-target
     are multiplicative, so every point weighs the same on a log scale.
+
+    ``lower_bounds`` are censored cells, ``(B, s)`` with ``S(B) > s`` (DESIGN.md §1: a lower bound
+    stays in the fit as one, never dropped and never averaged). Where the least-squares curve
+    already lies above every bound they change nothing; otherwise the censored (Tobit) likelihood
+    on ``log S`` is maximised (Tobin 1958; Amemiya 1984, §3): normal residuals of the measured
+    points, and ``log Φ((log f(B) − log s)/σ)`` for each bound, with ``σ`` the least-squares
+    residual scale (floored at :data:`CENSORED_SIGMA_FLOOR`, so that three exact points do not
+    make a bound a wall). A free exponent ignores the bounds (noted by the caller).
 
     Raises:
         FitError: mismatched lengths, a non-positive or non-finite value, fewer than
@@ -132,6 +146,16 @@ def fit_steps(
     a, b = (float(v[0]) for v in fit_log_linear(1.0 / b_arr, log_s[None, :]))
     alpha = 1.0
     _check_shape(a, b, s_arr)
+    bounds = tuple((float(bb), float(ss)) for bb, ss in lower_bounds
+                   if math.isfinite(float(bb)) and float(bb) > 0 and math.isfinite(float(ss)) and float(ss) > 0)
+    censored_fit = False
+    if bounds and not free_alpha:
+        lb_b = np.array([bb for bb, _ in bounds])
+        lb_s = np.array([ss for _, ss in bounds])
+        if np.any(a + b / lb_b < lb_s):
+            a, b = _fit_censored(b_arr, log_s, lb_b, lb_s, a, b)
+            _check_shape(a, b, s_arr)
+            censored_fit = True
     if free_alpha:
         a, b, alpha = _fit_free_alpha(b_arr, log_s, a, b)
         _check_shape(a, b, s_arr)
@@ -149,7 +173,38 @@ def fit_steps(
         fitted=tuple(float(v) for v in fitted),
         residuals=tuple(float(v) for v in residuals),
         r2=r2,
+        lower_bounds=bounds,
+        censored_fit=censored_fit,
     )
+
+
+#: Smallest residual scale (on ``log S``) the censored likelihood uses: about the scatter of
+#: steps-to-target between learning rates of one cell.
+CENSORED_SIGMA_FLOOR = 0.05
+
+
+def _fit_censored(batch_sizes: np.ndarray, log_s: np.ndarray, lb_b: np.ndarray, lb_s: np.ndarray,
+                  a0: float, b0: float) -> tuple[float, float]:
+    """Maximise the Tobit likelihood of ``log S = log(a + b/B) + ε``, ``ε ~ N(0, σ²)``, with the
+    measured points exact and the bounds censored from below (see :func:`fit_steps`)."""
+    from scipy.optimize import minimize
+    from scipy.special import log_ndtr  # log Φ, without importing scipy.stats (a second to load)
+
+    resid = log_s - np.log(a0 + b0 / batch_sizes)
+    dof = max(len(log_s) - 2, 1)
+    sigma = max(float(np.sqrt(np.sum(resid**2) / dof)), CENSORED_SIGMA_FLOOR)
+    log_lb = np.log(lb_s)
+
+    def nll(theta: np.ndarray) -> float:
+        a, b = np.exp(theta)
+        r = (log_s - np.log(a + b / batch_sizes)) / sigma
+        z = (np.log(a + b / lb_b) - log_lb) / sigma
+        return float(0.5 * np.sum(r * r) - np.sum(log_ndtr(z)))
+
+    x0 = np.log([max(a0, 1e-9 * float(np.exp(log_s).min())), max(b0, 1e-9)])
+    result = minimize(nll, x0, method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 4000})
+    a, b = (float(v) for v in np.exp(result.x))
+    return a, b
 
 
 def _check_shape(a: float, b: float, steps: np.ndarray) -> None:

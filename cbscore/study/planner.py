@@ -33,6 +33,8 @@ Savings that do not change the answer:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
@@ -121,10 +123,9 @@ def _trial_id(spec: StudySpec, setting: Setting, batch_size: int, tag: str, seed
 def cell_recipe(spec: StudySpec, setting: Setting, batch_size: int) -> tuple[float, tuple[float, ...]]:
     """``(β2, τ tracked)`` of the trials of one cell: the spec's own ``beta2``/``ewa_taus`` where it
     gives them, else :func:`cbscore.recipe.study_recipe` under the spec's ``recipe`` rule."""
-    from cbscore.recipe import study_recipe
+    from cbscore.recipe import spec_recipe
 
-    recipe = study_recipe(spec.recipe, batch_size=batch_size, context_tokens=spec.context_tokens,
-                          d_tokens=setting.tokens, b_ref=spec.b_ref)
+    recipe = spec_recipe(spec, batch_size=batch_size, d_tokens=setting.tokens)
     beta2 = recipe.beta2 if spec.beta2 is None else float(spec.beta2)
     taus = recipe.ewa_taus if spec.ewa_taus is None else tuple(spec.ewa_taus)
     return beta2, taus
@@ -175,7 +176,9 @@ def cell_budget_tokens(spec: StudySpec, setting: Setting, batch_size: int, role:
     """Token budget of a trial of cell ``(setting, batch_size)`` (DESIGN.md §1, "Budgets that cannot
     bias B*").
 
-    * the reference cell: D;
+    * the reference cell: ``(1 + budget_margin)·D`` when it sets the target (the target is the
+      cell's fitted loss at D, and its own runs must be able to cross it after D: S(B_ref) is
+      measured like every other cell's, DESIGN.md §1), else D;
     * below B_ref (targets from reference runs): ``(1 + budget_margin)·D``: tokens to target
       ``E(B) = E_min·(1 + B/B_noise)`` grow with B (McCandlish et al. 2018, eq. 2.12), so no
       smaller batch size needs more than B_ref's D;
@@ -186,7 +189,7 @@ def cell_budget_tokens(spec: StudySpec, setting: Setting, batch_size: int, role:
     * otherwise (explicit targets, or no smaller S known yet): ``budget_multiple·D``.
     """
     if role == "reference":
-        return setting.tokens
+        return int((1 + spec.budget_margin) * setting.tokens) if spec.target_losses is None else setting.tokens
     if batch_size > spec.b_ref and max_steps is not None:
         return max_steps * batch_size * spec.context_tokens
     if batch_size < spec.b_ref and spec.target_losses is None:
@@ -280,10 +283,16 @@ def setting_targets(spec: StudySpec, records: Sequence[TrialRecord]) -> tuple[di
     """The target loss of every setting that has one, and why the others have none.
 
     The spec's explicit losses when it gives them; otherwise, once every reference trial at B_ref
-    has ended, the best held-out loss (EWA weights, best τ) any of them reached after D tokens
-    (DESIGN.md §1; Zhang et al. 2025, §2.2). Exact floats: a reference run reaches its own target
-    at its last evaluation, and the steps table relies on that.
+    has ended, :func:`cbscore.analysis.reference_target` of the whole reference cell: each run's
+    held-out loss (EWA weights, best τ) at D read off a local fit of its evaluations, the best over
+    learning rates per seed from a fit across rates, the mean over seeds (DESIGN.md §1, "Target
+    loss"). Not the best run's own final loss (a minimum over noisy numbers, biased low, that pins
+    ``S(B_ref)`` to one lucky run): ``S(B_ref)`` is then measured by the crossing rule like any other
+    cell's, and the reference runs may cross after D.
     """
+    from cbscore.analysis import reference_target
+    from cbscore.errors import FitError
+
     targets: dict[str, float] = {}
     errors: list[str] = []
     n_ref = _cell_size(spec)
@@ -295,15 +304,119 @@ def setting_targets(spec: StudySpec, records: Sequence[TrialRecord]) -> tuple[di
         ref_records = by_cell.get(cell_id(setting.setting_id, spec.b_ref), [])
         if len(ref_records) < n_ref or not all(r.terminal for r in ref_records):
             continue
-        finals = [r.final_eval_loss for r in ref_records
-                  if r.status in ("finished", "reached", "censored") and r.final_eval_loss is not None
-                  and math.isfinite(r.final_eval_loss)]
-        if finals:
-            targets[setting.setting_id] = min(finals)
-        else:
+        histories = [reference_history(r) for r in ref_records
+                     if r.status in ("finished", "reached", "censored")]
+        try:
+            ref_steps = setting.tokens / (spec.b_ref * spec.context_tokens)
+            targets[setting.setting_id] = _cached_target(tuple(h for h in histories if h), ref_steps)
+        except FitError as exc:
             errors.append(f"setting {setting.setting_id!r}: no reference run at B_ref={spec.b_ref} "
-                          f"finished (all diverged or failed), so there is no target loss")
+                          f"gives a loss at D, so there is no target loss ({exc})")
     return targets, errors
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_target(histories: tuple, ref_steps: float) -> float:
+    """:func:`cbscore.analysis.reference_target` of ended reference runs (they never change, and
+    the planner asks again at every call)."""
+    from cbscore.analysis import reference_target
+
+    return reference_target(list(histories), ref_steps).value
+
+
+def reference_history(record: TrialRecord):
+    """The :class:`cbscore.analysis.EvalHistory` of a trial record (its evaluations of the best τ;
+    a record without them stands on its final loss at its last step); ``None`` if it has neither."""
+    from cbscore.analysis import EvalHistory
+
+    steps, losses = record.eval_steps, record.eval_losses
+    if not steps:
+        if record.final_eval_loss is None or not record.last_step:
+            return None
+        steps, losses = (float(record.last_step),), (record.final_eval_loss,)
+    return EvalHistory(batch_size=record.batch_size, steps=steps, losses=losses, lr=record.lr,
+                       seed=record.seed, outcome=record.status, role=record.role)
+
+
+def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str) -> tuple[tuple[float, ...], bool]:
+    """The learning rates a grid cell runs, and whether it is still deciding on more.
+
+    The spec's grid, plus the rates already added past an edge (present in ``recs``). Once every
+    trial of those rates has ended, a cell whose best rate (per seed: fewest steps to target, or
+    lowest final loss in the reference cell) is the smallest or the largest rate tried gets the
+    next rate past that edge, continuing the grid's outermost ratio, up to
+    ``search.lr_extensions`` per side (DESIGN.md §1: a minimum over rates that does not bracket
+    the optimum overstates ``S(B)``, most at the largest ``B`` where the optimum has moved up, as
+    ``√B`` for Adam, Malladi et al. 2022, arXiv 2205.10287). A diverged rate above the best
+    brackets it from above. Returns ``(rates ascending, pending)``: ``pending`` is True while
+    the cell may still add a rate (its trials have not all ended).
+    """
+    base = sorted(spec.search.lrs)
+    rates = sorted(set(base) | {r.lr for r in recs})
+    complete = len(recs) >= len(rates) * len(spec.seeds) and all(r.terminal for r in recs)
+    if spec.search.kind != "grid" or spec.search.lr_extensions == 0 or not recs or not complete:
+        return tuple(rates), not complete
+    below = sum(1 for v in rates if v < base[0])
+    above = sum(1 for v in rates if v > base[-1])
+    low_ratio = base[1] / base[0] if len(base) > 1 else 2.0
+    high_ratio = base[-1] / base[-2] if len(base) > 1 else 2.0
+    extra: set[float] = set()
+    for seed in spec.seeds:
+        mine = [r for r in recs if r.seed == seed]
+        if role == "reference":
+            scored = [(r.final_eval_loss, r.lr) for r in mine
+                      if r.status in ("finished", "reached", "censored") and r.final_eval_loss is not None
+                      and math.isfinite(r.final_eval_loss)]
+        else:
+            scored = [(r.steps_to_target, r.lr) for r in mine
+                      if r.status == "reached" and r.steps_to_target is not None]
+        if not scored or len(rates) < 2:
+            continue
+        best_lr = min(scored)[1]
+        if best_lr == rates[0] and below < spec.search.lr_extensions:
+            extra.add(float(f"{rates[0] / low_ratio:.3g}"))
+        if best_lr == rates[-1] and above < spec.search.lr_extensions:
+            extra.add(float(f"{rates[-1] * high_ratio:.3g}"))
+    if extra:
+        return tuple(sorted(set(rates) | extra)), True
+    return tuple(rates), False
+
+
+def _seed_best(recs: Iterable[TrialRecord], target: float | None) -> dict[int, float]:
+    """Fewest steps to target per seed among ``recs``."""
+    out: dict[int, float] = {}
+    if target is None:
+        return out
+    for r in recs:
+        c = _crossing(r, target)
+        if c is not None:
+            out[r.seed] = min(out.get(r.seed, math.inf), c)
+    return out
+
+
+def _best_neighbours(recs: Sequence[TrialRecord], target: float | None,
+                     rates: Sequence[float] = ()) -> set[tuple[int, float]]:
+    """``(seed, rate)`` of each seed's best rate so far and the rates next to it in the cell: never
+    pruned, since ``S(B)`` is read off a fit through them (:func:`cbscore.analysis.measure_points`,
+    ``FIT_NEIGHBOURS``), and the full grid would have them."""
+    out: set[tuple[int, float]] = set()
+    by_seed: dict[int, list[TrialRecord]] = {}
+    for r in recs:
+        by_seed.setdefault(r.seed, []).append(r)
+    for seed, mine in by_seed.items():
+        scored = [(c, r.lr) for r in mine if (c := _crossing(r, target)) is not None] if target is not None else []
+        if not scored:
+            continue
+        tried = sorted({r.lr for r in mine} | set(rates))
+        at = tried.index(min(scored)[1])
+        out |= {(seed, lr) for lr in tried[max(0, at - 1): at + 2]}
+    return out
+
+
+#: A cell above B_ref censored at its step cap is run once more at this multiple of the cap.
+RERUN_CAP_FACTOR = 2.0
+#: Suffix of the trial id of such a second run.
+RERUN_TAG = "x2"
 
 
 def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
@@ -311,13 +424,13 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
     """Decide what to run, stop, re-run or fail next. Pure: same inputs, same plan."""
     by_cell = _by_cell(records)
     margin = spec.prune_margin
-    n_cell = _cell_size(spec)
     start: list[TrialSpec] = []
     asks: list[AskRequest] = []
     stop: list[tuple[str, str]] = []
     cells: list[CellState] = []
     errors: list[str] = []
     all_done = True
+    grid = spec.search.kind == "grid"
 
     # Stale heartbeats: lost trials run again from their checkpoints, up to the attempt cap.
     lost, fail = [], []
@@ -329,12 +442,20 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
 
     targets, target_errors = setting_targets(spec, records)
     errors.extend(target_errors)
+    if grid and spec.target_losses is None:
+        # A reference cell that may still add a learning rate has no target yet: the target comes
+        # from the whole cell (DESIGN.md §1), so every cell is measured against the same one.
+        for setting in spec.resolve_settings():
+            ref = by_cell.get(cell_id(setting.setting_id, spec.b_ref), [])
+            if cell_rates(spec, ref, "reference")[1]:
+                targets.pop(setting.setting_id, None)
     for setting in spec.resolve_settings():
         target = targets.get(setting.setting_id)
 
-        # Steps to target measured so far, per batch size (None where not yet known).
         prev_resolved = True
-        best_smaller: float | None = None
+        # Fewest steps to target of the nearest smaller batch size that has one (its own
+        # measurement: a running minimum over many noisy cells is biased low, issue 19).
+        prev_best: float | None = None
         # A lower bound on tokens to target from the smaller batch sizes: E(B) > at_least.
         at_least = 0.0
         setting_failed = any(e.startswith(f"setting {setting.setting_id!r}") for e in errors)
@@ -343,18 +464,27 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
             recs = by_cell.get(cid, [])
             role = "reference" if (b == spec.b_ref and spec.target_losses is None) else "trial"
             cell_target = None if role == "reference" else target
-            crossings = [c for c in (_crossing(r, target) for r in recs) if c is not None] if target is not None else []
-            best = min(crossings) if crossings else None
-            complete = len(recs) >= n_cell and all(r.terminal for r in recs)
+            seed_best = _seed_best(recs, target) if role == "trial" else {}
+            best = min(seed_best.values()) if seed_best else None
+            if grid:
+                rates, pending = cell_rates(spec, recs, role)
+                n_cell = len(rates) * len(spec.seeds)
+            else:
+                rates, n_cell = (), _cell_size(spec)
+                pending = not (len(recs) >= n_cell and all(r.terminal for r in recs))
+            first = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
+            reruns = [r for r in recs if r.trial_id.endswith("." + RERUN_TAG)]
 
             released = (role == "reference") or (target is not None and prev_resolved)
             if setting_failed:
                 released = False
-            cap = None
+            cap = cap_smaller = None
             if role == "trial":
                 # Steps to target do not grow with B: a cell never needs more than (1 + margin)·S of
-                # a smaller batch size (the prune margin once its own best is known).
-                cands = [(1 + spec.budget_margin) * best_smaller] if best_smaller is not None else []
+                # the next smaller measured batch size (the prune margin once its own best is known).
+                cands = [(1 + spec.budget_margin) * prev_best] if prev_best is not None else []
+                if cands:
+                    cap_smaller = int(math.ceil(min(cands) - 1e-9))
                 if best is not None:
                     cands.append((1 + margin) * best)
                 if cands:
@@ -368,26 +498,48 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                                            state="skipped", n_trials=n_cell, counts={}, steps_to_target=None,
                                            max_steps=cap))
                     continue  # resolved for the chain; the bound carries over unchanged
+            # A cell above B_ref whose every rate ended censored at its step cap (none reached) is run
+            # once more at a larger cap before it counts as censored (issue 19: a cap from a noisy
+            # smaller cell can cut the curve).
+            rerun: list[TrialRecord] = []
+            first_done = len(first) >= n_cell and all(r.terminal for r in first) and not pending
+            if (grid and role == "trial" and best is None and first_done and target is not None
+                    and b > spec.b_ref and all(r.status in ("censored", "diverged") for r in first)):
+                rerun = [r for r in first if r.status == "censored" and r.max_steps is not None]
+            n_cell += len(rerun)
+            complete = (len(recs) >= n_cell and all(r.terminal for r in recs) and not pending)
             if (best is None and complete and target is not None
                     and all(r.status in ("censored", "diverged") for r in recs)):
                 # Every learning rate either diverged or trained this many tokens without reaching the
-                # target: E(B) is above the fewest (a failed or stopped trial would leave it unknown).
-                censored = [r.tokens for r in recs if r.status == "censored" and r.tokens > 0]
-                if censored:
-                    at_least = max(at_least, float(min(censored)))
+                # target: E(B) is above the fewest over rates of the most each rate trained.
+                trained: dict[tuple[float, int], int] = {}
+                for r in recs:
+                    if r.status == "censored" and r.tokens > 0:
+                        trained[(r.lr, r.seed)] = max(trained.get((r.lr, r.seed), 0), r.tokens)
+                if trained:
+                    at_least = max(at_least, float(min(trained.values())))
 
             counts: dict[str, int] = {}
             for r in recs:
                 counts[r.status] = counts.get(r.status, 0) + 1
             if released:
                 present = {r.trial_id for r in recs}
-                if spec.search.kind == "grid":
-                    for lr in spec.search.lrs:
+                if grid:
+                    keep = _best_neighbours(recs, target, rates) if role == "trial" else set()
+                    for lr in rates:
                         for seed in spec.seeds:
                             tid = _trial_id(spec, setting, b, lr_tag(lr), seed)
                             if tid not in present:
+                                # The best rate's neighbours are never cut at the prune margin.
+                                own_cap = cap_smaller if (seed, lr) in keep else cap
                                 start.append(_make_trial(spec, setting, batch_size=b, role=role, lr=lr, seed=seed,
-                                                         tag=lr_tag(lr), max_steps=cap, target_loss=cell_target))
+                                                         tag=lr_tag(lr), max_steps=own_cap, target_loss=cell_target))
+                    for r in rerun:
+                        if r.trial_id + "." + RERUN_TAG not in present:
+                            larger = int(math.ceil(RERUN_CAP_FACTOR * r.max_steps))
+                            t = _make_trial(spec, setting, batch_size=b, role=role, lr=r.lr, seed=r.seed,
+                                            tag=lr_tag(r.lr), max_steps=larger, target_loss=cell_target)
+                            start.append(dataclasses.replace(t, trial_id=r.trial_id + "." + RERUN_TAG))
                 else:
                     active = sum(1 for r in recs if not r.terminal)
                     count = min(n_cell - len(recs), spec.search.parallel_per_cell - active)
@@ -395,14 +547,17 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                         asks.append(AskRequest(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role,
                                                count=count, first_number=len(recs), max_steps=cap,
                                                target_loss=cell_target))
-                # Prune: trials of this cell still above the target at an *evaluation* well past the
-                # best crossing. Steps trained since the last evaluation say nothing: the trial may
-                # have crossed between them, and the interpolated crossing could still be the best.
-                if role == "trial" and best is not None:
-                    limit = (1 + margin) * best
+                # Prune: trials still above the target at an *evaluation* well past the best crossing
+                # of their own seed (seeds are repeats: one seed's luck never stops another's trials).
+                # Steps trained since the last evaluation say nothing: the trial may have crossed.
+                if role == "trial" and seed_best:
+                    keep = _best_neighbours(recs, target, rates if grid else ())
                     for r in recs:
+                        own = seed_best.get(r.seed)
+                        if own is None or (r.seed, r.lr) in keep:
+                            continue
                         last_eval = r.eval_steps[-1] if r.eval_steps else 0.0
-                        if r.status == "running" and last_eval > limit and r.trial_id not in lost:
+                        if r.status == "running" and last_eval > (1 + margin) * own and r.trial_id not in lost:
                             stop.append((r.trial_id, "pruned"))
             resolved = complete or (role == "trial" and best is not None)
             if role == "reference":
@@ -414,7 +569,7 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                 all_done = False
             prev_resolved = resolved
             if best is not None:
-                best_smaller = best if best_smaller is None else min(best_smaller, best)
+                prev_best = best
 
     return Plan(start=tuple(start), ask=tuple(asks), stop=tuple(stop), lost=tuple(lost), fail=tuple(fail),
                 targets=targets, cells=tuple(cells), errors=tuple(errors),

@@ -33,6 +33,7 @@ import heapq
 import io
 import math
 import os
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,11 +41,12 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from cbscore.analysis import cbs_closed_form, fit_steps
+from cbscore.analysis import TrialSteps, cbs_closed_form, first_crossing, fit_steps, measure_points
+from cbscore.analysis._points import DEFAULT_ESTIMATOR, ESTIMATORS
 from cbscore.errors import CbsError, ConfigError, DataError, FitError
 from cbscore.study.planner import grid_tokens, plan, skipped_cells
 from cbscore.study.spec import Setting, StudySpec
-from cbscore.study.trials import TrialRecord, TrialSpec
+from cbscore.study.trials import TERMINAL, TrialRecord, TrialSpec
 
 #: Evaluations per run before the target is near (``TrainConfig.eval_every_steps`` default).
 EVALS_PER_RUN = 40
@@ -83,6 +85,12 @@ class SimConfig:
     """A learning rate above this multiple of η*(B) diverges (during warm-up)."""
     workers: int = 4
     """Trials running at once (the planner's order and pruning depend on it)."""
+    eval_noise: float = 0.0
+    """σ of each held-out evaluation's noise (nats): the crossing is read off noisy evaluations,
+    and so is the reference cell's target."""
+    estimator: str = DEFAULT_ESTIMATOR
+    """Per-cell estimator of ``S(B)`` (:data:`cbscore.analysis._points.ESTIMATORS`); the paper's
+    ``min`` is always reported beside."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.noise_sigma) and self.noise_sigma >= 0):
@@ -95,6 +103,10 @@ class SimConfig:
             raise ConfigError("divergence_ratio", self.divergence_ratio, "must be above 1")
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise ConfigError("workers", self.workers, "must be a positive integer")
+        if not (math.isfinite(self.eval_noise) and self.eval_noise >= 0):
+            raise ConfigError("eval_noise", self.eval_noise, "must be a non-negative number")
+        if self.estimator not in ESTIMATORS:
+            raise ConfigError("estimator", self.estimator, f"must be one of {', '.join(ESTIMATORS)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,9 +117,14 @@ class SettingOutcome:
     cbs_truth: float
     """B* of the truth curve (closed form, DESIGN.md §1)."""
     cbs_grid: float | None
-    """B* fitted to the full grid's S(B) (every learning rate run to its crossing)."""
+    """B* fitted to the full grid's S(B) (every learning rate run to its crossing), with the
+    configured estimator."""
     cbs_study: float | None
     """B* fitted to the planner's S(B); ``None`` where the fit refused (``error``)."""
+    cbs_grid_min: float | None
+    """B* of the full grid with the paper's minimum over rates per cell."""
+    cbs_study_min: float | None
+    """B* of the study with the paper's minimum over rates per cell."""
     error: str | None
     """Why the study's fit refused, if it did."""
     tokens_study: int
@@ -118,6 +135,8 @@ class SettingOutcome:
     """Batch sizes that ended with every trial censored (lower bounds)."""
     skipped_cells: tuple[int, ...]
     """Batch sizes the planner never ran."""
+    edge: bool = False
+    """Whether a cell's best rate was still at an edge of the (extended) grid."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,26 +168,36 @@ class SimulationReport:
     grid_flops: float
 
     def summary(self) -> list[dict]:
-        """Per setting: truth, full-grid and study B* (median and spread over seeds), bias, tokens."""
+        """Per setting: truth, full-grid and study B* (median and spread over seeds), the bias of the
+        protocol against the truth for both estimators, the tails of study against grid (share of
+        seeds more than 2% off, 95th percentile and worst), tokens."""
         out = []
         for i, first in enumerate(self.seeds[0].settings):
             rows = [s.settings[i] for s in self.seeds]
-            study = np.array([r.cbs_study for r in rows if r.cbs_study is not None], dtype=float)
-            grid = np.array([r.cbs_grid for r in rows if r.cbs_grid is not None], dtype=float)
-            rel = (study / first.cbs_truth - 1.0) if study.size else np.array([])
+            study = _finite([r.cbs_study for r in rows])
+            grid = _finite([r.cbs_grid for r in rows])
+            study_min = _finite([r.cbs_study_min for r in rows])
+            rel = study / first.cbs_truth - 1.0
             vs_grid = np.array([r.cbs_study / r.cbs_grid - 1.0 for r in rows
                                 if r.cbs_study is not None and r.cbs_grid is not None])
+            worst = float(vs_grid[np.argmax(np.abs(vs_grid))]) if vs_grid.size else None
             out.append({
                 "setting": first.setting_id,
                 "cbs_truth": first.cbs_truth,
-                "cbs_grid_median": float(np.median(grid)) if grid.size else None,
-                "cbs_study_median": float(np.median(study)) if study.size else None,
+                "cbs_grid_median": _median(grid),
+                "cbs_study_median": _median(study),
                 "cbs_study_p05": float(np.percentile(study, 5)) if study.size else None,
                 "cbs_study_p95": float(np.percentile(study, 95)) if study.size else None,
-                "bias_vs_truth": float(np.median(rel)) if rel.size else None,
-                "bias_vs_grid": float(np.median(vs_grid)) if vs_grid.size else None,
+                "bias_vs_truth": _median(rel),
+                "bias_vs_truth_grid": _median(grid / first.cbs_truth - 1.0),
+                "bias_vs_truth_min": _median(study_min / first.cbs_truth - 1.0),
+                "bias_vs_grid": _median(vs_grid),
+                "share_off_grid_2pct": float(np.mean(np.abs(vs_grid) > 0.02)) if vs_grid.size else None,
+                "p95_abs_vs_grid": float(np.percentile(np.abs(vs_grid), 95)) if vs_grid.size else None,
+                "worst_vs_grid": worst,
                 "spread_rel_sd": float(np.std(np.log(study))) if study.size > 1 else 0.0,
                 "fit_failures": sum(1 for r in rows if r.cbs_study is None),
+                "edge_seeds": sum(1 for r in rows if r.edge),
                 "tokens_study_mean": float(np.mean([r.tokens_study for r in rows])),
                 "tokens_grid_to_target_mean": float(np.mean([r.tokens_grid_to_target for r in rows])),
                 "censored_cells": sorted({b for r in rows for b in r.censored_cells}),
@@ -184,6 +213,8 @@ class SimulationReport:
             "seeds": len(self.seeds),
             "noise_sigma": self.config.noise_sigma,
             "lr_penalty": self.config.lr_penalty,
+            "eval_noise": self.config.eval_noise,
+            "estimator": self.config.estimator,
             "workers": self.config.workers,
             "settings": self.summary(),
             "tokens_study_mean": tokens,
@@ -196,6 +227,14 @@ class SimulationReport:
             "gpu_hours_fixed_budget_grid": self.grid_flops / GPU_FLOPS / 3600.0,
             "gpu_hours_note": "H100 SXM dense bf16 peak at 40% MFU",
         }
+
+
+def _finite(values) -> np.ndarray:
+    return np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+
+
+def _median(values: np.ndarray) -> float | None:
+    return float(np.median(values)) if values.size else None
 
 
 # ------------------------------------------------------------------------------------------ truth
@@ -263,18 +302,31 @@ def _num(value) -> float | None:
 
 
 # ------------------------------------------------------------------------------------ simulation
+#: Loss the truth curve's steps reach (nats): trials' loss curves are anchored here.
+LOSS_AT_TRUTH = 3.0
+#: ``dL/d ln s`` near the target (nats per e-fold of steps): a trial's held-out loss is
+#: ``L(s) = LOSS_AT_TRUTH + LOSS_SLOPE·ln(need/s)`` there, a power law in steps (Kaplan et al.
+#: 2020, arXiv 2001.08361, eq. 5.6, locally), so a target ``δ`` nats lower takes ``e^(δ/κ)`` times
+#: the steps at every batch size and learning rate alike.
+LOSS_SLOPE = 0.2
+#: Evaluations near the crossing: one every ``need/EVALS_NEAR_TARGET`` steps, about 8 in the
+#: last quarter of the steps to target (the trainer's dense phase, cbscore.eval_schedule).
+EVALS_NEAR_TARGET = 32
+
+
 @dataclass
 class _Run:
     spec: TrialSpec
     start: float
     """Simulation time (tokens processed by one worker) at which the trial started."""
     steps: float
-    """Steps the trial trains (to its crossing, its budget, or its divergence)."""
+    """Steps the trial trains (to its stopping evaluation, its budget, or its divergence)."""
     outcome: str
     crossing: float | None
     eval_every: int
     batch_tokens: int
-    final_loss: float | None = None
+    history: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
+    """A reference run's evaluations (steps, losses): the target comes from them."""
 
     def step_at(self, now: float) -> float:
         return min(self.steps, (now - self.start) / self.batch_tokens)
@@ -288,10 +340,11 @@ class _Sim:
     spec: StudySpec
     truth: Mapping[str, TruthCurve]
     config: SimConfig
+    seed: int
     rng: np.random.Generator
     settings: dict[str, Setting] = field(default_factory=dict)
     draws: dict[tuple[str, int, float, int], float] = field(default_factory=dict)
-    scale: dict[str, float] = field(default_factory=dict)
+    readings: dict[tuple, tuple[float, float] | None] = field(default_factory=dict)
 
     def lr_optimum(self, batch_size: int) -> float:
         lrs = self.spec.search.lrs
@@ -312,26 +365,65 @@ class _Sim:
         return 1.0 + self.config.lr_penalty * math.log(lr / opt) ** 2
 
     def setting_scale(self, setting: Setting) -> float:
-        """Put the best reference trial's crossing at the last step of its D tokens."""
-        sid = setting.setting_id
-        if sid not in self.scale:
-            b = self.spec.b_ref
-            raw = [self.truth[sid].steps(b) * m * self.noise((sid, b, lr, seed))
-                   for lr in self.spec.search.lrs for seed in self.spec.seeds
-                   if (m := self.multiplier(b, lr)) is not None]
-            if not raw:
-                raise ConfigError("search.lrs", list(self.spec.search.lrs),
-                                  f"every learning rate diverges at B_ref in the simulation of {sid!r}")
-            self.scale[sid] = (setting.tokens // (b * self.spec.context_tokens)) / min(raw)
-        return self.scale[sid]
+        """Put the truth's ``S(B_ref)`` at D/(B_ref·T) steps (a scale of S leaves B_noise, and so
+        B*, unchanged)."""
+        steps_ref = setting.tokens // (self.spec.b_ref * self.spec.context_tokens)
+        return steps_ref / self.truth[setting.setting_id].steps(self.spec.b_ref)
 
-    def trial_steps(self, setting: Setting, batch_size: int, lr: float, seed: int) -> float | None:
-        """Steps to target of one trial (``None``: it diverges)."""
+    def need(self, setting: Setting, batch_size: int, lr: float, seed: int) -> float | None:
+        """Steps one trial needs to reach :data:`LOSS_AT_TRUTH` (``None``: it diverges)."""
         m = self.multiplier(batch_size, lr)
         if m is None:
             return None
         sid = setting.setting_id
         return self.setting_scale(setting) * self.truth[sid].steps(batch_size) * m * self.noise((sid, batch_size, lr, seed))
+
+    def eval_noise(self, key: tuple, n: int) -> np.ndarray:
+        """(n,) evaluation noise of one trial (nats), the same draws in the study and the grid."""
+        if self.config.eval_noise == 0.0:
+            return np.zeros(n)
+        rng = np.random.default_rng([self.seed, zlib.crc32(repr(key).encode())])
+        return self.config.eval_noise * rng.standard_normal(n)
+
+    def reading(self, setting: Setting, batch_size: int, lr: float, seed: int,
+                target: float) -> tuple[float, float] | None:
+        """``(crossing read off the evaluations, step of the evaluation that stops the trial)`` for
+        ``target``, whatever the budget; ``None`` where the trial diverges.
+
+        Evaluations every ``need/EVALS_NEAR_TARGET`` steps from 70% of the crossing on, each with
+        its evaluation noise; the crossing is :func:`cbscore.analysis.first_crossing` of them, as
+        the pages read it.
+        """
+        key = (setting.setting_id, batch_size, lr, seed, target)
+        if key not in self.readings:
+            need = self.need(setting, batch_size, lr, seed)
+            if need is None:
+                self.readings[key] = None
+            else:
+                cross = need * math.exp((LOSS_AT_TRUTH - target) / LOSS_SLOPE)
+                every = max(1, int(cross // EVALS_NEAR_TARGET))
+                steps = np.arange(max(every, int(0.7 * cross) // every * every), int(3 * cross) + 2 * every, every,
+                                  dtype=float)  # (E,)
+                losses = LOSS_AT_TRUTH + LOSS_SLOPE * np.log(need / steps) + self.eval_noise(key[:4], len(steps))
+                hit = np.flatnonzero(losses <= target)
+                if hit.size == 0:  # noise kept it above: it stops past any budget
+                    self.readings[key] = (math.inf, math.inf)
+                else:
+                    stop = int(hit[0])
+                    crossing = first_crossing(steps[:stop + 1], losses[:stop + 1], target)
+                    self.readings[key] = (float(crossing), float(steps[stop]))
+        return self.readings[key]
+
+    def history(self, setting: Setting, lr: float, seed: int, total: int, every: int) -> tuple[tuple, tuple]:
+        """A reference run's evaluations: every ``every`` steps to ``total``."""
+        b = self.spec.b_ref
+        need = self.need(setting, b, lr, seed)
+        steps = np.arange(every, total + 1, every, dtype=float)
+        if steps.size == 0 or steps[-1] != total:
+            steps = np.append(steps, float(total))
+        losses = LOSS_AT_TRUTH + LOSS_SLOPE * np.log(need / steps) + self.eval_noise((setting.setting_id, b, lr, seed),
+                                                                                     len(steps))
+        return tuple(float(v) for v in steps), tuple(float(v) for v in losses)
 
     def start(self, t: TrialSpec, now: float) -> _Run:
         setting = self.settings[t.setting_id]
@@ -340,20 +432,16 @@ class _Sim:
         if t.max_steps is not None:
             budget = min(budget, t.max_steps)
         eval_every = max(1, math.ceil(budget / EVALS_PER_RUN))
-        need = self.trial_steps(setting, t.batch_size, t.lr, t.seed)
+        need = self.need(setting, t.batch_size, t.lr, t.seed)
         warmup = max(1, math.ceil(self.spec.warmup_fraction * setting.tokens / batch_tokens))
         if need is None:
             return _Run(t, now, min(budget, warmup), "diverged", None, eval_every, batch_tokens)
         if t.role == "reference":
-            # Its final loss orders the reference runs: lower for fewer steps to a common target.
             return _Run(t, now, budget, "finished", None, eval_every, batch_tokens,
-                        final_loss=3.0 + 0.1 * math.log(need / budget))
-        if need <= budget:
-            # The trainer stops at the first evaluation at or below the target (five times denser
-            # near it) and interpolates the crossing.
-            dense = max(1, eval_every // 5)
-            return _Run(t, now, min(budget, math.ceil(need / dense) * dense), "reached", need, eval_every,
-                        batch_tokens)
+                        history=self.history(setting, t.lr, t.seed, budget, eval_every))
+        crossing, stop = self.reading(setting, t.batch_size, t.lr, t.seed, t.target_loss)
+        if stop <= budget:
+            return _Run(t, now, stop, "reached", crossing, eval_every, batch_tokens)
         return _Run(t, now, budget, "censored", None, eval_every, batch_tokens)
 
 
@@ -361,19 +449,21 @@ def _record(run: _Run, now: float, status: str | None = None) -> TrialRecord:
     t = run.spec
     step = run.step_at(now)
     done = status is not None
-    # The planner reads the last evaluation (pruning) and whether any crossed (none has before
-    # the trial ends): the last one stands for all of them.
-    last_eval = (int(step) // run.eval_every) * run.eval_every
-    evals = (float(last_eval),) if last_eval > 0 else ()
-    if done and run.outcome == "finished":
-        evals = (float(run.steps),)
-        losses = (run.final_loss,)
+    if run.history[0]:
+        # A reference run: its evaluations so far (all of them once it ended).
+        n = len(run.history[0]) if done else sum(1 for s in run.history[0] if s <= step)
+        evals, losses = run.history[0][:n], run.history[1][:n]
     else:
+        # The planner reads the last evaluation (pruning) and whether any crossed (none has before
+        # the trial ends): the last one stands for all of them.
+        last_eval = (int(step) // run.eval_every) * run.eval_every
+        evals = (float(last_eval),) if last_eval > 0 else ()
         losses = tuple(10.0 for _ in evals)  # above any target until the crossing
+    final = losses[-1] if (done and run.outcome == "finished" and losses) else None
     return TrialRecord(
         trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id, role=t.role, batch_size=t.batch_size,
         lr=t.lr, status=status or "running", steps_to_target=run.crossing if status == "reached" else None,
-        final_eval_loss=run.final_loss if status == "finished" else None, last_step=int(step),
+        final_eval_loss=final, last_step=int(step),
         tokens=int(step) * run.batch_tokens, heartbeat_s=now, eval_steps=evals, eval_losses=losses,
         max_steps=t.max_steps, seed=t.seed)
 
@@ -384,8 +474,12 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
         raise ConfigError("search.kind", spec.search.kind, "the simulator runs grid searches only")
     if spec.target_losses is not None:
         raise ConfigError("target_losses", "given", "the simulator sets targets from reference runs")
-    sim = _Sim(spec=spec, truth=truth, config=config, rng=np.random.default_rng(seed))
+    sim = _Sim(spec=spec, truth=truth, config=config, seed=seed, rng=np.random.default_rng(seed))
     sim.settings = {s.setting_id: s for s in spec.resolve_settings()}
+    for setting in sim.settings.values():
+        if all(sim.multiplier(spec.b_ref, lr) is None for lr in spec.search.lrs):
+            raise ConfigError("search.lrs", list(spec.search.lrs),
+                              f"every learning rate diverges at B_ref in the simulation of {setting.setting_id!r}")
     records: dict[str, TrialRecord] = {}
     running: dict[str, _Run] = {}
     queue: deque[TrialSpec] = deque()
@@ -413,10 +507,13 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
         if p.done or (not running and not queue):
             break
         # Pruning happens at evaluations: wake up at each running trial's first evaluation past
-        # (1 + margin)·best of its cell, where a best is known.
-        best = {c.cell_id: c.steps_to_target for c in p.cells if c.steps_to_target is not None}
+        # (1 + margin)·best of its seed in its cell, where a best is known.
+        best: dict[tuple[str, int], float] = {}
+        for r in snapshot:
+            if r.status == "reached" and r.steps_to_target is not None and r.role == "trial":
+                best[(r.cell_id, r.seed)] = min(best.get((r.cell_id, r.seed), math.inf), r.steps_to_target)
         for run in running.values():
-            b = best.get(run.spec.cell_id)
+            b = best.get((run.spec.cell_id, run.spec.seed))
             if b is None or run.spec.role != "trial":
                 continue
             limit = (1 + spec.prune_margin) * b
@@ -438,9 +535,94 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
                         trials=started, max_trial_tokens=max((r.tokens for r in records.values()), default=0))
 
 
-def _fit_cbs(batch_sizes: Sequence[float], steps: Sequence[float], spec: StudySpec) -> float:
-    fit = fit_steps(batch_sizes, steps)
-    return float(cbs_closed_form(fit.b_noise, b_ref=spec.b_ref, overhead=spec.overhead))
+def _analyse(trials: Sequence[TrialSteps], spec: StudySpec, estimator: str) -> tuple[float | None, str | None, bool]:
+    """B* of one setting's trials as the pages compute it: ``(B*, why refused, a cell at an edge)``."""
+    points = measure_points(trials, estimator=estimator)
+    measured = [p for p in points if p.steps is not None]
+    bounds = [(p.batch_size, p.steps_lower_bound) for p in points if p.steps_lower_bound is not None]
+    edge = any(p.lr_at_edge for p in measured)
+    try:
+        fit = fit_steps([p.batch_size for p in measured], [p.steps for p in measured], lower_bounds=bounds)
+    except FitError as exc:
+        return None, str(exc), edge
+    return float(cbs_closed_form(fit.b_noise, b_ref=spec.b_ref, overhead=spec.overhead)), None, edge
+
+
+def _study_trials(records: Mapping[str, TrialRecord], sid: str, target: float | None) -> list[TrialSteps]:
+    """The steps table of one setting, as ``cbs study fit`` builds it from MLflow."""
+    out = []
+    for r in records.values():
+        if r.setting_id != sid or r.status not in TERMINAL:
+            continue
+        if r.role == "reference":
+            if target is None or r.status != "finished":
+                out.append(TrialSteps(batch_size=r.batch_size, outcome=r.status if r.status == "diverged" else "failed",
+                                      lr=r.lr, seed=r.seed))
+                continue
+            c = first_crossing(r.eval_steps, r.eval_losses, target)
+            out.append(TrialSteps(batch_size=r.batch_size, outcome="reached", steps=c, lr=r.lr, seed=r.seed)
+                       if c is not None else
+                       TrialSteps(batch_size=r.batch_size, outcome="censored", budget_steps=float(r.last_step),
+                                  lr=r.lr, seed=r.seed))
+        elif r.status == "reached":
+            out.append(TrialSteps(batch_size=r.batch_size, outcome="reached", steps=r.steps_to_target,
+                                  lr=r.lr, seed=r.seed))
+        elif r.status == "censored":
+            out.append(TrialSteps(batch_size=r.batch_size, outcome="censored", budget_steps=float(max(r.last_step, 1)),
+                                  lr=r.lr, seed=r.seed))
+        else:
+            out.append(TrialSteps(batch_size=r.batch_size, outcome=r.status, lr=r.lr, seed=r.seed))
+    return out
+
+
+def _grid_trials(spec: StudySpec, sim: _Sim, setting: Setting, target: float,
+                 study: Sequence[TrialSteps]) -> tuple[list[TrialSteps], int]:
+    """The full grid: every rate at every batch size run to its own crossing (no budget, no
+    pruning), the grid extended past an edge by the planner's own rule (``search.lr_extensions``)
+    on the grid's complete data; the reference cell is the study's. Returns the trials and their
+    tokens."""
+    base = sorted(spec.search.lrs)
+    low = base[1] / base[0] if len(base) > 1 else 2.0
+    high = base[-1] / base[-2] if len(base) > 1 else 2.0
+    out = [t for t in study if t.batch_size == spec.b_ref]
+    tokens = int((1 + spec.budget_margin) * setting.tokens) * len([t for t in out if t.outcome != "diverged"])
+    for b in spec.batch_sizes:
+        if b == spec.b_ref:
+            continue
+        rates = list(base)
+        cell: dict[float, list[TrialSteps]] = {}
+
+        def run(lr: float) -> None:
+            nonlocal tokens
+            cell[lr] = []
+            for seed in spec.seeds:
+                got = sim.reading(setting, b, lr, seed, target)
+                if got is None:
+                    cell[lr].append(TrialSteps(batch_size=b, outcome="diverged", lr=lr, seed=seed))
+                    tokens += math.ceil(spec.warmup_fraction * setting.tokens)
+                elif math.isinf(got[0]):
+                    cell[lr].append(TrialSteps(batch_size=b, outcome="censored", budget_steps=1e12, lr=lr, seed=seed))
+                else:
+                    cell[lr].append(TrialSteps(batch_size=b, outcome="reached", steps=got[0], lr=lr, seed=seed))
+                    tokens += int(math.ceil(got[1])) * b * spec.context_tokens
+
+        for lr in rates:
+            run(lr)
+        for _ in range(spec.search.lr_extensions):
+            added = False
+            for seed in spec.seeds:
+                reached = [(t.steps, lr) for lr, ts in cell.items() for t in ts if t.seed == seed and t.steps]
+                if not reached:
+                    continue
+                best_lr = min(reached)[1]
+                for edge, nxt in ((min(cell), float(f"{min(cell) / low:.3g}")), (max(cell), float(f"{max(cell) * high:.3g}"))):
+                    if best_lr == edge and nxt not in cell:
+                        run(nxt)
+                        added = True
+            if not added:
+                break
+        out += [t for ts in cell.values() for t in ts]
+    return out, tokens
 
 
 def _outcomes(spec: StudySpec, sim: _Sim, records: Mapping[str, TrialRecord], p) -> list[SettingOutcome]:
@@ -448,53 +630,24 @@ def _outcomes(spec: StudySpec, sim: _Sim, records: Mapping[str, TrialRecord], p)
     for sid, setting in sim.settings.items():
         truth = sim.truth[sid]
         cbs_truth = float(cbs_closed_form(truth.b_noise, b_ref=spec.b_ref, overhead=spec.overhead))
-        # The study: S(B) = min over reached trials (the reference cell crosses at its last step).
         target = p.targets.get(sid)
-        steps: dict[int, float] = {}
-        censored: set[int] = set()
-        for r in records.values():
-            if r.setting_id != sid:
-                continue
-            s = None
-            if r.status == "reached":
-                s = r.steps_to_target
-            elif r.status == "finished" and target is not None and r.final_eval_loss is not None \
-                    and r.final_eval_loss <= target:
-                s = float(r.last_step)
-            if s is not None:
-                steps[r.batch_size] = min(steps.get(r.batch_size, math.inf), s)
-        for b in spec.batch_sizes:
-            recs = [r for r in records.values() if r.setting_id == sid and r.batch_size == b]
-            if recs and b not in steps and any(r.status == "censored" for r in recs):
-                censored.add(b)
-        skipped = skipped_cells(p).get(sid, ())
-        error = None
-        try:
-            cbs_study = _fit_cbs(list(steps), list(steps.values()), spec)
-        except FitError as exc:
-            cbs_study, error = None, str(exc)
-        # The full grid: every learning rate at every batch size, each run to its own crossing.
-        grid_steps: dict[int, float] = {}
+        study = _study_trials(records, sid, target)
+        cbs_study, error, edge = _analyse(study, spec, sim.config.estimator)
+        cbs_study_min = _analyse(study, spec, "min")[0]
+        censored = tuple(sorted({t.batch_size for t in study if t.outcome == "censored"}
+                                - {t.batch_size for t in study if t.outcome == "reached"}))
+        cbs_grid = cbs_grid_min = None
         grid_tokens_to_target = 0
-        for b in spec.batch_sizes:
-            batch_tokens = b * spec.context_tokens
-            for lr in spec.search.lrs:
-                for seed in spec.seeds:
-                    need = sim.trial_steps(setting, b, lr, seed)
-                    if need is None:
-                        grid_tokens_to_target += math.ceil(spec.warmup_fraction * setting.tokens)
-                        continue
-                    grid_steps[b] = min(grid_steps.get(b, math.inf), need)
-                    grid_tokens_to_target += (setting.tokens if b == spec.b_ref else math.ceil(need) * batch_tokens)
-        try:
-            cbs_grid = _fit_cbs(list(grid_steps), list(grid_steps.values()), spec)
-        except FitError:
-            cbs_grid = None
+        if target is not None:
+            grid, grid_tokens_to_target = _grid_trials(spec, sim, setting, target, study)
+            cbs_grid = _analyse(grid, spec, sim.config.estimator)[0]
+            cbs_grid_min = _analyse(grid, spec, "min")[0]
         out.append(SettingOutcome(
             setting_id=sid, cbs_truth=cbs_truth, cbs_grid=cbs_grid, cbs_study=cbs_study, error=error,
+            cbs_grid_min=cbs_grid_min, cbs_study_min=cbs_study_min,
             tokens_study=sum(r.tokens for r in records.values() if r.setting_id == sid),
-            tokens_grid_to_target=grid_tokens_to_target, censored_cells=tuple(sorted(censored)),
-            skipped_cells=skipped))
+            tokens_grid_to_target=grid_tokens_to_target, censored_cells=censored,
+            skipped_cells=skipped_cells(p).get(sid, ()), edge=edge))
     return out
 
 
@@ -522,23 +675,34 @@ def setting_notes(summary_row: Mapping) -> str:
         notes.append("censored (lower bounds) at B = " + ", ".join(map(str, summary_row["censored_cells"])))
     if summary_row["skipped_cells"]:
         notes.append("skipped B = " + ", ".join(map(str, summary_row["skipped_cells"])))
+    if summary_row.get("edge_seeds"):
+        notes.append(f"best rate at a grid edge in {summary_row['edge_seeds']} seed(s)")
     return "; ".join(notes)
 
 
 def format_report(report: SimulationReport) -> str:
-    """The text of ``cbs study simulate``."""
+    """The text of ``cbs study simulate``: medians, the protocol's bias for both estimators, and
+    the tails of study against full grid."""
     d = report.to_json_dict()
     lines = [f"simulated study {report.spec_name!r}: {d['seeds']} seed(s), noise σ = {d['noise_sigma']:g}, "
-             f"learning-rate penalty k = {d['lr_penalty']:g}, {d['workers']} trials at once"]
-    lines.append(f"{'setting':<24} {'B* truth':>9} {'full grid':>9} {'study':>9} {'vs truth':>9} {'vs grid':>8}"
-                 f" {'5-95% of seeds':>17}  notes")
+             f"evaluation noise {d['eval_noise']:g} nats, learning-rate penalty k = {d['lr_penalty']:g}, "
+             f"{d['workers']} trials at once, S(B) per cell by {d['estimator']!r}"]
+    lines.append(f"{'setting':<24} {'B* truth':>9} {'full grid':>9} {'study':>9} {'vs truth':>9} {'(min)':>7} "
+                 f"{'vs grid':>8} {'>2% off':>8} {'p95 |off|':>9} {'worst':>7} {'5-95% of seeds':>17}  notes")
+
+    def num(x, fmt="{:.1f}"):
+        return "—" if x is None else fmt.format(x)
+
     for s in d["settings"]:
-        def num(x, fmt="{:.1f}"):
-            return "—" if x is None else fmt.format(x)
         spread = (f"{s['cbs_study_p05']:.1f}–{s['cbs_study_p95']:.1f}" if s["cbs_study_p05"] is not None else "—")
         lines.append(f"{s['setting']:<24} {s['cbs_truth']:>9.1f} {num(s['cbs_grid_median']):>9} "
                      f"{num(s['cbs_study_median']):>9} {num(s['bias_vs_truth'], '{:+.1%}'):>9} "
-                     f"{num(s['bias_vs_grid'], '{:+.1%}'):>8} {spread:>17}  {setting_notes(s)}")
+                     f"{num(s['bias_vs_truth_min'], '{:+.1%}'):>7} "
+                     f"{num(s['bias_vs_grid'], '{:+.1%}'):>8} {num(s['share_off_grid_2pct'], '{:.0%}'):>8} "
+                     f"{num(s['p95_abs_vs_grid'], '{:.1%}'):>9} {num(s['worst_vs_grid'], '{:+.1%}'):>7} "
+                     f"{spread:>17}  {setting_notes(s)}")
+    lines.append("vs truth: median of study/truth − 1 over seeds; (min): the same with the paper's minimum over "
+                 "rates per cell; vs grid, >2% off, p95 |off|, worst: study against the full grid seed by seed")
     lines.append(f"tokens: study {d['tokens_study_mean']:.4g} (mean over seeds); fixed-budget grid "
                  f"{d['tokens_fixed_budget_grid']:.4g} ({d['tokens_share_of_fixed_budget_grid']:.1%} of it); "
                  f"full grid run to each trial's target {d['tokens_grid_to_target_mean']:.4g}")

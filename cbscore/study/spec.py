@@ -70,6 +70,10 @@ class SearchSpec:
     """Upper bound of the Optuna learning-rate search (log-uniform)."""
     parallel_per_cell: int = 2
     """Optuna trials of one cell running at once (the sampler learns from finished ones)."""
+    lr_extensions: int = 2
+    """Grid search: rates a cell may add past each edge of ``lrs`` when its best rate sits at that
+    edge (the next rate continues the grid's outermost ratio); 0 keeps the grid as given. Cells
+    still at an edge are named in the fit's notes (DESIGN.md §1)."""
 
     def __post_init__(self) -> None:
         if self.kind not in SEARCH_KINDS:
@@ -83,6 +87,9 @@ class SearchSpec:
             raise ConfigError("search.lrs", list(self.lrs), "must not repeat a learning rate")
         _positive_int("search.n_trials", self.n_trials)
         _positive_int("search.parallel_per_cell", self.parallel_per_cell)
+        ext = self.lr_extensions
+        if isinstance(ext, bool) or not isinstance(ext, int) or not 0 <= ext <= 8:
+            raise ConfigError("search.lr_extensions", ext, "must be an integer in [0, 8]")
         _positive_float("search.lr_min", self.lr_min)
         _positive_float("search.lr_max", self.lr_max)
         if self.lr_min >= self.lr_max:
