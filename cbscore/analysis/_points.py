@@ -35,7 +35,7 @@ ESTIMATORS = ("fit", "min")
 DEFAULT_ESTIMATOR = "fit"
 #: Rates on each side of a cell's best that enter the fit (the parabola is local: far from the
 #: optimum, steps grow faster than any parabola and then diverge).
-FIT_NEIGHBOURS = 1
+FIT_NEIGHBOURS = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +105,8 @@ class _CellFit:
 
 
 def _geo_mean(values: Sequence[float]) -> float:
+    if len(set(values)) == 1:  # one seed: its own number, not exp(log(x)) one rounding away
+        return float(values[0])
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
@@ -117,16 +119,41 @@ def _window(reached: list[TrialSteps], tried: Sequence[float]) -> list[TrialStep
     return [t for t in reached if abs(rank[t.lr] - at) <= FIT_NEIGHBOURS]
 
 
+def _shared_curvature(rows: Sequence[tuple[tuple, np.ndarray, np.ndarray]]) -> float | None:
+    """``k`` of one least-squares solve of ``log S = α_c + β_c·u + k·u²`` over ``rows``
+    (design (n_obs, 2·cells + 1): per-cell intercept and slope, then the shared ``u²`` column);
+    ``None`` without a residual degree of freedom or a positive curvature."""
+    n_obs = sum(len(u) for _, u, _ in rows)
+    if not rows or n_obs - 2 * len(rows) - 1 < 1:
+        return None
+    design = np.zeros((n_obs, 2 * len(rows) + 1))
+    y = np.empty(n_obs)
+    at = 0
+    for j, (_, u, log_s) in enumerate(rows):
+        n = len(u)
+        design[at:at + n, 2 * j] = 1.0
+        design[at:at + n, 2 * j + 1] = u
+        design[at:at + n, -1] = u * u
+        y[at:at + n] = log_s
+        at += n
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    k = float(coef[-1])
+    return k if math.isfinite(k) and k > 0 else None
+
+
 def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
                      tried: dict[tuple[int, int | None], Sequence[float]] | None = None) -> dict[tuple, _CellFit]:
-    """``S`` of every cell ``(B, seed)`` from the shared-curvature parabola in ``ln η``.
+    """``S`` of every cell ``(B, seed)`` from a parabola in ``ln η`` with a shared curvature.
 
-    Cells with two or more distinct reached rates enter one least-squares solve of
-    ``log S = α_c + β_c·u + k·u²`` (``u = ln η − ln η_best,c``, centred for conditioning); the
-    optimum ``u* = −β_c/(2k)`` is kept within the rates the cell tried (never extrapolated past
-    its grid) and ``S_c = exp(α_c + β_c·u* + k·u*²)``. Cells with one reached rate, or unknown
-    rates, keep their minimum; so does every cell when the solve has no residual degree of
-    freedom or finds no positive curvature.
+    Each cell with two or more distinct rates in its window (the best reached rate and its
+    neighbours, :func:`_window`) is fitted by least squares as ``log S = α_c + β_c·u + k·u²``
+    (``u = ln η − ln η_best,c``, centred for conditioning); the optimum ``u* = −β_c/(2k)`` is kept
+    within the window (never extrapolated past the rates tried) and ``S_c = exp(α_c + β_c·u* +
+    k·u*²)``. The curvature ``k`` is shared by the setting's cells and fitted on the windows of
+    three rates (a window cut to two by a pruned or censored neighbour would weigh differently in
+    a study than in its full grid; the planner never prunes the best rate's neighbours and re-runs
+    a censored one, so such windows are rare). Cells with one rate in the window, or unknown rates,
+    keep their minimum; so does every cell when no positive curvature is found.
     """
     out: dict[tuple, _CellFit] = {}
     rows: list[tuple[tuple, np.ndarray, np.ndarray]] = []  # (cell, u (n,), log S (n,))
@@ -141,30 +168,16 @@ def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
             continue
         u = np.array([math.log(t.lr / best.lr) for t in window])
         rows.append((key, u, np.log([t.steps for t in window])))
-    n_obs = sum(len(u) for _, u, _ in rows)
-    if not rows or n_obs - 2 * len(rows) - 1 < 1:
+    k = _shared_curvature([r for r in rows if len(r[1]) >= 3])
+    if k is None:
         return out
-    # Design (n_obs, 2·cells + 1): per-cell intercept and slope, then the shared u² column.
-    design = np.zeros((n_obs, 2 * len(rows) + 1))
-    y = np.empty(n_obs)
-    at = 0
-    for j, (_, u, log_s) in enumerate(rows):
-        n = len(u)
-        design[at:at + n, 2 * j] = 1.0
-        design[at:at + n, 2 * j + 1] = u
-        design[at:at + n, -1] = u * u
-        y[at:at + n] = log_s
-        at += n
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-    k = float(coef[-1])
-    if not (math.isfinite(k) and k > 0):
-        return out
-    for j, (key, u, _) in enumerate(rows):
-        alpha, beta = float(coef[2 * j]), float(coef[2 * j + 1])
-        u_star = min(max(-beta / (2.0 * k), float(u.min())), float(u.max()))
-        level = alpha + beta * u_star + k * u_star * u_star
-        lr_best = out[key].lr * math.exp(u_star)
-        out[key] = _CellFit(steps=math.exp(level), lr=lr_best, fitted=True)
+    for key, u, log_s in rows:
+        # With k known, (α_c, β_c) by least squares on log S − k·u² (exact for two rates).
+        a_mat = np.stack([np.ones_like(u), u], axis=1)  # (n, 2)
+        (alpha, beta), *_ = np.linalg.lstsq(a_mat, log_s - k * u * u, rcond=None)
+        u_star = min(max(-float(beta) / (2.0 * k), float(u.min())), float(u.max()))
+        level = float(alpha) + float(beta) * u_star + k * u_star * u_star
+        out[key] = _CellFit(steps=math.exp(level), lr=out[key].lr * math.exp(u_star), fitted=True)
     return out
 
 

@@ -34,12 +34,12 @@ Savings that do not change the answer:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from cbscore.analysis import first_crossing
+from cbscore.analysis._points import FIT_NEIGHBOURS
 from cbscore.study.spec import Setting, StudySpec
 from cbscore.study.trials import TERMINAL, TrialRecord, TrialSpec, lr_tag
 
@@ -199,8 +199,10 @@ def cell_budget_tokens(spec: StudySpec, setting: Setting, batch_size: int, role:
 
 def _make_trial(spec: StudySpec, setting: Setting, *, batch_size: int, role: str, lr: float, seed: int,
                 tag: str, max_steps: int | None, target_loss: float | None,
-                search_number: int | None = None) -> TrialSpec:
+                search_number: int | None = None, budget_factor: float = 1.0) -> TrialSpec:
     max_tokens = cell_budget_tokens(spec, setting, batch_size, role, max_steps)
+    if budget_factor != 1.0 and not (batch_size > spec.b_ref and max_steps is not None):
+        max_tokens = int(budget_factor * max_tokens)  # a re-run of a censored trial (its step cap grew already)
     return TrialSpec(
         trial_id=_trial_id(spec, setting, batch_size, tag, seed),
         study=spec.name,
@@ -304,21 +306,29 @@ def setting_targets(spec: StudySpec, records: Sequence[TrialRecord]) -> tuple[di
         ref_records = by_cell.get(cell_id(setting.setting_id, spec.b_ref), [])
         if len(ref_records) < n_ref or not all(r.terminal for r in ref_records):
             continue
-        histories = [reference_history(r) for r in ref_records
-                     if r.status in ("finished", "reached", "censored")]
+        ended = tuple(r for r in ref_records if r.status in ("finished", "reached", "censored"))
         try:
             ref_steps = setting.tokens / (spec.b_ref * spec.context_tokens)
-            targets[setting.setting_id] = _cached_target(tuple(h for h in histories if h), ref_steps)
+            # Ended records never change: the planner asks at every call, the answer is kept.
+            key = (tuple((r.trial_id, r.status, r.last_step, r.final_eval_loss, len(r.eval_steps)) for r in ended),
+                   ref_steps)
+            if key not in _TARGETS:
+                histories = tuple(h for h in (reference_history(r) for r in ended) if h)
+                if len(_TARGETS) >= 256:
+                    _TARGETS.clear()
+                _TARGETS[key] = _cached_target(histories, ref_steps)
+            targets[setting.setting_id] = _TARGETS[key]
         except FitError as exc:
             errors.append(f"setting {setting.setting_id!r}: no reference run at B_ref={spec.b_ref} "
                           f"gives a loss at D, so there is no target loss ({exc})")
     return targets, errors
 
 
-@functools.lru_cache(maxsize=256)
+_TARGETS: dict[tuple, float] = {}
+
+
 def _cached_target(histories: tuple, ref_steps: float) -> float:
-    """:func:`cbscore.analysis.reference_target` of ended reference runs (they never change, and
-    the planner asks again at every call)."""
+    """:func:`cbscore.analysis.reference_target` of ended reference runs."""
     from cbscore.analysis import reference_target
 
     return reference_target(list(histories), ref_steps).value
@@ -409,11 +419,12 @@ def _best_neighbours(recs: Sequence[TrialRecord], target: float | None,
             continue
         tried = sorted({r.lr for r in mine} | set(rates))
         at = tried.index(min(scored)[1])
-        out |= {(seed, lr) for lr in tried[max(0, at - 1): at + 2]}
+        out |= {(seed, lr) for lr in tried[max(0, at - FIT_NEIGHBOURS): at + FIT_NEIGHBOURS + 1]}
     return out
 
 
-#: A cell above B_ref censored at its step cap is run once more at this multiple of the cap.
+#: A cell above B_ref censored at its step cap, or a censored neighbour of a cell's best rate, is
+#: run once more at this multiple of its cap or token budget.
 RERUN_CAP_FACTOR = 2.0
 #: Suffix of the trial id of such a second run.
 RERUN_TAG = "x2"
@@ -464,7 +475,9 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
             recs = by_cell.get(cid, [])
             role = "reference" if (b == spec.b_ref and spec.target_losses is None) else "trial"
             cell_target = None if role == "reference" else target
-            seed_best = _seed_best(recs, target) if role == "trial" else {}
+            # Every cell's crossings of the target, the reference cell's too (S(B_ref) is measured
+            # like any other, and caps the cell above it).
+            seed_best = _seed_best(recs, target)
             best = min(seed_best.values()) if seed_best else None
             if grid:
                 rates, pending = cell_rates(spec, recs, role)
@@ -501,11 +514,16 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
             # A cell above B_ref whose every rate ended censored at its step cap (none reached) is run
             # once more at a larger cap before it counts as censored (issue 19: a cap from a noisy
             # smaller cell can cut the curve).
+            # So is a censored neighbour of a seed's best rate: S(B) is read off a fit through the best
+            # rate and its neighbours (cbscore.analysis.measure_points), which a budget must not cut.
             rerun: list[TrialRecord] = []
             first_done = len(first) >= n_cell and all(r.terminal for r in first) and not pending
-            if (grid and role == "trial" and best is None and first_done and target is not None
-                    and b > spec.b_ref and all(r.status in ("censored", "diverged") for r in first)):
-                rerun = [r for r in first if r.status == "censored" and r.max_steps is not None]
+            if grid and role == "trial" and first_done and target is not None:
+                if b > spec.b_ref and best is None and all(r.status in ("censored", "diverged") for r in first):
+                    rerun = [r for r in first if r.status == "censored" and r.max_steps is not None]
+                else:
+                    near = _best_neighbours(first, target, rates)
+                    rerun = [r for r in first if r.status == "censored" and (r.seed, r.lr) in near]
             n_cell += len(rerun)
             complete = (len(recs) >= n_cell and all(r.terminal for r in recs) and not pending)
             if (best is None and complete and target is not None
@@ -525,7 +543,7 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
             if released:
                 present = {r.trial_id for r in recs}
                 if grid:
-                    keep = _best_neighbours(recs, target, rates) if role == "trial" else set()
+                    keep = _best_neighbours(recs, target, rates) if (role == "trial" and seed_best) else set()
                     for lr in rates:
                         for seed in spec.seeds:
                             tid = _trial_id(spec, setting, b, lr_tag(lr), seed)
@@ -536,9 +554,10 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                                                          tag=lr_tag(lr), max_steps=own_cap, target_loss=cell_target))
                     for r in rerun:
                         if r.trial_id + "." + RERUN_TAG not in present:
-                            larger = int(math.ceil(RERUN_CAP_FACTOR * r.max_steps))
+                            larger = None if r.max_steps is None else int(math.ceil(RERUN_CAP_FACTOR * r.max_steps))
                             t = _make_trial(spec, setting, batch_size=b, role=role, lr=r.lr, seed=r.seed,
-                                            tag=lr_tag(r.lr), max_steps=larger, target_loss=cell_target)
+                                            tag=lr_tag(r.lr), max_steps=larger, target_loss=cell_target,
+                                            budget_factor=RERUN_CAP_FACTOR)
                             start.append(dataclasses.replace(t, trial_id=r.trial_id + "." + RERUN_TAG))
                 else:
                     active = sum(1 for r in recs if not r.terminal)
@@ -551,7 +570,8 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                 # of their own seed (seeds are repeats: one seed's luck never stops another's trials).
                 # Steps trained since the last evaluation say nothing: the trial may have crossed.
                 if role == "trial" and seed_best:
-                    keep = _best_neighbours(recs, target, rates if grid else ())
+                    if not grid:
+                        keep = _best_neighbours(recs, target)
                     for r in recs:
                         own = seed_best.get(r.seed)
                         if own is None or (r.seed, r.lr) in keep:

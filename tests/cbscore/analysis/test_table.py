@@ -120,7 +120,7 @@ def test_read_steps_csv_types_rows_and_keeps_extra_columns():
         "s,128,,8.5e7,1.741e9,512,censored,0.01,def\n"
     ))
     assert rows[0]["setting"] == "s" and rows[0]["batch_size"] == 64 and rows[0]["steps"] == 1200.5
-    assert rows[0]["n_params"] == 8.5e7 and rows[0]["context"] == 512 and rows[0]["lr"] == "0.001"
+    assert rows[0]["n_params"] == 8.5e7 and rows[0]["context"] == 512 and rows[0]["lr"] == 0.001
     assert rows[1]["outcome"] == "censored" and rows[1]["steps"] is None
 
 

@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 
 from cbscore.analysis import MeasuredPoint, TrialSteps, measure_points, trial_steps
@@ -32,7 +33,7 @@ def test_min_over_reached_trials_and_outcomes_are_counted_not_entered():
     p64, p128, p512 = measure_points(trials)
     assert p64 == MeasuredPoint(
         batch_size=64, steps=1500.0, trial_steps=(1500.0,), n_trials=3, n_censored=1,
-        n_diverged=0, n_other=1,
+        n_diverged=0, n_other=1, steps_min=1500.0,
     )
     assert (p128.steps, p128.trial_steps, p128.n_diverged, p128.n_reached) == (700.0, (700.0, 900.0), 1, 2)
     assert p512.steps is None and p512.n_censored == 1 and p512.n_reached == 0
@@ -54,3 +55,60 @@ def test_trial_steps_rejects_bad_fields_naming_them(kwargs, field):
     with pytest.raises(ConfigError) as info:
         TrialSteps(**kwargs)
     assert info.value.field == field
+
+
+def _parabola_cells(noise, rates=(1e-3, 2e-3, 4e-3, 8e-3, 16e-3), sizes=(64, 128, 256, 512), k=0.1):
+    """Trials whose log S is k·ln²(η/η*) above log S*(B) = log(1000·(1 + 256/B)), η* = 4e-3·√(B/256),
+    plus ``noise(B, η)``."""
+    trials, truth = [], {}
+    for b in sizes:
+        s_star = 1000.0 * (1 + 256 / b)
+        opt = 4e-3 * math.sqrt(b / 256)
+        truth[b] = s_star
+        for lr in rates:
+            log_s = math.log(s_star) + k * math.log(lr / opt) ** 2 + noise(b, lr)
+            trials.append(TrialSteps(batch_size=b, steps=math.exp(log_s), lr=lr, seed=0))
+    return trials, truth
+
+
+def test_the_fit_across_rates_recovers_the_optimum_between_grid_points():
+    """Without noise, the parabola through the best rate and its neighbours gives S at the optimum
+    (between two rates of the grid), where the minimum over rates is the value at the nearest rate."""
+    trials, truth = _parabola_cells(lambda b, lr: 0.0)
+    for p in measure_points(trials):
+        assert p.estimator == "fit"
+        assert p.steps == pytest.approx(truth[p.batch_size], rel=1e-9)
+        assert p.steps_min >= p.steps * (1 - 1e-12)
+        if p.batch_size == 128:  # η* = 2.83e-3 lies between the rates 2e-3 and 4e-3
+            assert p.steps_min > 1.01 * p.steps
+        assert p.lr_best == pytest.approx(4e-3 * math.sqrt(p.batch_size / 256), rel=1e-6)
+        assert not p.lr_at_edge
+    assert [p.steps for p in measure_points(trials, estimator="min")] == [p.steps_min for p in measure_points(trials)]
+
+
+def test_the_fit_across_rates_is_less_biased_than_the_minimum_under_noise():
+    """σ = 0.1 on log S: the minimum over five rates sits well below the truth; the fit's mean error
+    is a fraction of it (over 200 draws)."""
+    rng = np.random.default_rng(0)
+    err_fit, err_min = [], []
+    for _ in range(200):
+        trials, truth = _parabola_cells(lambda b, lr: 0.1 * rng.standard_normal())
+        for p in measure_points(trials):
+            err_fit.append(math.log(p.steps / truth[p.batch_size]))
+            err_min.append(math.log(p.steps_min / truth[p.batch_size]))
+    assert np.mean(err_min) < -0.05
+    assert abs(np.mean(err_fit)) < 0.4 * abs(np.mean(err_min))
+
+
+def test_a_best_rate_at_the_edge_of_the_rates_tried_is_flagged():
+    trials, _ = _parabola_cells(lambda b, lr: 0.0, rates=(1e-3, 2e-3, 4e-3), sizes=(1024,))
+    (p,) = measure_points(trials)
+    assert p.lr_at_edge  # the optimum 8e-3 is above every rate tried
+    assert p.lr_best == pytest.approx(4e-3)  # never extrapolated past the rates tried
+    diverged = trials + [TrialSteps(batch_size=1024, outcome="diverged", lr=8e-3, seed=0)]
+    assert not measure_points(diverged)[0].lr_at_edge  # a diverged rate above brackets it
+
+
+def test_an_unknown_estimator_is_refused_by_name():
+    with pytest.raises(ConfigError, match="estimator"):
+        measure_points([TrialSteps(batch_size=8, steps=10.0)], estimator="median")

@@ -14,7 +14,7 @@ D = 100_000
 def spec(**changes) -> StudySpec:
     base = dict(name="t", kind="custom", settings=[{"model": "tiny-0.1M", "tokens": D}],
                 batch_sizes=[4, 8, 16, 32], b_ref=8, context_tokens=32,
-                search={"kind": "grid", "lrs": [0.01, 0.03]}, prune_margin=0.1)
+                search={"kind": "grid", "lrs": [0.01, 0.03], "lr_extensions": 0}, prune_margin=0.1)
     base.update(changes)
     return StudySpec.from_dict(base)
 
@@ -38,7 +38,9 @@ def test_first_plan_starts_only_the_reference_cell():
     assert {t.batch_size for t in p.start} == {8}
     assert {t.role for t in p.start} == {"reference"}
     assert sorted(t.lr for t in p.start) == [0.01, 0.03]
-    assert all(t.target_loss is None and t.max_tokens == D for t in p.start)
+    # The reference runs train (1 + budget_margin)·D: the target is their fitted loss at D, and they
+    # must be able to cross it after D (S(B_ref) measured like any other cell's).
+    assert all(t.target_loss is None and t.max_tokens == 125_000 for t in p.start)
     assert all(t.train_config["warmup_tokens"] == D // 4 for t in p.start)
     assert not p.done and p.targets == {}
 
@@ -47,17 +49,23 @@ def test_target_is_best_reference_loss_and_releases_two_chains():
     s = spec()
     records = finish_reference(s)
     p = plan(s, records, now_s=0)
-    assert p.targets == {"tiny-0.1M_D100K": 3.0}
+    # The whole cell's loss at D (cbscore.analysis.reference_target), here within 0.01 of the best
+    # run's own final 3.0.
+    target = p.targets["tiny-0.1M_D100K"]
+    assert target == pytest.approx(3.0, abs=0.01)
     # The smallest batch size and the one above B_ref start; 16 waits for... nothing, 32 waits for 16.
     assert sorted({t.batch_size for t in p.start}) == [4, 16]
-    assert all(t.target_loss == 3.0 for t in p.start)
+    assert all(t.target_loss == target for t in p.start)
     # Below B_ref: (1 + budget_margin)·D tokens, E(B) <= E(B_ref) = D (McCandlish et al., eq. 2.12).
     assert {t.max_tokens for t in p.start if t.batch_size == 4} == {125_000}
     assert {t.max_steps for t in p.start if t.batch_size == 4} == {None}
     # Above B_ref the step cap is the budget: 1.25 × S(B_ref), where the best reference crossed at its
     # last eval, whatever that is in tokens (S(B) does not grow with B, eq. 2.11).
-    assert {t.max_steps for t in p.start if t.batch_size == 16} == {488}  # ceil(1.25 × 390)
-    assert {t.max_tokens for t in p.start if t.batch_size == 16} == {488 * 16 * 32}
+    s_ref = {c.batch_size: c.steps_to_target for c in p.cells}[8]  # the reference cell's crossing
+    assert 380 < s_ref <= 390
+    cap = math.ceil(1.25 * s_ref)
+    assert {t.max_steps for t in p.start if t.batch_size == 16} == {cap}
+    assert {t.max_tokens for t in p.start if t.batch_size == 16} == {cap * 16 * 32}
     states = {c.batch_size: c.state for c in p.cells}
     assert states == {4: "running", 8: "done", 16: "running", 32: "waiting"}
 
@@ -71,28 +79,49 @@ def test_replanning_is_idempotent():
     assert plan(s, queued, now_s=6).start == ()
 
 
+def four_rates():
+    return spec(search={"kind": "grid", "lrs": [0.001, 0.003, 0.01, 0.03], "lr_extensions": 0})
+
+
 def test_reach_prunes_slow_trials_and_releases_next_cell_with_cap():
-    s = spec()
-    records = finish_reference(s)
-    cell16 = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
-    fast, slow = cell16
+    s = four_rates()
+    records = finish_reference(s, losses=(3.2, 3.0, 3.1, 3.3))
+    fast, near, slow, far = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
     records += [rec(fast, "reached", steps_to_target=200.0, last_step=200),
-                rec(slow, "running", last_step=221, heartbeat_s=99.0, eval_steps=(100, 221), eval_losses=(4, 3.1))]
+                rec(near, "running", last_step=221, heartbeat_s=99.0, eval_steps=(100, 221), eval_losses=(4, 3.1)),
+                rec(slow, "running", last_step=221, heartbeat_s=99.0, eval_steps=(100, 221), eval_losses=(4, 3.1)),
+                rec(far, "running", last_step=219, heartbeat_s=99.0, eval_steps=(100, 219), eval_losses=(4, 3.1))]
     p = plan(s, records, now_s=100)
+    # Past 1.1 × 200 at an evaluation: pruned, except the best rate's neighbour (S(B) is read off a
+    # fit through the best rate and its neighbours); one not yet evaluated there keeps running.
     assert p.stop == ((slow.trial_id, "pruned"),)
     b32 = [t for t in p.start if t.batch_size == 32]
-    assert len(b32) == 2 and {t.max_steps for t in b32} == {250}  # ceil(1.25 × 200)
-    # A slow trial not yet evaluated past 1.1 × 200 steps keeps running.
-    records[-1] = rec(slow, "running", last_step=219, heartbeat_s=99.0, eval_steps=(100, 219), eval_losses=(4, 3.1))
-    assert plan(s, records, now_s=100).stop == ()
+    assert len(b32) == 4 and {t.max_steps for t in b32} == {250}  # ceil(1.25 × 200)
+
+
+def test_pruning_compares_a_trial_with_the_best_of_its_own_seed():
+    """Seeds are repeats: seed 1's fast crossing never stops seed 0's trials."""
+    s = spec(search={"kind": "grid", "lrs": [0.001, 0.003, 0.01, 0.03], "lr_extensions": 0}, seeds=[0, 1])
+    refs = plan(s, [], now_s=0).start
+    records = [rec(t, "finished", final_eval_loss=3.0 + 0.01 * i, eval_steps=(100, 200, 390),
+                   eval_losses=(4.0, 3.5, 3.0 + 0.01 * i), tokens=D, last_step=390, seed=t.seed)
+               for i, t in enumerate(refs)]
+    cell16 = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
+    by = {(t.seed, t.lr): t for t in cell16}
+    records += [rec(by[(1, 0.001)], "reached", steps_to_target=200.0, last_step=200, seed=1),
+                rec(by[(0, 0.01)], "running", last_step=300, heartbeat_s=99.0, eval_steps=(100, 300),
+                    eval_losses=(4, 3.1), seed=0),
+                rec(by[(1, 0.01)], "running", last_step=300, heartbeat_s=99.0, eval_steps=(100, 300),
+                    eval_losses=(4, 3.1), seed=1)]
+    assert plan(s, records, now_s=100).stop == ((by[(1, 0.01)].trial_id, "pruned"),)
 
 
 def test_a_trial_past_the_limit_but_not_yet_evaluated_there_is_not_pruned():
     """Pruning looks at evaluated steps only: trained to step 300 (> 1.1 × 200) but last evaluated
     at 210 above the target, the trial may have crossed at 215 < 220 and be the cell's best."""
-    s = spec()
-    records = finish_reference(s)
-    fast, slow = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
+    s = four_rates()
+    records = finish_reference(s, losses=(3.2, 3.0, 3.1, 3.3))
+    fast, _, slow, _ = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
     records += [rec(fast, "reached", steps_to_target=200.0, last_step=200),
                 rec(slow, "running", last_step=300, heartbeat_s=99.0, eval_steps=(100, 210), eval_losses=(4, 3.01))]
     assert plan(s, records, now_s=100).stop == ()
@@ -158,17 +187,40 @@ def test_a_diverged_learning_rate_does_not_stop_the_skip():
     assert {c.batch_size: c.state for c in p.cells}[16] == "skipped"
 
 
-def test_a_cell_censored_above_b_ref_is_a_lower_bound_and_the_climb_goes_on():
-    """Above B_ref budgets are steps: B=16 censored at its cap (S(16) > 488) does not bound E(32)
-    above B=32's budget of 488 steps of 1024 tokens, so B=32 runs (nothing is skipped)."""
+def test_a_cell_censored_above_b_ref_is_re_run_once_at_twice_its_cap_then_bounds_the_next():
+    """Above B_ref budgets are steps: B=16 censored at its cap is re-run once at twice the cap (the
+    cap came from a noisy smaller cell); censored again, S(16) > 2·cap is a lower bound, and
+    E(32) ≥ E(16) > 2·cap·16·T = cap·32·T, B=32's whole budget at the same cap: it is skipped."""
     s = spec()
     records = finish_reference(s)
     cell16 = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
-    records += [rec(t, "censored", tokens=488 * 16 * 32, last_step=488, eval_steps=(100, 488),
-                    eval_losses=(3.6, 3.2)) for t in cell16]
+    cap = cell16[0].max_steps
+    records += [rec(t, "censored", tokens=cap * 16 * 32, last_step=cap, eval_steps=(100, cap),
+                    eval_losses=(3.6, 3.2), max_steps=cap) for t in cell16]
     p = plan(s, records, now_s=0)
-    assert {c.batch_size: c.state for c in p.cells}[32] == "running"
-    assert {t.max_steps for t in p.start if t.batch_size == 32} == {488}
+    again = [t for t in p.start if t.batch_size == 16]
+    assert sorted(t.trial_id for t in again) == sorted(t.trial_id + ".x2" for t in cell16)
+    assert {t.max_steps for t in again} == {2 * cap}
+    assert {c.batch_size: c.state for c in p.cells}[32] == "waiting"
+    records += [rec(t, "censored", tokens=2 * cap * 16 * 32, last_step=2 * cap, eval_steps=(100, 2 * cap),
+                    eval_losses=(3.6, 3.2), max_steps=2 * cap) for t in again]
+    p = plan(s, records, now_s=0)
+    assert not [t for t in p.start if t.batch_size == 16]  # once only
+    assert {c.batch_size: c.state for c in p.cells}[32] == "skipped"
+
+
+def test_a_cell_whose_best_rate_is_at_an_edge_gets_the_next_rate_past_it():
+    s = spec(search={"kind": "grid", "lrs": [0.003, 0.01, 0.03], "lr_extensions": 1})
+    records = finish_reference(s, losses=(3.2, 3.1, 3.0))  # the largest rate is the best
+    p = plan(s, records, now_s=0)
+    assert p.targets == {}  # the reference cell may still change: no target yet
+    extra = [t for t in p.start if t.batch_size == 8]
+    assert [t.lr for t in extra] == [0.09]  # 0.03 × (0.03 / 0.01), the grid's outermost ratio
+    records += [rec(extra[0], "finished", final_eval_loss=3.05, eval_steps=(100, 200, 390),
+                    eval_losses=(4.0, 3.5, 3.05), tokens=D, last_step=390)]
+    p = plan(s, records, now_s=0)
+    assert set(p.targets) == {"tiny-0.1M_D100K"}
+    assert not [t for t in p.start if t.batch_size == 8]
 
 
 def test_stale_heartbeat_is_lost_then_failed_at_attempt_cap():

@@ -59,11 +59,20 @@ def test_noise_spreads_b_star_and_the_study_matches_the_full_grid_seed_by_seed()
     for s in report.summary():
         assert s["spread_rel_sd"] > 0.01  # noise reaches B*
         assert s["cbs_study_p05"] < s["cbs_study_median"] < s["cbs_study_p95"]
-    # Same draws for the study and the grid: where no cell is censored the two agree exactly.
+    # Same draws for the study and the grid: where no cell is censored the two agree to rounding
+    # (pruning never stops the rates the fit across rates reads, a censored one is re-run).
     for run in report.seeds:
         for o in run.settings:
             if not o.censored_cells and o.cbs_study is not None:
-                assert o.cbs_study == pytest.approx(o.cbs_grid, rel=1e-9)
+                assert o.cbs_study == pytest.approx(o.cbs_grid, rel=1e-6)
+    # The fit across learning rates against the paper's minimum over them, both against the truth:
+    # the minimum of noisy values is biased low (about −3% here), the fit a fraction of that.
+    rows = report.summary()
+    fit = np.mean([abs(s["bias_vs_truth"]) for s in rows])
+    low = np.mean([abs(s["bias_vs_truth_min"]) for s in rows])
+    assert all(s["bias_vs_truth_min"] < 0 for s in rows)
+    assert fit < 0.5 * low, (fit, low)
+    assert all(0 <= s["share_off_grid_2pct"] <= 1 and s["p95_abs_vs_grid"] >= 0 for s in rows)
 
 
 def test_a_tight_budget_margin_censors_cells_and_says_so():

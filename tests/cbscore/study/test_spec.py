@@ -82,10 +82,11 @@ def test_presets_load_and_paper_budgets_match_design():
 
 def test_grid_tokens_and_trials_known_answer():
     spec = small_spec()
-    # 2 lrs × 4 batch sizes; the reference cell (B=8) spends D = 100,000, B=4 below it 1.25·D, and
-    # the cells above it 1.25·S(B_ref) = ceil(1.25 × 390) = 488 steps of B·32 tokens.
+    # 2 lrs × 4 batch sizes; the reference cell (B=8) spends 1.25·D = 125,000 (it must be able to
+    # cross its target, the fitted loss at D, after D), B=4 below it 1.25·D, and the cells above it
+    # 1.25·S(B_ref) = ceil(1.25 × 390) = 488 steps of B·32 tokens.
     assert grid_trials(spec) == 8
-    per_lr = 125_000 + 100_000 + 488 * 16 * 32 + 488 * 32 * 32
+    per_lr = 125_000 + 125_000 + 488 * 16 * 32 + 488 * 32 * 32
     assert grid_tokens(spec) == 2 * per_lr
     est = estimate(spec, tokens_per_s=1000.0, n_workers=2)
     assert est.tokens == 2 * per_lr and est.cells == 4 and est.trials == 8
