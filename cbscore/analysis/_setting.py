@@ -11,7 +11,7 @@ import numpy as np
 
 from cbscore.analysis._bootstrap import BootstrapResult, bootstrap_steps_fit
 from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, cbs_empirical, check_cbs_settings
-from cbscore.analysis._points import MeasuredPoint, measure_points
+from cbscore.analysis._points import DEFAULT_ESTIMATOR, MeasuredPoint, measure_points
 from cbscore.analysis._sensitivity import SENSITIVITY_OVERHEADS, SensitivityRow, sensitivity_table
 from cbscore.analysis._steps_fit import MIN_BATCH_SIZES, StepsFit, fit_steps
 from cbscore.analysis._target import EvalHistory, ReferenceTarget, reference_target, retarget, target_draws
@@ -141,6 +141,10 @@ class SettingAnalysis:
             "tokens": json_number(self.tokens),
             "batch_sizes": [int(b) for b in self.batch_sizes],
             "steps": [json_number(s) for s in self.steps],
+            # The paper's minimum over learning rates beside S(B), and how S(B) was read per cell.
+            "steps_min": [json_number(p.steps_min) for p in self.measured],
+            "estimators": [p.estimator for p in self.measured],
+            "lr_best": [json_number(p.lr_best) for p in self.measured],
             "s_min": json_number(self.s_min),
             "b_noise": json_number(self.b_noise),
             "cbs": json_number(self.cbs),
@@ -195,8 +199,12 @@ def analyze_setting(
     seed: int = 0,
     skipped: Iterable[int] = (),
     histories: Sequence[EvalHistory] | None = None,
+    estimator: str = DEFAULT_ESTIMATOR,
 ) -> SettingAnalysis:
     """Measure, fit and bootstrap one setting; refusals become sentences in ``errors``.
+
+    ``estimator`` reads each cell's ``S(B)`` off its learning rates (:func:`measure_points`:
+    ``"fit"``, the default, or the paper's ``"min"``, always reported beside as ``steps_min``).
 
     ``bootstrap = 0`` skips the bootstrap (no intervals). The free-exponent fit, when asked for,
     never changes the paper-model results and its refusal is only a note. A batch size where
@@ -217,7 +225,7 @@ def analyze_setting(
     check_cbs_settings(overhead, b_ref)
     prefix = f"setting {setting!r}: "
     errors: list[str] = []
-    points = measure_points(trials)
+    points = measure_points(trials, estimator=estimator)
     for p in points:
         if p.steps is None:
             bound = (
@@ -227,7 +235,7 @@ def analyze_setting(
             errors.append(
                 f"{prefix}batch size {p.batch_size}: no trial reached the target "
                 f"({p.n_censored} censored, {p.n_diverged} diverged, {p.n_other} other){bound}; "
-                "left out of the fit"
+                + ("kept in the fit as a lower bound" if p.steps_lower_bound is not None else "left out of the fit")
             )
         elif p.n_seeds_unreached:
             errors.append(
@@ -252,10 +260,18 @@ def analyze_setting(
     fit = fit_free = boot = None
     cbs = cbs_ci = empirical = cbs_free = None
     sensitivity: tuple[SensitivityRow, ...] = ()
+    # Censored cells stay in the fit as lower bounds (a censored likelihood, DESIGN.md §1).
+    bounds = [(p.batch_size, p.steps_lower_bound) for p in points if p.steps_lower_bound is not None]
     try:
-        fit = fit_steps([p.batch_size for p in measured], [p.steps for p in measured])
+        fit = fit_steps([p.batch_size for p in measured], [p.steps for p in measured], lower_bounds=bounds)
     except FitError as exc:
         errors.append(f"{prefix}{exc}")
+    if fit is not None and fit.censored_fit:
+        errors.append(
+            f"{prefix}the least-squares curve fell below the lower bound(s) at B = "
+            f"{', '.join(str(b) for b, _ in bounds)}; the fit is the censored likelihood's (the bootstrap "
+            "resamples the measured points only)"
+        )
     if fit is not None:
         cbs = fit.cbs(overhead, b_ref)
         try:
@@ -272,7 +288,7 @@ def analyze_setting(
             try:
                 target, shifts = _target_shifts(
                     histories, [p.batch_size for p in measured], tokens, context, bootstrap,
-                    np.random.default_rng(setting_seed(seed + 1, setting)),
+                    np.random.default_rng(setting_seed(seed + 1, setting)), estimator,
                 )
             except FitError as exc:
                 errors.append(f"{prefix}the bootstrap holds the target fixed: {exc}")
@@ -337,7 +353,7 @@ TARGET_GRID = 15
 
 def _target_shifts(
     histories: Sequence[EvalHistory], batch_sizes: Sequence[int], tokens: float | None,
-    context: int | None, n_draws: int, rng: np.random.Generator,
+    context: int | None, n_draws: int, rng: np.random.Generator, estimator: str = DEFAULT_ESTIMATOR,
 ) -> tuple[ReferenceTarget, np.ndarray]:
     """The target from the reference histories and ``(R, K)`` changes of ``log S(B)`` at
     ``batch_sizes`` when the target is redrawn (:func:`target_draws`).
@@ -357,7 +373,7 @@ def _target_shifts(
     grid = np.unique(np.quantile(draws, np.linspace(0.0, 1.0, TARGET_GRID)))
 
     def log_steps(value: float) -> np.ndarray:
-        points = {p.batch_size: p.steps for p in measure_points(retarget(h, value) for h in histories)}
+        points = {p.batch_size: p.steps for p in measure_points((retarget(h, value) for h in histories), estimator=estimator)}
         return np.log([points.get(b) or np.nan for b in batch_sizes])  # (K,)
 
     base = log_steps(target.value)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, check_cbs_settings
 from cbscore.analysis._joint_law import JointPowerLawFit
+from cbscore.analysis._points import DEFAULT_ESTIMATOR
 from cbscore.analysis._power_law import PowerLawFit
 from cbscore.analysis._rows import normalize_row
 from cbscore.analysis._scaling import ScalingLaws, fit_scaling_laws
@@ -120,6 +121,7 @@ def analyze_table(
     seed: int = 0,
     skipped: Mapping[str, Iterable[int]] | None = None,
     histories: Mapping[str, Sequence[EvalHistory]] | None = None,
+    estimator: str = DEFAULT_ESTIMATOR,
 ) -> TableAnalysis:
     """Fit every setting of a steps table and the scaling laws across settings.
 
@@ -133,6 +135,9 @@ def analyze_table(
         bootstrap: resamples per setting; 0 for no intervals.
         seed: seed of the bootstraps (same seed, same numbers).
         skipped: per setting name, batch sizes the planner never ran (named in the notes).
+        estimator: per-cell ``S(B)`` from the learning rates, ``"fit"`` (rows need ``lr``; a cell
+            without rates falls back to its minimum) or the paper's ``"min"``
+            (:func:`cbscore.analysis.measure_points`).
         histories: per setting name, every trial's evaluation history (the reference cell's with
             ``role="reference"``): the bootstrap then redraws the target and recomputes every
             crossing (:func:`analyze_setting`). Without them it holds the target fixed, and says so.
@@ -194,6 +199,7 @@ def analyze_table(
                 seed=seed,
                 skipped=(skipped or {}).get(name, ()),
                 histories=None if histories is None else histories.get(name),
+                estimator=estimator,
             )
         )
     fitted = [s for s in settings if s.cbs is not None]

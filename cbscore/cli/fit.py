@@ -32,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--free-alpha", action="store_true", help="also fit S(B) = a + b·B^-alpha, reported beside")
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples per setting; 0 for none (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    parser.add_argument("--estimator", choices=("fit", "min"), default="fit",
+                        help="S(B) per batch size: a fit across the learning rates of the 'lr' column (default), "
+                             "or the paper's minimum over them; the minimum is reported beside either way")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.add_argument("--forecast", metavar="FORECAST.json", default=None,
                         help="calibrate a noise-scale forecast (the 'forecast' key of `cbs study fit --json`, "
@@ -50,6 +53,7 @@ def run_fit(args: argparse.Namespace) -> int:
         free_alpha=args.free_alpha,
         bootstrap=args.bootstrap,
         seed=args.seed,
+        estimator=args.estimator,
     )
     calibration = None if args.forecast is None else calibrate_file(args.forecast, analysis, args.bootstrap, args.seed)
     if args.json:

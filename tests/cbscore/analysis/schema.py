@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 SETTING_KEYS = [
-    "setting", "n_params", "tokens", "batch_sizes", "steps", "s_min", "b_noise", "cbs",
+    "setting", "n_params", "tokens", "batch_sizes", "steps", "steps_min", "estimators", "lr_best", "s_min",
+    "b_noise", "cbs",
     "cbs_ci", "cbs_empirical", "r2", "lower_bounds", "skipped", "b_noise_ci", "cbs_empirical_ci",
     "without_ref", "target_redrawn", "lr_at_edge",
 ]
@@ -48,7 +49,10 @@ def check_fit_json(obj: dict) -> None:
         _number(s["n_params"], f"{path}.n_params")
         _number(s["tokens"], f"{path}.tokens")
         assert isinstance(s["batch_sizes"], list) and isinstance(s["steps"], list)
-        assert len(s["batch_sizes"]) == len(s["steps"])
+        assert len(s["batch_sizes"]) == len(s["steps"]) == len(s["steps_min"]) == len(s["estimators"])
+        assert set(s["estimators"]) <= {"fit", "min"}
+        for v, low in zip(s["steps"], s["steps_min"]):
+            _number(low, f"{path}.steps_min", nullable=False)
         for b in s["batch_sizes"]:
             assert isinstance(b, int) and b > 0, f"{path}.batch_sizes: {b!r}"
         for v in s["steps"]:

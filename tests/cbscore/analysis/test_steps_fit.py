@@ -106,3 +106,27 @@ def test_cbs_rejects_bad_settings_naming_the_field():
         fit.cbs(overhead=-0.1)
     with pytest.raises(ConfigError, match="b_ref"):
         fit.cbs(b_ref=math.nan)
+
+
+def test_lower_bounds_above_the_curve_change_nothing():
+    b = [64, 128, 256, 512, 1024]
+    s = [1000 * (1 + 500 / x) for x in b]
+    plain = fit_steps(b, s)
+    bounded = fit_steps(b, s, lower_bounds=[(4096, 900.0)])  # the curve gives 1122 there
+    assert not bounded.censored_fit and bounded.lower_bounds == ((4096.0, 900.0),)
+    assert (bounded.a, bounded.b) == (plain.a, plain.b)
+
+
+def test_a_lower_bound_the_least_squares_curve_violates_pulls_the_fit_up_to_it():
+    """A censored cell is S(B) > bound: where the curve fitted to the measured points passes below
+    the bound, the censored likelihood moves it towards the bound (never dropped, never averaged)."""
+    b = [64, 128, 256, 512, 1024]
+    noise = [1.0, 1.0, 1.0, 1.04, 0.93]  # the largest measured B drawn fast: S_min fitted low
+    s = [1000 * (1 + 500 / x) * f for x, f in zip(b, noise)]
+    plain = fit_steps(b, s)
+    bound = 1000 * (1 + 500 / 4096)  # the truth at 4096, which the plain fit undershoots
+    assert plain(4096) < bound
+    bounded = fit_steps(b, s, lower_bounds=[(4096, bound)])
+    assert bounded.censored_fit
+    assert plain(4096) < bounded(4096)
+    assert abs(bounded.b_noise / 500 - 1) < abs(plain.b_noise / 500 - 1)

@@ -226,9 +226,10 @@ def test_censored_cells_are_lower_bounds_named_in_the_notes_and_the_json():
     analysis = analyze_table(rows, bootstrap=0, skipped={"x": [65536]})
     s = analysis.setting("x")
     assert s.lower_bounds == ((16384, 1800.0), (32768, 950.0)) and s.skipped == (65536,)
-    assert 16384 not in s.batch_sizes  # never entered in the fit
+    assert 16384 not in s.batch_sizes  # not a measured point...
+    assert s.fit.lower_bounds == ((16384.0, 1800.0), (32768.0, 950.0))  # ...but in the fit as a bound
     assert ("setting 'x': batch size 16384: no trial reached the target (2 censored, 1 diverged, 0 other); "
-            "censored at ≥ 1,800 steps, a lower bound; left out of the fit") in analysis.errors
+            "censored at ≥ 1,800 steps, a lower bound; kept in the fit as a lower bound") in analysis.errors
     assert "setting 'x': batch size 65536: skipped by the planner (never run); not measured" in analysis.errors
     obj = analysis.to_json_dict()
     check_fit_json(obj)

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from cbscore.analysis._points import FIT_NEIGHBOURS
 from cbscore.study import StudySpec, TrialRecord, plan, skipped_trials, trial_from_ask
 
 D = 100_000
@@ -79,49 +80,56 @@ def test_replanning_is_idempotent():
     assert plan(s, queued, now_s=6).start == ()
 
 
-def four_rates():
-    return spec(search={"kind": "grid", "lrs": [0.001, 0.003, 0.01, 0.03], "lr_extensions": 0})
+RATES = [0.001, 0.002, 0.004, 0.008, 0.016]
+
+
+def five_rates(**changes):
+    return spec(search={"kind": "grid", "lrs": RATES, "lr_extensions": 0}, **changes)
 
 
 def test_reach_prunes_slow_trials_and_releases_next_cell_with_cap():
-    s = four_rates()
-    records = finish_reference(s, losses=(3.2, 3.0, 3.1, 3.3))
-    fast, near, slow, far = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
-    records += [rec(fast, "reached", steps_to_target=200.0, last_step=200),
-                rec(near, "running", last_step=221, heartbeat_s=99.0, eval_steps=(100, 221), eval_losses=(4, 3.1)),
-                rec(slow, "running", last_step=221, heartbeat_s=99.0, eval_steps=(100, 221), eval_losses=(4, 3.1)),
-                rec(far, "running", last_step=219, heartbeat_s=99.0, eval_steps=(100, 219), eval_losses=(4, 3.1))]
+    s = five_rates()
+    records = finish_reference(s, losses=(3.2, 3.0, 3.1, 3.3, 3.4))
+    cell16 = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
+    fast, near, slow = cell16[0], cell16[FIT_NEIGHBOURS], cell16[FIT_NEIGHBOURS + 1]
+    records += [rec(fast, "reached", steps_to_target=200.0, last_step=200)]
+    records += [rec(t, "running", last_step=221, heartbeat_s=99.0, eval_steps=(100, 221), eval_losses=(4, 3.1))
+                for t in cell16[1:]]
     p = plan(s, records, now_s=100)
-    # Past 1.1 × 200 at an evaluation: pruned, except the best rate's neighbour (S(B) is read off a
-    # fit through the best rate and its neighbours); one not yet evaluated there keeps running.
-    assert p.stop == ((slow.trial_id, "pruned"),)
+    # Past 1.1 × 200 at an evaluation: pruned, except the best rate's neighbours (S(B) is read off a
+    # fit through the best rate and FIT_NEIGHBOURS rates on each side).
+    assert near.trial_id not in dict(p.stop)
+    assert (slow.trial_id, "pruned") in p.stop
+    assert len(p.stop) == len(cell16) - 1 - FIT_NEIGHBOURS
     b32 = [t for t in p.start if t.batch_size == 32]
-    assert len(b32) == 4 and {t.max_steps for t in b32} == {250}  # ceil(1.25 × 200)
+    assert len(b32) == 5 and {t.max_steps for t in b32} == {250}  # ceil(1.25 × 200)
 
 
 def test_pruning_compares_a_trial_with_the_best_of_its_own_seed():
     """Seeds are repeats: seed 1's fast crossing never stops seed 0's trials."""
-    s = spec(search={"kind": "grid", "lrs": [0.001, 0.003, 0.01, 0.03], "lr_extensions": 0}, seeds=[0, 1])
+    s = five_rates(seeds=[0, 1])
     refs = plan(s, [], now_s=0).start
     records = [rec(t, "finished", final_eval_loss=3.0 + 0.01 * i, eval_steps=(100, 200, 390),
                    eval_losses=(4.0, 3.5, 3.0 + 0.01 * i), tokens=D, last_step=390, seed=t.seed)
                for i, t in enumerate(refs)]
     cell16 = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
     by = {(t.seed, t.lr): t for t in cell16}
-    records += [rec(by[(1, 0.001)], "reached", steps_to_target=200.0, last_step=200, seed=1),
-                rec(by[(0, 0.01)], "running", last_step=300, heartbeat_s=99.0, eval_steps=(100, 300),
+    far = RATES[FIT_NEIGHBOURS + 1]
+    records += [rec(by[(1, RATES[0])], "reached", steps_to_target=200.0, last_step=200, seed=1),
+                rec(by[(0, far)], "running", last_step=300, heartbeat_s=99.0, eval_steps=(100, 300),
                     eval_losses=(4, 3.1), seed=0),
-                rec(by[(1, 0.01)], "running", last_step=300, heartbeat_s=99.0, eval_steps=(100, 300),
+                rec(by[(1, far)], "running", last_step=300, heartbeat_s=99.0, eval_steps=(100, 300),
                     eval_losses=(4, 3.1), seed=1)]
-    assert plan(s, records, now_s=100).stop == ((by[(1, 0.01)].trial_id, "pruned"),)
+    assert plan(s, records, now_s=100).stop == ((by[(1, far)].trial_id, "pruned"),)
 
 
 def test_a_trial_past_the_limit_but_not_yet_evaluated_there_is_not_pruned():
     """Pruning looks at evaluated steps only: trained to step 300 (> 1.1 × 200) but last evaluated
     at 210 above the target, the trial may have crossed at 215 < 220 and be the cell's best."""
-    s = four_rates()
-    records = finish_reference(s, losses=(3.2, 3.0, 3.1, 3.3))
-    fast, _, slow, _ = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
+    s = five_rates()
+    records = finish_reference(s, losses=(3.2, 3.0, 3.1, 3.3, 3.4))
+    cell16 = [t for t in plan(s, records, now_s=0).start if t.batch_size == 16]
+    fast, slow = cell16[0], cell16[FIT_NEIGHBOURS + 1]
     records += [rec(fast, "reached", steps_to_target=200.0, last_step=200),
                 rec(slow, "running", last_step=300, heartbeat_s=99.0, eval_steps=(100, 210), eval_losses=(4, 3.01))]
     assert plan(s, records, now_s=100).stop == ()
