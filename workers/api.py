@@ -24,7 +24,8 @@ from workers.settings import WorkerSettings
 TABLE_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome",
                  "trial_id", "role", "lr", "beta2", "tau", "seed", "run_id", "budget_steps")
 #: The columns ``cbs fit`` reads (``cbs study export``).
-FIT_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome", "seed", "budget_steps")
+FIT_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome", "seed", "budget_steps",
+               "lr")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -349,8 +350,31 @@ def study_forecast(name: str, *, with_fit: bool = True, analysis=None, bootstrap
     return build(spec, records, history, analysis, bootstrap=bootstrap, seed=seed)
 
 
-def study_fit(name: str, *, bootstrap: int = 1000, seed: int = 0, free_alpha: bool = False):
-    """:func:`cbscore.analysis.analyze_table` of the study's table at its own B_ref and r."""
+def study_histories(name: str) -> dict:
+    """Per setting, the :class:`cbscore.analysis.EvalHistory` of every ended trial of ``name``
+    (held-out loss of the averaged weights at every evaluation, from MLflow): what the bootstrap
+    needs to redraw the target and recompute every crossing (DESIGN.md §1, "Intervals"). One
+    history read per trial."""
+    from cbscore.analysis import EvalHistory
+    from workers.records import build_records
+
+    tracker = _tracker()
+    parent = _parent(tracker, name)
+    runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
+    out: dict[str, list] = {}
+    for rec in build_records(runs, _ledger().leases(name), tracker, with_history=True):
+        if rec.status in TERMINAL and rec.eval_steps:
+            out.setdefault(rec.setting_id, []).append(EvalHistory(
+                batch_size=rec.batch_size, steps=rec.eval_steps, losses=rec.eval_losses, lr=rec.lr,
+                seed=rec.seed, outcome=rec.status, role=rec.role))
+    return out
+
+
+def study_fit(name: str, *, bootstrap: int = 1000, seed: int = 0, free_alpha: bool = False,
+              redraw_target: bool = True):
+    """:func:`cbscore.analysis.analyze_table` of the study's table at its own B_ref and r; with
+    ``redraw_target`` (and a bootstrap) the intervals carry the target's own uncertainty, from every
+    trial's stored evaluations (:func:`study_histories`)."""
     from cbscore.analysis import analyze_table
     from cbscore.errors import FitError
 
@@ -362,8 +386,9 @@ def study_fit(name: str, *, bootstrap: int = 1000, seed: int = 0, free_alpha: bo
 
     # Cells the planner never ran are named in the notes (the CSV alone cannot say so).
     skipped = skipped_cells(plan(spec, study_records(name), time.time()))
+    histories = study_histories(name) if (redraw_target and bootstrap) else None
     return analyze_table(rows, b_ref=spec.b_ref, overhead=spec.overhead, free_alpha=free_alpha,
-                         bootstrap=bootstrap, seed=seed, skipped=skipped or None)
+                         bootstrap=bootstrap, seed=seed, skipped=skipped or None, histories=histories)
 
 
 def alive_workers() -> list[WorkerInfo]:

@@ -151,7 +151,8 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
                 if is_running:
                     last, outcome = max(2, int(s * 0.6)), "running"  # still above the target
                 elif role == "reference":
-                    last, outcome = ref_steps, "finished"
+                    # The planner's reference budget, (1 + budget_margin)·D: past D, where it crosses.
+                    last, outcome = budget_steps, "finished"
                 elif diverged:
                     last, outcome = max(2, int(s / 3)), "diverged"
                 elif s <= budget_steps:
