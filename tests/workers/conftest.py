@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The session's small token store: the first 120 chapters of the built-in corpus, 320-token BPE
+#: The session's small token store: the first 160 chapters of the built-in corpus, 320-token BPE
 #: (a small vocabulary keeps the output head, most of a tiny model's compute, cheap).
-STORE_DIR = ROOT / ".cache" / "workers-tests-store-v320"
+STORE_DIR = ROOT / ".cache" / "workers-tests-store-v320-d160"
 CBS = str(Path(sys.executable).parent / "cbs")
-DATA = {"source": "builtin", "vocab_size": 320, "max_documents": 120, "val_fraction": 0.1,
+DATA = {"source": "builtin", "vocab_size": 320, "max_documents": 160, "val_fraction": 0.1,
         "store_dir": str(STORE_DIR)}
 
 

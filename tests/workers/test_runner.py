@@ -50,13 +50,13 @@ def test_bad_spec_is_refused_with_nothing_created(worker_env, changes, field, wo
 
 
 def test_a_prepared_store_too_small_for_the_largest_budget_is_refused_at_launch(worker_env, token_store):
-    # The session's store holds the first 120 chapters (about 246k training tokens at T = 16). At
+    # The session's store holds the first 160 chapters (about 334k training tokens at T = 16). At
     # D = 150k the reference fits, but a cell above B_ref may read up to 2.5·D in one pass: once
     # that trial failed in a worker after the others had run (the chaos run's first sizing).
     held = token_store.train_stream(16, seed=0).n_tokens
     with pytest.raises(ConfigError) as err:
         api.launch_study(tiny_spec_dict("big", settings=[{"model": "tiny-0.1M", "tokens": 150_000}]))
-    assert err.value.field == "data.max_documents" and err.value.value == 120
+    assert err.value.field == "data.max_documents" and err.value.value == 160
     assert f"holds {held:,} training tokens" in str(err.value) and "tiny-0.1M_D150K at batch size 32" in str(err.value)
     nothing_created("big")
     # repetition allowed: the same spec launches
@@ -140,7 +140,7 @@ def test_diverged_trial_is_kept_and_not_retried(worker_env, token_store):
     assert "skipped" in run_trial_attempt("s4", record.trial_id, 1, worker="test")
     assert Runner().advance("s4").skipped == "study is done"  # the trial's own pass ended the study
     [summary] = api.list_studies()
-    assert summary.status == "done" and "no reference run at B_ref=8 finished" in summary.errors[0]
+    assert summary.status == "done" and "no reference run at B_ref=8 gives a loss at D" in summary.errors[0]
     assert queue_depth("cpu") == 1  # only the launch's message; nothing was enqueued again
     [record] = api.study_records("s4")
     assert (record.status, record.attempt) == ("diverged", 1)

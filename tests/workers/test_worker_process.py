@@ -75,7 +75,7 @@ def test_killed_worker_trial_resumes_from_its_checkpoint(worker_env, processes, 
     trial back as attempt 2 from its checkpoint; it finishes once and no run stays RUNNING."""
     name = "kill"
     first = processes.worker()
-    # D = 200k: 1,562 steps, long enough to be caught mid-way on a quiet machine (at 40k the
+    # D = 200k: a reference run of 1.25·D, 1,953 steps, long enough to be caught mid-way on a quiet machine (at 40k the
     # whole trial once ran in 2.6 s, between two polls)
     api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 200_000}]))
     s = WorkerSettings.from_env()
@@ -100,11 +100,11 @@ def test_killed_worker_trial_resumes_from_its_checkpoint(worker_env, processes, 
     run = tracker.get_run(record.run_id)
     assert (record.status, record.attempt, run.info.status) == ("finished", 2, "FINISHED")
     resumed = int(run.data.tags["resumed_from_step"])
-    assert 0 < resumed < 1562  # from a checkpoint written before the kill, not from scratch
+    assert 0 < resumed < 1953  # from a checkpoint written before the kill, not from scratch
     after = [m.step for m in tracker.client.get_metric_history(record.run_id, "train/loss") if m.timestamp > killed_at_ms]
     assert min(after) > resumed  # the second attempt's first logged step is past the checkpoint
     steps, _ = tracker.history(run, "train/loss")
-    assert steps[-1] == 1562  # one curve, to the budget: 200k / (8·16)
+    assert steps[-1] == 1953  # one curve, to the reference budget: 1.25 · 200k / (8·16)
     # MLflow's raw history keeps every write: each step was logged exactly once across the two
     # attempts (the resumed one recomputes the steps between its checkpoint and the kill but
     # does not log them again).
@@ -134,7 +134,7 @@ def test_warm_shutdown_checkpoints_running_trials_back_to_the_queue(worker_env, 
     run = tracker.get_run(record.run_id)
     assert (queued.status, queued.attempt, run.info.status) == ("queued", 1, "SCHEDULED")
     stopped_at = int(run.data.tags["interrupted_at_step"])
-    assert 20 <= stopped_at < 1562  # 200k tokens / (8·16) = 1,562 steps
+    assert 20 <= stopped_at < 1953  # the reference budget 1.25 · 200k tokens / (8·16) = 1,953 steps
     processes.worker()
     wait_for(lambda: study_done(name), 120, every_s=1, what="the interrupted trial to finish on a new worker")
     [record] = api.study_records(name)
