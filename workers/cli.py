@@ -60,6 +60,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     simulate.add_argument("--lr-penalty", type=float, default=0.1, metavar="K",
                           help="k of m(η) = 1 + k·ln²(η/η*): the cost of a learning rate off its optimum")
     simulate.add_argument("--workers", type=int, default=4, help="trials running at once (default 4)")
+    simulate.add_argument("--eval-noise", type=float, default=0.0, metavar="NATS",
+                          help="σ of each held-out evaluation's noise in nats (default 0): crossings and the "
+                               "reference target are read off noisy evaluations")
+    simulate.add_argument("--estimator", choices=("fit", "min"), default="fit",
+                          help="S(B) per cell: a fit across learning rates (default, the pages') or the paper's "
+                               "minimum; the minimum's bias is reported beside either way")
     simulate.add_argument("--json", action="store_true")
     simulate.set_defaults(handler=run_simulate)
     report = sub.add_parser("report", help="write a study's evidence (steps CSV, fit JSON, figures, cost) to a folder")
@@ -276,8 +282,15 @@ def run_simulate(args: argparse.Namespace) -> int:
     truth = paper_truth(spec) if args.truth == "paper" else read_truth(args.truth, spec)
     if isinstance(args.seeds, bool) or args.seeds < 1:
         raise ConfigError("--seeds", args.seeds, "must be a positive integer")
-    config = SimConfig(noise_sigma=args.noise, lr_penalty=args.lr_penalty, workers=args.workers)
-    report = simulate(spec, truth, config, seeds=args.seeds)
+    config = SimConfig(noise_sigma=args.noise, lr_penalty=args.lr_penalty, workers=args.workers,
+                       eval_noise=args.eval_noise, estimator=args.estimator)
+
+    def progress(done: int, total: int) -> None:
+        if sys.stderr.isatty() and total > 1:
+            print(f"\rsimulated {done}/{total} studies", end="\n" if done == total else "", file=sys.stderr,
+                  flush=True)
+
+    report = simulate(spec, truth, config, seeds=args.seeds, progress=progress)
     print(json.dumps(report.to_json_dict(), indent=2) if args.json else format_report(report))
     return 0
 

@@ -142,18 +142,21 @@ def format_analysis(analysis) -> str:
     """Readable tables: per setting its points, fit, B* and sensitivity; then the scaling laws."""
     level = "95%"
     r, b_ref = analysis.overhead, analysis.b_ref
-    out: list[str] = [f"CBS fit: S(B) = a + b/B on log S; B* at r = {r:g}, B_ref = {b_ref:g}", ""]
+    out: list[str] = [f"CBS fit: S(B) = a + b/B on log S; B* at r = {r:g}, B_ref = {b_ref:g}",
+                      "S(B) per batch size: read off a fit across its learning rates where rates are known (estimator "
+                      "'fit'), else their minimum; 'min' is the paper's minimum beside it", ""]
     for s in analysis.settings:
         meta = [f"N = {_g(s.n_params)}" if s.n_params else "", f"D = {_g(s.tokens)}" if s.tokens else ""]
         out.append(f"setting {s.setting!r}  " + "  ".join(m for m in meta if m))
         rows = [
             [str(p.batch_size),
              f"≥ {_g(p.steps_lower_bound, 6)}" if p.steps_lower_bound is not None else _g(p.steps, 6),
+             "—" if p.steps_min is None else _g(p.steps_min, 6),
              _g(s.fit(p.batch_size), 6) if s.fit else "—",
              str(p.n_reached), str(p.n_censored), str(p.n_diverged), str(p.n_other)]
             for p in s.points
         ]
-        out += _table(["B", "S(B)", "fit", "reached", "censored", "diverged", "other"], rows)
+        out += _table(["B", "S(B)", "min", "fit", "reached", "censored", "diverged", "other"], rows)
         if s.fit is not None:
             boot = s.bootstrap
             out.append(

@@ -37,7 +37,7 @@ import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -652,12 +652,18 @@ def _outcomes(spec: StudySpec, sim: _Sim, records: Mapping[str, TrialRecord], p)
 
 
 def simulate(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimConfig | None = None, *,
-             seeds: int = 1, first_seed: int = 0) -> SimulationReport:
-    """``seeds`` simulated studies of ``spec`` against ``truth``."""
+             seeds: int = 1, first_seed: int = 0,
+             progress: Callable[[int, int], None] | None = None) -> SimulationReport:
+    """``seeds`` simulated studies of ``spec`` against ``truth``; ``progress(done, total)`` after each."""
     config = config or SimConfig()
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ConfigError("seeds", seeds, "must be a positive integer")
-    runs = tuple(simulate_once(spec, truth, config, first_seed + i) for i in range(seeds))
+    runs = []
+    for i in range(seeds):
+        runs.append(simulate_once(spec, truth, config, first_seed + i))
+        if progress is not None:
+            progress(i + 1, seeds)
+    runs = tuple(runs)
     settings = spec.resolve_settings()
     from cbscore.study.planner import setting_grid_tokens
 
@@ -680,11 +686,12 @@ def setting_notes(summary_row: Mapping) -> str:
     return "; ".join(notes)
 
 
-def format_report(report: SimulationReport) -> str:
+def format_report(report: SimulationReport | Mapping) -> str:
     """The text of ``cbs study simulate``: medians, the protocol's bias for both estimators, and
-    the tails of study against full grid."""
-    d = report.to_json_dict()
-    lines = [f"simulated study {report.spec_name!r}: {d['seeds']} seed(s), noise σ = {d['noise_sigma']:g}, "
+    the tails of study against full grid. Takes the report or its ``to_json_dict()`` (a saved
+    ``--json`` output reads back the same)."""
+    d = report if isinstance(report, Mapping) else report.to_json_dict()
+    lines = [f"simulated study {d['spec']!r}: {d['seeds']} seed(s), noise σ = {d['noise_sigma']:g}, "
              f"evaluation noise {d['eval_noise']:g} nats, learning-rate penalty k = {d['lr_penalty']:g}, "
              f"{d['workers']} trials at once, S(B) per cell by {d['estimator']!r}"]
     lines.append(f"{'setting':<24} {'B* truth':>9} {'full grid':>9} {'study':>9} {'vs truth':>9} {'(min)':>7} "
