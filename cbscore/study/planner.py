@@ -423,8 +423,8 @@ def _best_neighbours(recs: Sequence[TrialRecord], target: float | None,
     return out
 
 
-#: A cell above B_ref censored at its step cap, or a censored neighbour of a cell's best rate, is
-#: run once more at this multiple of its cap or token budget.
+#: A cell censored at its step cap or token budget, or a censored neighbour of a cell's best rate,
+#: is run once more at this multiple of its cap or token budget.
 RERUN_CAP_FACTOR = 2.0
 #: Suffix of the trial id of such a second run.
 RERUN_TAG = "x2"
@@ -511,16 +511,16 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                                            state="skipped", n_trials=n_cell, counts={}, steps_to_target=None,
                                            max_steps=cap))
                     continue  # resolved for the chain; the bound carries over unchanged
-            # A cell above B_ref whose every rate ended censored at its step cap (none reached) is run
-            # once more at a larger cap before it counts as censored (issue 19: a cap from a noisy
-            # smaller cell can cut the curve).
+            # A cell whose every rate ended censored at its cap or budget (none reached) is run once
+            # more at twice it before it counts as censored (issue 19: a cap from a noisy smaller
+            # cell, or a budget that noise pushed the cell past, can cut the curve).
             # So is a censored neighbour of a seed's best rate: S(B) is read off a fit through the best
             # rate and its neighbours (cbscore.analysis.measure_points), which a budget must not cut.
             rerun: list[TrialRecord] = []
             first_done = len(first) >= n_cell and all(r.terminal for r in first) and not pending
             if grid and role == "trial" and first_done and target is not None:
-                if b > spec.b_ref and best is None and all(r.status in ("censored", "diverged") for r in first):
-                    rerun = [r for r in first if r.status == "censored" and r.max_steps is not None]
+                if best is None and all(r.status in ("censored", "diverged") for r in first):
+                    rerun = [r for r in first if r.status == "censored"]
                 else:
                     near = _best_neighbours(first, target, rates)
                     rerun = [r for r in first if r.status == "censored" and (r.seed, r.lr) in near]

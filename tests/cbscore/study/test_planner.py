@@ -163,11 +163,33 @@ def censor_cell8(s, records, statuses=("censored", "censored"), tokens=None):
                           eval_steps=(100, 488), eval_losses=(3.6, 3.2)) for t, st in zip(cell8, statuses)]
 
 
-def test_cells_above_a_cell_censored_at_its_budget_are_skipped():
-    """E(B) = B·T·S(B) never falls with B (McCandlish et al. 2018, eq. 2.12): once B=8 needs more
-    than the budget, B=16 (same token budget) could only be censored, so it is skipped."""
+def rerun_censored(s, records):
+    """The planner re-runs a cell whose every rate ended censored once at twice its budget: end
+    those second runs censored too, after twice the tokens."""
+    p = plan(s, records, now_s=0)
+    again = [t for t in p.start if t.trial_id.endswith(".x2")]
+    first = {r.trial_id: r for r in records}
+    return records + [rec(t, "censored", tokens=2 * first[t.trial_id[:-3]].tokens,
+                          last_step=2 * first[t.trial_id[:-3]].last_step, eval_steps=(100, 976),
+                          eval_losses=(3.6, 3.2)) for t in again]
+
+
+def test_a_cell_censored_at_its_budget_is_re_run_once_at_twice_it():
     s = skip_spec()
     records = censor_cell8(s, reference32(s))
+    p = plan(s, records, now_s=0)
+    again = [t for t in p.start if t.batch_size == 8]
+    assert len(again) == 2 and all(t.trial_id.endswith(".x2") for t in again)
+    assert {t.max_tokens for t in again} == {250_000}  # twice (1 + budget_margin)·D
+    assert {c.batch_size: c.state for c in p.cells}[16] == "waiting"
+
+
+def test_cells_above_a_cell_censored_at_its_budget_are_skipped():
+    """E(B) = B·T·S(B) never falls with B (McCandlish et al. 2018, eq. 2.12): once B=8 needs more
+    than twice the budget (its re-run censored too), B=16 (the first budget) could only be
+    censored, so it is skipped."""
+    s = skip_spec()
+    records = rerun_censored(s, censor_cell8(s, reference32(s)))
     p = plan(s, records, now_s=0)
     states = {c.batch_size: c.state for c in p.cells}
     assert states[8] == "done" and states[16] == "skipped" and states[32] == "done"
@@ -183,7 +205,7 @@ def test_cells_above_a_cell_censored_at_its_budget_are_skipped():
 ])
 def test_a_cell_is_not_skipped_without_a_bound_above_its_budget(statuses, tokens):
     s = skip_spec()
-    records = censor_cell8(s, reference32(s), statuses, tokens)
+    records = rerun_censored(s, censor_cell8(s, reference32(s), statuses, tokens))
     p = plan(s, records, now_s=0)
     assert {c.batch_size: c.state for c in p.cells}[16] == "running"
     assert sorted({t.batch_size for t in p.start}) == [16] and skipped_trials(p) == 0
@@ -191,7 +213,7 @@ def test_a_cell_is_not_skipped_without_a_bound_above_its_budget(statuses, tokens
 
 def test_a_diverged_learning_rate_does_not_stop_the_skip():
     s = skip_spec()
-    p = plan(s, censor_cell8(s, reference32(s), ("censored", "diverged")), now_s=0)
+    p = plan(s, rerun_censored(s, censor_cell8(s, reference32(s), ("censored", "diverged"))), now_s=0)
     assert {c.batch_size: c.state for c in p.cells}[16] == "skipped"
 
 
