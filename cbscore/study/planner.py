@@ -266,12 +266,24 @@ def spent_tokens(records: Iterable[TrialRecord]) -> int:
     return sum(r.tokens for r in records)
 
 
+#: Crossings of ended trials read off their evaluations, by (trial, its state, target): the planner
+#: asks again at every call, and an ended record never changes.
+_CROSSINGS: dict[tuple, float | None] = {}
+
+
 def _crossing(record: TrialRecord, target: float) -> float | None:
     if record.status == "reached" and record.steps_to_target is not None:
         return record.steps_to_target
     if record.status in ("diverged", "failed") or not record.eval_steps:
         return None
-    return first_crossing(record.eval_steps, record.eval_losses, target)
+    if not record.terminal:
+        return first_crossing(record.eval_steps, record.eval_losses, target)
+    key = (record.trial_id, record.status, record.last_step, len(record.eval_steps), record.eval_losses[-1], target)
+    if key not in _CROSSINGS:
+        if len(_CROSSINGS) >= 100_000:
+            _CROSSINGS.clear()
+        _CROSSINGS[key] = first_crossing(record.eval_steps, record.eval_losses, target)
+    return _CROSSINGS[key]
 
 
 def _by_cell(records: Iterable[TrialRecord]) -> dict[str, list[TrialRecord]]:
@@ -543,11 +555,14 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
             if released:
                 present = {r.trial_id for r in recs}
                 if grid:
-                    keep = _best_neighbours(recs, target, rates) if (role == "trial" and seed_best) else set()
+                    keep: set[tuple[int, float]] | None = None
                     for lr in rates:
                         for seed in spec.seeds:
                             tid = _trial_id(spec, setting, b, lr_tag(lr), seed)
                             if tid not in present:
+                                if keep is None:
+                                    keep = (_best_neighbours(recs, target, rates) if (role == "trial" and seed_best)
+                                            else set())
                                 # The best rate's neighbours are never cut at the prune margin.
                                 own_cap = cap_smaller if (seed, lr) in keep else cap
                                 start.append(_make_trial(spec, setting, batch_size=b, role=role, lr=lr, seed=seed,
@@ -569,9 +584,8 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                 # Prune: trials still above the target at an *evaluation* well past the best crossing
                 # of their own seed (seeds are repeats: one seed's luck never stops another's trials).
                 # Steps trained since the last evaluation say nothing: the trial may have crossed.
-                if role == "trial" and seed_best:
-                    if not grid:
-                        keep = _best_neighbours(recs, target)
+                if role == "trial" and seed_best and any(r.status == "running" for r in recs):
+                    keep = _best_neighbours(recs, target, rates if grid else ())
                     for r in recs:
                         own = seed_best.get(r.seed)
                         if own is None or (r.seed, r.lr) in keep:
