@@ -48,7 +48,7 @@ class StepsPoint:
     batch_size: int
     """B in sequences."""
     steps: float
-    """S(B): optimizer steps to the target (minimum over trials); the budget when censored."""
+    """S(B): optimizer steps to the target (read off the cell's learning rates); the budget when censored."""
     censored: bool = False
     """No trial at this B reached the target: ``steps`` is only a lower bound."""
     hover: str = ""

@@ -38,7 +38,7 @@ def _reached(row: Mapping) -> bool:
 
 
 def best_trials(rows: Iterable[Mapping]) -> dict[tuple[str, int], Mapping]:
-    """The reached row with the fewest steps for each ``(setting, batch size)``: its ``S(B)``."""
+    """The reached row with the fewest steps for each ``(setting, batch size)``: the trial its point links to."""
     best: dict[tuple[str, int], Mapping] = {}
     for row in rows:
         if not _reached(row):
@@ -87,8 +87,11 @@ def setting_curves(table, rows: Sequence[Mapping]) -> list[SettingCurve]:
                 row = best.get(key, {})
                 run_id = str(row.get("run_id") or "")
                 hyper = _hyper(row)
-                how = (f"mean over {p.n_seeds} seeds of each seed's best learning rate"
-                       if p.seed_steps else f"best of {p.n_reached} reached / {p.n_trials} trials")
+                read = ("fit across learning rates" if p.estimator == "fit" else "best learning rate")
+                how = (f"mean over {p.n_seeds} seeds of each seed's {read}" if p.seed_steps
+                       else f"{read} of {p.n_reached} reached / {p.n_trials} trials")
+                if p.estimator == "fit" and p.steps_min is not None:
+                    how += f" (fewest: {p.steps_min:,.0f} steps)"
                 hover = (f"<b>B = {p.batch_size}</b>: S = {p.steps:,.0f} steps<br>{how}"
                          + (f"<br>{hyper}" if hyper else "")
                          + (f"<br>run {run_id[:12]} (click to open)" if run_id else ""))

@@ -101,7 +101,7 @@ def study_skipped(name: str) -> dict[str, tuple[int, ...]]:
 BOOTSTRAP = 1000
 #: How the interval of B* is drawn (DESIGN.md §1, "Intervals"; cbscore/analysis/_bootstrap.py).
 CI_HELP = ("95% bootstrap interval of B*: the residuals of the log-space fit of S(B) resampled, and the seeds "
-           "where a batch size ran several; never the learning rates of a cell (S(B) is their minimum).")
+           "where a batch size ran several; never the learning rates of a cell (S(B) is read off them).")
 #: Why the scaling charts can be empty (DESIGN.md §1, "Scaling laws": never pooled across settings
 #: whose other variable differs).
 NO_LAW = ("No scaling law yet: a law needs B* at two or more settings that share the other variable — the law "
@@ -165,8 +165,9 @@ def render_curves(rows: list[dict], source: str, b_ref: int, overhead: float) ->
     curves = fit_view.setting_curves(table, rows)
     raw, normalized = st.tabs(["Steps to target S(B)", "Normalised S(B) / S(B_ref)"])
     with raw:
-        st.caption("Each marker is S(B), the fewest optimizer steps any trial at that batch size needed to reach "
-                   "the setting's target loss (triangles: none reached — a lower bound). Solid: the fit "
+        st.caption("Each marker is S(B), the optimizer steps the trials at that batch size needed to reach the "
+                   "setting's target loss, read off a fit across their learning rates (triangles: none reached — "
+                   "a lower bound, kept in the fit as one). Solid: the fit "
                    "S(B) = a + b/B on log S; dotted: linear scaling S(B_ref)·B_ref/B with its (1 + r) band; "
                    "star: the critical batch size B* with its 95% bootstrap interval. Click a marker for its run.")
         event = st.plotly_chart(charts.steps_to_target_figure(curves, b_ref=b_ref, overhead=overhead),

@@ -263,8 +263,8 @@ def budget_rule(spec, batch_size: int) -> str:
     (``cbscore.study.planner.cell_budget_tokens``; DESIGN.md §1, "Budgets that cannot bias B*")."""
     margin = f"{1 + spec.budget_margin:g}"
     if spec.target_losses is None:
-        if batch_size == spec.b_ref:
-            return "D tokens (the reference run)"
+        if batch_size == spec.b_ref:  # the target is the cell's loss at D, and its runs must cross it
+            return f"{margin}·D tokens (the reference runs)"
         if batch_size < spec.b_ref:
             return f"{margin}·D tokens"
         return f"{margin}·S(smaller B) steps (at most {margin}·S(B_ref))"

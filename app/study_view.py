@@ -55,7 +55,8 @@ class StudyView:
     ended: int
     """Trials with an outcome, plus the trials of skipped cells."""
     planned: int
-    """Trials the study runs in all (grid count)."""
+    """Trials the study runs in all: the planner's count per cell (the grid, plus the re-runs and
+    the learning rates past a grid edge it has added so far)."""
     tokens_spent: int
     """Training tokens spent so far."""
     grid_tokens: int = 0
@@ -70,7 +71,7 @@ class StudyView:
 
 def study_view(spec, records: Sequence, now_s: float | None = None) -> StudyView:
     """The grid, progress and targets of ``spec`` given its trial ``records``."""
-    from cbscore.study import ended_trials, grid_tokens, grid_trials, plan, status_counts
+    from cbscore.study import ended_trials, grid_tokens, plan, status_counts
 
     p = plan(spec, list(records), time.time() if now_s is None else now_s)
     states, hover = {}, {}
@@ -90,7 +91,7 @@ def study_view(spec, records: Sequence, now_s: float | None = None) -> StudyView
     return StudyView(
         settings=tuple(s.setting_id for s in spec.resolve_settings()), batch_sizes=tuple(spec.batch_sizes),
         states=states, hover=hover, targets=dict(p.targets), counts=counts,
-        ended=ended_trials(counts), planned=grid_trials(spec),
+        ended=ended_trials(counts), planned=sum(c.n_trials for c in p.cells),
         tokens_spent=sum(r.tokens for r in records), grid_tokens=grid_tokens(spec), errors=tuple(p.errors))
 
 

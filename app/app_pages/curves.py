@@ -8,11 +8,13 @@ from app import failures, fit_view, gns_panels, panels
 
 st.title("Curves")
 st.caption(
-    "Steps-to-target **S(B)**: the fewest optimizer steps at which any trial at batch size B reaches the "
-    "setting's target loss (the held-out loss of the averaged weights that the reference run at B_ref reaches "
-    "after D tokens). The critical batch size **B\\*** is the largest B with S(B) ≤ (1 + r)·S_lin(B), where "
-    "S_lin(B) = S(B_ref)·B_ref/B is linear scaling (Zhang et al. 2025, §2.2). A batch size where every trial "
-    "was censored at its step cap is drawn as a triangle at the cap: a lower bound on S(B)."
+    "Steps-to-target **S(B)**: the optimizer steps at which the trials at batch size B reach the setting's "
+    "target loss, read off a fit across their learning rates (a parabola in ln lr through the best rate and its "
+    "neighbours; the fewest steps where it cannot be fitted). The target is the held-out loss of the averaged "
+    "weights that the reference cell at B_ref reaches at D tokens, fitted over its runs. The critical batch size "
+    "**B\\*** is the largest B with S(B) ≤ (1 + r)·S_lin(B), where S_lin(B) = S(B_ref)·B_ref/B is linear "
+    "scaling (Zhang et al. 2025, §2.2). A batch size where every trial was censored at its step cap is drawn as "
+    "a triangle at the cap: a lower bound on S(B), kept in the fit as one."
 )
 
 with failures.shown_as_message("the Curves page"):

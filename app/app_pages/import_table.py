@@ -23,7 +23,8 @@ st.caption(
     "Upload a CSV in the `cbs fit` format to draw the same curves and scaling laws for data that was not run "
     "here — a published steps table, or a study from another machine. One row per trial: `setting`, "
     "`batch_size` (sequences), `steps` (to the target), and optionally `n_params`, `tokens`, `context` and "
-    "`outcome` (`reached`, `censored`, `diverged`, ...). S(B) is the minimum over a setting's trials at B."
+    "`outcome` (`reached`, `censored`, `diverged`, ...) and `lr`. S(B) is read off a fit across the learning rates "
+    "of a setting's trials at B, or is their minimum where the rows give no `lr`."
 )
 
 upload = st.file_uploader("Steps table (CSV)", type=["csv"], key="import.file")

@@ -74,7 +74,8 @@ _restore()
 st.title("Launch a study")
 st.caption(
     "A study measures the steps-to-target **S(B)** of each setting (N, D) at several batch sizes B. "
-    "Reference runs at **B_ref** train for D tokens and set each setting's target loss; every other cell "
+    "Reference runs at **B_ref** train past D tokens and set each setting's target loss, their fitted loss at D; "
+    "every other cell "
     "(setting × B) searches the learning rate and stops at the target (Zhang et al. 2025, §3). "
     "Preview the plan and its cost, then launch."
 )

@@ -4,14 +4,18 @@ A seeded study looks to every reader (``workers.api``, the app) like one the run
 the workers ran: an experiment with a parent run holding the spec and the targets, and one child
 run per trial with the runner's tags, the worker's metric histories (``eval/loss_ewa`` per τ,
 progress, throughput) and its outcome. Only the losses are synthetic: every setting follows
-``S(B) = S_min·(1 + B_noise/B)`` exactly, so the fitted ``B*`` is known in closed form,
-``(1 + r)·B_ref + r·B_noise`` (DESIGN.md §1).
+``S(B) = S_min·(1 + B_noise/B)`` exactly, so where every cell reached, the fitted ``B*`` is known in
+closed form, ``(1 + r)·B_ref + r·B_noise`` (DESIGN.md §1). A *missed* cell (:data:`MISSED`) ends
+censored at its budget, above the seeded curve; it stays in the fit as a lower bound and pulls it
+(DESIGN.md §1), so there the known answer is the fit of the seeded values with that bound
+(:func:`expected_fit`).
 
 Used by the app's tests and by ``benchmarks/bench_app.py`` (which seeds 1,000 trials).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -34,12 +38,21 @@ ENDED_AGO_S = 600.0
 #: one Chinchilla-like family per ratio, so the law in N with D ∝ N is defined (DESIGN.md §1).
 TOKENS_PER_PARAM = 10
 #: The trials of a *missed* cell (the largest batch size of every setting but the last) would need
-#: this many times the cell's step cap: the grid's learning rates all miss there, and the cell ends
-#: censored at its cap, a lower bound on S(B) (DESIGN.md §1).
-MISSED = 1.5
+#: this many times the cell's step cap or token budget, more than the planner's re-run at twice it
+#: (``cbscore.study.planner.RERUN_CAP_FACTOR``): the grid's learning rates all miss there, and the
+#: cell ends censored, a lower bound on S(B) (DESIGN.md §1).
+MISSED = 3.0
+#: Relative tolerance between what a page reads off a seeded study (at :func:`spec_for`'s rates)
+#: and the seeded values. The fit across learning rates (a parabola in ln η through the three
+#: rates, whose ln-spacings 1.20 and 1.10 differ) reads S(B) 0.05% below the middle rate's crossing
+#: of TARGET; the setting's target, the vertex over rates of the reference runs' losses at D, is
+#: 3.99952 rather than TARGET, so S(B_ref), their crossing of it, is 0.05% later. B_noise and B*
+#: move by less than 0.1%.
+REL = 1e-3
 #: Every trial logs a constant gradient noise scale ``B_simple = B_noise / GNS_RATIO`` (``gns/b_simple``,
-#: at its evaluation steps), so the noise-scale forecast is ``B̂ = B_noise / GNS_RATIO`` and the
-#: calibration factor of a seeded study is exactly ``GNS_RATIO`` (its S(B) curves are exact).
+#: at its evaluation steps), so the noise-scale forecast is ``B̂ = B_noise / GNS_RATIO``, and a
+#: setting's measured ``B_noise / B̂`` is ``GNS_RATIO`` (within :data:`REL`) where no cell was missed,
+#: ``expected_fit(setting).b_noise / B̂`` in general.
 GNS_RATIO = 3.0
 
 
@@ -50,6 +63,11 @@ class SeededSetting:
     """B_noise of the setting's S(B), sequences."""
     s_min: float
     """S_min of the setting's S(B), steps."""
+    measured: tuple[int, ...] = ()
+    """Batch sizes (sequences) where some trial reached the target (the reference cell included)."""
+    lower_bounds: tuple[tuple[int, int], ...] = ()
+    """``(B, steps)`` of the missed cells: every trial ended censored (or diverged) after ``steps``,
+    the budget a page reads as the lower bound ``S(B) > steps``."""
 
     def steps(self, batch_size: int) -> float:
         return self.s_min * (1.0 + self.b_noise / batch_size)
@@ -94,15 +112,17 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
     below B_ref ``(1 + budget_margin)·D`` tokens, above it a step cap of ``(1 + budget_margin)``
     times the fewest steps a smaller batch size needed. The largest batch size of every setting
     but the last is *missed* (:data:`MISSED`): its trials that do not diverge end censored at the
-    cap. ``missed_below_b_ref``: a batch size below B_ref missed in every setting, its trials
-    censored after their whole token budget; the planner then skips the batch sizes between it
-    and B_ref (tokens to target never fall as B grows), and they are not written. The first
+    cap, and so do their re-runs at twice it (as the planner runs them: trial id ``….x2``).
+    ``missed_below_b_ref``: a batch size below B_ref missed in every setting, its trials (and their
+    re-runs at twice the budget) censored after their whole token budget; the planner then skips the
+    batch sizes between it and B_ref (tokens to target never fall as B grows), and they are not
+    written. The first
     ``running`` non-reference cells get one more trial (seed 1) that is still running. Returns
     the settings.
     """
     from mlflow.entities import Param
 
-    from cbscore.study.planner import _make_trial, cell_budget_tokens
+    from cbscore.study.planner import RERUN_CAP_FACTOR, RERUN_TAG, _make_trial, cell_budget_tokens
     from workers.tracking import RUN_STATUS, flatten, metric
 
     now_s = time.time() if now_s is None else now_s
@@ -123,8 +143,8 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
         ref_steps = round(setting.tokens / (spec.b_ref * spec.context_tokens))  # D tokens at B_ref
         seeded = SeededSetting(setting_id=setting.setting_id, b_noise=float(b_noise),
                                s_min=ref_steps / (1.0 + b_noise / spec.b_ref))
-        out[setting.setting_id] = seeded
         fewest = math.inf  # the fewest steps to target of the batch sizes seeded so far
+        measured, bounds = [], []
         for b in spec.batch_sizes:
             if missed_below_b_ref is not None and missed_below_b_ref < b < spec.b_ref:
                 continue  # skipped by the planner: never run
@@ -138,27 +158,38 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
                                           or (b == spec.batch_sizes[-1] and index < len(settings) - 1))
             if not missed:
                 fewest = min(fewest, seeded.steps(b))
-            trials = [(lr, 0) for lr in lrs]
+                measured.append(b)
+            else:
+                bounds.append((b, budget_steps))
+            diverges = lrs[-1] if (b == spec.batch_sizes[-1] and role == "trial") else None
+            trials = [(lr, 0, False) for lr in lrs]
+            if missed:  # the planner re-runs each censored rate of a cell where none reached, at twice its budget
+                trials += [(lr, 0, True) for lr in lrs if lr != diverges]
             if left_running and role == "trial":
                 left_running -= 1
-                trials.append((best_lr, 1))  # one more seed, still running
-            for lr, seed in trials:
+                trials.append((best_lr, 1, False))  # one more seed, still running
+            for lr, seed, rerun in trials:
+                own_cap = None if cap is None else int(math.ceil((RERUN_CAP_FACTOR if rerun else 1.0) * cap))
+                ts = _make_trial(spec, setting, batch_size=b, role=role, lr=lr, seed=seed, tag=lr_tag(lr),
+                                 max_steps=own_cap, target_loss=None if role == "reference" else TARGET,
+                                 budget_factor=RERUN_CAP_FACTOR if rerun else 1.0)
+                own_steps = ts.max_tokens // (b * spec.context_tokens)
                 s = seeded.steps(b) * (1.0 if lr == best_lr else SLOWER)
                 if missed:
                     s = max(s, MISSED * budget_steps)
                 is_running = seed == 1
-                diverged = lr == lrs[-1] and b == spec.batch_sizes[-1] and role == "trial"
+                diverged = lr == diverges
                 if is_running:
                     last, outcome = max(2, int(s * 0.6)), "running"  # still above the target
                 elif role == "reference":
                     # The planner's reference budget, (1 + budget_margin)·D: past D, where it crosses.
-                    last, outcome = budget_steps, "finished"
+                    last, outcome = own_steps, "finished"
                 elif diverged:
                     last, outcome = max(2, int(s / 3)), "diverged"
-                elif s <= budget_steps:
+                elif s <= own_steps:
                     last, outcome = int(math.ceil(s)), "reached"
                 else:
-                    last, outcome = budget_steps, "censored"
+                    last, outcome = own_steps, "censored"
                 steps, losses = _curve(s, last)
                 if diverged:
                     losses[-1] = float("nan")
@@ -172,11 +203,11 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
                 if outcome == "reached":
                     figures["summary/steps_to_target"] = s
                 metrics += [metric(k, v, last, now_s) for k, v in figures.items() if math.isfinite(v)]
-                trial_id = f"{spec.name}.{setting.setting_id}.b{b}.{lr_tag(lr)}.s{seed}"
+                trial_id = ts.trial_id + (f".{RERUN_TAG}" if rerun else "")
                 tags = {"mlflow.parentRunId": parent_id, "trial_id": trial_id, "attempt": "1", "study": spec.name,
                         "setting": setting.setting_id, "cell": f"{setting.setting_id}.b{b}", "model": setting.model,
                         "batch_size": str(b), "lr": repr(lr), "seed": str(seed), "role": role,
-                        "max_tokens": str(budget_tokens), "max_steps": "" if cap is None else str(cap),
+                        "max_tokens": str(ts.max_tokens), "max_steps": "" if own_cap is None else str(own_cap),
                         "search_number": "",
                         "target_loss": "" if role == "reference" else repr(TARGET),
                         "n_params": str(setting.n_params), "setting_tokens": str(setting.tokens),
@@ -185,9 +216,7 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
                         "status": outcome, "outcome": "" if is_running else outcome, "worker": "seed@localhost"}
                 # The runner's params (the trial's TrainConfig, flattened) and TrialSpec tag, so a
                 # seeded run weighs what a real one does in every read.
-                ts = _make_trial(spec, setting, batch_size=b, role=role, lr=lr, seed=seed, tag=lr_tag(lr),
-                                 max_steps=cap, target_loss=None if role == "reference" else TARGET)
-                tags["trial_spec"] = json.dumps(ts.to_dict(), sort_keys=True)
+                tags["trial_spec"] = json.dumps(dataclasses.replace(ts, trial_id=trial_id).to_dict(), sort_keys=True)
                 params = [Param(k, v) for k, v in flatten(ts.train_config).items()]
                 # A few calls per trial (the runner and a worker make more; the result is the same).
                 run = tracker.client.create_run(exp_id, run_name=trial_id, tags=tags)
@@ -201,6 +230,7 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
                                                   end_time=int((now_s - ENDED_AGO_S) * 1000))
                 counts[outcome] = counts.get(outcome, 0) + 1
                 tokens_spent += last * b * spec.context_tokens
+        out[setting.setting_id] = dataclasses.replace(seeded, measured=tuple(measured), lower_bounds=tuple(bounds))
     # The runner's summary of its last pass over the study (the studies list reads it).
     tracker.set_tags(parent_id, {"counts": json.dumps(counts, sort_keys=True), "tokens_spent": str(tokens_spent),
                                  "advanced_s": f"{now_s:.3f}"})
@@ -212,3 +242,27 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
 def expected_cbs(seeded: SeededSetting, b_ref: float, overhead: float = 0.2) -> float:
     """The closed form ``B* = (1 + r)·B_ref + r·B_noise`` (DESIGN.md §1)."""
     return (1.0 + overhead) * b_ref + overhead * seeded.b_noise
+
+
+def expected_fit(seeded: SeededSetting):
+    """The known ``S(B)`` fit of a seeded setting: :func:`cbscore.analysis.fit_steps` of the seeded
+    ``S(B)`` at its measured batch sizes, with its missed cells as lower bounds (DESIGN.md §1).
+
+    Without a missed cell it is the seeded curve (``B_noise``, ``S_min`` and :func:`expected_cbs`
+    exactly). A missed cell's bound lies above the seeded curve (above B_ref a step cap is
+    ``1 + budget_margin`` times the steps of a smaller batch size; below it the tokens ``S(B)·B·T``
+    of the curve grow with B and stay under ``(1 + budget_margin)·D``), so the censored likelihood
+    moves the curve towards it. A page reads the same fit off the study's trials, within
+    :data:`REL`.
+    """
+    from cbscore.analysis import fit_steps
+
+    return fit_steps(seeded.measured, [seeded.steps(b) for b in seeded.measured], lower_bounds=seeded.lower_bounds)
+
+
+def expected_calibration(settings: dict[str, SeededSetting]) -> float:
+    """The known calibration factor ``c`` of a seeded study: the geometric mean over its settings of
+    the fitted ``B_noise`` (:func:`expected_fit`) over the forecast ``B̂ = B_noise / GNS_RATIO``.
+    ``GNS_RATIO`` where no cell was missed."""
+    logs = [math.log(expected_fit(s).b_noise / (s.b_noise / GNS_RATIO)) for s in settings.values()]
+    return math.exp(sum(logs) / len(logs))

@@ -81,8 +81,11 @@ def test_preview_counts_cells_trials_and_compute(launch):
     assert len(cells) == n_cells
     reference = cells[cells["role"] == "reference: sets the target"]
     assert list(reference["B (sequences)"]) == [demo.b_ref] * len(settings)
-    # A reference trial spends D tokens (DESIGN.md §1, "Budgets that cannot bias B*") ...
-    assert list(reference["budget per trial (tokens)"]) == [s.tokens for s in settings]
+    # A reference trial spends (1 + margin)·D tokens (DESIGN.md §1, "Budgets that cannot bias B*": the
+    # target is the reference cell's fitted loss at D, which its runs must be able to cross) ...
+    assert list(reference["budget per trial (tokens)"]) == [int((1 + demo.budget_margin) * s.tokens) for s in settings]
+    rule = f"{1 + demo.budget_margin:g}·D tokens (the reference runs)"
+    assert list(reference["budget rule"]) == [rule] * len(settings)
     # ... a trial below B_ref (1 + margin)·D, and one above B_ref (1 + margin)·S(smaller B) steps,
     # at most (1 + margin)·S(B_ref) with S(B_ref) = D/(B_ref·T) steps.
     for s in settings:
@@ -171,7 +174,7 @@ def _recipe_table(at):
 
 
 def test_preview_lists_beta2_and_tau_per_cell_with_the_tau_horizon_as_a_share_of_d(launch):
-    from cbscore.recipe import half_life_steps, study_recipe
+    from cbscore.recipe import half_life_steps, spec_recipe
 
     demo = load_preset("demo")
     launch.button(key=PREVIEW).click().run()
@@ -180,12 +183,15 @@ def test_preview_lists_beta2_and_tau_per_cell_with_the_tau_horizon_as_a_share_of
     for s in demo.resolve_settings():
         for b in demo.batch_sizes:
             row = table[(table["setting"] == s.setting_id) & (table["B (sequences)"] == b)].iloc[0]
-            r = study_recipe(demo.recipe, batch_size=b, context_tokens=demo.context_tokens, d_tokens=s.tokens,
-                             b_ref=demo.b_ref)
+            # the demo's recipe is `fixed`: one β2/τ per B for the whole study, at the study's reference D
+            # (its two D differ), which spec_recipe takes over the spec's settings
+            r = spec_recipe(demo, batch_size=b, d_tokens=s.tokens)
             assert row["β2"] == r.beta2 and row["EWA τ (middle)"] == r.ewa_taus[1]
             share = half_life_steps(r.ewa_taus[1]) * b * demo.context_tokens / s.tokens
             assert row["τ half-life (share of D)"] == pytest.approx(share)
-    # The scaled rule keeps the paper's horizons, a small share of D: no warning.
+    # `fixed`: the same β2 and τ at a batch size in every setting, whatever its D.
+    assert (table.groupby("B (sequences)")[["β2", "EWA τ (middle)"]].nunique() == 1).all().all()
+    # The fixed rule keeps the paper's horizons as shares of the reference D, a small share of every D: no warning.
     assert table["τ half-life (share of D)"].max() < 0.5
     assert not [w for w in launch.warning if "EWA τ's half-life" in w.value]
 
@@ -301,20 +307,26 @@ def test_forecast_from_an_unknown_study_is_named_with_its_value(launch):
 
 
 def test_forecast_from_a_calibrated_study_chooses_the_batch_sizes_in_the_preview(app_test, app_env):
+    import re
+
     from tests.app.conftest import STUDY
-    from tests.app.store_seed import spec_for
+    from tests.app.store_seed import expected_calibration, spec_for
 
     app_test.run()
     app_test.switch_page("app_pages/launch.py").run()
-    # the seeded study: B_noise 64, 128, 256 and B̂ = B_noise/3 (c = 3), B_ref = 32; the same settings
+    # the seeded study: B_noise 64, 128, 256 and B̂ = B_noise/3, B_ref = 32; the same settings. Its first
+    # two settings' censored B = 256 stays in their fits as a lower bound and pulls their B_noise down
+    # (ratios to B̂ 2.03 and 1.69, the last one's 3), so c, their geometric mean, is 2.18.
     spec = spec_for("next").replace(forecast_from=STUDY)
     app_test.text_area(key="launch.yaml_text").set_value(spec.to_yaml())
     app_test.button(key="launch.yaml_load").click().run()
     app_test.button(key=PREVIEW).click().run()
     assert not _errors(app_test), _errors(app_test)
     (info,) = [i.value for i in app_test.info if "forecast_from" in i.value]
-    assert "c = 3" in info
-    assert "batch sizes [8, 16, 32, 64, 128, 256, 512, 1024]" in info  # B_ref/4 … ≥ 4 × 256
+    (c,) = [float(v) for v in re.findall(r"calibration c = ([0-9.]+)", info)]
+    assert c == pytest.approx(expected_calibration(app_env), abs=0.005) and c == pytest.approx(2.18)
+    # B_ref/4 … the first B_ref·2^k ≥ 4 × the largest calibrated B_noise, 4·c·256/3 = 743
+    assert "batch sizes [8, 16, 32, 64, 128, 256, 512, 1024]" in info
     cells = [d.value for d in app_test.dataframe if "B (sequences)" in d.value.columns][0]  # the planned cells
     assert sorted(set(cells["B (sequences)"])) == [8, 16, 32, 64, 128, 256, 512, 1024]
 

@@ -1,7 +1,10 @@
 """Curves, Scaling laws, Studies and Import through AppTest, on a real MLflow store.
 
 The seeded study follows ``S(B) = S_min·(1 + B_noise/B)`` exactly (tests/app/store_seed.py), so
-the pages must show ``B* = (1 + r)·B_ref + r·B_noise`` for every setting.
+the pages must show the known fit of every setting (``store_seed.expected_fit``): ``B* = (1 + r)·B_ref
++ r·B_noise`` where every cell reached, the seeded values' fit with the missed cell as a lower bound
+where one did not, both within ``store_seed.REL`` (what the fit across rates and the reference
+cell's target move the measured S(B) by).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.app.conftest import STUDY
-from tests.app.store_seed import expected_cbs
+from tests.app.store_seed import REL, expected_cbs, expected_fit
 
 
 def _open(at, page: str):
@@ -46,20 +49,30 @@ def test_curves_page_shows_the_known_b_star_of_every_setting(app_test, app_env):
     at = _open(app_test, "curves")
     assert at.selectbox(key="curves.study").value == STUDY
     results = _results(at)
+    *missed, last = app_env.values()
+    # The last setting reached in every cell: its B* is the closed form, 89.6. The others' largest batch
+    # size (256) is censored at its step cap, above the seeded curve; it stays in the fit as a lower
+    # bound and pulls B_noise down (64 → 43.3, 128 → 72.2): B* 47.1 and 52.8, not 51.2 and 64.
+    assert expected_fit(last).cbs(0.2, 32) == pytest.approx(expected_cbs(last, 32))
+    assert all(expected_fit(s).cbs(0.2, 32) < 0.95 * expected_cbs(s, 32) for s in missed)
     for setting, seeded in app_env.items():
-        assert results.loc[setting, "B* (seq)"] == pytest.approx(expected_cbs(seeded, 32), rel=1e-9)
+        assert results.loc[setting, "B* (seq)"] == pytest.approx(expected_fit(seeded).cbs(0.2, 32), rel=REL)
         low, high = results.loc[setting, "95% low"], results.loc[setting, "95% high"]
         assert low <= results.loc[setting, "B* (seq)"] <= high
     # The chart: one star per setting at B*, on log axes ticked at powers of two.
     fig = _figure(at)
     stars = {t["name"]: t["x"][0] for t in fig["data"] if t.get("name", "").endswith(": B*")}
-    assert stars == pytest.approx({f"{s}: B*": expected_cbs(v, 32) for s, v in app_env.items()})
+    assert stars == pytest.approx({f"{s}: B*": expected_fit(v).cbs(0.2, 32) for s, v in app_env.items()}, rel=REL)
     assert fig["layout"]["xaxis"]["type"] == "log" and 32 in fig["layout"]["xaxis"]["tickvals"]
+    # A point's hover says how S(B) was read: the fit across the cell's rates, its fewest steps beside.
+    hovers = [h for t in fig["data"] for h in (t.get("hovertext") or []) if isinstance(h, str)]
+    assert "<b>B = 8</b>: S = 720 steps<br>fit across learning rates of 3 reached / 3 trials (fewest: 720 steps)" in [
+        h.split("<br>lr")[0] for h in hovers]
     # The batch size where no trial reached (B = 256 of the smaller settings, censored at its step
-    # cap) is a note with its lower bound, not a number.
+    # cap, and its two censored rates again when re-run at twice it) is a note with its lower bound.
     (notes,) = [e for e in at.expander if e.label.startswith("What the data cannot support")]
     first = next(iter(app_env))
-    assert (f"setting '{first}': batch size 256: no trial reached the target (2 censored, 1 diverged, 0 other); "
+    assert (f"setting '{first}': batch size 256: no trial reached the target (4 censored, 1 diverged, 0 other); "
             "censored at ≥ ") in notes.markdown[0].value
 
 
@@ -68,30 +81,35 @@ def test_curves_recompute_when_r_and_b_ref_change(app_test, app_env):
     at.slider(key=f"{STUDY}.overhead").set_value(0.5).run()
     results = _results(at)
     for setting, seeded in app_env.items():
-        assert results.loc[setting, "B* (seq)"] == pytest.approx(expected_cbs(seeded, 32, 0.5))
+        assert results.loc[setting, "B* (seq)"] == pytest.approx(expected_fit(seeded).cbs(0.5, 32), rel=REL)
     at.select_slider(key=f"{STUDY}.b_ref").set_value(64).run()
     results = _results(at)
     for setting, seeded in app_env.items():
-        assert results.loc[setting, "B* (seq)"] == pytest.approx(expected_cbs(seeded, 64, 0.5))
+        assert results.loc[setting, "B* (seq)"] == pytest.approx(expected_fit(seeded).cbs(0.5, 64), rel=REL)
 
 
 def test_scaling_page_fits_the_law_across_settings(app_test, app_env):
     at = _open(app_test, "scaling")
     laws = [d.value for d in at.dataframe if "α (N exponent)" in d.value.columns][0]
-    # The law in N: least squares of log B* on log N over the three settings.
+    # The law in N: least squares of log B* on log N over the three settings, weighted as a random-effects
+    # meta-regression, 1/(v + τ²) with v a setting's bootstrap variance of log B* and τ² the settings'
+    # scatter about the law beyond it. Here τ² ≈ 0.1 (the censored settings' B* are pulled off any
+    # power law) dwarfs every v (≤ 0.012): the weights are within 7% of equal, and the law within
+    # 1% of the ordinary least squares of the known B* (0.7% for both α and c).
     from tests.app.store_seed import spec_for
 
     settings = spec_for(STUDY).resolve_settings()
     n = np.array([s.n_params for s in settings], dtype=float)
-    b_star = np.array([expected_cbs(app_env[s.setting_id], 32) for s in settings])
+    b_star = np.array([expected_fit(app_env[s.setting_id]).cbs(0.2, 32) for s in settings])
     slope, intercept = np.polyfit(np.log(n), np.log(b_star), 1)
     # The settings share a tokens-per-parameter ratio (D = 10·N): one Chinchilla law, nothing else.
     assert [d.tokens / d.n_params for d in settings] == [10.0, 10.0, 10.0]
     (row,) = [r for _, r in laws.iterrows()]
     assert row["law"] == "B* = c·N^α with D ∝ N (10 tokens per parameter)"
     assert row["settings"] == ", ".join(s.setting_id for s in settings)
-    assert row["α (N exponent)"] == pytest.approx(slope, rel=1e-6)
-    assert row["c"] == pytest.approx(np.exp(intercept) * 1e6**slope, rel=1e-6)  # N in millions
+    assert row["α (N exponent)"] == pytest.approx(slope, rel=0.02)
+    assert row["c"] == pytest.approx(np.exp(intercept) * 1e6**slope, rel=0.02)  # N in millions
+    slope = row["α (N exponent)"]  # the chart and the forecast draw the law of the table, exactly
     # The chart draws the fitted law of every group (here the one Chinchilla law, N in millions) and
     # the paper's Chinchilla law for comparison.
     fig = _figure(at, 0)
@@ -107,14 +125,15 @@ def test_scaling_page_fits_the_law_across_settings(app_test, app_env):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Paper, Chinchilla law"] == f"{93.20 * 3**0.47:,.0f}"
     forecast = metrics["B* forecast (sequences)"]
-    assert float(forecast.replace(",", "")) == pytest.approx(np.exp(intercept) * 3e6**slope, abs=0.5)
+    assert float(forecast.replace(",", "")) == pytest.approx(row["c"] * 3**slope, abs=0.5)
 
 
 def test_studies_page_shows_cells_running_trials_and_workers(app_test, app_env):
     at = _open(app_test, "studies")
     assert at.selectbox(key="studies.study").value == STUDY
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Running"] == "2" and metrics["Trials ended"] == "54 / 54"
+    # 54 in the grid and 4 re-runs (the censored rates of the two B = 256 cells where none reached)
+    assert metrics["Running"] == "2" and metrics["Trials ended"] == "58 / 58"
     grid = _figure(at, 0)["data"][0]
     assert grid["type"] == "heatmap" and grid["y"] == list(app_env)
     # The two running trials sit in the first trial cells of the first setting.
@@ -124,10 +143,16 @@ def test_studies_page_shows_cells_running_trials_and_workers(app_test, app_env):
     curves = [c for c in charts if c["layout"]["yaxis"]["title"]["text"].startswith("held-out loss")]
     assert len(curves) == 2
     target_lines = [s for s in curves[0]["layout"]["shapes"] if s["type"] == "line"]
-    assert target_lines[0]["y0"] == pytest.approx(4.0)
-    # each running trial's gradient noise scale against tokens (seeded: B_noise / 3 of its setting)
-    from tests.app.store_seed import GNS_RATIO
+    # The target is the reference cell's loss at D over its rates (DESIGN.md §1): the vertex of the
+    # parabola in ln η through the reference runs' losses at D (TARGET at the middle rate,
+    # TARGET·SLOWER^DECAY at the others), 3.99952 since the rates' ln-spacings differ (1.20, 1.10).
+    from tests.app.store_seed import DECAY, GNS_RATIO, SLOWER, TARGET, spec_for
 
+    losses_at_d = TARGET * np.array([SLOWER**DECAY, 1.0, SLOWER**DECAY])
+    c2, c1, c0 = np.polyfit(np.log(spec_for(STUDY).search.lrs), losses_at_d, 2)
+    assert target_lines[0]["y0"] == pytest.approx(c0 - c1 * c1 / (4 * c2), rel=1e-6)
+    assert target_lines[0]["y0"] < TARGET
+    # each running trial's gradient noise scale against tokens (seeded: B_noise / 3 of its setting)
     noise = [c for c in charts if c["layout"]["yaxis"]["title"]["text"].startswith("B_simple")]
     assert len(noise) == 2
     first = next(iter(app_env.values()))
@@ -191,11 +216,19 @@ def test_cancel_buttons_call_the_workers(app_test, app_env):
 
 
 def test_curves_page_overlays_the_noise_scale_forecast_with_its_calibration(app_test, app_env):
-    from tests.app.store_seed import GNS_RATIO
+    import re
+
+    from tests.app.store_seed import GNS_RATIO, expected_calibration
 
     at = _open(app_test, "curves")
-    # the seeded B_simple is B_noise / 3 in every setting and the curves are exact: c = 3
-    assert any(f"c = measured B_noise / B̂ = **{GNS_RATIO:.3g}**" in m.value for m in at.markdown)
+    # The seeded B_simple is B_noise / 3 in every setting, so B̂ = B_noise / 3. The last setting's fit
+    # is its seeded curve (ratio 3); the others' censored B = 256 pulls their fitted B_noise down
+    # (ratios 2.03 and 1.69), so c, the geometric mean over settings, is 2.18, not 3.
+    c = expected_calibration(app_env)
+    assert c == pytest.approx(2.18, abs=0.005)
+    factor = r"c = measured B_noise / B̂ = \*\*([0-9.]+)\*\*"
+    (shown,) = [float(m) for t in at.markdown for m in re.findall(factor, t.value)]
+    assert shown == pytest.approx(c, abs=0.005)  # 3 significant digits
     overlays = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     overlays = [f for f in overlays if any(t.get("name", "").startswith("calibrated: c·B̂") for t in f["data"])]
     assert len(overlays) == len(app_env)
@@ -205,21 +238,29 @@ def test_curves_page_overlays_the_noise_scale_forecast_with_its_calibration(app_
         measured = next(t for t in fig["data"] if t.get("name") == "measured S(B)")
         cal = next(t for t in fig["data"] if t.get("name", "").startswith("calibrated: c·B̂"))
         xs, ys = _array(cal["x"]), _array(cal["y"])
-        # the calibrated forecast is the seeded curve itself: it passes through every measured point
+        # the calibrated forecast S_min·(1 + c·B̂/B) through the reference run's point (32, S(32))
+        b_noise = c * seeded.b_noise / GNS_RATIO
+        np.testing.assert_allclose(ys, seeded.steps(32) * (1 + b_noise / xs) / (1 + b_noise / 32), rtol=2 * REL)
         for b, s in zip(_array(measured["x"]), _array(measured["y"])):
-            assert np.interp(np.log(b), np.log(xs), ys) == pytest.approx(seeded.steps(int(b)), rel=0.02)
-            assert s == pytest.approx(seeded.steps(int(b)), rel=1e-6)
+            assert s == pytest.approx(seeded.steps(int(b)), rel=REL)
 
 
 def test_scaling_page_plots_forecast_against_measured_b_star(app_test, app_env):
-    from tests.app.store_seed import GNS_RATIO
+    from tests.app.store_seed import GNS_RATIO, expected_calibration
 
     at = _open(app_test, "scaling")
     table = [d.value for d in at.dataframe if "B̂ (seq)" in d.value.columns][0].set_index("setting")
     for setting, seeded in app_env.items():
-        assert table.loc[setting, "B̂ (seq)"] == pytest.approx(seeded.b_noise / GNS_RATIO)
-        assert table.loc[setting, "ratio"] == pytest.approx(GNS_RATIO)
+        b_hat = seeded.b_noise / GNS_RATIO
+        assert table.loc[setting, "B̂ (seq)"] == pytest.approx(b_hat)
+        # measured B_noise / B̂: 3 where the fit is the seeded curve, less where a censored cell pulls it
+        assert table.loc[setting, "ratio"] == pytest.approx(expected_fit(seeded).b_noise / b_hat, rel=REL)
+    assert table["ratio"].iloc[-1] == pytest.approx(GNS_RATIO, rel=REL)
     fig = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
                if any(t.get("name") == "forecast = measured" for t in json.loads(c.proto.spec)["data"]))
     cal = next(t for t in fig["data"] if t.get("name") == "calibrated forecast (c·B̂)")
-    assert _array(cal["x"]) == pytest.approx(_array(cal["y"]))  # calibrated = measured on exact curves
+    # x: (1 + r)·B_ref + r·c·B̂ with the study's c; y: the fitted B*
+    c = expected_calibration(app_env)
+    assert _array(cal["x"]) == pytest.approx([1.2 * 32 + 0.2 * c * s.b_noise / GNS_RATIO for s in app_env.values()],
+                                             rel=REL)
+    assert _array(cal["y"]) == pytest.approx([expected_fit(s).cbs(0.2, 32) for s in app_env.values()], rel=REL)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from app import fit_view, spec_form, study_view, units
@@ -39,19 +41,22 @@ def test_planned_cells_add_up_to_the_estimate():
     n_settings = len(spec.resolve_settings())
     assert len(cells) == estimate(spec).cells == n_settings * len(spec.batch_sizes)
     assert sum(c["trials"] for c in cells) == estimate(spec).trials == len(cells) * len(spec.search.lrs)
-    # Reference trials spend D tokens: D/(B_ref·T) steps.
+    # Reference trials spend (1 + margin)·D tokens: the target is the reference cell's fitted loss at D,
+    # and S(B_ref) is their crossing of it, so they train past D (DESIGN.md §1).
     first = spec.resolve_settings()[0]
     ref = next(c for c in cells if c["role"].startswith("reference") and c["setting"] == first.setting_id)
-    assert ref["budget per trial (tokens)"] == first.tokens
-    assert ref["budget per trial (steps)"] == first.tokens // (spec.b_ref * spec.context_tokens)
+    budget = int((1 + spec.budget_margin) * first.tokens)
+    assert spec.budget_margin == 0.25 and ref["budget per trial (tokens)"] == budget == 62_500
+    assert ref["budget per trial (steps)"] == budget // (spec.b_ref * spec.context_tokens)
 
 
 def test_budget_rules_read_as_the_planner_applies_them():
-    """DESIGN.md §1, "Budgets that cannot bias B*": (1 + margin)·D tokens below B_ref, (1 + margin)·S
-    steps above it; the fallback multiple of D only with explicit targets."""
+    """DESIGN.md §1, "Budgets that cannot bias B*": (1 + margin)·D tokens below B_ref and at it (the
+    reference runs cross their cell's loss at D), (1 + margin)·S steps above it; the fallback multiple
+    of D only with explicit targets."""
     spec = load_preset("demo").replace(batch_sizes=(1, 2, 4), b_ref=2, budget_margin=0.5)
     assert [spec_form.budget_rule(spec, b) for b in (1, 2, 4)] == [
-        "1.5·D tokens", "D tokens (the reference run)", "1.5·S(smaller B) steps (at most 1.5·S(B_ref))"]
+        "1.5·D tokens", "1.5·D tokens (the reference runs)", "1.5·S(smaller B) steps (at most 1.5·S(B_ref))"]
     targets = {s.setting_id: 4.0 for s in spec.resolve_settings()}
     explicit = spec.replace(target_losses=targets, budget_multiple=3.0)
     assert spec_form.budget_rule(explicit, 1) == "3·D tokens (fallback: explicit targets)"
@@ -216,8 +221,9 @@ def test_units_read_naturally():
 
 def test_skipped_cells_count_as_ended_and_say_why():
     """Below B_ref every cell gets the same token budget, (1 + margin)·D: B=8 ends censored after
-    all of it, so B=16 is skipped (tokens to target never fall as B grows). Its trials count as
-    ended, the study reaches 100%, and the grid says why the cell never ran."""
+    all of it, and again when re-run at twice it, so B=16 is skipped (tokens to target never fall
+    as B grows). Its trials count as ended, the study reaches 100%, and the grid says why the cell
+    never ran."""
     from cbscore.study import StudySpec, TrialRecord, plan
 
     spec = StudySpec.from_dict(dict(name="v", kind="custom", settings=[{"model": "tiny-0.1M", "tokens": 100_000}],
@@ -229,9 +235,11 @@ def test_skipped_cells_count_as_ended_and_say_why():
                            batch_size=t.batch_size, lr=t.lr, status=status, **kw)
 
     [ref] = plan(spec, [], 0).start
-    ref_steps = 100_000 // (32 * 32)  # 97 steps of 1,024 tokens
-    records = [rec(ref, "finished", final_eval_loss=3.0, eval_steps=(ref_steps,), eval_losses=(3.0,),
-                   tokens=ref_steps * 32 * 32, last_step=ref_steps)]
+    assert ref.max_tokens == 125_000  # 1.25·D: the reference runs cross their cell's loss at D past D
+    ref_steps = 100_000 // (32 * 32)  # 97 steps of 1,024 tokens: D
+    last = 125_000 // (32 * 32)  # 122
+    records = [rec(ref, "finished", final_eval_loss=2.9, eval_steps=(ref_steps, last), eval_losses=(3.0, 2.9),
+                   tokens=last * 32 * 32, last_step=last)]
     [cell4] = plan(spec, records, 0).start
     assert (cell4.batch_size, cell4.max_tokens) == (4, 125_000)  # 1.25·D
     records.append(rec(cell4, "reached", steps_to_target=700.0, tokens=700 * 4 * 32, last_step=700))
@@ -240,12 +248,24 @@ def test_skipped_cells_count_as_ended_and_say_why():
     budget_steps = 125_000 // (8 * 32)  # 488
     records.append(rec(cell8, "censored", tokens=budget_steps * 8 * 32, last_step=budget_steps,
                        eval_steps=(100, budget_steps), eval_losses=(3.6, 3.2)))
+    # Every rate of B=8 censored: the planner runs it once more at twice its budget before it counts.
+    view = study_view.study_view(spec, records, now_s=0)
+    assert view.states[("tiny-0.1M_D100K", 16)] == "planned" and (view.ended, view.planned) == (3, 5)
+    [again] = plan(spec, records, 0).start
+    assert (again.trial_id, again.max_tokens) == (cell8.trial_id + ".x2", 250_000)
+    records.append(rec(again, "censored", tokens=2 * budget_steps * 8 * 32, last_step=2 * budget_steps,
+                       eval_steps=(100, 2 * budget_steps), eval_losses=(3.6, 3.1)))
     view = study_view.study_view(spec, records, now_s=0)
     key = ("tiny-0.1M_D100K", 16)
     assert view.states[key] == "skipped" and "could only end censored" in view.hover[key]
     assert view.states[("tiny-0.1M_D100K", 8)] == "censored"
-    assert (view.ended, view.planned, view.progress) == (4, 4, 1.0)
-    assert view.counts["skipped"] == 1 and view.grid_tokens == 3 * 125_000 + 100_000
+    # ended: the reference, B=4, B=8 and its re-run, and skipped B=16; planned: the same five
+    assert (view.ended, view.planned, view.progress) == (5, 5, 1.0)
+    # The target: the reference run's loss at D = 97.66 steps, on the line in log step through its evaluations.
+    at_d = 3.0 - 0.1 * math.log(100_000 / (32 * 32) / ref_steps) / math.log(last / ref_steps)
+    assert view.targets == {"tiny-0.1M_D100K": pytest.approx(at_d)}
+    # Every trial's budget is 1.25·D, the reference trial's too.
+    assert view.counts["skipped"] == 1 and view.grid_tokens == 4 * 125_000
 
 
 def test_simulations_start_from_the_papers_laws_only_for_the_papers_models():
