@@ -312,7 +312,8 @@ def study_status(name: str) -> StudyStatus:
     s = _settings()
     p = plan(spec, records, time.time(), stale_after_s=s.stale_after_s, max_attempts=s.max_attempts)
     counts = status_counts(records, p)
-    n_trials = grid_trials(spec)
+    # Planned trials from the planner's cells: re-runs and rates added past a grid edge included.
+    n_trials = sum(c.n_trials for c in p.cells) or grid_trials(spec)
     ended = ended_trials(counts)
     cells = tuple({"cell_id": c.cell_id, "setting_id": c.setting_id, "batch_size": c.batch_size, "role": c.role,
                    "state": c.state, "n_trials": c.n_trials, "counts": dict(c.counts),

@@ -67,8 +67,9 @@ class MeasuredPoint:
     """Seeds with trials here none of which reached (left out of the mean over seeds)."""
     steps_lower_bound: float | None = None
     """Where no trial reached but some were censored with a known budget: ``S(B)`` exceeds this,
-    the smallest budget (steps) among them, since each censored trial's ``S`` exceeds its own
-    budget. ``None`` otherwise."""
+    the fewest over learning rates of the most steps each rate trained (a rate re-run at a larger
+    cap counts at the larger), since each censored trial's ``S`` exceeds its own budget. ``None``
+    otherwise."""
     steps_min: float | None = None
     """The paper's estimate beside :attr:`steps`: per seed the fewest steps over the rates,
     combined over seeds the same way. ``None`` if no trial reached."""
@@ -232,7 +233,14 @@ def measure_points(
                 at_edge = True
         n_censored = sum(t.outcome == CENSORED for t in group)
         n_diverged = sum(t.outcome == DIVERGED for t in group)
-        budgets = [t.budget_steps for t in group if t.outcome == CENSORED and t.budget_steps is not None]
+        # S(B) is the best rate's S: each rate's S exceeds the most steps any of its runs trained (a
+        # censored trial re-run at a larger cap counts at the larger), so S(B) exceeds the fewest of those.
+        per_rate: dict[tuple, float] = {}
+        for i, t in enumerate(group):
+            if t.outcome == CENSORED and t.budget_steps is not None:
+                key = (t.lr, t.seed) if t.lr is not None else ("trial", i)
+                per_rate[key] = max(per_rate.get(key, 0.0), t.budget_steps)
+        budgets = list(per_rate.values())
         points.append(
             MeasuredPoint(
                 batch_size=batch_size,

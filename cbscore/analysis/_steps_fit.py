@@ -50,7 +50,8 @@ class StepsFit:
     r2: float
     """Coefficient of determination of the fit on ``log S``."""
     lower_bounds: tuple[tuple[float, float], ...] = ()
-    """``(B, steps)`` of censored cells, ``S(B) > steps``, that were given to the fit."""
+    """``(B, steps)`` of censored cells, ``S(B) > steps``, as the fit used them: a bound above the
+    steps measured at a smaller batch size is lowered to those (steps never grow with B)."""
     censored_fit: bool = False
     """Whether the lower bounds moved the fit (the least-squares curve fell below one of them, and
     the censored likelihood was maximised instead)."""
@@ -148,6 +149,10 @@ def fit_steps(
     _check_shape(a, b, s_arr)
     bounds = tuple((float(bb), float(ss)) for bb, ss in lower_bounds
                    if math.isfinite(float(bb)) and float(bb) > 0 and math.isfinite(float(ss)) and float(ss) > 0)
+    # Steps to target never grow with B (McCandlish et al. 2018, eq. 2.11): a bound above the steps
+    # measured at a smaller batch size says no more than "no faster than there" (a cell censored
+    # past that is an optimisation failure, not a slower S(B)).
+    bounds = tuple((bb, min([ss, *(float(v) for b, v in zip(b_arr, s_arr) if b < bb)])) for bb, ss in bounds)
     censored_fit = False
     if bounds and not free_alpha:
         lb_b = np.array([bb for bb, _ in bounds])

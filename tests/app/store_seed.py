@@ -160,7 +160,7 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
                 fewest = min(fewest, seeded.steps(b))
                 measured.append(b)
             else:
-                bounds.append((b, budget_steps))
+                bounds.append((b, 0))  # the most steps a censored rate trained: its re-run's (below)
             diverges = lrs[-1] if (b == spec.batch_sizes[-1] and role == "trial") else None
             trials = [(lr, 0, False) for lr in lrs]
             if missed:  # the planner re-runs each censored rate of a cell where none reached, at twice its budget
@@ -190,6 +190,7 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
                     last, outcome = int(math.ceil(s)), "reached"
                 else:
                     last, outcome = own_steps, "censored"
+                    bounds[-1] = (b, max(bounds[-1][1], own_steps))
                 steps, losses = _curve(s, last)
                 if diverged:
                     losses[-1] = float("nan")

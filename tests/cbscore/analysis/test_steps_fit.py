@@ -130,3 +130,13 @@ def test_a_lower_bound_the_least_squares_curve_violates_pulls_the_fit_up_to_it()
     assert bounded.censored_fit
     assert plain(4096) < bounded(4096)
     assert abs(bounded.b_noise / 500 - 1) < abs(plain.b_noise / 500 - 1)
+
+
+def test_a_bound_above_a_smaller_batch_sizes_steps_says_only_no_faster_than_there():
+    """Steps to target never grow with B (McCandlish et al. 2018, eq. 2.11): a cell censored past the
+    steps measured at a smaller batch size is held to those steps, not to its cap."""
+    b = [64, 128, 256, 512, 1024]
+    s = [1000 * (1 + 500 / x) for x in b]
+    fit = fit_steps(b, s, lower_bounds=[(4096, 5000.0)])
+    assert fit.lower_bounds == ((4096.0, s[-1]),)  # S(1024) = 1488, not 5000
+    assert fit(4096) < s[-1] * 1.05

@@ -112,3 +112,13 @@ def test_a_best_rate_at_the_edge_of_the_rates_tried_is_flagged():
 def test_an_unknown_estimator_is_refused_by_name():
     with pytest.raises(ConfigError, match="estimator"):
         measure_points([TrialSteps(batch_size=8, steps=10.0)], estimator="median")
+
+
+def test_a_censored_rate_re_run_at_a_larger_cap_bounds_s_at_the_larger():
+    trials = [
+        TrialSteps(batch_size=8, outcome="censored", budget_steps=100.0, lr=1e-3, seed=0),
+        TrialSteps(batch_size=8, outcome="censored", budget_steps=200.0, lr=1e-3, seed=0),  # its re-run
+        TrialSteps(batch_size=8, outcome="censored", budget_steps=150.0, lr=3e-3, seed=0),
+    ]
+    # S(8) = the better rate's S: 1e-3 needs more than 200 steps, 3e-3 more than 150.
+    assert measure_points(trials)[0].steps_lower_bound == 150.0
