@@ -357,6 +357,7 @@ def study_histories(name: str) -> dict:
     needs to redraw the target and recompute every crossing (DESIGN.md §1, "Intervals"). One
     history read per trial."""
     from cbscore.analysis import EvalHistory
+    from cbscore.study.planner import RERUN_TAG
     from workers.records import build_records
 
     tracker = _tracker()
@@ -365,9 +366,12 @@ def study_histories(name: str) -> dict:
     out: dict[str, list] = {}
     for rec in build_records(runs, _ledger().leases(name), tracker, with_history=True):
         if rec.status in TERMINAL and rec.eval_steps:
+            # A reference run re-run on to the target (planner.RERUN_TAG) is measured like a trial:
+            # it does not set the target.
+            role = "trial" if rec.trial_id.endswith("." + RERUN_TAG) else rec.role
             out.setdefault(rec.setting_id, []).append(EvalHistory(
                 batch_size=rec.batch_size, steps=rec.eval_steps, losses=rec.eval_losses, lr=rec.lr,
-                seed=rec.seed, outcome=rec.status, role=rec.role))
+                seed=rec.seed, outcome=rec.status, role=role))
     return out
 
 

@@ -36,6 +36,8 @@ DEFAULT_ESTIMATOR = "fit"
 #: Rates on each side of a cell's best that enter the fit (the parabola is local: far from the
 #: optimum, steps grow faster than any parabola and then diverge).
 FIT_NEIGHBOURS = 2
+#: ...of those beyond the next neighbour, only rates within this factor of the best.
+FIT_SPAN = 4.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,13 +113,24 @@ def _geo_mean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def window_rates(tried: Sequence[float], best: float, span: float | None = None) -> tuple[float, ...]:
+    """The rates a cell's fit reads: of the rates ``tried`` (pruned and censored ones count), the
+    best one, its next neighbour on each side, and the rates up to :data:`FIT_NEIGHBOURS` places
+    away that lie within a factor ``span`` (:data:`FIT_SPAN`) of it. The parabola is local: far
+    from the optimum, on a sparse stretch of the grid, steps grow slower than any parabola in
+    ``ln η`` and then diverge. The planner never prunes these rates."""
+    span = FIT_SPAN if span is None else span
+    rates = sorted(set(tried) | {best})
+    at = rates.index(best)
+    return tuple(lr for i, lr in enumerate(rates)
+                 if abs(i - at) <= 1 or (abs(i - at) <= FIT_NEIGHBOURS and max(lr, best) / min(lr, best) <= span))
+
+
 def _window(reached: list[TrialSteps], tried: Sequence[float]) -> list[TrialSteps]:
-    """The cell's reached trials whose rate is within :data:`FIT_NEIGHBOURS` places of the best
-    reached rate among the rates ``tried`` (ascending; pruned and censored rates count)."""
+    """The cell's reached trials at the rates of :func:`window_rates` around its best reached rate."""
     best = min(reached, key=lambda t: t.steps)
-    rank = {lr: i for i, lr in enumerate(tried)}
-    at = rank[best.lr]
-    return [t for t in reached if abs(rank[t.lr] - at) <= FIT_NEIGHBOURS]
+    keep = set(window_rates(tried, best.lr))
+    return [t for t in reached if t.lr in keep]
 
 
 def _shared_curvature(rows: Sequence[tuple[tuple, np.ndarray, np.ndarray]]) -> float | None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from cbscore.analysis import first_crossing
-from cbscore.analysis._points import FIT_NEIGHBOURS
+from cbscore.analysis._points import window_rates
 from cbscore.study.spec import Setting, StudySpec
 from cbscore.study.trials import TERMINAL, TrialRecord, TrialSpec, lr_tag
 
@@ -315,7 +315,10 @@ def setting_targets(spec: StudySpec, records: Sequence[TrialRecord]) -> tuple[di
         if spec.target_losses is not None:
             targets[setting.setting_id] = float(spec.target_losses[setting.setting_id])
             continue
-        ref_records = by_cell.get(cell_id(setting.setting_id, spec.b_ref), [])
+        # The cell's own runs to (1 + margin)·D; a re-run (a neighbour run on to the target) never
+        # moves the target it was run against.
+        ref_records = [r for r in by_cell.get(cell_id(setting.setting_id, spec.b_ref), [])
+                       if not r.trial_id.endswith("." + RERUN_TAG)]
         if len(ref_records) < n_ref or not all(r.terminal for r in ref_records):
             continue
         ended = tuple(r for r in ref_records if r.status in ("finished", "reached", "censored"))
@@ -373,6 +376,7 @@ def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str) -> tuple
     brackets it from above. Returns ``(rates ascending, pending)``: ``pending`` is True while
     the cell may still add a rate (its trials have not all ended).
     """
+    recs = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]  # re-runs add no rate
     base = sorted(spec.search.lrs)
     rates = sorted(set(base) | {r.lr for r in recs})
     complete = len(recs) >= len(rates) * len(spec.seeds) and all(r.terminal for r in recs)
@@ -420,7 +424,7 @@ def _best_neighbours(recs: Sequence[TrialRecord], target: float | None,
                      rates: Sequence[float] = ()) -> set[tuple[int, float]]:
     """``(seed, rate)`` of each seed's best rate so far and the rates next to it in the cell: never
     pruned, since ``S(B)`` is read off a fit through them (:func:`cbscore.analysis.measure_points`,
-    ``FIT_NEIGHBOURS``), and the full grid would have them."""
+    ``window_rates``), and the full grid would have them."""
     out: set[tuple[int, float]] = set()
     by_seed: dict[int, list[TrialRecord]] = {}
     for r in recs:
@@ -431,7 +435,7 @@ def _best_neighbours(recs: Sequence[TrialRecord], target: float | None,
             continue
         tried = sorted({r.lr for r in mine} | set(rates))
         at = tried.index(min(scored)[1])
-        out |= {(seed, lr) for lr in tried[max(0, at - FIT_NEIGHBOURS): at + FIT_NEIGHBOURS + 1]}
+        out |= {(seed, lr) for lr in window_rates(tried, tried[at])}
     return out
 
 
@@ -536,6 +540,14 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                 else:
                     near = _best_neighbours(first, target, rates)
                     rerun = [r for r in first if r.status == "censored" and (r.seed, r.lr) in near]
+            elif grid and role == "reference" and first_done and target is not None and best is not None:
+                # The reference runs train (1 + margin)·D without a target; a neighbour of the best
+                # rate that had not crossed the cell's target by then is run again to twice that,
+                # stopping at the target, so that S(B_ref) is read off the same window as any cell's
+                # (left out, the window keeps only the lucky neighbours: S(B_ref) 3% low at σ = 0.1).
+                near = _best_neighbours(first, target, rates)
+                rerun = [r for r in first if r.status in ("finished", "censored") and (r.seed, r.lr) in near
+                         and _crossing(r, target) is None]
             n_cell += len(rerun)
             complete = (len(recs) >= n_cell and all(r.terminal for r in recs) and not pending)
             if (best is None and complete and target is not None
@@ -571,7 +583,7 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                         if r.trial_id + "." + RERUN_TAG not in present:
                             larger = None if r.max_steps is None else int(math.ceil(RERUN_CAP_FACTOR * r.max_steps))
                             t = _make_trial(spec, setting, batch_size=b, role=role, lr=r.lr, seed=r.seed,
-                                            tag=lr_tag(r.lr), max_steps=larger, target_loss=cell_target,
+                                            tag=lr_tag(r.lr), max_steps=larger, target_loss=target,
                                             budget_factor=RERUN_CAP_FACTOR)
                             start.append(dataclasses.replace(t, trial_id=r.trial_id + "." + RERUN_TAG))
                 else:
@@ -594,8 +606,8 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                         if r.status == "running" and last_eval > (1 + margin) * own and r.trial_id not in lost:
                             stop.append((r.trial_id, "pruned"))
             resolved = complete or (role == "trial" and best is not None)
-            if role == "reference":
-                resolved = complete and target is not None
+            if role == "reference":  # S(B_ref) is known once the first runs ended; re-runs refine the fit
+                resolved = (complete or first_done) and target is not None
             state = ("done" if complete else "resolved" if resolved else "running" if released else "waiting")
             cells.append(CellState(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role, state=state,
                                    n_trials=n_cell, counts=counts, steps_to_target=best, max_steps=cap))

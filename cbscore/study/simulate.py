@@ -436,7 +436,7 @@ class _Sim:
         warmup = max(1, math.ceil(self.spec.warmup_fraction * setting.tokens / batch_tokens))
         if need is None:
             return _Run(t, now, min(budget, warmup), "diverged", None, eval_every, batch_tokens)
-        if t.role == "reference":
+        if t.role == "reference" and t.target_loss is None:
             return _Run(t, now, budget, "finished", None, eval_every, batch_tokens,
                         history=self.history(setting, t.lr, t.seed, budget, eval_every))
         crossing, stop = self.reading(setting, t.batch_size, t.lr, t.seed, t.target_loss)
@@ -554,12 +554,9 @@ def _study_trials(records: Mapping[str, TrialRecord], sid: str, target: float | 
     for r in records.values():
         if r.setting_id != sid or r.status not in TERMINAL:
             continue
-        if r.role == "reference":
-            if target is None or r.status != "finished":
-                out.append(TrialSteps(batch_size=r.batch_size, outcome=r.status if r.status == "diverged" else "failed",
-                                      lr=r.lr, seed=r.seed))
-                continue
-            c = first_crossing(r.eval_steps, r.eval_losses, target)
+        if r.role == "reference" and r.status == "finished":
+            # A reference run to (1 + margin)·D: its crossing of the target read off its evaluations.
+            c = None if target is None else first_crossing(r.eval_steps, r.eval_losses, target)
             out.append(TrialSteps(batch_size=r.batch_size, outcome="reached", steps=c, lr=r.lr, seed=r.seed)
                        if c is not None else
                        TrialSteps(batch_size=r.batch_size, outcome="censored", budget_steps=float(r.last_step),
