@@ -9,10 +9,12 @@ Per trial
     target (or ``None``); ``trial_steps(B, steps, losses, target)`` → ``TrialSteps`` with the
     outcome (``reached``/``censored``/``diverged``).
 Per batch size
-    ``measure_points(trials)`` → ``MeasuredPoint`` per ``B``: ``S(B)`` is the minimum over the
-    reached trials (learning rates) of a seed, averaged on log axes over seeds where several
-    reached; censored, diverged and other trials are counted, never entered, and where nothing
-    reached the censored budgets give a lower bound.
+    ``measure_points(trials, estimator="fit"|"min")`` → ``MeasuredPoint`` per ``B``: ``S(B)`` per
+    seed read off a parabola in ``ln η`` through the best reached rate and its neighbours
+    (:func:`window_rates`; curvature shared by the setting's cells), or the paper's minimum over
+    rates (reported beside as ``steps_min``); averaged on log axes over seeds; censored, diverged
+    and other trials are counted, never entered as values, and where nothing reached the censored
+    budgets give a lower bound, which stays in the fit (``fit_steps(..., lower_bounds=...)``).
 Per setting
     ``fit_steps(B, S, free_alpha=False)`` → ``StepsFit`` (``S = a + b/B`` on ``log S``;
     ``s_min``, ``b_noise``, ``cbs(r, B_ref)``, fitted values, residuals, R²);
@@ -73,7 +75,7 @@ from cbscore.analysis._paper import (
     compare_with_paper,
     scales_with_d_not_n,
 )
-from cbscore.analysis._points import MeasuredPoint, measure_points
+from cbscore.analysis._points import DEFAULT_ESTIMATOR, ESTIMATORS, MeasuredPoint, measure_points, window_rates
 from cbscore.analysis._power_law import PowerLawFit, fit_power_law
 from cbscore.analysis._rows import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, normalize_row
 from cbscore.analysis._scaling import ScalingLaws, fit_scaling_laws
@@ -93,6 +95,8 @@ __all__ = [
     "forecast_setting",
     "weighted_noise_scale",
     "DEFAULT_B_REF",
+    "DEFAULT_ESTIMATOR",
+    "ESTIMATORS",
     "DEFAULT_OVERHEAD",
     "LEVEL",
     "MIN_BATCH_SIZES",
@@ -131,6 +135,7 @@ __all__ = [
     "fit_steps",
     "joint_power_law",
     "measure_points",
+    "window_rates",
     "normalize_row",
     "percentile_interval",
     "power_law",

@@ -38,8 +38,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from cbscore.analysis import first_crossing
-from cbscore.analysis._points import window_rates
+from cbscore.analysis import first_crossing, window_rates
 from cbscore.study.spec import Setting, StudySpec
 from cbscore.study.trials import TERMINAL, TrialRecord, TrialSpec, lr_tag
 

@@ -41,8 +41,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from cbscore.analysis import TrialSteps, cbs_closed_form, first_crossing, fit_steps, measure_points
-from cbscore.analysis._points import DEFAULT_ESTIMATOR, ESTIMATORS
+from cbscore.analysis import (DEFAULT_ESTIMATOR, ESTIMATORS, TrialSteps, cbs_closed_form, first_crossing, fit_steps,
+                              measure_points)
 from cbscore.errors import CbsError, ConfigError, DataError, FitError
 from cbscore.study.planner import grid_tokens, plan, skipped_cells
 from cbscore.study.spec import Setting, StudySpec
