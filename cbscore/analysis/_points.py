@@ -38,6 +38,10 @@ DEFAULT_ESTIMATOR = "fit"
 FIT_NEIGHBOURS = 2
 #: ...of those beyond the next neighbour, only rates within this factor of the best.
 FIT_SPAN = 4.0
+#: A rate that needed more than this many times the best rate's steps is far from the optimum, where
+#: steps grow faster than a parabola in ``ln η`` (and where a study's doubled budget may have cut
+#: it, so a study and its full grid would read different windows): left out of the fit.
+FIT_MAX_STEPS_RATIO = 2.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,10 +131,11 @@ def window_rates(tried: Sequence[float], best: float, span: float | None = None)
 
 
 def _window(reached: list[TrialSteps], tried: Sequence[float]) -> list[TrialSteps]:
-    """The cell's reached trials at the rates of :func:`window_rates` around its best reached rate."""
+    """The cell's reached trials at the rates of :func:`window_rates` around its best reached rate
+    that needed at most :data:`FIT_MAX_STEPS_RATIO` times the best's steps."""
     best = min(reached, key=lambda t: t.steps)
     keep = set(window_rates(tried, best.lr))
-    return [t for t in reached if t.lr in keep]
+    return [t for t in reached if t.lr in keep and t.steps <= FIT_MAX_STEPS_RATIO * best.steps]
 
 
 def _shared_curvature(rows: Sequence[tuple[tuple, np.ndarray, np.ndarray]]) -> float | None:

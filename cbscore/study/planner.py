@@ -529,16 +529,18 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
             # A cell whose every rate ended censored at its cap or budget (none reached) is run once
             # more at twice it before it counts as censored (issue 19: a cap from a noisy smaller
             # cell, or a budget that noise pushed the cell past, can cut the curve).
-            # So is a censored neighbour of a seed's best rate: S(B) is read off a fit through the best
-            # rate and its neighbours (cbscore.analysis.measure_points), which a budget must not cut.
+            # So is a censored or pruned neighbour of a seed's best rate: S(B) is read off a fit through
+            # the best rate and its neighbours (cbscore.analysis.measure_points), which a budget or an
+            # early prune must not cut.
             rerun: list[TrialRecord] = []
             first_done = len(first) >= n_cell and all(r.terminal for r in first) and not pending
             if grid and role == "trial" and first_done and target is not None:
                 if best is None and all(r.status in ("censored", "diverged") for r in first):
                     rerun = [r for r in first if r.status == "censored"]
                 else:
+                    # A neighbour pruned before the best settled (a later rate won) is run again too.
                     near = _best_neighbours(first, target, rates)
-                    rerun = [r for r in first if r.status == "censored" and (r.seed, r.lr) in near]
+                    rerun = [r for r in first if r.status in ("censored", "pruned") and (r.seed, r.lr) in near]
             elif grid and role == "reference" and first_done and target is not None and best is not None:
                 # The reference runs train (1 + margin)·D without a target; a neighbour of the best
                 # rate that had not crossed the cell's target by then is run again to twice that,
