@@ -19,13 +19,12 @@ lie close before the crossing. The schedule is
   every ``max(1, ⌊step · near_span / near_evals⌋)`` steps while ``step ≥ near_start · ŝ``
   (``ŝ`` re-predicted at every evaluation). Steps growing by at most a factor
   ``1 + near_span/near_evals`` put at least ``near_evals`` evaluations in the last ``near_span``
-  of the steps before any crossing that lies past ``near_start · ŝ`` (defaults: ≥ 4 in the last
-  25%: an evaluation at least every 6.25% of the steps there, enough for the local power-law fit
-  of :func:`cbscore.analysis.first_crossing`, which reads up to 5 a side). On a curve that flattens towards its irreducible loss the power law predicts the
+  of the steps before any crossing that lies past ``near_start · ŝ`` (defaults: ≥ 8 in the last
+  25%). On a curve that flattens towards its irreducible loss the power law predicts the
   crossing early, so the window opens early, not late; a trial that stalls sees ``ŝ`` recede
   and leaves the window.
 
-Cost: the promise adds about ``near_evals · ln(1/near_start) / near_span`` ≈ 6 evaluations to a
+Cost: the promise adds about ``near_evals · ln(1/near_start) / near_span`` ≈ 11 evaluations to a
 trial that reaches the target, whatever its length; at small B, where a trial is a few hundred
 steps, they can cost more than its training (``reproduce``: one evaluation of 64 windows × 4
 weight sets is 43 training steps at B = 2). That is the price of a crossing that is measured,
@@ -80,7 +79,7 @@ class EvalSchedule:
     min_every_steps: int = 1
     """Cost cap: no two regular or dense evaluations closer than this many steps (the last step
     of the budget and the near-target promise excepted), relaxed to keep ``MIN_EVALS_PER_RUN``."""
-    near_evals: int = 4
+    near_evals: int = 8
     """The promise: at least this many evaluations in the last ``near_span`` of the steps before
     the crossing (not thinned by the cost cap); 0 turns it off."""
     near_span: float = 0.25

@@ -85,7 +85,7 @@ class TrainConfig:
     """Held-out windows of ``context_tokens + 1`` tokens per evaluation."""
     eval_every_steps: int | None = None
     """Regular evaluation interval in steps; ``None`` = ``ceil(total_steps / 40)``. Evaluations
-    are log-spaced before it, five times denser near the target, and at least 4 in the last 25% of
+    are log-spaced before it, five times denser near the target, and at least 8 in the last 25% of
     the steps before the crossing whatever ``max_eval_fraction`` says (:mod:`cbscore.eval_schedule`)."""
     eval_near_target: float = 0.05
     """Evaluate densely once the loss is within this fraction above the target."""

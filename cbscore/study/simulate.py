@@ -309,9 +309,9 @@ LOSS_AT_TRUTH = 3.0
 #: 2020, arXiv 2001.08361, eq. 5.6, locally), so a target ``δ`` nats lower takes ``e^(δ/κ)`` times
 #: the steps at every batch size and learning rate alike.
 LOSS_SLOPE = 0.2
-#: Evaluations near the crossing: one every ``need/EVALS_NEAR_TARGET`` steps, about 4 in the
-#: last quarter of the steps to target (the trainer's near-target promise, cbscore.eval_schedule).
-EVALS_NEAR_TARGET = 16
+#: Evaluations near the crossing: one every ``need/EVALS_NEAR_TARGET`` steps, about 8 in the
+#: last quarter of the steps to target (the trainer's dense phase, cbscore.eval_schedule).
+EVALS_NEAR_TARGET = 32
 
 
 @dataclass
