@@ -292,7 +292,8 @@ def _by_cell(records: Iterable[TrialRecord]) -> dict[str, list[TrialRecord]]:
     return by_cell
 
 
-def setting_targets(spec: StudySpec, records: Sequence[TrialRecord]) -> tuple[dict[str, float], list[str]]:
+def setting_targets(spec: StudySpec, records: Sequence[TrialRecord], *,
+                    by_cell: Mapping[str, list[TrialRecord]] | None = None) -> tuple[dict[str, float], list[str]]:
     """The target loss of every setting that has one, and why the others have none.
 
     The spec's explicit losses when it gives them; otherwise, once every reference trial at B_ref
@@ -309,7 +310,7 @@ def setting_targets(spec: StudySpec, records: Sequence[TrialRecord]) -> tuple[di
     targets: dict[str, float] = {}
     errors: list[str] = []
     n_ref = _cell_size(spec)
-    by_cell = _by_cell(records)
+    by_cell = _by_cell(records) if by_cell is None else by_cell  # (plan passes the one it built)
     for setting in spec.resolve_settings():
         if spec.target_losses is not None:
             targets[setting.setting_id] = float(spec.target_losses[setting.setting_id])
@@ -445,11 +446,178 @@ RERUN_CAP_FACTOR = 2.0
 RERUN_TAG = "x2"
 
 
+@dataclass(frozen=True)
+class _CellPlan:
+    """What :func:`plan` decides for one cell, and the chain state it hands to the next batch size."""
+
+    cell: CellState
+    start: tuple = ()
+    ask: tuple = ()
+    stop: tuple = ()
+    incomplete: bool = False
+    skipped: bool = False
+    prev_resolved: bool = True
+    prev_best: float | None = None
+    at_least: float = 0.0
+
+
+#: Cell plans by (spec identity, the cell's inputs): a cell whose records, target and chain state did
+#: not change since the last call plans the same (the simulator calls ``plan`` at every event).
+_CELL_PLANS: dict[tuple, tuple[StudySpec, _CellPlan]] = {}
+
+
+def _record_key(r: TrialRecord, lost_set: frozenset) -> tuple:
+    """Everything of a record that :func:`_plan_cell` reads (an ended record's evaluations never change)."""
+    return (r.trial_id, r.status, r.attempt, r.steps_to_target, r.last_step, r.tokens, r.max_steps,
+            r.final_eval_loss, len(r.eval_steps), r.eval_steps[-1] if r.eval_steps else None,
+            r.eval_losses[-1] if r.eval_losses else None, r.trial_id in lost_set)
+
+
+def _plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRecord], target: float | None,
+               prev_resolved: bool, prev_best: float | None, at_least: float, setting_failed: bool,
+               lost_set: frozenset) -> _CellPlan:
+    """One cell of :func:`plan`: its state, the trials to start, ask for or stop, and the chain state."""
+    cid = cell_id(setting.setting_id, b)
+    margin = spec.prune_margin
+    grid = spec.search.kind == "grid"
+    start: list[TrialSpec] = []
+    asks: list[AskRequest] = []
+    stop: list[tuple[str, str]] = []
+    role = "reference" if (b == spec.b_ref and spec.target_losses is None) else "trial"
+    cell_target = None if role == "reference" else target
+    # Every cell's crossings of the target, the reference cell's too (S(B_ref) is measured
+    # like any other, and caps the cell above it).
+    seed_best = _seed_best(recs, target)
+    best = min(seed_best.values()) if seed_best else None
+    if grid:
+        rates, pending = cell_rates(spec, recs, role)
+        n_cell = len(rates) * len(spec.seeds)
+    else:
+        rates, n_cell = (), _cell_size(spec)
+        pending = not (len(recs) >= n_cell and all(r.terminal for r in recs))
+    first = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
+    reruns = [r for r in recs if r.trial_id.endswith("." + RERUN_TAG)]
+
+    released = (role == "reference") or (target is not None and prev_resolved)
+    if setting_failed:
+        released = False
+    cap = cap_smaller = None
+    if role == "trial":
+        # Steps to target do not grow with B: a cell never needs more than (1 + margin)·S of
+        # the next smaller measured batch size (the prune margin once its own best is known).
+        cands = [(1 + spec.budget_margin) * prev_best] if prev_best is not None else []
+        if cands:
+            cap_smaller = int(math.ceil(min(cands) - 1e-9))
+        if best is not None:
+            cands.append((1 + margin) * best)
+        if cands:
+            cap = int(math.ceil(min(cands) - 1e-9))  # 1.1·200 is 220.00000000000003
+    if released and role == "trial" and not recs and not setting_failed and at_least > 0:
+        budget_tokens = cell_budget_tokens(spec, setting, b, role, cap)
+        steps = budget_tokens // (b * spec.context_tokens)  # TrainConfig.total_steps
+        trainable = min(steps, cap if cap is not None else steps) * b * spec.context_tokens
+        if at_least >= trainable:
+            skipped = CellState(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role,
+                                state="skipped", n_trials=n_cell, counts={}, steps_to_target=None,
+                                max_steps=cap)
+            # Resolved for the chain; the bound carries over unchanged.
+            return _CellPlan(cell=skipped, skipped=True, prev_resolved=prev_resolved, prev_best=prev_best,
+                             at_least=at_least)
+    # A cell whose every rate ended censored at its cap or budget (none reached) is run once
+    # more at twice it before it counts as censored (issue 19: a cap from a noisy smaller
+    # cell, or a budget that noise pushed the cell past, can cut the curve).
+    # So is a censored or pruned neighbour of a seed's best rate: S(B) is read off a fit through
+    # the best rate and its neighbours (cbscore.analysis.measure_points), which a budget or an
+    # early prune must not cut.
+    rerun: list[TrialRecord] = []
+    first_done = len(first) >= n_cell and all(r.terminal for r in first) and not pending
+    if grid and role == "trial" and first_done and target is not None:
+        if best is None and all(r.status in ("censored", "diverged") for r in first):
+            rerun = [r for r in first if r.status == "censored"]
+        else:
+            # A neighbour pruned before the best settled (a later rate won) is run again too.
+            near = _best_neighbours(first, target, rates)
+            rerun = [r for r in first if r.status in ("censored", "pruned") and (r.seed, r.lr) in near]
+    elif grid and role == "reference" and first_done and target is not None and best is not None:
+        # The reference runs train (1 + margin)·D without a target; a neighbour of the best
+        # rate that had not crossed the cell's target by then is run again to twice that,
+        # stopping at the target, so that S(B_ref) is read off the same window as any cell's
+        # (left out, the window keeps only the lucky neighbours: S(B_ref) 3% low at σ = 0.1).
+        near = _best_neighbours(first, target, rates)
+        rerun = [r for r in first if r.status in ("finished", "censored") and (r.seed, r.lr) in near
+                 and _crossing(r, target) is None]
+    n_cell += len(rerun)
+    complete = (len(recs) >= n_cell and all(r.terminal for r in recs) and not pending)
+    if (best is None and complete and target is not None
+            and all(r.status in ("censored", "diverged") for r in recs)):
+        # Every learning rate either diverged or trained this many tokens without reaching the
+        # target: E(B) is above the fewest over rates of the most each rate trained.
+        trained: dict[tuple[float, int], int] = {}
+        for r in recs:
+            if r.status == "censored" and r.tokens > 0:
+                trained[(r.lr, r.seed)] = max(trained.get((r.lr, r.seed), 0), r.tokens)
+        if trained:
+            at_least = max(at_least, float(min(trained.values())))
+
+    counts: dict[str, int] = {}
+    for r in recs:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    if released:
+        present = {r.trial_id for r in recs}
+        if grid:
+            keep: set[tuple[int, float]] | None = None
+            for lr in rates:
+                for seed in spec.seeds:
+                    tid = _trial_id(spec, setting, b, lr_tag(lr), seed)
+                    if tid not in present:
+                        if keep is None:
+                            keep = (_best_neighbours(recs, target, rates) if (role == "trial" and seed_best)
+                                    else set())
+                        # The best rate's neighbours are never cut at the prune margin.
+                        own_cap = cap_smaller if (seed, lr) in keep else cap
+                        start.append(_make_trial(spec, setting, batch_size=b, role=role, lr=lr, seed=seed,
+                                                 tag=lr_tag(lr), max_steps=own_cap, target_loss=cell_target))
+            for r in rerun:
+                if r.trial_id + "." + RERUN_TAG not in present:
+                    larger = None if r.max_steps is None else int(math.ceil(RERUN_CAP_FACTOR * r.max_steps))
+                    t = _make_trial(spec, setting, batch_size=b, role=role, lr=r.lr, seed=r.seed,
+                                    tag=lr_tag(r.lr), max_steps=larger, target_loss=target,
+                                    budget_factor=RERUN_CAP_FACTOR)
+                    start.append(dataclasses.replace(t, trial_id=r.trial_id + "." + RERUN_TAG))
+        else:
+            active = sum(1 for r in recs if not r.terminal)
+            count = min(n_cell - len(recs), spec.search.parallel_per_cell - active)
+            if count > 0:
+                asks.append(AskRequest(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role,
+                                       count=count, first_number=len(recs), max_steps=cap,
+                                       target_loss=cell_target))
+        # Prune: trials still above the target at an *evaluation* well past the best crossing
+        # of their own seed (seeds are repeats: one seed's luck never stops another's trials).
+        # Steps trained since the last evaluation say nothing: the trial may have crossed.
+        if role == "trial" and seed_best and any(r.status == "running" for r in recs):
+            keep = _best_neighbours(recs, target, rates if grid else ())
+            for r in recs:
+                own = seed_best.get(r.seed)
+                if own is None or (r.seed, r.lr) in keep:
+                    continue
+                last_eval = r.eval_steps[-1] if r.eval_steps else 0.0
+                if r.status == "running" and last_eval > (1 + margin) * own and r.trial_id not in lost_set:
+                    stop.append((r.trial_id, "pruned"))
+    resolved = complete or (role == "trial" and best is not None)
+    if role == "reference":  # S(B_ref) is known once the first runs ended; re-runs refine the fit
+        resolved = (complete or first_done) and target is not None
+    state = ("done" if complete else "resolved" if resolved else "running" if released else "waiting")
+    cell = CellState(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role, state=state,
+                     n_trials=n_cell, counts=counts, steps_to_target=best, max_steps=cap)
+    return _CellPlan(cell=cell, start=tuple(start), ask=tuple(asks), stop=tuple(stop),
+                     incomplete=not complete and not setting_failed, prev_resolved=resolved,
+                     prev_best=best if best is not None else prev_best, at_least=at_least)
+
+
 def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
          stale_after_s: float = 120.0, max_attempts: int = 3) -> Plan:
     """Decide what to run, stop, re-run or fail next. Pure: same inputs, same plan."""
     by_cell = _by_cell(records)
-    margin = spec.prune_margin
     start: list[TrialSpec] = []
     asks: list[AskRequest] = []
     stop: list[tuple[str, str]] = []
@@ -466,7 +634,8 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
         elif r.status == "lost":
             (lost if r.attempt < max_attempts else fail).append(r.trial_id)
 
-    targets, target_errors = setting_targets(spec, records)
+    lost_set = frozenset(lost)
+    targets, target_errors = setting_targets(spec, records, by_cell=by_cell)
     errors.extend(target_errors)
     if grid and spec.target_losses is None:
         # A reference cell that may still add a learning rate has no target yet: the target comes
@@ -486,137 +655,27 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
         at_least = 0.0
         setting_failed = any(e.startswith(f"setting {setting.setting_id!r}") for e in errors)
         for b in spec.batch_sizes:
-            cid = cell_id(setting.setting_id, b)
-            recs = by_cell.get(cid, [])
-            role = "reference" if (b == spec.b_ref and spec.target_losses is None) else "trial"
-            cell_target = None if role == "reference" else target
-            # Every cell's crossings of the target, the reference cell's too (S(B_ref) is measured
-            # like any other, and caps the cell above it).
-            seed_best = _seed_best(recs, target)
-            best = min(seed_best.values()) if seed_best else None
-            if grid:
-                rates, pending = cell_rates(spec, recs, role)
-                n_cell = len(rates) * len(spec.seeds)
+            recs = by_cell.get(cell_id(setting.setting_id, b), [])
+            key = (id(spec), setting.setting_id, b, target, prev_resolved, prev_best, at_least, setting_failed,
+                   tuple(_record_key(r, lost_set) for r in recs))
+            hit = _CELL_PLANS.get(key)
+            if hit is not None and hit[0] is spec:
+                out = hit[1]
             else:
-                rates, n_cell = (), _cell_size(spec)
-                pending = not (len(recs) >= n_cell and all(r.terminal for r in recs))
-            first = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
-            reruns = [r for r in recs if r.trial_id.endswith("." + RERUN_TAG)]
-
-            released = (role == "reference") or (target is not None and prev_resolved)
-            if setting_failed:
-                released = False
-            cap = cap_smaller = None
-            if role == "trial":
-                # Steps to target do not grow with B: a cell never needs more than (1 + margin)·S of
-                # the next smaller measured batch size (the prune margin once its own best is known).
-                cands = [(1 + spec.budget_margin) * prev_best] if prev_best is not None else []
-                if cands:
-                    cap_smaller = int(math.ceil(min(cands) - 1e-9))
-                if best is not None:
-                    cands.append((1 + margin) * best)
-                if cands:
-                    cap = int(math.ceil(min(cands) - 1e-9))  # 1.1·200 is 220.00000000000003
-            if released and role == "trial" and not recs and not setting_failed and at_least > 0:
-                budget_tokens = cell_budget_tokens(spec, setting, b, role, cap)
-                steps = budget_tokens // (b * spec.context_tokens)  # TrainConfig.total_steps
-                trainable = min(steps, cap if cap is not None else steps) * b * spec.context_tokens
-                if at_least >= trainable:
-                    cells.append(CellState(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role,
-                                           state="skipped", n_trials=n_cell, counts={}, steps_to_target=None,
-                                           max_steps=cap))
-                    continue  # resolved for the chain; the bound carries over unchanged
-            # A cell whose every rate ended censored at its cap or budget (none reached) is run once
-            # more at twice it before it counts as censored (issue 19: a cap from a noisy smaller
-            # cell, or a budget that noise pushed the cell past, can cut the curve).
-            # So is a censored or pruned neighbour of a seed's best rate: S(B) is read off a fit through
-            # the best rate and its neighbours (cbscore.analysis.measure_points), which a budget or an
-            # early prune must not cut.
-            rerun: list[TrialRecord] = []
-            first_done = len(first) >= n_cell and all(r.terminal for r in first) and not pending
-            if grid and role == "trial" and first_done and target is not None:
-                if best is None and all(r.status in ("censored", "diverged") for r in first):
-                    rerun = [r for r in first if r.status == "censored"]
-                else:
-                    # A neighbour pruned before the best settled (a later rate won) is run again too.
-                    near = _best_neighbours(first, target, rates)
-                    rerun = [r for r in first if r.status in ("censored", "pruned") and (r.seed, r.lr) in near]
-            elif grid and role == "reference" and first_done and target is not None and best is not None:
-                # The reference runs train (1 + margin)·D without a target; a neighbour of the best
-                # rate that had not crossed the cell's target by then is run again to twice that,
-                # stopping at the target, so that S(B_ref) is read off the same window as any cell's
-                # (left out, the window keeps only the lucky neighbours: S(B_ref) 3% low at σ = 0.1).
-                near = _best_neighbours(first, target, rates)
-                rerun = [r for r in first if r.status in ("finished", "censored") and (r.seed, r.lr) in near
-                         and _crossing(r, target) is None]
-            n_cell += len(rerun)
-            complete = (len(recs) >= n_cell and all(r.terminal for r in recs) and not pending)
-            if (best is None and complete and target is not None
-                    and all(r.status in ("censored", "diverged") for r in recs)):
-                # Every learning rate either diverged or trained this many tokens without reaching the
-                # target: E(B) is above the fewest over rates of the most each rate trained.
-                trained: dict[tuple[float, int], int] = {}
-                for r in recs:
-                    if r.status == "censored" and r.tokens > 0:
-                        trained[(r.lr, r.seed)] = max(trained.get((r.lr, r.seed), 0), r.tokens)
-                if trained:
-                    at_least = max(at_least, float(min(trained.values())))
-
-            counts: dict[str, int] = {}
-            for r in recs:
-                counts[r.status] = counts.get(r.status, 0) + 1
-            if released:
-                present = {r.trial_id for r in recs}
-                if grid:
-                    keep: set[tuple[int, float]] | None = None
-                    for lr in rates:
-                        for seed in spec.seeds:
-                            tid = _trial_id(spec, setting, b, lr_tag(lr), seed)
-                            if tid not in present:
-                                if keep is None:
-                                    keep = (_best_neighbours(recs, target, rates) if (role == "trial" and seed_best)
-                                            else set())
-                                # The best rate's neighbours are never cut at the prune margin.
-                                own_cap = cap_smaller if (seed, lr) in keep else cap
-                                start.append(_make_trial(spec, setting, batch_size=b, role=role, lr=lr, seed=seed,
-                                                         tag=lr_tag(lr), max_steps=own_cap, target_loss=cell_target))
-                    for r in rerun:
-                        if r.trial_id + "." + RERUN_TAG not in present:
-                            larger = None if r.max_steps is None else int(math.ceil(RERUN_CAP_FACTOR * r.max_steps))
-                            t = _make_trial(spec, setting, batch_size=b, role=role, lr=r.lr, seed=r.seed,
-                                            tag=lr_tag(r.lr), max_steps=larger, target_loss=target,
-                                            budget_factor=RERUN_CAP_FACTOR)
-                            start.append(dataclasses.replace(t, trial_id=r.trial_id + "." + RERUN_TAG))
-                else:
-                    active = sum(1 for r in recs if not r.terminal)
-                    count = min(n_cell - len(recs), spec.search.parallel_per_cell - active)
-                    if count > 0:
-                        asks.append(AskRequest(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role,
-                                               count=count, first_number=len(recs), max_steps=cap,
-                                               target_loss=cell_target))
-                # Prune: trials still above the target at an *evaluation* well past the best crossing
-                # of their own seed (seeds are repeats: one seed's luck never stops another's trials).
-                # Steps trained since the last evaluation say nothing: the trial may have crossed.
-                if role == "trial" and seed_best and any(r.status == "running" for r in recs):
-                    keep = _best_neighbours(recs, target, rates if grid else ())
-                    for r in recs:
-                        own = seed_best.get(r.seed)
-                        if own is None or (r.seed, r.lr) in keep:
-                            continue
-                        last_eval = r.eval_steps[-1] if r.eval_steps else 0.0
-                        if r.status == "running" and last_eval > (1 + margin) * own and r.trial_id not in lost:
-                            stop.append((r.trial_id, "pruned"))
-            resolved = complete or (role == "trial" and best is not None)
-            if role == "reference":  # S(B_ref) is known once the first runs ended; re-runs refine the fit
-                resolved = (complete or first_done) and target is not None
-            state = ("done" if complete else "resolved" if resolved else "running" if released else "waiting")
-            cells.append(CellState(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role, state=state,
-                                   n_trials=n_cell, counts=counts, steps_to_target=best, max_steps=cap))
-            if not complete and not setting_failed:
+                out = _plan_cell(spec, setting, b, recs, target, prev_resolved, prev_best, at_least,
+                                 setting_failed, lost_set)
+                if len(_CELL_PLANS) >= 50_000:
+                    _CELL_PLANS.clear()
+                _CELL_PLANS[key] = (spec, out)
+            cells.append(out.cell)
+            if out.skipped:
+                continue  # resolved for the chain; the bound carries over unchanged
+            start.extend(out.start)
+            asks.extend(out.ask)
+            stop.extend(out.stop)
+            if out.incomplete:
                 all_done = False
-            prev_resolved = resolved
-            if best is not None:
-                prev_best = best
+            prev_resolved, prev_best, at_least = out.prev_resolved, out.prev_best, out.at_least
 
     return Plan(start=tuple(start), ask=tuple(asks), stop=tuple(stop), lost=tuple(lost), fail=tuple(fail),
                 targets=targets, cells=tuple(cells), errors=tuple(errors),
