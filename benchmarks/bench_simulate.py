@@ -6,9 +6,9 @@ Run: ``.venv/bin/python benchmarks/bench_simulate.py``. Prints one line per pres
 the 50 simulated studies, in this process and as the CLI, and the tokens the study spends against
 the fixed-budget grid and the full grid run to target.
 
-Measured 2026-12-01 on two quiet cores (issue 19's planner and estimator): 33.4 / 36.7 / 35.6 s
-in-process (chinchilla / fixed-d / fixed-n), 0.7 s per simulated study, over the 10 s goal; the
-planner (~2 ms per call, ~320 calls per study) is where the time goes.
+Measured 2026-12-01 on two quiet cores (issue 19's planner and estimator, cells memoised):
+18.2 / 12.9 / 15.3 s in-process (chinchilla / fixed-d / fixed-n), about 0.3 s per simulated study,
+over the 10 s goal; before the memo 33.4 / 36.7 / 35.6 s.
 """
 
 from __future__ import annotations
