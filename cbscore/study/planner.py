@@ -461,9 +461,11 @@ class _CellPlan:
     at_least: float = 0.0
 
 
-#: Cell plans by (spec identity, the cell's inputs): a cell whose records, target and chain state did
-#: not change since the last call plans the same (the simulator calls ``plan`` at every event).
-_CELL_PLANS: dict[tuple, tuple[StudySpec, _CellPlan]] = {}
+#: Cell plans of one spec by the cell's inputs: a cell whose records, target and chain state did not
+#: change since the last call plans the same (the simulator calls ``plan`` at every event with one
+#: spec). Kept for the last spec seen only, so a runner that rebuilds its specs holds no more.
+_CELL_PLANS: dict[tuple, _CellPlan] = {}
+_CELL_PLANS_SPEC: list[StudySpec | None] = [None]
 
 
 def _record_key(r: TrialRecord, lost_set: frozenset) -> tuple:
@@ -618,6 +620,9 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
          stale_after_s: float = 120.0, max_attempts: int = 3) -> Plan:
     """Decide what to run, stop, re-run or fail next. Pure: same inputs, same plan."""
     by_cell = _by_cell(records)
+    if _CELL_PLANS_SPEC[0] is not spec:
+        _CELL_PLANS.clear()
+        _CELL_PLANS_SPEC[0] = spec
     start: list[TrialSpec] = []
     asks: list[AskRequest] = []
     stop: list[tuple[str, str]] = []
@@ -656,17 +661,15 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
         setting_failed = any(e.startswith(f"setting {setting.setting_id!r}") for e in errors)
         for b in spec.batch_sizes:
             recs = by_cell.get(cell_id(setting.setting_id, b), [])
-            key = (id(spec), setting.setting_id, b, target, prev_resolved, prev_best, at_least, setting_failed,
+            key = (setting.setting_id, b, target, prev_resolved, prev_best, at_least, setting_failed,
                    tuple(_record_key(r, lost_set) for r in recs))
-            hit = _CELL_PLANS.get(key)
-            if hit is not None and hit[0] is spec:
-                out = hit[1]
-            else:
+            out = _CELL_PLANS.get(key)
+            if out is None:
                 out = _plan_cell(spec, setting, b, recs, target, prev_resolved, prev_best, at_least,
                                  setting_failed, lost_set)
-                if len(_CELL_PLANS) >= 50_000:
+                if len(_CELL_PLANS) >= 20_000:
                     _CELL_PLANS.clear()
-                _CELL_PLANS[key] = (spec, out)
+                _CELL_PLANS[key] = out
             cells.append(out.cell)
             if out.skipped:
                 continue  # resolved for the chain; the bound carries over unchanged
