@@ -304,7 +304,6 @@ def setting_targets(spec: StudySpec, records: Sequence[TrialRecord], *,
     ``S(B_ref)`` to one lucky run): ``S(B_ref)`` is then measured by the crossing rule like any other
     cell's, and the reference runs may cross after D.
     """
-    from cbscore.analysis import reference_target
     from cbscore.errors import FitError
 
     targets: dict[str, float] = {}
@@ -498,7 +497,6 @@ def _plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRe
         rates, n_cell = (), _cell_size(spec)
         pending = not (len(recs) >= n_cell and all(r.terminal for r in recs))
     first = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
-    reruns = [r for r in recs if r.trial_id.endswith("." + RERUN_TAG)]
 
     released = (role == "reference") or (target is not None and prev_resolved)
     if setting_failed:
