@@ -74,6 +74,11 @@ class SearchSpec:
     """Grid search: rates a cell may add past each edge of ``lrs`` when its best rate sits at that
     edge (the next rate continues the grid's outermost ratio); 0 keeps the grid as given. Cells
     still at an edge are named in the fit's notes (DESIGN.md §1)."""
+    predict: bool = False
+    """Grid search: run each cell's predicted best rate first (``cbscore.study.lr_predict``: the
+    best rates of the setting's measured cells fitted in log B, Adam's √B rule before two are
+    known), its neighbours next, and add no rate once the optimum is bracketed and the fit's window
+    around it is run. ``lrs`` (with ``lr_extensions``) stays the set of allowed rates."""
 
     def __post_init__(self) -> None:
         if self.kind not in SEARCH_KINDS:
@@ -90,6 +95,8 @@ class SearchSpec:
         ext = self.lr_extensions
         if isinstance(ext, bool) or not isinstance(ext, int) or not 0 <= ext <= 8:
             raise ConfigError("search.lr_extensions", ext, "must be an integer in [0, 8]")
+        if not isinstance(self.predict, bool):
+            raise ConfigError("search.predict", self.predict, "must be true or false")
         _positive_float("search.lr_min", self.lr_min)
         _positive_float("search.lr_max", self.lr_max)
         if self.lr_min >= self.lr_max:
@@ -164,6 +171,13 @@ class StudySpec:
     never grow with B above it (McCandlish et al. 2018, eqs. 2.11-2.12), up to tuning noise."""
     prune_margin: float = 0.1
     """Trials still above target at an evaluation past (1 + margin)·S_best steps stop as ``pruned``."""
+    prune_at_equal_tokens: bool = False
+    """Stop a trial as ``pruned`` before the cell's best has crossed when, at the same step, its
+    held-out loss trails the cell's leader by more than ``equal_token_margin`` nats (never the
+    rates the fit reads, ``cbscore.study.equal_tokens``)."""
+    equal_token_margin: float = 0.05
+    """Loss gap (nats, EWA held-out loss at equal tokens) past which a trial is stopped by
+    ``prune_at_equal_tokens``; calibrated on the lab's own curves (docs/results/equal-tokens)."""
     warmup_fraction: float = 0.25
     """Warm-up length as a fraction of D, fixed in tokens across batch sizes (paper: 25%)."""
     schedule: str = "constant"
@@ -271,6 +285,11 @@ class StudySpec:
             raise ConfigError("recipe", self.recipe, f"must be one of {', '.join(RECIPE_RULES)}")
         if not (isinstance(self.prune_margin, (int, float)) and 0 <= self.prune_margin <= 10):
             raise ConfigError("prune_margin", self.prune_margin, "must be a number in [0, 10]")
+        if not isinstance(self.prune_at_equal_tokens, bool):
+            raise ConfigError("prune_at_equal_tokens", self.prune_at_equal_tokens, "must be true or false")
+        if isinstance(self.equal_token_margin, bool) or not (isinstance(self.equal_token_margin, (int, float))
+                                                                and 0 < self.equal_token_margin <= 10):
+            raise ConfigError("equal_token_margin", self.equal_token_margin, "must be a number in (0, 10] (nats)")
         if not (isinstance(self.warmup_fraction, (int, float)) and 0 <= self.warmup_fraction < 1):
             raise ConfigError("warmup_fraction", self.warmup_fraction, "must be in [0, 1)")
         if self.schedule not in SCHEDULES:
