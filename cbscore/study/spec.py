@@ -260,6 +260,9 @@ class StudySpec:
         object.__setattr__(self, "data", dict(self.data))
         if self.target_losses is not None:
             object.__setattr__(self, "target_losses", dict(self.target_losses))
+        from cbscore.study.bounds import check_numbers
+
+        check_numbers(self)  # every number a finite one in its stated range, before any other check
 
         if not self.batch_sizes:
             raise ConfigError("batch_sizes", list(self.batch_sizes), "must list at least one batch size")
