@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -41,7 +42,8 @@ def _positive_int(field_name: str, value: Any) -> int:
 
 
 def _positive_float(field_name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    # A chained comparison, not math.isfinite: an int past a float's range (10**400) overflows that.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= sys.float_info.max:
         raise ConfigError(field_name, value, "must be a positive finite number")
     return float(value)
 
@@ -260,9 +262,6 @@ class StudySpec:
         object.__setattr__(self, "data", dict(self.data))
         if self.target_losses is not None:
             object.__setattr__(self, "target_losses", dict(self.target_losses))
-        from cbscore.study.bounds import check_numbers
-
-        check_numbers(self)  # every number a finite one in its stated range, before any other check
 
         if not self.batch_sizes:
             raise ConfigError("batch_sizes", list(self.batch_sizes), "must list at least one batch size")
@@ -344,11 +343,14 @@ class StudySpec:
             for key, loss in self.target_losses.items():
                 if key not in ids:
                     raise ConfigError("target_losses", key, f"names no setting of this study (settings: {sorted(ids)})")
-                if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss):
+                if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not abs(loss) <= sys.float_info.max:
                     raise ConfigError(f"target_losses.{key}", loss, "must be a finite number")
             missing = sorted(ids - set(self.target_losses))
             if missing:
                 raise ConfigError("target_losses", dict(self.target_losses), f"must give a target for every setting (missing {missing})")
+        from cbscore.study.bounds import check_numbers
+
+        check_numbers(self)  # and every number finite, in its stated range (the checks above name types and signs)
 
     def gns_batch_sizes(self) -> tuple[int, ...]:
         """Batch sizes whose trials get the ``gns_micro_batch_size`` split (none without it)."""
