@@ -3,9 +3,12 @@
 ``train(config)`` with ``config.devices = k > 1`` runs the trial as k processes: the calling
 process is rank 0 and :func:`launch` starts ranks 1 … k−1 as fresh interpreters (``python -m
 cbscore.distributed``; CUDA is not fork-safe, and a Celery pool child may not use
-``multiprocessing``, see :func:`_spawn`). They meet through a ``TCPStore`` on 127.0.0.1
-that rank 0 opens on a free port, and form a ``torch.distributed`` process group: NCCL on CUDA
-(rank r on the r-th visible GPU), gloo on the CPU. Nothing here implements a collective.
+``multiprocessing``, see :func:`_spawn`). They meet through a ``FileStore``, a file under
+``$CBS_HOME/rendezvous`` (a ``TCPStore`` would listen on every interface, ``[::]``, whatever host
+it is given), and form a ``torch.distributed`` process group: NCCL on CUDA (rank r on the r-th
+visible GPU), gloo on the CPU; their own sockets are bound to the loopback interface
+(``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``, unless the operator set them), so a trial opens
+no port that another host can reach (DESIGN.md §3). Nothing here implements a collective.
 
 What each rank does (Goyal et al. 2017, arXiv 1706.02677, §2: a global batch split across
 workers whose gradients are averaged is the same update as the whole batch on one worker):
@@ -34,12 +37,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import datetime
+import inspect
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -98,15 +104,64 @@ class Group:
         """``(model to train, no_sync factory)``: DDP over ranks, or the model itself."""
         if self.world_size == 1:
             return model, contextlib.nullcontext
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        ids = [device.index] if device.type == "cuda" else None
-        # the only buffers are the fixed rotary tables: equal on every rank, never re-sent
-        ddp = DDP(model, device_ids=ids, forward_sync_buffers=False)
+        ddp = make_ddp(model, device)
         return ddp, ddp.no_sync
 
 
 SINGLE = Group()
+
+
+def buffer_sync_keyword(ddp_class: type | None = None) -> str:
+    """The DDP constructor's keyword that turns off re-sending the buffers before every forward:
+    ``forward_sync_buffers`` where this torch has it (2.13 beside the old name), else the
+    long-standing ``broadcast_buffers`` (the GPU image's torch 2.11 may have only that one)."""
+    if ddp_class is None:
+        from torch.nn.parallel import DistributedDataParallel as ddp_class
+    params = inspect.signature(ddp_class.__init__).parameters
+    return "forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers"
+
+
+def make_ddp(model: torch.nn.Module, device: torch.device, ddp_class: type | None = None):
+    """``model`` wrapped in DDP on ``device`` (the default process group must exist). The only
+    buffers are the fixed rotary tables, equal on every rank: never re-sent."""
+    if ddp_class is None:
+        from torch.nn.parallel import DistributedDataParallel as ddp_class
+    ids = [device.index] if device.type == "cuda" else None
+    return ddp_class(model, device_ids=ids, **{buffer_sync_keyword(ddp_class): False})
+
+
+def loopback_interface() -> str:
+    """The name of this host's loopback network interface (``lo`` on Linux)."""
+    for _, name in socket.if_nameindex():
+        try:
+            flags = int(open(f"/sys/class/net/{name}/flags").read(), 16)
+        except (OSError, ValueError):
+            continue
+        if flags & 0x8:  # IFF_LOOPBACK
+            return name
+    return "lo"
+
+
+def bind_to_loopback() -> None:
+    """Make gloo's and NCCL's sockets of this process listen on the loopback interface only
+    (all ranks of a trial are on one host); an operator's own setting wins."""
+    name = loopback_interface()
+    for key in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        os.environ.setdefault(key, name)
+
+
+def rendezvous_file() -> str:
+    """A new file path for one trial's ``FileStore`` under ``$CBS_HOME/rendezvous``."""
+    from cbscore.paths import subdir
+
+    return str(subdir("rendezvous") / f"{os.getpid()}-{uuid.uuid4().hex}")
+
+
+def file_store(path: str, world_size: int, timeout_s: float):
+    """The trial's rendezvous: a ``FileStore`` (no socket) with the collective timeout."""
+    store = dist.FileStore(path, world_size)
+    store.set_timeout(datetime.timedelta(seconds=timeout_s))
+    return store
 
 
 def device_for_rank(kind: str, rank: int) -> torch.device:
@@ -135,21 +190,21 @@ def _die_with_parent() -> None:
 
 def _init(kind: str, rank: int, world_size: int, store, timeout_s: float) -> Group:
     timeout = datetime.timedelta(seconds=timeout_s)
+    bind_to_loopback()
     dist.init_process_group(backend_for(kind), store=store, rank=rank, world_size=world_size, timeout=timeout)
     # Decisions travel on the host: a gloo group beside NCCL (the default group itself on a CPU).
     control = dist.new_group(backend="gloo", timeout=timeout) if kind == "cuda" else None
     return Group(rank=rank, world_size=world_size, control=control)
 
 
-def _follower(rank: int, config_dict: dict, port: int, kind: str) -> None:
+def _follower(rank: int, config_dict: dict, store_path: str, kind: str) -> None:
     """Rank ``rank > 0``: join rank 0's store and group, train, leave."""
     _die_with_parent()
     from cbscore.train import run_rank
     from cbscore.train_config import TrainConfig
 
     config = TrainConfig.from_dict(config_dict)
-    store = dist.TCPStore("127.0.0.1", port, config.devices, is_master=False,
-                          timeout=datetime.timedelta(seconds=config.dist_timeout_s))
+    store = file_store(store_path, config.devices, config.dist_timeout_s)
     group = _init(kind, rank, config.devices, store, config.dist_timeout_s)
     try:
         run_rank(config, group)
@@ -158,12 +213,12 @@ def _follower(rank: int, config_dict: dict, port: int, kind: str) -> None:
             dist.destroy_process_group()
 
 
-def _spawn(rank: int, config, port: int, kind: str) -> subprocess.Popen:
+def _spawn(rank: int, config, store_path: str, kind: str) -> subprocess.Popen:
     """Start rank ``rank`` as a fresh interpreter (``python -m cbscore.distributed``), the trial's
     config on its stdin. Not ``multiprocessing``: a Celery pool child is a daemonic billiard
     process, which ``multiprocessing`` refuses children to and cannot pickle."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "CBS_RANK0_PID": str(os.getpid())}
-    proc = subprocess.Popen([sys.executable, "-m", "cbscore.distributed", str(rank), str(port), kind],
+    proc = subprocess.Popen([sys.executable, "-m", "cbscore.distributed", str(rank), store_path, kind],
                             stdin=subprocess.PIPE, env=env)
     proc.stdin.write(json.dumps(config.to_dict()).encode())
     proc.stdin.close()
@@ -175,9 +230,9 @@ def launch(config, kind: str, run_leader: Callable[[Group], object]):
     result. Raises :class:`RankFailed` when another rank died or failed (rank 0's own errors, a
     ``ConfigError`` say, are raised as they are)."""
     k = config.devices
-    timeout = datetime.timedelta(seconds=config.dist_timeout_s)
-    store = dist.TCPStore("127.0.0.1", 0, k, is_master=True, timeout=timeout, wait_for_workers=False)
-    ranks = [_spawn(rank, config, store.port, kind) for rank in range(1, k)]
+    path = rendezvous_file()
+    store = file_store(path, k, config.dist_timeout_s)
+    ranks = [_spawn(rank, config, path, kind) for rank in range(1, k)]
     failed = False
     try:
         group = _init(kind, 0, k, store, config.dist_timeout_s)
@@ -193,6 +248,9 @@ def launch(config, kind: str, run_leader: Callable[[Group], object]):
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
         _end(ranks, grace_s=5.0 if failed else JOIN_TIMEOUT_S)
+        del store
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _dead_ranks(ranks: list[subprocess.Popen], wait_s: float = 2.0) -> str:
@@ -218,5 +276,5 @@ def _end(ranks: list[subprocess.Popen], grace_s: float) -> None:
             p.wait(timeout=10)
 
 
-if __name__ == "__main__":  # a rank > 0: python -m cbscore.distributed RANK PORT KIND < config.json
-    _follower(int(sys.argv[1]), json.loads(sys.stdin.read()), int(sys.argv[2]), sys.argv[3])
+if __name__ == "__main__":  # a rank > 0: python -m cbscore.distributed RANK STORE_FILE KIND < config.json
+    _follower(int(sys.argv[1]), json.loads(sys.stdin.read()), sys.argv[2], sys.argv[3])

@@ -182,3 +182,108 @@ def test_two_ranks_measure_the_noise_scale_with_no_split(builtin_slice_config):
     assert len(two.b_simple) == len(one.b_simple) > 5 and all(math.isfinite(b) and b > 0 for b in two.b_simple)
     # the same quantity from half the small-batch samples: within a factor of 3 at the end
     assert 1 / 3 < two.b_simple[-1] / one.b_simple[-1] < 3
+
+
+# ---- the DDP keyword of this torch and of torch 2.11; the rendezvous opens no public port -------------
+class _OldDDP:
+    """The constructor of a torch without ``forward_sync_buffers`` (only ``broadcast_buffers``)."""
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True):
+        self.kwargs = {"device_ids": device_ids, "broadcast_buffers": broadcast_buffers}
+
+
+class _NewDDP:
+    def __init__(self, module, device_ids=None, broadcast_buffers=None, forward_sync_buffers=None):
+        self.kwargs = {"device_ids": device_ids, "broadcast_buffers": broadcast_buffers,
+                       "forward_sync_buffers": forward_sync_buffers}
+
+
+def test_ddp_is_built_with_whichever_buffer_keyword_this_torch_has():
+    from cbscore.distributed import buffer_sync_keyword, make_ddp
+
+    model = torch.nn.Linear(2, 2)
+    assert buffer_sync_keyword(_OldDDP) == "broadcast_buffers"
+    assert make_ddp(model, torch.device("cpu"), _OldDDP).kwargs == {"device_ids": None, "broadcast_buffers": False}
+    assert buffer_sync_keyword(_NewDDP) == "forward_sync_buffers"
+    assert make_ddp(model, torch.device("cpu"), _NewDDP).kwargs["forward_sync_buffers"] is False
+
+
+def test_ddp_of_this_torch_trains_on_a_one_rank_group(tmp_path):
+    import torch.distributed as dist
+
+    from cbscore.distributed import file_store, make_ddp
+
+    dist.init_process_group("gloo", store=file_store(str(tmp_path / "store"), 1, 30.0), rank=0, world_size=1)
+    try:
+        model = make_ddp(torch.nn.Linear(4, 1), torch.device("cpu"))
+        model(torch.ones(3, 4)).sum().backward()
+        assert model.module.weight.grad is not None and torch.equal(model.module.weight.grad, torch.full((1, 4), 3.0))
+    finally:
+        dist.destroy_process_group()
+
+
+def _family_pids(root: int) -> list[int]:
+    """``root`` and every process below it (from /proc/*/stat's parent pids)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+    family, grew = {root}, True
+    while grew:
+        new = {pid for pid, ppid in parents.items() if ppid in family} - family
+        family |= new
+        grew = bool(new)
+    return sorted(family)
+
+
+def _listening_addresses(pids: list[int]) -> list[str]:
+    """Local addresses (hex, as /proc/net/tcp* write them) of the TCP sockets in LISTEN state
+    that the processes ``pids`` hold."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with_target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if with_target.startswith("socket:["):
+                    inodes.add(with_target[8:-1])
+        except OSError:
+            continue
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.read().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    found.append(fields[1].split(":")[0])
+    return found
+
+
+def _is_loopback(address_hex: str) -> bool:
+    if len(address_hex) == 8:  # IPv4, little-endian: 127.x.y.z ends in 7F
+        return address_hex.endswith("7F")
+    # IPv6 ::1, or IPv4-mapped ::ffff:127.x.y.z
+    return address_hex == "00000000000000000000000001000000" or (
+        address_hex.startswith("0000000000000000FFFF0000") and address_hex.endswith("7F"))
+
+
+class _Listeners(Callback):
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def post_step(self, state, metrics):
+        if state.step == 2:
+            self.seen = _listening_addresses(_family_pids(os.getpid()))
+
+
+def test_a_two_rank_trial_listens_on_loopback_only(builtin_slice_config):
+    from cbscore.paths import subdir
+
+    listeners = _Listeners()
+    train(tiny(builtin_slice_config, max_steps=3, devices=2), callbacks=[listeners])
+    # gloo's pair sockets listen (on 127.0.0.1); no TCPStore on [::] or 0.0.0.0, nothing public
+    assert listeners.seen and all(_is_loopback(a) for a in listeners.seen), listeners.seen
+    assert _is_loopback("0100007F") and not _is_loopback("00000000") and not _is_loopback("0" * 32)
+    assert not list(subdir("rendezvous").glob(f"{os.getpid()}-*"))  # the store's file is removed
