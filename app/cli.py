@@ -30,6 +30,9 @@ READY_TIMEOUT_S = 120.0
 #: Most trials ``cbs up`` runs at once by default (one per core up to this; tiny models on a CPU
 #: train faster as separate one-thread processes than as one process with many threads).
 MAX_DEFAULT_WORKERS = 4
+#: Largest file the pages accept, in MB (Streamlit's ``server.maxUploadSize``; its default is 200):
+#: a steps table is at most 64 MiB (``cbscore.analysis._csv.MAX_CSV_BYTES``), a spec 64 KiB.
+MAX_UPLOAD_MB = 64
 #: Seconds ``cbs up`` waits for its processes to stop after Ctrl-C before killing them.
 STOP_GRACE_S = 20.0
 
@@ -99,6 +102,7 @@ def streamlit_command(port: int, host: str = "127.0.0.1") -> list[str]:
         *hosts,
         "--server.headless", "true",
         "--server.fileWatcherType", "none",
+        "--server.maxUploadSize", str(MAX_UPLOAD_MB),
         "--browser.gatherUsageStats", "false",
         "--client.toolbarMode", "minimal",
         "--client.showErrorDetails", "none",

@@ -364,9 +364,13 @@ def read_truth_text(text: str, spec, name: str):
     import tempfile
     from pathlib import Path
 
+    from cbscore.analysis import MAX_CSV_ROWS, check_csv_bounds
     from cbscore.errors import DataError
     from cbscore.study.simulate import read_truth
 
+    check_csv_bounds(text, name)
+    if text.count("\n") > MAX_CSV_ROWS:
+        raise DataError(f"{name}: more than {MAX_CSV_ROWS:,} rows, the limit of a truth table (MAX_CSV_ROWS).")
     with tempfile.TemporaryDirectory(prefix="cbs-truth-") as folder:
         path = Path(folder) / "truth.csv"
         path.write_text(text, encoding="utf-8")

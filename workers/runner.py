@@ -36,6 +36,7 @@ from workers.checkpoints import remove_checkpoint, sweep
 from workers.ledger import Ledger, owner_is_alive_here, owner_is_dead, this_process
 from workers.records import build_records
 from workers.settings import QUEUES, WorkerSettings
+from workers.time_limits import trial_time_limit_s
 from workers.tracking import Tracker
 
 _LOCK_TTL_S = 300.0
@@ -416,7 +417,8 @@ class Runner:
                                                params=ts.train_config)
         if not self.ledger.mark_queued(ts.trial_id, run_id=run_id, owner=self.owner, now_s=time.time()):
             return False
-        self.send(ts.study, ts.trial_id, 1, queue)
+        self.send(ts.study, ts.trial_id, 1, queue,
+                  time_limit_s=trial_time_limit_s(self.settings, ts.train_config, queue))
         return True
 
     def _queue(self) -> str:
@@ -429,12 +431,30 @@ class Runner:
         live = self.ledger.workers(now_s=time.time(), stale_after_s=self.settings.stale_after_s)
         return "gpu" if any(w.queue == "gpu" for w in live) else "cpu"
 
-    def send(self, study: str, trial_id: str, attempt: int, queue: str, *, countdown_s: float | None = None) -> None:
-        """Send the task ``{trial_id}-a{attempt}`` (a duplicate is harmless: one claim wins)."""
+    def send(self, study: str, trial_id: str, attempt: int, queue: str, *, countdown_s: float | None = None,
+             time_limit_s: float | None = None) -> None:
+        """Send the task ``{trial_id}-a{attempt}`` (a duplicate is harmless: one claim wins) with the
+        trial's hard time limit (:mod:`workers.time_limits`; read from its run when not given)."""
         from workers.celery_app import TRIAL_TASK, app
 
+        if time_limit_s is None:
+            time_limit_s = self._time_limit(trial_id, queue)
         app.send_task(TRIAL_TASK, args=[study, trial_id, attempt], task_id=f"{trial_id}-a{attempt}", queue=queue,
-                      routing_key=queue, countdown=countdown_s)
+                      routing_key=queue, countdown=countdown_s, time_limit=time_limit_s)
+
+    def _time_limit(self, trial_id: str, queue: str) -> float | None:
+        """``CBS_TRIAL_TIME_LIMIT_S``, else the limit derived from the trial's budget (its run's
+        ``trial_spec`` tag); ``None`` (the worker's setting) when the store cannot say."""
+        if self.settings.time_limit_s is not None:
+            return self.settings.time_limit_s
+        lease = self.ledger.lease(trial_id)
+        try:
+            run = self.tracker.get_run(lease.run_id) if lease is not None and lease.run_id else None
+        except Exception as exc:  # noqa: BLE001 - a store outage (a give-back) must not stop the send
+            print(f"cbs runner: {trial_id}: no time limit derived (the run cannot be read: {exc})", flush=True)
+            return None
+        config = json.loads(run.data.tags.get("trial_spec") or "{}").get("train_config") if run else None
+        return trial_time_limit_s(self.settings, config, queue)
 
     def _resend(self, study: str, now: float) -> list[str]:
         """Send again the tasks of queued leases whose message is gone (module docstring)."""

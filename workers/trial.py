@@ -306,8 +306,12 @@ def end_after_time_limit(study: str, trial_id: str, worker: str, limit_s: float 
         return False
     if not ledger.finish(trial_id, lease.attempt, owner=lease.owner, outcome="failed", now_s=time.time()):
         return False
-    reason = f"exceeded the hard time limit of {limit_s:g} s (CBS_TRIAL_TIME_LIMIT_S)" if limit_s else \
-        "exceeded the hard time limit (CBS_TRIAL_TIME_LIMIT_S)"
+    if limit_s and s.time_limit_s is None:  # derived from the trial's budget (workers.time_limits)
+        reason = (f"exceeded the hard time limit of {limit_s:g} s derived from its budget (set "
+                  "CBS_TRIAL_TIME_LIMIT_S on the workers to raise it)")
+    else:
+        reason = f"exceeded the hard time limit of {limit_s:g} s (CBS_TRIAL_TIME_LIMIT_S)" if limit_s else \
+            "exceeded the hard time limit (CBS_TRIAL_TIME_LIMIT_S)"
     tracker = Tracker(s.tracking_uri, s.artifact_root)
     tracker.end_trial(lease.run_id, "failed", stop_reason=reason)
     tell(s, study, tracker.get_run(lease.run_id).data.tags, "failed", None)

@@ -9,6 +9,7 @@ from app import failures, sources, spec_form, units
 from app.spec_form import KIND_LABELS
 from cbscore.errors import CbsError
 from cbscore.recipe import RECIPE_RULES
+from cbscore.safe_yaml import MAX_BYTES as MAX_YAML_BYTES
 from cbscore.study import PRESET_NAMES, StudySpec, estimate, load_preset
 from cbscore.study.models import preset_names
 from cbscore.study.spec import GNS_CELLS, KINDS, SCHEDULES
@@ -84,7 +85,8 @@ top = st.columns([1, 2], gap="large")
 top[0].selectbox("Start from a preset", PRESET_NAMES, key=K + "preset", on_change=_on_preset,
                  help="`demo` runs on a laptop CPU in minutes; the `paper-*` studies are the paper's, for GPUs.")
 with top[1].expander("Paste or upload a YAML spec"):
-    st.text_area("YAML spec", key=K + "yaml_text", height=160, placeholder="name: my-study\nkind: custom\n...")
+    st.text_area("YAML spec", key=K + "yaml_text", height=160, placeholder="name: my-study\nkind: custom\n...",
+                 max_chars=MAX_YAML_BYTES)
     st.button("Load YAML into the form", key=K + "yaml_load", on_click=_on_yaml_text)
     st.file_uploader("…or upload a .yaml file", type=["yaml", "yml", "json"], key=K + "yaml_file",
                      on_change=_on_yaml_file)

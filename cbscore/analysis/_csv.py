@@ -11,6 +11,27 @@ from typing import IO
 from cbscore.analysis._rows import REQUIRED_COLUMNS, normalize_row
 from cbscore.errors import DataError
 
+#: Largest steps table read, in bytes (a study of 10⁵ trials exports about 15 MB).
+MAX_CSV_BYTES = 64 * 2**20
+#: Most data rows of a steps table.
+MAX_CSV_ROWS = 1_000_000
+#: Most columns of a steps table (it has ten or so).
+MAX_CSV_COLUMNS = 256
+
+
+def check_csv_bounds(text: str, name: str) -> None:
+    """A :class:`DataError` naming the limit when ``text`` is over :data:`MAX_CSV_BYTES` or its
+    first line has more than :data:`MAX_CSV_COLUMNS` columns (counted before any parsing: a
+    header of a million columns is refused in milliseconds)."""
+    if len(text) > MAX_CSV_BYTES:
+        raise DataError(f"{name}: {len(text):,} characters, over the limit of {MAX_CSV_BYTES:,} for a steps "
+                        "table (MAX_CSV_BYTES).")
+    end = text.find("\n")
+    columns = (text if end < 0 else text[:end]).count(",") + 1
+    if columns > MAX_CSV_COLUMNS:
+        raise DataError(f"{name} line 1 (header): {columns:,} columns, over the limit of {MAX_CSV_COLUMNS} "
+                        "(MAX_CSV_COLUMNS).")
+
 
 def read_steps_csv(path_or_file: str | os.PathLike | IO[str]) -> list[dict]:
     """Rows of a steps CSV, validated and typed (see :func:`normalize_row`).
@@ -29,6 +50,9 @@ def read_steps_csv(path_or_file: str | os.PathLike | IO[str]) -> list[dict]:
         path = Path(path_or_file)
         name = str(path)
         try:
+            if path.is_file() and path.stat().st_size > MAX_CSV_BYTES:
+                raise DataError(f"{name}: {path.stat().st_size:,} bytes, over the limit of {MAX_CSV_BYTES:,} for a "
+                                "steps table (MAX_CSV_BYTES).")
             text = path.read_text(encoding="utf-8-sig")
         except FileNotFoundError:
             raise DataError(f"{name}: no such file.") from None
@@ -44,10 +68,12 @@ def read_steps_csv(path_or_file: str | os.PathLike | IO[str]) -> list[dict]:
         raise DataError(
             f"{name}: the file is empty; expected a header with the columns {','.join(REQUIRED_COLUMNS)}."
         )
+    check_csv_bounds(text, name)
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = [cell.strip() for cell in next(reader)]
-        duplicated = sorted({c for c in header if c and header.count(c) > 1})
+        seen: set[str] = set()
+        duplicated = sorted({c for c in header if c and (c in seen or seen.add(c))})  # linear
         if duplicated:
             raise DataError(f"{name} line 1 (header): column {duplicated[0]!r} appears more than once; "
                             f"which one holds the data is ambiguous.")
@@ -62,6 +88,9 @@ def read_steps_csv(path_or_file: str | os.PathLike | IO[str]) -> list[dict]:
             if not any(cell.strip() for cell in cells):
                 continue  # blank line
             where = f"{name} line {reader.line_num} (row {len(rows) + 1})"
+            if len(rows) >= MAX_CSV_ROWS:
+                raise DataError(f"{name} line {reader.line_num}: more than {MAX_CSV_ROWS:,} data rows, the limit "
+                                "of a steps table (MAX_CSV_ROWS).")
             if len(cells) != len(header):
                 raise DataError(f"{where}: has {len(cells)} cells but the header has {len(header)} columns.")
             rows.append(normalize_row(dict(zip(header, cells)), where))
