@@ -171,3 +171,76 @@ def test_under_ddp_rank_0_measures_its_own_micro_batch_against_the_global_batch(
     assert probe.metrics()["gns_g2"] == pytest.approx(g2) and probe.metrics()["gns_trace_sigma"] == pytest.approx(trace)
     with pytest.raises(ConfigError, match="n_micro"):
         GnsProbe([p], n_micro=1, micro_batch_size=1, batch_tokens=4, half_life_tokens=8)  # one rank, one pass
+
+
+def _accumulate(model, probe, x, y, n_micro):
+    """One trainer step's passes: ``(loss_i / n).backward()`` per micro-batch, the probe reading each."""
+    m = x.shape[0] // n_micro
+    model.zero_grad(set_to_none=True)
+    for i in range(n_micro):
+        ((model(x[i * m:(i + 1) * m]) - y[i * m:(i + 1) * m]).square().mean() / n_micro).backward()
+        probe.after_backward(i)
+    probe.end_step(torch.nn.utils.clip_grad_norm_(list(model.parameters()), math.inf))
+
+
+def _hand_estimates(model, x, y, n_micro):
+    """``(|G|², tr Σ)`` from gradients computed one micro-batch at a time (float64)."""
+    m = x.shape[0] // n_micro
+    grads = []
+    for i in range(n_micro):
+        model.zero_grad(set_to_none=True)
+        (model(x[i * m:(i + 1) * m]) - y[i * m:(i + 1) * m]).square().mean().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    small = [float(g.square().sum()) for g in grads]
+    big = float(torch.stack(grads).mean(0).square().sum())
+    return two_batch_estimates(small, big, m, x.shape[0])
+
+
+def test_probe_keeps_measuring_across_an_out_of_memory_halving():
+    """A halving between two log steps leaves steps of two splits queued: each is folded in at its
+    own batch sizes (before: torch.stack of (4,) and (8,) tensors raised at the next log step)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 1)).double()
+    x, y = torch.randn(8, 5, dtype=torch.float64), torch.randn(8, 1, dtype=torch.float64)
+    probe = GnsProbe(model.parameters(), n_micro=4, micro_batch_size=2, batch_tokens=80, half_life_tokens=10**9)
+    _accumulate(model, probe, x, y, 4)  # a step at micro-batch 2
+    model.zero_grad(set_to_none=True)  # the next step's first pass, then out of memory: the trainer halves...
+    ((model(x[:2]) - y[:2]).square().mean() / 4).backward()
+    probe.after_backward(0)
+    probe.resize(8, 1)  # ...to micro-batch 1 and redoes the step
+    _accumulate(model, probe, x, y, 8)
+    probe.sync()
+    assert probe.tracker.steps == 2 and probe.tracker.skipped == 0
+    # a half-life of 10⁹ tokens: the averages are the plain mean of the two steps' estimates
+    first, second = _hand_estimates(model, x, y, 4), _hand_estimates(model, x, y, 8)
+    assert probe.tracker.g2 == pytest.approx((first.g2 + second.g2) / 2, rel=1e-4)
+    assert probe.tracker.trace == pytest.approx((first.trace + second.trace) / 2, rel=1e-4)
+
+
+def test_probe_takes_all_norms_of_a_micro_batch_in_one_fused_launch(monkeypatch):
+    from torch.profiler import ProfilerActivity, profile
+
+    import cbscore.gns
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(6, 6) for _ in range(20)])  # 40 parameter tensors
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    probe = GnsProbe(model.parameters(), n_micro=2, micro_batch_size=2, batch_tokens=4, half_life_tokens=100)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        _accumulate(model, probe, x, y, 2)
+    counts = {e.key: e.count for e in prof.key_averages()}
+    # one per micro-batch (not one per tensor), and clip_grad_norm_'s own
+    assert counts.get("aten::_foreach_norm") == 2 + 1
+    # no norm of one tensor outside a fused call (on a CPU, _foreach_norm itself loops over them)
+    # but clip_grad_norm_'s total over its norms
+    loose = [e for e in prof.events() if e.name == "aten::linalg_vector_norm"
+             and (e.cpu_parent is None or e.cpu_parent.name != "aten::_foreach_norm")]
+    assert len(loose) == 1
+    fused = probe.pending[0][0]
+    # a small batch size in bytes: several fused launches per micro-batch, the same norms
+    monkeypatch.setattr(cbscore.gns, "NORM_BATCH_BYTES", 6 * 6 * 4 * 5)
+    probe.pending.clear()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        _accumulate(model, probe, x, y, 2)
+    assert {e.key: e.count for e in prof.key_averages()}["aten::_foreach_norm"] > 2 + 1
+    torch.testing.assert_close(probe.pending[0][0], fused, rtol=1e-6, atol=0)
