@@ -9,8 +9,10 @@ and the averaged weights are bias corrected, ``ξ̂_t = ξ_t / (1 − τ^t)`` (K
 evaluation). ``ξ̂_t`` is a weighted mean of ``θ_1 .. θ_t`` with weights ∝ τ^(t−i) that sum to
 one. Before the first step (t = 0) the average is the initial weights themselves.
 
-The update is one ``torch._foreach_lerp_`` per τ (``ξ ← ξ + (1 − τ)(θ − ξ)``), in the
-parameters' dtype (fp32 master weights under autocast), with no host synchronisation.
+The update of every τ is one ``torch._foreach_lerp_`` call (``ξ ← ξ + (1 − τ)(θ − ξ)``) over
+the shadows of all τ at once with a weight per tensor, in the parameters' dtype (fp32 master
+weights under autocast), with no host synchronisation: one multi-tensor launch sequence instead
+of one per τ. A torch without the per-tensor-weight overload (``ScalarList``) gets one call per τ.
 """
 
 from __future__ import annotations
@@ -32,11 +34,19 @@ class WeightAverage:
         self.params = list(params)
         self.shadows = [[torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params] for _ in taus]
         self.count = 0  # t, the number of updates folded in
+        # the fused update's arguments, built once: every τ's shadows, the parameters once per τ
+        self._all_shadows = [s for shadow in self.shadows for s in shadow]
+        self._all_params = self.params * len(taus)
+        self._all_weights = [1.0 - tau for tau in taus for _ in self.params]
+        self._fused = _has_lerp_scalar_list()
 
     @torch.no_grad()
     def update(self) -> None:
         """Fold the current parameters in: ξ ← τ·ξ + (1 − τ)·θ for every τ."""
         self.count += 1
+        if self._fused:
+            torch._foreach_lerp_(self._all_shadows, self._all_params, self._all_weights)
+            return
         for tau, shadow in zip(self.taus, self.shadows):
             torch._foreach_lerp_(shadow, self.params, 1.0 - tau)
 
@@ -71,3 +81,12 @@ class WeightAverage:
         self.count = int(state["count"])
         for shadow, saved in zip(self.shadows, state["shadows"]):
             torch._foreach_copy_(shadow, [s.to(shadow[0].device) for s in saved])
+
+
+def _has_lerp_scalar_list() -> bool:
+    """Whether this torch's ``_foreach_lerp_`` takes one weight per tensor."""
+    try:
+        torch._foreach_lerp_([torch.zeros(1)], [torch.ones(1)], [0.5])
+    except (TypeError, RuntimeError):
+        return False
+    return True

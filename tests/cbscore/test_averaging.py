@@ -66,3 +66,17 @@ def test_state_dict_round_trip():
 def test_bad_taus_are_rejected():
     with pytest.raises(ValueError, match=r"but got \(1\.0,\)"):
         WeightAverage([nn.Parameter(torch.zeros(1))], taus=(1.0,))
+
+
+def test_every_tau_is_updated_in_one_fused_call():
+    from torch.profiler import ProfilerActivity, profile
+
+    params = [torch.full((3,), 2.0), torch.full((2, 2), 4.0)]
+    average = WeightAverage(params, (0.5, 0.9, 0.99))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        average.update()
+    assert {e.key: e.count for e in prof.key_averages()}.get("aten::_foreach_lerp_") == 1
+    # the same numbers as a lerp per τ: after one step every bias-corrected average is θ itself
+    for i in range(3):
+        torch.testing.assert_close(average.averaged(i), params, rtol=0, atol=1e-6)
+    assert [s[0][0].item() for s in average.shadows] == pytest.approx([1.0, 0.2, 0.02])
