@@ -37,8 +37,8 @@ from cbscore.theory.recursion import RiskCurve, Spectrum, check_iterate, check_t
 #: The issue's grids: B = 2^0 … 2^12, η = η_crit(B)·0.95·2^−j for j = 0 … 10.
 DEFAULT_BATCH_SIZES = tuple(2**k for k in range(13))
 DEFAULT_ETA_FRACTIONS = tuple(0.95 * 2.0**-j for j in range(11))
-#: EWA decays searched: averaging horizons 1/(1 − τ) of 3 … 10^5 steps, half a decade apart.
-DEFAULT_TAUS = tuple(1.0 - 10.0**-x for x in np.arange(0.5, 5.01, 0.5))
+#: EWA decays searched: averaging horizons 1/(1 − τ) of 3 … 10^6 steps, half a decade apart.
+DEFAULT_TAUS = tuple(1.0 - 10.0**-x for x in np.arange(0.5, 6.01, 0.5))
 #: Data sizes (samples) of the law in D: 10^3 … 10^6, half a decade apart.
 DEFAULT_D_SAMPLES = tuple(float(round(10.0**x)) for x in np.arange(3.0, 6.01, 0.5))
 
@@ -123,17 +123,19 @@ def simulate(problem: Problem, grid: Grid) -> Run:
     for b in grid.batch_sizes:
         eta_c = critical_step_size(problem, b)
         crit.append(eta_c)
-        per_b = []
+        per_b, values = [], []
         for frac in grid.eta_fractions:
             spec = Spectrum.solve(problem, b, frac * eta_c)
             if grid.iterate == "last":
-                per_b.append(spec.last())
+                these = [spec.last()]
             elif grid.iterate == "uniform":
-                per_b.append(spec.uniform())
+                these = [spec.uniform()]
             else:
-                per_b.extend(spec.ewa(tau) for tau in grid.taus)
+                these = [spec.ewa(tau) for tau in grid.taus]
+            per_b.extend(these)
+            values.append(spec.evaluate(these, steps))
         curves.append(tuple(per_b))
-        risk.append(np.stack([c(steps) for c in per_b]))
+        risk.append(np.concatenate(values))
     return Run(problem=problem, grid=grid, steps=steps, eta_crit=np.array(crit), curves=tuple(curves),
                risk=tuple(risk))
 
@@ -261,9 +263,18 @@ def _setting(run: Run, ref: int, b_ref: int, overhead: float, d_samples: float) 
     target = float(min(float(c(ref_steps)) for c in run.curves[ref]))
     steps, best = [], []
     for curves, values in zip(run.curves, run.risk):
-        hits = [first_step_at_or_below(c, run.steps, v, target) for c, v in zip(curves, values)]
-        reached = [(s, i) for i, s in enumerate(hits) if s is not None]
-        s, i = min(reached) if reached else (None, None)
+        # Only the configurations whose first grid point at or below the target is the earliest can
+        # hold the minimum (any other crosses after that point's predecessor): bisect those alone.
+        below = values <= target  # (n_config, T)
+        cell = np.where(below.any(axis=1), below.argmax(axis=1), np.iinfo(np.int64).max)
+        first = int(cell.min())
+        if first == np.iinfo(np.int64).max:
+            steps.append(None)
+            best.append(None)
+            continue
+        hits = [(first_step_at_or_below(curves[i], run.steps, values[i], target), int(i))
+                for i in np.flatnonzero(cell == first)]
+        s, i = min(hits)
         steps.append(s)
         best.append(i)
     errors: dict[str, str] = {}

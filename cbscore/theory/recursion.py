@@ -65,7 +65,9 @@ is moved by a relative 1e-7 (a change far below anything the protocol reads).
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,6 +93,16 @@ def check_tau(tau: object) -> float:
     if isinstance(tau, bool) or not isinstance(tau, (int, float, np.integer, np.floating)) or not 0.0 < float(tau) < 1.0:
         raise ConfigError("tau", tau, "must be a number in (0, 1)")
     return float(tau)
+
+
+def _near(sorted_nu: np.ndarray, other: np.ndarray) -> bool:
+    """Whether some rate in ``other`` is within a relative :data:`_RESONANCE` of one in ``sorted_nu``."""
+    pos = np.searchsorted(sorted_nu, other)
+    for nb in (np.clip(pos - 1, 0, sorted_nu.size - 1), np.clip(pos, 0, sorted_nu.size - 1)):
+        ref = sorted_nu[nb]
+        if np.any(np.abs(ref - other) <= _RESONANCE * np.maximum(np.abs(ref), np.abs(other))):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------------------- direct stepping
@@ -202,8 +214,8 @@ class Spectrum:
     """(d,) ``g_i = γ_iλ_i`` in that order."""
     nu: np.ndarray
     """(d,) ``ν_k = 1 − μ_k``, the eigenvalues' distances from 1."""
-    weights: np.ndarray
-    """(d, d) ``λ_i·a_k,i = λ_iv_i/(μ_k − ρ_i)`` at ``[k, i]``."""
+    inv_diff: np.ndarray
+    """(d, d) ``1/(μ_k − ρ_i)`` at ``[k, i]``; ``λ_i·a_k,i = λ_iv_i/(μ_k − ρ_i)``."""
     zeta: np.ndarray
     """(d,) ``ζ_k``: the last iterate's risk is ``R_∞ + Σ_k ζ_k μ_k^t``."""
     a_inf: np.ndarray
@@ -211,6 +223,36 @@ class Spectrum:
     r_inf: float
     """``R_∞ = Σ λ_i A_∞,i``: the last iterate's asymptotic excess risk."""
     initial: float
+
+    @functools.cached_property
+    def _weights(self) -> np.ndarray:
+        """(d, d) ``λ_i·a_k,i = λ_iv_i/(μ_k − ρ_i)`` at ``[k, i]`` (the averages' coupling)."""
+        return self.inv_diff * (self.g**2 / self.batch_size)
+
+    def evaluate(self, curves: Sequence[RiskCurve], steps: np.ndarray) -> np.ndarray:
+        """(len(curves), T): this spectrum's curves at ``steps``, sharing the tables ``μ_k^t`` and
+        ``q_i^t`` (an EWA's ``(τq_i)^t`` is ``τ^t·q_i^t``) so that each extra ``τ`` costs two products."""
+        steps = np.asarray(steps, dtype=float)
+        d = self.nu.size
+        mu_pow = powers(self.nu, steps)  # (d, T)
+        q_pow = None
+        out = np.empty((len(curves), steps.size))
+        for n, c in enumerate(curves):
+            if c.norm_nu is None:
+                value = c.const + c.coef @ mu_pow
+            else:
+                if q_pow is None:
+                    q_pow = powers(self.g, steps)  # q_i = 1 − g_i
+                tau = 1.0 - c.norm_nu
+                tau_t = powers(np.array([c.norm_nu]), steps)[0]
+                value = c.const + c.linear * steps + c.coef[:d] @ mu_pow + (c.coef[d:2 * d] @ q_pow) * tau_t
+                if c.coef.size > 2 * d:
+                    value = value + c.coef[2 * d] * tau_t * tau_t
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    value = value / geometric_sum(c.norm_nu, steps) ** 2
+                del tau
+            out[n] = np.where(steps == 0, c.initial, value)
+        return out
 
     @classmethod
     def solve(cls, problem: Problem, batch_size: int, eta: float) -> Spectrum:
@@ -228,15 +270,13 @@ class Spectrum:
             raise ConfigError("eta", eta, "makes two modes contract at the same rate; move it slightly")
         w = g**2 / batch_size  # λ_i v_i
         roots = solve_secular(e, w)
-        diff = roots.diff  # (d, d) e_i − ν_k = μ_k − ρ_i
-        weights = w / diff  # λ_i a_k,i
-        h = (weights / diff).sum(axis=1)  # ℓ_kᵀ a_k
+        inv = roots.inv_diff  # (d, d) 1/(μ_k − ρ_i)
         p_inf = problem.sigma2 / margin
         a_inf = (w / lam) * p_inf / e  # v_i P_∞/(1 − ρ_i)
         a0 = problem.initial_error[order]
-        zeta = ((lam * (a0 - a_inf)) / diff).sum(axis=1) / h
+        zeta = (inv @ (lam * (a0 - a_inf))) / (np.square(inv, out=roots.diff) @ w)  # ℓ_kᵀ(A_0 − A_∞)/h_k
         return cls(problem=problem, batch_size=batch_size, eta=float(eta), lam=lam, g=g, nu=roots.nu,
-                   weights=weights, zeta=zeta, a_inf=a_inf, r_inf=p_inf - problem.sigma2,
+                   inv_diff=inv, zeta=zeta, a_inf=a_inf, r_inf=p_inf - problem.sigma2,
                    initial=problem.initial_risk)
 
     # ------------------------------------------------------------------ the three iterates
@@ -274,24 +314,23 @@ class Spectrum:
 
     def _averaged(self, kappa: float) -> RiskCurve | None:
         """The averaged risk for ``τ = 1 − κ`` (``κ = 0``: the uniform average); ``None`` on a resonance."""
-        lam, g, nu, W, zeta = self.lam, self.g, self.nu, self.weights, self.zeta
+        lam, g, nu, zeta = self.lam, self.g, self.nu, self.zeta
+        W = self._weights  # (d, d) λ_i a_k,i
         tau = 1.0 - kappa
         q = 1.0 - g
         nu_sq = kappa * (2.0 - kappa)  # 1 − τ²
         nu_theta = kappa + g * tau  # 1 − τq_i
         gap = g - kappa  # τ − q_i
-        e_mat = nu_theta[None, :] - nu[:, None]  # (d, d) (τq_i) − μ_k … as ν_θi − ν_k
-        scale = np.maximum(np.abs(nu_theta[None, :]), np.abs(nu[:, None]))
         if (np.any(np.abs(gap) <= _RESONANCE * np.maximum(g, kappa))
-                or np.any(np.abs(e_mat) <= _RESONANCE * scale)
-                or (kappa > 0 and np.any(np.abs(nu_sq - nu) <= _RESONANCE * np.maximum(nu, nu_sq)))):
+                or _near(nu, nu_theta) or (kappa > 0 and _near(nu, np.array([nu_sq])))):
             return None
         alpha = (tau + q) / gap
         beta = -2.0 * q / gap
         mu = 1.0 - nu
         zm = zeta * mu  # ζ_k μ_k
         wa = W @ alpha  # Σ_i λ_i a_k,i α_i
-        wbe = (W / e_mat)  # λ_i a_k,i/(μ_k − τq_i)
+        wbe = np.subtract(nu_theta[None, :], nu[:, None])  # (d, d) μ_k − τq_i, as ν_θi − ν_k
+        np.divide(W, wbe, out=wbe)  # λ_i a_k,i/(μ_k − τq_i)
         stat = lam * self.a_inf  # λ_i A_∞,i
         coef_mu = zm * (wbe @ beta)
         coef_theta = -beta * (zm @ wbe) - stat * beta / nu_theta
