@@ -3,7 +3,8 @@
 A :class:`cbscore.study.TrialRecord` per child run: identity and hyper-parameters from tags,
 latest figures from the run's latest metric values (they come with ``search_runs``), and the
 held-out curve ``eval/loss_ewa`` only where the planner needs it (reference trials, whose
-crossing of the target gives ``S(B_ref)``, and running trials, which it may prune); histories of
+crossing of the target gives ``S(B_ref)``, running trials, which it may prune, and reached trials,
+which it compares them with at equal tokens); histories of
 ended runs are cached by the tracker.
 
 Status: MLflow's ``status`` tag, corrected by the ledger, which changes first: a lease that is
@@ -49,7 +50,9 @@ def record_from_run(run, lease: Lease | None, tracker: Tracker, *, with_history:
     attempt = max(_int(tags.get("attempt"), 1), lease.attempt if lease is not None else 1)
     beats = [x for x in (metrics.get("heartbeat"), lease.heartbeat_s if lease is not None else None) if x is not None]
     if with_history is None:
-        with_history = tags.get("role") == "reference" or status == "running"
+        # A reached trial's curve too: running trials are compared with it at equal tokens
+        # (cbscore.study.equal_tokens); an ended run's history is read once (the tracker caches it).
+        with_history = tags.get("role") == "reference" or status in ("running", "reached")
     eval_steps: tuple[float, ...] = ()
     eval_losses: tuple[float, ...] = ()
     if with_history:

@@ -308,7 +308,8 @@ def setting_targets(spec: StudySpec, records: Sequence[TrialRecord], *,
 
     targets: dict[str, float] = {}
     errors: list[str] = []
-    n_ref = _cell_size(spec)
+    # A predicting search runs what its cell asks for (plan() holds the target while it may add one).
+    n_ref = 1 if (spec.search.kind == "grid" and spec.search.predict) else _cell_size(spec)
     by_cell = _by_cell(records) if by_cell is None else by_cell  # (plan passes the one it built)
     for setting in spec.resolve_settings():
         if spec.target_losses is not None:
@@ -362,7 +363,8 @@ def reference_history(record: TrialRecord):
                        seed=record.seed, outcome=record.status, role=record.role)
 
 
-def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str) -> tuple[tuple[float, ...], bool]:
+def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
+               predicted: float | None = None) -> tuple[tuple[float, ...], bool]:
     """The learning rates a grid cell runs, and whether it is still deciding on more.
 
     The spec's grid, plus the rates already added past an edge (present in ``recs``). Once every
@@ -376,6 +378,8 @@ def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str) -> tuple
     the cell may still add a rate (its trials have not all ended).
     """
     recs = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]  # re-runs add no rate
+    if spec.search.kind == "grid" and spec.search.predict:
+        return _predicted_cell_rates(spec, recs, role, predicted)
     base = sorted(spec.search.lrs)
     rates = sorted(set(base) | {r.lr for r in recs})
     complete = len(recs) >= len(rates) * len(spec.seeds) and all(r.terminal for r in recs)
@@ -405,6 +409,94 @@ def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str) -> tuple
     if extra:
         return tuple(sorted(set(rates) | extra)), True
     return tuple(rates), False
+
+
+def _seed_best_rates(recs: Sequence[TrialRecord], role: str) -> list[float]:
+    """Each seed's best rate among ended trials: fewest steps to target, or (the reference cell)
+    lowest final held-out loss."""
+    out = []
+    for seed in sorted({r.seed for r in recs}):
+        mine = [r for r in recs if r.seed == seed]
+        if role == "reference":
+            scored = [(r.final_eval_loss, r.lr) for r in mine
+                      if r.status in ("finished", "reached", "censored") and r.final_eval_loss is not None
+                      and math.isfinite(r.final_eval_loss)]
+        else:
+            scored = [(r.steps_to_target, r.lr) for r in mine
+                      if r.status == "reached" and r.steps_to_target is not None]
+        if scored:
+            out.append(min(scored)[1])
+    return out
+
+
+def _predicted_cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
+                          predicted: float | None) -> tuple[tuple[float, ...], bool]:
+    """:func:`cell_rates` of a predicting search (``search.predict``, :mod:`cbscore.study.lr_predict`)."""
+    from cbscore.study.lr_predict import allowed_rates, first_rates, predict_lr, rates_to_run
+
+    allowed = allowed_rates(spec.search.lrs, spec.search.lr_extensions)
+    if not recs:
+        guess = predicted if predicted is not None else predict_lr(spec.search.lrs, {}, spec.b_ref)
+        return first_rates(allowed, guess), True
+    tried = sorted({r.lr for r in recs})
+    complete = len(recs) >= len(tried) * len(spec.seeds) and all(r.terminal for r in recs)
+    if not complete:
+        return tuple(tried), True
+    best = _seed_best_rates(recs, role)
+    if not best:
+        return tuple(tried), False
+    rates = rates_to_run(allowed, spec.search.lrs, tried, best, predicted)
+    return rates, len(rates) > len(tried)
+
+
+def setting_best_rates(spec: StudySpec, setting: Setting,
+                       by_cell: Mapping[str, Sequence[TrialRecord]]) -> dict[int, float]:
+    """``{batch size: best rate}`` of the setting's cells whose trials all ended with a best (the
+    geometric mean over seeds): what :func:`cbscore.study.lr_predict.predict_lr` fits."""
+    out: dict[int, float] = {}
+    for b in spec.batch_sizes:
+        recs = [r for r in by_cell.get(cell_id(setting.setting_id, b), [])
+                if not r.trial_id.endswith("." + RERUN_TAG)]
+        if not recs or not all(r.terminal for r in recs):
+            continue
+        role = "reference" if (b == spec.b_ref and spec.target_losses is None) else "trial"
+        best = _seed_optima(recs, role)
+        if best:
+            out[b] = math.exp(sum(math.log(v) for v in best) / len(best))
+    return out
+
+
+def _seed_optima(recs: Sequence[TrialRecord], role: str) -> list[float]:
+    """Each seed's optimal rate: the vertex of a parabola in ``ln η`` through its best rate and the
+    two rates next to it (``ln S``, or the final loss in the reference cell), kept between them;
+    the best rate itself where it has no scored rate on each side. Much less noisy than the best
+    rate alone, which noise moves by a whole grid step (cbscore.analysis._points does the same
+    across a whole setting)."""
+    out = []
+    for seed in sorted({r.seed for r in recs}):
+        mine = [r for r in recs if r.seed == seed]
+        if role == "reference":
+            pts = {r.lr: r.final_eval_loss for r in mine if r.status in ("finished", "reached", "censored")
+                   and r.final_eval_loss is not None and math.isfinite(r.final_eval_loss)}
+        else:
+            pts = {r.lr: math.log(r.steps_to_target) for r in mine
+                   if r.status == "reached" and r.steps_to_target}
+        if not pts:
+            continue
+        xs = sorted(pts)
+        at = min(range(len(xs)), key=lambda i: pts[xs[i]])
+        if 0 < at < len(xs) - 1:
+            (x0, x1, x2) = (math.log(v) for v in xs[at - 1:at + 2])
+            y0, y1, y2 = (pts[v] for v in xs[at - 1:at + 2])
+            # Vertex of the parabola through three points (Lagrange form).
+            den = (x0 - x1) * (x0 - x2) * (x1 - x2)
+            a = (x2 * (y1 - y0) + x1 * (y0 - y2) + x0 * (y2 - y1)) / den
+            bq = (x2 * x2 * (y0 - y1) + x1 * x1 * (y2 - y0) + x0 * x0 * (y1 - y2)) / den
+            if a > 0:
+                out.append(math.exp(min(max(-bq / (2 * a), x0), x2)))
+                continue
+        out.append(xs[at])
+    return out
 
 
 def _seed_best(recs: Iterable[TrialRecord], target: float | None) -> dict[int, float]:
@@ -476,7 +568,7 @@ def _record_key(r: TrialRecord, lost_set: frozenset) -> tuple:
 
 def _plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRecord], target: float | None,
                prev_resolved: bool, prev_best: float | None, at_least: float, setting_failed: bool,
-               lost_set: frozenset) -> _CellPlan:
+               lost_set: frozenset, predicted: float | None = None) -> _CellPlan:
     """One cell of :func:`plan`: its state, the trials to start, ask for or stop, and the chain state."""
     cid = cell_id(setting.setting_id, b)
     margin = spec.prune_margin
@@ -491,7 +583,7 @@ def _plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRe
     seed_best = _seed_best(recs, target)
     best = min(seed_best.values()) if seed_best else None
     if grid:
-        rates, pending = cell_rates(spec, recs, role)
+        rates, pending = cell_rates(spec, recs, role, predicted)
         n_cell = len(rates) * len(spec.seeds)
     else:
         rates, n_cell = (), _cell_size(spec)
@@ -603,6 +695,17 @@ def _plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRe
                 last_eval = r.eval_steps[-1] if r.eval_steps else 0.0
                 if r.status == "running" and last_eval > (1 + margin) * own and r.trial_id not in lost_set:
                     stop.append((r.trial_id, "pruned"))
+        # Stop at equal tokens: a trial that trails the cell's leader at its own step by more than
+        # the margin, before the best has crossed (cbscore.study.equal_tokens); never the fit's
+        # window around the best crossing so far.
+        if role == "trial" and spec.prune_at_equal_tokens and any(r.status == "running" for r in recs):
+            from cbscore.study.equal_tokens import equal_token_stops
+
+            keep = _best_neighbours(recs, target, rates if grid else ()) if seed_best else set()
+            stopping = {tid for tid, _ in stop}
+            for tid in equal_token_stops(recs, margin_nats=spec.equal_token_margin, protected=keep,
+                                         skip=lost_set | stopping):
+                stop.append((tid, "pruned"))
     resolved = complete or (role == "trial" and best is not None)
     if role == "reference":  # S(B_ref) is known once the first runs ended; re-runs refine the fit
         resolved = (complete or first_done) and target is not None
@@ -645,7 +748,7 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
         # from the whole cell (DESIGN.md §1), so every cell is measured against the same one.
         for setting in spec.resolve_settings():
             ref = by_cell.get(cell_id(setting.setting_id, spec.b_ref), [])
-            if cell_rates(spec, ref, "reference")[1]:
+            if cell_rates(spec, ref, "reference", _cell_prediction(spec, setting, by_cell, spec.b_ref))[1]:
                 targets.pop(setting.setting_id, None)
     for setting in spec.resolve_settings():
         target = targets.get(setting.setting_id)
@@ -659,12 +762,13 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
         setting_failed = any(e.startswith(f"setting {setting.setting_id!r}") for e in errors)
         for b in spec.batch_sizes:
             recs = by_cell.get(cell_id(setting.setting_id, b), [])
-            key = (setting.setting_id, b, target, prev_resolved, prev_best, at_least, setting_failed,
+            predicted = _cell_prediction(spec, setting, by_cell, b) if (grid and spec.search.predict) else None
+            key = (setting.setting_id, b, target, prev_resolved, prev_best, at_least, setting_failed, predicted,
                    tuple(_record_key(r, lost_set) for r in recs))
             out = _CELL_PLANS.get(key)
             if out is None:
                 out = _plan_cell(spec, setting, b, recs, target, prev_resolved, prev_best, at_least,
-                                 setting_failed, lost_set)
+                                 setting_failed, lost_set, predicted)
                 if len(_CELL_PLANS) >= 20_000:
                     _CELL_PLANS.clear()
                 _CELL_PLANS[key] = out
@@ -681,6 +785,24 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
     return Plan(start=tuple(start), ask=tuple(asks), stop=tuple(stop), lost=tuple(lost), fail=tuple(fail),
                 targets=targets, cells=tuple(cells), errors=tuple(errors),
                 done=all_done and not lost)
+
+
+def _cell_prediction(spec: StudySpec, setting: Setting, by_cell: Mapping[str, Sequence[TrialRecord]],
+                     batch_size: int) -> float | None:
+    """The predicted best rate of a cell from the trend of the setting's other measured cells: its
+    first rates are chosen around it, and a cell adds the next rate towards it while it lies
+    outside the rates tried. The reference cell, measured first, is predicted from the other
+    settings' reference cells where one has ended (their best rates at the same B_ref)."""
+    from cbscore.study.lr_predict import predict_lr
+
+    measured = setting_best_rates(spec, setting, by_cell)
+    measured.pop(batch_size, None)  # the trend of the other cells
+    if not measured and batch_size == spec.b_ref:
+        others = [setting_best_rates(spec, s, by_cell).get(spec.b_ref) for s in spec.resolve_settings()]
+        others = [v for v in others if v is not None]
+        if others:
+            measured = {spec.b_ref: math.exp(sum(math.log(v) for v in others) / len(others))}
+    return predict_lr(spec.search.lrs, measured, batch_size)
 
 
 def skipped_trials(p: Plan) -> int:

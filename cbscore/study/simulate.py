@@ -131,6 +131,9 @@ class SettingOutcome:
     """Training tokens the planner's study spent on this setting."""
     tokens_grid_to_target: int
     """Tokens of the full grid run to each trial's own crossing (diverged trials to warm-up)."""
+    tokens_oracle: int = 0
+    """The oracle (:mod:`cbscore.study.costs`): per cell and seed the tokens of the full grid's
+    best trial to its stop at the target; D per seed at B_ref."""
     censored_cells: tuple[int, ...]
     """Batch sizes that ended with every trial censored (lower bounds)."""
     skipped_cells: tuple[int, ...]
@@ -166,6 +169,10 @@ class SimulationReport:
     """Tokens of the fixed-budget grid (every trial its whole planned budget): the upper bound the
     dry run prints."""
     grid_flops: float
+    predict: bool = False
+    """The spec's ``search.predict``."""
+    prune_at_equal_tokens: bool = False
+    """The spec's ``prune_at_equal_tokens``."""
 
     def summary(self) -> list[dict]:
         """Per setting: truth, full-grid and study B* (median and spread over seeds), the bias of the
@@ -207,10 +214,14 @@ class SimulationReport:
 
     def to_json_dict(self) -> dict:
         tokens = float(np.mean([s.tokens_study for s in self.seeds]))
+        oracle = np.array([sum(x.tokens_oracle for x in s.settings) for s in self.seeds], dtype=float)
+        ratios = np.array([s.tokens_study for s in self.seeds], dtype=float) / np.maximum(oracle, 1.0)
         flops = float(np.mean([s.flops_study for s in self.seeds]))
         return {
             "spec": self.spec_name,
             "seeds": len(self.seeds),
+            "predict": self.predict,
+            "prune_at_equal_tokens": self.prune_at_equal_tokens,
             "noise_sigma": self.config.noise_sigma,
             "lr_penalty": self.config.lr_penalty,
             "eval_noise": self.config.eval_noise,
@@ -222,6 +233,11 @@ class SimulationReport:
             "tokens_share_of_fixed_budget_grid": tokens / self.grid_tokens if self.grid_tokens else None,
             "tokens_grid_to_target_mean": float(np.mean([sum(x.tokens_grid_to_target for x in s.settings)
                                                          for s in self.seeds])),
+            "tokens_oracle_mean": float(np.mean(oracle)),
+            # Per seed, then over seeds: the median and the worst (the tail a budget must plan for).
+            "ratio_to_oracle_median": float(np.median(ratios)),
+            "ratio_to_oracle_p95": float(np.percentile(ratios, 95)),
+            "ratio_to_oracle_max": float(np.max(ratios)),
             "max_trial_tokens": max(s.max_trial_tokens for s in self.seeds),
             "gpu_hours_study": flops / GPU_FLOPS / 3600.0,
             "gpu_hours_fixed_budget_grid": self.grid_flops / GPU_FLOPS / 3600.0,
@@ -309,6 +325,9 @@ LOSS_AT_TRUTH = 3.0
 #: 2020, arXiv 2001.08361, eq. 5.6, locally), so a target ``δ`` nats lower takes ``e^(δ/κ)`` times
 #: the steps at every batch size and learning rate alike.
 LOSS_SLOPE = 0.2
+#: With ``prune_at_equal_tokens``, the simulated runner looks at a trial every this many of its
+#: evaluations (the real one looks every ``CBS_RUNNER_INTERVAL_S``, several evaluations apart).
+EQUAL_TOKEN_WAKE = 4
 #: Evaluations near the crossing: one every ``need/EVALS_NEAR_TARGET`` steps, about 8 in the
 #: last quarter of the steps to target (the trainer's dense phase, cbscore.eval_schedule).
 EVALS_NEAR_TARGET = 32
@@ -327,6 +346,9 @@ class _Run:
     batch_tokens: int
     history: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
     """A reference run's evaluations (steps, losses): the target comes from them."""
+    curve: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
+    """Any other run's evaluations every ``eval_every`` steps to its stop: the planner compares
+    running trials at equal tokens with them (``prune_at_equal_tokens``)."""
 
     def step_at(self, now: float) -> float:
         return min(self.steps, (now - self.start) / self.batch_tokens)
@@ -425,6 +447,24 @@ class _Sim:
                                                                                      len(steps))
         return tuple(float(v) for v in steps), tuple(float(v) for v in losses)
 
+    def curve(self, setting: Setting, t: TrialSpec, steps: float, every: int, crossing: float | None,
+              stop: float) -> tuple[tuple, tuple]:
+        """A stopping run's evaluations every ``every`` steps up to ``steps`` (its stop), each with its
+        own evaluation noise; none below the target before the evaluation that stopped it (the
+        crossing is the dense schedule's, :meth:`reading`), which is appended last."""
+        need = self.need(setting, t.batch_size, t.lr, t.seed)
+        xs = np.arange(every, math.floor(steps) + 1, every, dtype=float)  # (E,)
+        if xs.size and crossing is not None:
+            xs = xs[xs < stop]
+        ys = LOSS_AT_TRUTH + LOSS_SLOPE * np.log(need / xs) + self.eval_noise(
+            (setting.setting_id, t.batch_size, t.lr, t.seed, "coarse"), len(xs))
+        if t.target_loss is not None:
+            ys = np.maximum(ys, t.target_loss + 1e-9)
+        if crossing is not None:
+            xs = np.append(xs, stop)
+            ys = np.append(ys, min(t.target_loss, LOSS_AT_TRUTH + LOSS_SLOPE * math.log(need / stop)))
+        return tuple(float(v) for v in xs), tuple(float(v) for v in ys)
+
     def start(self, t: TrialSpec, now: float) -> _Run:
         setting = self.settings[t.setting_id]
         batch_tokens = t.batch_size * self.spec.context_tokens
@@ -441,8 +481,10 @@ class _Sim:
                         history=self.history(setting, t.lr, t.seed, budget, eval_every))
         crossing, stop = self.reading(setting, t.batch_size, t.lr, t.seed, t.target_loss)
         if stop <= budget:
-            return _Run(t, now, stop, "reached", crossing, eval_every, batch_tokens)
-        return _Run(t, now, budget, "censored", None, eval_every, batch_tokens)
+            curve = self.curve(setting, t, stop, eval_every, crossing, stop) if self.spec.prune_at_equal_tokens else ((), ())
+            return _Run(t, now, stop, "reached", crossing, eval_every, batch_tokens, curve=curve)
+        curve = self.curve(setting, t, budget, eval_every, None, math.inf) if self.spec.prune_at_equal_tokens else ((), ())
+        return _Run(t, now, budget, "censored", None, eval_every, batch_tokens, curve=curve)
 
 
 def _record(run: _Run, now: float, status: str | None = None) -> TrialRecord:
@@ -453,6 +495,10 @@ def _record(run: _Run, now: float, status: str | None = None) -> TrialRecord:
         # A reference run: its evaluations so far (all of them once it ended).
         n = len(run.history[0]) if done else sum(1 for s in run.history[0] if s <= step)
         evals, losses = run.history[0][:n], run.history[1][:n]
+    elif run.curve[0]:
+        # Its evaluations so far: the planner compares trials at equal tokens.
+        n = len(run.curve[0]) if done else sum(1 for s in run.curve[0] if s <= step)
+        evals, losses = run.curve[0][:n], run.curve[1][:n]
     else:
         # The planner reads the last evaluation (pruning) and whether any crossed (none has before
         # the trial ends): the last one stands for all of them.
@@ -521,6 +567,15 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
             at = run.start + k * run.eval_every * run.batch_tokens
             if k * run.eval_every <= run.steps and at > now:
                 heapq.heappush(events, at)
+        if spec.prune_at_equal_tokens:
+            # Stopping at equal tokens is decided at evaluations: wake at every EQUAL_TOKEN_WAKE-th
+            # evaluation of each running trial (each wake re-plans the study: every one is slow).
+            for run in running.values():
+                if run.spec.role == "trial":
+                    k = (math.floor(run.step_at(now) / run.eval_every) // EQUAL_TOKEN_WAKE + 1) * EQUAL_TOKEN_WAKE
+                    at = run.start + k * run.eval_every * run.batch_tokens
+                    if k * run.eval_every <= run.steps and at > now:
+                        heapq.heappush(events, at)
         while events and events[0] <= now:
             heapq.heappop(events)
         now = heapq.heappop(events)
@@ -573,16 +628,17 @@ def _study_trials(records: Mapping[str, TrialRecord], sid: str, target: float | 
 
 
 def _grid_trials(spec: StudySpec, sim: _Sim, setting: Setting, target: float,
-                 study: Sequence[TrialSteps]) -> tuple[list[TrialSteps], int]:
+                 study: Sequence[TrialSteps]) -> tuple[list[TrialSteps], int, int]:
     """The full grid: every rate at every batch size run to its own crossing (no budget, no
     pruning), the grid extended past an edge by the planner's own rule (``search.lr_extensions``)
-    on the grid's complete data; the reference cell is the study's. Returns the trials and their
-    tokens."""
+    on the grid's complete data; the reference cell is the study's. Returns the trials, their
+    tokens and the oracle's tokens (the best trial of each cell and seed; D per seed at B_ref)."""
     base = sorted(spec.search.lrs)
     low = base[1] / base[0] if len(base) > 1 else 2.0
     high = base[-1] / base[-2] if len(base) > 1 else 2.0
     out = [t for t in study if t.batch_size == spec.b_ref]
     tokens = int((1 + spec.budget_margin) * setting.tokens) * len([t for t in out if t.outcome != "diverged"])
+    oracle = setting.tokens * len(spec.seeds)
     for b in spec.batch_sizes:
         if b == spec.b_ref:
             continue
@@ -619,7 +675,12 @@ def _grid_trials(spec: StudySpec, sim: _Sim, setting: Setting, target: float,
             if not added:
                 break
         out += [t for ts in cell.values() for t in ts]
-    return out, tokens
+        for seed in spec.seeds:
+            stops = [sim.reading(setting, b, lr, seed, target) for lr in cell]
+            best = min((g[1] for g in stops if g is not None and math.isfinite(g[1])), default=None)
+            if best is not None:
+                oracle += int(math.ceil(best)) * b * spec.context_tokens
+    return out, tokens, oracle
 
 
 def _outcomes(spec: StudySpec, sim: _Sim, records: Mapping[str, TrialRecord], p) -> list[SettingOutcome]:
@@ -634,16 +695,16 @@ def _outcomes(spec: StudySpec, sim: _Sim, records: Mapping[str, TrialRecord], p)
         censored = tuple(sorted({t.batch_size for t in study if t.outcome == "censored"}
                                 - {t.batch_size for t in study if t.outcome == "reached"}))
         cbs_grid = cbs_grid_min = None
-        grid_tokens_to_target = 0
+        grid_tokens_to_target = oracle = 0
         if target is not None:
-            grid, grid_tokens_to_target = _grid_trials(spec, sim, setting, target, study)
+            grid, grid_tokens_to_target, oracle = _grid_trials(spec, sim, setting, target, study)
             cbs_grid = _analyse(grid, spec, sim.config.estimator)[0]
             cbs_grid_min = _analyse(grid, spec, "min")[0]
         out.append(SettingOutcome(
             setting_id=sid, cbs_truth=cbs_truth, cbs_grid=cbs_grid, cbs_study=cbs_study, error=error,
             cbs_grid_min=cbs_grid_min, cbs_study_min=cbs_study_min,
             tokens_study=sum(r.tokens for r in records.values() if r.setting_id == sid),
-            tokens_grid_to_target=grid_tokens_to_target, censored_cells=censored,
+            tokens_grid_to_target=grid_tokens_to_target, tokens_oracle=oracle, censored_cells=censored,
             skipped_cells=skipped_cells(p).get(sid, ()), edge=edge))
     return out
 
@@ -665,6 +726,7 @@ def simulate(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimConfig
     from cbscore.study.planner import setting_grid_tokens
 
     return SimulationReport(spec_name=spec.name, config=config, seeds=runs, grid_tokens=grid_tokens(spec),
+                            predict=spec.search.predict, prune_at_equal_tokens=spec.prune_at_equal_tokens,
                             grid_flops=float(sum(setting_grid_tokens(spec, s) * s.flops_per_token for s in settings)))
 
 
@@ -710,6 +772,13 @@ def format_report(report: SimulationReport | Mapping) -> str:
     lines.append(f"tokens: study {d['tokens_study_mean']:.4g} (mean over seeds); fixed-budget grid "
                  f"{d['tokens_fixed_budget_grid']:.4g} ({d['tokens_share_of_fixed_budget_grid']:.1%} of it); "
                  f"full grid run to each trial's target {d['tokens_grid_to_target_mean']:.4g}")
+    if d.get("tokens_oracle_mean"):
+        lines.append(f"oracle (each cell's best trial to its target, D per seed at B_ref) "
+                     f"{d['tokens_oracle_mean']:.4g}: study/oracle {d['ratio_to_oracle_median']:.2f}× median over "
+                     f"seeds, p95 {d['ratio_to_oracle_p95']:.2f}×, worst {d['ratio_to_oracle_max']:.2f}×; full grid to "
+                     f"target/oracle {d['tokens_grid_to_target_mean'] / d['tokens_oracle_mean']:.2f}×; "
+                     f"rules: search.predict {'on' if d.get('predict') else 'off'}, prune_at_equal_tokens "
+                     f"{'on' if d.get('prune_at_equal_tokens') else 'off'}")
     lines.append(f"GPU-hours ({d['gpu_hours_note']}): study {d['gpu_hours_study']:.4g}, "
                  f"fixed-budget grid {d['gpu_hours_fixed_budget_grid']:.4g}; the largest trial trains "
                  f"{d['max_trial_tokens']:.4g} tokens (a single-pass corpus must hold them)")

@@ -1,0 +1,69 @@
+"""Stopping losing trials at equal tokens (``prune_at_equal_tokens``, issue 20).
+
+Within a cell every trial has the same batch size, so equal tokens are equal steps. At a running
+trial's last evaluation, step ``t``, its held-out loss (EWA weights, best τ) is compared with the
+lowest loss any other trial of its seed had at ``t`` (read off that trial's evaluations, linear in
+``ln t`` between the two around it). A trial that trails that leader by more than
+``equal_token_margin`` nats stops as ``pruned``, before the cell's best has crossed the target.
+
+Near the target a held-out loss falls about linearly in ``ln t`` (a local power law, Kaplan et al.
+2020, arXiv 2001.08361, eq. 5.6), so a gap of ``δ`` nats at equal steps is a factor of about
+``exp(δ/κ)`` in steps to target, ``κ = −dL/d ln t`` (0.1–0.3 nats per e-fold in the lab's runs).
+The rates the cell's fit reads are never stopped: the window around the best crossing so far and,
+before any crossing, the window around the leader at equal tokens
+(``cbscore.analysis.window_rates``). What is left to stop is the rates far from the optimum, which
+the full grid runs to its crossing only to leave them out of the fit.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Collection, Sequence
+
+from cbscore.analysis import window_rates
+from cbscore.study.trials import TrialRecord
+
+
+def loss_at_step(steps: Sequence[float], losses: Sequence[float], at: float) -> float | None:
+    """Held-out loss at step ``at`` read off evaluations ``(steps, losses)``: linear in ``ln step``
+    between the two evaluations around it; ``None`` outside the evaluated range."""
+    if not steps or at < steps[0] or at > steps[-1]:
+        return None
+    j = bisect.bisect_left(steps, at)
+    if steps[j] == at:
+        return float(losses[j])
+    s0, s1, l0, l1 = steps[j - 1], steps[j], losses[j - 1], losses[j]
+    if not (math.isfinite(l0) and math.isfinite(l1)):
+        return None
+    w = math.log(at / s0) / math.log(s1 / s0)
+    return float(l0 + w * (l1 - l0))
+
+
+def equal_token_stops(recs: Sequence[TrialRecord], *, margin_nats: float, protected: Collection[tuple[int, float]],
+                      skip: Collection[str] = ()) -> list[str]:
+    """Trial ids of the running trials of one cell to stop (module docstring). ``protected``:
+    ``(seed, rate)`` never stopped (the fit's window around the best crossing); ``skip``: trial
+    ids not to judge now (a lost trial about to be run again)."""
+    out = []
+    tried = sorted({r.lr for r in recs})
+    for r in recs:
+        if r.status != "running" or not r.eval_steps or r.trial_id in skip or (r.seed, r.lr) in protected:
+            continue
+        t, mine = r.eval_steps[-1], r.eval_losses[-1]
+        if not math.isfinite(mine):
+            continue
+        leader, lead_lr = math.inf, None
+        for o in recs:
+            if o is r or o.seed != r.seed or o.status in ("diverged", "failed") or not o.eval_steps:
+                continue
+            got = loss_at_step(o.eval_steps, o.eval_losses, t)
+            if got is not None and got < leader:
+                leader, lead_lr = got, o.lr
+        if lead_lr is None or mine - leader <= margin_nats:
+            continue
+        # Before the best has crossed, the leader's window is what the fit will read.
+        if r.lr in window_rates(tried, lead_lr):
+            continue
+        out.append(r.trial_id)
+    return out
