@@ -18,6 +18,7 @@ _COMMAND_MODULES = (
     "cbscore.cli.data",
     "cbscore.cli.train",
     "cbscore.cli.fit",
+    "cbscore.cli.theory",
     "workers.cli",
     "app.cli",
 )
