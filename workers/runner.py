@@ -71,12 +71,13 @@ def check_spec(spec: StudySpec, *, force: bool = False) -> None:
         field_name = "max_trials" if "max_trials" in est.over_limit else "max_total_tokens"
         raise ConfigError(field_name, getattr(spec, field_name),
                           f"the study is too large to be sane ({est.over_limit}); raise the limit or use --force")
-    # A store folder that preparing could destroy is refused here, before anything is written.
+    # A source outside the data roots, or a store folder that preparing could destroy, is refused
+    # here, before anything is read or written (the worker checks again: cbscore.data.roots).
     from cbscore.data import DataConfig
-    from cbscore.data.store import check_store_location
+    from cbscore.data.store import check_data_location
     from cbscore.train_config import TrainConfig
 
-    check_store_location(DataConfig.from_dict(dict(spec.data)).store_path())
+    check_data_location(DataConfig.from_dict(dict(spec.data)))
     # Build every cell's TrainConfig once: a batch size the budget cannot hold, a bad data
     # setting, ... fail here with the trainer's own message, not in a worker hours later.
     largest = (0, "", 0)  # (tokens one trial reads, setting id, batch size)

@@ -103,7 +103,11 @@ def local_files(source: str) -> list[Path]:
             "exists; give 'builtin', a .txt/.jsonl/.parquet file or folder, or 'hub:NAME'."
         )
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    files = [f.resolve() for f in files if f.suffix.lower() in _BUILDERS]
+    files = [f for f in files if f.suffix.lower() in _BUILDERS]
+    from .roots import check_files_inside
+
+    check_files_inside(files, source)  # a link inside a root must not lead out of it
+    files = [f.resolve() for f in files]
     if not files:
         raise DataError(
             f"The source {source!r} holds no .txt, .jsonl, .json or .parquet file "
@@ -142,13 +146,14 @@ def _local_documents(config: DataConfig, cache_dir: Path):
             cache_dir=str(cache_dir),
             **kwargs,
         )
-    except Exception as exc:  # a malformed file: name it, keep the cause
-        raise DataError(f"Could not read {config.source!r} as {builder}: {exc}") from exc
+    except Exception as exc:  # a malformed file: name it and the kind of error, never its content
+        raise DataError(f"Could not read {config.source!r} as {builder} ({type(exc).__name__}); "
+                        f"check that every file is valid {builder}.") from None  # no cause: a traceback would quote it
     field = "text" if builder == "text" else config.text_field
-    if field not in dataset.column_names:
+    if field not in dataset.column_names:  # the columns are not listed: they may say what the files hold
         raise DataError(
-            f"text_field: the files of {config.source!r} have no column {field!r} "
-            f"(columns: {dataset.column_names}), but got {field!r}."
+            f"text_field: the files of {config.source!r} have no column {field!r}; set data.text_field "
+            f"to the column that holds the text, but got {field!r}."
         )
     dataset = dataset.select_columns([field])
     if field != "text":
@@ -254,8 +259,8 @@ def stream_documents(name: str, hub_config: str | None, text_field: str, limit: 
     for row in datasets.load_dataset(name, hub_config, split="train", streaming=True):
         if text_field not in row:
             raise DataError(
-                f"text_field: the dataset {name!r} has no field {text_field!r} "
-                f"(fields: {sorted(row)}), but got {text_field!r}."
+                f"text_field: the dataset {name!r} has no field {text_field!r}; set data.text_field "
+                f"to the field that holds the text, but got {text_field!r}."
             )
         text = row[text_field]
         if isinstance(text, str) and text.strip():

@@ -32,6 +32,7 @@ from cbscore.errors import ConfigError, DataError
 
 from . import sources
 from .config import DataConfig, _normalised_source
+from .roots import check_source, check_store_dir, data_roots  # noqa: F401 (data_roots: re-exported)
 from .stream import WindowStream
 from .tokenizer import eot_id, load_hub_tokenizer, train_bpe
 
@@ -140,7 +141,7 @@ def prepare(config: DataConfig, progress: bool = False) -> TokenStore:
     own tokenizer file is reused untouched. Otherwise it is rebuilt (atomically).
     """
     path = config.store_path()
-    check_store_location(path)  # before anything else: a rebuild replaces the folder
+    check_data_location(config)  # before anything else: the source is walked, a rebuild replaces the folder
     fingerprint = sources.fingerprint(config)  # fails fast (missing file) before touching disk
     path.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive_lock(path.parent / f".{path.name}.lock"):
@@ -157,19 +158,6 @@ def prepare(config: DataConfig, progress: bool = False) -> TokenStore:
     return store
 
 
-def data_roots() -> list[Path]:
-    """Folders where ``prepare`` may create a store: ``$CBS_HOME`` and the operator's
-    ``CBS_DATA_ROOTS`` (``os.pathsep``-separated; an environment setting, never a spec field, so
-    a spec pasted into the web page cannot widen it)."""
-    from cbscore.paths import cbs_home
-
-    roots = [cbs_home()]
-    for raw in (os.environ.get("CBS_DATA_ROOTS") or "").split(os.pathsep):
-        if raw.strip():
-            roots.append(Path(raw.strip()).expanduser().resolve())
-    return roots
-
-
 def is_store(path: Path) -> bool:
     """True when ``path`` holds a CBS token-store manifest (a folder ``prepare`` may replace)."""
     try:
@@ -183,14 +171,16 @@ def check_store_location(path: Path) -> None:
     """Refuse a store folder that ``prepare`` could destroy something in (a ``ConfigError`` on
     ``data.store_dir``).
 
-    A rebuild renames the existing folder aside and deletes it, so an existing folder is only
-    ever replaced when it holds a CBS manifest. A new folder must lie strictly inside a data root
-    (:func:`data_roots`); the state directory's own folders (``checkpoints``, ``broker``...) are
-    never a store.
+    The folder must lie strictly inside a data root (:func:`cbscore.data.roots.data_roots`),
+    checked first: nothing looks inside a folder outside the roots, not even for a manifest (a
+    store of another lab elsewhere on the host is never replaced). A rebuild renames the existing
+    folder aside and deletes it, so an existing folder is only ever replaced when it holds a CBS
+    manifest; the state directory's own folders (``checkpoints``, ``broker``...) are never a store.
     """
     from cbscore.paths import cbs_home
 
     path = Path(path).expanduser().resolve()
+    check_store_dir(path)
     if is_store(path):
         return
     home = cbs_home()
@@ -203,11 +193,13 @@ def check_store_location(path: Path) -> None:
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise ConfigError("data.store_dir", str(path), "exists and is not a CBS token store (no manifest.json); "
                           "preparing a store replaces its folder, so it must be new, empty or a store")
-    roots = data_roots()
-    if not any(path.is_relative_to(root) and path != root for root in roots):
-        raise ConfigError("data.store_dir", str(path),
-                          f"is outside the data roots ({', '.join(map(str, roots))}); "
-                          "set CBS_DATA_ROOTS on the server to allow another folder")
+
+
+def check_data_location(config: DataConfig) -> None:
+    """``data.source`` and the store folder inside the data roots (:mod:`cbscore.data.roots`),
+    before anything is read: at launch, and in the worker by :func:`prepare`."""
+    check_source(config.source)
+    check_store_location(config.store_path())
 
 
 # ---- building -----------------------------------------------------------------------------------

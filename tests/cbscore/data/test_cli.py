@@ -44,7 +44,9 @@ def test_info_before_prepare_exits_2_with_message(tmp_path, capsys):
 def test_unknown_source_exits_2_naming_it(tmp_path, capsys):
     assert main(["data", "prepare", "--source", "c5-corpus", "--store-dir", str(tmp_path / "s")]) == 2
     err = capsys.readouterr().err
-    assert "cbs data: error: The source 'c5-corpus'" in err and "Traceback" not in err
+    # Outside the data roots (a relative name resolves against the working folder): refused by name.
+    assert "cbs data: error: data.source: must be 'builtin'" in err and "'c5-corpus'" in err
+    assert "Traceback" not in err
     assert not (tmp_path / "s").exists()
 
 

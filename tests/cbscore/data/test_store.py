@@ -139,7 +139,8 @@ def test_rebuilds_when_the_tokenizer_file_was_altered(builtin_slice_config, tmp_
 
 # ---- errors: clear, early, nothing half-written -------------------------------------------------
 @pytest.mark.parametrize("source", ["no-such-corpus", "missing/file.txt"])
-def test_unknown_source_or_missing_file_is_a_clear_error(tmp_path, source):
+def test_unknown_source_or_missing_file_is_a_clear_error(tmp_path, monkeypatch, source):
+    monkeypatch.chdir(tmp_path)  # a relative source resolves inside a data root (tmp): missing, not refused
     store_dir = tmp_path / "store"
     with pytest.raises(DataError, match=f"'{source}'.*no such file") as info:
         prepare(DataConfig(source=source, store_dir=str(store_dir)))
@@ -255,7 +256,7 @@ def test_store_folders_live_under_the_data_roots(tmp_path, monkeypatch):
     monkeypatch.setenv("CBS_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("CBS_DATA_ROOTS", raising=False)
     outside = tmp_path / "elsewhere" / "store"
-    with pytest.raises(ConfigError, match="outside the data roots"):
+    with pytest.raises(ConfigError, match="must be a folder inside the data roots"):
         check_store_location(outside)
     assert not outside.parent.exists()
     # The state directory and its own folders are never a store.
@@ -267,10 +268,16 @@ def test_store_folders_live_under_the_data_roots(tmp_path, monkeypatch):
     check_store_location(outside)  # the operator allowed that root
 
 
-def test_an_existing_store_anywhere_may_be_rebuilt(tmp_path, monkeypatch):
+def test_an_existing_store_may_be_rebuilt_inside_the_roots_only(tmp_path, monkeypatch):
+    """Issue 21, finding 7: a store outside the roots (another lab's) was renamed aside and deleted
+    because ``is_store`` answered before the roots were checked."""
     monkeypatch.setenv("CBS_DATA_ROOTS", str(tmp_path))
     folder = str(tmp_path / "s")
     prepare(DataConfig(max_documents=20, vocab_size=260, store_dir=folder))
-    monkeypatch.delenv("CBS_DATA_ROOTS")
     rebuilt = prepare(DataConfig(max_documents=20, vocab_size=300, store_dir=folder))  # it holds a manifest
     assert rebuilt.built and rebuilt.vocab_size == 300
+    manifest = (tmp_path / "s" / "manifest.json").read_text()
+    monkeypatch.delenv("CBS_DATA_ROOTS")
+    with pytest.raises(ConfigError, match="inside the data roots"):
+        prepare(DataConfig(max_documents=20, vocab_size=260, store_dir=folder))
+    assert (tmp_path / "s" / "manifest.json").read_text() == manifest  # untouched

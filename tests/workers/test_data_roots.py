@@ -1,0 +1,58 @@
+"""A spec's data paths are refused at launch with nothing created, and checked again by the worker
+before it reads anything: a tampered ``trial_spec`` tag in MLflow cannot walk the server's files
+(issue 21, findings 2 and 7)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from cbscore.errors import ConfigError
+from tests.workers.conftest import DATA, tiny_spec, tiny_spec_dict
+from workers import api
+from workers.ledger import Ledger
+from workers.runner import queue_depth
+from workers.settings import WorkerSettings
+from workers.tracking import Tracker
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"source": "/"}, "data.source"),
+    ({"source": "/etc/passwd"}, "data.source"),
+    ({"source": "/root"}, "data.source"),
+    ({"source": "hub:/etc", "max_documents": 10}, "data.source"),
+    ({"source": "builtin", "store_dir": "/var/lib/other-lab/store"}, "data.store_dir"),
+])
+def test_a_data_path_outside_the_roots_is_refused_at_launch_with_nothing_created(worker_env, data, field):
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        api.launch_study(tiny_spec_dict("paths", data=data), force=True)
+    assert time.perf_counter() - start < 1.0 and err.value.field == field
+    s = WorkerSettings.from_env()
+    assert Tracker(s.tracking_uri).client.get_experiment_by_name("paths") is None
+    assert Ledger(s.ledger_url).leases("paths") == {} and queue_depth("cpu") == 0
+
+
+def test_the_worker_refuses_a_tampered_source_before_reading_it(worker_env, token_store, monkeypatch):
+    from pathlib import Path
+
+    from workers.trial import run_trial_attempt
+
+    api.launch_study(tiny_spec("tampered"))
+    [record] = api.study_records("tampered")
+    tracker = Tracker(WorkerSettings.from_env().tracking_uri)
+    spec = json.loads(tracker.get_run(record.run_id).data.tags["trial_spec"])
+    spec["train_config"]["data"] = {**DATA, "source": "/etc", "store_dir": None}
+    tracker.set_tags(record.run_id, {"trial_spec": json.dumps(spec)})  # anyone who can write to MLflow
+
+    def walked(*_a, **_k):
+        raise AssertionError("the source was walked")
+
+    monkeypatch.setattr(Path, "rglob", walked)
+    with pytest.raises(ConfigError):
+        run_trial_attempt("tampered", record.trial_id, 1)
+    run = tracker.get_run(record.run_id)
+    assert run.data.tags["status"] == "failed"
+    assert run.data.tags["stop_reason"].startswith("ConfigError: data.source: must be 'builtin'")
