@@ -26,7 +26,14 @@ decisions (stop, the next evaluation step) are broadcast, so all ranks stop at t
 
 Out of memory. An out-of-memory error during a step's forward and backward passes frees them,
 halves the micro-batch and redoes the passes; the optimizer has not stepped yet, so the update is
-the same (a sum of the same gradients in another grouping).
+the same (a sum of the same gradients in another grouping). Near the ceiling an allocation can
+fail inside cuBLAS or an attention kernel and surface as a ``RuntimeError`` that says so: it is
+handled the same way (:func:`cbscore.micro_batch.is_out_of_memory`). An evaluation that runs out
+of memory halves its chunk and starts again; a halving of the training micro-batch caps it too.
+
+Throughput. The first step of a process (compilation, the allocator's warm-up) and a step redone
+after an out-of-memory halving (a recompilation at the new shape) are off the tokens/s and MFU
+clock, in the logged intervals and in the result alike.
 
 Resuming. With ``checkpoint_dir`` set, a checkpoint (model, optimizer, averaged weights, step,
 RNG states, evaluation history, the partial log interval and the next evaluation step) is
@@ -61,7 +68,8 @@ from cbscore.errors import ConfigError
 from cbscore.eval_schedule import EvalSchedule, default_every_steps, min_every_steps
 from cbscore.gns import NO_GNS, GnsProbe
 from cbscore.model import GPT, get_preset
-from cbscore.micro_batch import activation_bytes_per_sequence, choose_micro_batch, smaller_micro_batch
+from cbscore.micro_batch import (activation_bytes_per_sequence, choose_micro_batch, is_out_of_memory,
+                                 smaller_micro_batch, split_for_gns)
 from cbscore.model_config import padded_vocab_size
 from cbscore.schedules import LrSchedule, warmup_steps
 from cbscore.throughput import mfu, peak_flops, peak_memory_bytes
@@ -174,6 +182,7 @@ class _StepFn:
                  no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
                  on_resize: Callable[[int], None] = lambda micro: None, gns=NO_GNS):
         self.model = model
+        self.resizes = 0  # out-of-memory halvings so far (a step that had one is off the clock)
         self.optimizer = optimizer
         self.average = average
         self.params = [p for p in model.parameters()]
@@ -205,8 +214,10 @@ class _StepFn:
             try:
                 loss = self._passes(tokens)
                 break
-            except torch.OutOfMemoryError:
-                pass  # leave the handler first: its traceback holds the failed passes' activations
+            except RuntimeError as exc:  # torch.OutOfMemoryError, or cuBLAS/attention failing to allocate
+                if not is_out_of_memory(exc):
+                    raise
+            # out of the handler first: its traceback holds the failed passes' activations
             self._halve()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm, foreach=True)
         self.gns.end_step(grad_norm)  # the full-batch norm before clipping
@@ -237,12 +248,13 @@ class _StepFn:
                 f"out of memory at a micro-batch of 1 sequence ({self.batch_size} per device): "
                 "use more devices (devices) or a smaller model or context")
         self.optimizer.zero_grad(set_to_none=True)
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
         print(f"cbs train: out of memory at a micro-batch of {self.micro}; redoing the step at {micro}",
               file=sys.stderr, flush=True)
         self._set_micro(micro)
-        self.gns.resize(self.n_micro, micro)  # the probe's two batch sizes follow the new split
+        self.resizes += 1
+        self.gns.resize(self.n_micro, micro)  # the probe's two batch sizes follow (and it drops what it held)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
         self.on_resize(micro)
 
 
@@ -339,10 +351,7 @@ class _Trial:
                     eval_windows=len(self.val), context_tokens=cfg.context_tokens, n_models=1 + len(self.taus),
                     batch_tokens=cfg.batch_tokens, max_eval_fraction=cfg.max_eval_fraction),
             )
-        # The extra split that measures the noise scale is for single-device trials: under DDP
-        # the ranks already give two batch sizes.
-        gns_split = cfg.gns_micro_batch_size if cfg.devices == 1 else None
-        self.micro = gns_split or cfg.micro_batch_size or self._auto_micro_batch(model_config)
+        self.micro = self._micro_batch(model_config)
         self.state.micro_batch_size = self.micro
         self.gns = NO_GNS
         n_micro = cfg.local_batch_size // self.micro
@@ -367,19 +376,36 @@ class _Trial:
             return device_for_rank("cuda", self.group.rank)
         return device
 
-    def _auto_micro_batch(self, model_config) -> int:
-        """The whole per-device batch on a CPU; on CUDA the largest divisor of it whose
-        activations fit in the free memory (:mod:`cbscore.micro_batch`)."""
-        local = self.config.local_batch_size
+    def _micro_batch(self, model_config) -> int:
+        """Sequences per pass. The config's ``micro_batch_size`` when it sets one and no extra
+        split; else the split that measures the noise scale (``gns_micro_batch_size``, for
+        single-device trials: under DDP the ranks already give two batch sizes), or the whole
+        per-device batch; on CUDA capped by memory (:meth:`_auto_micro_batch`). On CUDA a fully
+        automatic micro-batch of a trial that measures the noise scale makes two passes at least,
+        so the noise scale is measured at every batch size, not only where the batch is too
+        large for one pass (:func:`cbscore.micro_batch.split_for_gns`)."""
+        cfg = self.config
+        gns_split = cfg.gns_micro_batch_size if cfg.devices == 1 else None
+        if cfg.micro_batch_size and not gns_split:
+            return cfg.micro_batch_size
+        most = gns_split or cfg.local_batch_size
         if self.device.type != "cuda":
-            return local
+            return most
+        micro = self._auto_micro_batch(model_config, most)
+        if cfg.measure_gns and cfg.devices == 1 and not gns_split and not cfg.micro_batch_size:
+            micro = split_for_gns(cfg.local_batch_size, micro)
+        return micro
+
+    def _auto_micro_batch(self, model_config, most: int) -> int:
+        """The largest divisor of ``most`` whose activations fit in the GPU's free memory
+        (:mod:`cbscore.micro_batch`)."""
         free, _ = torch.cuda.mem_get_info(self.device)
         # blocks the caching allocator holds but nothing uses are free for this trial too
         free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
         # the weights, the averages and the evaluation copy are allocated; fp32 gradients and
         # AdamW's two moments (4 + 8 bytes per parameter) come with the first step
         still_to_come = 12 * self.model.n_params_total
-        return choose_micro_batch(local, free - still_to_come,
+        return choose_micro_batch(most, free - still_to_come,
                                   activation_bytes_per_sequence(model_config, self.config.context_tokens))
 
     def _compile_and_wrap(self) -> None:
@@ -403,6 +429,8 @@ class _Trial:
 
     def _resized(self, micro: int) -> None:
         self.micro = self.state.micro_batch_size = micro
+        if self.leader:  # an evaluation chunk larger than what training now fits would fail too
+            self.eval_chunk = min(self.eval_chunk, micro)
 
     # ------------------------------------------------------------------------------ checkpoints
     def _payload(self, result: TrialResult | None = None) -> dict:
@@ -498,8 +526,24 @@ class _Trial:
         self.progress.interval_loss = self.group.mean(self.progress.interval_loss)
 
     # ------------------------------------------------------------------------------ evaluation
-    @torch.no_grad()
     def _eval_loss(self, model) -> torch.Tensor:
+        """The mean loss of ``model`` on the held-out windows; out of memory, the chunk is halved
+        and the evaluation starts again (it keeps nothing between chunks but the sum)."""
+        while True:
+            try:
+                return self._eval_chunks(model)
+            except RuntimeError as exc:
+                if not is_out_of_memory(exc) or self.eval_chunk == 1:
+                    raise
+            # out of the handler first: its traceback holds the failed chunk's activations
+            print(f"cbs train: out of memory evaluating chunks of {self.eval_chunk}; evaluating again in chunks "
+                  f"of {self.eval_chunk // 2}", file=sys.stderr, flush=True)
+            self.eval_chunk //= 2
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    @torch.no_grad()
+    def _eval_chunks(self, model) -> torch.Tensor:
         total = torch.zeros((), device=self.device)
         for start in range(0, len(self.val), self.eval_chunk):
             chunk = self.val[start:start + self.eval_chunk]  # (M, T + 1)
@@ -563,7 +607,10 @@ class _Trial:
 
         self.last_checkpoint_at = time.monotonic()
         start_step = state.step
-        warm = None  # (seconds, tokens) of this process's first step: compilation, allocator warm-up
+        # (seconds, tokens) of the steps off the throughput clock: this process's first (compilation,
+        # the allocator's warm-up) and any redone after an out-of-memory halving (a recompilation)
+        off_clock = (0.0, 0)
+        first = True
         status, reason = None, None
         log_every, ckpt_every = cfg.log_every_steps, cfg.checkpoint_every_steps
         ckpt_seconds = cfg.checkpoint_every_seconds if cfg.checkpoint_dir is not None else None
@@ -599,6 +646,7 @@ class _Trial:
 
             # ---- one optimizer step (the hot path) ---------------------------------------
             t0 = time.perf_counter()
+            resizes = self.step_fn.resizes
             state.lr = self.lr_schedule(state.step)
             # this rank's rows of the global batch: windows step·B + offset … (+ rows)
             batch = self.stream.windows(state.step * cfg.batch_size + row_offset, rows)  # (B/k, T + 1)
@@ -611,15 +659,18 @@ class _Trial:
             # with the device's work done, so that none of it is timed as evaluation or I/O
             is_log = state.step % log_every == 0 or state.step == progress.next_eval
             is_ckpt = ckpt_every is not None and state.step % ckpt_every == 0
-            if is_log or is_ckpt or warm is None:
+            untimed = first or self.step_fn.resizes != resizes
+            if is_log or is_ckpt or untimed:
                 self.sync()
             dt = time.perf_counter() - t0
             state.train_seconds += dt
-            interval_clock += dt
-            interval_tokens += cfg.batch_tokens
             state.last_step_at = time.time()
-            if warm is None:
-                warm = (state.train_seconds, cfg.batch_tokens)
+            if untimed:
+                off_clock = (off_clock[0] + dt, off_clock[1] + cfg.batch_tokens)
+            else:
+                interval_clock += dt
+                interval_tokens += cfg.batch_tokens
+            first = False
 
             metrics = None
             if is_log:
@@ -665,9 +716,9 @@ class _Trial:
         self._mean_interval()  # every rank: a stopped trial's checkpoint carries the global interval
         if not leader:
             return None
-        return self._finish(status, reason, warm, start_step)
+        return self._finish(status, reason, off_clock, start_step)
 
-    def _finish(self, status: str, reason: str | None, warm: tuple[float, int] | None, start_step: int) -> TrialResult:
+    def _finish(self, status: str, reason: str | None, off_clock: tuple[float, int], start_step: int) -> TrialResult:
         cfg, state = self.config, self.state
         history = state.eval_history
         steps_to_target = target_tau = None
@@ -678,8 +729,8 @@ class _Trial:
         tokens_per_s = None
         if trained_tokens > 0 and state.train_seconds > 0:
             tokens_per_s = trained_tokens / state.train_seconds
-            if warm is not None and trained_tokens > warm[1] and state.train_seconds > warm[0]:
-                tokens_per_s = (trained_tokens - warm[1]) / (state.train_seconds - warm[0])
+            if trained_tokens > off_clock[1] and state.train_seconds > off_clock[0]:
+                tokens_per_s = (trained_tokens - off_clock[1]) / (state.train_seconds - off_clock[0])
         finite = [e.loss for e in history if math.isfinite(e.loss)]
         result = TrialResult(
             status=status,

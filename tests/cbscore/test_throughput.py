@@ -126,3 +126,32 @@ def test_kept_memory_serves_a_large_buffer_from_the_heap_and_keeps_it_after_free
     # ...but heap memory that stays with the process, free for the next step's buffer
     assert after.fordblks >= 64 * 2**20
     assert after.arena >= 64 * 2**20
+
+
+def test_the_first_step_compilation_is_off_the_logged_and_final_throughput(builtin_slice_config):
+    """A first step that takes 0.5 s (as compilation does) leaves tokens/s where the other steps put it:
+    in the first logged interval too (it used to count the compile time there)."""
+    import time
+
+    from cbscore.train import train
+    from tests.cbscore.test_train import Recorder, tiny
+
+    class SlowFirstStep(Recorder):
+        def pre_train(self, state):
+            super().pre_train(state)
+            calls = []
+
+            def hook(module, args):
+                if torch.is_grad_enabled() and not calls:
+                    calls.append(1)
+                    time.sleep(0.5)
+
+            state.model.register_forward_pre_hook(hook)
+
+    recorder = SlowFirstStep()
+    result = train(tiny(builtin_slice_config, log_every_steps=3, max_tokens=8 * 32 * 12), callbacks=[recorder])
+    rates = [m["tokens_per_s"] for m in recorder.metrics]
+    # 256 tokens a step, the first log at step 1 or 3 (before an evaluation, or the interval): with
+    # the 0.5 s inside, the first interval would be below 3·256 / 0.5 = 1,536 tokens/s
+    assert len(rates) >= 4 and rates[0] > 0.2 * min(rates[1:]) and rates[0] > 3_000
+    assert result.tokens_per_s > 3_000
