@@ -297,7 +297,10 @@ def _setting(run: Run, ref: int, b_ref: int, overhead: float, d_samples: float) 
 
 def run_theory(problem: Problem, grid: Grid | None = None, *, b_ref: int = 4, overhead: float = 0.2,
                d_samples: Sequence[float] = DEFAULT_D_SAMPLES) -> TheoryResult:
-    """:func:`simulate` then :func:`analyze`."""
-    return analyze(simulate(problem, grid or Grid()), b_ref=b_ref, overhead=overhead, d_samples=d_samples)
+    """:func:`simulate` then :func:`analyze` (``b_ref`` is checked before anything runs)."""
+    grid = grid or Grid()
+    if check_batch_size(b_ref, "b_ref") not in grid.batch_sizes:
+        raise ConfigError("b_ref", b_ref, f"must be one of the batch sizes {list(grid.batch_sizes)}")
+    return analyze(simulate(problem, grid), b_ref=b_ref, overhead=overhead, d_samples=d_samples)
 
 
