@@ -63,6 +63,8 @@ class StudyView:
     """Training tokens the same study would spend at fixed budgets (every trial to its budget)."""
     errors: tuple[str, ...]
     """Settings that cannot go on, and why."""
+    costs: object = None
+    """:class:`cbscore.study.costs.StudyCosts` of the records."""
 
     @property
     def progress(self) -> float:
@@ -72,6 +74,7 @@ class StudyView:
 def study_view(spec, records: Sequence, now_s: float | None = None) -> StudyView:
     """The grid, progress and targets of ``spec`` given its trial ``records``."""
     from cbscore.study import ended_trials, grid_tokens, plan, status_counts
+    from cbscore.study.costs import study_costs
 
     p = plan(spec, list(records), time.time() if now_s is None else now_s)
     states, hover = {}, {}
@@ -92,7 +95,8 @@ def study_view(spec, records: Sequence, now_s: float | None = None) -> StudyView
         settings=tuple(s.setting_id for s in spec.resolve_settings()), batch_sizes=tuple(spec.batch_sizes),
         states=states, hover=hover, targets=dict(p.targets), counts=counts,
         ended=ended_trials(counts), planned=sum(c.n_trials for c in p.cells),
-        tokens_spent=sum(r.tokens for r in records), grid_tokens=grid_tokens(spec), errors=tuple(p.errors))
+        tokens_spent=sum(r.tokens for r in records), grid_tokens=grid_tokens(spec), errors=tuple(p.errors),
+        costs=study_costs(spec, list(records)))
 
 
 def trial_budget_tokens(spec, record) -> int | None:

@@ -95,6 +95,9 @@ class StudyStatus:
     progress: float = 0.0
     """Fraction of trials ended (trials of skipped cells count as ended)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    costs: Any = None
+    """:class:`cbscore.study.costs.StudyCosts`: spent against the fixed-budget grid, the grid stopped
+    at the target and the oracle."""
 
     @property
     def tokens_saved(self) -> int:
@@ -304,6 +307,7 @@ def study_table(name: str) -> list[dict]:
 def study_status(name: str) -> StudyStatus:
     """Cells, trials by outcome, progress and tokens of ``name`` (the planner's view; no writes)."""
     from cbscore.study import ended_trials, grid_tokens, grid_trials, plan, status_counts
+    from cbscore.study.costs import study_costs
 
     tracker = _tracker()
     parent = _parent(tracker, name)
@@ -321,7 +325,7 @@ def study_status(name: str) -> StudyStatus:
     return StudyStatus(name=name, status=parent.data.tags.get("status", ""), cells=cells, counts=counts,
                        n_trials=n_trials, tokens_spent=sum(r.tokens for r in records), grid_tokens=grid_tokens(spec),
                        targets=dict(p.targets), errors=tuple(p.errors),
-                       progress=ended / n_trials if n_trials else 0.0)
+                       progress=ended / n_trials if n_trials else 0.0, costs=study_costs(spec, records))
 
 
 def study_forecast(name: str, *, with_fit: bool = True, analysis=None, bootstrap: int = 1000, seed: int = 0):

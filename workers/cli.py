@@ -8,6 +8,7 @@ parent never holds torch, and a process-group kill reaches everything.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import socket
@@ -66,6 +67,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     simulate.add_argument("--estimator", choices=("fit", "min"), default="fit",
                           help="S(B) per cell: a fit across learning rates (default, the pages') or the paper's "
                                "minimum; the minimum's bias is reported beside either way")
+    simulate.add_argument("--predict", choices=("on", "off"), default=None,
+                          help="override the spec's search.predict (learning rates predicted per cell)")
+    simulate.add_argument("--prune-at-equal-tokens", choices=("on", "off"), default=None,
+                          help="override the spec's prune_at_equal_tokens (losing trials stopped at equal tokens)")
     simulate.add_argument("--json", action="store_true")
     simulate.set_defaults(handler=run_simulate)
     report = sub.add_parser("report", help="write a study's evidence (steps CSV, fit JSON, figures, cost) to a folder")
@@ -279,6 +284,10 @@ def run_simulate(args: argparse.Namespace) -> int:
     from workers import api
 
     spec = api.resolve_spec(args.spec)
+    if args.predict is not None:
+        spec = spec.replace(search=dataclasses.replace(spec.search, predict=args.predict == "on"))
+    if args.prune_at_equal_tokens is not None:
+        spec = spec.replace(prune_at_equal_tokens=args.prune_at_equal_tokens == "on")
     truth = paper_truth(spec) if args.truth == "paper" else read_truth(args.truth, spec)
     if isinstance(args.seeds, bool) or args.seeds < 1:
         raise ConfigError("--seeds", args.seeds, "must be a positive integer")
@@ -378,7 +387,7 @@ def run_status(args: argparse.Namespace) -> int:
         d = {"name": st.name, "status": st.status, "counts": dict(st.counts), "n_trials": st.n_trials,
              "progress": st.progress, "tokens_spent": st.tokens_spent, "grid_tokens": st.grid_tokens,
              "tokens_saved": st.tokens_saved, "targets": dict(st.targets), "cells": list(st.cells),
-             "errors": list(st.errors)}
+             "errors": list(st.errors), "costs": st.costs.to_dict() if st.costs is not None else None}
         print(json.dumps(d, indent=2))
         return 0
     counts = ", ".join(f"{k} {v}" for k, v in sorted(st.counts.items())) or "none yet"
@@ -386,6 +395,11 @@ def run_status(args: argparse.Namespace) -> int:
     saved = (f"{_human(st.tokens_saved)} saved ({st.tokens_saved / st.grid_tokens:.0%})" if st.status == "done"
              else "the saving is known when the study is done")
     print(f"tokens: {_human(st.tokens_spent)} spent; the fixed-budget grid would spend {_human(st.grid_tokens)}; {saved}")
+    if st.costs is not None:
+        from cbscore.study.costs import format_costs
+
+        print(format_costs(st.costs, _human)
+              + ("" if st.costs.stop_at_target_exact else " (≥: trials stopped before the target count what they trained)"))
     for setting, target in st.targets.items():
         print(f"target {setting}: {target:.4f} nats")
     print(f"{'cell':<34} {'role':<9} {'state':<9} {'trials':>6} {'S(B)':>9} {'cap':>6}  outcomes")

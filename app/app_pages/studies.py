@@ -59,6 +59,19 @@ def live(name: str) -> None:
                        help=f"The same grid at fixed budgets (every trial to its whole budget) would spend "
                             f"{units.count(view.grid_tokens)} tokens; stopping at the target, pruning, step caps "
                             "and skipped cells save the rest.")
+        if view.costs is not None and view.costs.oracle_tokens:
+            c = view.costs
+            at = "" if c.stop_at_target_exact else "≥ "
+            st.caption(
+                f"Cost: {units.count(c.spent_tokens)} tokens spent · fixed-budget grid "
+                f"{units.count(c.fixed_budget_grid_tokens)} · grid stopped at the target {at}"
+                f"{units.count(c.stop_at_target_grid_tokens)} · oracle {units.count(c.oracle_tokens)} "
+                f"(each cell's best trial to its target, D per seed at B_ref) · **study/oracle "
+                f"{c.ratio_to_oracle:.2f}×**",
+                help="The oracle is what a study would spend if it knew each cell's best learning rate in "
+                     "advance; 1× is the floor. '≥' marks a grid figure in which trials stopped before the "
+                     "target count what they trained. The README's cost section explains the rules that "
+                     "lower the ratio (search.predict, prune_at_equal_tokens).")
         st.progress(view.progress, text=f"{view.progress:.0%} of the planned trials have an outcome")
         for error in view.errors:
             st.warning(error, icon=":material/warning:")

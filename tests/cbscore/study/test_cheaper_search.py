@@ -1,0 +1,146 @@
+"""The cheaper search (issue 20): predicted learning rates, trials stopped at equal tokens, and the
+oracle every cost is measured against."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cbscore.errors import ConfigError
+from cbscore.study import StudySpec, TrialRecord, plan
+from cbscore.study.costs import format_costs, study_costs
+from cbscore.study.equal_tokens import equal_token_stops, loss_at_step
+from cbscore.study.lr_predict import allowed_rates, first_rates, predict_lr, rates_to_run
+from cbscore.study.simulate import SimConfig, TruthCurve, simulate
+
+GRID = (0.002, 0.004, 0.008, 0.016, 0.032, 0.064)
+
+
+def spec_with(**changes) -> StudySpec:
+    base = dict(name="cheap", kind="custom", settings=[{"model": "tiny-0.1M", "tokens": 2_000_000}],
+                batch_sizes=[2 ** k for k in range(2, 11)], b_ref=16, context_tokens=128,
+                search={"kind": "grid", "lrs": list(GRID)})
+    base.update(changes)
+    return StudySpec.from_dict(base)
+
+
+def test_allowed_rates_continue_the_outer_ratios_as_the_planner_extends():
+    assert allowed_rates((0.006, 0.012, 0.024), 2) == (0.0015, 0.003, 0.006, 0.012, 0.024, 0.048, 0.096)
+    assert allowed_rates((0.001, 0.00316, 0.00632), 1) == (0.000316, 0.001, 0.00316, 0.00632, 0.0126)
+    assert allowed_rates(GRID, 0) == GRID
+
+
+def test_prediction_follows_the_square_root_rule_then_the_measured_trend():
+    # Nothing measured: the grid's geometric middle.
+    assert predict_lr(GRID, {}, 64) == pytest.approx(math.sqrt(0.002 * 0.064))
+    # One or two batch sizes: Adam's √B rule through them.
+    assert predict_lr(GRID, {16: 0.01}, 64) == pytest.approx(0.02)
+    assert predict_lr(GRID, {16: 0.01, 32: 0.01 * math.sqrt(2)}, 256) == pytest.approx(0.04)
+    # Three or more: the fitted slope (here 0.3), clipped to [0, 1].
+    assert predict_lr(GRID, {b: 0.01 * (b / 16) ** 0.3 for b in (16, 32, 64)}, 512) == \
+        pytest.approx(0.01 * 32 ** 0.3)
+    # A slope of 3 is clipped to 1 through the points' centre (ln B 16·2^(1/1)... mean of ln(b/16) = ln 2):
+    # ln η(128) = ln 0.01 + 3·ln 2 + 1·(ln 128 − ln 32) = ln(0.01·8·4).
+    assert predict_lr(GRID, {b: 0.01 * (b / 16) ** 3 for b in (16, 32, 64)}, 128) == pytest.approx(0.32)
+
+
+def test_rates_are_added_until_the_optimum_and_the_trend_are_bracketed():
+    allowed = allowed_rates(GRID, 2)
+    assert first_rates(allowed, 0.0105) == (0.004, 0.008, 0.016)
+    # On a grid of ratio 2 the fit's window reaches two places away (within 4×): those are run too.
+    assert rates_to_run(allowed, GRID, (0.004, 0.008, 0.016), [0.008]) == (0.002, 0.004, 0.008, 0.016, 0.032)
+    grid3 = (0.001, 0.003, 0.009, 0.027, 0.081)  # ratio 3: the window is the next rate on each side
+    allowed3 = allowed_rates(grid3, 2)
+    tried = (0.003, 0.009, 0.027)
+    # Best inside and the trend's optimum inside: nothing is added.
+    assert rates_to_run(allowed3, grid3, tried, [0.009], predicted=0.01) == tried
+    # Best at the top edge: the next allowed rate above.
+    assert rates_to_run(allowed3, grid3, tried, [0.027], predicted=0.01) == (*tried, 0.081)
+    # Best inside, but the trend says the optimum is above the rates tried: one rate towards it.
+    assert rates_to_run(allowed3, grid3, tried, [0.009], predicted=0.07) == (*tried, 0.081)
+    # At the grid's own edge the extensions continue the outer ratio.
+    assert rates_to_run(allowed3, grid3, (0.001, 0.003), [0.001], predicted=0.001) == (0.000333, 0.001, 0.003)
+
+
+def test_a_predicting_cell_starts_with_three_rates_around_the_prediction():
+    spec = spec_with(search={"kind": "grid", "lrs": list(GRID), "predict": True})
+    p = plan(spec, [], 0.0)
+    assert sorted(t.lr for t in p.start) == [0.008, 0.016, 0.032] or sorted(t.lr for t in p.start) == [0.004, 0.008, 0.016]
+    assert {t.batch_size for t in p.start} == {16}  # the reference cell first
+    off = plan(spec_with(), [], 0.0)
+    assert sorted(t.lr for t in off.start) == list(GRID)
+
+
+def test_the_switches_are_checked_by_name():
+    with pytest.raises(ConfigError, match="search.predict"):
+        spec_with(search={"kind": "grid", "lrs": list(GRID), "predict": "yes"})
+    with pytest.raises(ConfigError, match="prune_at_equal_tokens"):
+        spec_with(prune_at_equal_tokens=1)
+    with pytest.raises(ConfigError, match="equal_token_margin"):
+        spec_with(equal_token_margin=0)
+
+
+def test_loss_at_a_step_is_read_linearly_in_log_steps():
+    assert loss_at_step((100.0, 400.0), (3.2, 3.0), 200.0) == pytest.approx(3.1)
+    assert loss_at_step((100.0, 400.0), (3.2, 3.0), 50.0) is None
+    assert loss_at_step((100.0, 400.0), (3.2, 3.0), 400.0) == 3.0
+
+
+def _rec(lr, status, steps, losses, *, seed=0, crossing=None):
+    return TrialRecord(trial_id=f"t{lr}.s{seed}", cell_id="c.b64", setting_id="c", role="trial", batch_size=64,
+                       lr=lr, status=status, eval_steps=steps, eval_losses=losses, seed=seed,
+                       steps_to_target=crossing, last_step=int(steps[-1]) if steps else 0)
+
+
+def test_a_trial_trailing_the_leader_at_equal_tokens_stops_unless_the_fit_reads_it():
+    steps = (100.0, 200.0, 300.0)
+    recs = [_rec(0.008, "running", steps, (3.5, 3.3, 3.2)),       # the leader
+            _rec(0.016, "running", steps, (3.5, 3.32, 3.23)),     # its neighbour: in the fit's window
+            _rec(0.064, "running", steps, (3.7, 3.5, 3.4)),       # 0.2 nats behind, 8× away
+            _rec(0.128, "running", steps, (3.55, 3.35, 3.24)),    # 16× away but within the margin
+            _rec(0.064, "running", steps, (3.5, 3.3, 3.2), seed=1)]  # another seed: its own leader
+    assert equal_token_stops(recs, margin_nats=0.05, protected=set()) == ["t0.064.s0"]
+    assert equal_token_stops(recs, margin_nats=0.05, protected={(0, 0.064)}) == []
+    assert equal_token_stops(recs, margin_nats=0.5, protected=set()) == []
+    # A reached leader's curve counts up to its crossing.
+    recs[0] = _rec(0.008, "reached", (100.0, 200.0, 300.0, 350.0), (3.5, 3.3, 3.2, 3.1), crossing=340.0)
+    assert equal_token_stops(recs, margin_nats=0.05, protected=set()) == ["t0.064.s0"]
+
+
+def test_costs_count_the_oracle_as_each_cells_best_trial_to_its_target():
+    spec = spec_with(batch_sizes=[16, 32], search={"kind": "grid", "lrs": [0.004, 0.008]})
+    d = spec.resolve_settings()[0].tokens
+    sid = spec.resolve_settings()[0].setting_id
+
+    def rec(b, lr, status, tokens, role="trial"):
+        return TrialRecord(trial_id=f"{b}.{lr}", cell_id=f"{sid}.b{b}", setting_id=sid, role=role, batch_size=b,
+                           lr=lr, status=status, tokens=tokens, steps_to_target=10.0 if status == "reached" else None)
+
+    records = [rec(16, 0.004, "finished", int(1.25 * d), "reference"), rec(16, 0.008, "finished", int(1.25 * d), "reference"),
+               rec(32, 0.004, "reached", 900_000), rec(32, 0.008, "pruned", 400_000)]
+    c = study_costs(spec, records)
+    assert c.oracle_tokens == d + 900_000
+    assert c.spent_tokens == int(1.25 * d) * 2 + 1_300_000
+    assert c.ratio_to_oracle == pytest.approx(c.spent_tokens / (d + 900_000))
+    assert not c.stop_at_target_exact  # the pruned trial counts what it trained
+    assert c.stop_at_target_grid_tokens == int(1.25 * d) * 2 + 1_300_000
+    assert "study/oracle" in format_costs(c) and "≥" in format_costs(c)
+
+
+def test_prediction_lowers_the_study_to_oracle_ratio_and_leaves_b_star_at_zero_noise():
+    """σ = 0: the predicted search runs fewer trials for the same B* as the full grid."""
+    spec = spec_with()
+    truth = {spec.resolve_settings()[0].setting_id: TruthCurve(s_min=100.0, b_noise=64.0)}
+    off = simulate(spec, truth, SimConfig(noise_sigma=0.0))
+    on = simulate(spec.replace(search={"kind": "grid", "lrs": list(GRID), "predict": True},
+                               prune_at_equal_tokens=True), truth, SimConfig(noise_sigma=0.0))
+    d_off, d_on = off.to_json_dict(), on.to_json_dict()
+    assert d_on["ratio_to_oracle_median"] < 0.75 * d_off["ratio_to_oracle_median"]
+    assert d_off["ratio_to_oracle_median"] >= 1.0 and d_on["ratio_to_oracle_median"] >= 1.0
+    s_off, s_on = off.summary()[0], on.summary()[0]
+    # (The grid's curvature is shared over the setting's windows: rates the study never ran move it
+    # by a few parts in 10⁴.)
+    assert s_on["cbs_study_median"] == pytest.approx(s_on["cbs_grid_median"], rel=1e-3)
+    assert s_on["cbs_study_median"] == pytest.approx(s_off["cbs_study_median"], rel=0.02)
+    assert d_on["predict"] and d_on["prune_at_equal_tokens"] and not d_off["predict"]
