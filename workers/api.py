@@ -53,6 +53,8 @@ class StudySummary:
     """The parent run holding the spec."""
     errors: tuple[str, ...] = ()
     """Settings that cannot go on (no reference run finished, ...)."""
+    owner: str = ""
+    """Who launched it (the signed-in user, ``local`` without sign-in, ``cli:<login>`` from the CLI)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,16 +142,22 @@ def resolve_spec(spec: StudySpec | Mapping | str) -> StudySpec:
 
 
 # ---------------------------------------------------------------------------- writes
-def launch_study(spec: StudySpec | Mapping | str, *, force: bool = False) -> str:
+def launch_study(spec: StudySpec | Mapping | str, *, force: bool = False, owner: str = "") -> str:
     """Validate ``spec``, create the study's experiment and parent run, enqueue its first trials.
 
     Returns the study name. Bad input raises :class:`ConfigError` (field and value) with nothing
-    created or enqueued; a study that exists with the same spec is resumed.
+    created or enqueued; a study that exists with the same spec is resumed. ``owner`` is recorded
+    as the study's ``owner`` tag (the app checks who may cancel against it).
     """
     from workers.runner import Runner
 
     spec, _ = apply_forecast_from(resolve_spec(spec))
-    return Runner().launch(spec, force=force)
+    return Runner().launch(spec, force=force, owner=owner)
+
+
+def study_owner(name: str) -> str:
+    """Who launched ``name`` (its ``owner`` tag; ``""`` for a study launched before owners were kept)."""
+    return _parent(_tracker(), name).data.tags.get("owner", "")
 
 
 def apply_forecast_from(spec: StudySpec):
@@ -226,7 +234,7 @@ def list_studies() -> list[StudySummary]:
             status=tags.get("status", ""), counts=counts, n_trials=sum(counts.values()),
             tokens_spent=tokens_spent,
             b_ref=_int(tags.get("b_ref")), overhead=_float(tags.get("overhead")),
-            experiment_id=exp.experiment_id, run_id=parent.info.run_id, errors=errors))
+            experiment_id=exp.experiment_id, run_id=parent.info.run_id, errors=errors, owner=tags.get("owner", "")))
     return out
 
 

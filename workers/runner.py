@@ -156,11 +156,12 @@ class Runner:
         self.owner = this_process()
 
     # ------------------------------------------------------------------ launch
-    def launch(self, spec: StudySpec, *, force: bool = False) -> str:
+    def launch(self, spec: StudySpec, *, force: bool = False, owner: str = "") -> str:
         """Validate, create the experiment and parent run, enqueue the first trials; returns the name.
 
-        Launching a study that exists with the same spec resumes it (idempotent); with a different
-        spec it is refused.
+        ``owner`` (the signed-in user, or who ran the CLI) is recorded in the parent run's ``owner``
+        tag. Launching a study that exists with the same spec resumes it (idempotent); with a
+        different spec it is refused.
         """
         check_spec(spec, force=force)
         exp = self.tracker.experiment(spec.name)
@@ -179,7 +180,7 @@ class Runner:
                            "batch_sizes": json.dumps(list(spec.batch_sizes))})
             self.tracker.create_study(spec.name, spec_dict=spec.to_dict(), spec_yaml=spec.to_yaml(), params=params,
                                       tags={"kind": spec.kind, "b_ref": str(spec.b_ref),
-                                            "overhead": str(spec.overhead)})
+                                            "overhead": str(spec.overhead), "owner": owner})
         self.advance(spec.name)
         return spec.name
 
