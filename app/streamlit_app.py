@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import failures, panels
+from app import auth, failures, panels
 
 st.set_page_config(page_title="CBS Lab", page_icon=":material/science:", layout="wide",
                    initial_sidebar_state="expanded")
+# With sign-in configured ([auth] in .streamlit/secrets.toml), nothing below runs for a visitor who
+# has not signed in: no page, no sidebar, no read of the studies (app/auth.py).
+user = auth.require_user()
 
 pages = {
     "Run": [
@@ -26,9 +29,13 @@ pages = {
     "Data": [
         st.Page("app_pages/import_table.py", title="Import", icon=":material/upload_file:"),
     ],
+    "Science": [
+        st.Page("app_pages/theory.py", title="Theory", icon=":material/functions:"),
+    ],
 }
 page = st.navigation(pages)
 with failures.shown_as_message("the sidebar"):
+    auth.sidebar(user)
     panels.sidebar()
 with failures.shown_as_message(f"the {page.title} page"):
     page.run()

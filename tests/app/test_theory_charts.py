@@ -1,0 +1,70 @@
+"""The Theory page's chart builders (pure, no Streamlit) and the page itself through AppTest."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app import theory_charts
+from cbscore.theory import Grid, Problem, run_theory
+
+
+@pytest.fixture(scope="module")
+def result():
+    grid = Grid(max_steps=300_000)  # the issue's batch sizes and step sizes, at d = 64
+    return run_theory(Problem(a=1.5, b=2.5, sigma2=1.0, d=64), grid, b_ref=4, d_samples=(1e3, 1e4, 1e5))
+
+
+def test_steps_figure_draws_f_of_b_per_d_with_linear_scaling_and_the_empirical_b_star(result):
+    fig = theory_charts.steps_per_d_figure(result)
+    named = [t for t in fig.data if t.name and t.name.startswith("D = ")]
+    assert [t.name for t in named] == ["D = 1e+03", "D = 1e+04", "D = 1e+05"]
+    for trace, setting in zip(named, result.settings):
+        assert list(trace.y) == [s for s in setting.steps if s is not None]
+    stars = [t for t in fig.data if t.marker.symbol == "star"]
+    assert [t.x[0] for t in stars] == pytest.approx([s.cbs_empirical for s in result.settings])
+    # The dotted line is linear scaling through f(B_ref): f(B_ref)·B_ref/B.
+    dotted = [t for t in fig.data if t.line.dash == "dot"][0]
+    f_ref = dict(zip(result.settings[0].batch_sizes, result.settings[0].steps))[4]
+    assert dotted.y == pytest.approx(f_ref * 4 / np.asarray(dotted.x))
+
+
+def test_law_figure_draws_the_fitted_laws_and_the_theory_slopes(result):
+    fig = theory_charts.law_figure(result)
+    points = {t.legendgroup: t for t in fig.data if t.mode == "markers"}
+    assert list(points["cbs_empirical"].y) == pytest.approx([s.cbs_empirical for s in result.settings])
+    theory = [t for t in fig.data if t.name and t.name.startswith("theory")]
+    assert len(theory) == 2
+    for t, which in zip(theory, ("averaged", "last")):
+        slope = np.diff(np.log(t.y)) / np.diff(np.log(t.x))
+        assert slope == pytest.approx(result.theory[which])
+
+
+def test_loss_curves_cross_the_target_at_the_reported_steps(result):
+    setting = result.settings[1]
+    fig = theory_charts.loss_curves_figure(result, setting.d_samples)
+    assert len(fig.data) == sum(s is not None for s in setting.steps)
+    for b, steps, best, curves in zip(setting.batch_sizes, setting.steps, setting.best, result.run.curves):
+        if best is not None:
+            curve = curves[best]
+            assert float(curve(steps)) <= setting.target < float(curve(steps - 1))
+    assert fig.layout.shapes[0].y0 == pytest.approx(setting.target)
+
+
+def test_summary_rows_carry_every_data_size(result):
+    rows = theory_charts.summary_rows(result)
+    assert [r["D (samples)"] for r in rows] == [1e3, 1e4, 1e5]
+    assert [r["B* (points)"] for r in rows] == [s.cbs_empirical for s in result.settings]
+    assert rows[0]["f(B_ref=4)"] == pytest.approx(250, abs=1)
+
+
+def test_theory_page_renders_its_charts(app_test, empty_env):
+    at = app_test
+    at.run()
+    at.switch_page("app_pages/theory.py")
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert len(at.get("plotly_chart")) == 3
+    table = [d.value for d in at.dataframe if "B* (points)" in d.value.columns][0]
+    assert table.set_index("D (samples)").loc[10_000, "B* (points)"] == pytest.approx(135, rel=0.15)
