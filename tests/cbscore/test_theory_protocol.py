@@ -63,6 +63,13 @@ def test_averaged_iterates_also_give_a_cbs_that_grows_with_d():
     assert all(v is not None for v in cbs) and np.all(np.diff(cbs) > 0), cbs
 
 
+def test_table_lists_every_data_size_and_the_laws(capsys):
+    assert main(["theory", "--a", "1.5", "--b", "2.5", "--sigma2", "1", "--d", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "D (samples)" in out and "B* (points)" in out
+    assert out.count("\n") >= 10 and "law in D, B* (points):" in out and "theory: averaged iterates D^0.400" in out
+
+
 @pytest.mark.parametrize("args, field", [(["--sigma2", "-1"], "sigma2"), (["--b-ref", "3"], "b_ref"),
                                          (["--d", "0"], "d"), (["--a", "1"], "a")])
 def test_bad_input_is_refused_naming_the_field_and_the_value(args, field, capsys):
