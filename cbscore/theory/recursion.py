@@ -243,14 +243,12 @@ class Spectrum:
             else:
                 if q_pow is None:
                     q_pow = powers(self.g, steps)  # q_i = 1 − g_i
-                tau = 1.0 - c.norm_nu
                 tau_t = powers(np.array([c.norm_nu]), steps)[0]
                 value = c.const + c.linear * steps + c.coef[:d] @ mu_pow + (c.coef[d:2 * d] @ q_pow) * tau_t
                 if c.coef.size > 2 * d:
                     value = value + c.coef[2 * d] * tau_t * tau_t
                 with np.errstate(divide="ignore", invalid="ignore"):
                     value = value / geometric_sum(c.norm_nu, steps) ** 2
-                del tau
             out[n] = np.where(steps == 0, c.initial, value)
         return out
 
