@@ -18,8 +18,8 @@ from pathlib import Path
 
 from cbscore.errors import ConfigError
 
-#: The app's entry script and the repo's Procfile.
-APP_SCRIPT = Path(__file__).resolve().parent / "streamlit_app.py"
+#: The app's entry script (Streamlit's server with the Host check on every route) and the repo's Procfile.
+APP_SCRIPT = Path(__file__).resolve().parent / "server.py"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROCFILE = REPO_ROOT / "Procfile"
 
@@ -42,7 +42,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 description="Run CBS Lab's web app: streamlit on 127.0.0.1, headless.")
     web.add_argument("--port", type=int, default=None,
                      help=f"port to listen on (default: $CBS_WEB_PORT or {DEFAULT_PORT})")
-    web.add_argument("--host", default=None, help="address to listen on (default: $CBS_WEB_HOST or 127.0.0.1)")
+    web.add_argument("--host", default=None, help="address to listen on (default: $CBS_WEB_HOST or 127.0.0.1); "
+                                                  "another than loopback needs sign-in ([auth] in secrets.toml)")
+    web.add_argument("--insecure-no-auth", action="store_true",
+                     help="listen on a non-loopback address without sign-in (anyone who reaches the port can "
+                          "launch and cancel studies; also $CBS_INSECURE_NO_AUTH=1)")
     web.set_defaults(handler=run_web)
 
     up = subparsers.add_parser("up", help="run everything: tracking server, worker(s) and the web app",
@@ -55,6 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help=f"trials at once on this machine's CPU, one torch thread each (default: "
                          f"$CBS_WORKER_CONCURRENCY, else the number of cores up to {MAX_DEFAULT_WORKERS})")
     up.add_argument("--procfile", type=Path, default=PROCFILE, help="Procfile to run (default: the repo's)")
+    up.add_argument("--insecure-no-auth", action="store_true",
+                    help="let the web app listen on a non-loopback $CBS_WEB_HOST without sign-in")
     up.set_defaults(handler=run_up)
 
 
@@ -91,10 +97,39 @@ def allowed_hosts(host: str) -> list[str]:
     return hosts
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only answers this machine (``localhost``, 127.0.0.0/8, ``::1``, a unix socket)."""
+    import ipaddress
+
+    if host == "localhost" or host.startswith("unix://"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, *, auth: bool, insecure: bool) -> str | None:
+    """Refuse to listen on a non-loopback ``host`` without sign-in (a ConfigError naming
+    ``CBS_WEB_HOST``) unless ``insecure``; then the warning to print on every start."""
+    if is_loopback(host) or auth:
+        return None
+    if not insecure:
+        raise ConfigError("CBS_WEB_HOST", host, "is not a loopback address and no sign-in is configured ([auth] in "
+                          ".streamlit/secrets.toml): anyone who reaches it could launch and cancel GPU work. "
+                          "Configure sign-in (README, Security), or pass --insecure-no-auth if a proxy in front "
+                          "authenticates every request")
+    return (f"cbs web: WARNING: listening on {host} without sign-in (--insecure-no-auth): anyone who reaches this "
+            "port can launch, cancel and \"Launch anyway\" studies. Configure [auth] in .streamlit/secrets.toml.")
+
+
 def streamlit_command(port: int, host: str = "127.0.0.1") -> list[str]:
     """The ``streamlit run`` command line of the app: headless, no usage stats, no file watcher,
-    only the allowed Host names (:func:`allowed_hosts`)."""
+    only the allowed Host names (:func:`allowed_hosts`), the secrets files of :mod:`app.auth`."""
+    from app.auth import secrets_files
+
     hosts = [arg for h in allowed_hosts(host) for arg in ("--server.allowedHosts", h)]
+    hosts += [arg for f in secrets_files() for arg in ("--secrets.files", str(f))]
     return [
         sys.executable, "-m", "streamlit", "run", str(APP_SCRIPT),
         "--server.address", host,
@@ -113,8 +148,14 @@ def streamlit_command(port: int, host: str = "127.0.0.1") -> list[str]:
 
 def run_web(args: argparse.Namespace) -> int:
     """Replace this process by streamlit (so the supervisor's signals reach it directly)."""
+    from app.auth import auth_configured
+
     port = web_port(args.port)
     host = args.host or os.environ.get("CBS_WEB_HOST") or "127.0.0.1"
+    insecure = bool(getattr(args, "insecure_no_auth", False)) or os.environ.get("CBS_INSECURE_NO_AUTH") == "1"
+    warning = check_bind(host, auth=auth_configured(), insecure=insecure)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     os.environ["STREAMLIT_BROWSER_GATHER_USAGE_STATS"] = "false"
     cmd = streamlit_command(port, host)
     print(f"CBS Lab web app: http://{host}:{port}", flush=True)
@@ -194,6 +235,13 @@ def run_up(args: argparse.Namespace) -> int:
     env["CBS_WORKER_CONCURRENCY"] = str(workers)  # read by the Procfile's `cbs worker`
     env.setdefault("STREAMLIT_BROWSER_GATHER_USAGE_STATS", "false")
     env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    if getattr(args, "insecure_no_auth", False):
+        env["CBS_INSECURE_NO_AUTH"] = "1"  # read by the Procfile's `cbs web`
+    from app.auth import auth_configured
+
+    # The web app would refuse the same, restarted in a loop: say it once, before anything starts.
+    check_bind(env.get("CBS_WEB_HOST") or "127.0.0.1", auth=auth_configured(),
+               insecure=env.get("CBS_INSECURE_NO_AUTH") == "1")
     # The Procfile says `cbs ...`: make this interpreter's `cbs` the one the shell finds.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     from app.supervisor import Supervisor, read_procfile

@@ -191,6 +191,7 @@ def summary_rows(summaries: Sequence) -> list[dict[str, Any]]:
         rows.append({
             "study": s.name,
             "kind": s.kind,
+            "owner": getattr(s, "owner", "") or "—",
             "status": s.status,
             "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(s.created_s)),
             "ended / created": f"{ended} / {s.n_trials}",

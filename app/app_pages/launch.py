@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import failures, sources, spec_form, units
+from app import auth, failures, sources, spec_form, units
 from app.spec_form import KIND_LABELS
 from cbscore.errors import CbsError
 from cbscore.recipe import RECIPE_RULES
@@ -160,7 +160,9 @@ with st.form("launch", border=True):
     cols[4].number_input("Max trials", key=K + "max_trials", min_value=1, step=100,
                          help="Sanity limit; a larger study needs 'Launch anyway'.")
     cols[5].text_input("Data source", key=K + "data.source",
-                       help="`builtin` (the shipped corpus), a local path, or `hub:NAME` for a Hugging Face dataset.")
+                       help="`builtin` (the shipped corpus), `hub:NAME` for a Hugging Face dataset, or a path inside "
+                            "the server's data roots: `$CBS_HOME/corpora` (where the operator puts corpora) or a "
+                            "folder of `CBS_DATA_ROOTS`.")
 
     with st.expander("Recipe (paper defaults)"):
         cols = st.columns(5)
@@ -203,7 +205,7 @@ with st.form("launch", border=True):
     tokens_per_s = cols[0].number_input("Throughput per worker (tokens/s)", key=K + "tokens_per_s",
                                         min_value=1, step=1000,
                                         help="For the time estimate only: measured throughput of one worker.")
-    force = cols[1].checkbox("Launch anyway", key=K + "force",
+    force = cols[1].checkbox("Launch anyway", key=K + "force", disabled=not auth.is_admin(auth.current_user()),
                              help="Launch even past the sanity limits: max_trials and max_total_tokens guard against a typo that would run for weeks.")
     buttons = cols[2].columns(2)
     preview = buttons[0].form_submit_button("Preview", icon=":material/visibility:", width="stretch")
@@ -361,7 +363,10 @@ if preview or launch or st.session_state.get(K + "previewed"):
             if est.over_limit and not force:
                 st.error(f"Not launched: {est.over_limit}. Tick “Launch anyway” to launch it.", icon=":material/block:")
             else:
-                name = sources.call("launch_study", spec, force=force)
+                user = auth.current_user()
+                if est.over_limit:
+                    auth.check_force(user)  # only an admin launches past the sanity limits
+                name = sources.call("launch_study", spec, force=force and auth.is_admin(user), owner=user)
                 sources.refresh()
                 st.session_state["studies.selected"] = name
                 st.switch_page("app_pages/studies.py", query_params={"study": name})

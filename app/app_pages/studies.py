@@ -7,7 +7,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from app import charts, failures, gns_panels, panels, sources, study_view, units
+from app import auth, charts, failures, gns_panels, panels, sources, study_view, units
 
 #: Seconds between refreshes of the selected study (its records are read again each time).
 REFRESH_S = sources.LIVE_TTL_S
@@ -125,7 +125,8 @@ def _running_trial(spec, record, target: float | None, link: str | None) -> None
                                              target_loss=target, height=260),
                     key=f"studies.curve.{record.trial_id}", config={"displayModeBar": False})
     gns_panels.noise_scale_chart(record, spec.context_tokens, curve)
-    if st.button("Cancel this trial", key=f"studies.cancel.{record.trial_id}", icon=":material/stop_circle:"):
+    if (st.button("Cancel this trial", key=f"studies.cancel.{record.trial_id}", icon=":material/stop_circle:")
+            and _may_cancel(spec.name, f"trial {record.trial_id}")):
         sources.call("cancel_trial", record.trial_id)
         sources.refresh()
         st.toast(f"Stopping {record.trial_id}", icon=":material/stop_circle:")
@@ -148,6 +149,17 @@ def trials_table(name: str) -> None:
             st.caption("Run links appear when the MLflow UI answers (`cbs tracking`).")
 
 
+def _may_cancel(study: str, what: str) -> bool:
+    """Only the study's owner (read afresh from MLflow) or an admin may cancel it (app/auth.py);
+    anyone else is told who may, where they clicked."""
+    try:
+        auth.check_cancel(auth.current_user(), sources.call("study_owner", study), what)
+    except auth.NotAllowed as exc:
+        st.error(str(exc), icon=":material/block:")
+        return False
+    return True
+
+
 def actions(name: str) -> None:
     """Links to MLflow and cancelling, outside the live fragment so a confirmation survives refreshes."""
     summary = panels.study_summary(name)
@@ -158,14 +170,15 @@ def actions(name: str) -> None:
     cols[1].page_link("app_pages/curves.py", label="Curves", icon=":material/show_chart:", query_params={"study": name})
     with cols[2].popover("Cancel…", icon=":material/cancel:"):
         st.markdown(f"Stop every unfinished trial of **{name}** and end the study?")
-        if st.button("Cancel the study", type="primary", key="studies.cancel_study"):
+        if (st.button("Cancel the study", type="primary", key="studies.cancel_study")
+                and _may_cancel(name, f"the study {name}")):
             n = sources.call("cancel_study", name)
             sources.refresh()
             st.success(f"Cancelled {name}: {n} unfinished trial(s) stopped.")
         records = [r for r in sources.records(name) if r.status in ("queued", "running")]
         if records:
             trial = st.selectbox("…or one trial", [r.trial_id for r in records], key="studies.cancel_pick")
-            if st.button("Cancel this trial", key="studies.cancel_one"):
+            if st.button("Cancel this trial", key="studies.cancel_one") and _may_cancel(name, f"trial {trial}"):
                 outcome = sources.call("cancel_trial", trial)
                 sources.refresh()
                 st.success(f"{trial}: {outcome}.")

@@ -120,7 +120,7 @@ def test_launch_hands_the_spec_to_the_workers_and_opens_the_study(launch):
         launch.button(key=LAUNCH).click().run()
     submit.assert_called_once()
     (spec,), kwargs = submit.call_args
-    assert isinstance(spec, StudySpec) and kwargs == {"force": False}
+    assert isinstance(spec, StudySpec) and kwargs == {"force": False, "owner": "local"}  # no sign-in: the one local user
     assert spec == load_preset("demo").replace(name="my-study")
     assert launch.session_state["studies.selected"] == "my-study"
     assert [t.value for t in launch.title] == ["Studies"]  # switched to the study's live page

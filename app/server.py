@@ -1,0 +1,15 @@
+"""The web app as ``cbs web`` serves it: Streamlit's own server (``st.App``) running
+``streamlit_app.py``, with CBS Lab's Host check in front of every route (:mod:`app.host_check`).
+
+``streamlit run app/server.py`` finds the ``app`` below and serves it with uvicorn; every
+``--server.*`` option of ``streamlit run`` still applies.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+from starlette.middleware import Middleware
+
+from app.host_check import HostCheck
+
+app = st.App("streamlit_app.py", middleware=[Middleware(HostCheck)])
