@@ -161,7 +161,8 @@ def _shared_curvature(rows: Sequence[tuple[tuple, np.ndarray, np.ndarray]]) -> f
 
 
 def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
-                     tried: dict[tuple[int, int | None], Sequence[float]] | None = None) -> dict[tuple, _CellFit]:
+                     tried: dict[tuple[int, int | None], Sequence[float]] | None = None,
+                     projected: dict[tuple[int, int | None], list[TrialSteps]] | None = None) -> dict[tuple, _CellFit]:
     """``S`` of every cell ``(B, seed)`` from a parabola in ``ln η`` with a shared curvature.
 
     Each cell with two or more distinct rates in its window (the best reached rate and its
@@ -173,6 +174,9 @@ def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
     a study than in its full grid; the planner never prunes the best rate's neighbours and re-runs
     a censored one, so such windows are rare). Cells with one rate in the window, or unknown rates,
     keep their minimum; so does every cell when no positive curvature is found.
+    ``projected``: per cell, trials stopped at equal tokens with their projected steps
+    (:func:`cbscore.analysis.project_pruned`, as ``reached`` stand-ins): they join the window where
+    their rate is in it, never as its best.
     """
     out: dict[tuple, _CellFit] = {}
     rows: list[tuple[tuple, np.ndarray, np.ndarray]] = []  # (cell, u (n,), log S (n,))
@@ -183,6 +187,13 @@ def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
             continue
         rates = sorted(set((tried or {}).get(key, ())) | {t.lr for t in reached})
         window = _window(reached, rates)
+        extra = [t for t in (projected or {}).get(key, ()) if t.lr is not None]
+        if extra:
+            # Stand-ins for rates that did not reach (a rate that did keeps its own crossing).
+            have = {t.lr for t in reached}
+            keep = set(window_rates(rates, best.lr))
+            window += [t for t in extra if t.lr in keep and t.lr not in have
+                       and t.steps <= FIT_MAX_STEPS_RATIO * best.steps]
         if len({t.lr for t in window}) < 2:
             continue
         u = np.array([math.log(t.lr / best.lr) for t in window])
@@ -221,13 +232,17 @@ def measure_points(
         grouped.setdefault(trial.batch_size, []).append(trial)
     cells: dict[tuple[int, int | None], list[TrialSteps]] = {}
     tried: dict[tuple[int, int | None], list[float]] = {}
+    projected: dict[tuple[int, int | None], list[TrialSteps]] = {}
     for batch_size, group in grouped.items():
         for t in group:
             if t.outcome == REACHED:
                 cells.setdefault((batch_size, t.seed), []).append(t)
+            elif t.steps_projected is not None:
+                projected.setdefault((batch_size, t.seed), []).append(
+                    TrialSteps(batch_size=batch_size, outcome=REACHED, steps=t.steps_projected, seed=t.seed, lr=t.lr))
             if t.lr is not None:
                 tried.setdefault((batch_size, t.seed), []).append(t.lr)
-    fits = fit_across_rates(cells, tried) if estimator == "fit" else {}
+    fits = fit_across_rates(cells, tried, projected) if estimator == "fit" else {}
     points = []
     for batch_size in sorted(grouped):
         group = grouped[batch_size]

@@ -42,6 +42,10 @@ class TrialSteps:
     lr: float | None = None
     """Peak learning rate of the trial; ``None`` when unknown. With the rates of a cell known,
     ``S(B)`` is read off a fit across them (:func:`cbscore.analysis.measure_points`)."""
+    steps_projected: float | None = None
+    """For a ``pruned`` trial stopped at equal tokens: its steps to target projected from its curve
+    against the cell's leader (:func:`cbscore.analysis.project_pruned`); the fit across rates reads
+    it where the trial is in the best rate's window. ``None`` otherwise."""
 
     def __post_init__(self):
         size = self.batch_size
@@ -72,6 +76,14 @@ class TrialSteps:
             if not (number and math.isfinite(budget) and budget > 0):
                 raise ConfigError("budget_steps", budget, "must be a positive finite step count")
             object.__setattr__(self, "budget_steps", float(budget))
+        proj = self.steps_projected
+        if proj is not None:
+            if self.outcome != "pruned":
+                raise ConfigError("steps_projected", proj, f"must be None for a {self.outcome} trial")
+            number = isinstance(proj, numbers.Real) and not isinstance(proj, bool)
+            if not (number and math.isfinite(proj) and proj > 0):
+                raise ConfigError("steps_projected", proj, "must be a positive finite step count")
+            object.__setattr__(self, "steps_projected", float(proj))
         lr = self.lr
         if lr is not None:
             number = isinstance(lr, numbers.Real) and not isinstance(lr, bool)

@@ -73,12 +73,14 @@ def study_costs(spec: StudySpec, records: Sequence[TrialRecord]) -> StudyCosts:
         setting = settings.get(recs[0].setting_id)
         if setting is None:
             continue
-        cells += 1
         seeds = {r.seed for r in recs}
         if recs[0].role == "reference":
-            oracle += setting.tokens * len(seeds)
+            # Counted once a run of the seed ended (before, the oracle would run ahead of the study).
+            oracle += setting.tokens * len({r.seed for r in recs if r.terminal})
+            cells += any(r.terminal for r in recs)
             grid += sum(r.tokens for r in recs)
             continue
+        cells += 1
         # Per (rate, seed): tokens to its crossing where a run of it crossed (a re-run's included),
         # else the most any run of it trained (a lower bound).
         runs: dict[tuple[float, int], list[TrialRecord]] = {}

@@ -9,10 +9,13 @@ lowest loss any other trial of its seed had at ``t`` (read off that trial's eval
 Near the target a held-out loss falls about linearly in ``ln t`` (a local power law, Kaplan et al.
 2020, arXiv 2001.08361, eq. 5.6), so a gap of ``δ`` nats at equal steps is a factor of about
 ``exp(δ/κ)`` in steps to target, ``κ = −dL/d ln t`` (0.1–0.3 nats per e-fold in the lab's runs).
-The rates the cell's fit reads are never stopped: the window around the best crossing so far and,
-before any crossing, the window around the leader at equal tokens
-(``cbscore.analysis.window_rates``). What is left to stop is the rates far from the optimum, which
-the full grid runs to its crossing only to leave them out of the fit.
+The rates the cell's fit reads are not stopped by that margin (the window around the best
+crossing so far and, before any crossing, the window around the leader at equal tokens,
+``cbscore.analysis.window_rates``); they are stopped later, by :func:`projectable_stops`: once a
+trial has trained ``equal_token_fraction`` of the cell's expected steps and needs more than
+:data:`MIN_RATIO` times the leader's steps to reach each of its own last losses, its steps to
+target are projected from that ratio (``cbscore.analysis.project_pruned``) and it stops. The
+fastest trial of each seed always runs to the target.
 """
 
 from __future__ import annotations
@@ -21,8 +24,14 @@ import bisect
 import math
 from typing import Collection, Sequence
 
-from cbscore.analysis import window_rates
+from cbscore.analysis import steps_ratio, window_rates
+from cbscore.analysis._projection import step_at_loss
 from cbscore.study.trials import TrialRecord
+
+#: A trial is projected and stopped only when it needs more than this multiple of the leader's
+#: steps to reach its own losses: two curves closer than that are the same rate within noise, and
+#: both run on.
+MIN_RATIO = 1.02
 
 
 def loss_at_step(steps: Sequence[float], losses: Sequence[float], at: float) -> float | None:
@@ -66,4 +75,33 @@ def equal_token_stops(recs: Sequence[TrialRecord], *, margin_nats: float, protec
         if r.lr in window_rates(tried, lead_lr):
             continue
         out.append(r.trial_id)
+    return out
+
+
+def projectable_stops(recs: Sequence[TrialRecord], *, fraction: float, expected_steps: float | None,
+                      skip: Collection[str] = ()) -> list[str]:
+    """Trial ids of running trials of one cell that trained ``fraction`` of ``expected_steps`` and
+    trail their seed's leader by a steps ratio above :data:`MIN_RATIO` (module docstring). The
+    leader is the trial of the seed that reached the trial's latest loss in the fewest steps."""
+    if expected_steps is None or expected_steps <= 0:
+        return []
+    out = []
+    for r in recs:
+        if r.status != "running" or len(r.eval_steps) < 2 or r.trial_id in skip:
+            continue
+        t, level = r.eval_steps[-1], r.eval_losses[-1]
+        if t < fraction * expected_steps or not math.isfinite(level):
+            continue
+        lead, lead_at = None, t
+        for o in recs:
+            if o is r or o.seed != r.seed or o.status in ("diverged", "failed") or not o.eval_steps:
+                continue
+            at = step_at_loss(o.eval_steps, o.eval_losses, level)
+            if at is not None and at < lead_at:
+                lead, lead_at = o, at
+        if lead is None:
+            continue
+        c = steps_ratio(r.eval_steps, r.eval_losses, lead.eval_steps, lead.eval_losses)
+        if c is not None and c > MIN_RATIO:
+            out.append(r.trial_id)
     return out

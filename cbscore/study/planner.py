@@ -583,7 +583,7 @@ def _plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRe
     seed_best = _seed_best(recs, target)
     best = min(seed_best.values()) if seed_best else None
     if grid:
-        rates, pending = cell_rates(spec, recs, role, predicted)
+        rates, pending = cell_rates(spec, recs, role, predicted if spec.search.predict else None)
         n_cell = len(rates) * len(spec.seeds)
     else:
         rates, n_cell = (), _cell_size(spec)
@@ -624,12 +624,16 @@ def _plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRe
     rerun: list[TrialRecord] = []
     first_done = len(first) >= n_cell and all(r.terminal for r in first) and not pending
     if grid and role == "trial" and first_done and target is not None:
-        if best is None and all(r.status in ("censored", "diverged") for r in first):
+        # (Trials stopped at equal tokens trailed one of these: their projections need its crossing.)
+        ended_short = ("censored", "diverged", "pruned") if spec.prune_at_equal_tokens else ("censored", "diverged")
+        if best is None and all(r.status in ended_short for r in first):
             rerun = [r for r in first if r.status == "censored"]
         else:
             # A neighbour pruned before the best settled (a later rate won) is run again too.
             near = _best_neighbours(first, target, rates)
-            rerun = [r for r in first if r.status in ("censored", "pruned") and (r.seed, r.lr) in near]
+            # (Stopped at equal tokens, a neighbour's steps are projected from its curve: no re-run.)
+            again = ("censored",) if spec.prune_at_equal_tokens else ("censored", "pruned")
+            rerun = [r for r in first if r.status in again and (r.seed, r.lr) in near]
     elif grid and role == "reference" and first_done and target is not None and best is not None:
         # The reference runs train (1 + margin)·D without a target; a neighbour of the best
         # rate that had not crossed the cell's target by then is run again to twice that,
@@ -658,7 +662,11 @@ def _plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRe
         present = {r.trial_id for r in recs}
         if grid:
             keep: set[tuple[int, float]] | None = None
-            for lr in rates:
+            # Nearest the predicted optimum first: trials stopped at equal tokens are compared
+            # with the leader, which should be running before them.
+            order = (sorted(rates, key=lambda v: abs(math.log(v / predicted))) if predicted is not None
+                     else rates)
+            for lr in order:
                 for seed in spec.seeds:
                     tid = _trial_id(spec, setting, b, lr_tag(lr), seed)
                     if tid not in present:
@@ -701,9 +709,20 @@ def _plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRe
         if role == "trial" and spec.prune_at_equal_tokens and any(r.status == "running" for r in recs):
             from cbscore.study.equal_tokens import equal_token_stops
 
+            from cbscore.study.equal_tokens import projectable_stops
+
             keep = _best_neighbours(recs, target, rates if grid else ()) if seed_best else set()
             stopping = {tid for tid, _ in stop}
             for tid in equal_token_stops(recs, margin_nats=spec.equal_token_margin, protected=keep,
+                                         skip=lost_set | stopping):
+                stop.append((tid, "pruned"))
+                stopping.add(tid)
+            # The fit's own rates: stopped once their steps to target can be projected.
+            expected = best if best is not None else prev_best
+            if expected is None:
+                steps_budget = cell_budget_tokens(spec, setting, b, role, cap) // (b * spec.context_tokens)
+                expected = steps_budget / (1 + spec.budget_margin)
+            for tid in projectable_stops(recs, fraction=spec.equal_token_fraction, expected_steps=expected,
                                          skip=lost_set | stopping):
                 stop.append((tid, "pruned"))
     resolved = complete or (role == "trial" and best is not None)
@@ -762,7 +781,8 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
         setting_failed = any(e.startswith(f"setting {setting.setting_id!r}") for e in errors)
         for b in spec.batch_sizes:
             recs = by_cell.get(cell_id(setting.setting_id, b), [])
-            predicted = _cell_prediction(spec, setting, by_cell, b) if (grid and spec.search.predict) else None
+            predicted = (_cell_prediction(spec, setting, by_cell, b)
+                         if (grid and (spec.search.predict or spec.prune_at_equal_tokens)) else None)
             key = (setting.setting_id, b, target, prev_resolved, prev_best, at_least, setting_failed, predicted,
                    tuple(_record_key(r, lost_set) for r in recs))
             out = _CELL_PLANS.get(key)

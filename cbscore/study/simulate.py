@@ -41,8 +41,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from cbscore.analysis import (DEFAULT_ESTIMATOR, ESTIMATORS, TrialSteps, cbs_closed_form, first_crossing, fit_steps,
-                              measure_points)
+from cbscore.analysis import (DEFAULT_ESTIMATOR, ESTIMATORS, EvalHistory, TrialSteps, cbs_closed_form, first_crossing,
+                              fit_steps, measure_points, project_pruned)
 from cbscore.errors import CbsError, ConfigError, DataError, FitError
 from cbscore.study.planner import grid_tokens, plan, skipped_cells
 from cbscore.study.spec import Setting, StudySpec
@@ -624,6 +624,14 @@ def _study_trials(records: Mapping[str, TrialRecord], sid: str, target: float | 
                                   lr=r.lr, seed=r.seed))
         else:
             out.append(TrialSteps(batch_size=r.batch_size, outcome=r.status, lr=r.lr, seed=r.seed))
+    # Trials stopped at equal tokens: steps to target projected from their curves against the
+    # cell's leader, as `cbs study fit` does from MLflow's histories.
+    if any(t.outcome == "pruned" for t in out):
+        histories = [EvalHistory(batch_size=r.batch_size, steps=r.eval_steps, losses=r.eval_losses, lr=r.lr,
+                                 seed=r.seed, outcome=r.status, role=r.role)
+                     for r in records.values() if r.setting_id == sid and r.status in ("reached", "pruned")
+                     and len(r.eval_steps) >= 2]
+        out = project_pruned(out, histories)
     return out
 
 

@@ -177,6 +177,11 @@ class StudySpec:
     """Stop a trial as ``pruned`` before the cell's best has crossed when, at the same step, its
     held-out loss trails the cell's leader by more than ``equal_token_margin`` nats (never the
     rates the fit reads, ``cbscore.study.equal_tokens``)."""
+    equal_token_fraction: float = 0.25
+    """With ``prune_at_equal_tokens``: a trial the cell's fit reads stops once it trained this
+    fraction of the cell's expected steps (the best crossing so far, else the next smaller batch
+    size's S) and trails its seed's leader; its steps to target are projected from its curve
+    against the leader's (``cbscore.analysis.project_pruned``)."""
     equal_token_margin: float = 0.05
     """Loss gap (nats, EWA held-out loss at equal tokens) past which a trial is stopped by
     ``prune_at_equal_tokens``; calibrated on the lab's own curves (docs/results/equal-tokens)."""
@@ -289,6 +294,9 @@ class StudySpec:
             raise ConfigError("prune_margin", self.prune_margin, "must be a number in [0, 10]")
         if not isinstance(self.prune_at_equal_tokens, bool):
             raise ConfigError("prune_at_equal_tokens", self.prune_at_equal_tokens, "must be true or false")
+        if isinstance(self.equal_token_fraction, bool) or not (isinstance(self.equal_token_fraction, (int, float))
+                                                                  and 0 < self.equal_token_fraction <= 1):
+            raise ConfigError("equal_token_fraction", self.equal_token_fraction, "must be a number in (0, 1]")
         if isinstance(self.equal_token_margin, bool) or not (isinstance(self.equal_token_margin, (int, float))
                                                                 and 0 < self.equal_token_margin <= 10):
             raise ConfigError("equal_token_margin", self.equal_token_margin, "must be a number in (0, 10] (nats)")
