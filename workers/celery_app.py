@@ -68,8 +68,9 @@ def configure(app: Celery, s: WorkerSettings) -> None:
         task_queues=tuple(Queue(q, routing_key=q) for q in QUEUES),
         task_default_queue="cpu",
         task_create_missing_queues=False,
-        # The filesystem transport has no cheap broadcast: presence lives in the ledger instead.
-        worker_enable_remote_control=not s.embedded_broker,
+        # Off unless the operator asks (CBS_WORKER_REMOTE_CONTROL=1): with it, anyone who can write to
+        # Redis could shut the workers down. Presence lives in the ledger; cancelling in the leases.
+        worker_enable_remote_control=s.remote_control and not s.embedded_broker,
         worker_send_task_events=False,
         task_send_sent_event=False,
         worker_hijack_root_logger=False,

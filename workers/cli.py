@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import sys
+from pathlib import Path
 
 from cbscore import paths
 from cbscore.errors import ConfigError
@@ -108,6 +109,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tracking.add_argument("--host", default="127.0.0.1")
     tracking.add_argument("--port", type=int, default=5000)
     tracking.add_argument("--workers", type=int, default=1, help="server worker processes (default 1)")
+    tracking.add_argument("--auth", action="store_true",
+                          help="run MLflow's basic-auth app: every request needs a user; the lab's service "
+                               "account is $MLFLOW_TRACKING_USERNAME/$MLFLOW_TRACKING_PASSWORD (also $CBS_TRACKING_AUTH=1)")
     tracking.set_defaults(handler=run_tracking)
 
 
@@ -201,7 +205,35 @@ def run_worker(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- cbs tracking
-def tracking_argv(host: str, port: int, workers: int) -> list[str]:
+def tracking_auth_config(env: dict | None = None) -> Path:
+    """Write ``$CBS_HOME/mlflow-auth/basic_auth.ini`` for ``mlflow server --app-name basic-auth`` and
+    return it: no permission for anyone by default, users kept in ``users.db`` beside it, and the
+    admin is the lab's service account ``MLFLOW_TRACKING_USERNAME`` (its password is handed to
+    MLflow through ``MLFLOW_AUTH_ADMIN_PASSWORD``, never written to the file). Every lab process
+    authenticates with the same two variables (MLflow's client reads them)."""
+    env = os.environ if env is None else env
+    user, password = env.get("MLFLOW_TRACKING_USERNAME"), env.get("MLFLOW_TRACKING_PASSWORD")
+    if not user or not password:
+        raise ConfigError("MLFLOW_TRACKING_USERNAME", user or None,
+                          "and MLFLOW_TRACKING_PASSWORD must both be set for cbs tracking --auth: they are the "
+                          "lab's service account, the MLflow admin, used by the workers, runner and web app")
+    folder = paths.subdir("mlflow-auth")
+    secret = folder / "flask-secret"  # the CSRF key MLflow's auth app needs, kept across restarts
+    if not secret.exists():
+        import secrets
+
+        secret.touch(mode=0o600)
+        secret.write_text(secrets.token_hex(32))
+    path = folder / "basic_auth.ini"
+    path.write_text("[mlflow]\n"
+                    "default_permission = NO_PERMISSIONS\n"
+                    f"database_uri = sqlite:///{folder / 'users.db'}\n"
+                    f"admin_username = {user}\n"
+                    "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+    return path
+
+
+def tracking_argv(host: str, port: int, workers: int, *, auth: bool = False) -> list[str]:
     from workers.settings import MLFLOW_DIR, WorkerSettings
 
     s = WorkerSettings.from_env()
@@ -211,14 +243,20 @@ def tracking_argv(host: str, port: int, workers: int) -> list[str]:
     artifacts = s.artifact_root or str(MLFLOW_DIR / "store" / "artifacts")
     mlflow = os.path.join(os.path.dirname(sys.executable), "mlflow")
     return [mlflow, "server", "--backend-store-uri", s.tracking_uri, "--artifacts-destination", artifacts,
-            "--host", host, "--port", str(port), "--workers", str(workers)]
+            "--host", host, "--port", str(port), "--workers", str(workers),
+            *(["--app-name", "basic-auth"] if auth else [])]
 
 
 def run_tracking(args: argparse.Namespace) -> int:
     from workers.settings import WorkerSettings
     from workers.tracking import prepare_store
 
-    argv = tracking_argv(args.host, args.port, args.workers)
+    auth = bool(getattr(args, "auth", False)) or os.environ.get("CBS_TRACKING_AUTH") == "1"
+    argv = tracking_argv(args.host, args.port, args.workers, auth=auth)
+    if auth:
+        os.environ["MLFLOW_AUTH_CONFIG_PATH"] = str(tracking_auth_config())
+        os.environ["MLFLOW_AUTH_ADMIN_PASSWORD"] = os.environ["MLFLOW_TRACKING_PASSWORD"]
+        os.environ.setdefault("MLFLOW_FLASK_SERVER_SECRET_KEY", (paths.subdir("mlflow-auth") / "flask-secret").read_text())
     prepare_store(WorkerSettings.from_env().tracking_uri)
     os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")

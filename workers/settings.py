@@ -19,7 +19,11 @@ Everything has a default that runs on one machine with no server (DESIGN.md §2,
 ``CBS_MAX_ATTEMPTS``           Attempts of a trial whose worker dies before it ends ``failed`` (3).
 ``CBS_TRIAL_SOFT_TIME_LIMIT_S`` Soft time limit of one trial, seconds (unset = none): the trial ends
                                ``failed`` with a message.
-``CBS_TRIAL_TIME_LIMIT_S``     Hard time limit (the child is killed), seconds (unset = none).
+``CBS_TRIAL_TIME_LIMIT_S``     Hard time limit (the child is killed), seconds (unset = derived from each
+                               trial's budget: ``workers.time_limits``); set, it replaces the derived one.
+``CBS_WORKER_REMOTE_CONTROL``  ``1`` turns on Celery's remote control (``celery inspect``/``control``:
+                               anyone who can write to the broker could then shut workers down); off
+                               by default. The lab needs none (presence lives in the ledger).
 ``CBS_HEARTBEAT_S``            Period of a running trial's heartbeat, seconds (5).
 ``CBS_STALE_AFTER_S``          A running trial whose heartbeat is older than this is lost (60).
 ``CBS_WATCH_PERIOD_S``         Period of ``cbs study watch``, seconds (10).
@@ -86,6 +90,8 @@ class WorkerSettings:
     """Age of a heartbeat after which a running trial is lost, seconds."""
     watch_period_s: float
     """Period of the ``cbs study watch`` loop, seconds."""
+    remote_control: bool = False
+    """Celery's remote control on the broker (``CBS_WORKER_REMOTE_CONTROL=1``); off by default."""
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -143,6 +149,7 @@ class WorkerSettings:
             heartbeat_s=_number(env, "CBS_HEARTBEAT_S", 5.0),
             stale_after_s=_number(env, "CBS_STALE_AFTER_S", 60.0),
             watch_period_s=_number(env, "CBS_WATCH_PERIOD_S", 10.0),
+            remote_control=env.get("CBS_WORKER_REMOTE_CONTROL", "") == "1",
         )
 
 

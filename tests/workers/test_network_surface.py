@@ -1,0 +1,76 @@
+"""The workers' network surface (issue 21, finding 6 and "MLflow behind credentials"): Celery's
+remote control is off by default, and ``cbs tracking --auth`` runs MLflow's basic-auth app with the
+lab's service account."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from cbscore.errors import ConfigError
+from tests.workers.conftest import CBS
+from workers.celery_app import Celery, configure
+from workers.cli import tracking_argv, tracking_auth_config
+from workers.settings import WorkerSettings
+
+
+@pytest.mark.parametrize("env, on", [({"CBS_BROKER_URL": "redis://127.0.0.1:6379/0"}, False),
+                                     ({"CBS_BROKER_URL": "redis://127.0.0.1:6379/0", "CBS_WORKER_REMOTE_CONTROL": "1"}, True),
+                                     ({}, False)])
+def test_remote_control_is_off_unless_the_operator_turns_it_on(env, on):
+    app = Celery("t")
+    configure(app, WorkerSettings.from_env(env))
+    assert app.conf.worker_enable_remote_control is on
+
+
+def test_tracking_auth_needs_the_service_account(worker_env):
+    with pytest.raises(ConfigError) as err:
+        tracking_auth_config({})
+    assert err.value.field == "MLFLOW_TRACKING_USERNAME"
+    path = tracking_auth_config({"MLFLOW_TRACKING_USERNAME": "cbs", "MLFLOW_TRACKING_PASSWORD": "pw-not-in-file"})
+    text = path.read_text()
+    assert "default_permission = NO_PERMISSIONS" in text and "admin_username = cbs" in text
+    assert "pw-not-in-file" not in text
+    assert oct((path.parent / "flask-secret").stat().st_mode)[-3:] == "600"
+    assert tracking_argv("127.0.0.1", 5000, 1, auth=True)[-2:] == ["--app-name", "basic-auth"]
+
+
+def _status(url: str, auth: tuple[str, str] | None = None) -> int:
+    import base64
+
+    request = urllib.request.Request(url)
+    if auth:
+        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(auth).encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:  # not listening yet
+        return 0
+
+
+@pytest.mark.slow  # MLflow's auth app starts in 20-40 s on two loaded cores
+def test_tracking_with_auth_refuses_requests_without_the_service_account(worker_env, processes, monkeypatch):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "cbs-service")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "a-long-service-password")
+    processes.start([CBS, "tracking", "--auth", "--port", str(port)], "tracking")
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while _status(f"{base}/health") != 200:
+        assert time.time() < deadline, "cbs tracking --auth did not answer"
+        time.sleep(1)
+    url = f"{base}/api/2.0/mlflow/experiments/search?max_results=1"
+    assert _status(url) == 401
+    assert _status(url, ("cbs-service", "wrong")) == 401
+    assert _status(url, ("cbs-service", "a-long-service-password")) == 200
