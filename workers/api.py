@@ -22,10 +22,10 @@ from workers.settings import WorkerSettings
 
 #: Columns of :func:`study_table`: the ``cbs fit`` CSV first, then what the app links and colours by.
 TABLE_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome",
-                 "trial_id", "role", "lr", "beta2", "tau", "seed", "run_id", "budget_steps")
+                 "trial_id", "role", "lr", "beta2", "tau", "seed", "run_id", "budget_steps", "steps_projected")
 #: The columns ``cbs fit`` reads (``cbs study export``).
 FIT_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome", "seed", "budget_steps",
-               "lr")
+               "lr", "steps_projected")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -308,8 +308,39 @@ def study_table(name: str) -> list[dict]:
             "beta2": _float(tags.get("beta2")), "tau": _float(best_tau), "seed": rec.seed, "run_id": rec.run_id,
             # A censored trial is a lower bound: S > the steps it trained without reaching the target.
             "budget_steps": rec.last_step if outcome == "censored" else "",
+            "steps_projected": "",
         })
+    _project_pruned_rows(rows, records, runs_by_id, tracker)
     return rows
+
+
+def _project_pruned_rows(rows: list[dict], records, runs_by_id, tracker) -> None:
+    """Fill ``steps_projected`` of the trials stopped at equal tokens (``prune_at_equal_tokens``):
+    their steps to target projected from their curve against their cell's leader
+    (:func:`cbscore.analysis.steps_ratio`); one history read per pruned trial (ended: cached)."""
+    from cbscore.analysis import steps_ratio
+
+    pruned = [r for r in rows if r["outcome"] == "pruned"]
+    if not pruned:
+        return
+    by_id = {rec.trial_id: rec for rec in records}
+    leaders: dict[tuple, dict] = {}
+    for r in rows:
+        if r["outcome"] == "reached" and r["role"] == "trial":
+            key = (r["setting"], r["batch_size"], r["seed"])
+            if key not in leaders or r["steps"] < leaders[key]["steps"]:
+                leaders[key] = r
+    for r in pruned:
+        lead = leaders.get((r["setting"], r["batch_size"], r["seed"]))
+        if lead is None:
+            continue
+        lead_rec = by_id[lead["trial_id"]]
+        steps, losses = tracker.history(runs_by_id[r["run_id"]], "eval/loss_ewa")
+        if not lead_rec.eval_steps or len(steps) < 2:
+            continue
+        c = steps_ratio(steps, losses, lead_rec.eval_steps, lead_rec.eval_losses)
+        if c is not None:
+            r["steps_projected"] = c * lead["steps"]
 
 
 def study_status(name: str) -> StudyStatus:

@@ -14,7 +14,9 @@ REQUIRED_COLUMNS = ("setting", "batch_size", "steps")
 #: repeats (``S`` per seed is the minimum over its learning rates); ``budget_steps`` is the steps a
 #: censored trial ran without reaching the target (a lower bound on its ``S``).
 #: ``lr`` is the trial's peak learning rate: with it, a cell's ``S`` comes from a fit across rates.
-OPTIONAL_COLUMNS = ("n_params", "tokens", "context", "outcome", "seed", "budget_steps", "lr")
+#: ``steps_projected``: a ``pruned`` trial stopped at equal tokens, its steps to target projected from
+#: its curve against its cell's leader (``cbscore.analysis.project_pruned``); the fit reads it.
+OPTIONAL_COLUMNS = ("n_params", "tokens", "context", "outcome", "seed", "budget_steps", "lr", "steps_projected")
 
 
 def _blank(value: object) -> bool:
@@ -109,6 +111,11 @@ def normalize_row(row: Mapping, where: str) -> dict:
         # except a censored trial's, which are its budget: a lower bound on its S.
         out["steps"] = None
         out["outcome"] = outcome
+    projected = row.get("steps_projected")
+    out["steps_projected"] = None
+    if out["outcome"] == "pruned" and not _blank(projected):
+        # A trial stopped at equal tokens: its steps to target projected from its curve (issue 20).
+        out["steps_projected"] = _number(where, "steps_projected", projected)
     budget = row.get("budget_steps")
     out["budget_steps"] = None
     if out["outcome"] == CENSORED:

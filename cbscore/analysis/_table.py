@@ -166,6 +166,7 @@ def analyze_table(
                 seed=row["seed"],
                 budget_steps=row["budget_steps"],
                 lr=row["lr"],
+                steps_projected=row.get("steps_projected"),
             )
         )
         known = meta.setdefault(name, {})
