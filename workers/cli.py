@@ -299,7 +299,9 @@ def run_launch(args: argparse.Namespace) -> int:
         return 0
     from workers.runner import Runner
 
-    name = Runner().launch(spec, force=args.force)
+    import getpass
+
+    name = Runner().launch(spec, force=args.force, owner=f"cli:{getpass.getuser()}")  # the operator, on the host
     print(f"cbs study: launched {name!r}; follow it with `cbs study status {name}`")
     if not api.alive_workers():
         print("cbs study: no worker is alive: start one with `cbs worker` (and the runner, `cbs study watch`), "
