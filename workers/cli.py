@@ -68,6 +68,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     simulate.add_argument("--estimator", choices=("fit", "min"), default="fit",
                           help="S(B) per cell: a fit across learning rates (default, the pages') or the paper's "
                                "minimum; the minimum's bias is reported beside either way")
+    simulate.add_argument("--curves", metavar="CURVES.json", default=None,
+                          help="the lab's own curve shapes (benchmarks/calibrate_equal_tokens.py --templates): "
+                               "what trials stopped at equal tokens are compared and projected on")
     simulate.add_argument("--predict", choices=("on", "off"), default=None,
                           help="override the spec's search.predict (learning rates predicted per cell)")
     simulate.add_argument("--prune-at-equal-tokens", choices=("on", "off"), default=None,
@@ -211,7 +214,10 @@ def tracking_auth_config(env: dict | None = None) -> Path:
     admin is the lab's service account ``MLFLOW_TRACKING_USERNAME`` (its password is handed to
     MLflow through ``MLFLOW_AUTH_ADMIN_PASSWORD``, never written to the file). Every lab process
     authenticates with the same two variables (MLflow's client reads them)."""
+    from workers.tracking import load_service_password
+
     env = os.environ if env is None else env
+    load_service_password(env)
     user, password = env.get("MLFLOW_TRACKING_USERNAME"), env.get("MLFLOW_TRACKING_PASSWORD")
     if not user or not password:
         raise ConfigError("MLFLOW_TRACKING_USERNAME", user or None,
@@ -332,7 +338,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     if isinstance(args.seeds, bool) or args.seeds < 1:
         raise ConfigError("--seeds", args.seeds, "must be a positive integer")
     config = SimConfig(noise_sigma=args.noise, lr_penalty=args.lr_penalty, workers=args.workers,
-                       eval_noise=args.eval_noise, estimator=args.estimator)
+                       eval_noise=args.eval_noise, estimator=args.estimator, curves=args.curves)
 
     def progress(done: int, total: int) -> None:
         if sys.stderr.isatty() and total > 1:

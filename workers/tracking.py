@@ -38,7 +38,7 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, MutableMapping
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -157,8 +157,19 @@ def prepare_store(uri: str) -> None:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def load_service_password(env: MutableMapping[str, str] | None = None) -> None:
+    """``CBS_TRACKING_PASSWORD_FILE``: the lab's MLflow service account password read from a file
+    (keep it mode 0600) into ``MLFLOW_TRACKING_PASSWORD``, which MLflow's client sends, unless that
+    is set already (``cbs tracking --auth``; docs/SECURITY.md)."""
+    env = os.environ if env is None else env
+    path = env.get("CBS_TRACKING_PASSWORD_FILE")
+    if path and not env.get("MLFLOW_TRACKING_PASSWORD"):
+        env["MLFLOW_TRACKING_PASSWORD"] = Path(path).expanduser().read_text().strip()
+
+
 def client(uri: str) -> MlflowClient:
     """One client per (process, URI); a local store is prepared on first use."""
+    load_service_password()
     key = (os.getpid(), uri)
     with _CLIENTS_LOCK:
         found = _CLIENTS.get(key)

@@ -40,6 +40,20 @@ def test_tracking_auth_needs_the_service_account(worker_env):
     assert tracking_argv("127.0.0.1", 5000, 1, auth=True)[-2:] == ["--app-name", "basic-auth"]
 
 
+def test_the_service_password_may_come_from_a_file(tmp_path):
+    secret = tmp_path / "mlflow-password"
+    secret.write_text("from-a-file\n")
+    secret.chmod(0o600)
+    env = {"MLFLOW_TRACKING_USERNAME": "cbs", "CBS_TRACKING_PASSWORD_FILE": str(secret)}
+    from workers.tracking import load_service_password
+
+    load_service_password(env)
+    assert env["MLFLOW_TRACKING_PASSWORD"] == "from-a-file"
+    env = {"MLFLOW_TRACKING_PASSWORD": "from-env", "CBS_TRACKING_PASSWORD_FILE": str(secret)}
+    load_service_password(env)
+    assert env["MLFLOW_TRACKING_PASSWORD"] == "from-env"  # the environment wins
+
+
 def _status(url: str, auth: tuple[str, str] | None = None) -> int:
     import base64
 
