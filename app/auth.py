@@ -64,7 +64,7 @@ def enabled() -> bool:
 
 
 def current_user() -> str:
-    """The signed-in user's e-mail (else their OIDC subject), lower case; :data:`LOCAL_USER`
+    """The signed-in user's e-mail, lower case (else ``oidc:<subject>``); :data:`LOCAL_USER`
     without sign-in."""
     import streamlit as st
 
@@ -72,7 +72,9 @@ def current_user() -> str:
         return LOCAL_USER
     if not st.user.is_logged_in:
         raise NotAllowed("Sign in first.")
-    return str(st.user.get("email") or st.user.get("sub") or "").lower()
+    email = st.user.get("email")
+    # A subject without an e-mail is prefixed, so that no identity can be the local user's name.
+    return str(email).lower() if email else f"oidc:{st.user.get('sub')}"
 
 
 def is_admin(user: str) -> bool:
