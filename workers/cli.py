@@ -75,6 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="override the spec's search.predict (learning rates predicted per cell)")
     simulate.add_argument("--prune-at-equal-tokens", choices=("on", "off"), default=None,
                           help="override the spec's prune_at_equal_tokens (losing trials stopped at equal tokens)")
+    simulate.add_argument("--equal-token-fraction", type=float, default=None, metavar="F",
+                          help="override the spec's equal_token_fraction")
     simulate.add_argument("--json", action="store_true")
     simulate.set_defaults(handler=run_simulate)
     report = sub.add_parser("report", help="write a study's evidence (steps CSV, fit JSON, figures, cost) to a folder")
@@ -334,6 +336,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         spec = spec.replace(search=dataclasses.replace(spec.search, predict=args.predict == "on"))
     if args.prune_at_equal_tokens is not None:
         spec = spec.replace(prune_at_equal_tokens=args.prune_at_equal_tokens == "on")
+    if args.equal_token_fraction is not None:
+        spec = spec.replace(equal_token_fraction=args.equal_token_fraction)
     truth = paper_truth(spec) if args.truth == "paper" else read_truth(args.truth, spec)
     if isinstance(args.seeds, bool) or args.seeds < 1:
         raise ConfigError("--seeds", args.seeds, "must be a positive integer")

@@ -39,6 +39,8 @@ def step_at_loss(steps: Sequence[float], losses: Sequence[float], level: float) 
             if l0 == l1:
                 return float(s1)
             w = (l0 - level) / (l0 - l1)
+            if s0 <= 0:  # an evaluation at step 0 (before training): linear in steps there
+                return float(s0 + w * (s1 - s0))
             return float(math.exp(math.log(s0) + w * math.log(s1 / s0)))
     return None
 

@@ -45,7 +45,8 @@ def loss_at_step(steps: Sequence[float], losses: Sequence[float], at: float) -> 
     s0, s1, l0, l1 = steps[j - 1], steps[j], losses[j - 1], losses[j]
     if not (math.isfinite(l0) and math.isfinite(l1)):
         return None
-    w = math.log(at / s0) / math.log(s1 / s0)
+    # (Linear in steps from an evaluation at step 0, before training.)
+    w = (at - s0) / (s1 - s0) if s0 <= 0 else math.log(at / s0) / math.log(s1 / s0)
     return float(l0 + w * (l1 - l0))
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import heapq
+import json
 import io
 import math
 import os
@@ -91,6 +92,12 @@ class SimConfig:
     estimator: str = DEFAULT_ESTIMATOR
     """Per-cell estimator of ``S(B)`` (:data:`cbscore.analysis._points.ESTIMATORS`); the paper's
     ``min`` is always reported beside."""
+    curves: str | None = None
+    """Shape of the simulated curves the planner compares at equal tokens: ``None`` is the power law
+    near the target (every rate's curve the same shape, a factor apart in time); a path to the
+    lab's own curves (``benchmarks/calibrate_equal_tokens.py STUDY --templates PATH``) gives each
+    trial the measured curve of the rate nearest its ``η/η*``, scaled to its own crossing, warm-up
+    and all."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.noise_sigma) and self.noise_sigma >= 0):
@@ -107,6 +114,8 @@ class SimConfig:
             raise ConfigError("eval_noise", self.eval_noise, "must be a non-negative number")
         if self.estimator not in ESTIMATORS:
             raise ConfigError("estimator", self.estimator, f"must be one of {', '.join(ESTIMATORS)}")
+        if self.curves is not None:
+            lab_curves(self.curves)  # refused here, named, if it cannot be read
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,6 +235,7 @@ class SimulationReport:
             "lr_penalty": self.config.lr_penalty,
             "eval_noise": self.config.eval_noise,
             "estimator": self.config.estimator,
+            "curves": self.config.curves or "power law",
             "workers": self.config.workers,
             "settings": self.summary(),
             "tokens_study_mean": tokens,
@@ -331,6 +341,26 @@ EQUAL_TOKEN_WAKE = 4
 #: Evaluations near the crossing: one every ``need/EVALS_NEAR_TARGET`` steps, about 8 in the
 #: last quarter of the steps to target (the trainer's dense phase, cbscore.eval_schedule).
 EVALS_NEAR_TARGET = 32
+
+
+_LAB_CURVES: dict[str, tuple] = {}
+
+
+def lab_curves(path: str) -> tuple[tuple[float, np.ndarray, np.ndarray], ...]:
+    """``(ln(η/η_best), ln x (n,), nats above target (n,))`` of every curve in a templates file
+    (:attr:`SimConfig.curves`), ``x`` the share of the run's own steps to target."""
+    if path not in _LAB_CURVES:
+        try:
+            data = json.loads(Path(path).read_text())
+            curves = tuple((float(c["log_rate_ratio"]), np.log(np.asarray(c["x"], dtype=float)),
+                            np.asarray(c["dl"], dtype=float)) for c in data["curves"] if len(c["x"]) >= 2)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError("--curves", path, f"is not a curves file of benchmarks/calibrate_equal_tokens.py "
+                                                f"--templates ({type(exc).__name__})") from None
+        if not curves:
+            raise ConfigError("--curves", path, "holds no curve with two or more evaluations")
+        _LAB_CURVES[path] = curves
+    return _LAB_CURVES[path]
 
 
 @dataclass
@@ -456,8 +486,23 @@ class _Sim:
         xs = np.arange(every, math.floor(steps) + 1, every, dtype=float)  # (E,)
         if xs.size and crossing is not None:
             xs = xs[xs < stop]
-        ys = LOSS_AT_TRUTH + LOSS_SLOPE * np.log(need / xs) + self.eval_noise(
-            (setting.setting_id, t.batch_size, t.lr, t.seed, "coarse"), len(xs))
+        if self.config.curves is None:
+            ys = LOSS_AT_TRUTH + LOSS_SLOPE * np.log(need / xs)
+        else:
+            # The lab's curve of the rate nearest this one's η/η*, scaled to this trial's crossing.
+            own = crossing if crossing is not None else need * math.exp((LOSS_AT_TRUTH - t.target_loss) / LOSS_SLOPE)
+            ratio = math.log(t.lr / self.lr_optimum(t.batch_size))
+            pool = lab_curves(self.config.curves)
+            near = min(abs(c[0] - ratio) for c in pool)
+            same = [c for c in pool if abs(c[0] - ratio) <= near + 1e-9]
+            _, lx, dl = same[zlib.crc32(repr((setting.setting_id, t.batch_size, t.lr, t.seed)).encode()) % len(same)]
+            u = np.log(xs / own)
+            ys = t.target_loss + np.interp(u, lx, dl)
+            past = u > lx[-1]  # past its last evaluation: on along its last slope in ln x
+            if past.any():
+                slope = (dl[-1] - dl[-2]) / (lx[-1] - lx[-2])
+                ys[past] = t.target_loss + dl[-1] + slope * (u[past] - lx[-1])
+        ys = ys + self.eval_noise((setting.setting_id, t.batch_size, t.lr, t.seed, "coarse"), len(xs))
         if t.target_loss is not None:
             ys = np.maximum(ys, t.target_loss + 1e-9)
         if crossing is not None:
@@ -786,7 +831,8 @@ def format_report(report: SimulationReport | Mapping) -> str:
                      f"seeds, p95 {d['ratio_to_oracle_p95']:.2f}×, worst {d['ratio_to_oracle_max']:.2f}×; full grid to "
                      f"target/oracle {d['tokens_grid_to_target_mean'] / d['tokens_oracle_mean']:.2f}×; "
                      f"rules: search.predict {'on' if d.get('predict') else 'off'}, prune_at_equal_tokens "
-                     f"{'on' if d.get('prune_at_equal_tokens') else 'off'}")
+                     f"{'on' if d.get('prune_at_equal_tokens') else 'off'}; curves compared at equal tokens: "
+                     f"{d.get('curves', 'power law')}")
     lines.append(f"GPU-hours ({d['gpu_hours_note']}): study {d['gpu_hours_study']:.4g}, "
                  f"fixed-budget grid {d['gpu_hours_fixed_budget_grid']:.4g}; the largest trial trains "
                  f"{d['max_trial_tokens']:.4g} tokens (a single-pass corpus must hold them)")
