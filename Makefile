@@ -21,10 +21,23 @@ HAS_CUDA_BUILD := import sys, torch; sys.exit(0 if torch.version.cuda else 1)
 # How a CPU-only torch is replaced on a GPU host (a variable: the Makefile's test stands in for pip).
 TORCH_CUDA_INSTALL ?= $(PY) -m pip uninstall -y -q torch && $(PY) -m pip install "torch==$(TORCH_VERSION)"
 
-$(VENV)/.installed: pyproject.toml
-	@# A host whose system Python already has torch (a GPU host with its CUDA build) shares it.
-	@test -x $(PY) || { if $(PYTHON) -c "import torch" 2>/dev/null; then \
-		$(PYTHON) -m venv --system-site-packages $(VENV); else $(PYTHON) -m venv $(VENV); fi; }
+# A host whose python3 already has torch (a GPU host with its CUDA build) shares it. When that
+# python3 is itself a virtual environment (sys.prefix != sys.base_prefix, as on the GPU image),
+# `venv --system-site-packages` would share its *base* interpreter's packages, not that venv's:
+# a .pth file in the new venv adds that venv's site-packages after its own instead.
+IS_VENV := import sys; sys.exit(0 if sys.prefix != sys.base_prefix else 1)
+SITE_DIRS := import site, sysconfig; print(*dict.fromkeys([*site.getsitepackages(), sysconfig.get_path('purelib'), sysconfig.get_path('platlib')]), sep='\n')
+OUTER_PTH = $$($(PY) -c "import sysconfig; print(sysconfig.get_path('purelib'))")/_outer_venv.pth
+# Extra options of `python -m venv` (the Makefile's test passes --without-pip).
+VENV_FLAGS ?=
+
+$(PY):
+	@if $(PYTHON) -c "import torch" 2>/dev/null; then \
+		$(PYTHON) -m venv $(VENV_FLAGS) --system-site-packages $(VENV) && \
+		if $(PYTHON) -c "$(IS_VENV)"; then $(PYTHON) -c "$(SITE_DIRS)" > "$(OUTER_PTH)"; fi; \
+	else $(PYTHON) -m venv $(VENV_FLAGS) $(VENV); fi
+
+$(VENV)/.installed: pyproject.toml | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || { if command -v nvidia-smi >/dev/null 2>&1; then \
 		  $(PY) -m pip install "torch==$(TORCH_VERSION)"; \
 		else $(PY) -m pip install --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null || \
