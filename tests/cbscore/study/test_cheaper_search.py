@@ -144,3 +144,25 @@ def test_prediction_lowers_the_study_to_oracle_ratio_and_leaves_b_star_at_zero_n
     assert s_on["cbs_study_median"] == pytest.approx(s_on["cbs_grid_median"], rel=1e-3)
     assert s_on["cbs_study_median"] == pytest.approx(s_off["cbs_study_median"], rel=0.02)
     assert d_on["predict"] and d_on["prune_at_equal_tokens"] and not d_off["predict"]
+
+
+def test_the_lab_curves_file_is_checked_and_shapes_the_equal_token_decisions(tmp_path):
+    with pytest.raises(ConfigError, match="--curves"):
+        SimConfig(curves=str(tmp_path / "missing.json"))
+    # Curves that differ in shape by rate (a flat start for the slow rates, as in warm-up): the
+    # projection from their early part misjudges them, and the study moves off its full grid.
+    import json
+
+    xs = [0.1 * k for k in range(1, 13)]
+    curves = [{"log_rate_ratio": r, "x": xs, "dl": [0.2 * math.log(1 / x) * (1 + r * (1 - x)) for x in xs]}
+              for r in (-2.0, -1.0, 0.0, 1.0, 2.0)]
+    path = tmp_path / "curves.json"
+    path.write_text(json.dumps({"study": "t", "curves": curves}))
+    spec = spec_with(prune_at_equal_tokens=True)
+    truth = {spec.resolve_settings()[0].setting_id: TruthCurve(s_min=100.0, b_noise=64.0)}
+    same = simulate(spec, truth, SimConfig(noise_sigma=0.0)).summary()[0]
+    lab = simulate(spec, truth, SimConfig(noise_sigma=0.0, curves=str(path)))
+    assert lab.to_json_dict()["curves"] == str(path)
+    # Power-law curves (one shape, a factor apart in time): projections are exact, B* stays on the grid.
+    assert same["cbs_study_median"] == pytest.approx(same["cbs_grid_median"], rel=1e-3)
+    assert lab.summary()[0]["cbs_study_median"] != pytest.approx(lab.summary()[0]["cbs_grid_median"], rel=1e-3)
