@@ -117,7 +117,8 @@ class Callback:
 
     def may_checkpoint(self, state: TrainState) -> bool:
         """Asked before every checkpoint write; any callback answering False skips it (a holder
-        that lost its trial to a newer attempt must not write one)."""
+        that lost its trial to a newer attempt must not write one; a tracker that cannot send
+        the metrics up to this step yet: a checkpoint never runs ahead of the history)."""
         return True
 
     def on_error(self, state: TrainState, exc: BaseException) -> None:

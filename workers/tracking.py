@@ -591,9 +591,11 @@ class MlflowCallback(Callback):
         self.buffer: list[Metric] = []
         self.last_flush = 0.0
         self.flushes = 0
-        #: Curve points up to this step were logged by an earlier attempt (a resumed trial
-        #: recomputes the steps between its checkpoint and the crash; each step is logged once).
+        #: The last step whose training-curve points are in the store or the buffer, and the last
+        #: evaluated step likewise: a resumed trial recomputes the steps between its checkpoint
+        #: and the crash, and each step is logged once.
         self.logged_through = -1
+        self.evals_through = -1
 
     #: Metrics kept while the store is unreachable; beyond this the oldest training-curve points
     #: go first (evaluations and summaries are what the study reads, so they are kept).
@@ -627,19 +629,42 @@ class MlflowCallback(Callback):
             drop = set(curve[:excess])
             self.buffer = [m for i, m in enumerate(self.buffer) if i not in drop]
 
+    def _logged_last(self, key: str) -> int:
+        """The last step of ``key`` in the store (-1 when none)."""
+        history = retrying(lambda: self.tracker.client.get_metric_history(self.run_id, key),
+                           what=f"reading the history of {key}")
+        return max((m.step for m in history), default=-1)
+
     def pre_train(self, state: TrainState) -> None:
         tags = [RunTag("total_steps", str(state.total_steps)), RunTag("warmup_steps", str(state.warmup_steps)),
                 RunTag("device", state.device)]
         if state.resumed_from_step is not None:
             tags.append(RunTag("resumed_from_step", str(state.resumed_from_step)))
-            logged = retrying(lambda: self.tracker.client.get_run(self.run_id), what="reading the run").data.metrics
-            self.logged_through = int(logged.get("progress/step", -1))
+        # What an earlier attempt logged (also before the "already ended" path, which re-logs
+        # from the checkpoint's result what the store lacks: see post_train).
+        self.logged_through = self._logged_last("train/loss")
+        self.evals_through = self._logged_last("eval/loss_ewa")
+        # The checkpoint's own history first: whatever of it the store lacks.
+        self._add_history(state.eval_history, ())
         retrying(lambda: self.tracker.client.log_batch(self.run_id, tags=tags), what="tagging the run")
         self.flush(state, must=True)
 
+    def _add_history(self, evals, train_log) -> None:
+        """Buffer the evaluations and train losses of a checkpoint or result past what is logged
+        (the other training-curve keys of those steps are not kept in a checkpoint; the flush
+        before every checkpoint sent them)."""
+        for step, loss in train_log:
+            if step > self.logged_through:
+                self.buffer.append(metric("train/loss", loss, step))
+                self.logged_through = step
+        for point in evals:
+            if point.step > self.evals_through:
+                self.buffer += eval_metrics(point)
+                self.evals_through = point.step
+
     def post_step(self, state: TrainState, metrics: dict[str, Any] | None) -> None:
         if metrics is not None and state.step > self.logged_through:
-            step = state.step
+            step = self.logged_through = state.step
             self.buffer.append(metric("train/loss", metrics["train_loss"], step))
             self.buffer.append(metric("optim/lr", metrics["lr"], step))
             if metrics.get("grad_norm") is not None:
@@ -657,12 +682,21 @@ class MlflowCallback(Callback):
             self.flush(state)
 
     def post_eval(self, state: TrainState, point: EvalPoint) -> None:
-        if point.step > self.logged_through:
-            self.buffer += eval_metrics(point)
+        self._add_history((point,), ())
         if self.flush_on_eval:
             self.flush(state)
 
+    def may_checkpoint(self, state: TrainState) -> bool:
+        """History before checkpoint: send every metric up to this step first, and skip the
+        checkpoint while the store cannot take them (a checkpoint never runs ahead of the
+        history: an attempt that resumes from it recomputes nothing before it)."""
+        self.flush(state)
+        return not self.buffer
+
     def post_train(self, state: TrainState, result: TrialResult) -> None:
+        # an attempt that found the trial ended (its result in the checkpoint) sends what the
+        # store lacks of the result's histories (after a final flush that failed)
+        self._add_history(result.eval_history, result.train_log)
         self.buffer += summary_metrics(result)
         self.flush(state, must=True)
 

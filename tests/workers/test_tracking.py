@@ -104,7 +104,7 @@ def test_callback_sends_what_the_trainer_measured_and_marks_a_resume(tracker, tm
     first = MlflowCallback(tracker, run_id, flush_s=3600)
     stopped = train(config, [first, StopAt(20)])
     assert stopped.status == "stopped" and stopped.steps == 20
-    assert first.flushes == 2  # one batch at pre_train, one at the end: nothing per step
+    assert first.flushes == 3  # at pre_train, before the checkpoint, at the end: nothing per step
     second = MlflowCallback(tracker, run_id, flush_s=3600)
     result = train(config, [second])
     assert result.resumed_from_step == 20 and result.status in ("reached", "censored")
