@@ -234,6 +234,11 @@ def _hub_documents(config: DataConfig) -> dict:
     """Stream the first ``max_documents`` documents of a hub dataset (nothing else is fetched)."""
     name, hub_config = parse_hub_source(config.source)
     what = f"The hub dataset {name!r}" + (f" (config {hub_config!r})" if hub_config else "")
+    if Path(name).exists():  # load_dataset would read a local folder of that name (relative to here)
+        from cbscore.errors import ConfigError
+
+        raise ConfigError("data.source", config.source, "must name a hub dataset, not a folder of the worker's "
+                                                        "working directory; give local corpora by path inside the data roots")
     require_hub(what)
     try:
         texts = stream_documents(name, hub_config, config.text_field, config.max_documents)

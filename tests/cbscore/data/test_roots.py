@@ -87,3 +87,12 @@ def test_a_store_outside_the_roots_is_refused_before_its_manifest_is_read(home, 
         prepare(DataConfig(vocab_size=260, store_dir=str(other)))
     assert err.value.field == "data.store_dir"
     assert (other / "manifest.json").exists()
+
+
+def test_a_hub_name_that_is_a_local_folder_is_not_read(home, tmp_path, monkeypatch):
+    """``datasets.load_dataset("owner/name")`` reads a local folder of that name first."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "team" / "secrets").mkdir(parents=True)
+    (tmp_path / "team" / "secrets" / "a.txt").write_text("do not read\n\nme\n")
+    with pytest.raises(ConfigError, match="not a folder of the worker's working directory"):
+        prepare(DataConfig(source="hub:team/secrets", max_documents=10, vocab_size=260))
