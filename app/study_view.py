@@ -176,6 +176,7 @@ def trial_rows(records: Sequence, links: Mapping[str, str]) -> list[dict[str, An
         "step": r.last_step,
         "tokens": r.tokens,
         "attempt": r.attempt,
+        "note": r.note,
         "run": links.get(r.run_id or ""),
     } for r in records]
 

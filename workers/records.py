@@ -86,6 +86,8 @@ def record_from_run(run, lease: Lease | None, tracker: Tracker, *, with_history:
         max_steps=_int(tags.get("max_steps"), None),
         seed=_int(tags.get("seed"), 0),
         search_number=_int(tags.get("search_number"), None),
+        note=tags.get("stop_reason", "") if status in TERMINAL else
+        (tags.get("given_back", "") if status == "queued" else ""),
     )
 
 

@@ -30,6 +30,7 @@ what changed since this host last read it).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -80,10 +81,28 @@ _TRANSIENT_WORDS = ("max retries exceeded", "connection refused", "connection re
                     "server closed the connection", "could not connect", "timed out", "temporarily unavailable")
 
 
+#: OSError numbers of a machine that ran out of something (disk, quota, file handles, memory for
+#: the kernel): an outage of the host, not the trial's fault.
+RESOURCE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.ENFILE, errno.EMFILE, errno.ENOMEM})
+
+
+def is_out_of_resources(exc: BaseException | None) -> bool:
+    """True when ``exc`` (or what caused it) is an OSError of :data:`RESOURCE_ERRNOS`: a disk
+    that is full (a checkpoint or store write), a quota, no file handles left."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def is_transient(exc: BaseException) -> bool:
     """True when ``exc`` (or what caused it) says a store is unreachable or busy, not that the
     request was wrong: a connection error, a database that is locked or went away, an MLflow
-    server answering 5xx. A trial that meets one gives its attempt back instead of failing."""
+    server answering 5xx, a disk that is full (:func:`is_out_of_resources`). A trial that meets
+    one gives its attempt back instead of failing."""
     import sqlalchemy.exc as sa_exc
 
     seen = set()
@@ -91,6 +110,8 @@ def is_transient(exc: BaseException) -> bool:
         seen.add(id(exc))
         if isinstance(exc, (ConnectionError, TimeoutError, sa_exc.OperationalError, sa_exc.InterfaceError,
                             sa_exc.DisconnectionError, sqlite3.OperationalError)):
+            return True
+        if isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS:
             return True
         if type(exc).__module__.startswith(("requests", "urllib3")):
             return True

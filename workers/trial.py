@@ -12,8 +12,9 @@
 
 An exception in training ends the trial ``failed`` (run FAILED) and is re-raised, never
 swallowed; it is not retried (only a lost worker is). A tracking or database error is not the
-trial's fault: after the tracker's own retries (:func:`workers.tracking.retrying`) the holder
-gives the *same* attempt back to the queue (``release``) and a later attempt resumes from the
+trial's fault, nor is a full disk (:func:`workers.tracking.is_out_of_resources`): after the
+tracker's own retries (:func:`workers.tracking.retrying`) the holder gives the *same* attempt back
+to the queue (``release``; the run's ``given_back`` tag says why) and a later attempt resumes from the
 checkpoint, which holds the result when training had already ended. A task killed at the hard
 time limit (``CBS_TRIAL_TIME_LIMIT_S``) ends ``failed`` from the worker's parent
 (:func:`end_after_time_limit`) instead of looking like a lost worker. Every terminal transition
@@ -36,7 +37,7 @@ from cbscore.callbacks import Callback, TrainState
 from workers.checkpoints import checkpoint_dir, remove_checkpoint
 from workers.ledger import INTERRUPTED, Ledger, owner_is_dead, this_process
 from workers.settings import WorkerSettings
-from workers.tracking import MlflowCallback, Tracker, is_transient
+from workers.tracking import MlflowCallback, Tracker, is_out_of_resources, is_transient
 
 
 class Heartbeat:
@@ -170,7 +171,7 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
         tracker = Tracker(s.tracking_uri, s.artifact_root)
         run = tracker.get_run(run_id)
         spec = trial_spec(run)
-        tracker.set_trial_status(run_id, "running", attempt=attempt, worker=worker, pid=os.getpid())
+        tracker.set_trial_status(run_id, "running", attempt=attempt, worker=worker, pid=os.getpid(), given_back="")
     except Exception as exc:
         # Before training: a store that is down costs no attempt; anything else fails the trial
         # now instead of leaving a lease that looks lost (and burns every attempt in seconds).
@@ -243,21 +244,28 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
 
 def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,
                run_id: str, run, exc: BaseException) -> dict:
-    """A store was unreachable: put the same attempt back in the queue (it costs no attempt) and
-    send it again after a pause; the checkpoint (with the result, if training ended) is kept."""
+    """A store was unreachable or a disk full: put the same attempt back in the queue (it costs no
+    attempt) and send it again after a pause; the checkpoint (with the result, if training
+    ended) is kept. Nothing is written into the checkpoint folder before ``release`` (on a full
+    disk that write fails, and the lease would be stranded)."""
     reason = f"{type(exc).__name__}: {str(exc)[:300]}"
-    given = _count_give_back(trial_id)
-    if given > s.max_give_backs:  # not an outage after all (an error the store repeats): fail it
+    if is_out_of_resources(exc):
+        reason = f"out of resources on this host ({reason}); the trial waits for room"
+    given = _give_backs(trial_id) + 1
+    # a repeated error the store answers may not be an outage after all: fail it at the cap; a
+    # full disk is never the trial's fault and never counts against it
+    if given > s.max_give_backs and not is_out_of_resources(exc):
         if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
             _try_end(s, run_id, "failed", f"gave its attempt back {given - 1} times (CBS_MAX_GIVE_BACKS="
                                           f"{s.max_give_backs}); last error {reason}"[:500])
             remove_checkpoint(trial_id)
             _advance(study)
         return {"trial_id": trial_id, "attempt": attempt, "outcome": "failed"}
-    print(f"cbs trial {trial_id}: a store is unreachable ({reason}); attempt {attempt} goes back to the queue "
+    print(f"cbs trial {trial_id}: {reason}; attempt {attempt} goes back to the queue "
           f"({given}/{s.max_give_backs})", flush=True)
     if not ledger.release(trial_id, attempt, owner=owner, now_s=time.time()):
         return {"trial_id": trial_id, "attempt": attempt, "skipped": "lease lost while giving it back"}
+    _count_give_back(trial_id, given)
     try:
         Tracker(s.tracking_uri, s.artifact_root).set_trial_status(run_id, "queued", attempt=attempt,
                                                                   given_back=reason[:250])
@@ -272,19 +280,27 @@ def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, att
     return {"trial_id": trial_id, "attempt": attempt, "requeued": f"store unreachable: {reason}"}
 
 
-def _count_give_back(trial_id: str) -> int:
-    """Count this give-back in the trial's checkpoint folder (removed when the trial ends)."""
+def _give_backs(trial_id: str) -> int:
+    """Give-backs counted so far in the trial's checkpoint folder (removed when the trial ends)."""
+    from pathlib import Path
+
+    try:
+        return int((Path(checkpoint_dir(trial_id)) / "give-backs").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+def _count_give_back(trial_id: str, given: int) -> None:
+    """Record ``given`` give-backs (after ``release``); on a full disk the count is not kept and
+    the backoff starts again at its first wait."""
     from pathlib import Path
 
     folder = Path(checkpoint_dir(trial_id))
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "give-backs"
     try:
-        n = int(path.read_text()) + 1
-    except (OSError, ValueError):
-        n = 1
-    path.write_text(str(n))
-    return n
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "give-backs").write_text(str(given))
+    except OSError as exc:
+        print(f"cbs trial {trial_id}: could not count the give-back: {exc}", flush=True)
 
 
 def _try_end(s: WorkerSettings, run_id: str, outcome: str, reason: str) -> None:

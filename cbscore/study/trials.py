@@ -108,6 +108,9 @@ class TrialRecord:
     """Training seed."""
     search_number: int | None = None
     """Optuna trial number (``None`` for grid trials)."""
+    note: str = ""
+    """Why the trial is where it is, for people: its stop reason once ended, or why its attempt
+    went back to the queue (a store down, a disk full) while it waits."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
