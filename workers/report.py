@@ -198,6 +198,8 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
         summary = {
             "study": name, "status": status.status, "counts": dict(status.counts), "trials": status.n_trials,
             "tokens_spent": status.tokens_spent, "tokens_fixed_budget_grid": status.grid_tokens,
+            # Against the grid stopped at the target and the oracle (cbscore.study.costs).
+            "costs": status.costs.to_dict() if status.costs is not None else None,
             "wall_seconds": wall, "first_trial_start": first, "last_trial_end": last,
             "targets": dict(status.targets), "command": command,
             "refit": f"cbs fit steps.csv --b-ref {spec.b_ref} --overhead {spec.overhead:g} --json",
