@@ -37,7 +37,7 @@ from workers.ledger import Ledger, owner_is_alive_here, owner_is_dead, this_proc
 from workers.records import build_records
 from workers.settings import QUEUES, WorkerSettings
 from workers.time_limits import trial_time_limit_s
-from workers.tracking import Tracker
+from workers.tracking import Tracker, result_tags
 
 _LOCK_TTL_S = 300.0
 #: A holder alive on this host whose heartbeat is stale is slow (a loaded machine, a long MLflow
@@ -256,7 +256,7 @@ class Runner:
         runs_by_trial = {r.data.tags.get("trial_id"): r for r in runs}
         now = time.time()
 
-        repaired = self._repair_runs(leases, runs_by_trial)
+        repaired = self._repair_runs(study, leases, runs_by_trial)
 
         p = plan(spec, records, now, stale_after_s=s.stale_after_s, max_attempts=s.max_attempts)
 
@@ -341,15 +341,19 @@ class Runner:
                 and (lease.heartbeat_s or 0.0) > now - _LOCAL_HUNG_FACTOR * self.settings.stale_after_s)
 
     # ------------------------------------------------------------------ repair
-    def _repair_runs(self, leases: dict, runs_by_trial: dict) -> list[str]:
+    def _repair_runs(self, study: str, leases: dict, runs_by_trial: dict) -> list[str]:
         """A lease ended but its run was not (the process died in between): end the run as the
-        lease says. Checkpoints of ended trials still on disk are removed (:mod:`workers.checkpoints`)."""
+        lease says, with the full tag set of the result its checkpoint holds (``target_tau``,
+        ``beta2``, ``ewa_taus``: the steps table reads them), and tell Optuna. Checkpoints of
+        ended trials still on disk are removed afterwards (:mod:`workers.checkpoints`)."""
         repaired = []
         for tid, lease in leases.items():
             run = runs_by_trial.get(tid)
             if (lease.state == "done" and run is not None and run.data.tags.get("status") not in TERMINAL
                     and run.info.status not in ("FINISHED", "FAILED", "KILLED")):
-                self.tracker.end_trial(run.info.run_id, lease.outcome or "failed")
+                outcome, result = lease.outcome or "failed", _checkpoint_result(tid)
+                self.tracker.end_trial(run.info.run_id, outcome, **({} if result is None else result_tags(result)))
+                tell(self.settings, study, run.data.tags, outcome, result)
                 repaired.append(tid)
         sweep(tid for tid, lease in leases.items() if lease.state == "done")
         return repaired
@@ -376,6 +380,7 @@ class Runner:
             if lease.state in ("queued", "creating"):
                 if self.ledger.end_queued(tid, outcome="stopped", now_s=now) and lease.run_id:
                     self.tracker.end_trial(lease.run_id, "stopped", stop_reason="cancelled")
+                    self._tell(study, lease.run_id, "stopped")
                     repaired.append(tid)
             elif lease.state == "running":
                 dead = lease.owner if owner_is_dead(lease.owner) else None
@@ -383,14 +388,19 @@ class Runner:
                                          outcome="stopped") and lease.run_id:
                     self.tracker.end_trial(lease.run_id, "stopped",
                                            stop_reason=f"lost its worker after the study was {parent.data.tags.get('status')}")
+                    self._tell(study, lease.run_id, "stopped")
                     remove_checkpoint(tid)
                     repaired.append(tid)
         exp_id, parent_id = parent.info.experiment_id, parent.info.run_id
         runs_by_trial = {r.data.tags.get("trial_id"): r for r in self.tracker.trial_runs(exp_id, parent_id)}
-        repaired += self._repair_runs(self.ledger.leases(study), runs_by_trial)
+        repaired += self._repair_runs(study, self.ledger.leases(study), runs_by_trial)
         if all(lease.state == "done" for lease in self.ledger.leases(study).values()):
             self.tracker.set_tags(parent_id, {"repaired_s": f"{now:.3f}"})
         return repaired
+
+    def _tell(self, study: str, run_id: str, outcome: str) -> None:
+        """Tell Optuna of an ending decided here (a cancel, a loss after the study ended)."""
+        tell(self.settings, study, self.tracker.get_run(run_id).data.tags, outcome, None)
 
     # ------------------------------------------------------------------ trials
     def _start(self, ts: TrialSpec, exp_id: str, parent_id: str) -> bool:
@@ -484,6 +494,7 @@ class Runner:
         if self.ledger.end_queued(trial_id, outcome="stopped", now_s=now):
             if lease.run_id:
                 self.tracker.end_trial(lease.run_id, "stopped", stop_reason=reason)
+                self._tell(lease.study, lease.run_id, "stopped")
             remove_checkpoint(trial_id)  # a trial released at a checkpoint, then cancelled
             return "stopped"
         if self.ledger.request_stop(trial_id, reason):
@@ -527,6 +538,21 @@ class Runner:
             n += 1
             if passes is None or n < passes:
                 time.sleep(max(0.0, period - (time.time() - t0)))
+
+
+def _checkpoint_result(trial_id: str):
+    """The :class:`TrialResult` the trial's checkpoint holds (``None``: no checkpoint here, or one
+    of a trial that had not ended)."""
+    from cbscore.checkpoint import load_checkpoint
+    from cbscore.trial_result import TrialResult
+    from workers.checkpoints import checkpoint_dir
+
+    try:
+        ckpt = load_checkpoint(checkpoint_dir(trial_id))
+    except Exception as exc:  # noqa: BLE001 - an unreadable checkpoint: end the run with the outcome alone
+        print(f"cbs study watch: the checkpoint of {trial_id} cannot be read: {exc}", flush=True)
+        return None
+    return None if ckpt is None or ckpt.get("result") is None else TrialResult.from_dict(ckpt["result"])
 
 
 def tell(s: WorkerSettings, study: str, tags: dict, outcome: str, result: Any) -> None:

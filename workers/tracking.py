@@ -574,6 +574,15 @@ def eval_metrics(point: EvalPoint, now_s: float | None = None) -> list[Metric]:
     return out
 
 
+def result_tags(result: TrialResult) -> dict[str, str]:
+    """The tags an ended trial's run carries from its result (the steps table reads ``beta2`` and
+    ``target_tau``): set by the holder, and restored by the runner's repair from the checkpoint."""
+    return {"stop_reason": result.stop_reason or "",
+            "steps_to_target": "" if result.steps_to_target is None else repr(result.steps_to_target),
+            "beta2": repr(result.beta2), "ewa_taus": json.dumps(list(result.ewa_taus)),
+            "target_tau": result.target_tau or ""}
+
+
 def summary_metrics(result: TrialResult, now_s: float | None = None) -> list[Metric]:
     """End-of-trial figures at the trial's last step (only those that are known)."""
     figures = {

@@ -7,8 +7,11 @@
 2. Train through :func:`cbscore.train.train` with the MLflow callback and a stop watch; a
    heartbeat thread stamps the lease every ``CBS_HEARTBEAT_S`` and reads its stop reason. The
    trial resumes from ``$CBS_HOME/checkpoints/<trial_id>`` when a checkpoint is there.
-3. Record the outcome: the lease first (only the holder of the attempt can), then the MLflow run
-   (FINISHED / KILLED / FAILED), then Optuna; delete the checkpoint; advance the study.
+3. Record the outcome: the MLflow run first, with all its tags (FINISHED / KILLED / FAILED), then
+   the lease (only the holder of the attempt can), then Optuna; delete the checkpoint; advance
+   the study. A run that cannot be ended gives the attempt back (the lease is not done yet), and
+   the next attempt ends it from the result its checkpoint holds. The heartbeat fails closed: cut
+   off from the ledger past its deadline, the holder stops and writes nothing more.
 
 An exception in training ends the trial ``failed`` (run FAILED) and is re-raised, never
 swallowed; it is not retried (only a lost worker is). A tracking or database error is not the
@@ -26,7 +29,6 @@ puts it back too, to resume from the last periodic checkpoint.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -37,30 +39,47 @@ from cbscore.callbacks import Callback, TrainState
 from workers.checkpoints import checkpoint_dir, remove_checkpoint
 from workers.ledger import INTERRUPTED, Ledger, owner_is_dead, this_process
 from workers.settings import WorkerSettings
-from workers.tracking import MlflowCallback, Tracker, is_out_of_resources, is_transient
+from workers.tracking import MlflowCallback, Tracker, is_out_of_resources, is_transient, result_tags
 
 
 class Heartbeat:
-    """A daemon thread that stamps the lease and reads its stop reason every ``period_s``."""
+    """A daemon thread that stamps the lease and reads its stop reason every ``period_s``.
 
-    def __init__(self, ledger: Ledger, trial_id: str, attempt: int, owner: str, period_s: float):
+    Fencing fails closed: a holder that cannot reach the ledger for ``deadline_s`` (by default
+    three quarters of ``CBS_STALE_AFTER_S``, before the runner may give the trial to another
+    attempt) counts as superseded: it stops, writes no checkpoint and gives the attempt up."""
+
+    def __init__(self, ledger: Ledger, trial_id: str, attempt: int, owner: str, period_s: float,
+                 deadline_s: float | None = None):
         self.ledger, self.trial_id, self.attempt, self.owner = ledger, trial_id, attempt, owner
         self.period_s = period_s
+        self.deadline_s = deadline_s if deadline_s is not None else 3 * period_s
         self.superseded = False
         self.stop_reason: str | None = None
+        self.last_held = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cbs-heartbeat", daemon=True)
 
-    def beat(self) -> None:
+    def beat(self) -> bool:
+        """Stamp the lease; True when the ledger answered that this attempt still holds it."""
         try:
             held, reason = self.ledger.beat(self.trial_id, self.attempt, self.owner, time.time())
-        except Exception as exc:  # the ledger is briefly unreachable: try again next period
-            print(f"cbs trial {self.trial_id}: heartbeat failed: {exc}", flush=True)
-            return
+        except Exception as exc:  # the ledger is unreachable: try again next period, up to the deadline
+            out_s = time.monotonic() - self.last_held
+            print(f"cbs trial {self.trial_id}: heartbeat failed ({out_s:.0f} s without the ledger): {exc}",
+                  flush=True)
+            if out_s > self.deadline_s and not self.superseded:
+                print(f"cbs trial {self.trial_id}: no ledger for {self.deadline_s:g} s: this attempt stops writing "
+                      "and gives the trial up", flush=True)
+                self.superseded = True
+            return False
         if not held:
             self.superseded = True
+        else:
+            self.last_held = time.monotonic()
         if reason:
             self.stop_reason = reason
+        return held and not self.superseded
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
@@ -104,8 +123,7 @@ class StopWatch(Callback):
         """Ask the ledger now (not at the last beat) whether this attempt still holds the trial: a
         superseded holder must never write a checkpoint the new holder would resume from, nor one
         after the trial ended and its folder was removed."""
-        self.heartbeat.beat()
-        return not self.heartbeat.superseded
+        return self.heartbeat.beat()  # False too when the ledger cannot say (fails closed)
 
 
 def _operational(trial_id: str, train_config: dict) -> dict:
@@ -166,7 +184,8 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
 
     # Beat from the claim on: reading the run and importing the trainer can take longer than the
     # staleness limit on a loaded machine.
-    heartbeat = Heartbeat(ledger, trial_id, attempt, owner, s.heartbeat_s).start()
+    heartbeat = Heartbeat(ledger, trial_id, attempt, owner, s.heartbeat_s, deadline_s=0.75 * s.stale_after_s).start()
+    run = None
     try:
         tracker = Tracker(s.tracking_uri, s.artifact_root)
         run = tracker.get_run(run_id)
@@ -180,6 +199,8 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
             return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, None, exc)
         if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
             _try_end(s, run_id, "failed", f"{type(exc).__name__}: {exc}"[:500])
+            if run is not None:
+                tell(s, study, run.data.tags, "failed", None)
             remove_checkpoint(trial_id)
             _advance(study)
         raise
@@ -230,13 +251,18 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     outcome = result.status
     if outcome == "stopped":
         outcome = "pruned" if result.stop_reason == "pruned" else "stopped"
+    # Ordered ending: the run ends with all its tags first, then the ledger calls the trial done,
+    # then Optuna is told and the checkpoint goes. A crash or an outage in between leaves a lease
+    # that is not done and a checkpoint holding the result: the next attempt ends it the same way.
+    try:
+        tracker.end_trial(run_id, outcome, **result_tags(result))
+    except Exception as exc:
+        if is_transient(exc):
+            return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, run, exc)
+        raise
     if ledger.finish(trial_id, attempt, owner=owner, outcome=outcome, now_s=time.time()):
-        remove_checkpoint(trial_id)  # the lease is done: nobody resumes it (the run is ended next)
-        tracker.end_trial(run_id, outcome, stop_reason=result.stop_reason or "",
-                          steps_to_target="" if result.steps_to_target is None else repr(result.steps_to_target),
-                          beta2=repr(result.beta2), ewa_taus=json.dumps(list(result.ewa_taus)),
-                          target_tau=result.target_tau or "")
         tell(s, study, run.data.tags, outcome, result)
+        remove_checkpoint(trial_id)  # the lease is done: nobody resumes it
     _advance(study)
     return {"trial_id": trial_id, "attempt": attempt, "outcome": outcome, "steps": result.steps,
             "steps_to_target": result.steps_to_target, "resumed_from_step": result.resumed_from_step}
@@ -258,6 +284,8 @@ def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, att
         if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
             _try_end(s, run_id, "failed", f"gave its attempt back {given - 1} times (CBS_MAX_GIVE_BACKS="
                                           f"{s.max_give_backs}); last error {reason}"[:500])
+            if run is not None:
+                tell(s, study, run.data.tags, "failed", None)
             remove_checkpoint(trial_id)
             _advance(study)
         return {"trial_id": trial_id, "attempt": attempt, "outcome": "failed"}
