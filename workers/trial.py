@@ -246,6 +246,10 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     heartbeat.stop()
     if heartbeat.superseded:
         return {"trial_id": trial_id, "attempt": attempt, "skipped": "superseded by a newer attempt"}
+    if not heartbeat.beat():  # ask now: a holder that lost the trial meanwhile must not end its run
+        return {"trial_id": trial_id, "attempt": attempt,
+                "skipped": "superseded by a newer attempt" if heartbeat.superseded else
+                "the ledger cannot say this attempt still holds the trial (the runner requeues it)"}
     if result.status == "stopped" and result.stop_reason == INTERRUPTED:
         return _requeue_interrupted(s, ledger, study, trial_id, attempt, owner, tracker, run, result)
     outcome = result.status
