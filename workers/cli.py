@@ -509,8 +509,9 @@ def run_export(args: argparse.Namespace) -> int:
     for row in rows:
         writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(buf.getvalue())
+        from workers.atomic_files import write_text
+
+        write_text(args.output, buf.getvalue())  # whole or not at all
         print(f"cbs study export: {len(rows)} trials → {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(buf.getvalue())

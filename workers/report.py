@@ -21,10 +21,10 @@ import json
 import os
 import platform
 import shutil
-import tempfile
 from pathlib import Path
 
 from cbscore.errors import CbsError, ConfigError
+from workers.atomic_files import new_folder_beside, replace_folder
 
 
 def _csv_text(rows: list[dict], columns: tuple[str, ...]) -> str:
@@ -177,8 +177,12 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
     if not full:
         raise CbsError(f"study {name!r} has no finished trials yet, so there is nothing to report.")
     wall, first, last = _wall_seconds(name)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent if out.parent.exists() else None))
+    # The whole report is made in a folder beside ``out`` and put in place with one rename: a file
+    # of an earlier report never survives (the hand-written README.md is carried over).
+    tmp = new_folder_beside(out)
     try:
+        if (out / "README.md").is_file():
+            shutil.copy2(out / "README.md", tmp / "README.md")
         (tmp / "steps.csv").write_text(_csv_text(full, api.FIT_COLUMNS))
         (tmp / "trials.csv").write_text(_csv_text(full, api.TABLE_COLUMNS))
         table, fit_text = fit_of_csv(tmp / "steps.csv", b_ref=spec.b_ref, overhead=spec.overhead)
@@ -210,11 +214,9 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
             "best_learning_rates": best_learning_rates(full, spec.search.lrs) if spec.search.kind == "grid" else None,
         }
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        out.mkdir(parents=True, exist_ok=True)
-        written = []
-        for f in sorted(tmp.iterdir()):
-            os.replace(f, out / f.name)  # README.md and other files already in the folder stay
-            written.append(f.name)
+        written = sorted(f.name for f in tmp.iterdir() if f.name != "README.md")
+        tmp.chmod(0o755)  # mkdtemp's folder is private
+        replace_folder(tmp, out)
         return written
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -58,3 +58,22 @@ def test_report_of_an_unknown_study_names_it_and_writes_nothing(worker_env, tmp_
     assert cbs_main(["study", "report", "nope", "--out", str(out)]) == 2
     assert "nope" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_report_replaces_the_whole_folder_and_keeps_only_its_readme(worker_env, tmp_path):
+    """Issue 22, finding 7: the report is made beside its folder and put in place with one rename;
+    a file of an earlier report (one this study no longer makes) never survives."""
+    s = WorkerSettings.from_env()
+    spec = store_seed.spec_for("rep2", n_settings=1, batch_sizes=(8, 16, 32), lrs=(0.003, 0.01, 0.03), b_ref=16)
+    store_seed.seed_study(Tracker(s.tracking_uri, worker_env["CBS_ARTIFACT_ROOT"]), spec)
+    out = tmp_path / "results" / "rep2"
+    out.mkdir(parents=True)
+    (out / "README.md").write_text("notes by hand\n")
+    (out / "stale-forecast.json").write_text("{}")
+    (out / "steps.csv").write_text("an earlier table\n")
+    assert cbs_main(["study", "report", "rep2", "--out", str(out)]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert "stale-forecast.json" not in names and {"README.md", "steps.csv", "summary.json"} <= names
+    assert (out / "README.md").read_text() == "notes by hand\n"
+    assert (out / "steps.csv").read_text() != "an earlier table\n"
+    assert [p.name for p in out.parent.iterdir()] == ["rep2"]  # no temporary left beside it
