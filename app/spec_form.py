@@ -40,6 +40,8 @@ LABELS = {
     "budget_margin": "Budget margin",
     "recipe": "Recipe rule",
     "prune_margin": "Prune margin",
+    "search.predict": "Predict learning rates",
+    "prune_at_equal_tokens": "Stop at equal tokens",
     "seeds": "Seeds",
     "max_trials": "Max trials",
     "max_total_tokens": "Max total tokens",
@@ -196,6 +198,8 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "budget_multiple": float(spec.get("budget_multiple", 2.0)),
         "budget_margin": float(spec.get("budget_margin", 0.25)),
         "prune_margin": float(spec.get("prune_margin", 0.1)),
+        "search.predict": bool(search.get("predict", False)),
+        "prune_at_equal_tokens": bool(spec.get("prune_at_equal_tokens", False)),
         "seeds": format_list(spec.get("seeds") or [0]),
         "max_trials": int(spec.get("max_trials", 2000)),
         "data.source": str((spec.get("data") or {}).get("source", "builtin")),
@@ -242,6 +246,11 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
                    "lrs": parse_floats("search.lrs", values["search.lrs"]),
                    "n_trials": int(values["search.n_trials"]), "lr_min": float(values["search.lr_min"]),
                    "lr_max": float(values["search.lr_max"])}
+    # Issue 20's switches (absent from an older form's values: the base spec's then).
+    if "search.predict" in values:
+        d["search"]["predict"] = bool(values["search.predict"])
+    if "prune_at_equal_tokens" in values:
+        d["prune_at_equal_tokens"] = bool(values["prune_at_equal_tokens"])
     d["seeds"] = parse_ints("seeds", values["seeds"])
     d["data"] = {**(base.get("data") or {}), "source": str(values["data.source"]).strip()}
     d["schedule"] = values["schedule"]

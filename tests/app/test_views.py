@@ -35,6 +35,16 @@ def test_form_round_trip_gives_back_every_preset(preset):
     assert spec_form.build_spec(base, spec_form.form_values(base)) == spec
 
 
+def test_the_cheaper_search_switches_go_from_the_form_into_the_spec():
+    base = load_preset("demo").to_dict()
+    values = {**spec_form.form_values(base), "search.predict": True, "prune_at_equal_tokens": True}
+    spec = spec_form.build_spec(base, values)
+    assert spec.search.predict and spec.prune_at_equal_tokens
+    assert spec_form.form_values(spec.to_dict())["search.predict"] is True
+    off = spec_form.build_spec(base, spec_form.form_values(base))
+    assert not off.search.predict and not off.prune_at_equal_tokens
+
+
 def test_planned_cells_add_up_to_the_estimate():
     spec = load_preset("demo")
     cells = spec_form.planned_cells(spec)
