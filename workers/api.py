@@ -360,7 +360,8 @@ def study_status(name: str) -> StudyStatus:
     ended = ended_trials(counts)
     cells = tuple({"cell_id": c.cell_id, "setting_id": c.setting_id, "batch_size": c.batch_size, "role": c.role,
                    "state": c.state, "n_trials": c.n_trials, "counts": dict(c.counts),
-                   "steps_to_target": c.steps_to_target, "max_steps": c.max_steps} for c in p.cells)
+                   "steps_to_target": c.steps_to_target, "max_steps": c.max_steps,
+                   "rates_note": c.rates_note} for c in p.cells)
     return StudyStatus(name=name, status=parent.data.tags.get("status", ""), cells=cells, counts=counts,
                        n_trials=n_trials, tokens_spent=sum(r.tokens for r in records), grid_tokens=grid_tokens(spec),
                        targets=dict(p.targets), errors=tuple(p.errors),

@@ -199,9 +199,10 @@ def run_worker(args: argparse.Namespace) -> int:
     concurrency = args.concurrency if args.concurrency is not None or on_gpu else default_concurrency()
     argv, env = worker_argv(args.gpu, concurrency, args.loglevel, gpus=gpus, devices_per_trial=args.devices_per_trial)
     s = WorkerSettings.from_env()  # refuse bad settings before Celery starts
-    from workers.tracking import prepare_store
+    from workers.tracking import prepare_store, wait_out
 
-    prepare_store(s.tracking_uri)  # the MLflow schema once, before children race to create it
+    # the MLflow schema once, before children race to create it (through a database restart)
+    wait_out(lambda: prepare_store(s.tracking_uri), what="cbs worker", log=lambda m: print(m, flush=True))
     os.environ.update(env)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     sys.stdout.flush()
@@ -257,7 +258,7 @@ def tracking_argv(host: str, port: int, workers: int, *, auth: bool = False) -> 
 
 def run_tracking(args: argparse.Namespace) -> int:
     from workers.settings import WorkerSettings
-    from workers.tracking import prepare_store
+    from workers.tracking import prepare_store, wait_out
 
     auth = bool(getattr(args, "auth", False)) or os.environ.get("CBS_TRACKING_AUTH") == "1"
     argv = tracking_argv(args.host, args.port, args.workers, auth=auth)
@@ -265,7 +266,8 @@ def run_tracking(args: argparse.Namespace) -> int:
         os.environ["MLFLOW_AUTH_CONFIG_PATH"] = str(tracking_auth_config())
         os.environ["MLFLOW_AUTH_ADMIN_PASSWORD"] = os.environ["MLFLOW_TRACKING_PASSWORD"]
         os.environ.setdefault("MLFLOW_FLASK_SERVER_SECRET_KEY", (paths.subdir("mlflow-auth") / "flask-secret").read_text())
-    prepare_store(WorkerSettings.from_env().tracking_uri)
+    uri = WorkerSettings.from_env().tracking_uri
+    wait_out(lambda: prepare_store(uri), what="cbs tracking", log=lambda m: print(m, flush=True))
     os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     print(f"cbs tracking: MLflow UI at http://{args.host}:{args.port} (store {argv[3]})", flush=True)
@@ -458,6 +460,8 @@ def run_status(args: argparse.Namespace) -> int:
         cap = "—" if c["max_steps"] is None else str(c["max_steps"])
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(c["counts"].items()))
         print(f"{c['cell_id']:<34} {c['role']:<9} {c['state']:<9} {c['n_trials']:>6} {s:>9} {cap:>6}  {outcomes}")
+        if c.get("rates_note"):
+            print(f"{'':<36}learning rates: {c['rates_note']}")
     for e in st.errors:
         print(f"note: {e}")
     return 0
@@ -528,8 +532,9 @@ def run_cancel(args: argparse.Namespace) -> int:
 
 def run_watch(args: argparse.Namespace) -> int:
     from workers.runner import Runner
+    from workers.tracking import wait_out
 
-    runner = Runner()
+    runner = wait_out(Runner, what="cbs study watch", log=lambda m: print(m, flush=True))  # through an outage
     period = args.period or runner.settings.watch_period_s
     if not args.once:
         print(f"cbs study watch: advancing running studies every {period:g} s", flush=True)

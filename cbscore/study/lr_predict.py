@@ -98,3 +98,19 @@ def rates_to_run(allowed: Sequence[float], grid: Sequence[float], tried: Sequenc
         elif allowed[at] > hi and allowed.index(hi) < len(allowed) - 1:
             out.add(allowed[allowed.index(hi) + 1])
     return tuple(sorted(out))
+
+
+def explain_rates(allowed: Sequence[float], rates: Sequence[float], predicted: float | None,
+                  best: Sequence[float]) -> str:
+    """One line: the predicted optimum, the rates run (of the allowed ones) and the best so far, and
+    the allowed rates left out (never bracketing the optimum nor in the fit's window)."""
+    skipped = [v for v in allowed if v not in set(rates)]
+    parts = []
+    if predicted is not None:
+        parts.append(f"η* from the other cells ≈ {predicted:.3g}")
+    parts.append("runs " + ", ".join(f"{v:g}" for v in sorted(rates)))
+    if best:
+        parts.append("best " + ", ".join(f"{v:g}" for v in best))
+    if skipped:
+        parts.append("not run (outside the bracket and the fit's window) " + ", ".join(f"{v:g}" for v in skipped))
+    return "; ".join(parts)

@@ -85,6 +85,9 @@ class CellState:
     """Best (minimum) steps to target of the cell so far."""
     max_steps: int | None
     """Step cap of the cell's trials."""
+    rates_note: str = ""
+    """With ``search.predict``: the predicted optimum and which allowed rates the cell runs and why
+    (:func:`cbscore.study.lr_predict.explain_rates`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -730,7 +733,8 @@ def _plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRe
         resolved = (complete or first_done) and target is not None
     state = ("done" if complete else "resolved" if resolved else "running" if released else "waiting")
     cell = CellState(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role, state=state,
-                     n_trials=n_cell, counts=counts, steps_to_target=best, max_steps=cap)
+                     n_trials=n_cell, counts=counts, steps_to_target=best, max_steps=cap,
+                     rates_note=_rates_note(spec, recs, role, rates, predicted) if grid and spec.search.predict else "")
     return _CellPlan(cell=cell, start=tuple(start), ask=tuple(asks), stop=tuple(stop),
                      incomplete=not complete and not setting_failed, prev_resolved=resolved,
                      prev_best=best if best is not None else prev_best, at_least=at_least)
@@ -805,6 +809,16 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
     return Plan(start=tuple(start), ask=tuple(asks), stop=tuple(stop), lost=tuple(lost), fail=tuple(fail),
                 targets=targets, cells=tuple(cells), errors=tuple(errors),
                 done=all_done and not lost)
+
+
+def _rates_note(spec: StudySpec, recs: Sequence[TrialRecord], role: str, rates: Sequence[float],
+                predicted: float | None) -> str:
+    """Which allowed rates a predicting cell runs, and why (for status pages and reports)."""
+    from cbscore.study.lr_predict import allowed_rates, explain_rates
+
+    first = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
+    return explain_rates(allowed_rates(spec.search.lrs, spec.search.lr_extensions), rates, predicted,
+                         _seed_best_rates(first, role) if first and all(r.terminal for r in first) else [])
 
 
 def _cell_prediction(spec: StudySpec, setting: Setting, by_cell: Mapping[str, Sequence[TrialRecord]],

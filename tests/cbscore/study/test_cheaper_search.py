@@ -72,6 +72,14 @@ def test_a_predicting_cell_starts_with_three_rates_around_the_prediction():
     assert sorted(t.lr for t in off.start) == list(GRID)
 
 
+def test_a_predicting_cell_says_which_rates_it_runs_and_which_it_leaves_out():
+    spec = spec_with(search={"kind": "grid", "lrs": list(GRID), "predict": True})
+    ref = next(c for c in plan(spec, [], 0.0).cells if c.batch_size == 16)
+    assert "runs 0.004, 0.008, 0.016" in ref.rates_note or "runs 0.008, 0.016, 0.032" in ref.rates_note
+    assert "not run" in ref.rates_note and "0.064" in ref.rates_note
+    assert all(c.rates_note == "" for c in plan(spec_with(), [], 0.0).cells)
+
+
 def test_the_switches_are_checked_by_name():
     with pytest.raises(ConfigError, match="search.predict"):
         spec_with(search={"kind": "grid", "lrs": list(GRID), "predict": "yes"})
