@@ -123,7 +123,6 @@ class _Presence:
         from workers.ledger import Ledger, WorkerRow, host_id
 
         s = WorkerSettings.from_env()
-        ledger = Ledger(s.ledger_url)
         self.nodename = nodename
         queue = os.environ.get("CBS_WORKER_QUEUE", "cpu")
         device = os.environ.get("CBS_WORKER_DEVICE", queue)
@@ -134,8 +133,8 @@ class _Presence:
                 row = WorkerRow(nodename=nodename, hostname=host_id(), pid=os.getpid(), device=device,
                                 queue=queue, concurrency=concurrency, started_s=started, heartbeat_s=time.time())
                 with self.lock:
-                    try:
-                        ledger.worker_beat(row)
+                    try:  # the ledger made here: a database that is down at start is waited out
+                        Ledger(s.ledger_url).worker_beat(row)
                     except Exception as exc:  # a ledger hiccup must not kill the worker; say so and retry
                         print(f"cbs worker: presence heartbeat failed: {exc}", flush=True)
                 if self.stop.wait(s.heartbeat_s):

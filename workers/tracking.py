@@ -141,6 +141,28 @@ def retrying(call, *, what: str, attempts: int | None = None, first_wait_s: floa
             wait *= 2
 
 
+def wait_out(call, *, what: str, log=None, first_wait_s: float = 1.0, max_wait_s: float = 30.0,
+             give_up_s: float | None = None):
+    """``call()``, tried again with doubling waits (up to ``max_wait_s``) while it fails with a
+    transient error, for up to ``give_up_s`` seconds in all (``CBS_OUTAGE_WAIT_S``, default 600):
+    how a process starts, or a pass begins, through a database or broker outage (a restart takes
+    30–40 s) instead of crash-looping."""
+    log = log or (lambda message: print(message, flush=True))
+    limit = give_up_s if give_up_s is not None else float(os.environ.get("CBS_OUTAGE_WAIT_S") or 600.0)
+    deadline = time.monotonic() + limit
+    wait = first_wait_s
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            if not is_transient(exc) or time.monotonic() + wait > deadline:
+                raise
+            log(f"cbs: {what}: a store is unreachable ({type(exc).__name__}: {str(exc)[:200]}); "
+                f"trying again in {wait:g} s")
+            time.sleep(wait)
+            wait = min(max_wait_s, 2 * wait)
+
+
 # ---------------------------------------------------------------------------- store and client
 _CLIENTS: dict[tuple[int, str], MlflowClient] = {}
 _CLIENTS_LOCK = threading.Lock()

@@ -39,7 +39,8 @@ from cbscore.callbacks import Callback, TrainState
 from workers.checkpoints import checkpoint_dir, remove_checkpoint
 from workers.ledger import INTERRUPTED, Ledger, owner_is_dead, this_process
 from workers.settings import WorkerSettings
-from workers.tracking import MlflowCallback, Tracker, is_out_of_resources, is_transient, result_tags
+from workers.tracking import (MlflowCallback, Tracker, is_out_of_resources, is_transient, result_tags,
+                              wait_out)
 
 
 class Heartbeat:
@@ -146,9 +147,10 @@ def run_trial_attempt(study: str, trial_id: str, attempt: int, *, worker: str = 
                       settings: WorkerSettings | None = None) -> dict:
     """Run ``attempt`` of ``trial_id`` if it is ours to run; returns a JSON summary."""
     s = settings or WorkerSettings.from_env()
-    ledger = Ledger(s.ledger_url)
     owner = this_process()
-    lease = ledger.lease(trial_id)
+    # before the claim nothing is held: a ledger that is down is waited out (a restart)
+    ledger = wait_out(lambda: Ledger(s.ledger_url), what=f"trial {trial_id}")
+    lease = wait_out(lambda: ledger.lease(trial_id), what=f"trial {trial_id}")
     if lease is None:
         return {"trial_id": trial_id, "attempt": attempt, "skipped": "no lease (unknown trial)"}
     if not ledger.claim(trial_id, attempt, owner=owner, worker=worker, now_s=time.time()):
