@@ -393,18 +393,7 @@ def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
     low_ratio = base[1] / base[0] if len(base) > 1 else 2.0
     high_ratio = base[-1] / base[-2] if len(base) > 1 else 2.0
     extra: set[float] = set()
-    for seed in spec.seeds:
-        mine = [r for r in recs if r.seed == seed]
-        if role == "reference":
-            scored = [(r.final_eval_loss, r.lr) for r in mine
-                      if r.status in ("finished", "reached", "censored") and r.final_eval_loss is not None
-                      and math.isfinite(r.final_eval_loss)]
-        else:
-            scored = [(r.steps_to_target, r.lr) for r in mine
-                      if r.status == "reached" and r.steps_to_target is not None]
-        if not scored or len(rates) < 2:
-            continue
-        best_lr = min(scored)[1]
+    for best_lr in (_seed_best_rates(recs, role) if len(rates) >= 2 else ()):
         if best_lr == rates[0] and below < spec.search.lr_extensions:
             extra.add(float(f"{rates[0] / low_ratio:.3g}"))
         if best_lr == rates[-1] and above < spec.search.lr_extensions:
