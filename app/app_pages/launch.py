@@ -168,7 +168,7 @@ with st.form("launch", border=True):
     cols[0].checkbox("Predict learning rates", key=K + "search.predict",
                      help="search.predict: each cell starts at its predicted best rate and its neighbours and adds "
                           "rates only until the optimum is bracketed. Simulated: about 4.3× the oracle instead of "
-                          "6.8×, but B* more than 2% off the full grid in 12–16% of seeds; off by default "
+                          "6.8×, but B* more than 2% off the full grid in 12–18% of seeds; off by default "
                           "(docs/results/cheaper-search).")
     cols[1].checkbox("Stop losing trials at equal tokens", key=K + "prune_at_equal_tokens",
                      help="prune_at_equal_tokens: trials trailing their cell's leader at the same step stop early; the "
