@@ -41,7 +41,10 @@ def test_info_before_prepare_exits_2_with_message(tmp_path, capsys):
     assert "cbs data: error:" in capsys.readouterr().err
 
 
-def test_unknown_source_exits_2_naming_it(tmp_path, capsys):
+def test_unknown_source_exits_2_naming_it(tmp_path, capsys, monkeypatch):
+    # From a folder outside every data root (the tests' roots include the temporary folder, where a
+    # clean clone may live).
+    monkeypatch.chdir("/")
     assert main(["data", "prepare", "--source", "c5-corpus", "--store-dir", str(tmp_path / "s")]) == 2
     err = capsys.readouterr().err
     # Outside the data roots (a relative name resolves against the working folder): refused by name.
