@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.test_e2e_browser import CHROME_FLAGS, CHROMEDRIVER, CHROMIUM, _button, _free_port, _wait, _wait_http
+from tests.app.test_e2e_browser import CHROMEDRIVER, CHROMIUM, _button, _free_port, _wait, _wait_http
+from tests.app.test_e2e_browser import browser  # noqa: F401  (the same headless chromium fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -76,24 +77,6 @@ def signed_in_lab(tmp_path, provider):
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-
-
-@pytest.fixture
-def browser(tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    for flag in CHROME_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
-    options.binary_location = CHROMIUM
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def text(driver) -> str:
