@@ -11,13 +11,12 @@ import signal
 import socket
 import threading
 import time
-import uuid
 
 import pytest
 import sqlalchemy.exc
 
 from tests.workers.conftest import CBS, wait_for
-from tests.workers.test_worker_process import POSTGRES_URL, missing_service
+from tests.workers.test_worker_process import POSTGRES_URL, fresh_postgres_databases
 from workers.tracking import wait_out
 
 
@@ -104,31 +103,18 @@ class Proxy:
 @pytest.fixture
 def database_behind_a_proxy(worker_env, monkeypatch):
     """A fresh PostgreSQL database (MLflow, Optuna and the ledger in it), reached through a proxy."""
-    import psycopg2
     from sqlalchemy.engine import make_url
 
-    try:
-        admin = psycopg2.connect(POSTGRES_URL, connect_timeout=2)
-    except Exception as exc:  # any failure means: no PostgreSQL here
-        missing_service(f"no PostgreSQL answers at {POSTGRES_URL} ({type(exc).__name__})")
-    admin.autocommit = True
-    tag = uuid.uuid4().hex[:8]
-    dbs = {"CBS_TRACKING_URI": f"cbs_test_outage_mlflow_{tag}", "CBS_OPTUNA_STORAGE": f"cbs_test_outage_optuna_{tag}"}
-    with admin.cursor() as cur:
-        for db in dbs.values():
-            cur.execute(f'CREATE DATABASE "{db}"')
-    url = make_url(POSTGRES_URL)
-    proxy = Proxy((url.host or "127.0.0.1", url.port or 5432))
-    for key, db in dbs.items():  # the ledger shares Optuna's database
-        monkeypatch.setenv(key, url.set(host="127.0.0.1", port=proxy.port, database=db).render_as_string(
-            hide_password=False))
-    monkeypatch.setenv("CBS_OUTAGE_WAIT_S", "120")
-    yield proxy
-    proxy.down()
-    with admin.cursor() as cur:
-        for db in dbs.values():
-            cur.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-    admin.close()
+    prefixes = {"CBS_TRACKING_URI": "cbs_test_outage_mlflow", "CBS_OPTUNA_STORAGE": "cbs_test_outage_optuna"}
+    with fresh_postgres_databases(prefixes) as dbs:
+        url = make_url(POSTGRES_URL)
+        proxy = Proxy((url.host or "127.0.0.1", url.port or 5432))
+        for key, db in dbs.items():  # the ledger shares Optuna's database
+            monkeypatch.setenv(key, url.set(host="127.0.0.1", port=proxy.port, database=db).render_as_string(
+                hide_password=False))
+        monkeypatch.setenv("CBS_OUTAGE_WAIT_S", "120")
+        yield proxy
+        proxy.down()
 
 
 @pytest.mark.services

@@ -4,6 +4,7 @@ stopped by pgid at teardown (never by name)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -207,6 +208,31 @@ def missing_service(what: str) -> None:
     pytest.skip(what)
 
 
+@contextlib.contextmanager
+def fresh_postgres_databases(prefixes: dict[str, str]):
+    """``{key: database}``: one new PostgreSQL database per prefix (a random suffix), dropped on exit;
+    the test skips (or fails under ``CBS_REQUIRE_SERVICES``) where no PostgreSQL answers."""
+    import psycopg2
+
+    try:
+        admin = psycopg2.connect(POSTGRES_URL, connect_timeout=2)
+    except Exception as exc:  # any failure means: no PostgreSQL here
+        missing_service(f"no PostgreSQL answers at {POSTGRES_URL} ({type(exc).__name__})")
+    admin.autocommit = True
+    tag = uuid.uuid4().hex[:8]
+    dbs = {key: f"{prefix}_{tag}" for key, prefix in prefixes.items()}
+    with admin.cursor() as cur:
+        for db in dbs.values():
+            cur.execute(f'CREATE DATABASE "{db}"')
+    try:
+        yield dbs
+    finally:
+        with admin.cursor() as cur:
+            for db in dbs.values():
+                cur.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        admin.close()
+
+
 def redis_or_skip() -> None:
     import redis
 
@@ -251,26 +277,11 @@ def postgres_env(worker_env, monkeypatch):
 
     Two databases: MLflow and Optuna each keep their schema version in ``alembic_version``.
     """
-    import psycopg2
-
-    try:
-        admin = psycopg2.connect(POSTGRES_URL, connect_timeout=2)
-    except Exception as exc:  # any failure means: no PostgreSQL here
-        missing_service(f"no PostgreSQL answers at {POSTGRES_URL} ({type(exc).__name__})")
-    admin.autocommit = True
-    tag = uuid.uuid4().hex[:8]
-    dbs = {"mlflow": f"cbs_test_mlflow_{tag}", "optuna": f"cbs_test_optuna_{tag}"}
-    with admin.cursor() as cur:
-        for db in dbs.values():
-            cur.execute(f'CREATE DATABASE "{db}"')
-    urls = {k: POSTGRES_URL.rsplit("/", 1)[0] + f"/{db}" for k, db in dbs.items()}
-    monkeypatch.setenv("CBS_TRACKING_URI", urls["mlflow"])
-    monkeypatch.setenv("CBS_OPTUNA_STORAGE", urls["optuna"])
-    yield urls
-    with admin.cursor() as cur:
-        for db in dbs.values():
-            cur.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-    admin.close()
+    with fresh_postgres_databases({"mlflow": "cbs_test_mlflow", "optuna": "cbs_test_optuna"}) as dbs:
+        urls = {k: POSTGRES_URL.rsplit("/", 1)[0] + f"/{db}" for k, db in dbs.items()}
+        monkeypatch.setenv("CBS_TRACKING_URI", urls["mlflow"])
+        monkeypatch.setenv("CBS_OPTUNA_STORAGE", urls["optuna"])
+        yield urls
 
 
 @pytest.mark.services
