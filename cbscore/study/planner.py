@@ -755,12 +755,16 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
     lost_set = frozenset(lost)
     targets, target_errors = setting_targets(spec, records, by_cell=by_cell)
     errors.extend(target_errors)
+    # Each setting's measured best rates, once per call, where a rule predicts from them.
+    best_rates = ({s.setting_id: setting_best_rates(spec, s, by_cell) for s in spec.resolve_settings()}
+                  if grid and (spec.search.predict or spec.prune_at_equal_tokens) else None)
     if grid and spec.target_losses is None:
         # A reference cell that may still add a learning rate has no target yet: the target comes
         # from the whole cell (DESIGN.md §1), so every cell is measured against the same one.
         for setting in spec.resolve_settings():
             ref = by_cell.get(cell_id(setting.setting_id, spec.b_ref), [])
-            if cell_rates(spec, ref, "reference", _cell_prediction(spec, setting, by_cell, spec.b_ref))[1]:
+            guess = _cell_prediction(spec, setting.setting_id, best_rates, spec.b_ref) if best_rates else None
+            if cell_rates(spec, ref, "reference", guess)[1]:
                 targets.pop(setting.setting_id, None)
     for setting in spec.resolve_settings():
         target = targets.get(setting.setting_id)
@@ -774,8 +778,7 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
         setting_failed = any(e.startswith(f"setting {setting.setting_id!r}") for e in errors)
         for b in spec.batch_sizes:
             recs = by_cell.get(cell_id(setting.setting_id, b), [])
-            predicted = (_cell_prediction(spec, setting, by_cell, b)
-                         if (grid and (spec.search.predict or spec.prune_at_equal_tokens)) else None)
+            predicted = _cell_prediction(spec, setting.setting_id, best_rates, b) if best_rates else None
             key = (setting.setting_id, b, target, prev_resolved, prev_best, at_least, setting_failed, predicted,
                    tuple(_record_key(r, lost_set) for r in recs))
             out = _CELL_PLANS.get(key)
@@ -810,7 +813,7 @@ def _rates_note(spec: StudySpec, recs: Sequence[TrialRecord], role: str, rates: 
                          _seed_best_rates(first, role) if first and all(r.terminal for r in first) else [])
 
 
-def _cell_prediction(spec: StudySpec, setting: Setting, by_cell: Mapping[str, Sequence[TrialRecord]],
+def _cell_prediction(spec: StudySpec, setting_id: str, best_rates: Mapping[str, Mapping[int, float]],
                      batch_size: int) -> float | None:
     """The predicted best rate of a cell from the trend of the setting's other measured cells: its
     first rates are chosen around it, and a cell adds the next rate towards it while it lies
@@ -818,11 +821,9 @@ def _cell_prediction(spec: StudySpec, setting: Setting, by_cell: Mapping[str, Se
     settings' reference cells where one has ended (their best rates at the same B_ref)."""
     from cbscore.study.lr_predict import predict_lr
 
-    measured = setting_best_rates(spec, setting, by_cell)
-    measured.pop(batch_size, None)  # the trend of the other cells
+    measured = {b: v for b, v in best_rates[setting_id].items() if b != batch_size}  # the other cells' trend
     if not measured and batch_size == spec.b_ref:
-        others = [setting_best_rates(spec, s, by_cell).get(spec.b_ref) for s in spec.resolve_settings()]
-        others = [v for v in others if v is not None]
+        others = [v[spec.b_ref] for v in best_rates.values() if spec.b_ref in v]
         if others:
             measured = {spec.b_ref: math.exp(sum(math.log(v) for v in others) / len(others))}
     return predict_lr(spec.search.lrs, measured, batch_size)
