@@ -77,7 +77,7 @@ from cbscore.analysis._paper import (
 )
 from cbscore.analysis._points import DEFAULT_ESTIMATOR, ESTIMATORS, MeasuredPoint, measure_points, window_rates
 from cbscore.analysis._power_law import PowerLawFit, fit_power_law
-from cbscore.analysis._projection import project_pruned, steps_ratio
+from cbscore.analysis._projection import project_pruned, step_at_loss, steps_ratio
 from cbscore.analysis._rows import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, normalize_row
 from cbscore.analysis._scaling import ScalingLaws, fit_scaling_laws
 from cbscore.analysis._sensitivity import SENSITIVITY_OVERHEADS, SensitivityRow, sensitivity_table
@@ -90,6 +90,7 @@ from cbscore.analysis._trial import OUTCOMES, TrialSteps, trial_steps
 __all__ = [
     "Calibration",
     "project_pruned",
+    "step_at_loss",
     "steps_ratio",
     "NoiseForecast",
     "SettingCalibration",

@@ -24,8 +24,7 @@ import bisect
 import math
 from typing import Collection, Sequence
 
-from cbscore.analysis import steps_ratio, window_rates
-from cbscore.analysis._projection import step_at_loss
+from cbscore.analysis import step_at_loss, steps_ratio, window_rates
 from cbscore.study.trials import TrialRecord
 
 #: A trial is projected and stopped only when it needs more than this multiple of the leader's
