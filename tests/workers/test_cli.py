@@ -197,3 +197,23 @@ def test_study_fit_json_gains_forecast_and_calibration(worker_env, capsys):
     # the text form says the same in words
     assert cbs_main(["study", "fit", "gnsfit", "--bootstrap", "50"]) == 0
     assert f"calibration c = measured B_noise / B̂ = {factor:.3g}" in capsys.readouterr().out
+
+
+def test_an_alias_bomb_given_to_cbs_study_launch_is_refused_by_name_with_nothing_created(worker_env, tmp_path,
+                                                                                       capsys):
+    """Issue 21, finding 3, through the CLI and ``api.launch_study`` (the page's test is in
+    tests/app/test_input_bounds.py): refused within a second, no experiment, nothing enqueued."""
+    import time
+
+    from cbscore.errors import ConfigError
+    from tests.cbscore.test_safe_yaml import billion_laughs
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(billion_laughs())
+    start = time.perf_counter()
+    assert cbs_main(["study", "launch", str(path)]) == 2
+    assert time.perf_counter() - start < 1.0
+    assert "must not use YAML anchors or aliases" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="anchors or aliases"):
+        api.launch_study(billion_laughs())
+    assert queue_depth("cpu") == 0 and queue_depth("gpu") == 0 and api.list_studies() == []
