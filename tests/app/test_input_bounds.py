@@ -25,3 +25,23 @@ def test_an_alias_bomb_pasted_into_the_launch_page_is_refused_and_nothing_launch
 def test_the_upload_cap_is_set_on_the_server():
     cmd = streamlit_command(8501)
     assert cmd[cmd.index("--server.maxUploadSize") + 1] == str(MAX_UPLOAD_MB) == "64"
+
+
+def test_an_uploaded_truth_table_over_its_limits_is_refused_by_name_in_milliseconds():
+    """The Launch page's truth upload (``read_truth_text``) checks the same bounds as the Import
+    page before parsing: a million-column header, and more rows than MAX_CSV_ROWS."""
+    import pytest
+
+    from app.spec_form import read_truth_text
+    from cbscore.analysis import MAX_CSV_ROWS
+    from cbscore.errors import DataError
+    from cbscore.study import load_preset
+
+    spec = load_preset("demo")
+    for text, says in [(",".join(["c"] * 1_000_000) + "\n1\n", "line 1 (header): 1,000,000 columns"),
+                       ("setting,s_min,b_noise\n" + "a,1,2\n" * (MAX_CSV_ROWS + 1), "rows, the limit")]:
+        start = time.perf_counter()
+        with pytest.raises(DataError) as err:
+            read_truth_text(text, spec, "truth.csv")
+        assert time.perf_counter() - start < 1.0
+        assert str(err.value).startswith("truth.csv") and says in str(err.value)
