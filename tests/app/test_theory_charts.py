@@ -68,3 +68,24 @@ def test_theory_page_renders_its_charts(app_test, empty_env):
     assert len(at.get("plotly_chart")) == 3
     table = [d.value for d in at.dataframe if "B* (points)" in d.value.columns][0]
     assert table.set_index("D (samples)").loc[10_000, "B* (points)"] == pytest.approx(135, rel=0.15)
+
+
+def test_moving_the_theory_sliders_recomputes_the_table_for_the_new_model(app_test, empty_env):
+    """The form's inputs reach the computation: a = 2, d = 64 and the uniform average give the
+    table that ``run_theory`` gives for that model, not the default's."""
+    from cbscore.theory import Grid, Problem, run_theory
+
+    at = app_test
+    at.run()
+    at.switch_page("app_pages/theory.py")
+    at.run()
+    default = [d.value for d in at.dataframe if "B* (points)" in d.value.columns][0]
+    at.slider(key="theory.a").set_value(2.0)
+    at.select_slider(key="theory.d").set_value(64)
+    at.radio(key="theory.iterate").set_value("uniform")
+    at.button[0].click().run()  # the form's Compute button
+    assert not at.exception, at.exception
+    table = [d.value for d in at.dataframe if "B* (points)" in d.value.columns][0]
+    want = run_theory(Problem(a=2.0, b=2.5, sigma2=1.0, d=64), Grid(iterate="uniform"), b_ref=4, overhead=0.2)
+    assert list(table["B* (points)"]) == pytest.approx([s.cbs_empirical for s in want.settings], rel=1e-9)
+    assert list(table["B* (points)"]) != pytest.approx(list(default["B* (points)"]), rel=0.01)
