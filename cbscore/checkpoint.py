@@ -2,13 +2,17 @@
 
 A checkpoint holds the model, the optimizer, the averaged weights, the step, the RNG states and
 the evaluation history (everything :func:`cbscore.train.train` needs to continue exactly). It is
-written to a temporary file in the same folder, flushed to disk, then moved over the old one
-with ``os.replace`` (atomic on POSIX), so a kill at any moment leaves either the old or the new
-checkpoint, never half of one.
+written to a temporary file in the same folder, flushed and ``fsync``-ed, moved over the old one
+with ``os.replace`` (atomic on POSIX), and then the folder itself is ``fsync``-ed, so a kill at any
+moment leaves either the old or the new checkpoint, never half of one. The folder's ``fsync``
+makes the rename itself durable: on a shared mount (NFS, ``CBS_CHECKPOINT_DIR``) it is the commit
+that another host's next attempt sees, and after a crash of the writing host the folder holds the
+new name, not a temporary file.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import tempfile
@@ -34,8 +38,9 @@ def save_checkpoint(checkpoint_dir: str | os.PathLike, payload: dict, *, create:
     must not make the folder again.
     """
     folder = Path(checkpoint_dir)
-    if create:
+    if create and not folder.is_dir():
         folder.mkdir(parents=True, exist_ok=True)
+        _fsync_folder(folder.parent)  # the new folder's own name, durable before anything is in it
     final = folder / CHECKPOINT_NAME
     try:
         fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=folder)
@@ -47,6 +52,7 @@ def save_checkpoint(checkpoint_dir: str | os.PathLike, payload: dict, *, create:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, final)
+        _fsync_folder(folder)  # the rename, durable (and seen by other hosts of a shared mount)
     except FileNotFoundError:
         Path(tmp).unlink(missing_ok=True)
         if folder.is_dir():
@@ -56,6 +62,19 @@ def save_checkpoint(checkpoint_dir: str | os.PathLike, payload: dict, *, create:
         Path(tmp).unlink(missing_ok=True)
         raise
     return final
+
+
+def _fsync_folder(folder: Path) -> None:
+    """``fsync`` a folder, so the names created or renamed in it are on disk. A folder that is
+    gone raises ``FileNotFoundError`` (the caller's "removed under this save")."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as exc:  # a filesystem that cannot fsync a folder has nothing more to flush
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
 
 
 def load_checkpoint(checkpoint_dir: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict | None:

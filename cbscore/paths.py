@@ -2,6 +2,9 @@
 
 Everything the product writes (token stores, broker files, checkpoints, the Optuna database) lives
 under one state directory: ``$CBS_HOME`` when set, else ``.cbs/`` in the checkout (git-ignored).
+Two folders move out of it when several hosts work on one lab (README, "Scaling out"): the trials'
+checkpoints (``CBS_CHECKPOINT_DIR``) and the token stores (``CBS_STORE_DIR``), each a path on a
+filesystem that every host mounts, so a trial resumes on any host and every host trains on one store.
 """
 
 from __future__ import annotations
@@ -25,3 +28,24 @@ def subdir(name: str) -> Path:
     path = cbs_home() / name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _shared(env: str, default: str) -> Path:
+    raw = os.environ.get(env, "").strip()
+    if not raw:
+        return subdir(default)
+    path = Path(raw).expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def checkpoint_root() -> Path:
+    """The folder of the trials' checkpoint folders: ``CBS_CHECKPOINT_DIR``, else
+    ``$CBS_HOME/checkpoints`` (created on first use)."""
+    return _shared("CBS_CHECKPOINT_DIR", "checkpoints")
+
+
+def store_root() -> Path:
+    """The folder of the lab's token stores (a data root, and where a store lives unless the spec
+    names ``data.store_dir``): ``CBS_STORE_DIR``, else ``$CBS_HOME/data`` (created on first use)."""
+    return _shared("CBS_STORE_DIR", "data")

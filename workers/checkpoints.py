@@ -1,7 +1,9 @@
 """Where a trial's checkpoint lives, and its removal at every terminal transition.
 
-A trial resumes from ``$CBS_HOME/checkpoints/<trial_id>`` across attempts, so the folder belongs
-to the trial, not to an attempt. Whoever ends the trial (the holder at its outcome, the runner
+A trial resumes from ``<checkpoint root>/<trial_id>`` across attempts, so the folder belongs to the
+trial, not to an attempt. The root is ``CBS_CHECKPOINT_DIR`` (a folder on a filesystem every host
+mounts, so an attempt on another host resumes from it), else ``$CBS_HOME/checkpoints``
+(:func:`cbscore.paths.checkpoint_root`). Whoever ends the trial (the holder at its outcome, the runner
 failing a lost trial or repairing a cancelled study, a cancel of a queued trial) removes it.
 ``sweep`` removes the folders of trials whose lease is done, which also catches a superseded
 holder that wrote one more checkpoint after the winner deleted the folder.
@@ -19,8 +21,8 @@ from cbscore import paths
 
 
 def checkpoint_dir(trial_id: str) -> str:
-    """The trial's checkpoint folder (not created here)."""
-    return str(paths.cbs_home() / "checkpoints" / trial_id)
+    """The trial's checkpoint folder (not created here; its root is)."""
+    return str(paths.checkpoint_root() / trial_id)
 
 
 def remove_checkpoint(trial_id: str) -> bool:

@@ -6,7 +6,8 @@
    the next attempt, or ends it ``failed`` at the attempt cap (``CBS_MAX_ATTEMPTS``).
 2. Train through :func:`cbscore.train.train` with the MLflow callback and a stop watch; a
    heartbeat thread stamps the lease every ``CBS_HEARTBEAT_S`` and reads its stop reason. The
-   trial resumes from ``$CBS_HOME/checkpoints/<trial_id>`` when a checkpoint is there.
+   trial resumes from ``<checkpoint root>/<trial_id>`` (``CBS_CHECKPOINT_DIR``, else
+   ``$CBS_HOME/checkpoints``) when a checkpoint is there.
 3. Record the outcome: the MLflow run first, with all its tags (FINISHED / KILLED / FAILED), then
    the lease (only the holder of the attempt can), then Optuna; delete the checkpoint; advance
    the study. A run that cannot be ended gives the attempt back (the lease is not done yet), and

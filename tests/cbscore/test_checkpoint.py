@@ -48,3 +48,34 @@ def test_a_folder_removed_under_a_save_is_not_made_again(tmp_path, monkeypatch):
     assert save_checkpoint(folder, {"step": 3}, create=False) is None  # gone before: not made again
     assert not folder.exists()
     assert save_checkpoint(folder, {"step": 4}) is not None  # a first save makes it
+
+
+def test_a_save_is_durable_in_order_file_then_rename_then_folder(tmp_path, monkeypatch):
+    # On a shared mount (CBS_CHECKPOINT_DIR on NFS) another host's next attempt reads what the
+    # folder says after the writer dies: the file's bytes must be on disk before its name
+    # changes, and the rename before the save returns.
+    import os
+    import stat
+
+    from cbscore import checkpoint
+
+    events = []
+    fsync, replace = os.fsync, os.replace
+
+    def recording_fsync(fd):
+        events.append(("fsync", "folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"))
+        fsync(fd)
+
+    def recording_replace(src, dst):
+        events.append(("replace", os.path.basename(dst)))
+        replace(src, dst)
+
+    monkeypatch.setattr(checkpoint.os, "fsync", recording_fsync)
+    monkeypatch.setattr(checkpoint.os, "replace", recording_replace)
+    folder = tmp_path / "trials" / "t1"
+    save_checkpoint(folder, {"step": 1})  # a new folder: its name made durable in its parent first
+    assert events == [("fsync", "folder"), ("fsync", "file"), ("replace", "checkpoint.pt"), ("fsync", "folder")]
+    events.clear()
+    save_checkpoint(folder, {"step": 2}, create=False)
+    assert events == [("fsync", "file"), ("replace", "checkpoint.pt"), ("fsync", "folder")]
+    assert load_checkpoint(folder)["step"] == 2 and sorted(p.name for p in folder.iterdir()) == ["checkpoint.pt"]
