@@ -30,22 +30,21 @@ def subdir(name: str) -> Path:
     return path
 
 
-def _shared(env: str, default: str) -> Path:
+def _shared(env: str) -> Path | None:
     raw = os.environ.get(env, "").strip()
-    if not raw:
-        return subdir(default)
-    path = Path(raw).expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return Path(raw).expanduser().resolve() if raw else None
 
 
 def checkpoint_root() -> Path:
     """The folder of the trials' checkpoint folders: ``CBS_CHECKPOINT_DIR``, else
-    ``$CBS_HOME/checkpoints`` (created on first use)."""
-    return _shared("CBS_CHECKPOINT_DIR", "checkpoints")
+    ``$CBS_HOME/checkpoints`` (not created here: the first checkpoint makes it, and on a full disk
+    nothing may be written there before a lease is released)."""
+    return _shared("CBS_CHECKPOINT_DIR") or cbs_home() / "checkpoints"
 
 
 def store_root() -> Path:
     """The folder of the lab's token stores (a data root, and where a store lives unless the spec
     names ``data.store_dir``): ``CBS_STORE_DIR``, else ``$CBS_HOME/data`` (created on first use)."""
-    return _shared("CBS_STORE_DIR", "data")
+    path = _shared("CBS_STORE_DIR") or cbs_home() / "data"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -15,7 +15,12 @@ cancel, a worker shutting down). A holder interrupted by a shutdown puts the lea
 attempts (its ``attempt`` tag is bumped).
 
 Default location: ``sqlite:///$CBS_HOME/runner/ledger.db``, or the Optuna PostgreSQL database
-when ``CBS_OPTUNA_STORAGE`` is set (tables ``cbs_trial_leases``, ``cbs_workers``, ``cbs_study_locks``).
+when ``CBS_OPTUNA_STORAGE`` is set (tables ``cbs_trial_leases``, ``cbs_workers``, ``cbs_study_locks``,
+``cbs_study_stores``).
+
+A study's token store is pinned here by the first trial that has it ready (``cbs_study_stores``:
+where it was, its content digest, which host): every later attempt, on any host, trains on a store
+with that digest or gives its attempt back (:mod:`workers.stores`).
 """
 
 from __future__ import annotations
@@ -71,6 +76,28 @@ LOCKS = sa.Table(
     sa.Column("until_s", sa.Float, nullable=False),
     sa.Column("dirty", sa.Integer, nullable=False, default=0),
 )
+
+STORES = sa.Table(
+    "cbs_study_stores", _META,
+    sa.Column("study", sa.String(64), primary_key=True),
+    sa.Column("path", sa.String(1024), nullable=False),  # the store folder, as the pinning host saw it
+    sa.Column("digest", sa.String(64), nullable=False),  # cbscore.data.store.content_digest
+    sa.Column("host", sa.String(255), nullable=False),  # host_id() of the process that pinned it
+    sa.Column("pinned_s", sa.Float, nullable=False),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorePin:
+    """One row of ``cbs_study_stores``: the token store every trial of ``study`` trains on."""
+
+    study: str
+    path: str
+    """The store folder as the pinning host resolved it (another host may mount it elsewhere)."""
+    digest: str
+    """The store's content digest (:func:`cbscore.data.store.content_digest`)."""
+    host: str
+    pinned_s: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -348,6 +375,23 @@ class Ledger:
             rows = conn.execute(sa.select(LEASES).where(LEASES.c.worker == worker, LEASES.c.state == "running")
                                 ).mappings().all()
         return [Lease(**r) for r in rows]
+
+    # ------------------------------------------------------------------ study stores
+    def store_pin(self, study: str) -> StorePin | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(STORES).where(STORES.c.study == study)).mappings().first()
+        return None if row is None else StorePin(**row)
+
+    def pin_store(self, study: str, *, path: str, digest: str, host: str, now_s: float) -> StorePin:
+        """Pin ``study``'s token store unless one is pinned already; returns the pin that holds
+        (this one for exactly one caller, the first one's for everyone else)."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(STORES.insert().values(study=study, path=path, digest=digest, host=host,
+                                                    pinned_s=now_s))
+        except IntegrityError:
+            pass
+        return self.store_pin(study)
 
     # ------------------------------------------------------------------ study locks
     def try_lock(self, study: str, owner: str, *, now_s: float, ttl_s: float) -> bool:

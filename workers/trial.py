@@ -19,7 +19,9 @@ swallowed; it is not retried (only a lost worker is). A tracking or database err
 trial's fault, nor is a full disk (:func:`workers.tracking.is_out_of_resources`): after the
 tracker's own retries (:func:`workers.tracking.retrying`) the holder gives the *same* attempt back
 to the queue (``release``; the run's ``given_back`` tag says why) and a later attempt resumes from the
-checkpoint, which holds the result when training had already ended. A task killed at the hard
+checkpoint, which holds the result when training had already ended. So is a host that cannot see
+the study's token store, or holds another copy of it (:mod:`workers.stores`): the attempt goes back
+without counting against ``CBS_MAX_GIVE_BACKS``, for a host that has the store. A task killed at the hard
 time limit (``CBS_TRIAL_TIME_LIMIT_S``) ends ``failed`` from the worker's parent
 (:func:`end_after_time_limit`) instead of looking like a lost worker. Every terminal transition
 removes the trial's checkpoint folder (:mod:`workers.checkpoints`). A shutdown is not a failure: SIGTERM (or the
@@ -40,6 +42,7 @@ from cbscore.callbacks import Callback, TrainState
 from workers.checkpoints import checkpoint_dir, remove_checkpoint
 from workers.ledger import INTERRUPTED, Ledger, owner_is_dead, this_process
 from workers.settings import WorkerSettings
+from workers.stores import StoreUnavailable, hold_slot, ready_store
 from workers.tracking import (MlflowCallback, Tracker, is_out_of_resources, is_transient, result_tags,
                               wait_out)
 
@@ -218,6 +221,7 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
         from cbscore.train_config import TrainConfig
 
         config = TrainConfig.from_dict({**spec.train_config, **_operational(trial_id, spec.train_config)})
+        ready_store(ledger, study, config.data)  # the study's one store, here; never a second one
         callbacks = [MlflowCallback(tracker, run_id, flush_s=s.heartbeat_s), StopWatch(heartbeat)]
         result = train(config, callbacks)
     except RankFailed as exc:  # another rank of the trial died: this attempt is lost, not the trial
@@ -233,7 +237,7 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
         heartbeat.stop()
         if heartbeat.superseded:
             raise
-        if isinstance(exc, Exception) and is_transient(exc):
+        if isinstance(exc, Exception) and (is_transient(exc) or isinstance(exc, StoreUnavailable)):
             return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, run, exc)
         if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
             message = f"{type(exc).__name__}: {exc}"
@@ -277,17 +281,23 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
 
 def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,
                run_id: str, run, exc: BaseException) -> dict:
-    """A store was unreachable or a disk full: put the same attempt back in the queue (it costs no
-    attempt) and send it again after a pause; the checkpoint (with the result, if training
-    ended) is kept. Nothing is written into the checkpoint folder before ``release`` (on a full
-    disk that write fails, and the lease would be stranded)."""
+    """A store was unreachable, a disk full, or this host cannot see the study's token store: put
+    the same attempt back in the queue (it costs no attempt) and send it again after a pause; the
+    checkpoint (with the result, if training ended) is kept. Nothing is written into the checkpoint
+    folder before ``release`` (on a full disk that write fails, and the lease would be stranded).
+    A host without the store holds its slot for the pause (:func:`workers.stores.hold_slot`), so
+    the trial goes to a host that has it."""
     reason = f"{type(exc).__name__}: {str(exc)[:300]}"
+    no_store = isinstance(exc, StoreUnavailable)
     if is_out_of_resources(exc):
         reason = f"out of resources on this host ({reason}); the trial waits for room"
+    elif no_store:
+        reason = str(exc)[:500]
     given = _give_backs(trial_id) + 1
     # a repeated error the store answers may not be an outage after all: fail it at the cap; a
-    # full disk is never the trial's fault and never counts against it
-    if given > s.max_give_backs and not is_out_of_resources(exc):
+    # full disk or a host without the token store is never the trial's fault and never counts
+    counted = not (is_out_of_resources(exc) or no_store)
+    if given > s.max_give_backs and counted:
         if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
             _try_end(s, run_id, "failed", f"gave its attempt back {given - 1} times (CBS_MAX_GIVE_BACKS="
                                           f"{s.max_give_backs}); last error {reason}"[:500])
@@ -296,8 +306,8 @@ def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, att
             remove_checkpoint(trial_id)
             _advance(study)
         return {"trial_id": trial_id, "attempt": attempt, "outcome": "failed"}
-    print(f"cbs trial {trial_id}: {reason}; attempt {attempt} goes back to the queue "
-          f"({given}/{s.max_give_backs})", flush=True)
+    tally = f"{given}/{s.max_give_backs}" if counted else f"give-back {given}, a fault of this host: not counted"
+    print(f"cbs trial {trial_id}: {reason}; attempt {attempt} goes back to the queue ({tally})", flush=True)
     if not ledger.release(trial_id, attempt, owner=owner, now_s=time.time()):
         return {"trial_id": trial_id, "attempt": attempt, "skipped": "lease lost while giving it back"}
     _count_give_back(trial_id, given)
@@ -312,6 +322,8 @@ def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, att
     # Back off: 15 s, 30 s, ... up to 10 min between tries of a store that stays down.
     wait_s = min(600.0, max(15.0, 3 * s.heartbeat_s) * 2 ** (given - 1))
     Runner(s).send(study, trial_id, attempt, queue, countdown_s=wait_s)
+    if no_store:
+        hold_slot(wait_s)
     return {"trial_id": trial_id, "attempt": attempt, "requeued": f"store unreachable: {reason}"}
 
 

@@ -58,7 +58,8 @@ class DataConfig:
     is streamed); ``None`` = all."""
 
     store_dir: str | None = None
-    """Folder of the token store; ``None`` = ``<CBS_HOME>/data/<key>`` keyed by the settings above."""
+    """Folder of the token store; ``None`` = ``<store root>/<key>`` keyed by the settings above (the
+    store root is ``CBS_STORE_DIR``, else ``$CBS_HOME/data``: :func:`cbscore.paths.store_root`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.source, str) or not self.source.strip():
@@ -137,9 +138,9 @@ class DataConfig:
         """Where this config's token store lives."""
         if self.store_dir is not None:
             return Path(self.store_dir).expanduser().resolve()
-        from cbscore.paths import subdir
+        from cbscore.paths import store_root
 
-        return subdir("data") / self.key()
+        return store_root() / self.key()
 
     # ---- wire format ------------------------------------------------------------------------
     def to_dict(self) -> dict:

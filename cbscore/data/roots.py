@@ -3,7 +3,8 @@
 A study spec comes from a web page, so its ``data.source`` and ``data.store_dir`` are untrusted
 paths on the server. Both must resolve (links followed) inside a *data root*:
 
-* ``$CBS_HOME/data`` — the token stores the lab builds (the default store location);
+* the store root, ``CBS_STORE_DIR`` or else ``$CBS_HOME/data`` — the token stores the lab builds
+  (the default store location; :func:`cbscore.paths.store_root`);
 * ``$CBS_HOME/corpora`` — the corpora the operator puts there for studies to read (created empty
   on first use; copy or link a ``.txt``/``.jsonl``/``.parquet`` file or folder into it and give
   its path as ``data.source``);
@@ -33,10 +34,11 @@ HUB_CONFIG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
 
 def data_roots() -> list[Path]:
-    """``$CBS_HOME/data``, ``$CBS_HOME/corpora`` and the folders of ``CBS_DATA_ROOTS``, resolved."""
-    from cbscore.paths import subdir
+    """The store root (``CBS_STORE_DIR``, else ``$CBS_HOME/data``), ``$CBS_HOME/corpora`` and the
+    folders of ``CBS_DATA_ROOTS``, resolved."""
+    from cbscore.paths import store_root, subdir
 
-    roots = [subdir("data"), subdir("corpora")]
+    roots = [store_root(), subdir("corpora")]
     for raw in (os.environ.get("CBS_DATA_ROOTS") or "").split(os.pathsep):
         if raw.strip():
             roots.append(Path(raw.strip()).expanduser().resolve())

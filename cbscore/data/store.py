@@ -167,6 +167,39 @@ def is_store(path: Path) -> bool:
     return isinstance(manifest, dict) and "format_version" in manifest and "splits" in manifest
 
 
+def content_digest(path: Path) -> str:
+    """A short hash of what the store at ``path`` holds: its manifest without when and how fast it
+    was built, so two hosts that prepare one config from one source get one digest, and a store
+    rebuilt from another source (or with another tokenizer) gets another. (The token files are
+    not read: their counts and the tokenizer's sha256 stand for them.)"""
+    manifest = json.loads((Path(path) / MANIFEST).read_text())
+    content = {key: manifest.get(key) for key in _CONTENT_KEYS}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+
+
+#: The manifest's fields that say what a store holds (not when or how fast it was built).
+_CONTENT_KEYS = ("format_version", "source_fingerprint", "config", "tokenizer", "tokenizer_sha256", "vocab_size",
+                 "eot_id", "dtype", "splits")
+
+
+def reuse_problem(config: DataConfig) -> str | None:
+    """Why :func:`prepare` would not reuse the store at ``config.store_path()`` as it is on this
+    host, in a few words: none there, or not what this host builds from its source (another version
+    of the corpus, other settings, a damaged copy), or a source it cannot read; ``None`` when it
+    would reuse it untouched. Nothing is written."""
+    path = config.store_path()
+    if not (path / MANIFEST).is_file():
+        return "there is none there"
+    try:
+        fingerprint = sources.fingerprint(config)
+    except (DataError, OSError) as exc:
+        return f"its source {config.source!r} cannot be read here: {exc}"
+    if not _up_to_date(path, config, fingerprint):
+        return (f"it is not what this host builds from its source {config.source!r}: another version of the "
+                "corpus, other settings or a damaged copy")
+    return None
+
+
 def check_store_location(path: Path) -> None:
     """Refuse a store folder that ``prepare`` could destroy something in (a ``ConfigError`` on
     ``data.store_dir``).
@@ -175,21 +208,28 @@ def check_store_location(path: Path) -> None:
     checked first: nothing looks inside a folder outside the roots, not even for a manifest (a
     store of another lab elsewhere on the host is never replaced). A rebuild renames the existing
     folder aside and deletes it, so an existing folder is only ever replaced when it holds a CBS
-    manifest; the state directory's own folders (``checkpoints``, ``broker``...) are never a store.
+    manifest; the state directory's own folders (``checkpoints``, ``broker``...), the store root
+    itself and the checkpoint root (``CBS_CHECKPOINT_DIR``) are never a store.
     """
-    from cbscore.paths import cbs_home
+    from cbscore.paths import cbs_home, checkpoint_root, store_root
 
     path = Path(path).expanduser().resolve()
     check_store_dir(path)
     if is_store(path):
         return
-    home = cbs_home()
+    home, stores, checkpoints = cbs_home(), store_root(), checkpoint_root()
     if path == home or home.is_relative_to(path):
         raise ConfigError("data.store_dir", str(path), "is the state directory $CBS_HOME or holds it; "
                           "pick a folder of its own")
-    if path.is_relative_to(home) and path.relative_to(home).parts[0] != "data":
-        raise ConfigError("data.store_dir", str(path), f"is inside {home} but not under its data/ folder; "
-                          f"stores live in {home / 'data'}")
+    if path == stores:
+        raise ConfigError("data.store_dir", str(path), "is the folder of all token stores (CBS_STORE_DIR, else "
+                          "$CBS_HOME/data); pick a folder inside it")
+    if path.is_relative_to(checkpoints) or checkpoints.is_relative_to(path):
+        raise ConfigError("data.store_dir", str(path), f"is or holds the trials' checkpoints ({checkpoints}, "
+                          "CBS_CHECKPOINT_DIR); pick a folder of its own")
+    if path.is_relative_to(home) and not path.is_relative_to(stores):
+        raise ConfigError("data.store_dir", str(path), f"is inside {home} but not under its store folder; "
+                          f"stores live in {stores}")
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise ConfigError("data.store_dir", str(path), "exists and is not a CBS token store (no manifest.json); "
                           "preparing a store replaces its folder, so it must be new, empty or a store")

@@ -95,7 +95,7 @@ def worker_env(tmp_path, monkeypatch, mlflow_uri):
         "MLFLOW_DISABLE_TELEMETRY": "true",
     }
     for key in ("CBS_BROKER_URL", "CBS_OPTUNA_STORAGE", "CBS_LEDGER_URL", "MLFLOW_TRACKING_URI", "CBS_TRIAL_QUEUE",
-                "CBS_MAX_ATTEMPTS"):
+                "CBS_MAX_ATTEMPTS", "CBS_CHECKPOINT_DIR", "CBS_STORE_DIR"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
