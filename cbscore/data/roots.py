@@ -11,7 +11,7 @@ paths on the server. Both must resolve (links followed) inside a *data root*:
 * every folder of ``CBS_DATA_ROOTS`` (``os.pathsep``-separated), an environment setting of the
   server, never a spec field, so a spec cannot widen it.
 
-``builtin`` and ``hub:NAME`` sources are not paths; a hub name must look like one (``owner/name``,
+``builtin``, ``builtin-large`` and ``hub:NAME`` sources are not paths; a hub name must look like one (``owner/name``,
 letters, digits, ``.``, ``_``, ``-``), never a path such as ``hub:/etc``.
 
 :func:`check_source` and :func:`check_store_dir` run at launch (``check_spec``) and again in the
@@ -65,16 +65,17 @@ def check_hub_name(source: str, field: str = "data.source") -> None:
 
 
 def check_source(source: str, field: str = "data.source") -> None:
-    """``builtin``, a ``hub:`` name, or a path inside the data roots; a ConfigError otherwise.
-    Nothing on disk is read but the resolution of the path itself."""
-    if source == "builtin":
+    """``builtin``, ``builtin-large``, a ``hub:`` name, or a path inside the data roots; a
+    ConfigError otherwise. Nothing on disk is read but the resolution of the path itself (whether
+    ``builtin-large``'s packages are installed is :func:`cbscore.data.store.check_data_location`'s)."""
+    if source in ("builtin", "builtin-large"):
         return
     if source.startswith("hub:"):
         check_hub_name(source, field)
         return
     roots = data_roots()
     if not inside_roots(Path(source), roots):
-        raise ConfigError(field, source, "must be 'builtin', 'hub:NAME' or a file or folder inside the data roots "
+        raise ConfigError(field, source, "must be 'builtin', 'builtin-large', 'hub:NAME' or a file or folder inside the data roots "
                                          f"({_roots_text(roots)}); the operator adds a root with CBS_DATA_ROOTS")
 
 

@@ -1,7 +1,7 @@
-"""Corpus sources: the built-in corpus, local files and streamed hub datasets.
+"""Corpus sources: the built-in corpora, local files and streamed hub datasets.
 
 Every source becomes the same thing: a ``datasets.Dataset`` with a ``text`` column and a ``group``
-column (in memory for the built-in corpus and hub samples; memory-mapped Arrow files on disk for
+column (in memory for the built-in corpora and hub samples; memory-mapped Arrow files on disk for
 local files, so a corpus larger than the machine's memory can be prepared) (documents of one group always land in the same split), plus a *fingerprint*
 that changes when the source's content does, so a stale token store is rebuilt.
 """
@@ -25,8 +25,8 @@ HUB_PROBE_TIMEOUT_S = 3.0
 
 
 def source_kind(source: str) -> str:
-    if source == "builtin":
-        return "builtin"
+    if source in ("builtin", "builtin-large"):
+        return source
     if source.startswith("hub:"):
         return "hub"
     return "local"
@@ -39,6 +39,10 @@ def fingerprint(config: DataConfig) -> dict:
         from . import builtin
 
         return builtin.fingerprint()
+    if kind == "builtin-large":
+        from . import builtin_large
+
+        return builtin_large.fingerprint()
     if kind == "hub":
         name, hub_config = parse_hub_source(config.source)
         return {"kind": "hub", "name": name, "config": hub_config}
@@ -65,6 +69,11 @@ def load_documents(config: DataConfig, cache_dir: Path):
         from . import builtin
 
         rows = _take(builtin.documents(), config.max_documents)
+        records = {"text": [r["text"] for r in rows], "group": [r["group"] for r in rows]}
+    elif kind == "builtin-large":
+        from . import builtin_large
+
+        rows = _take(builtin_large.documents(), config.max_documents)
         records = {"text": [r["text"] for r in rows], "group": [r["group"] for r in rows]}
     elif kind == "hub":
         records = _hub_documents(config)

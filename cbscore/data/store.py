@@ -237,8 +237,13 @@ def check_store_location(path: Path) -> None:
 
 def check_data_location(config: DataConfig) -> None:
     """``data.source`` and the store folder inside the data roots (:mod:`cbscore.data.roots`),
-    before anything is read: at launch, and in the worker by :func:`prepare`."""
+    before anything is read: at launch, and in the worker by :func:`prepare`; ``builtin-large``
+    without its optional packages is refused here too, by name."""
     check_source(config.source)
+    if config.source == "builtin-large":
+        from .builtin_large import require_packages
+
+        require_packages()
     check_store_location(config.store_path())
 
 
