@@ -1,5 +1,6 @@
 """The web app as ``cbs web`` serves it: Streamlit's own server (``st.App``) running
-``streamlit_app.py``, with CBS Lab's Host check in front of every route (:mod:`app.host_check`).
+``streamlit_app.py``, with CBS Lab's Host check in front of every route (:mod:`app.host_check`),
+and MLflow's UI, read-only, for signed-in users under ``/mlflow/`` (:mod:`app.mlflow_proxy`).
 
 ``streamlit run app/server.py`` finds the ``app`` below and serves it with uvicorn; every
 ``--server.*`` option of ``streamlit run`` still applies.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import streamlit as st
 from starlette.middleware import Middleware
 
+from app import mlflow_proxy
 from app.host_check import HostCheck
 
-app = st.App("streamlit_app.py", middleware=[Middleware(HostCheck)])
+app = st.App("streamlit_app.py", routes=mlflow_proxy.routes(), middleware=[Middleware(HostCheck)])

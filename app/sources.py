@@ -130,20 +130,26 @@ def alive_workers() -> list:
 
 @st.cache_data(ttl=30.0, max_entries=2, show_spinner=False)
 def tracking_ui_url() -> str | None:
-    """Base URL of the MLflow UI, or ``None`` when no tracking server serves one."""
+    """Base URL of the MLflow UI, or ``None`` when no tracking server serves one: the web app's
+    own ``/mlflow`` when it serves MLflow to signed-in users (:mod:`app.mlflow_proxy`), else the
+    tracking server's."""
+    from app.mlflow_proxy import link
+
     try:
-        return call("tracking_ui_url")
+        return link(call("tracking_ui_url"))
     except Exception:  # a link is a convenience; its absence is shown as "no link"
         return None
 
 
 @st.cache_data(ttl=30.0, max_entries=4096, show_spinner=False)
 def run_url(run_id: str) -> str | None:
-    """Link to one MLflow run in the UI, or ``None``."""
+    """Link to one MLflow run in the UI (where :func:`tracking_ui_url` says), or ``None``."""
+    from app.mlflow_proxy import link
+
     if not run_id:
         return None
     try:
-        return call("run_url", run_id)
+        return link(call("run_url", run_id))
     except Exception:  # a link is a convenience; its absence is shown as "no link"
         return None
 

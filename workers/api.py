@@ -455,15 +455,20 @@ def alive_workers() -> list[WorkerInfo]:
 _UI_CACHE: dict[str, tuple[float, str | None]] = {}
 
 
-def tracking_ui_url() -> str | None:
-    """Base URL of an MLflow UI that answers (the tracking server, or ``CBS_TRACKING_UI_URL``), else None."""
+def tracking_ui_base() -> str:
+    """Base URL of the MLflow UI, answering or not: the tracking server, else ``CBS_TRACKING_UI_URL``
+    (default ``http://127.0.0.1:5000``)."""
     import os
 
     s = _settings()
     if s.tracking_uri.startswith(("http://", "https://")):
-        candidate = s.tracking_uri.rstrip("/")
-    else:
-        candidate = (os.environ.get("CBS_TRACKING_UI_URL") or "http://127.0.0.1:5000").rstrip("/")
+        return s.tracking_uri.rstrip("/")
+    return (os.environ.get("CBS_TRACKING_UI_URL") or "http://127.0.0.1:5000").rstrip("/")
+
+
+def tracking_ui_url() -> str | None:
+    """Base URL of an MLflow UI that answers (:func:`tracking_ui_base`), else None."""
+    candidate = tracking_ui_base()
     now = time.time()
     cached = _UI_CACHE.get(candidate)
     if cached is not None and now - cached[0] < 30:

@@ -9,6 +9,7 @@ folder. The browser is Debian's chromium driven by chromedriver through selenium
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -123,15 +124,16 @@ def stack(tmp_path):
                 pass
 
 
-@pytest.fixture
-def browser(tmp_path):
+@contextlib.contextmanager
+def chromium(profile: Path):
+    """A headless chromium (selenium's driver) with its profile in ``profile``, quit on leaving."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     for flag in CHROME_FLAGS:
         options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    options.add_argument(f"--user-data-dir={profile}")
     options.binary_location = CHROMIUM
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
@@ -139,6 +141,12 @@ def browser(tmp_path):
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def browser(tmp_path):
+    with chromium(tmp_path / "chromium-profile") as driver:
+        yield driver
 
 
 def _wait(driver, condition, timeout_s: float, what: str):

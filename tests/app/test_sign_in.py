@@ -9,6 +9,7 @@ gives it as the e-mail claim too); no worker runs, so the study's trials stay qu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -28,9 +29,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 ALICE, BOB, ADMIN = "alice@lab.test", "bob@lab.test", "admin@lab.test"
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def provider():
-    """A real OIDC provider on 127.0.0.1 (any client id and secret are accepted)."""
+    """A real OIDC provider on 127.0.0.1 (any client id and secret are accepted; it keeps no state
+    between sign-ins, so one serves every test)."""
     pytest.importorskip("oidc_provider_mock")
     import oidc_provider_mock
     import werkzeug.serving
@@ -45,14 +47,15 @@ def provider():
         server.server_close()
 
 
-@pytest.fixture
-def signed_in_lab(tmp_path, provider):
-    """``cbs web`` with ``[auth]`` pointing at the provider; yields the web app's URL."""
+@contextlib.contextmanager
+def web_with_sign_in(folder: Path, provider: str, env: dict[str, str] | None = None):
+    """``cbs web`` run from ``folder`` with ``[auth]`` pointing at ``provider`` and its state in
+    ``folder`` (``env`` added to its environment); yields the web app's URL and its log file."""
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         pytest.skip("needs Debian's chromium and chromium-driver (apt-get install -y chromium chromium-driver)")
     port = _free_port()
     web = f"http://127.0.0.1:{port}"
-    secrets_file = tmp_path / "secrets.toml"
+    secrets_file = folder / "secrets.toml"
     secrets_file.write_text(
         "[auth]\n"
         f'redirect_uri = "{web}/oauth2callback"\n'
@@ -60,23 +63,31 @@ def signed_in_lab(tmp_path, provider):
         'client_id = "cbs-lab"\n'
         'client_secret = "cbs-lab-secret"\n'
         f'server_metadata_url = "{provider}/.well-known/openid-configuration"\n')
-    env = {**os.environ, "CBS_HOME": str(tmp_path / "home"), "CBS_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
-           "CBS_ARTIFACT_ROOT": str(tmp_path / "artifacts"), "CBS_WEB_SECRETS": str(secrets_file),
-           "CBS_ADMINS": ADMIN, "CBS_TRIAL_QUEUE": "cpu", "PYTHONUNBUFFERED": "1"}
+    full_env = {**os.environ, "CBS_HOME": str(folder / "home"), "CBS_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
+                "CBS_ARTIFACT_ROOT": str(folder / "artifacts"), "CBS_WEB_SECRETS": str(secrets_file),
+                "CBS_ADMINS": ADMIN, "CBS_TRIAL_QUEUE": "cpu", "PYTHONUNBUFFERED": "1"}
     for key in ("CBS_BROKER_URL", "CBS_LEDGER_URL", "CBS_OPTUNA_STORAGE", "MLFLOW_TRACKING_URI"):
-        env.pop(key, None)
-    log = open(tmp_path / "web.log", "w")
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "cbs"), "web", "--port", str(port)], env=env,
-                            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        full_env.pop(key, None)
+    full_env.update(env or {})
+    log = open(folder / "web.log", "w")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "cbs"), "web", "--port", str(port)], env=full_env,
+                            cwd=folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait_http(f"{web}/_stcore/health", 60)
-        yield web, tmp_path / "web.log"
+        yield web, folder / "web.log"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def signed_in_lab(tmp_path, provider):
+    """``cbs web`` with ``[auth]`` pointing at the provider; yields the web app's URL and its log."""
+    with web_with_sign_in(tmp_path, provider) as lab:
+        yield lab
 
 
 def text(driver) -> str:
