@@ -333,3 +333,54 @@ def setting_flags(table) -> list[tuple[str, str]]:
             flags.append((s.setting, "best learning rate at an edge of the grid at B = "
                                      f"{', '.join(str(b) for b in edges)}: the optimum may lie beyond it"))
     return flags
+
+
+#: What :func:`d_ordering` compares: ``(label, attribute of a setting's analysis)``.
+D_ORDERING_QUANTITIES = (("B*", "cbs"), ("B* without B_ref", "cbs_without_ref"),
+                         ("B_noise", "b_noise"), ("B_noise without B_ref", "b_noise_without_ref"))
+
+
+def _rises(values: Sequence[float | None]) -> bool | None:
+    """Whether ``values`` rise strictly, in order; ``None`` where one is missing."""
+    if any(v is None or not math.isfinite(v) for v in values):
+        return None
+    return all(b > a for a, b in zip(values, values[1:]))
+
+
+def d_ordering(table) -> list[dict[str, Any]]:
+    """One row per model size that has two or more data sizes: whether ``B*`` and ``B_noise`` rise
+    with ``D`` (the paper's finding, Zhang et al. 2025, §4), each with and without the reference
+    point (issue 27: the reference cell sets the target and ``S(B_ref)``, so a D-trend that only the
+    reference point carries is no evidence). Each entry is ``True``, ``False`` or ``None`` (a fit
+    missing), beside the values in order of ``D``; an ordering says nothing of its certainty (the
+    laws' intervals do)."""
+    groups: dict[float, list] = {}
+    for s in table.settings:
+        if s.n_params is not None and s.tokens is not None:
+            groups.setdefault(float(s.n_params), []).append(s)
+    rows = []
+    for n_params, settings in sorted(groups.items()):
+        settings = sorted(settings, key=lambda s: s.tokens)
+        if len({s.tokens for s in settings}) < 2:
+            continue
+        row: dict[str, Any] = {"N": n_params, "D": [s.tokens for s in settings],
+                               "settings": [s.setting for s in settings]}
+        for label, attr in D_ORDERING_QUANTITIES:
+            values = [getattr(s, attr, None) for s in settings]
+            row[label] = {"values": values, "rises": _rises(values)}
+        rows.append(row)
+    return rows
+
+
+def d_ordering_sentence(row: Mapping[str, Any]) -> str:
+    """The page's line for one row of :func:`d_ordering`."""
+    def says(label: str) -> str:
+        entry = row[label]
+        shown = " → ".join("—" if v is None else f"{v:.3g}" for v in entry["values"])
+        verdict = {True: "rises with D", False: "does **not** rise with D", None: "cannot be read (a fit is missing)"}
+        return f"{label} {verdict[entry['rises']]} ({shown})"
+
+    d = " → ".join(f"{v / 1e3:.0f}k" if v < 1e6 else f"{v / 1e6:.3g}M" for v in row["D"])
+    held = {True: "holds", False: "does not hold", None: "cannot be read"}[row["B* without B_ref"]["rises"]]
+    return (f"N = {row['N']:,.0f}, D = {d}: the ordering by D **{held} without the reference point**. "
+            + "; ".join(says(label) for label, _ in D_ORDERING_QUANTITIES) + ".")

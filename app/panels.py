@@ -265,8 +265,24 @@ def render_scaling(rows: list[dict], source: str, b_ref: int, overhead: float) -
         })
     else:
         st.info(NO_LAW, icon=":material/info:")
+    _d_ordering(table)
     _forecast(table, source)
     _notes(table)
+
+
+def _d_ordering(table) -> None:
+    """Whether B* rises with D at fixed N, with and without the reference point (issue 27)."""
+    from app import fit_view
+
+    rows = fit_view.d_ordering(table)
+    if not rows:
+        return
+    st.markdown("**Ordering by D at fixed N**")
+    st.caption("The reference cell sets the target and S(B_ref): a rise with D that disappears without its point "
+               "rests on that one cell. An ordering is not an interval; the laws' intervals say how sure it is.")
+    for row in rows:
+        held = row["B* without B_ref"]["rises"]
+        (st.success if held else st.warning if held is False else st.info)(fit_view.d_ordering_sentence(row))
 
 
 def _x_range(xs: list[float], paper: tuple[float, float]) -> tuple[float, float]:
