@@ -2,9 +2,12 @@
 
 A lab must not stop because one part of it crashed. Honcho (which ``cbs up`` used before) ends
 every process when one exits, so a crashed MLflow server or web app took the running trials with
-it. The supervisor instead restarts a process that exited on its own after ``restart_delay_s``,
-and gives up on the whole stack only when one keeps crashing (``max_restarts`` within
-``restart_window_s``: a port in use, a broken install), saying which.
+it. The supervisor instead restarts a process that exited on its own after ``restart_delay_s``.
+One that exits again soon after its start (within ``healthy_after_s``: a database or the broker
+still away, a port in use) waits twice as long each time, up to ``max_restart_delay_s``, and one
+that ran that long starts over at ``restart_delay_s``. The whole stack is given up only when a
+process has exited ``max_restarts`` + 1 times in a row soon after its start (by default over four
+minutes of trying: a broken install, not a dependency away for a minute), saying which.
 
 * Each process runs in its own session (its own process group), so a terminal's Ctrl-C reaches
   the supervisor alone; it then sends SIGTERM to each group (the worker's warm shutdown puts its
@@ -59,15 +62,17 @@ class Supervisor:
     """Start, watch, restart and stop the processes of a Procfile."""
 
     def __init__(self, specs: list[ProcessSpec], *, env: dict[str, str], cwd: Path, pids_file: Path | None = None,
-                 restart_delay_s: float = 3.0, max_restarts: int = 5, restart_window_s: float = 60.0,
-                 stop_grace_s: float = 20.0, out=None):
+                 restart_delay_s: float = 3.0, max_restart_delay_s: float = 60.0, healthy_after_s: float = 60.0,
+                 max_restarts: int = 8, stop_grace_s: float = 20.0, out=None):
         self.specs = {s.name: s for s in specs}
         self.env, self.cwd, self.pids_file = env, cwd, pids_file
-        self.restart_delay_s, self.max_restarts, self.restart_window_s = restart_delay_s, max_restarts, restart_window_s
+        self.restart_delay_s, self.max_restart_delay_s = restart_delay_s, max_restart_delay_s
+        self.healthy_after_s, self.max_restarts = healthy_after_s, max_restarts
         self.stop_grace_s = stop_grace_s
         self.out = out or sys.stdout
         self.procs: dict[str, subprocess.Popen] = {}
-        self.restarts: dict[str, list[float]] = {name: [] for name in self.specs}
+        self.started: dict[str, float] = {}  # name -> when it was last started (monotonic)
+        self.quick_exits: dict[str, int] = {name: 0 for name in self.specs}  # in a row, each soon after its start
         self.due: dict[str, float] = {}  # name -> when to restart it
         self._stopping = threading.Event()
         self._print_lock = threading.Lock()
@@ -90,6 +95,7 @@ class Supervisor:
         proc = subprocess.Popen(argv, env=self.env, cwd=self.cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         self.procs[name] = proc
+        self.started[name] = time.monotonic()
         threading.Thread(target=self._pump, args=(name, proc), name=f"cbs-up-{name}", daemon=True).start()
         self.say("system", f"{name} started (pid {proc.pid}): {self.specs[name].command}")
         self._write_pids()
@@ -113,25 +119,31 @@ class Supervisor:
                 rc = proc.poll()
                 if rc is None or name in self.due:
                     continue
-                recent = [t for t in self.restarts[name] if now - t < self.restart_window_s]
-                self.restarts[name] = recent
-                if len(recent) >= self.max_restarts:
-                    self.say("system", f"{name} exited (code {rc}) {len(recent) + 1} times within "
-                                       f"{self.restart_window_s:g} s; stopping everything (see its lines above)")
+                soon = now - self.started[name] < self.healthy_after_s
+                n = self.quick_exits[name] = self.quick_exits[name] + 1 if soon else 1
+                if n > self.max_restarts:
+                    self.say("system", f"{name} exited (code {rc}) {n} times in a row, each within "
+                                       f"{self.healthy_after_s:g} s of its start; stopping everything (see its lines above)")
                     code = 1
                     self._stopping.set()
                     break
-                self.say("system", f"{name} exited (code {rc}); restarting it in {self.restart_delay_s:g} s")
-                self.due[name] = now + self.restart_delay_s
+                delay = self.restart_delay(n)
+                again = f" ({n} exits in a row, each soon after its start)" if n > 1 else ""
+                self.say("system", f"{name} exited (code {rc}); restarting it in {delay:g} s{again}")
+                self.due[name] = now + delay
                 self._write_pids()
             for name, when in list(self.due.items()):
                 if time.monotonic() >= when and not self._stopping.is_set():
                     del self.due[name]
-                    self.restarts[name].append(time.monotonic())
                     self.start(name)
             self._stopping.wait(0.5)
         self._stop_all()
         return code
+
+    def restart_delay(self, quick_exits: int) -> float:
+        """Seconds before a restart after the ``quick_exits``-th exit in a row soon after a start:
+        ``restart_delay_s`` doubled each time, at most ``max_restart_delay_s``."""
+        return min(self.max_restart_delay_s, self.restart_delay_s * 2 ** (quick_exits - 1))
 
     def stop(self) -> None:
         """Ask :meth:`run` to stop every process and return (signal-safe)."""

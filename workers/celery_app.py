@@ -11,6 +11,9 @@
   only ever initialised in a child (a GPU worker's parent imports neither torch nor
   cbscore.train; a CPU worker's parent preloads them for its children).
 * Queues ``cpu`` and ``gpu``; ``cbs worker`` consumes the one of its device.
+* A broker outage is waited out: the worker reconnects however long it lasts, a running trial
+  carries on, and an ack that fails meanwhile does not stop the worker from consuming again
+  (:mod:`workers.acks`). Redis connections time out instead of hanging on a silent network cut.
 
 Settings are read from the environment when this module is imported (``workers.settings``).
 """
@@ -45,12 +48,27 @@ def configure(app: Celery, s: WorkerSettings) -> None:
             "polling_interval": s.broker_poll_s,
         }
     elif s.broker_url.startswith(("redis://", "rediss://")):
-        # A trial can run for hours: a redelivery before it ends only finds the lease held and exits.
-        transport_options = {"visibility_timeout": 6 * 3600}
+        transport_options = {
+            # A trial can run for hours: a redelivery before it ends only finds the lease held and exits.
+            "visibility_timeout": 6 * 3600,
+            # A broker gone without closing the connection (a network cut, a failover): a publish or
+            # an ack fails after these seconds instead of waiting forever, and kombu's health checks
+            # (every 25 s) drop a consuming connection that stopped answering.
+            "socket_timeout": 15.0,
+            "socket_connect_timeout": 5.0,
+            "socket_keepalive": True,
+        }
     app.conf.update(
         broker_url=s.broker_url,
         broker_transport_options=transport_options,
+        # A broker outage is waited out, at start and after a lost connection, however long it lasts
+        # (Celery's default gives up after 100 tries); a late ack it misses is handled in workers.acks.
         broker_connection_retry_on_startup=True,
+        broker_connection_retry=True,
+        broker_connection_max_retries=None,
+        # A trial needs no broker while it trains (the ledger fences it): a lost connection must not
+        # kill it (Celery 6 makes True the default).
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         result_backend=None,
         task_ignore_result=True,
         task_serializer="json",

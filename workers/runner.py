@@ -37,13 +37,15 @@ from workers.ledger import Ledger, owner_is_alive_here, owner_is_dead, this_proc
 from workers.records import build_records
 from workers.settings import QUEUES, WorkerSettings
 from workers.time_limits import trial_time_limit_s
-from workers.tracking import Tracker, result_tags
+from workers.tracking import Tracker, is_transient, result_tags
 
 _LOCK_TTL_S = 300.0
 #: A holder alive on this host whose heartbeat is stale is slow (a loaded machine, a long MLflow
 #: call), not lost: it is judged lost only after this many staleness limits (then it is hung).
 _LOCAL_HUNG_FACTOR = 10
 _MAX_PASSES = 3
+#: The longest wait between two passes of ``watch`` while a store or the broker is unreachable.
+_OUTAGE_MAX_WAIT_S = 30.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +62,8 @@ class AdvanceReport:
     done: bool = False
     skipped: str | None = None
     errors: tuple[str, ...] = field(default_factory=tuple)
+    outage: bool = False
+    """The pass failed because a store or the broker was unreachable (the runner backs off)."""
 
 
 def check_spec(spec: StudySpec, *, force: bool = False) -> None:
@@ -211,9 +215,20 @@ class Runner:
                 else:
                     self.ledger.unlock(study, self.owner)
         except BaseException:
-            self.ledger.unlock(study, self.owner)
+            self._release_lock(study)
             raise
         return report
+
+    def _release_lock(self, study: str) -> None:
+        """Let go of ``study``'s lock after a failed pass, even when another caller asked for one more
+        pass meanwhile (``unlock`` keeps a dirty lock for its holder): that caller's next pass is the
+        retry. Kept, the lock would shut every runner out until its TTL (5 min) although its holder
+        (often a trial's process, about to exit) never runs that pass."""
+        try:
+            self.ledger.try_lock(study, self.owner, now_s=time.time(), ttl_s=self.lock_ttl_s)  # clears dirty
+            self.ledger.unlock(study, self.owner)
+        except Exception as exc:  # noqa: BLE001 - the ledger is away too: the lock lapses at its TTL
+            print(f"cbs runner: releasing the lock of {study} failed ({type(exc).__name__}: {exc})", flush=True)
 
     def advance_all(self, log=print) -> list[AdvanceReport]:
         """Advance every study that is still running, and repair the others' loose ends.
@@ -236,7 +251,8 @@ class Runner:
             except Exception as exc:  # noqa: BLE001 - see the docstring
                 log(f"cbs study watch: {exp.name}: this pass failed ({type(exc).__name__}: {exc}); "
                     "the other studies go on")
-                out.append(AdvanceReport(study=exp.name, skipped="failed", errors=(f"{type(exc).__name__}: {exc}",)))
+                out.append(AdvanceReport(study=exp.name, skipped="failed", errors=(f"{type(exc).__name__}: {exc}",),
+                                         outage=is_transient(exc)))
         return out
 
     def _advance_once(self, study: str) -> AdvanceReport:
@@ -451,8 +467,16 @@ class Runner:
 
         if time_limit_s is None:
             time_limit_s = self._time_limit(trial_id, queue)
-        app.send_task(TRIAL_TASK, args=[study, trial_id, attempt], task_id=f"{trial_id}-a{attempt}", queue=queue,
-                      routing_key=queue, countdown=countdown_s, time_limit=time_limit_s)
+        try:
+            app.send_task(TRIAL_TASK, args=[study, trial_id, attempt], task_id=f"{trial_id}-a{attempt}", queue=queue,
+                          routing_key=queue, countdown=countdown_s, time_limit=time_limit_s)
+        except Exception as exc:
+            if is_transient(exc):  # the broker is away: the first pass after it is back sends it again
+                try:
+                    self.ledger.mark_sent(trial_id, attempt, 0.0)
+                except Exception:  # noqa: BLE001 - the ledger too: resent a staleness limit later instead
+                    pass
+            raise
 
     def _time_limit(self, trial_id: str, queue: str) -> float | None:
         """``CBS_TRIAL_TIME_LIMIT_S``, else the limit derived from the trial's budget (its run's
@@ -519,13 +543,22 @@ class Runner:
 
     # ------------------------------------------------------------------ watch
     def watch(self, *, period_s: float | None = None, passes: int | None = None, log=print) -> None:
-        """Advance every running study every ``period_s`` (``CBS_WATCH_PERIOD_S``), forever."""
+        """Advance every running study every ``period_s`` (``CBS_WATCH_PERIOD_S``), forever.
+
+        A pass that meets an unreachable store or broker (a send that fails, a database that
+        restarts) is tried again after doubling waits, up to 8 periods or 30 s, and at the period
+        again once a pass gets through: the pass is idempotent, and a task whose send failed goes
+        out with the first pass after the outage."""
         period = period_s or self.settings.watch_period_s
+        longest = max(period, min(_OUTAGE_MAX_WAIT_S, 8 * period))
+        wait = period
         n = 0
         while passes is None or n < passes:
             t0 = time.time()
+            outage, failed = False, ""
             try:
                 for rep in self.advance_all(log=log):
+                    outage = outage or rep.outage
                     if rep.started or rep.requeued or rep.failed or rep.resent or rep.repaired or rep.stopped:
                         log(f"cbs study watch: {rep.study}: started {len(rep.started)}, requeued {list(rep.requeued)}, "
                             f"failed {list(rep.failed)}, pruned {list(rep.stopped)}, resent {list(rep.resent)}")
@@ -534,10 +567,14 @@ class Runner:
             except Exception as exc:  # noqa: BLE001 - one bad pass (a broker folder briefly unusable, a
                 # database hiccup) must not end the runner: under `cbs up` that would stop every process,
                 # running trials included. The next pass retries; the pass is idempotent.
-                log(f"cbs study watch: this pass failed ({type(exc).__name__}: {exc}); retrying in {period:g} s")
+                outage, failed = is_transient(exc), f"this pass failed ({type(exc).__name__}: {exc}); "
+            wait = min(longest, 2 * wait) if outage else period
+            if failed or outage:
+                log(f"cbs study watch: {failed}" + ("a store or the broker is unreachable: " if outage else "")
+                    + f"retrying in {wait:g} s")
             n += 1
             if passes is None or n < passes:
-                time.sleep(max(0.0, period - (time.time() - t0)))
+                time.sleep(max(0.0, wait - (time.time() - t0)))
 
 
 def _checkpoint_result(trial_id: str):
@@ -573,7 +610,8 @@ def queue_depth(queue: str) -> int:
     from workers.celery_app import app
 
     with app.connection_for_read() as conn:
+        channel = conn.default_channel  # a broker that is away raises here: the pass fails, no send
         try:
-            return int(conn.default_channel.queue_declare(queue=queue, passive=True).message_count)
+            return int(channel.queue_declare(queue=queue, passive=True).message_count)
         except Exception:  # a queue never declared holds nothing
             return 0

@@ -13,7 +13,10 @@ from workers.celery_app import app
 
 class TrialTask(Task):
     """Ends a trial killed at the hard time limit ``failed`` (in the worker's parent, where
-    Celery reports the timeout) instead of leaving it to look like a lost worker."""
+    Celery reports the timeout) instead of leaving it to look like a lost worker. Its late ack
+    survives a broker outage (:mod:`workers.acks`)."""
+
+    Request = "workers.acks:LateAckRequest"
 
     def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
         from celery.exceptions import TimeLimitExceeded

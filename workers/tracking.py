@@ -101,9 +101,11 @@ def is_out_of_resources(exc: BaseException | None) -> bool:
 def is_transient(exc: BaseException) -> bool:
     """True when ``exc`` (or what caused it) says a store is unreachable or busy, not that the
     request was wrong: a connection error, a database that is locked or went away, an MLflow
-    server answering 5xx, a disk that is full (:func:`is_out_of_resources`). A trial that meets
+    server answering 5xx, a broker that cannot be reached (kombu's ``OperationalError``, Redis's
+    connection errors), a disk that is full (:func:`is_out_of_resources`). A trial that meets
     one gives its attempt back instead of failing."""
     import sqlalchemy.exc as sa_exc
+    from kombu.exceptions import OperationalError as BrokerUnreachable
 
     seen = set()
     while exc is not None and id(exc) not in seen:
@@ -113,7 +115,10 @@ def is_transient(exc: BaseException) -> bool:
             return True
         if isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS:
             return True
-        if type(exc).__module__.startswith(("requests", "urllib3")):
+        if type(exc).__module__.startswith(("requests", "urllib3")) or isinstance(exc, BrokerUnreachable):
+            return True
+        if type(exc).__module__ == "redis.exceptions" and type(exc).__name__ in ("ConnectionError", "TimeoutError",
+                                                                                  "BusyLoadingError"):
             return True
         if isinstance(exc, MlflowException):
             if exc.error_code in _TRANSIENT_CODES:

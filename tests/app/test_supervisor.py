@@ -76,8 +76,41 @@ def test_a_crash_loop_stops_the_stack_and_says_which(tmp_path):
     sup = Supervisor(read_procfile(procfile), env=dict(os.environ), cwd=tmp_path, restart_delay_s=0.1,
                      max_restarts=3, stop_grace_s=5, out=out)
     assert sup.run() == 1
-    assert "broken exited (code 3) 4 times within 60 s; stopping everything" in out.getvalue()
+    assert "broken exited (code 3) 4 times in a row, each within 60 s of its start; stopping everything" in out.getvalue()
     assert all(p.poll() is not None for p in sup.procs.values())
+
+
+def test_a_process_exiting_while_a_dependency_is_away_is_restarted_with_doubling_waits(tmp_path):
+    """A process that exits at once six times (a database or the broker still away: more exits than
+    the old limit of five a minute allowed) is restarted after 0.1, 0.2, 0.4 s and then every
+    0.4 s, and the stack carries on once it stays up; after a run longer than ``healthy_after_s``
+    its next restart waits the first delay again."""
+    tries = tmp_path / "tries"
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(f"flaky: {sys.executable} -c \"import sys, time; f = open('{tries}', 'a+'); f.seek(0); "
+                        f"n = len(f.read()); f.write('x'); f.close(); sys.exit(3) if n < 6 else time.sleep(120)\"\n")
+    out = io.StringIO()
+    sup = Supervisor(read_procfile(procfile), env=dict(os.environ), cwd=tmp_path, restart_delay_s=0.1,
+                     max_restart_delay_s=0.4, healthy_after_s=3.0, stop_grace_s=5, out=out)
+    runner = threading.Thread(target=sup.run)
+    runner.start()
+    try:
+        _wait(lambda: tries.exists() and len(tries.read_text()) == 7, "the seventh start")
+        time.sleep(3.5)  # up for longer than healthy_after_s: the dependency is back
+        lines = [line.split("| ", 1)[1] for line in out.getvalue().splitlines() if "restarting" in line]
+        assert lines == ["flaky exited (code 3); restarting it in 0.1 s",
+                         "flaky exited (code 3); restarting it in 0.2 s (2 exits in a row, each soon after its start)",
+                         "flaky exited (code 3); restarting it in 0.4 s (3 exits in a row, each soon after its start)",
+                         "flaky exited (code 3); restarting it in 0.4 s (4 exits in a row, each soon after its start)",
+                         "flaky exited (code 3); restarting it in 0.4 s (5 exits in a row, each soon after its start)",
+                         "flaky exited (code 3); restarting it in 0.4 s (6 exits in a row, each soon after its start)"]
+        assert runner.is_alive() and sup.procs["flaky"].poll() is None  # the stack did not stop
+        os.killpg(sup.procs["flaky"].pid, 9)  # a crash after a healthy run: the first delay again
+        _wait(lambda: len(tries.read_text()) == 8, "the eighth start")
+        assert "flaky exited (code -9); restarting it in 0.1 s\n" in out.getvalue()
+    finally:
+        sup.stop()
+        runner.join(timeout=30)
 
 
 def test_a_bad_procfile_line_is_named(tmp_path):
