@@ -1,27 +1,49 @@
-"""The chaos run: a small study under ``cbs up`` while processes are killed at random.
+"""The chaos run: studies under ``cbs up``, launched in a browser, while the lab is broken at random.
 
-Under ``cbs up`` (the real supervisor, worker, runner, MLflow server and web app, each in its own
-process group) the script first runs a study undisturbed, then the same spec under another name
-while it kills, at random intervals, one of:
+Each phase runs the real lab under ``cbs up`` (supervisor, worker, runner, MLflow tracking server
+and web app, each in its own process group) in a fresh ``$CBS_HOME``. Every lab process tracks
+*through* the server (``CBS_TRACKING_URI`` is its ``http://`` URL; only ``cbs tracking`` opens the
+SQLite or PostgreSQL store), and both studies are launched through the web app: a headless
+chromium opens the Launch page, pastes the YAML spec and clicks "Launch study". The studies:
 
-* ``worker-child``  a Celery pool child running a trial (SIGKILL; Celery redelivers the task),
-* ``worker-group``  the whole worker process group (SIGKILL; the runner requeues its trials),
-* ``runner``        ``cbs study watch`` (SIGKILL),
-* ``tracking``      the MLflow server (SIGKILL; the supervisor restarts it a few seconds later),
-* ``web``           the Streamlit app (SIGKILL; restarted likewise).
+* a grid study (one setting, several batch sizes, three learning rates, pruning on), and
+* an Optuna study of one cell (B = B_ref, trials one after another, so the sampler sees the
+  same history in both phases and proposes the same rates).
 
-Then it checks what issue 12 asks: the study completes; no trial ran twice at once (MLflow's raw
-history of every trial logs each step once, in time order: two holders at once would both log the
-steps after the resume point); no run is left RUNNING or SCHEDULED; no checkpoint or temporary
-file is left; and the steps table (and so B*) equals the undisturbed run's, to the last digit (CPU
-training is deterministic and resumes exactly).
+The *calm* phase runs them undisturbed. The *chaos* phase runs the same specs under the same
+names in another home on a small filesystem of its own, while it disturbs the lab at random
+intervals, each time the episode done least so far (ties at random):
+
+* ``worker-child``   a Celery pool child running a trial (one using CPU: SIGKILL; Celery
+                     redelivers the task),
+* ``worker-group``   the whole worker process group (SIGKILL; the runner requeues its trials),
+* ``runner``         ``cbs study watch`` (SIGKILL),
+* ``tracking``       the MLflow server (SIGKILL; the supervisor restarts it: trials retry their
+                     writes or give their attempt back),
+* ``web``            the Streamlit app (SIGKILL; restarted likewise),
+* ``disk-full``      ``$CBS_HOME`` (a tmpfs: the broker on ``fs``, the ledger, checkpoints, the
+                     MLflow store) filled to the last block with a ballast file for 30 s, then freed,
+* ``postgres-outage`` (``redis-pg``) the lab's TCP proxy to PostgreSQL down for 30 s,
+* ``redis-outage``   (``redis-pg``) the lab's TCP proxy to Redis down for 30 s.
+
+Then it checks: both studies complete; no run is left RUNNING or SCHEDULED; no checkpoint or
+temporary file is left; every trial's history has each step once and none missing (the training
+curve at every log step to its end, evaluations at the steps the undisturbed run evaluated, the
+same values to the last digit: ``chaos_history``); and the steps table and B* equal the calm
+phase's (CPU training is deterministic and resumes exactly). A pruned trial stops where the
+runner's stop reaches it, which depends on timing, so its ``steps`` are not compared.
 
     .venv/bin/python benchmarks/chaos.py                       # both backends, the default size
     .venv/bin/python benchmarks/chaos.py --backend fs --size small --json out.json
 
-``--backend redis-pg`` uses Redis (``CBS_TEST_REDIS_URL``, default db 14) for the broker and a
-fresh PostgreSQL database (``CBS_TEST_POSTGRES_URL``) for MLflow, Optuna and the ledger (dropped
-afterwards). State lives in ``.cbs/chaos/`` (git-ignored) unless ``--home`` says otherwise.
+``--backend redis-pg`` uses Redis (``CBS_TEST_REDIS_URL``, default db 14) for the broker and fresh
+PostgreSQL databases (``CBS_TEST_POSTGRES_URL``) for MLflow, Optuna and the ledger (dropped
+afterwards), each reached through a TCP proxy this script owns (the shared servers are never
+touched). The disk-full episode mounts a tmpfs and needs root; without it the episode is reported
+``not run``. ``--skip KIND`` leaves a kind out (the report says so). A run whose ``cbs up`` exits
+(nothing would restart what is killed) ends at once with that error. Each episode's
+``next_progress_s`` (seconds to the next trial that ended, ``null``: none did) shows which one the
+lab did not recover from. State lives in ``.cbs/chaos/`` (git-ignored) unless ``--home`` says otherwise.
 Trials lose their worker many times here, so ``CBS_MAX_ATTEMPTS`` is raised to 100.
 """
 
@@ -29,77 +51,108 @@ from __future__ import annotations
 
 import argparse
 import csv
+import errno
 import io
 import json
 import os
+import platform
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from chaos_history import compare_histories, read_histories  # noqa: E402  (this folder)
+
 CBS = str(Path(sys.executable).parent / "cbs")
-KINDS = ("worker-child", "worker-group", "runner", "tracking", "web")
+KILLS = ("worker-child", "worker-group", "runner", "tracking", "web")
+OUTAGES = {"fs": ("disk-full",), "redis-pg": ("disk-full", "postgres-outage", "redis-outage")}
 REDIS_URL = os.environ.get("CBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
 POSTGRES_URL = os.environ.get("CBS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+STUDIES = ("chaos-grid", "chaos-optuna")
+#: The Optuna cell's target, nats: just above the grid study's (2.977 at D = 32k), so that most rates
+#: reach it at either size.
+OPTUNA_TARGET_LOSS = 3.0
 
 
 @dataclass(frozen=True, kw_only=True)
 class Size:
-    """How big the chaos study is and how often something is killed."""
+    """How big the chaos studies are and how often something is broken."""
 
-    tokens: tuple[int, ...]
-    """D of each setting (tiny-0.1M, T = 16), tokens."""
+    tokens: int
+    """D of the one setting (tiny-0.1M, T = 16), tokens."""
     batch_sizes: tuple[int, ...]
+    """Batch sizes of the grid study (sequences); B_ref = 8 is the Optuna study's one cell."""
     lrs: tuple[float, ...]
+    """The grid's learning rates; the Optuna study searches between the outer two."""
+    optuna_trials: int
     kill_every_s: tuple[float, float]
-    """Seconds between two kills, drawn uniformly from this range."""
+    """Seconds between two episodes, drawn uniformly from this range."""
     min_uptime_s: float
     """A process is killed only after it has run this long (a worker needs tens of seconds to
     start on a loaded machine: killing it sooner would only ever kill start-ups)."""
     kills_per_kind: int
-    """Kills of each kind, then the storm ends and the study finishes (on two shared cores a
-    storm without end kills workers faster than they start, and the study never completes)."""
+    """Kills of each kind; each outage kind happens once. Then the storm ends and the studies
+    finish (on two shared cores a storm without end kills workers faster than they start)."""
+    outage_s: float
+    """Length of each outage and of the disk-full episode, seconds."""
+    home_mb: int
+    """Size of the chaos phase's ``$CBS_HOME`` filesystem (it holds the MLflow and Optuna stores,
+    the ledger, the filesystem broker and the checkpoints; the token store lives outside)."""
     timeout_s: float
-    max_documents: int = 120
+    """Each phase's limit for both studies to finish, seconds."""
+    max_documents: int
     """Chapters of the built-in corpus in the token store (about 1.8k tokens each): enough for
-    the largest trial budget in one pass, 1.25·(32/8)·D = 5·D at B = 32 (``cbs study launch``
-    refuses a spec whose prepared store is too small)."""
+    the largest trial budget in one pass, 1.25·(B_max/B_ref)·D (``cbs study launch`` refuses a
+    spec whose prepared store is too small)."""
 
 
 SIZES = {
-    # The slow test's size: 3 trials, one kill of each kind 3-6 s apart.
-    "small": Size(tokens=(24_000,), batch_sizes=(4, 8, 16), lrs=(0.01,), kill_every_s=(3.0, 6.0), min_uptime_s=20,
-                  kills_per_kind=1, timeout_s=900),
-    # The README's figures: 2 settings × 4 batch sizes, four kills of each kind 5-15 s apart. D is
-    # sized so that the study outlasts the storm on two quiet cores (at D = 30k/60k it ran 36 s
-    # undisturbed and ended after 3 of the 20 kills; at 200k/400k, 70 s and 6 kills).
-    "default": Size(tokens=(600_000, 1_200_000), batch_sizes=(4, 8, 16, 32), lrs=(0.01,), kill_every_s=(5.0, 15.0),
-                    min_uptime_s=45, kills_per_kind=4, timeout_s=3000, max_documents=3600),
+    # The slow test's size: 9 grid trials and 3 Optuna trials, one episode of each kind 3-6 s apart.
+    "small": Size(tokens=32_000, batch_sizes=(4, 8, 16), lrs=(0.003, 0.01, 0.03), optuna_trials=3,
+                  kill_every_s=(3.0, 6.0), min_uptime_s=20, kills_per_kind=1, outage_s=30, home_mb=64,
+                  timeout_s=1200, max_documents=120),
+    # The README's figures, sized for ~25 min for both backends on two quiet cores (the old
+    # one-rate spec at D = 600k/1.2M, 8 trials, took 8-12 min a backend): 12 grid trials and 3
+    # Optuna trials at D = 300k, three kills of each kind 5-15 s apart and the outages.
+    "default": Size(tokens=300_000, batch_sizes=(4, 8, 16, 32), lrs=(0.003, 0.01, 0.03), optuna_trials=3,
+                    kill_every_s=(5.0, 15.0), min_uptime_s=45, kills_per_kind=3, outage_s=30, home_mb=256,
+                    timeout_s=2400, max_documents=1100),
 }
 
 
-def spec_yaml(name: str, size: Size, store_dir: Path) -> str:
-    settings = "\n".join(f"  - {{model: tiny-0.1M, tokens: {d}}}" for d in size.tokens)
-    return f"""name: {name}
-kind: custom
-settings:
-{settings}
-batch_sizes: [{", ".join(map(str, size.batch_sizes))}]
-b_ref: 8
-context_tokens: 16
-eval_windows: 16
-search: {{kind: grid, lrs: [{", ".join(map(repr, size.lrs))}]}}
-data: {{source: builtin, vocab_size: 320, max_documents: {size.max_documents}, val_fraction: 0.1, store_dir: {store_dir}}}
-"""
+def spec_yamls(size: Size, store_dir: Path) -> dict[str, str]:
+    """The two studies' YAML specs, by name."""
+    common = (f"kind: custom\nsettings:\n  - {{model: tiny-0.1M, tokens: {size.tokens}}}\nb_ref: 8\n"
+              f"context_tokens: 16\neval_windows: 16\n"
+              f"data: {{source: builtin, vocab_size: 320, max_documents: {size.max_documents}, val_fraction: 0.1, "
+              f"store_dir: {store_dir}}}\n")
+    lrs = ", ".join(map(repr, size.lrs))
+    from cbscore.study import StudySpec
+
+    grid = StudySpec.from_yaml(f"name: probe\n{common}batch_sizes: [8]\n")
+    setting = grid.resolve_settings()[0].setting_id
+    return {
+        "chaos-grid": f"name: chaos-grid\n{common}batch_sizes: [{', '.join(map(str, size.batch_sizes))}]\n"
+                      f"prune_margin: 0.1\nsearch: {{kind: grid, lrs: [{lrs}], lr_extensions: 0}}\n",
+        # An explicit target: a reference cell's target is the best final loss of the trials ended
+        # when it is set, which depends on timing, and so would what Optuna is told and proposes.
+        "chaos-optuna": f"name: chaos-optuna\n{common}batch_sizes: [8]\n"
+                        f"target_losses: {{{setting}: {OPTUNA_TARGET_LOSS!r}}}\n"
+                        f"search: {{kind: optuna, n_trials: {size.optuna_trials}, parallel_per_cell: 1, "
+                        f"lr_min: {min(size.lrs)!r}, lr_max: {max(size.lrs)!r}}}\n",
+    }
 
 
+# ---------------------------------------------------------------------------- processes
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -113,11 +166,13 @@ def cbs(*args: str, env: dict, timeout_s: float = 300) -> str:
     return out.stdout
 
 
-def study_status(name: str, env: dict) -> str:
+def study_progress(name: str, env: dict) -> tuple[str, float | None]:
+    """``(status, fraction of trials ended)``; ``("unknown (...)", None)`` while a store is down."""
     try:
-        return json.loads(cbs("study", "status", name, "--json", env=env, timeout_s=120))["status"]
-    except Exception as exc:  # the store may be restarting: not yet known
-        return f"unknown ({type(exc).__name__})"
+        d = json.loads(cbs("study", "status", name, "--json", env=env, timeout_s=120))
+        return d["status"], d["progress"]
+    except Exception as exc:  # noqa: BLE001 - the store may be down or restarting: not yet known
+        return f"unknown ({type(exc).__name__})", None
 
 
 def pids(home: Path) -> dict[str, int]:
@@ -148,13 +203,33 @@ def uptime_s(pid: int) -> float:
     return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds ``pid`` has used (utime + stime, fields 14-15 of /proc/PID/stat)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def busy(pids_: list[int], window_s: float = 1.0) -> list[int]:
+    """Those of ``pids_`` that used CPU over ``window_s``: a pool child training a trial (an idle
+    child waits on the pool's queue and uses none)."""
+    before = {p: cpu_s(p) for p in pids_}
+    time.sleep(window_s)
+    return [p for p in pids_ if cpu_s(p) - before[p] >= 0.1 * window_s]
+
+
 def kill_one(kind: str, home: Path, min_uptime_s: float) -> bool:
     """Kill one process of ``kind`` that has run at least ``min_uptime_s``; False when there was
     none to kill right now."""
     live = pids(home)
     try:
         if kind == "worker-child":
-            kids = [c for c in (children(live["worker"]) if "worker" in live else []) if uptime_s(c) >= 5]
+            # Only a child that is running a trial: SIGKILL of an idle child of the filesystem
+            # transport's pool (billiard's shared queue) can leave the queue's read lock held,
+            # and then no child of that worker receives a task again (issue 22, reported).
+            kids = busy([c for c in (children(live["worker"]) if "worker" in live else []) if uptime_s(c) >= 5])
             if not kids or uptime_s(live["worker"]) < min_uptime_s:
                 return False
             os.kill(random.choice(kids), signal.SIGKILL)
@@ -168,137 +243,283 @@ def kill_one(kind: str, home: Path, min_uptime_s: float) -> bool:
     return True
 
 
-def start_up(home: Path, env: dict, log: Path) -> tuple[subprocess.Popen, dict]:
+def start_up(home: Path, env: dict, store_uri: str, log: Path) -> tuple[subprocess.Popen, dict]:
+    """``cbs up`` in ``home``, its output in ``log`` (outside ``home``, which may fill up): the
+    tracking server opens ``store_uri``; every other process gets the server's URL as its
+    ``CBS_TRACKING_URI``. Returns the supervisor and that environment."""
     web_port, tracking_port = free_port(), free_port()
+    tracking_url = f"http://127.0.0.1:{tracking_port}"
     procfile = home / "Procfile"
-    procfile.write_text(f"tracking: cbs tracking --port {tracking_port}\nworker: cbs worker\n"
-                        f"runner: cbs study watch\nweb: cbs web --port {web_port}\n")
-    env = {**env, "CBS_TRACKING_UI_URL": f"http://127.0.0.1:{tracking_port}"}
-    handle = open(log, "w")
-    proc = subprocess.Popen([CBS, "up", "--skip-data", "--workers", "2", "--procfile", str(procfile),
-                             "--port", str(web_port)], env=env, stdout=handle, stderr=subprocess.STDOUT,
-                            start_new_session=True, cwd=home)
-    handle.close()
-    deadline = time.time() + 120
-    while len(pids(home)) < 4:
+    procfile.write_text(f"tracking: env CBS_TRACKING_URI={store_uri} CBS_ARTIFACT_ROOT={home / 'artifacts'} "
+                        f"cbs tracking --port {tracking_port}\n"
+                        f"worker: cbs worker\nrunner: cbs study watch\nweb: cbs web --port {web_port}\n")
+    env = {**env, "CBS_TRACKING_URI": tracking_url, "CBS_TRACKING_UI_URL": tracking_url,
+           "CBS_WEB_URL": f"http://127.0.0.1:{web_port}"}
+    with open(log, "w") as handle:
+        proc = subprocess.Popen([CBS, "up", "--skip-data", "--workers", "2", "--procfile", str(procfile),
+                                 "--port", str(web_port)], env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=home)
+    deadline = time.time() + 180
+    while not _answers(f"{tracking_url}/health") or not _answers(f"{env['CBS_WEB_URL']}/_stcore/health"):
         if proc.poll() is not None or time.time() > deadline:
+            stop_up(proc, home)
             raise RuntimeError(f"cbs up did not start: {log.read_text()[-3000:]}")
-        time.sleep(0.5)
+        time.sleep(1)
     return proc, env
 
 
-def stop_up(proc: subprocess.Popen) -> None:
+def _answers(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=3):
+            return True
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+
+
+def stop_up(proc: subprocess.Popen, home: Path | None = None) -> None:
+    """Stop ``cbs up`` (it stops its processes), then any group of ``home``'s lab it left behind
+    (each process has its own group; a supervisor that crashed stops none)."""
     try:
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
     except (ProcessLookupError, subprocess.TimeoutExpired):
         pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    for pgid in [proc.pid, *(pids(home).values() if home is not None else ())]:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
-def wait_done(name: str, env: dict, timeout_s: float, home: Path, size: Size | None, kills: dict) -> float:
-    """Wait for the study to finish, killing something every few seconds when ``size`` is given.
+# ---------------------------------------------------------------------------- the browser
+def launch_in_browser(web_url: str, specs: dict[str, str], shots: Path) -> None:
+    """Launch each spec from the web app's Launch page in a headless chromium: paste the YAML,
+    load it into the form, click "Launch study", wait for the study's live page."""
+    from tests.app import test_e2e_browser as e2e
 
-    The status is read in a thread (a ``cbs study status`` call takes seconds on a loaded machine)
-    so the kills keep their pace. Each kill goes to the kind killed least so far (ties at random),
-    so every kind is exercised.
-    """
-    import threading
+    if not (Path(e2e.CHROMIUM).exists() and Path(e2e.CHROMEDRIVER).exists()):
+        raise RuntimeError("the chaos run launches its studies through the web app in a real browser, which needs "
+                           "Debian's chromium and chromedriver: apt-get install -y chromium chromium-driver")
+    from selenium.webdriver.common.by import By
 
+    expander = "//summary[.//*[contains(text(), 'Paste or upload a YAML spec')]]"
+    with _chromium(e2e, shots / "chromium-profile") as driver:
+        for name, text in specs.items():
+            print(f"chaos: launching {name} in the browser", flush=True)
+            try:
+                driver.get(web_url)
+                e2e._wait(driver, lambda d: d.find_elements(By.XPATH, expander), 90, "the Launch page's YAML box")
+                driver.find_element(By.XPATH, expander).click()
+                e2e._input(driver, "YAML spec", "textarea").send_keys(text)
+                e2e._button(driver, "Load YAML into the form").click()
+                e2e._wait(driver, lambda d: e2e._input(d, "Study name").get_attribute("value") == name, 30,
+                          f"the form filled from {name}'s YAML")
+                e2e._button(driver, "Launch study").click()
+                e2e._wait(driver, lambda d: _errors(d) or ("/studies" in d.current_url and name in d.page_source), 300,
+                          f"{name}'s live page")
+                if _errors(driver):
+                    raise RuntimeError(f"the Launch page says: {_errors(driver)}")
+            except Exception as exc:
+                driver.save_screenshot(str(shots / f"launch-{name}.png"))
+                raise RuntimeError(f"launching {name} in the browser failed ({type(exc).__name__}: {exc}); "
+                                   f"screenshot {shots / f'launch-{name}.png'}") from exc
+            driver.save_screenshot(str(shots / f"launched-{name}.png"))
+            print(f"chaos: {name} launched", flush=True)
+
+
+def _errors(driver) -> list[str]:
+    """The error messages the page shows (Streamlit's error alerts and exceptions)."""
+    from selenium.webdriver.common.by import By
+
+    found = driver.find_elements(By.CSS_SELECTOR, "[data-testid='stAlert'], [data-testid='stException']")
+    # an alert's text starts with its icon's name (material "error", "block"): errors only
+    return [e.text[:1000] for e in found if e.text.strip().startswith(("error", "block", "Traceback"))
+            or e.get_attribute("data-testid") == "stException"]
+
+
+def _chromium(e2e, profile: Path):
+    """The e2e test's chromium (its ``chromium`` helper, or its ``browser`` fixture's body)."""
+    import contextlib
+
+    if hasattr(e2e, "chromium"):
+        return e2e.chromium(profile)
+
+    @contextlib.contextmanager
+    def driver():
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+
+        options = webdriver.ChromeOptions()
+        for flag in (*e2e.CHROME_FLAGS, f"--user-data-dir={profile}"):
+            options.add_argument(flag)
+        options.binary_location = e2e.CHROMIUM
+        d = webdriver.Chrome(service=Service(e2e.CHROMEDRIVER), options=options)
+        d.set_page_load_timeout(60)
+        try:
+            yield d
+        finally:
+            d.quit()
+
+    return driver()
+
+
+# ---------------------------------------------------------------------------- the storm
+@dataclass
+class Storm:
+    """The disturbances of the chaos phase and what happened of them."""
+
+    home: Path
+    size: Size
+    outage_kinds: tuple[str, ...]
+    proxies: dict = field(default_factory=dict)
+    """``postgres``/``redis`` → the TCP proxy the lab's processes reach that service through."""
+    counts: dict = field(default_factory=dict)
+    episodes: list = field(default_factory=list)
+    """One dict per disturbance: kind, start and end (s after the phase's start), details."""
+    skipped: tuple[str, ...] = ()
+    """Kinds left out by ``--skip`` (reported as such)."""
+    disk_unavailable: str = ""
+    """Why the disk-full episode cannot run here (empty when it can)."""
+
+    def __post_init__(self) -> None:
+        self.counts = {k: 0 for k in (*KILLS, *self.outage_kinds)}
+
+    def quota(self, kind: str) -> int:
+        return self.size.kills_per_kind if kind in KILLS else 1
+
+    def pending(self) -> list[str]:
+        return [k for k in self.counts if self.counts[k] < self.quota(k) and k not in self.skipped
+                and not (k == "disk-full" and self.disk_unavailable)]
+
+    def strike(self, t0: float) -> str | None:
+        """One disturbance, the kind done least so far that can happen now; its name or None."""
+        for kind in sorted(self.pending(), key=lambda k: (self.counts[k], random.random())):
+            start = time.time() - t0
+            detail = self._kill(kind) if kind in KILLS else self._outage(kind)
+            if detail is None:
+                continue
+            self.counts[kind] += 1
+            self.episodes.append({"kind": kind, "start_s": round(start, 1), "end_s": round(time.time() - t0, 1),
+                                  **detail})
+            return kind
+        return None
+
+    def _kill(self, kind: str) -> dict | None:
+        return {} if kill_one(kind, self.home, self.size.min_uptime_s) else None
+
+    def _outage(self, kind: str) -> dict | None:
+        if kind == "disk-full":
+            ballast = self.home / "ballast.bin"
+            free_before = shutil.disk_usage(self.home).free
+            fill(ballast)
+            free_during = shutil.disk_usage(self.home).free
+            time.sleep(self.size.outage_s)
+            ballast.unlink()
+            return {"free_bytes_before": free_before, "free_bytes_during": free_during}
+        proxy = self.proxies[kind.split("-")[0]]
+        proxy.down()
+        time.sleep(self.size.outage_s)
+        proxy.up()
+        return {}
+
+
+def fill(path: Path) -> None:
+    """Write zeros to ``path`` until its filesystem has not one block left (ENOSPC at 4 KiB)."""
+    chunk = b"\0" * (1 << 20)
+    with open(path, "wb", buffering=0) as f:
+        n = len(chunk)
+        while n >= 4096:
+            try:
+                f.write(chunk[:n])
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                n //= 2
+
+
+def mount_home(home: Path, megabytes: int) -> str:
+    """Mount a tmpfs of ``megabytes`` on ``home``; the reason it could not, else empty."""
+    if os.geteuid() != 0:
+        return "not root: cannot mount a small filesystem for $CBS_HOME"
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m,mode=0755", "tmpfs", str(home)],
+                         capture_output=True, text=True)
+    return "" if out.returncode == 0 else f"mount failed: {out.stderr.strip()}"
+
+
+def wait_done(env: dict, timeout_s: float, storm: Storm | None, progress: list, up: subprocess.Popen) -> float:
+    """Wait for both studies to finish, disturbing the lab every few seconds when ``storm`` is
+    given. The status is read in a thread (a ``cbs study status`` call takes seconds on a loaded
+    machine, and a store may be down) so the storm keeps its pace; ``progress`` gets ``(t, study,
+    fraction ended)`` at each change."""
     t0 = time.time()
     done = threading.Event()
 
     def poll() -> None:
+        last = {}
         while not done.is_set():
-            if study_status(name, env) == "done":
+            statuses = {}
+            for name in STUDIES:
+                statuses[name], fraction = study_progress(name, env)
+                if fraction is not None and fraction != last.get(name):
+                    last[name] = fraction
+                    progress.append((round(time.time() - t0, 1), name, fraction))
+            if all(s == "done" for s in statuses.values()):
                 done.set()
             done.wait(3)
 
     threading.Thread(target=poll, daemon=True).start()
-    next_kill = t0 + (random.uniform(*size.kill_every_s) if size else float("inf"))
+    next_strike = t0 + (random.uniform(*storm.size.kill_every_s) if storm else float("inf"))
     while not done.is_set():
         now = time.time()
         if now - t0 > timeout_s:
             done.set()
-            raise TimeoutError(f"study {name} did not finish within {timeout_s:.0f} s")
-        if now >= next_kill:
-            kinds = sorted((k for k in KINDS if kills[k] < size.kills_per_kind),
-                           key=lambda k: (kills[k], random.random()))
-            for kind in kinds:
-                if kill_one(kind, home, size.min_uptime_s):
-                    kills[kind] += 1
-                    print(f"chaos: {now - t0:6.1f} s  killed {kind}", flush=True)
-                    break
-            next_kill = now + random.uniform(*size.kill_every_s)
+            raise TimeoutError(f"the studies did not finish within {timeout_s:.0f} s")
+        if up.poll() is not None:  # nothing restarts what is killed now: the run cannot pass
+            done.set()
+            raise RuntimeError(f"cbs up exited (code {up.returncode}) {now - t0:.0f} s into the phase; its log "
+                               "ends with the reason")
+        if now >= next_strike:
+            kind = storm.strike(t0)
+            if kind is not None:
+                print(f"chaos: {now - t0:6.1f} s  {kind}", flush=True)
+            next_strike = time.time() + random.uniform(*storm.size.kill_every_s)
         time.sleep(0.2)
     return time.time() - t0
 
 
+def recoveries(episodes: list, progress: list) -> None:
+    """Each episode's ``next_progress_s``: seconds from its end to the next trial that ended
+    (None: none did after it, so the lab did not recover from it or the studies had ended)."""
+    for e in episodes:
+        after = [t for t, _, _ in progress if t > e["end_s"]]
+        e["next_progress_s"] = round(min(after) - e["end_s"], 1) if after else None
+
+
+# ---------------------------------------------------------------------------- the checks
 def table(name: str, env: dict) -> list[dict]:
     rows = list(csv.DictReader(io.StringIO(cbs("study", "export", name, "--all-columns", env=env))))
-    keep = ("setting", "batch_size", "lr", "seed", "steps", "outcome", "budget_steps", "tau", "beta2", "tokens")
-    return sorted(({k: r[k] for k in keep} for r in rows), key=lambda r: (r["setting"], int(r["batch_size"]),
-                                                                         float(r["lr"] or 0)))
+    keep = ("trial_id", "setting", "batch_size", "lr", "seed", "steps", "outcome", "budget_steps", "tau", "beta2",
+            "tokens")
+    return sorted(({k: r[k] for k in keep} for r in rows), key=lambda r: r["trial_id"])  # the same in both phases
 
 
-def explain(diff: list, env: dict) -> list[dict]:
-    """For each differing row, what the two trials were told and did: the target each trainer
-    was given, its attempts and give-backs, the step it resumed from and its raw eval history."""
-    os.environ.update(env)
-    from workers.settings import WorkerSettings
-    from workers.tracking import Tracker
-
-    tracker = Tracker(WorkerSettings.from_env().tracking_uri)
+def comparable(rows: list[dict], prune_margin: float = 0.1) -> list[dict]:
+    """Rows as compared across phases. A trial still above target past (1 + margin)·S_best of its
+    cell is prunable: when the runner's stop reaches it (so its steps and tokens, and whether it
+    crossed the target first) depends on timing, so only that it was prunable is compared."""
+    best: dict = {}
+    for r in rows:
+        if r["outcome"] == "reached" and r["steps"]:
+            cell = (r["setting"], r["batch_size"])
+            best[cell] = min(best.get(cell, float("inf")), float(r["steps"]))
     out = []
-    for pair in diff:
-        item = {}
-        for name, row in zip(("calm", "chaos"), pair):
-            parent = tracker.study_run(name)
-            for run in tracker.trial_runs(parent.info.experiment_id, parent.info.run_id):
-                tags = run.data.tags
-                if tags.get("setting") != row["setting"] or tags.get("batch_size") != row["batch_size"]:
-                    continue
-                spec = json.loads(tags.get("trial_spec", "{}"))
-                history = tracker.client.get_metric_history(run.info.run_id, "eval/loss_ewa")
-                item[name] = {
-                    "trial_id": tags.get("trial_id"), "attempt": tags.get("attempt"),
-                    "given_back": tags.get("given_back"), "target_loss": spec.get("target_loss"),
-                    "train_target_loss": (spec.get("train_config") or {}).get("target_loss"),
-                    "resumed_from_step": run.data.metrics.get("summary/resumed_from_step"),
-                    "eval": [(m.step, m.value, m.timestamp) for m in sorted(history, key=lambda m: m.timestamp)],
-                    "parent_targets": {k: v for k, v in parent.data.tags.items() if k.startswith("target")},
-                }
-        out.append(item)
+    for r in rows:
+        s_best = best.get((r["setting"], r["batch_size"]))
+        late = r["outcome"] == "reached" and s_best is not None and float(r["steps"]) > (1 + prune_margin) * s_best
+        out.append({**r, "outcome": "prunable", "steps": "", "tokens": ""} if r["outcome"] == "pruned" or late else r)
     return out
-
-
-def checks(name: str, env: dict, home: Path) -> dict:
-    """Everything but the table comparison, from MLflow's and the filesystem's own records."""
-    os.environ.update(env)
-    from workers.settings import WorkerSettings
-    from workers.tracking import Tracker
-
-    tracker = Tracker(WorkerSettings.from_env().tracking_uri)  # postgresql:// with the shipped driver
-    parent = tracker.study_run(name)
-    runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
-    open_runs = [r.data.tags.get("trial_id") for r in runs if r.info.status in ("RUNNING", "SCHEDULED")]
-    twice = []
-    attempts = 0
-    for run in runs:
-        attempts += int(run.data.tags.get("attempt") or 1)
-        history = sorted(tracker.client.get_metric_history(run.info.run_id, "train/loss"),
-                         key=lambda m: (m.timestamp, m.step))
-        steps = [m.step for m in history]
-        if len(steps) != len(set(steps)) or steps != sorted(steps):
-            twice.append(run.data.tags.get("trial_id"))
-    leftovers = sorted(str(p.relative_to(home)) for p in (home / "checkpoints").rglob("*")) \
-        if (home / "checkpoints").exists() else []
-    return {"trials": len(runs), "attempts": attempts, "runs_left_open": open_runs,
-            "trials_logged_twice_or_out_of_order": twice, "checkpoint_files_left": leftovers,
-            "parent_status": parent.info.status}
 
 
 def b_star(name: str, env: dict) -> list:
@@ -306,19 +527,53 @@ def b_star(name: str, env: dict) -> list:
     return [(s["setting"], s["cbs"]) for s in fit["settings"]]
 
 
-def run_backend(backend: str, size_name: str, home_root: Path, seed: int) -> dict:
-    random.seed(seed)
-    size = SIZES[size_name]
-    home = home_root / f"{backend}-{time.strftime('%Y%m%d-%H%M%S')}"
-    home.mkdir(parents=True)
-    env = {**os.environ, "CBS_HOME": str(home), "CBS_HEARTBEAT_S": "1", "CBS_STALE_AFTER_S": "6",
-           "CBS_WATCH_PERIOD_S": "1", "CBS_CHECKPOINT_EVERY_S": "2", "CBS_MAX_ATTEMPTS": "100",
-           "CBS_TORCH_THREADS": "1", "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONUNBUFFERED": "1"}
-    for key in ("CBS_BROKER_URL", "CBS_OPTUNA_STORAGE", "CBS_LEDGER_URL", "CBS_TRACKING_URI", "MLFLOW_TRACKING_URI",
-                "CBS_TRIAL_QUEUE"):
-        env.pop(key, None)
-    db = None
-    if backend == "redis-pg":
+def leftovers(home: Path) -> list[str]:
+    """Checkpoint files and temporary files left in ``home`` once everything ended."""
+    out = []
+    for p in home.rglob("*"):
+        rel = str(p.relative_to(home))
+        if p.is_file() and (rel.startswith("checkpoints/") or p.name.endswith((".tmp", ".part")) or ".tmp" in p.name):
+            out.append(rel)
+    return sorted(out)
+
+
+def optuna_open(storage_url: str) -> list[str]:
+    """Optuna trials of the chaos studies still RUNNING (asked, never told)."""
+    import optuna
+
+    out = []
+    for summary in optuna.get_all_study_summaries(storage_url):
+        study = optuna.load_study(study_name=summary.study_name, storage=storage_url)
+        out += [f"{summary.study_name}#{t.number}" for t in study.get_trials(deepcopy=False)
+                if t.state == optuna.trial.TrialState.RUNNING]
+    return out
+
+
+def phase_record(env: dict) -> dict:
+    """Tables, B*, histories and open runs of one phase, read while its lab is still up."""
+    out = {"tables": {n: table(n, env) for n in STUDIES}, "b_star": b_star("chaos-grid", env),
+           "histories": [h for n in STUDIES for h in read_histories(env["CBS_TRACKING_URI"], n)]}
+    out["runs_left_open"] = [h.trial_id for h in out["histories"] if h.status in ("RUNNING", "SCHEDULED")]
+    from workers.settings import with_driver
+
+    optuna_url = env.get("CBS_OPTUNA_STORAGE") or f"sqlite:///{Path(env['CBS_HOME']) / 'optuna' / 'optuna.db'}"
+    out["optuna_trials_left_running"] = optuna_open(with_driver(optuna_url))
+    return out
+
+
+# ---------------------------------------------------------------------------- one backend
+@dataclass
+class Backend:
+    """Where one phase's lab keeps its state: environment additions and the MLflow store."""
+
+    name: str
+    proxies: dict = field(default_factory=dict)
+    databases: list = field(default_factory=list)
+
+    def phase_env(self, home: Path) -> tuple[dict, str]:
+        """Environment and MLflow store URI of a phase living in ``home``."""
+        if self.name == "fs":  # the defaults: the ledger and Optuna in $CBS_HOME, the broker's files too
+            return {}, f"sqlite:///{home / 'mlflow.db'}"
         import psycopg2
         import redis
 
@@ -327,80 +582,189 @@ def run_backend(backend: str, size_name: str, home_root: Path, seed: int) -> dic
         admin = psycopg2.connect(POSTGRES_URL, connect_timeout=3)
         admin.autocommit = True
         with admin.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{db}"')
-            cur.execute(f'CREATE DATABASE "{db}_optuna"')
+            for name in (db, f"{db}_optuna"):
+                cur.execute(f'CREATE DATABASE "{name}"')
+                self.databases.append(name)
         admin.close()
-        base = POSTGRES_URL.rsplit("/", 1)[0]
-        env.update({"CBS_BROKER_URL": REDIS_URL, "CBS_TRACKING_URI": f"{base}/{db}",
-                    "CBS_OPTUNA_STORAGE": f"{base}/{db}_optuna"})
-    else:
-        env["CBS_TRACKING_URI"] = f"sqlite:///{home / 'mlflow.db'}"
-    store = home / "data" / "chaos-store"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
-    report: dict = {"backend": backend, "size": size_name, "seed": seed, "home": str(home), "commit": commit.strip(),
-                    "machine": f"{os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
-                    "kills": {k: 0 for k in KINDS}}
-    t_start = time.time()
-    up, env = start_up(home, env, home / "up.log")
-    try:
-        for name in ("calm", "chaos"):
-            path = home / f"{name}.yaml"
-            path.write_text(spec_yaml(name, size, store))
-            cbs("study", "launch", str(path), env=env)
-            seconds = wait_done(name, env, size.timeout_s, home, size if name == "chaos" else None,
-                                report["kills"])
-            report[f"{name}_wall_s"] = round(seconds, 1)
-            print(f"chaos: study {name} done in {seconds:.0f} s", flush=True)
-        time.sleep(3)  # the last trial's process ends its bookkeeping
-        calm, chaos = table("calm", env), table("chaos", env)
-        report["identical_table"] = calm == chaos
-        if calm != chaos:
-            report["table_diff"] = [(a, b) for a, b in zip(calm, chaos) if a != b][:10]
-            report["diff_trials"] = explain(report["table_diff"], env)
-        report["b_star_calm"], report["b_star_chaos"] = b_star("calm", env), b_star("chaos", env)
-        report.update(checks("chaos", env, home))
-        report["tokens_spent"] = sum(int(r["tokens"] or 0) for r in calm + chaos)
-    finally:
-        stop_up(up)
-        report["wall_s"] = round(time.time() - t_start, 1)
-        if db is not None and os.environ.get("CBS_CHAOS_KEEP_DB"):
-            report["kept_databases"] = [env["CBS_TRACKING_URI"], env["CBS_OPTUNA_STORAGE"]]
-        elif db is not None:
+        pg, rd = self.proxies["postgres"], self.proxies["redis"]
+        base = f"postgresql://{POSTGRES_URL.split('://', 1)[1].split('@')[0]}@127.0.0.1:{pg.port}"
+        redis_db = REDIS_URL.rsplit("/", 1)[1]
+        return {"CBS_BROKER_URL": f"redis://127.0.0.1:{rd.port}/{redis_db}",
+                "CBS_OPTUNA_STORAGE": f"{base}/{db}_optuna"}, f"{base}/{db}"
+
+    def __enter__(self) -> "Backend":
+        if self.name == "redis-pg":
+            try:
+                from tests.workers.tcp_proxy import Proxy
+            except ImportError:  # before the proxy had its own module
+                from tests.workers.test_outages import Proxy
+            from urllib.parse import urlsplit
+
+            for service, url, port in (("postgres", POSTGRES_URL, 5432), ("redis", REDIS_URL, 6379)):
+                parts = urlsplit(url)
+                self.proxies[service] = Proxy((parts.hostname or "127.0.0.1", parts.port or port))
+                self.proxies[service].up()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proxy in self.proxies.values():
+            proxy.down()
+        if self.databases and os.environ.get("CBS_CHAOS_KEEP_DB"):
+            print(f"chaos: kept databases {self.databases}", flush=True)
+        elif self.databases:
             import psycopg2
 
             admin = psycopg2.connect(POSTGRES_URL, connect_timeout=3)
             admin.autocommit = True
             with admin.cursor() as cur:
-                for name in (db, f"{db}_optuna"):
+                for name in self.databases:
                     cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             admin.close()
-    # every setting needs a B* (a study whose trials all failed has identical, empty tables)
-    fitted = all(b is not None for _, b in report.get("b_star_calm") or [(None, None)])
-    report["passed"] = bool(fitted and report.get("identical_table") and not report.get("runs_left_open")
-                            and not report.get("trials_logged_twice_or_out_of_order")
-                            and not report.get("checkpoint_files_left") and report.get("b_star_calm") ==
-                            report.get("b_star_chaos"))
+
+
+def run_phase(backend: Backend, home: Path, base_env: dict, size: Size, specs: dict, storm: Storm | None,
+              report: dict, label: str) -> dict:
+    """One phase: ``cbs up`` in ``home``, both studies launched in the browser, waited for
+    (under the storm when given), and its record read before the lab stops."""
+    extra, store_uri = backend.phase_env(home)
+    env = {**base_env, "CBS_HOME": str(home), **extra}
+    log = home.parent / f"up-{label}.log"
+    up, env = start_up(home, env, store_uri, log)
+    progress: list = []
+    try:
+        if storm is not None:
+            storm.proxies = backend.proxies
+        launch_in_browser(env["CBS_WEB_URL"], specs, home.parent)
+        try:
+            report[f"{label}_wall_s"] = round(wait_done(env, size.timeout_s, storm, progress, up), 1)
+            print(f"chaos: {label} phase done in {report[f'{label}_wall_s']:.0f} s", flush=True)
+        finally:
+            report[f"{label}_progress"] = progress
+            if storm is not None:
+                recoveries(storm.episodes, progress)
+        time.sleep(3)  # the last trial's process ends its bookkeeping
+        return phase_record(env)
+    finally:
+        stop_up(up, home)
+        text = log.read_text(errors="replace")
+        report[f"{label}_give_backs"] = text.count("goes back to the queue")
+        report[f"{label}_disk_full_errors"] = text.count("No space left on device") + text.count("disk is full")
+        report[f"{label}_files_left"] = leftovers(home)
+
+
+def run_backend(name: str, size_name: str, home_root: Path, seed: int, skip: tuple[str, ...] = ()) -> dict:
+    random.seed(seed)
+    size = SIZES[size_name]
+    root = home_root / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    calm_home, chaos_home = root / "calm", root / "chaos"
+    for p in (calm_home, chaos_home):
+        p.mkdir(parents=True)
+    env = {**os.environ, "CBS_HEARTBEAT_S": "1", "CBS_STALE_AFTER_S": "6", "CBS_WATCH_PERIOD_S": "1",
+           "CBS_CHECKPOINT_EVERY_S": "2", "CBS_MAX_ATTEMPTS": "100", "CBS_TORCH_THREADS": "1",
+           "CBS_OUTAGE_WAIT_S": "600", "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONUNBUFFERED": "1"}
+    for key in ("CBS_BROKER_URL", "CBS_OPTUNA_STORAGE", "CBS_LEDGER_URL", "CBS_TRACKING_URI", "MLFLOW_TRACKING_URI",
+                "CBS_TRIAL_QUEUE", "CBS_CHECKPOINT_DIR", "CBS_STORE_DIR", "CBS_ARTIFACT_ROOT"):
+        env.pop(key, None)
+    specs = spec_yamls(size, root / "store" / "tokens")  # inside the data root, not the root itself
+    (root / "store").mkdir()
+    env["CBS_DATA_ROOTS"] = str(root / "store")  # the web app launches only stores inside a data root
+    git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT).stdout.strip()  # noqa: E731
+    report: dict = {
+        "backend": name, "size": size_name, "seed": seed, "home": str(root), "commit": git("rev-parse", "--short", "HEAD"),
+        "uncommitted_files": len(git("status", "--porcelain", "--untracked-files=no").splitlines()),
+        "machine": f"{platform.node()}: {os.cpu_count()} cores ({_cpu_model()}), "
+                   f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
+                   f"load {os.getloadavg()[0]:.1f} at the start",
+        "tracking": "through the cbs tracking server (http); the server alone opens the store",
+        "launched": "through the web app's Launch page in headless chromium",
+    }
+    storm = Storm(home=chaos_home, size=size, outage_kinds=OUTAGES[name], skipped=tuple(skip))
+    report["skipped"] = list(skip)
+    storm.disk_unavailable = mount_home(chaos_home, size.home_mb)
+    t_start = time.time()
+    calm = chaos = None
+    try:
+        with Backend(name) as backend:
+            calm = run_phase(backend, calm_home, env, size, specs, None, report, "calm")
+            chaos = run_phase(backend, chaos_home, env, size, specs, storm, report, "chaos")
+    except Exception as exc:  # noqa: BLE001 - the report says what failed, and the run fails
+        report["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        report["kills"] = {k: storm.counts[k] for k in KILLS}
+        report["outages"] = {k: storm.counts[k] for k in storm.outage_kinds}
+        if storm.disk_unavailable:
+            report["outages"]["disk-full"] = f"not run: {storm.disk_unavailable}"
+        report["episodes"] = storm.episodes
+        report["not_exercised"] = storm.pending()
+        if not storm.disk_unavailable:
+            subprocess.run(["umount", "-l", str(chaos_home)], capture_output=True)
+        report["wall_s"] = round(time.time() - t_start, 1)
+    if calm is not None and chaos is not None:
+        report.update(verdict(calm, chaos))
+        report["tokens_spent"] = sum(int(r["tokens"] or 0) for p in (calm, chaos) for t in p["tables"].values()
+                                     for r in t)
+    report["passed"] = passed(report)
     return report
 
 
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def verdict(calm: dict, chaos: dict) -> dict:
+    """The comparisons of the two phases' records."""
+    out = {}
+    for name in STUDIES:
+        a, b = comparable(calm["tables"][name]), comparable(chaos["tables"][name])
+        out[f"identical_table_{name}"] = a == b
+        if a != b:
+            out[f"table_diff_{name}"] = [(x, y) for x, y in zip(a, b) if x != y][:10] or {"rows": (len(a), len(b))}
+    out["identical_table"] = all(out[f"identical_table_{n}"] for n in STUDIES)
+    out["b_star_calm"], out["b_star_chaos"] = calm["b_star"], chaos["b_star"]
+    out["trials"] = len(chaos["histories"])
+    out["attempts"] = sum(h.attempt for h in chaos["histories"])
+    out["outcomes"] = {o: sum(h.outcome == o for h in chaos["histories"]) for o in
+                       sorted({h.outcome for h in chaos["histories"]})}
+    out["runs_left_open"] = calm["runs_left_open"] + chaos["runs_left_open"]
+    out["optuna_trials_left_running"] = calm["optuna_trials_left_running"] + chaos["optuna_trials_left_running"]
+    out.update(compare_histories(calm["histories"], chaos["histories"]))
+    return out
+
+
+def passed(r: dict) -> bool:
+    fitted = bool(r.get("b_star_calm")) and all(b is not None for _, b in r["b_star_calm"])
+    return bool(not r.get("error") and fitted and r.get("identical_table") and r["b_star_calm"] == r["b_star_chaos"]
+                and not r.get("runs_left_open") and not r.get("optuna_trials_left_running")
+                and not r.get("calm_files_left") and not r.get("chaos_files_left")
+                and not r.get("histories_with_gaps_or_duplicates") and not r.get("histories_unlike_calm")
+                and not r.get("trials_in_one_phase_only"))
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the lab, unmount, report
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("fs", "redis-pg", "both"), default="both")
     parser.add_argument("--size", choices=tuple(SIZES), default="default")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--home", type=Path, default=ROOT / ".cbs" / "chaos")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
+    parser.add_argument("--skip", action="append", default=[], choices=(*KILLS, *OUTAGES["redis-pg"]),
+                        help="leave out this kind of episode (repeatable; the report lists it as skipped)")
     args = parser.parse_args(argv)
-    args.home = args.home.resolve()  # cbs up runs in the study's folder: a relative path would move
+    args.home = args.home.resolve()  # cbs up runs in the phase's folder: a relative path would move
     if args.backend == "both":
         reports = []
         for backend in ("fs", "redis-pg"):
             out = args.home / f"report-{backend}.json"
             subprocess.run([sys.executable, __file__, "--backend", backend, "--size", args.size, "--seed",
-                            str(args.seed), "--home", str(args.home), "--json", str(out)], check=False)
+                            str(args.seed), "--home", str(args.home), "--json", str(out),
+                            *(a for k in args.skip for a in ("--skip", k))], check=False)
             reports.append(json.loads(out.read_text()) if out.exists() else {"backend": backend, "passed": False})
     else:
-        reports = [run_backend(args.backend, args.size, args.home, args.seed)]
+        reports = [run_backend(args.backend, args.size, args.home, args.seed, tuple(args.skip))]
     text = json.dumps(reports if len(reports) > 1 else reports[0], indent=2, default=str)
     print(text)
     if args.json:

@@ -1,0 +1,134 @@
+"""The chaos run's record checks: each trial's MLflow history has every step it should, once.
+
+Read straight from the tracking server with MLflow's client (no lab cache), for one phase of
+``benchmarks/chaos.py`` at a time. A trial logs its training curve at every ``log_every_steps``
+step and at each evaluation step (``cbscore.train``: ``is_log``), and evaluates on a schedule that
+is a pure function of its own losses (``cbscore.eval_schedule``), so the undisturbed run's
+evaluation steps are the planned ones; CPU training resumes exactly, so the disturbed run's
+values equal the undisturbed run's at every step they share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Logged at every log step; a checkpoint is taken only after they are sent (``MlflowCallback.
+#: may_checkpoint``), so a resumed trial has none missing.
+CURVE_KEYS = ("train/loss", "optim/lr", "optim/grad_norm")
+#: Logged at log steps when defined (a throughput needs a timed interval): never twice, never off the grid.
+SPARSE_KEYS = ("perf/tokens_per_s", "perf/tokens_per_s_per_device", "perf/mfu")
+#: Outcomes that end at an evaluation (the final step is evaluated).
+EVALUATED_END = ("reached", "censored", "finished", "diverged")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialHistory:
+    """One trial's record: its identity, outcome and every metric's ``[(step, value)]`` in log order."""
+
+    trial_id: str
+    """The same trial in both phases (the studies have the same names and specs)."""
+    status: str
+    """MLflow run status (FINISHED, KILLED, FAILED, RUNNING, SCHEDULED)."""
+    outcome: str
+    attempt: int
+    end_step: int
+    """Steps trained (the run's final ``progress/step``)."""
+    log_every: int
+    metrics: dict[str, list[tuple[int, float]]]
+
+
+def read_histories(tracking_uri: str, study: str) -> list[TrialHistory]:
+    """Every trial run of ``study`` with the full history of each of its metrics."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(study)
+    if exp is None:
+        raise RuntimeError(f"no MLflow experiment {study!r} at {tracking_uri}")
+    parent = exp.tags.get("cbs.parent_run_id", "")
+    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'",
+                              max_results=5000)
+    out = []
+    for run in runs:
+        tags = run.data.tags
+        spec = json.loads(tags.get("trial_spec") or "{}")
+        metrics = {}
+        for key in run.data.metrics:
+            history = sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: (m.timestamp, m.step))
+            metrics[key] = [(m.step, m.value) for m in history]
+        out.append(TrialHistory(
+            trial_id=tags.get("trial_id", ""), status=run.info.status, outcome=tags.get("status", ""),
+            attempt=int(tags.get("attempt") or 1), end_step=int(run.data.metrics.get("progress/step", -1)),
+            log_every=int((spec.get("train_config") or {}).get("log_every_steps") or 10), metrics=metrics))
+    return out
+
+
+def steps_of(history: list[tuple[int, float]]) -> list[int]:
+    return [s for s, _ in history]
+
+
+def trial_faults(h: TrialHistory) -> list[str]:
+    """What is wrong with one trial's own record: a step logged twice or out of order, a step
+    missing from the log grid, an evaluation missing at the end; empty when it is whole."""
+    faults = []
+    evals = steps_of(h.metrics.get("eval/loss_ewa", []))
+    for key, points in h.metrics.items():
+        steps = steps_of(points)
+        if key.startswith(("eval/", *CURVE_KEYS, *SPARSE_KEYS)) and steps != sorted(set(steps)):
+            faults.append(f"{key}: a step logged twice or out of order")
+    if h.end_step < 0:
+        return faults + ["no progress/step: the trial never reported its end"]
+    grid = sorted({*range(h.log_every, h.end_step + 1, h.log_every), *(e for e in evals if 0 < e <= h.end_step)})
+    for key in CURVE_KEYS:
+        got = steps_of(h.metrics.get(key, []))
+        if got != grid:
+            missing = sorted(set(grid) - set(got))
+            extra = sorted(set(got) - set(grid))
+            faults.append(f"{key}: steps {len(got)} of {len(grid)} expected; missing {missing[:8]}, "
+                          f"unexpected {extra[:8]}")
+    for key in SPARSE_KEYS:
+        off = sorted(set(steps_of(h.metrics.get(key, []))) - set(grid))
+        if off:
+            faults.append(f"{key}: steps off the log grid {off[:8]}")
+    for key, points in h.metrics.items():  # every evaluation key at the same steps
+        if key.startswith("eval/") and steps_of(points) != evals:
+            faults.append(f"{key}: evaluated at other steps than eval/loss_ewa")
+    if not evals or evals[0] != 0:
+        faults.append("no evaluation at step 0")
+    if h.outcome in EVALUATED_END and (not evals or evals[-1] != h.end_step):
+        faults.append(f"{h.outcome} at step {h.end_step} but the last evaluation is at {evals[-1] if evals else None}")
+    return faults
+
+
+def against_calm(calm: TrialHistory, chaos: TrialHistory) -> list[str]:
+    """Where the disturbed trial's record differs from the undisturbed one's: evaluation steps
+    (the planned ones) and every value of the shared steps, to the last digit. A trial stopped
+    by pruning stops at a step that depends on when the runner's stop reached it, so two records
+    are compared up to the shorter one's end."""
+    faults = []
+    end = min(calm.end_step, chaos.end_step)
+    if calm.outcome != "pruned" and chaos.outcome != "pruned" and calm.end_step != chaos.end_step:
+        faults.append(f"ended at step {chaos.end_step}, undisturbed at {calm.end_step}")
+    for key in ("eval/loss_ewa", "eval/loss_raw", *CURVE_KEYS):
+        a = [(s, v) for s, v in calm.metrics.get(key, []) if s <= end]
+        b = [(s, v) for s, v in chaos.metrics.get(key, []) if s <= end]
+        if steps_of(a) != steps_of(b):
+            faults.append(f"{key}: steps differ from the undisturbed run's up to step {end}")
+        elif a != b:
+            first = next(s for (s, x), (_, y) in zip(a, b) if x != y)
+            faults.append(f"{key}: values differ from the undisturbed run's from step {first}")
+    return faults
+
+
+def compare_histories(calm: list[TrialHistory], chaos: list[TrialHistory]) -> dict:
+    """The report's history checks of the disturbed phase (and the undisturbed phase's own)."""
+    by_id = {h.trial_id: h for h in calm}
+    gaps = {h.trial_id: f for h in chaos + calm if (f := trial_faults(h))}
+    unmatched = sorted({h.trial_id for h in chaos} ^ {h.trial_id for h in calm})
+    differ = {h.trial_id: f for h in chaos if h.trial_id in by_id and (f := against_calm(by_id[h.trial_id], h))}
+    return {"histories_with_gaps_or_duplicates": gaps, "histories_unlike_calm": differ,
+            "trials_in_one_phase_only": unmatched,
+            "evaluations_checked": sum(len(h.metrics.get("eval/loss_ewa", [])) for h in chaos),
+            "train_points_checked": sum(len(h.metrics.get("train/loss", [])) for h in chaos)}
