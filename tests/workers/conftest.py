@@ -119,11 +119,12 @@ class Processes:
         self.logs = logs
         self.procs: list[tuple[subprocess.Popen, Path]] = []
 
-    def start(self, argv: list[str], name: str) -> subprocess.Popen:
+    def start(self, argv: list[str], name: str, env: dict | None = None) -> subprocess.Popen:
+        """``argv`` in a new session with this process's environment (or ``env``), logged to a file."""
         log = self.logs / f"{name}-{len(self.procs)}.log"
         handle = open(log, "w")
-        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=dict(os.environ), cwd=ROOT,
-                                start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
+                                env=dict(os.environ if env is None else env), cwd=ROOT, start_new_session=True)
         handle.close()
         self.procs.append((proc, log))
         return proc

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import threading
 import time
 
 import pytest
 import sqlalchemy.exc
 
 from tests.workers.conftest import CBS, wait_for
+from tests.workers.tcp_proxy import Proxy
 from tests.workers.test_worker_process import POSTGRES_URL, fresh_postgres_databases
 from workers.tracking import wait_out
 
@@ -37,67 +36,6 @@ def test_wait_out_carries_on_when_the_store_is_back_and_not_past_its_deadline():
         wait_out(lambda: (_ for _ in ()).throw(sqlalchemy.exc.OperationalError("x", {}, Exception("down"))),
                  what="test", log=lambda m: None, first_wait_s=0.05, give_up_s=0.3)
     assert time.monotonic() - t0 < 2
-
-
-class Proxy:
-    """A TCP proxy on 127.0.0.1 to ``upstream``; ``down()`` refuses new connections and cuts
-    the open ones, as a database restart does."""
-
-    def __init__(self, upstream: tuple[str, int]):
-        self.upstream = upstream
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = probe.getsockname()[1]
-        probe.close()
-        self.server: socket.socket | None = None
-        self.conns: list[socket.socket] = []
-
-    def up(self) -> None:
-        self.server = socket.socket()
-        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.server.bind(("127.0.0.1", self.port))
-        self.server.listen(64)
-        threading.Thread(target=self._accept, args=(self.server,), daemon=True).start()
-
-    def down(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        for c in self.conns:
-            try:
-                c.close()
-            except OSError:
-                pass
-        self.conns.clear()
-
-    def _accept(self, server: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = server.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.upstream, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            self.conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.close()
-            except OSError:
-                pass
 
 
 @pytest.fixture
