@@ -29,6 +29,13 @@ Everything has a default that runs on one machine with no server (DESIGN.md §2,
 ``CBS_WATCH_PERIOD_S``         Period of ``cbs study watch``, seconds (10).
 ``CBS_WORKER_CONCURRENCY``     Trials at once of ``cbs worker`` without ``--concurrency`` (1; ``cbs up
                                --workers K`` sets it).
+``CBS_CHECKPOINT_DIR``         Root of the trials' checkpoint folders (default ``$CBS_HOME/checkpoints``);
+                               with several hosts, a folder every host mounts (NFS), so a trial lost
+                               on one host resumes on another (``cbscore.paths.checkpoint_root``).
+``CBS_STORE_DIR``              Root of the token stores, and a data root in place of ``$CBS_HOME/data``
+                               (the default); with several hosts, a folder every host mounts: a
+                               study's trials all train on the one store its first trial prepared,
+                               and a host that cannot see it gives the attempt back (``workers.stores``).
 =============================  =====================================================================
 
 Read elsewhere: ``CBS_CHECKPOINT_EVERY_S`` (a running trial's checkpoint period, 300 s),
