@@ -78,6 +78,9 @@ OUTAGES = {"fs": ("disk-full",), "redis-pg": ("disk-full", "postgres-outage", "r
 REDIS_URL = os.environ.get("CBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
 POSTGRES_URL = os.environ.get("CBS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 STUDIES = ("chaos-grid", "chaos-optuna")
+#: The run stops when the lab holds more connections than this to the shared PostgreSQL (its
+#: default max_connections is 100): a leak would otherwise lock every other client out.
+PG_CONNECTION_LIMIT = 60
 #: The Optuna cell's target, nats: just above the grid study's (2.977 at D = 32k), so that most rates
 #: reach it at either size.
 OPTUNA_TARGET_LOSS = 3.0
@@ -476,6 +479,11 @@ def wait_done(env: dict, timeout_s: float, storm: Storm | None, progress: list, 
         if now - t0 > timeout_s:
             done.set()
             raise TimeoutError(f"the studies did not finish within {timeout_s:.0f} s")
+        held = pg_connections(storm)
+        if held > PG_CONNECTION_LIMIT:  # the shared server serves others too: stop before it refuses them
+            done.set()
+            raise RuntimeError(f"the lab holds {held} connections to PostgreSQL (more than {PG_CONNECTION_LIMIT}) "
+                               f"{now - t0:.0f} s into the phase")
         if up.poll() is not None:  # nothing restarts what is killed now: the run cannot pass
             done.set()
             raise RuntimeError(f"cbs up exited (code {up.returncode}) {now - t0:.0f} s into the phase; its log "
@@ -487,6 +495,14 @@ def wait_done(env: dict, timeout_s: float, storm: Storm | None, progress: list, 
             next_strike = time.time() + random.uniform(*storm.size.kill_every_s)
         time.sleep(0.2)
     return time.time() - t0
+
+
+def pg_connections(storm: Storm | None) -> int:
+    """Connections the lab holds open through its PostgreSQL proxy (0 without one)."""
+    proxy = (storm.proxies if storm is not None else {}).get("postgres")
+    if proxy is None:
+        return 0
+    return sum(1 for c in list(proxy.conns) if c.fileno() != -1) // 2  # a client and an upstream socket each
 
 
 def recoveries(episodes: list, progress: list) -> None:
@@ -508,7 +524,8 @@ def table(name: str, env: dict) -> list[dict]:
 def comparable(rows: list[dict], prune_margin: float = 0.1) -> list[dict]:
     """Rows as compared across phases. A trial still above target past (1 + margin)·S_best of its
     cell is prunable: when the runner's stop reaches it (so its steps and tokens, and whether it
-    crossed the target first) depends on timing, so only that it was prunable is compared."""
+    crossed the target or its budget first) depends on timing, so only that it was prunable is
+    compared."""
     best: dict = {}
     for r in rows:
         if r["outcome"] == "reached" and r["steps"]:
@@ -517,8 +534,10 @@ def comparable(rows: list[dict], prune_margin: float = 0.1) -> list[dict]:
     out = []
     for r in rows:
         s_best = best.get((r["setting"], r["batch_size"]))
-        late = r["outcome"] == "reached" and s_best is not None and float(r["steps"]) > (1 + prune_margin) * s_best
-        out.append({**r, "outcome": "prunable", "steps": "", "tokens": ""} if r["outcome"] == "pruned" or late else r)
+        late = s_best is not None and (r["outcome"] == "censored" or (
+            r["outcome"] == "reached" and float(r["steps"]) > (1 + prune_margin) * s_best))
+        prunable = r["outcome"] == "pruned" or late
+        out.append({**r, "outcome": "prunable", "steps": "", "tokens": "", "budget_steps": ""} if prunable else r)
     return out
 
 
@@ -743,8 +762,16 @@ def passed(r: dict) -> bool:
                 and not r.get("trials_in_one_phase_only"))
 
 
+class Interrupted(Exception):
+    """SIGTERM: the run ends as a failure, with its report."""
+
+
+def _interrupted(*_: object) -> None:
+    raise Interrupted("stopped by SIGTERM")
+
+
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the lab, unmount, report
+    signal.signal(signal.SIGTERM, _interrupted)  # stop the lab, unmount, drop the databases, report
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("fs", "redis-pg", "both"), default="both")
     parser.add_argument("--size", choices=tuple(SIZES), default="default")

@@ -1,0 +1,58 @@
+"""The chaos run's history checks (benchmarks/chaos_history.py, issue 22): a whole record passes,
+and a missing step, a step logged twice, a missing last evaluation or a value unlike the calm
+run's is named."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from benchmarks.chaos_history import TrialHistory, against_calm, trial_faults
+
+EVALS = [0, 1, 2, 4, 8, 16, 20]
+#: every 10th step and each evaluation step, to the end (step 20)
+LOG_STEPS = [1, 2, 4, 8, 10, 16, 20]
+
+
+def whole() -> TrialHistory:
+    curve = {k: [(s, 0.5 * s) for s in LOG_STEPS] for k in ("train/loss", "optim/lr", "optim/grad_norm")}
+    evals = {k: [(s, 1.0 / (1 + s)) for s in EVALS] for k in ("eval/loss_ewa", "eval/loss_raw")}
+    return TrialHistory(trial_id="t", status="FINISHED", outcome="reached", attempt=2, end_step=20, log_every=10,
+                        metrics={**curve, **evals, "heartbeat": [(4, 1.0), (4, 2.0)]})
+
+
+def with_metric(h: TrialHistory, key: str, points: list) -> TrialHistory:
+    return dataclasses.replace(h, metrics={**h.metrics, key: points})
+
+
+def test_a_whole_history_has_no_fault_and_equals_itself():
+    assert trial_faults(whole()) == [] and against_calm(whole(), whole()) == []
+
+
+def test_a_missing_or_repeated_log_step_is_named():
+    h = whole()
+    gap = with_metric(h, "train/loss", [p for p in h.metrics["train/loss"] if p[0] != 10])
+    assert trial_faults(gap) == ["train/loss: steps 6 of 7 expected; missing [10], unexpected []"]
+    twice = with_metric(h, "optim/lr", h.metrics["optim/lr"][:4] + h.metrics["optim/lr"][3:])
+    assert "optim/lr: a step logged twice or out of order" in trial_faults(twice)
+
+
+def test_a_reached_trial_without_its_last_evaluation_is_named():
+    h = whole()
+    h = with_metric(with_metric(h, "eval/loss_ewa", h.metrics["eval/loss_ewa"][:-1]), "eval/loss_raw",
+                    h.metrics["eval/loss_raw"][:-1])
+    assert trial_faults(h) == ["reached at step 20 but the last evaluation is at 16"]
+
+
+def test_a_value_unlike_the_calm_runs_is_named_at_its_first_step():
+    h = whole()
+    points = list(h.metrics["eval/loss_ewa"])
+    points[3] = (4, 0.3)
+    assert against_calm(h, with_metric(h, "eval/loss_ewa", points)) == [
+        "eval/loss_ewa: values differ from the undisturbed run's from step 4"]
+
+
+def test_a_pruned_trial_is_compared_up_to_the_shorter_record():
+    calm = whole()
+    cut = {k: [p for p in v if p[0] <= 10] for k, v in calm.metrics.items()}
+    pruned = dataclasses.replace(calm, outcome="pruned", end_step=10, metrics=cut)
+    assert trial_faults(pruned) == [] and against_calm(calm, pruned) == []
