@@ -39,7 +39,11 @@ from workers.settings import QUEUES, WorkerSettings
 from workers.time_limits import trial_time_limit_s
 from workers.tracking import Tracker, is_transient, result_tags
 
-_LOCK_TTL_S = 300.0
+#: How long a study lock holds unrenewed. A pass renews it every third of this (``_LockKeeper``), so
+#: only a runner killed mid-pass lets it lapse, and that shuts the study's other runners out for at
+#: most this long (300 s delayed a lost host's takeover by up to 5 min; the ledger's compare-and-set
+#: transitions, not this lock, keep two runners from sending one trial twice).
+_LOCK_TTL_S = 30.0
 #: A holder alive on this host whose heartbeat is stale is slow (a loaded machine, a long MLflow
 #: call), not lost: it is judged lost only after this many staleness limits (then it is hung).
 _LOCAL_HUNG_FACTOR = 10
