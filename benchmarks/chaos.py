@@ -451,7 +451,8 @@ def mount_home(home: Path, megabytes: int) -> str:
     return "" if out.returncode == 0 else f"mount failed: {out.stderr.strip()}"
 
 
-def wait_done(env: dict, timeout_s: float, storm: Storm | None, progress: list, up: subprocess.Popen) -> float:
+def wait_done(env: dict, timeout_s: float, storm: Storm | None, progress: list, up: subprocess.Popen,
+              databases: list[str] = ()) -> float:
     """Wait for both studies to finish, disturbing the lab every few seconds when ``storm`` is
     given. The status is read in a thread (a ``cbs study status`` call takes seconds on a loaded
     machine, and a store may be down) so the storm keeps its pace; ``progress`` gets ``(t, study,
@@ -474,16 +475,19 @@ def wait_done(env: dict, timeout_s: float, storm: Storm | None, progress: list, 
 
     threading.Thread(target=poll, daemon=True).start()
     next_strike = t0 + (random.uniform(*storm.size.kill_every_s) if storm else float("inf"))
+    next_count = t0
     while not done.is_set():
         now = time.time()
         if now - t0 > timeout_s:
             done.set()
             raise TimeoutError(f"the studies did not finish within {timeout_s:.0f} s")
-        held = pg_connections(storm)
-        if held > PG_CONNECTION_LIMIT:  # the shared server serves others too: stop before it refuses them
-            done.set()
-            raise RuntimeError(f"the lab holds {held} connections to PostgreSQL (more than {PG_CONNECTION_LIMIT}) "
-                               f"{now - t0:.0f} s into the phase")
+        if now >= next_count:  # the shared server serves others too: stop before it refuses them
+            next_count = now + 10
+            held = pg_connections(databases)
+            if held > PG_CONNECTION_LIMIT:
+                done.set()
+                raise RuntimeError(f"the lab holds {held} connections to PostgreSQL (more than "
+                                   f"{PG_CONNECTION_LIMIT}) {now - t0:.0f} s into the phase")
         if up.poll() is not None:  # nothing restarts what is killed now: the run cannot pass
             done.set()
             raise RuntimeError(f"cbs up exited (code {up.returncode}) {now - t0:.0f} s into the phase; its log "
@@ -497,12 +501,23 @@ def wait_done(env: dict, timeout_s: float, storm: Storm | None, progress: list, 
     return time.time() - t0
 
 
-def pg_connections(storm: Storm | None) -> int:
-    """Connections the lab holds open through its PostgreSQL proxy (0 without one)."""
-    proxy = (storm.proxies if storm is not None else {}).get("postgres")
-    if proxy is None:
+def pg_connections(databases: list[str]) -> int:
+    """Connections the server holds to this run's ``databases``, as PostgreSQL counts them (a
+    socket the proxy closed while a thread was reading it stays open, unseen on this side)."""
+    if not databases:
         return 0
-    return sum(1 for c in list(proxy.conns) if c.fileno() != -1) // 2  # a client and an upstream socket each
+    import psycopg2
+
+    try:
+        admin = psycopg2.connect(POSTGRES_URL, connect_timeout=3)
+    except psycopg2.OperationalError as exc:  # full already, or restarting: let the caller decide
+        return PG_CONNECTION_LIMIT + 1 if "too many clients" in str(exc) else 0
+    try:
+        with admin.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = ANY(%s)", (databases,))
+            return int(cur.fetchone()[0])
+    finally:
+        admin.close()
 
 
 def recoveries(episodes: list, progress: list) -> None:
@@ -655,7 +670,8 @@ def run_phase(backend: Backend, home: Path, base_env: dict, size: Size, specs: d
             storm.proxies = backend.proxies
         launch_in_browser(env["CBS_WEB_URL"], specs, home.parent)
         try:
-            report[f"{label}_wall_s"] = round(wait_done(env, size.timeout_s, storm, progress, up), 1)
+            report[f"{label}_wall_s"] = round(wait_done(env, size.timeout_s, storm, progress, up,
+                                                          list(backend.databases)), 1)
             print(f"chaos: {label} phase done in {report[f'{label}_wall_s']:.0f} s", flush=True)
         finally:
             report[f"{label}_progress"] = progress
