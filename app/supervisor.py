@@ -19,6 +19,7 @@ minutes of trying: a broken install, not a dependency away for a minute), saying
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -101,12 +102,20 @@ class Supervisor:
         self._write_pids()
 
     def _write_pids(self) -> None:
+        """Write :attr:`pids_file`; a failure (a full disk under ``$CBS_HOME``) is said, never raised:
+        the file is for operators and the chaos run, and supervising matters more (the chaos run's
+        full-disk episode ended ``cbs up`` here while it restarted a process)."""
         if self.pids_file is None:
             return
-        self.pids_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.pids_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({n: p.pid for n, p in self.procs.items() if p.poll() is None}))
-        os.replace(tmp, self.pids_file)
+        try:
+            self.pids_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps({n: p.pid for n, p in self.procs.items() if p.poll() is None}))
+            os.replace(tmp, self.pids_file)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            self.say("system", f"could not write {self.pids_file} ({exc.strerror or exc}); supervising on")
 
     def run(self) -> int:
         """Start everything and supervise until :meth:`stop` (or a crash loop); returns the exit code."""
@@ -167,7 +176,8 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 pass
         if self.pids_file is not None:
-            self.pids_file.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a folder it could never be written to (see _write_pids)
+                self.pids_file.unlink(missing_ok=True)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

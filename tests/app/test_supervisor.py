@@ -118,3 +118,25 @@ def test_a_bad_procfile_line_is_named(tmp_path):
     procfile.write_text("web cbs web\n")
     with pytest.raises(ConfigError, match="is not 'name: command'"):
         read_procfile(procfile)
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_pids_file_that_cannot_be_written_stops_nothing(tmp_path):
+    """The chaos run's full disk: ``cbs up`` raised out of its loop when a restart could not write
+    the pids file, and nothing was supervised after. Here the file's folder is a plain file."""
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(f"short: {sys.executable} -c \"import time; time.sleep(0.3)\"\n")
+    (tmp_path / "up").write_text("not a folder")
+    out = io.StringIO()
+    sup = Supervisor(read_procfile(procfile), env=dict(os.environ), cwd=tmp_path, pids_file=tmp_path / "up" / "pids.json",
+                     restart_delay_s=0.2, healthy_after_s=0.1, stop_grace_s=5, out=out)
+    runner = threading.Thread(target=sup.run)
+    runner.start()
+    try:
+        _wait(lambda: out.getvalue().count("short started") >= 3, "two restarts")
+        assert runner.is_alive()
+    finally:
+        sup.stop()
+        runner.join(timeout=30)
+    assert f"could not write {tmp_path / 'up' / 'pids.json'}" in out.getvalue()
+    assert "supervising on" in out.getvalue()
