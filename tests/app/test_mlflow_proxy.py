@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from app import mlflow_proxy
 from tests.app.test_e2e_browser import _free_port, _wait, chromium
 from tests.app.test_sign_in import provider  # noqa: F401  (the same OIDC provider fixture)
 from tests.app.test_sign_in import ALICE, sign_in, text, web_with_sign_in
+from tests.process_groups import stop_group
 
 SERVICE = ("cbs-service", "a-long-service-password")
 EXPERIMENT = "proxied-study"
@@ -174,11 +174,7 @@ def tracking_with_auth(tmp_path_factory):
             run_id = client.create_run(experiment_id, run_name="proxied-run").info.run_id
         yield url, folder, experiment_id, run_id
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc)
 
 
 @pytest.fixture(scope="module")

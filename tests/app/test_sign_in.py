@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ import pytest
 
 from tests.app.test_e2e_browser import CHROMEDRIVER, CHROMIUM, _button, _free_port, _wait, _wait_http
 from tests.app.test_e2e_browser import browser  # noqa: F401  (the same headless chromium fixture)
+from tests.process_groups import stop_group
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -76,11 +76,7 @@ def web_with_sign_in(folder: Path, provider: str, env: dict[str, str] | None = N
         _wait_http(f"{web}/_stcore/health", 60)
         yield web, folder / "web.log"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import pytest
 from app.cli import check_bind, is_loopback
 from app.host_check import host_allowed
 from cbscore.errors import ConfigError
+from tests.process_groups import stop_group
 
 CBS = str(Path(sys.executable).parent / "cbs")
 
@@ -63,11 +64,7 @@ def web(tmp_path_factory):
             pytest.fail(f"cbs web did not answer: {(tmp / 'web.log').read_text()[-2000:]}")
         yield port
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc)
 
 
 @pytest.mark.parametrize("path", ["/", "/_stcore/health", "/_stcore/host-config", "/_stcore/script-health-check",
