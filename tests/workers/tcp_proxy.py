@@ -46,10 +46,7 @@ class Proxy:
             self.server.close()
             self.server = None
         for c in self.conns:
-            try:
-                c.close()
-            except OSError:
-                pass
+            _cut(c)
         self.conns.clear()
 
     def _accept(self, server: socket.socket) -> None:
@@ -76,7 +73,19 @@ class Proxy:
         except OSError:
             pass
         for s in (src, dst):
-            try:
-                s.close()
-            except OSError:
-                pass
+            _cut(s)
+
+
+def _cut(s: socket.socket) -> None:
+    """Shut ``s`` down, then close it. ``close()`` alone from another thread leaves a ``recv()``
+    blocked on it and the connection open (the kernel keeps the socket while the call holds it):
+    the upstream server then keeps its session, and a long run fills PostgreSQL's connection
+    slots. ``shutdown`` wakes the blocked call and sends the peer its FIN."""
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        s.close()
+    except OSError:
+        pass

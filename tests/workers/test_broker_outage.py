@@ -43,19 +43,6 @@ def _free_port() -> int:
     raise RuntimeError("no free port below the ephemeral range")
 
 
-class _Proxy(Proxy):
-    def down(self) -> None:
-        """Shut the open connections down before ``Proxy.down`` closes them: closing a socket does
-        not wake the thread blocked in its ``recv()``, and an idle connection (a worker waiting on
-        Redis) would be cut silently, its peer none the wiser."""
-        for sock in self.conns:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        super().down()
-
-
 @pytest.fixture
 def broker_behind_a_proxy(worker_env, monkeypatch, tmp_path):
     """A private Redis (this test's broker alone), reached through a proxy that is up."""
@@ -69,7 +56,7 @@ def broker_behind_a_proxy(worker_env, monkeypatch, tmp_path):
                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for(lambda: _pings(redis, port), 20, every_s=0.2, what="the private redis-server to answer")
-        proxy = _Proxy(("127.0.0.1", port))
+        proxy = Proxy(("127.0.0.1", port))
         proxy.port = _free_port()  # not the probe's ephemeral one (see _free_port)
         proxy.up()
         monkeypatch.setenv("CBS_BROKER_URL", f"redis://127.0.0.1:{proxy.port}/0")
