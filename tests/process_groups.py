@@ -1,4 +1,4 @@
-"""Stopping a server a test started in its own session (``start_new_session=True``): by its
+"""Stopping a process a test started in its own session (``start_new_session=True``): by its
 process group, never by name."""
 
 from __future__ import annotations
@@ -8,12 +8,13 @@ import signal
 import subprocess
 
 
-def stop_group(proc: subprocess.Popen, grace_s: float = 15) -> None:
-    """SIGTERM ``proc``'s process group, wait up to ``grace_s`` and SIGKILL it if still there."""
+def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 15) -> None:
+    """Send ``sig`` to ``proc``'s process group (its pgid is its pid), wait up to ``grace_s`` and
+    SIGKILL the group if ``proc`` is still there."""
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, sig)
     except ProcessLookupError:
-        return
+        pass
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:

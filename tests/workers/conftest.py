@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.process_groups import stop_group
+
 ROOT = Path(__file__).resolve().parents[2]
 #: The session's small token store: the first 160 chapters of the built-in corpus, 320-token BPE
 #: (a small vocabulary keeps the output head, most of a tiny model's compute, cheap).
@@ -134,15 +136,7 @@ class Processes:
 
     def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL, wait_s: float = 20) -> None:
         """Signal the whole process group of ``proc`` (its pgid is its pid: a new session)."""
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        stop_group(proc, sig, grace_s=wait_s)
 
     def log(self, proc: subprocess.Popen) -> str:
         for p, log in self.procs:
