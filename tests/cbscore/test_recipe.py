@@ -60,20 +60,22 @@ def test_reference_d_is_the_geometric_centre_of_the_settings_d():
 
 
 def test_fixed_recipe_of_the_reproduce_preset_has_the_hand_derived_values():
-    spec = load_preset("reproduce")  # T = 128, B_ref = 2, D = 50k … 400k: D_ref = 141,421
-    # B = 2 (column 256): τ half-life 0.05913 × 141,421 / 256 = 32.67 steps, ×½ and ×2 beside it;
-    # β2's share (0.59% of D_ref, 3.3 steps) is below the horizon floor 13.51 · 16 · 128 tokens =
-    # 108 steps: β2 = 0.95^(1/8).
-    r = spec_recipe(spec, batch_size=2, d_tokens=50_000)
+    spec = load_preset("reproduce")  # T = 128, B_ref = 4, D = 31.25k … 500k: D_ref = √(31,250·500,000) = 125,000
+    # B = 4 (column 4·256/4 = 256): τ half-life 0.05913 × 125,000 / 512 = 14.44 steps, ×½ and ×2 beside
+    # it (0.5^(1/7.22), 0.5^(1/14.44), 0.5^(1/28.87)); β2's share (0.59% of D_ref, 1.4 steps) is below the
+    # horizon floor 13.51 · 32 · 128 tokens = 108 steps: β2 = 0.95^(1/8).
+    r = spec_recipe(spec, batch_size=4, d_tokens=31_250)
     assert r.beta2 == round(0.95 ** (1 / 8), 6) == 0.993609
-    assert r.ewa_taus == (0.958451, 0.979005, 0.989447)
+    assert r.ewa_taus == (0.908442, 0.953122, 0.97628)
     assert r.bounds == ("β2 horizon floor (0.95 at 8·B_ref)",)
-    # B = 32 (column 4096): τ 0.0944 × 141,421 / 4096 = 3.3 steps → the 4-step floor (2, 4, 8 steps);
-    # β2 below 0.95 → 0.95. Before issue 19 it was τ 0.5, 0.548 (one step: no averaging), 0.74 at D = 50k.
-    r = spec_recipe(spec, batch_size=32, d_tokens=50_000)
+    # the same at every D of the study (`fixed`: D_ref, not the setting's D)
+    assert spec_recipe(spec, batch_size=4, d_tokens=500_000) == r
+    # B = 32 (column 2048): τ 0.1182 × 125,000 / 4096 = 3.6 steps → the 4-step floor (2, 4, 8 steps);
+    # β2 = 0.95 exactly at 8·B_ref = 32 sequences (the horizon floor).
+    r = spec_recipe(spec, batch_size=32, d_tokens=78_750)
     assert r.beta2 == 0.95
     assert r.ewa_taus == (0.707107, 0.840896, 0.917004)
-    assert r.bounds == ("β2 floor 0.95", f"τ floor {TAU_MIN_HALF_LIFE_STEPS:g} steps")
+    assert r.bounds == ("β2 horizon floor (0.95 at 8·B_ref)", f"τ floor {TAU_MIN_HALF_LIFE_STEPS:g} steps")
 
 
 def test_fixed_recipe_of_a_fixed_n_study_is_identical_across_its_d():
