@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import hashlib
 import itertools
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cbscore.durable import fsync_file, fsync_folder
 from cbscore.errors import ConfigError, DataError
 
 from . import sources
@@ -143,8 +145,12 @@ def prepare(config: DataConfig, progress: bool = False) -> TokenStore:
     path = config.store_path()
     check_data_location(config)  # before anything else: the source is walked, a rebuild replaces the folder
     fingerprint = sources.fingerprint(config)  # fails fast (missing file) before touching disk
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(path.parent / f".{path.name}.lock"):
+    # An up-to-date store is reused without writing anything, not even the lock file: a host may
+    # mount the shared store folder read-only (README, "Scaling out"). A store being swapped in
+    # meanwhile is either whole or absent here (renames), and absent falls through to the lock.
+    if _up_to_date(path, config, fingerprint):
+        return TokenStore(path)
+    with _build_lock(config, path):
         if _up_to_date(path, config, fingerprint):
             return TokenStore(path)
         tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -271,6 +277,7 @@ def _build(config: DataConfig, fingerprint: dict, tmp: Path, progress: bool) -> 
             )
         seconds["tokenizer"], mark = time.perf_counter() - mark, time.perf_counter()
         tokenizer.save(str(tmp / TOKENIZER))
+        fsync_file(tmp / TOKENIZER)
         vocab_size = tokenizer.get_vocab_size()
         dtype = np.uint16 if vocab_size <= 2**16 else np.uint32
         eot = eot_id(tokenizer)
@@ -357,6 +364,8 @@ def _write_split(docs, tokenizer, eot: int, dtype, path: Path, name: str, progre
             out.write(block.tobytes())
             total += n
             bar.update(len(texts))
+        out.flush()
+        os.fsync(out.fileno())  # another host reads this file over NFS once the store is swapped in
     return total, chars
 
 
@@ -396,14 +405,44 @@ def _up_to_date(path: Path, config: DataConfig, fingerprint: dict) -> bool:
 
 
 def _swap_into_place(tmp: Path, path: Path) -> None:
-    """Replace ``path`` by ``tmp`` with renames (readers of the old files keep their inodes)."""
+    """Replace ``path`` by ``tmp`` with renames (readers of the old files keep their inodes).
+
+    Every file in ``tmp`` is already synced (:func:`_write_split`, :func:`_write_json`); syncing
+    ``tmp`` makes their names durable, and syncing the parent after the rename makes the swap
+    durable, so a crash (or an NFS client's) leaves the old store or the new one, never a folder
+    whose manifest names files that never reached the disk."""
+    fsync_folder(tmp)
     if path.exists():
         old = path.parent / f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         os.rename(path, old)
         os.rename(tmp, path)
+        fsync_folder(path.parent)
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, path)
+        fsync_folder(path.parent)
+
+
+@contextlib.contextmanager
+def _build_lock(config: DataConfig, path: Path):
+    """The store's build lock beside its folder; a folder this host cannot write (a read-only
+    mount of the shared stores) is a ``DataError`` that says where to prepare it instead."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = _exclusive_lock(path.parent / f".{path.name}.lock")
+        lock.__enter__()
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        raise DataError(
+            f"The token store for source {config.source!r} at {path} is missing or not up to date, and its "
+            f"folder cannot be written on this host ({exc.strerror}): prepare it where the folder is writable "
+            "(`cbs data prepare`), or point CBS_STORE_DIR / data.store_dir at a writable folder."
+        ) from exc
+    try:
+        yield
+    finally:
+        lock.__exit__(None, None, None)
 
 
 @contextlib.contextmanager

@@ -281,3 +281,53 @@ def test_an_existing_store_may_be_rebuilt_inside_the_roots_only(tmp_path, monkey
     with pytest.raises(ConfigError, match="inside the data roots"):
         prepare(DataConfig(max_documents=20, vocab_size=260, store_dir=folder))
     assert (tmp_path / "s" / "manifest.json").read_text() == manifest  # untouched
+
+
+@pytest.fixture
+def read_only_view(tmp_path):
+    """``(writable, read_only)``: a folder and a read-only bind mount of it, as a host that mounts the
+    shared stores read-only sees them (root only: ``mount --bind`` then ``remount,ro``)."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    writable, view = tmp_path / "shared", tmp_path / "ro"
+    writable.mkdir()
+    view.mkdir()
+    if subprocess.run(["mount", "--bind", str(writable), str(view)], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount here")
+    try:
+        remounted = subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], capture_output=True)
+        if remounted.returncode != 0:
+            pytest.skip(f"cannot remount read-only: {remounted.stderr.decode().strip()}")
+        yield writable, view
+    finally:
+        subprocess.run(["umount", "-l", str(view)], check=False)
+
+
+def test_an_up_to_date_store_is_used_from_a_read_only_mount(read_only_view):
+    writable, view = read_only_view
+    built = prepare(DataConfig(max_documents=40, vocab_size=300, store_dir=str(writable / "store")))
+    with pytest.raises(OSError):  # the mount really is read-only
+        (view / "probe").write_text("x")
+    ro = DataConfig(max_documents=40, vocab_size=300, store_dir=str(view / "store"))
+    store = prepare(ro)  # before: the build lock's file was opened for writing first (EROFS)
+    assert store.built is False and store.manifest == built.manifest
+    assert np.array_equal(store.tokens("train"), built.tokens("train"))
+    # a store that would need a rebuild says so, naming the path and what to do; nothing is written
+    other = DataConfig(max_documents=40, vocab_size=260, store_dir=str(view / "store"))
+    with pytest.raises(DataError, match=r"store.*cannot be written on this host.*cbs data prepare"):
+        prepare(other)
+    assert sorted(p.name for p in writable.iterdir()) == sorted(p.name for p in view.iterdir())
+    assert _leftovers(writable) == []
+
+
+def test_a_built_store_is_synced_before_and_after_its_swap(tmp_path, monkeypatch):
+    """Each file's bytes, then the folder of new names, then the parent after the rename (NFS: what
+    another host reads after a crash is the old store or the whole new one)."""
+    synced: list[str] = []  # the path of every descriptor synced, in order
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd))[1])
+    store = prepare(DataConfig(max_documents=40, vocab_size=300, store_dir=str(tmp_path / "s" / "store")))
+    names = [Path(p).name for p in synced]
+    assert {"train.bin", "val.bin", "tokenizer.json", "manifest.json"} <= set(names), names
+    # the temporary folder before the swap, the parent after it: the last sync is the parent's
+    assert any(".store.tmp-" in n for n in names) and Path(synced[-1]) == store.path.parent
