@@ -25,14 +25,19 @@ from workers.tracking import Tracker
 
 
 def trial_status(tags: Mapping[str, str], lease: Lease | None) -> str:
-    """The trial's status from its run's tags and its lease (module docstring)."""
+    """The trial's status from its run's tags and its lease (module docstring).
+
+    An ended run whose lease is not done yet (the trial ends its run first, then the ledger: an
+    outage or a kill in between sends the attempt back) is not ended for the planner: it is
+    queued, running or lost as its lease says until the ledger agrees. Otherwise an Optuna cell
+    that runs its trials in turn asks for the next one while this one is being requeued, before
+    Optuna has been told of it (the chaos run's "fourth trial").
+    """
     status = tags.get("status", "queued")
     if lease is None:
         return status
     if lease.state == "done":
         return status if status in TERMINAL else (lease.outcome or "failed")
-    if status in TERMINAL:
-        return status
     if lease.state == "running":
         return "lost" if owner_is_dead(lease.owner) else "running"
     return "queued"  # creating / queued

@@ -262,17 +262,21 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     outcome = result.status
     if outcome == "stopped":
         outcome = "pruned" if result.stop_reason == "pruned" else "stopped"
-    # Ordered ending: the run ends with all its tags first, then the ledger calls the trial done,
-    # then Optuna is told and the checkpoint goes. A crash or an outage in between leaves a lease
-    # that is not done and a checkpoint holding the result: the next attempt ends it the same way.
+    # Ordered ending: the run ends with all its tags first, then Optuna is told, then the ledger
+    # calls the trial done and the checkpoint goes. A crash or an outage in between leaves a lease
+    # that is not done and a checkpoint holding the result: the next attempt ends it the same way
+    # (ending and telling twice change nothing). Until the ledger is done the planner counts the
+    # trial as in flight (workers.records.trial_status), so an Optuna cell asks for its next trial
+    # only once the sampler knows how this one ended: the proposals do not depend on timing.
     try:
         tracker.end_trial(run_id, outcome, **result_tags(result))
+        tell(s, study, run.data.tags, outcome, result)
+        done = ledger.finish(trial_id, attempt, owner=owner, outcome=outcome, now_s=time.time())
     except Exception as exc:
         if is_transient(exc):
             return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, run, exc)
         raise
-    if ledger.finish(trial_id, attempt, owner=owner, outcome=outcome, now_s=time.time()):
-        tell(s, study, run.data.tags, outcome, result)
+    if done:
         remove_checkpoint(trial_id)  # the lease is done: nobody resumes it
     _advance(study)
     return {"trial_id": trial_id, "attempt": attempt, "outcome": outcome, "steps": result.steps,

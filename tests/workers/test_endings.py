@@ -169,3 +169,54 @@ def test_a_trial_cut_off_from_the_ledger_writes_no_checkpoint_after_its_deadline
     assert "superseded" in out["skipped"]
     assert folder.stat().st_mtime_ns == cut["at"]  # nothing written once the ledger was gone
     assert Ledger(WorkerSettings.from_env().ledger_url).lease(record.trial_id).state == "running"  # for the runner
+
+
+def test_an_ended_run_whose_lease_is_not_done_is_still_in_flight():
+    from workers.ledger import Lease
+    from workers.records import trial_status
+
+    def lease(state, outcome=None):
+        return Lease(trial_id="t", study="s", run_id="r", attempt=1, state=state, owner=None, worker=None, queue="cpu",
+                     heartbeat_s=None, sent_s=None, updated_s=0.0, stop_reason=None, outcome=outcome)
+
+    assert trial_status({"status": "reached"}, lease("queued")) == "queued"
+    assert trial_status({"status": "reached"}, lease("creating")) == "queued"
+    assert trial_status({"status": "reached"}, lease("done", "reached")) == "reached"
+    assert trial_status({"status": "running"}, lease("done", "pruned")) == "pruned"
+    assert trial_status({"status": "reached"}, None) == "reached"
+
+
+def test_an_optuna_cell_asks_for_its_next_trial_only_once_the_last_one_is_done_and_told(worker_env, token_store,
+                                                                                       monkeypatch):
+    """The chaos run's fault: the ledger could not say "done" (a database outage) after the run had
+    ended; the attempt went back to the queue, and the cell, taking the ended run for an ended trial,
+    asked for its next one before Optuna knew the first one's value."""
+    from workers.trial import run_trial_attempt
+
+    [record] = launch("end5", batch_sizes=[8], search={"kind": "optuna", "n_trials": 2, "parallel_per_cell": 1,
+                                                        "lr_min": 3e-3, "lr_max": 3e-2})
+    s = WorkerSettings.from_env()
+    ledger, tracker = Ledger(s.ledger_url), Tracker(s.tracking_uri)
+    real, calls = Ledger.finish, []
+
+    def outage_once(self, *args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise sqlalchemy.exc.OperationalError("UPDATE cbs_trial_leases", {}, Exception("could not connect"))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Ledger, "finish", outage_once)
+    out = run_trial_attempt("end5", record.trial_id, 1, worker="test")
+    assert "store unreachable" in out["requeued"]
+    assert tracker.get_run(record.run_id).data.tags["outcome"] == "finished"  # the run ended first ...
+    study = optuna.load_study(storage=s.optuna_storage, study_name=f"end5/{record.cell_id}")
+    assert [t.state.name for t in study.get_trials()] == ["COMPLETE"]  # ... and Optuna was told
+    assert ledger.lease(record.trial_id).state == "queued"
+    Runner(s).advance("end5")
+    assert [r.status for r in api.study_records("end5")] == ["queued"]  # no second trial yet
+    again = run_trial_attempt("end5", record.trial_id, 1, worker="test")
+    assert again["outcome"] == "finished"
+    Runner(s).advance("end5")
+    records = sorted(api.study_records("end5"), key=lambda r: r.search_number)
+    assert [r.search_number for r in records] == [0, 1] and records[0].status == "finished"
+    assert [t.state.name for t in study.get_trials()] == ["COMPLETE", "RUNNING"]
