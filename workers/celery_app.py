@@ -80,7 +80,7 @@ def configure(app: Celery, s: WorkerSettings) -> None:
         task_acks_on_failure_or_timeout=True,
         worker_prefetch_multiplier=1,
         worker_max_tasks_per_child=1,
-        worker_pool="prefork",
+        worker_pool="workers.pool:TaskPool",  # prefork, safe against an idle child killed (workers.pool)
         task_soft_time_limit=s.soft_time_limit_s,
         task_time_limit=s.time_limit_s,
         task_queues=tuple(Queue(q, routing_key=q) for q in QUEUES),

@@ -169,8 +169,11 @@ def worker_argv(gpu: int | None, concurrency: int | None, loglevel: str = "INFO"
     # large batch ran about a third slower (two tiny-0.1M trials at B=32 side by side: 6.5k
     # tokens/s each, 9.3k-10.3k with one arena). glibc reads this when the worker starts.
     env["MALLOC_ARENA_MAX"] = os.environ.get("MALLOC_ARENA_MAX") or "1"
+    # Celery's prefork pool, safe against an idle child killed on the filesystem broker (`-P custom`
+    # is how Celery's command line takes a pool class of one's own).
+    env["CELERY_CUSTOM_WORKER_POOL"] = "workers.pool:TaskPool"
     argv = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", queue, "-c", str(concurrency),
-            "-P", "prefork", "-n", nodename, "--loglevel", loglevel, "--without-gossip", "--without-mingle",
+            "-P", "custom", "-n", nodename, "--loglevel", loglevel, "--without-gossip", "--without-mingle",
             "--without-heartbeat"]
     return argv, env
 

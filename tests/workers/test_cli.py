@@ -83,9 +83,10 @@ def test_worker_command_line_pins_the_gpu_and_threads():
     assert argv[argv.index("-Q") + 1] == "gpu" and argv[argv.index("-n") + 1].startswith("gpu1@")
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["CBS_TRIAL_DEVICE"] == "cuda"
     argv, env = worker_argv(None, 3)
-    assert argv[argv.index("-c") + 1] == "3" and argv[argv.index("-P") + 1] == "prefork"
+    assert argv[argv.index("-c") + 1] == "3" and argv[argv.index("-P") + 1] == "custom"
     assert env["CBS_TORCH_THREADS"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""  # one torch thread per trial
     assert env["MALLOC_ARENA_MAX"] == "1"  # trial children forked from a thread use the main heap
+    assert env["CELERY_CUSTOM_WORKER_POOL"] == "workers.pool:TaskPool"  # idle-safe prefork (workers.pool)
 
 
 def free_port() -> int:

@@ -190,6 +190,51 @@ def test_worker_forks_a_child_per_task_while_its_presence_thread_writes(worker_e
     assert processes.log(worker).count("'skipped': 'no lease (unknown trial)'") == n
 
 
+def _descendants(pid: int) -> dict[int, int]:
+    """``{pid: parent pid}`` of every live process below ``pid`` (read from /proc)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    below, frontier = {}, [pid]
+    while frontier:
+        top = frontier.pop()
+        for child, parent in parents.items():
+            if parent == top and child not in below:
+                below[child] = parent
+                frontier.append(child)
+    return below
+
+
+def test_idle_pool_children_killed_on_the_filesystem_broker_leave_a_worker_that_takes_tasks(worker_env, processes):
+    """billiard's blocking pool (no event loop: the filesystem broker) let an idle child hold the task
+    pipe's read lock while it waited; a ``kill -9`` of that child left the lock held and the worker
+    taking no task ever again (the chaos run's fault). workers.pool waits without the lock."""
+    from workers.celery_app import TRIAL_TASK, app
+
+    worker = processes.worker("--concurrency", "2")
+
+    def pool_children() -> list[int]:  # `cbs worker` execs Celery: its pool children are the worker's own
+        return sorted(pid for pid, parent in _descendants(worker.pid).items() if parent == worker.pid)
+
+    wait_for(lambda: "ready" in processes.log(worker) and len(pool_children()) == 2, 60,
+             what=lambda: "two idle pool children\n" + processes.log(worker)[-2000:])
+    time.sleep(2.0)  # both blocked waiting for a task (one of them, before, inside the lock)
+    idle = pool_children()
+    for pid in idle:
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: len(set(pool_children()) - set(idle)) == 2, 60,
+             what=lambda: "the pool to replace its children\n" + processes.log(worker)[-2000:])
+    n = 4
+    for i in range(n):
+        app.send_task(TRIAL_TASK, args=["x", f"after-kill{i}", 1], task_id=f"after-kill{i}-a1", queue="cpu")
+    wait_for(lambda: processes.log(worker).count("'skipped': 'no lease (unknown trial)'") >= n, 90,
+             what=lambda: "every task after the kill to run\n" + processes.log(worker)[-2000:])
+
+
 # ---------------------------------------------------------------------------- services
 REDIS_URL = os.environ.get("CBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 POSTGRES_URL = os.environ.get("CBS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
