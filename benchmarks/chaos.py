@@ -14,8 +14,8 @@ The *calm* phase runs them undisturbed. The *chaos* phase runs the same specs un
 names in another home on a small filesystem of its own, while it disturbs the lab at random
 intervals, each time the episode done least so far (ties at random):
 
-* ``worker-child``   a Celery pool child running a trial (one using CPU: SIGKILL; Celery
-                     redelivers the task),
+* ``worker-child``   a Celery pool child (SIGKILL): one running a trial (using CPU; Celery
+                     redelivers the task) when there is one, else an idle one,
 * ``worker-group``   the whole worker process group (SIGKILL; the runner requeues its trials),
 * ``runner``         ``cbs study watch`` (SIGKILL),
 * ``tracking``       the MLflow server (SIGKILL; the supervisor restarts it: trials retry their
@@ -229,10 +229,11 @@ def kill_one(kind: str, home: Path, min_uptime_s: float) -> bool:
     live = pids(home)
     try:
         if kind == "worker-child":
-            # Only a child that is running a trial: SIGKILL of an idle child of the filesystem
-            # transport's pool (billiard's shared queue) can leave the queue's read lock held,
-            # and then no child of that worker receives a task again (issue 22, reported).
-            kids = busy([c for c in (children(live["worker"]) if "worker" in live else []) if uptime_s(c) >= 5])
+            # A child running a trial when there is one (Celery redelivers its task), else an idle
+            # one: on the filesystem broker that used to leave the pool's read lock held, so the
+            # worker took no task again (issue 22; workers.pool waits without the lock).
+            kids = [c for c in (children(live["worker"]) if "worker" in live else []) if uptime_s(c) >= 5]
+            kids = busy(kids) or kids
             if not kids or uptime_s(live["worker"]) < min_uptime_s:
                 return False
             os.kill(random.choice(kids), signal.SIGKILL)
