@@ -99,6 +99,25 @@ def study_view(spec, records: Sequence, now_s: float | None = None) -> StudyView
         costs=study_costs(spec, list(records)))
 
 
+def waiting_notices(records: Sequence) -> list[str]:
+    """One sentence per fault of a host that holds queued trials back, for the Studies page's
+    banner: a full disk (the trials go on when there is room) and a host that cannot see the
+    study's token store (they go to a host that can; the operator must mount it or set
+    ``CBS_STORE_DIR``). Each names how many trials wait and the first one's note (the path and the
+    setting to fix). Neither costs a trial an attempt (:func:`workers.trial._give_back`)."""
+    from workers.stores import NO_STORE_PREFIX
+    from workers.trial import OUT_OF_ROOM_PREFIX
+
+    queued = [r for r in records if r.status == "queued" and r.note]
+    out = []
+    for prefix, what in ((OUT_OF_ROOM_PREFIX, "wait for room on a worker's host"),
+                         (NO_STORE_PREFIX, "wait for a host that can see the study's token store")):
+        waiting = [r for r in queued if r.note.startswith(prefix)]
+        if waiting:
+            out.append(f"{len(waiting)} trial(s) {what}: {waiting[0].note}")
+    return out
+
+
 def trial_budget_tokens(spec, record) -> int | None:
     """Tokens a trial may spend (``cbscore.study.planner.cell_budget_tokens``), capped by its step
     cap (``max_steps·B·T``)."""

@@ -29,6 +29,10 @@ from cbscore.errors import DataError
 from workers.ledger import Ledger, StorePin, host_id
 
 
+#: How a give-back for a store this host cannot use begins (the trial's note; the Studies page's banner).
+NO_STORE_PREFIX = "this host cannot use the token store"
+
+
 class StoreUnavailable(DataError):
     """This host cannot train on the study's pinned token store (it is missing here or differs)."""
 
@@ -65,7 +69,7 @@ def check_pinned(pin: StorePin, data: DataConfig) -> None:
         problem = f"it holds another store, {digest}"
     # the path and the setting to fix first: the run's given_back tag keeps 250 characters
     raise StoreUnavailable(
-        f"this host cannot use the token store at {path}: {_fix(data)} ({problem}; study {pin.study} trains on "
+        f"{NO_STORE_PREFIX} at {path}: {_fix(data)} ({problem}; study {pin.study} trains on "
         f"store {pin.digest}, prepared at {pin.path} by {_host(pin.host)}; this host prepares none of its own)")
 
 

@@ -47,6 +47,10 @@ from workers.tracking import (MlflowCallback, Tracker, is_out_of_resources, is_t
                               wait_out)
 
 
+#: How a give-back for a full disk (or another resource) begins (the trial's note; the Studies page's banner).
+OUT_OF_ROOM_PREFIX = "out of resources on this host"
+
+
 class Heartbeat:
     """A daemon thread that stamps the lease and reads its stop reason every ``period_s``.
 
@@ -294,7 +298,7 @@ def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, att
     reason = f"{type(exc).__name__}: {str(exc)[:300]}"
     no_store = isinstance(exc, StoreUnavailable)
     if is_out_of_resources(exc):
-        reason = f"out of resources on this host ({reason}); the trial waits for room"
+        reason = f"{OUT_OF_ROOM_PREFIX} ({reason}); the trial waits for room"
     elif no_store:
         reason = str(exc)[:500]
     given = _give_backs(trial_id) + 1

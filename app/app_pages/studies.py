@@ -75,10 +75,8 @@ def live(name: str) -> None:
         st.progress(view.progress, text=f"{view.progress:.0%} of the planned trials have an outcome")
         for error in view.errors:
             st.warning(error, icon=":material/warning:")
-        waiting = [r for r in records if r.status == "queued" and r.note.startswith("out of resources")]
-        if waiting:  # a full disk is an outage: these trials go on when there is room again
-            st.error(f"{len(waiting)} trial(s) wait for room on a worker's host: {waiting[0].note}",
-                     icon=":material/hard_drive:")
+        for notice in study_view.waiting_notices(records):  # faults of a host: no attempt is lost
+            st.error(notice, icon=":material/hard_drive:")
 
         st.plotly_chart(charts.cell_grid_figure(view.settings, view.batch_sizes, view.states, view.hover),
                         key="studies.grid", config={"displayModeBar": False})

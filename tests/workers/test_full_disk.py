@@ -49,7 +49,12 @@ def assert_given_back(name: str, record, out: dict) -> None:
     run = Tracker(WorkerSettings.from_env().tracking_uri).get_run(record.run_id)
     assert run.info.status == "SCHEDULED" and run.data.tags["given_back"].startswith("out of resources")
     [again] = api.study_records(name)
-    assert again.status == "queued" and "No space left on device" in again.note  # on the Studies page
+    assert again.status == "queued" and "No space left on device" in again.note
+    from app.study_view import waiting_notices  # the Studies page's banner
+
+    [notice] = waiting_notices([again])
+    assert notice.startswith("1 trial(s) wait for room on a worker's host: out of resources on this host") and \
+        "No space left on device" in notice, notice
 
 
 def test_a_full_disk_at_a_checkpoint_gives_the_attempt_back(worker_env, token_store):

@@ -101,7 +101,12 @@ def assert_given_back_for_the_store(name: str, record, out: dict, *words: str) -
     assert reason.startswith("this host cannot use the token store at ") and all(w in reason for w in words), reason
     assert all(w in out["requeued"] for w in words)
     [again] = [r for r in api.study_records(name) if r.trial_id == record.trial_id]
-    assert again.status == "queued" and again.note.startswith("this host cannot use")  # on the Studies page
+    assert again.status == "queued" and again.note.startswith("this host cannot use")
+    from app.study_view import waiting_notices  # the Studies page's banner
+
+    [notice] = waiting_notices(api.study_records(name))
+    assert notice.startswith("1 trial(s) wait for a host that can see the study's token store: this host cannot "
+                             "use the token store at ") and all(w in notice for w in words), notice
 
 
 def test_a_host_that_cannot_see_the_store_gives_the_attempt_back_and_builds_none(shared_stores, tmp_path,
