@@ -36,6 +36,7 @@ from cbscore.trial_result import EvalPoint, TrialResult
 if TYPE_CHECKING:
     from torch import nn
 
+    from cbscore.batch_plan import BatchPlan
     from cbscore.train_config import TrainConfig
 
 
@@ -48,7 +49,8 @@ class TrainState:
     """Budget in optimizer steps."""
     warmup_steps: int
     batch_tokens: int
-    """Tokens per optimizer step (``batch_size · context_tokens``)."""
+    """Tokens per optimizer step (``batch_size · context_tokens``; the current segment's under a
+    batch-size schedule)."""
     n_params: int
     flops_per_token: float
     device: str
@@ -85,10 +87,15 @@ class TrainState:
     """Wall clock of the last completed step (a heartbeat)."""
     stop_reason: str | None = None
 
+    plan: "BatchPlan | None" = None
+    """Which sequences each step takes (:mod:`cbscore.batch_plan`); ``None`` = ``batch_tokens``
+    a step from position 0."""
+
     @property
     def tokens(self) -> int:
-        """Training tokens seen so far."""
-        return self.step * self.batch_tokens
+        """Stream position: training tokens the model has seen since its initialisation (a
+        branch counts its base's tokens too; a batch-size schedule its segments')."""
+        return self.step * self.batch_tokens if self.plan is None else self.plan.tokens_at(self.step)
 
     @property
     def stop_requested(self) -> bool:

@@ -8,6 +8,13 @@ moment leaves either the old or the new checkpoint, never half of one. The folde
 makes the rename itself durable: on a shared mount (NFS, ``CBS_CHECKPOINT_DIR``) it is the commit
 that another host's next attempt sees, and after a crash of the writing host the folder holds the
 new name, not a temporary file.
+
+Snapshots. A trial with ``snapshot_dir`` also keeps read-only copies of its state at chosen
+stream positions, ``snapshot_path(snapshot_dir, tokens)``, for branches to start from
+(Merrill et al. 2025, arXiv 2505.23971: the local CBS is measured by branching from a run's
+checkpoints). A snapshot is written once (an existing one is never replaced, so a branch that
+started from it can always find the same one again) and read with :func:`read_checkpoint`, which
+never changes the folder it reads.
 """
 
 from __future__ import annotations
@@ -23,10 +30,36 @@ import numpy as np
 import torch
 
 CHECKPOINT_NAME = "checkpoint.pt"
+SNAPSHOT_PREFIX = "tokens-"
 
 
 def checkpoint_path(checkpoint_dir: str | os.PathLike) -> Path:
     return Path(checkpoint_dir) / CHECKPOINT_NAME
+
+
+def snapshot_path(snapshot_dir: str | os.PathLike, tokens: int) -> Path:
+    """The folder of the snapshot at stream position ``tokens``: ``tokens-<15 digits>`` (zero
+    padded, so that names sort as positions do); a branch's ``branch_from``."""
+    return Path(snapshot_dir) / f"{SNAPSHOT_PREFIX}{int(tokens):015d}"
+
+
+def save_snapshot(snapshot_dir: str | os.PathLike, tokens: int, payload: dict) -> Path | None:
+    """Write ``payload`` as the snapshot at ``tokens`` unless one is there; the path written, or
+    ``None`` when it existed (write once: its content is a pure function of the trial's config)."""
+    folder = snapshot_path(snapshot_dir, tokens)
+    if checkpoint_path(folder).exists():
+        return None
+    return save_checkpoint(folder, payload)
+
+
+def read_checkpoint(checkpoint_dir: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
+    """Another trial's checkpoint, read without changing its folder (no clean-up of temporary
+    files, no moving aside): a branch's base is not the branch's to repair. Raises
+    ``FileNotFoundError`` when there is none, and what ``torch.load`` raises when it is unreadable."""
+    path = checkpoint_path(checkpoint_dir)
+    if not path.is_file():
+        raise FileNotFoundError(f"no {CHECKPOINT_NAME} in {checkpoint_dir}")
+    return torch.load(path, map_location=map_location, weights_only=True)
 
 
 def save_checkpoint(checkpoint_dir: str | os.PathLike, payload: dict, *, create: bool = True) -> Path | None:

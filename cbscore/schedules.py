@@ -11,6 +11,14 @@ steps: doubling the batch halves the warm-up in steps. It rises linearly from
   linear decay to ``min_lr_ratio × lr`` (Hu et al. 2024, MiniCPM, arXiv 2404.06395).
 
 Steps are counted from 0: update ``i`` (the ``i + 1``-th optimizer step) uses ``lr_at(i)``.
+
+In tokens. A run whose batch changes (a batch-size schedule) or that continues another run (a
+branch, Merrill et al. 2025, arXiv 2505.23971: "no re-warm-up") reads one schedule by its stream
+position: :class:`TokenLrSchedule` is the step schedule of an *anchor* run at
+``anchor_batch_tokens`` a step, evaluated at the fractional anchor step
+``tokens / anchor_batch_tokens``. A run at the anchor's batch gets exactly the step schedule
+(``tokens / anchor_batch_tokens`` is then a whole number), so a branch at ``k = 1`` takes the very
+learning rates its base run would have.
 """
 
 from __future__ import annotations
@@ -70,3 +78,17 @@ class LrSchedule:
         return self.lr + (floor - self.lr) * progress
 
     __call__ = lr_at
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenLrSchedule:
+    """Learning rate as a pure function of the stream position in tokens."""
+
+    steps: LrSchedule
+    """The anchor run's schedule in its own steps."""
+    anchor_batch_tokens: int
+    """Tokens per step of the anchor run (its warm-up lasts ``steps.warmup_steps`` such steps)."""
+
+    def lr_at_tokens(self, tokens: int) -> float:
+        """Learning rate of the update that starts at stream position ``tokens``."""
+        return self.steps.lr_at(tokens / self.anchor_batch_tokens)

@@ -61,8 +61,11 @@ import torch
 from cbscore.allocator import keep_freed_memory
 from cbscore.analysis import first_crossing
 from cbscore.averaging import WeightAverage
+from cbscore.batch_plan import Segment
+from cbscore.branch import carry_over, read_base
 from cbscore.callbacks import Callback, TrainState
-from cbscore.checkpoint import checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from cbscore.checkpoint import (checkpoint_path, load_checkpoint, rng_state, save_checkpoint, save_snapshot,
+                                set_rng_state)
 from cbscore.distributed import SINGLE, Group, device_for_rank, launch
 from cbscore.errors import ConfigError
 from cbscore.eval_schedule import EvalSchedule, default_every_steps, min_every_steps
@@ -71,9 +74,8 @@ from cbscore.model import GPT, get_preset
 from cbscore.micro_batch import (activation_bytes_per_sequence, choose_micro_batch, is_out_of_memory,
                                  smaller_micro_batch, split_for_gns)
 from cbscore.model_config import padded_vocab_size
-from cbscore.schedules import LrSchedule, warmup_steps
 from cbscore.throughput import mfu, peak_flops, peak_memory_bytes
-from cbscore.train_config import OPERATIONAL_FIELDS, TrainConfig
+from cbscore.train_config import LATER_FIELDS, OPERATIONAL_FIELDS, TrainConfig
 from cbscore.trial_result import EvalPoint, TrialResult
 
 CHECKPOINT_FORMAT = 1
@@ -119,8 +121,9 @@ def _new_state(config: TrainConfig) -> TrainState:
     return TrainState(
         config=config,
         total_steps=config.total_steps,
-        warmup_steps=warmup_steps(config.resolved_warmup_tokens(), config.batch_tokens),
+        warmup_steps=config.resolved_warmup_steps(),
         batch_tokens=config.batch_tokens,
+        plan=config.batch_plan(),
         n_params=preset.n_params,
         flops_per_token=preset.flops_per_token(config.context_tokens),
         device=_resolve_device(config.device).type,
@@ -161,7 +164,8 @@ def _finite_or_none(value: float) -> float | None:
 
 
 def _science_fields(config_dict: dict) -> dict:
-    return {k: v for k, v in config_dict.items() if k not in OPERATIONAL_FIELDS}
+    # a checkpoint written before a field existed was written with its default
+    return {k: v for k, v in {**LATER_FIELDS, **config_dict}.items() if k not in OPERATIONAL_FIELDS}
 
 
 class _StepFn:
@@ -199,6 +203,13 @@ class _StepFn:
             self.to_device = lambda a: torch.from_numpy(a).pin_memory().to(device, non_blocking=True)
         else:
             self.to_device = torch.from_numpy
+
+    def set_batch(self, batch_size: int, micro: int, gns) -> None:
+        """A batch-size schedule switched segments (between steps): ``batch_size`` sequences per
+        device in passes of ``micro``, measured by ``gns``."""
+        self.batch_size = batch_size
+        self.gns = gns
+        self._set_micro(micro)
 
     def _set_micro(self, micro: int) -> None:
         self.micro = micro
@@ -299,7 +310,8 @@ class _Trial:
         # their setup once rank 0 has finished its own, so the store is prepared once.)
         store = prepare(cfg.data)
         self.stream = store.train_stream(cfg.context_tokens, cfg.seed, allow_repeat=cfg.allow_repeat)
-        self.stream.check_tokens(total * cfg.batch_tokens)
+        self.plan = cfg.batch_plan()
+        self.stream.check_tokens(self.plan.end_tokens)
         if leader:
             val = store.val_windows(cfg.context_tokens, max_windows=cfg.eval_windows)  # (K, T + 1)
             self.val = torch.from_numpy(np.ascontiguousarray(val, dtype=np.int64)).to(device)
@@ -337,10 +349,7 @@ class _Trial:
         self.taus = cfg.resolved_ewa_taus()
         self.state.beta2, self.state.ewa_taus = self.beta2, self.taus
         self.average = WeightAverage(list(self.model.parameters()), self.taus) if leader else _NoAverage()
-        self.lr_schedule = LrSchedule(
-            kind=cfg.schedule, lr=cfg.lr, warmup_steps=self.state.warmup_steps, total_steps=total,
-            min_lr_ratio=cfg.min_lr_ratio, decay_fraction=cfg.decay_fraction,
-        )
+        self.lr_schedule = cfg.lr_schedule()  # by stream position (cbscore.schedules.TokenLrSchedule)
         if leader:
             self.eval_schedule = EvalSchedule(
                 total_steps=total,
@@ -351,6 +360,7 @@ class _Trial:
                     eval_windows=len(self.val), context_tokens=cfg.context_tokens, n_models=1 + len(self.taus),
                     batch_tokens=cfg.batch_tokens, max_eval_fraction=cfg.max_eval_fraction),
             )
+        self.model_config = model_config
         self.micro = self._micro_batch(model_config)
         self.state.micro_batch_size = self.micro
         self.gns = NO_GNS
@@ -376,7 +386,7 @@ class _Trial:
             return device_for_rank("cuda", self.group.rank)
         return device
 
-    def _micro_batch(self, model_config) -> int:
+    def _micro_batch(self, model_config, local_batch: int | None = None) -> int:
         """Sequences per pass. The config's ``micro_batch_size`` when it sets one and no extra
         split; else the split that measures the noise scale (``gns_micro_batch_size``, for
         single-device trials: under DDP the ranks already give two batch sizes), or the whole
@@ -385,15 +395,16 @@ class _Trial:
         so the noise scale is measured at every batch size, not only where the batch is too
         large for one pass (:func:`cbscore.micro_batch.split_for_gns`)."""
         cfg = self.config
+        local_batch = local_batch or cfg.local_batch_size  # the current segment's per-device batch
         gns_split = cfg.gns_micro_batch_size if cfg.devices == 1 else None
         if cfg.micro_batch_size and not gns_split:
             return cfg.micro_batch_size
-        most = gns_split or cfg.local_batch_size
+        most = gns_split or local_batch
         if self.device.type != "cuda":
             return most
         micro = self._auto_micro_batch(model_config, most)
         if cfg.measure_gns and cfg.devices == 1 and not gns_split and not cfg.micro_batch_size:
-            micro = split_for_gns(cfg.local_batch_size, micro)
+            micro = split_for_gns(local_batch, micro)
         return micro
 
     def _auto_micro_batch(self, model_config, most: int) -> int:
@@ -427,6 +438,30 @@ class _Trial:
             gns=self.gns,
         )
 
+    def _enter_segment(self, seg: Segment) -> None:
+        """Before step ``seg.first_step`` (and at the start): the batch size and learning-rate
+        multiplier of ``seg`` (:mod:`cbscore.batch_plan`). A new batch size gets its own
+        micro-batch; the noise-scale probe follows it (or stops where one pass is all a step
+        makes, the estimators needing two batch sizes)."""
+        cfg, state = self.config, self.state
+        self.segment = seg
+        self.rows = self.group.local_rows(seg.batch_size)  # this rank's (offset, count)
+        state.batch_tokens = seg.batch_size * cfg.context_tokens
+        local = seg.batch_size // cfg.devices
+        if local == self.step_fn.batch_size:
+            return
+        micro = self._micro_batch(self.model_config, local)
+        n_micro = local // micro
+        if self.gns is not NO_GNS:
+            if n_micro * cfg.devices >= 2:
+                self.gns.resize(n_micro, micro)
+                self.gns.batch_tokens = float(state.batch_tokens)
+            else:
+                self.gns.close()
+                self.gns = NO_GNS
+        self.step_fn.set_batch(local, micro, self.gns)
+        self.micro = state.micro_batch_size = micro
+
     def _resized(self, micro: int) -> None:
         self.micro = self.state.micro_batch_size = micro
         if self.leader:  # an evaluation chunk larger than what training now fits would fail too
@@ -439,6 +474,7 @@ class _Trial:
             "format": CHECKPOINT_FORMAT,
             "config": self.config.to_dict(),
             "step": self.state.step,
+            "tokens": self.state.tokens,  # stream position (a branch's base position is checked on it)
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "average": self.average.state_dict(),
@@ -467,11 +503,11 @@ class _Trial:
             self.last_checkpoint_at = time.monotonic()
 
     def _restore(self) -> dict | None:
-        """Load the checkpoint of ``checkpoint_dir`` if any; returns it (or ``None``)."""
-        if self.config.checkpoint_dir is None:
-            return None
-        ckpt = load_checkpoint(self.config.checkpoint_dir)
+        """Load the checkpoint of ``checkpoint_dir`` if any; returns it (or ``None``). Without one,
+        a branch starts from its base (:meth:`_branch`)."""
+        ckpt = None if self.config.checkpoint_dir is None else load_checkpoint(self.config.checkpoint_dir)
         if ckpt is None:
+            self._branch()
             return None
         if _science_fields(ckpt["config"]) != _science_fields(self.config.to_dict()):
             theirs, ours = _science_fields(ckpt["config"]), _science_fields(self.config.to_dict())
@@ -503,6 +539,15 @@ class _Trial:
         if self.progress.train_log:
             self.state.train_loss = self.progress.train_log[-1][1]
         return ckpt
+
+    def _branch(self) -> None:
+        """A branch's first attempt: model, AdamW state and (rank 0) averages from the base
+        checkpoint, read only (:mod:`cbscore.branch`); every rank reads it (the optimizer state is
+        not broadcast), the data and schedule continue at ``branch_tokens`` (``self.plan``)."""
+        if self.config.branch_from is None:
+            return
+        carry_over(read_base(self.config), self.model, self.optimizer,
+                   self.average if self.leader else None)
 
     def _restore_follower(self, step: int) -> None:
         """Rank > 0: load what rank 0 resumed from (rank 0 checked it; it writes no new one until
@@ -587,6 +632,8 @@ class _Trial:
         self._setup()
         if step > 0:
             self._restore_follower(step)
+        else:
+            self._branch()
         return None
 
     def run(self) -> TrialResult | None:
@@ -615,7 +662,9 @@ class _Trial:
         log_every, ckpt_every = cfg.log_every_steps, cfg.checkpoint_every_steps
         ckpt_seconds = cfg.checkpoint_every_seconds if cfg.checkpoint_dir is not None else None
         interval_clock, interval_tokens = 0.0, 0
-        row_offset, rows = group.local_rows(cfg.batch_size)
+        self._enter_segment(self.plan.segment_at(state.step))
+        row_offset, rows = self.rows
+        snapshots = [t for t in cfg.snapshot_tokens if t > state.tokens]  # still to write, in order
 
         while True:
             # ---- rank 0 decides (evaluation off the throughput clock) ----------------------
@@ -645,11 +694,15 @@ class _Trial:
                 break
 
             # ---- one optimizer step (the hot path) ---------------------------------------
+            if state.step == self.segment.end_step:  # a batch-size schedule's switch, between steps
+                self._enter_segment(self.plan.segment_at(state.step))
+                row_offset, rows = self.rows
             t0 = time.perf_counter()
             resizes = self.step_fn.resizes
-            state.lr = self.lr_schedule(state.step)
-            # this rank's rows of the global batch: windows step·B + offset … (+ rows)
-            batch = self.stream.windows(state.step * cfg.batch_size + row_offset, rows)  # (B/k, T + 1)
+            # the schedule by stream position (no re-warm-up in a branch), × the segment's multiplier
+            state.lr = self.segment.lr_multiplier * self.lr_schedule.lr_at_tokens(state.tokens)
+            # this rank's rows of the global batch: windows from the step's stream position + offset
+            batch = self.stream.windows(self.plan.first_sequence(state.step) + row_offset, rows)  # (B/k, T + 1)
             loss, grad_norm = self.step_fn(batch, state.lr)
             progress.interval_loss += loss
             progress.interval_steps += 1
@@ -666,10 +719,10 @@ class _Trial:
             state.train_seconds += dt
             state.last_step_at = time.time()
             if untimed:
-                off_clock = (off_clock[0] + dt, off_clock[1] + cfg.batch_tokens)
+                off_clock = (off_clock[0] + dt, off_clock[1] + state.batch_tokens)
             else:
                 interval_clock += dt
-                interval_tokens += cfg.batch_tokens
+                interval_tokens += state.batch_tokens
             first = False
 
             metrics = None
@@ -706,6 +759,8 @@ class _Trial:
                 self._mean_interval()  # every rank: the checkpoint carries the global partial interval
             if not leader:
                 continue
+            if snapshots and state.tokens == snapshots[0]:  # kept for branches (write once)
+                save_snapshot(cfg.snapshot_dir, snapshots.pop(0), self._payload())
             for cb in self.callbacks:
                 cb.post_step(state, metrics)
             if status is None and (is_ckpt or (
@@ -725,7 +780,7 @@ class _Trial:
         if status == "reached":
             steps_to_target = first_crossing([e.step for e in history], [e.loss for e in history], cfg.target_loss)
             target_tau = crossing_tau(history, cfg.target_loss)
-        trained_tokens = (state.step - start_step) * cfg.batch_tokens
+        trained_tokens = self.plan.tokens_at(state.step) - self.plan.tokens_at(start_step)
         tokens_per_s = None
         if trained_tokens > 0 and state.train_seconds > 0:
             tokens_per_s = trained_tokens / state.train_seconds
@@ -737,7 +792,8 @@ class _Trial:
             stop_reason=reason,
             target_loss=cfg.target_loss,
             steps_to_target=steps_to_target,
-            tokens_to_target=None if steps_to_target is None else steps_to_target * cfg.batch_tokens,
+            # tokens this run trained up to the crossing (a branch's base tokens not counted)
+            tokens_to_target=None if steps_to_target is None else self.plan.tokens_at(steps_to_target) - self.plan.start_tokens,
             final_eval_loss=_finite_or_none(history[-1].loss) if history else None,
             best_eval_loss=min(finite) if finite else None,
             final_raw_loss=_finite_or_none(history[-1].raw_loss) if history else None,

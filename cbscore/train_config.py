@@ -15,11 +15,20 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from cbscore.batch_plan import BatchPlan, build_plan
 from cbscore.data import DataConfig
 from cbscore.errors import ConfigError
+from cbscore.field_checks import finite as _finite
+from cbscore.field_checks import in_range as _in_range
+from cbscore.field_checks import non_negative_int as _non_negative_int
+from cbscore.field_checks import positive_finite as _positive_finite
+from cbscore.field_checks import positive_int as _positive_int
 from cbscore.model_config import PRESETS
+from cbscore.plan_checks import check_batch_schedule as _check_batch_schedule
+from cbscore.plan_checks import check_branch as _check_branch
+from cbscore.plan_checks import check_snapshots as _check_snapshots
 from cbscore.recipe import BETA1, EPS, GRAD_CLIP, WARMUP_FRACTION, WEIGHT_DECAY, Recipe, trial_recipe
-from cbscore.schedules import SCHEDULES
+from cbscore.schedules import SCHEDULES, LrSchedule, TokenLrSchedule, warmup_steps
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -43,8 +52,11 @@ class TrainConfig:
 
     # ---------------------------------------------------------------- budget and target
     max_tokens: int
-    """Training budget in tokens; the run lasts ``max_tokens // (batch_size · context_tokens)``
-    steps (rounded down to whole steps, never over budget)."""
+    """Stream position in tokens at which training ends (tokens the model has seen since its
+    initialisation). For a run from scratch this is the budget, and the run lasts
+    ``max_tokens // (batch_size · context_tokens)`` steps (rounded down to whole steps, never over
+    budget); a branch trains from ``branch_tokens`` to it; ``batch_schedule`` changes the steps
+    (:mod:`cbscore.batch_plan`)."""
     max_steps: int | None = None
     """Optional cap on optimizer steps (the planner caps a cell's budget this way)."""
     target_loss: float | None = None
@@ -64,6 +76,48 @@ class TrainConfig:
     """Final learning rate of ``cosine`` and ``wsd`` as a fraction of ``lr``."""
     decay_fraction: float = 0.2
     """``wsd``: fraction of the steps spent in the final linear decay."""
+    schedule_batch_size: int | None = None
+    """Sequences per step of the run whose step schedule this one reads in tokens
+    (:class:`cbscore.schedules.TokenLrSchedule`): its warm-up lasts
+    ``ceil(warmup_tokens / (schedule_batch_size · context_tokens))`` of those steps. ``None`` =
+    ``batch_size``; a branch sets its base run's batch, so it continues that schedule exactly."""
+    schedule_tokens: int | None = None
+    """Length in tokens of the run whose schedule this one reads (``cosine`` and ``wsd`` decay
+    to its end). ``None`` = this run's own end (its last step's stream position); a branch sets
+    its base run's, so it continues the base's decay rather than starting one of its own."""
+
+    # ---------------------------------------------------------------- batch-size schedule
+    batch_schedule: tuple[tuple[int, int, float], ...] = ()
+    """Batch-size schedule in tokens: ``(tokens_from, batch_size, lr_multiplier)`` entries in
+    increasing ``tokens_from`` (stream positions in tokens). From the first step boundary at or
+    after ``tokens_from`` steps take ``batch_size`` sequences and the learning rate is
+    ``lr_multiplier`` × the schedule's (the multiplier is absolute, not compounded; the run starts
+    at ``batch_size`` and 1.0). Merrill et al. 2025's warm-up doubles the batch with ×√2 each time
+    (:func:`cbscore.local.plan_warmup`). Empty = one batch size throughout."""
+
+    # ---------------------------------------------------------------- branching
+    branch_from: str | None = None
+    """Checkpoint folder of another trial (its ``checkpoint.pt``; typically a snapshot,
+    :func:`cbscore.checkpoint.snapshot_path`) that this trial starts from: model, AdamW moments
+    and weight averages carried over, the data stream and the schedule continued at
+    ``branch_tokens``. Read only: the branch never writes, moves or removes anything there; its
+    own checkpoints go to ``checkpoint_dir``, and a checkpoint there takes precedence (resume).
+    Needs ``branch_step``, ``branch_tokens`` and an explicit ``beta2``, ``ewa_taus`` and
+    ``warmup_tokens``. ``None`` = start from the initialisation."""
+    branch_step: int | None = None
+    """The base trial's optimizer step at ``branch_from`` (checked against the checkpoint)."""
+    branch_tokens: int | None = None
+    """The base trial's stream position in tokens at ``branch_from`` (checked against the
+    checkpoint): where this trial's data and learning-rate schedule start."""
+
+    # ---------------------------------------------------------------- snapshots
+    snapshot_dir: str | None = None
+    """Folder of read-only snapshots of this trial's state for branches to start from:
+    ``snapshot_path(snapshot_dir, tokens)`` for each of ``snapshot_tokens``. Written once each
+    (an existing snapshot is never overwritten) and never removed by the trainer."""
+    snapshot_tokens: tuple[int, ...] = ()
+    """Stream positions in tokens at which a snapshot is kept, increasing; each must be a step
+    boundary of this run (:meth:`BatchPlan.is_boundary`, e.g. a multiple of ``batch_tokens``)."""
 
     # ---------------------------------------------------------------- optimizer
     beta1: float = BETA1
@@ -154,6 +208,12 @@ class TrainConfig:
             raise ConfigError("data", self.data, "must be a DataConfig or a dict of its fields")
         if self.ewa_taus is not None and not isinstance(self.ewa_taus, (str, bytes)) and hasattr(self.ewa_taus, "__iter__"):
             object.__setattr__(self, "ewa_taus", tuple(self.ewa_taus))
+        # JSON brings lists: the wire format of the two tuple fields
+        if isinstance(self.batch_schedule, list):
+            object.__setattr__(self, "batch_schedule", tuple(
+                tuple(e) if isinstance(e, list) else e for e in self.batch_schedule))
+        if isinstance(self.snapshot_tokens, list):
+            object.__setattr__(self, "snapshot_tokens", tuple(self.snapshot_tokens))
 
         if not isinstance(self.model, str) or self.model not in PRESETS:
             raise ConfigError("model", self.model, f"is not a model preset (known: {', '.join(PRESETS)})")
@@ -175,11 +235,14 @@ class TrainConfig:
                 )
         _positive_finite("dist_timeout_s", self.dist_timeout_s)
         _positive_int("max_tokens", self.max_tokens)
-        if self.max_tokens < self.batch_tokens:
+        _check_branch(self)
+        if self.max_tokens < self.start_tokens + self.batch_tokens:
+            after = "" if not self.start_tokens else f" after branch_tokens={self.start_tokens}"
             raise ConfigError(
                 "max_tokens", self.max_tokens,
-                f"must allow at least one step of batch_size·context_tokens = {self.batch_tokens} tokens",
+                f"must allow at least one step of batch_size·context_tokens = {self.batch_tokens} tokens{after}",
             )
+        _check_batch_schedule(self)
         if self.max_steps is not None:
             _positive_int("max_steps", self.max_steps)
         if self.target_loss is not None:
@@ -260,6 +323,11 @@ class TrainConfig:
                 raise ConfigError("checkpoint_every_steps", self.checkpoint_every_steps, "needs checkpoint_dir")
         if self.checkpoint_every_seconds is not None:
             _positive_finite("checkpoint_every_seconds", self.checkpoint_every_seconds)
+        if self.schedule_batch_size is not None:
+            _positive_int("schedule_batch_size", self.schedule_batch_size)
+        if self.schedule_tokens is not None:
+            _positive_int("schedule_tokens", self.schedule_tokens)
+        _check_snapshots(self)
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -279,19 +347,52 @@ class TrainConfig:
     @property
     def total_steps(self) -> int:
         """The budget in optimizer steps."""
-        steps = self.max_tokens // self.batch_tokens
-        return steps if self.max_steps is None else min(steps, self.max_steps)
+        return self.batch_plan().total_steps
+
+    @property
+    def start_tokens(self) -> int:
+        """Stream position before the first step: ``branch_tokens`` for a branch, else 0."""
+        return self.branch_tokens or 0
+
+    @property
+    def budget_tokens(self) -> int:
+        """Tokens this run trains on: from ``start_tokens`` to its last step's position."""
+        plan = self.batch_plan()
+        return plan.end_tokens - plan.start_tokens
+
+    def batch_plan(self) -> BatchPlan:
+        """Which sequences and batch size every step takes (:mod:`cbscore.batch_plan`)."""
+        return build_plan(start_tokens=self.start_tokens, batch_size=self.batch_size,
+                          context_tokens=self.context_tokens, max_tokens=self.max_tokens,
+                          max_steps=self.max_steps, schedule=self.batch_schedule)
 
     def resolved_warmup_tokens(self) -> int:
         """Warm-up in tokens (25% of ``max_tokens`` when ``warmup_tokens`` is ``None``)."""
         return round(WARMUP_FRACTION * self.max_tokens) if self.warmup_tokens is None else self.warmup_tokens
+
+    def lr_schedule(self) -> TokenLrSchedule:
+        """The learning rate by stream position: the anchor run's step schedule
+        (``schedule_batch_size``, ``schedule_tokens``) read in tokens; step ``i`` of this run uses
+        ``segment lr_multiplier × lr_at_tokens(batch_plan().tokens_at(i))``."""
+        anchor = (self.schedule_batch_size or self.batch_size) * self.context_tokens
+        length = self.schedule_tokens or self.batch_plan().end_tokens
+        steps = LrSchedule(kind=self.schedule, lr=self.lr, warmup_steps=warmup_steps(self.resolved_warmup_tokens(), anchor),
+                           total_steps=length // anchor, min_lr_ratio=self.min_lr_ratio,
+                           decay_fraction=self.decay_fraction)
+        return TokenLrSchedule(steps=steps, anchor_batch_tokens=anchor)
+
+    def resolved_warmup_steps(self) -> int:
+        """Steps of this run that start inside the warm-up (before the anchor run's last warm-up
+        step ends): ``ceil(warmup_tokens / batch_tokens)`` for a run from scratch at one batch."""
+        schedule = self.lr_schedule()
+        return self.batch_plan().steps_before(schedule.steps.warmup_steps * schedule.anchor_batch_tokens)
 
     def default_recipe(self) -> Recipe:
         """β2 and τ of this trial alone (:func:`cbscore.recipe.trial_recipe`): the ``fixed`` rule
         with B_ref = ``batch_size`` and D = the tokens of ``total_steps``, so a 97-step run
         averages over a few steps, not the 1,386 of the paper's τ = 0.9995."""
         return trial_recipe(batch_size=self.batch_size, context_tokens=self.context_tokens,
-                            d_tokens=self.total_steps * self.batch_tokens)
+                            d_tokens=self.budget_tokens)
 
     def resolved_beta2(self) -> float:
         """β2 used: the config's, or :meth:`default_recipe`'s."""
@@ -310,7 +411,7 @@ class TrainConfig:
         """Half-life of the noise-scale averages in tokens (10% of the budget when ``None``)."""
         if self.gns_half_life_tokens is not None:
             return self.gns_half_life_tokens
-        return max(1, round(0.1 * self.total_steps * self.batch_tokens))
+        return max(1, round(0.1 * self.budget_tokens))
 
     def replace(self, **changes: Any) -> "TrainConfig":
         """A copy with ``changes`` applied (and checked)."""
@@ -322,6 +423,8 @@ class TrainConfig:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["data"] = _data_to_dict(self.data)
         d["ewa_taus"] = None if self.ewa_taus is None else list(self.ewa_taus)
+        d["batch_schedule"] = [list(e) for e in self.batch_schedule]
+        d["snapshot_tokens"] = list(self.snapshot_tokens)
         return d
 
     @classmethod
@@ -346,7 +449,16 @@ OPERATIONAL_FIELDS = frozenset({
     "checkpoint_every_seconds", "log_every_steps", "devices", "dist_timeout_s",
     # the noise-scale probe reads gradients, it never changes the update (cbscore.gns)
     "measure_gns", "gns_micro_batch_size", "gns_half_life_tokens",
+    # where a branch's base lies and where snapshots go (branch_step and branch_tokens say what)
+    "branch_from", "snapshot_dir", "snapshot_tokens",
 })
+
+# Wire values of the fields added after the first checkpoints were written: a checkpoint without
+# them was written with these (a trial resumed across the upgrade is the same trial).
+LATER_FIELDS = {
+    "schedule_batch_size": None, "schedule_tokens": None, "batch_schedule": [], "branch_from": None,
+    "branch_step": None, "branch_tokens": None, "snapshot_dir": None, "snapshot_tokens": [],
+}
 
 
 def _data_to_dict(data: DataConfig) -> dict[str, Any]:
@@ -359,31 +471,3 @@ def _data_from_dict(d: Mapping[str, Any]) -> DataConfig:
     if hasattr(DataConfig, "from_dict"):
         return DataConfig.from_dict(dict(d))
     return DataConfig(**dict(d))
-
-
-def _positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(name, value, "must be a positive integer")
-
-
-def _non_negative_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(name, value, "must be a non-negative integer")
-
-
-def _finite(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(name, value, "must be a finite number")
-
-
-def _positive_finite(name: str, value: Any) -> None:
-    _finite(name, value)
-    if value <= 0:
-        raise ConfigError(name, value, "must be a positive finite number")
-
-
-def _in_range(name: str, value: Any, low: float, high: float, *, closed_high: bool = False) -> None:
-    _finite(name, value)
-    if not (low <= value < high or (closed_high and value == high)):
-        bracket = "]" if closed_high else ")"
-        raise ConfigError(name, value, f"must be in [{low:g}, {high:g}{bracket}")

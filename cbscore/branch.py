@@ -1,0 +1,86 @@
+"""Starting a trial from another trial's checkpoint (a *branch*; ``TrainConfig.branch_from``).
+
+Merrill et al. 2025 (arXiv 2505.23971, §3) measure the local critical batch size by branching
+from checkpoints of one run: each branch continues with a new batch size ``k·B0`` and learning
+rate ``f(k)·η0``, its optimizer state carried over, for a window of ``Δ`` tokens. Here a branch
+takes from its base checkpoint the model, the AdamW moments (and their step counts, so Adam's
+bias correction carries on) and the weight averages; its own hyper-parameters (learning rate,
+β2, ε, weight decay) are its config's, not the base's. The data stream and the learning-rate
+schedule continue at the base's stream position ``branch_tokens`` (:mod:`cbscore.batch_plan`,
+:class:`cbscore.schedules.TokenLrSchedule`: no re-warm-up). Its evaluation history, log and
+noise-scale averages start afresh (they describe the branch).
+
+The base checkpoint is read only (:func:`cbscore.checkpoint.read_checkpoint`); a mismatch between
+it and the branch's config is a :class:`~cbscore.errors.ConfigError` naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from cbscore.checkpoint import read_checkpoint
+from cbscore.errors import ConfigError
+from cbscore.train_config import LATER_FIELDS, TrainConfig
+
+# What the branch must share with its base for the carried state to mean what it meant there:
+# the same network, the same data order (the seed orders the windows), the same schedule shape.
+SHARED_FIELDS = ("model", "context_tokens", "data", "seed", "allow_repeat", "schedule", "min_lr_ratio",
+                 "decay_fraction")
+
+
+def read_base(config: TrainConfig) -> dict:
+    """The checkpoint at ``config.branch_from``, checked against the branch's config."""
+    try:
+        ckpt = read_checkpoint(config.branch_from)
+    except FileNotFoundError:
+        raise ConfigError("branch_from", config.branch_from, "holds no checkpoint.pt (the base trial's snapshot)") from None
+    except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError, EOFError, UnpicklingError, ...
+        raise ConfigError("branch_from", config.branch_from,
+                          f"holds a checkpoint that cannot be read ({type(exc).__name__}: {exc})") from exc
+    base = TrainConfig.from_dict({**LATER_FIELDS, **ckpt["config"]})
+    step = int(ckpt["step"])
+    if step != config.branch_step:
+        raise ConfigError("branch_step", config.branch_step, f"does not match the checkpoint at branch_from (step {step})")
+    tokens = int(ckpt["tokens"]) if "tokens" in ckpt else base.batch_plan().tokens_at(step)
+    if tokens != config.branch_tokens:
+        raise ConfigError("branch_tokens", config.branch_tokens,
+                          f"does not match the checkpoint at branch_from ({tokens} tokens)")
+    _check_compatible(config, base)
+    return ckpt
+
+
+def _check_compatible(config: TrainConfig, base: TrainConfig) -> None:
+    ours, theirs = config.to_dict(), base.to_dict()
+    for name in SHARED_FIELDS:
+        if ours[name] != theirs[name]:
+            raise ConfigError(name, ours[name], f"must be the base trial's ({theirs[name]!r}) for a branch")
+    resolved: dict[str, tuple[Any, Any]] = {
+        "warmup_tokens": (config.resolved_warmup_tokens(), base.resolved_warmup_tokens()),
+        "ewa_taus": (config.resolved_ewa_taus(), base.resolved_ewa_taus()),
+        "schedule_batch_size": (config.lr_schedule().anchor_batch_tokens // config.context_tokens,
+                                base.lr_schedule().anchor_batch_tokens // base.context_tokens),
+    }
+    if config.schedule != "constant":  # only a decaying schedule has an end that matters
+        resolved["schedule_tokens"] = (config.lr_schedule().steps.total_steps, base.lr_schedule().steps.total_steps)
+    for name, (mine, base_value) in resolved.items():
+        if mine != base_value:
+            raise ConfigError(name, getattr(config, name),
+                              f"must give the base trial's schedule and averages (it resolves to {base_value!r} "
+                              f"there, {mine!r} here; set it to the base's)")
+
+
+def carry_over(ckpt: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer, average=None) -> None:
+    """Load the base's weights, AdamW state and (on rank 0) averages into a fresh trial.
+
+    ``optimizer.load_state_dict`` would also bring back the base's hyper-parameters (β2, ε,
+    weight decay, even ``fused``): the branch's own are put back over them, so only the state
+    (``exp_avg``, ``exp_avg_sq``, ``step`` of every parameter) is carried over."""
+    model.load_state_dict(ckpt["model"])
+    own = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    optimizer.load_state_dict(ckpt["optimizer"])
+    for group, hyper in zip(optimizer.param_groups, own):
+        group.update(hyper)
+    if average is not None:
+        average.load_state_dict(ckpt["average"])

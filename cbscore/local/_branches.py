@@ -1,0 +1,116 @@
+"""Branches of a local-CBS study: from a base trial's snapshot, ``k·B0`` at ``f(k)·η0`` for ``Δ`` tokens.
+
+Merrill et al. 2025 (arXiv 2505.23971, §3) measure the local critical batch size at a point of a
+run by branching from its checkpoint at batch ``k·B0`` with learning rate ``f(k)·η0`` and the
+optimizer state carried over, each branch trained for a window of ``Δ`` tokens. The learning-rate
+rule ``f`` is the square root for Adam (Malladi et al. 2022, arXiv 2205.10287, the SDE scaling
+rule: ``η ∝ √B``) and linear for SGD (Goyal et al. 2017, arXiv 1706.02677: ``η ∝ B``).
+
+:func:`branch_config` turns a base :class:`~cbscore.train_config.TrainConfig` and a
+:class:`BranchSpec` into the branch's own ``TrainConfig``: everything the trainer needs to carry
+the base on (:mod:`cbscore.branch`), with the recipe of the base stated explicitly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cbscore.checkpoint import snapshot_path
+from cbscore.errors import ConfigError
+from cbscore.field_checks import positive_finite, positive_int
+from cbscore.train_config import TrainConfig
+
+LR_RULES = ("sqrt", "linear", "constant")
+DEFAULT_MULTIPLIERS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
+"""The issue's default grid of ``k`` (fractions below 1 may be added at early checkpoints)."""
+
+
+def lr_factor(multiplier: float, rule: str = "sqrt") -> float:
+    """``f(k)``: ``√k`` (``sqrt``, Adam: Malladi et al. 2022), ``k`` (``linear``, SGD: Goyal et al.
+    2017) or 1 (``constant``)."""
+    positive_finite("multiplier", multiplier)
+    if rule not in LR_RULES:
+        raise ConfigError("lr_rule", rule, f"must be one of {', '.join(LR_RULES)}")
+    return {"sqrt": math.sqrt(multiplier), "linear": float(multiplier), "constant": 1.0}[rule]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BranchSpec:
+    """One branch of a local-CBS study."""
+
+    checkpoint_tokens: int
+    """Stream position of the base snapshot it starts from, tokens (one of the base's
+    ``snapshot_tokens``)."""
+    multiplier: float
+    """``k``: the branch's batch is ``k · B0`` sequences (a whole number)."""
+    window_tokens: int
+    """``Δ``: tokens the branch trains; a whole number of the branch's steps (choose a multiple of
+    every ``k·B0·T`` of the grid, so that every branch sees the same tokens)."""
+    lr_rule: str = "sqrt"
+    """``f`` of :func:`lr_factor`: ``sqrt`` (Adam), ``linear`` (SGD) or ``constant``."""
+
+    def __post_init__(self) -> None:
+        positive_int("checkpoint_tokens", self.checkpoint_tokens)
+        positive_finite("multiplier", self.multiplier)
+        positive_int("window_tokens", self.window_tokens)
+        lr_factor(self.multiplier, self.lr_rule)  # checks the rule
+
+    def to_dict(self) -> dict:
+        return {"checkpoint_tokens": self.checkpoint_tokens, "multiplier": self.multiplier,
+                "window_tokens": self.window_tokens, "lr_rule": self.lr_rule}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BranchSpec":
+        return cls(**dict(d))
+
+
+def branch_config(base: TrainConfig, spec: BranchSpec, *, snapshot_dir: str,
+                  checkpoint_dir: str | None = None) -> TrainConfig:
+    """The branch's ``TrainConfig``: ``branch_from = snapshot_path(snapshot_dir, tokens)``, batch
+    ``k·B0``, learning rate ``f(k)·η0``, trained from ``checkpoint_tokens`` to
+    ``checkpoint_tokens + window_tokens``; the base's β2, τ, warm-up and schedule anchor made
+    explicit (so the branch continues them), no target, no snapshots of its own."""
+    batch = spec.multiplier * base.batch_size
+    if batch != round(batch):
+        raise ConfigError("multiplier", spec.multiplier,
+                          f"must make a whole batch of the base's batch_size={base.batch_size} sequences")
+    batch = int(round(batch))
+    plan = base.batch_plan()
+    if not plan.is_boundary(spec.checkpoint_tokens):
+        raise ConfigError("checkpoint_tokens", spec.checkpoint_tokens,
+                          "must be a stream position the base run reaches after a whole step")
+    batch_tokens = batch * base.context_tokens
+    if spec.window_tokens % batch_tokens:
+        raise ConfigError("window_tokens", spec.window_tokens,
+                          f"must be a whole number of the branch's steps of {batch_tokens} tokens")
+    schedule = base.lr_schedule()
+
+    def divides(micro: int | None) -> int | None:  # a base's micro-batch that no longer splits the batch: chosen anew
+        return micro if micro is not None and (batch // base.devices) % micro == 0 else None
+
+    gns_micro = divides(base.gns_micro_batch_size)
+
+    return base.replace(
+        batch_size=batch,
+        lr=lr_factor(spec.multiplier, spec.lr_rule) * base.lr,
+        max_tokens=spec.checkpoint_tokens + spec.window_tokens,
+        max_steps=None,
+        target_loss=None,
+        micro_batch_size=divides(base.micro_batch_size),
+        gns_micro_batch_size=gns_micro if gns_micro is not None and gns_micro < batch else None,
+        gns_half_life_tokens=base.resolved_gns_half_life_tokens(),
+        beta2=base.resolved_beta2(),
+        ewa_taus=base.resolved_ewa_taus(),
+        warmup_tokens=base.resolved_warmup_tokens(),
+        schedule_batch_size=schedule.anchor_batch_tokens // base.context_tokens,
+        schedule_tokens=schedule.steps.total_steps * schedule.anchor_batch_tokens,
+        batch_schedule=(),
+        branch_from=str(snapshot_path(snapshot_dir, spec.checkpoint_tokens)),
+        branch_step=plan.steps_before(spec.checkpoint_tokens),
+        branch_tokens=spec.checkpoint_tokens,
+        snapshot_dir=None,
+        snapshot_tokens=(),
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every_steps=base.checkpoint_every_steps if checkpoint_dir is not None else None,
+    )
