@@ -250,9 +250,11 @@ def study_recipe(rule: str, *, batch_size: int, context_tokens: int, d_tokens: i
 def spec_recipe(spec, *, batch_size: int, d_tokens: int) -> Recipe:
     """The recipe of a study's cell: :func:`study_recipe` under ``spec.recipe``, with the study's
     reference D taken over ``spec.resolve_settings()`` (the spec's own ``beta2``/``ewa_taus``, where
-    given, override it: ``cbscore.study.planner.cell_recipe``)."""
+    given, override it: ``cbscore.study.planner.cell_recipe``); a study extended by settings keeps
+    the reference D it had (``spec.recipe_d_ref_tokens``)."""
+    d_ref = getattr(spec, "recipe_d_ref_tokens", None) or reference_d_tokens(s.tokens for s in spec.resolve_settings())
     return study_recipe(spec.recipe, batch_size=batch_size, context_tokens=spec.context_tokens, d_tokens=d_tokens,
-                        b_ref=spec.b_ref, d_ref_tokens=reference_d_tokens(s.tokens for s in spec.resolve_settings()))
+                        b_ref=spec.b_ref, d_ref_tokens=d_ref)
 
 
 def trial_recipe(*, batch_size: int, context_tokens: int, d_tokens: int) -> Recipe:

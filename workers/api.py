@@ -180,6 +180,34 @@ def apply_forecast_from(spec: StudySpec):
     return forecast_spec(spec, source)
 
 
+def extend_study(name: str, patch: Mapping | str, *, author: str = "", force: bool = False) -> tuple[StudySpec, list[str]]:
+    """Grow study ``name`` by ``patch`` (a mapping, YAML text or a ``.yaml`` path; the rules are
+    :mod:`cbscore.study.extend`): only new cells and trials run; returns the new spec and the
+    changes in words. Bad input raises ``ConfigError`` naming the field, with nothing changed."""
+    from workers.runner import Runner
+
+    if isinstance(patch, str):
+        from cbscore.safe_yaml import load_yaml
+
+        text = patch
+        if patch.endswith((".yaml", ".yml")) and "\n" not in patch:
+            path = Path(patch)
+            if not path.is_file():
+                raise ConfigError("patch", patch, "file does not exist")
+            text = path.read_text()
+        patch = load_yaml(text)
+    return Runner().extend(name, patch, author=author, force=force)
+
+
+def retry_study(name: str, *, failed: bool = True, censored: bool = False, budget_factor: float = 2.0,
+                author: str = "") -> list[str]:
+    """Run ``name``'s failed trials again, and its censored cells at ``budget_factor``× their cap
+    (:meth:`workers.runner.Runner.retry`); returns the new trial ids."""
+    from workers.runner import Runner
+
+    return Runner().retry(name, failed=failed, censored=censored, budget_factor=budget_factor, author=author)
+
+
 def cancel_study(name: str) -> int:
     """Cancel every unfinished trial of ``name`` and end the study; returns how many were stopped."""
     from workers.runner import Runner
@@ -239,10 +267,11 @@ def list_studies() -> list[StudySummary]:
 
 
 def _records(tracker, ledger, name: str, parent, *, with_history: bool | None = None) -> list[TrialRecord]:
-    from workers.records import build_records
+    from workers.records import build_records, in_spec
 
     runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
-    return build_records(runs, ledger.leases(name), tracker, with_history=with_history)
+    spec = StudySpec.from_dict(tracker.study_spec(parent))  # cells an extension dropped are hidden
+    return in_spec(spec, build_records(runs, ledger.leases(name), tracker, with_history=with_history))
 
 
 def study_spec(name: str) -> StudySpec:
@@ -271,15 +300,16 @@ def study_table(name: str) -> list[dict]:
     """
     from cbscore.analysis import first_crossing
     from cbscore.study.planner import setting_targets
-    from workers.records import build_records
+    from workers.records import build_records, in_spec
 
     tracker = _tracker()
     parent = _parent(tracker, name)
     runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
-    records = build_records(runs, _ledger().leases(name), tracker)
+    spec = StudySpec.from_dict(tracker.study_spec(parent))
+    records = in_spec(spec, build_records(runs, _ledger().leases(name), tracker))
     runs_by_id = {r.info.run_id: r for r in runs}
     # The planner's own targets, exact (the parent's target/ tags are for people browsing MLflow).
-    targets, _ = setting_targets(StudySpec.from_dict(tracker.study_spec(parent)), records)
+    targets, _ = setting_targets(spec, records)
     context = _int(parent.data.params.get("context_tokens"))
     rows = []
     for rec in records:
@@ -378,9 +408,9 @@ def study_forecast(name: str, *, with_fit: bool = True, analysis=None, bootstrap
     parent = _parent(tracker, name)
     spec = StudySpec.from_dict(tracker.study_spec(parent))
     runs = {r.info.run_id: r for r in tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)}
-    from workers.records import build_records
+    from workers.records import build_records, in_spec
 
-    records = build_records(list(runs.values()), _ledger().leases(name), tracker)
+    records = in_spec(spec, build_records(list(runs.values()), _ledger().leases(name), tracker))
     if with_fit and analysis is None:
         from cbscore.errors import FitError
 
@@ -402,13 +432,14 @@ def study_histories(name: str) -> dict:
     history read per trial."""
     from cbscore.analysis import EvalHistory
     from cbscore.study.planner import RERUN_TAG
-    from workers.records import build_records
+    from workers.records import build_records, in_spec
 
     tracker = _tracker()
     parent = _parent(tracker, name)
     runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
+    spec = StudySpec.from_dict(tracker.study_spec(parent))
     out: dict[str, list] = {}
-    for rec in build_records(runs, _ledger().leases(name), tracker, with_history=True):
+    for rec in in_spec(spec, build_records(runs, _ledger().leases(name), tracker, with_history=True)):
         if rec.status in TERMINAL and rec.eval_steps:
             # A reference run re-run on to the target (planner.RERUN_TAG) is measured like a trial:
             # it does not set the target.

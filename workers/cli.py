@@ -98,6 +98,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("-o", "--output", default=None, help="file to write (default: standard output)")
     export.add_argument("--all-columns", action="store_true", help="also lr, beta2, tau, run_id, ...")
     export.set_defaults(handler=run_export)
+    extend = sub.add_parser("extend", help="grow a study (batch sizes, seeds, rates, settings, budgets): only the "
+                                           "new trials run")
+    extend.add_argument("name")
+    extend.add_argument("patch", metavar="PATCH.yaml",
+                        help="the study fields to change, as in a spec (e.g. `batch_sizes: [4, 8, 16, 32, 64]`)")
+    extend.add_argument("--force", action="store_true", help="extend even above the spec's sanity limits")
+    extend.set_defaults(handler=run_extend)
+    retry = sub.add_parser("retry", help="run a study's failed trials again, or its censored cells at a larger cap")
+    retry.add_argument("name")
+    retry.add_argument("--failed", action="store_true", help="failed trials, as new trials (the default)")
+    retry.add_argument("--censored", action="store_true",
+                       help="censored trials of cells that nothing reached, at --budget-factor times their cap")
+    retry.add_argument("--budget-factor", type=float, default=2.0, metavar="F",
+                       help="cap and budget of a censored retry as a multiple of the old (default 2)")
+    retry.set_defaults(handler=run_retry)
     cancel = sub.add_parser("cancel", help="cancel every unfinished trial of a study")
     cancel.add_argument("name")
     cancel.set_defaults(handler=run_cancel)
@@ -399,13 +414,14 @@ def describe_plan(spec, tokens_per_s: float | None = None, *, n_workers: int = 1
 
 def describe_recipe(spec) -> list[str]:
     """β2 and the middle τ of every cell, the τ's half-life in steps and as a share of D, and the
-    floors and ceilings that set them (``cbscore.recipe``; README "Recipe"): one line per batch size
-    where every setting gets the same recipe (``fixed``, ``paper_table``, one D), else per setting."""
+    floors and ceilings that set them (``cbscore.recipe``; docs/user-guide.md, "Recipe"): one line
+    per batch size where every setting gets the same recipe (``fixed``, ``paper_table``, one D),
+    else per setting."""
     from cbscore.recipe import EWA_HALF_LIFE_MULTIPLES, half_life_steps, reference_d_tokens, spec_recipe
     from cbscore.study.planner import cell_recipe
 
     settings = spec.resolve_settings()
-    d_ref = reference_d_tokens(s.tokens for s in settings)
+    d_ref = spec.recipe_d_ref_tokens or reference_d_tokens(s.tokens for s in settings)
     given = [name for name in ("beta2", "ewa_taus") if getattr(spec, name) is not None]
     ruled = [name for name in ("β2", "τ") if {"β2": "beta2", "τ": "ewa_taus"}[name] not in given]
 
@@ -522,6 +538,37 @@ def run_export(args: argparse.Namespace) -> int:
         print(f"cbs study export: {len(rows)} trials → {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(buf.getvalue())
+    return 0
+
+
+def run_extend(args: argparse.Namespace) -> int:
+    import getpass
+
+    from workers import api
+
+    spec, changes = api.extend_study(args.name, args.patch, author=f"cli:{getpass.getuser()}", force=args.force)
+    print(f"cbs study: extended {args.name!r}:")
+    for line in changes:
+        print(f"  {line}")
+    print(f"follow it with `cbs study status {args.name}`")
+    return 0
+
+
+def run_retry(args: argparse.Namespace) -> int:
+    import getpass
+
+    from workers import api
+
+    started = api.retry_study(args.name, failed=args.failed or not args.censored, censored=args.censored,
+                              budget_factor=args.budget_factor, author=f"cli:{getpass.getuser()}")
+    what = " and ".join(w for w, on in (("failed trials", args.failed or not args.censored),
+                                        ("censored cells", args.censored)) if on)
+    if not started:
+        print(f"cbs study: {args.name!r} has no {what} to retry")
+        return 0
+    print(f"cbs study: {len(started)} trial(s) of {args.name!r} run again ({what}):")
+    for trial_id in started:
+        print(f"  {trial_id}")
     return 0
 
 

@@ -107,3 +107,12 @@ def build_records(runs, leases: Mapping[str, Lease], tracker: Tracker, *,
         if tid not in by_trial or run.info.start_time > by_trial[tid].info.start_time:
             by_trial[tid] = run
     return [record_from_run(by_trial[t], leases.get(t), tracker, with_history=with_history) for t in sorted(by_trial)]
+
+
+def in_spec(spec, records):
+    """The records of cells the spec has: a batch size (or setting) an extension dropped after it
+    ran is hidden from the planner, the table and the fit; its runs stay in MLflow
+    (:mod:`cbscore.study.extend`)."""
+    settings = {x.setting_id for x in spec.resolve_settings()}
+    sizes = set(spec.batch_sizes)
+    return [r for r in records if r.batch_size in sizes and r.setting_id in settings]

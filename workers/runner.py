@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cbscore.errors import CbsError, ConfigError
-from cbscore.study import (TERMINAL, StudySpec, TrialSpec, build_train_config, estimate, plan, planned_budget,
-                           status_counts, trial_from_ask)
+from cbscore.study import (TERMINAL, StudySpec, TrialRecord, TrialSpec, build_train_config, estimate, plan,
+                           planned_budget, status_counts, trial_from_ask)
 from workers.checkpoints import remove_checkpoint, sweep
 from workers.ledger import Ledger, owner_is_alive_here, owner_is_dead, this_process
-from workers.records import build_records
+from workers.records import build_records, in_spec
 from workers.settings import QUEUES, WorkerSettings
 from workers.time_limits import trial_time_limit_s
 from workers.tracking import Tracker, is_transient, result_tags
@@ -271,7 +271,7 @@ class Runner:
         exp_id, parent_id = parent.info.experiment_id, parent.info.run_id
         runs = self.tracker.trial_runs(exp_id, parent_id)
         leases = self.ledger.leases(study)
-        records = build_records(runs, leases, self.tracker)
+        records = in_spec(spec, build_records(runs, leases, self.tracker))  # cells an extension dropped: hidden
         by_id = {r.trial_id: r for r in records}
         runs_by_trial = {r.data.tags.get("trial_id"): r for r in runs}
         now = time.time()
@@ -530,6 +530,107 @@ class Runner:
                 self.tracker.set_tags(lease.run_id, {"stop_requested": reason})
             return "stopping"
         return (self.ledger.lease(trial_id).outcome or "done")
+
+    # ------------------------------------------------------------------ extend
+    def extend(self, study: str, patch, *, author: str = "", force: bool = False) -> tuple[StudySpec, list[str]]:
+        """Grow ``study`` by ``patch`` (:mod:`cbscore.study.extend`): store the new spec version,
+        reopen a done study, and advance it, so only the new cells and trials run. Returns the
+        new spec and the changes in words; bad input raises ``ConfigError`` with nothing changed."""
+        from cbscore.study.extend import extend_spec
+        from cbscore.study.planner import setting_targets
+
+        parent = self.tracker.study_run(study)
+        if parent is None:
+            raise ConfigError("name", study, "names no study")
+        if parent.data.tags.get("status") == "cancelled":
+            raise ConfigError("name", study, "names a cancelled study; launch a new one")
+        stored = StudySpec.from_dict(self.tracker.study_spec(parent))
+        runs = self.tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
+        records = build_records(runs, self.ledger.leases(study), self.tracker)
+        targets, _ = setting_targets(stored, in_spec(stored, records))
+        new, changes = extend_spec(stored, patch, targets=targets, ran_batch_sizes={r.batch_size for r in records},
+                                   busy_batch_sizes={r.batch_size for r in records if not r.terminal})
+        check_spec(new, force=force)
+        self.tracker.update_study_spec(parent, spec_dict=new.to_dict(), spec_yaml=new.to_yaml(), author=author,
+                                       changes=changes, now_s=time.time())
+        if parent.data.tags.get("status") == "done":
+            self.tracker.reopen_study(parent.info.run_id)
+        self.advance(study)
+        return new, changes
+
+    # ------------------------------------------------------------------ retry
+    def retry(self, study: str, *, failed: bool = True, censored: bool = False, budget_factor: float = 2.0,
+              author: str = "") -> list[str]:
+        """Run again, as new trials beside the old ones (``{trial_id}.retry{k}``: the old run stays as
+        it ended), every ``failed`` trial of ``study`` (``failed``) and every censored trial of a
+        cell that nothing reached (``censored``) at ``budget_factor`` times its cap and budget. The
+        reason and who asked are the new runs' ``retry_of``/``retry_reason``/``retried_by`` tags.
+        A done study runs again. Returns the new trial ids."""
+        import dataclasses
+        import math
+
+        from cbscore.train_config import TrainConfig
+        from workers.records import trial_spec
+
+        if not (failed or censored):
+            raise ConfigError("retry", "nothing", "name what to retry: failed trials, censored cells, or both")
+        if isinstance(budget_factor, bool) or not isinstance(budget_factor, (int, float)) or not 1 < budget_factor <= 16:
+            raise ConfigError("budget_factor", budget_factor, "must be a number in (1, 16]: the censored cells' "
+                                                              "new cap and budget as a multiple of the old")
+        parent = self.tracker.study_run(study)
+        if parent is None:
+            raise ConfigError("name", study, "names no study")
+        if parent.data.tags.get("status") == "cancelled":
+            raise ConfigError("name", study, "names a cancelled study; launch a new one")
+        spec = StudySpec.from_dict(self.tracker.study_spec(parent))
+        exp_id, parent_id = parent.info.experiment_id, parent.info.run_id
+        runs = self.tracker.trial_runs(exp_id, parent_id)
+        by_run = {r.info.run_id: r for r in runs}
+        records = in_spec(spec, build_records(runs, self.ledger.leases(study), self.tracker))
+        # A trial retried before is retried through its newest retry: ``{base}.retry{k}``.
+        def split(trial_id: str) -> tuple[str, int]:
+            base, _, k = trial_id.partition(".retry")
+            return base, int(k) if k.isdigit() else 0
+
+        newest: dict[str, int] = {}
+        for r in records:
+            base, k = split(r.trial_id)
+            newest[base] = max(newest.get(base, 0), k)
+        chosen: list[tuple[TrialRecord, float, str]] = []
+        if failed:
+            chosen += [(r, 1.0, f"failed ({r.note})" if r.note else "failed") for r in records if r.status == "failed"]
+        if censored:
+            cells: dict[str, list[TrialRecord]] = {}
+            for r in records:
+                cells.setdefault(r.cell_id, []).append(r)
+            for cell in cells.values():
+                if (all(r.terminal for r in cell) and not any(r.status == "reached" for r in cell)
+                        and any(r.status == "censored" for r in cell)):
+                    chosen += [(r, float(budget_factor), f"censored at its cap of {r.max_steps} steps in a cell nothing "
+                                f"reached; cap and budget ×{budget_factor:g}")
+                               for r in cell if r.status == "censored"]
+        started = []
+        now = time.time()
+        for r, factor, why in chosen:
+            base, k = split(r.trial_id)
+            if k != newest[base]:  # an older attempt of a trial retried already
+                continue
+            old = trial_spec(by_run[r.run_id])
+            max_steps = old.max_steps if old.max_steps is None or factor == 1 else int(math.ceil(factor * old.max_steps))
+            max_tokens = old.max_tokens if factor == 1 else int(factor * old.max_tokens)
+            config = TrainConfig.from_dict({**old.train_config, "max_tokens": max_tokens, "max_steps": max_steps})
+            ts = dataclasses.replace(old, trial_id=f"{base}.retry{k + 1}", max_tokens=max_tokens, max_steps=max_steps,
+                                     train_config=config.to_dict())
+            if self._start(ts, exp_id, parent_id):
+                run = self.tracker.find_trial(exp_id, ts.trial_id)
+                if run is not None:
+                    self.tracker.set_tags(run.info.run_id, {"retry_of": r.trial_id, "retry_reason": why[:250],
+                                                            "retried_by": author, "retried_s": f"{now:.3f}"})
+                started.append(ts.trial_id)
+        if started and parent.data.tags.get("status") == "done":
+            self.tracker.reopen_study(parent_id)
+        self.advance(study)
+        return started
 
     def cancel_study(self, study: str) -> int:
         """Cancel every unfinished trial and end the study KILLED; returns the trials stopped."""

@@ -322,6 +322,49 @@ class Tracker:
                 runs.append((exp, None))
         return runs
 
+    def update_study_spec(self, parent_run, *, spec_dict: Mapping[str, Any], spec_yaml: str, author: str,
+                          changes: list[str], now_s: float) -> int:
+        """Store a new version of a study's spec (``cbs study extend``); returns its number.
+
+        The parent run's spec tag and ``spec.yaml`` become the new version; every version is kept as
+        ``spec-history/v{n}.yaml`` with its time, author and changes, and listed in the ``spec_history``
+        tag (newest last; the oldest entries drop out past MLflow's tag length, the files stay)."""
+        run_id = parent_run.info.run_id
+        tags = parent_run.data.tags
+        version = int(tags.get("spec_version") or 1)
+        history = json.loads(tags.get("spec_history") or "[]")
+        if version == 1 and not history:  # the launch's version, kept before the first extension
+            history.append({"version": 1, "time_s": parent_run.info.start_time / 1000.0,
+                            "author": tags.get("owner", ""), "changes": ["launched"]})
+            import yaml
+
+            self.client.log_text(run_id, yaml.safe_dump(self.study_spec(parent_run), sort_keys=False),
+                                 "spec-history/v1.yaml")
+        version += 1
+        entry = {"version": version, "time_s": round(now_s, 3), "author": author, "changes": list(changes)}
+        history.append(entry)
+        header = "".join(f"# {line}\n" for line in [f"version {version}, by {author or 'unknown'} at {now_s:.0f} "
+                                                     "(Unix time)", *changes])
+        self.client.log_text(run_id, header + spec_yaml, f"spec-history/v{version}.yaml")
+        self.client.log_text(run_id, spec_yaml, "spec.yaml")
+        spec_json = json.dumps(dict(spec_dict), sort_keys=True)
+        listed = json.dumps(history)
+        while len(listed) > _MAX_TAG and len(history) > 1:
+            history.pop(0)
+            listed = json.dumps(history)
+        new_tags = {"spec_version": str(version), "spec_history": listed}
+        if len(spec_json) <= _MAX_TAG:
+            new_tags[_SPEC_TAG] = spec_json
+        elif _SPEC_TAG in tags:  # too long for a tag: spec.yaml holds it, and a stale tag must not win
+            self.client.delete_tag(run_id, _SPEC_TAG)
+        self.set_tags(run_id, new_tags)
+        return version
+
+    def reopen_study(self, parent_run_id: str) -> None:
+        """A done study that was extended runs again: status ``running``, the parent run RUNNING."""
+        self.client.set_tag(parent_run_id, "status", "running")
+        self.client.update_run(parent_run_id, status="RUNNING")
+
     def set_study_status(self, parent_run_id: str, status: str, *, end: str | None = None) -> None:
         """Tag the study ``status`` (``running``, ``done``, ``cancelled``); end the parent run if asked."""
         self.client.set_tag(parent_run_id, "status", status)

@@ -318,6 +318,9 @@ def setting_targets(spec: StudySpec, records: Sequence[TrialRecord], *,
         if spec.target_losses is not None:
             targets[setting.setting_id] = float(spec.target_losses[setting.setting_id])
             continue
+        if spec.pinned_targets and setting.setting_id in spec.pinned_targets:  # kept by an extension
+            targets[setting.setting_id] = float(spec.pinned_targets[setting.setting_id])
+            continue
         # The cell's own runs to (1 + margin)·D; a re-run (a neighbour run on to the target) never
         # moves the target it was run against.
         ref_records = [r for r in by_cell.get(cell_id(setting.setting_id, spec.b_ref), [])

@@ -246,6 +246,15 @@ class StudySpec:
     """Sanity limit on the number of trials; a larger study needs ``force``."""
     max_total_tokens: float = 1e13
     """Sanity limit on the grid's total training tokens; a larger study needs ``force``."""
+    recipe_d_ref_tokens: int | None = None
+    """The ``fixed`` recipe's reference D in tokens; ``None`` = √(D_min·D_max) of the settings.
+    ``cbs study extend`` pins it when it adds settings, so the trials already run keep their β2
+    and τ (:mod:`cbscore.study.extend`)."""
+    pinned_targets: Mapping[str, float] | None = None
+    """Targets (held-out loss, nats per token) that settings had when the study was extended: the
+    planner uses them instead of recomputing them from the reference cell, so trials that
+    stopped at a target stay measured against it (a new seed's reference runs would move the mean
+    over seeds). ``None`` = none pinned (:mod:`cbscore.study.extend`)."""
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
@@ -356,6 +365,18 @@ class StudySpec:
             missing = sorted(ids - set(self.target_losses))
             if missing:
                 raise ConfigError("target_losses", dict(self.target_losses), f"must give a target for every setting (missing {missing})")
+        if self.recipe_d_ref_tokens is not None:
+            _positive_int("recipe_d_ref_tokens", self.recipe_d_ref_tokens)
+        if self.pinned_targets is not None:
+            if not isinstance(self.pinned_targets, Mapping):
+                raise ConfigError("pinned_targets", self.pinned_targets, "must map setting ids to losses")
+            object.__setattr__(self, "pinned_targets", dict(self.pinned_targets))
+            ids = {s.setting_id for s in self.resolve_settings()}
+            for key, loss in self.pinned_targets.items():
+                if key not in ids:
+                    raise ConfigError("pinned_targets", key, f"names no setting of this study (settings: {sorted(ids)})")
+                if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not 0 < loss <= sys.float_info.max:
+                    raise ConfigError(f"pinned_targets.{key}", loss, "must be a positive finite loss")
         from cbscore.study.bounds import check_numbers
 
         check_numbers(self)  # and every number finite, in its stated range (the checks above name types and signs)
@@ -472,6 +493,7 @@ class StudySpec:
         d["ewa_taus"] = None if self.ewa_taus is None else list(self.ewa_taus)
         d["data"] = dict(self.data)
         d["target_losses"] = None if self.target_losses is None else dict(self.target_losses)
+        d["pinned_targets"] = None if self.pinned_targets is None else dict(self.pinned_targets)
         return d
 
     @classmethod

@@ -1,0 +1,178 @@
+"""Growing a study without re-running a trial: the rules of ``cbs study extend`` (issue 25).
+
+An extension is a *patch*, a mapping of study fields like a spec's, applied to the stored spec:
+each field it names replaces the stored value. Only what adds trials may change:
+
+==================  ==========================================================================
+``batch_sizes``     add any; drop one that has not run (dropping one that ran hides its cells:
+                    the planner, the table and the fit leave them out; nothing is deleted)
+``seeds``           add (every seed that ran stays)
+``settings``        add (``custom``; ``models``/``tokens`` for the other kinds, likewise)
+``search.lrs``      add rates to a grid (every rate that ran stays)
+``search.n_trials`` raise an Optuna cell's trial count
+``budget_margin``   raise (new trials get the larger budgets; ``cbs study retry --censored`` runs
+                    a censored cell again at a larger cap)
+``max_trials``,     raise the sanity limits
+``max_total_tokens``
+==================  ==========================================================================
+
+Everything else (B_ref, T, r, the recipe, the data, the schedule, ...) decides what the trials
+already run measured, so changing it is refused, naming the field: that is a new study.
+
+Two things are pinned so that the trials already run keep their meaning:
+
+* **Targets.** A setting's target is the mean over seeds of its reference cell's best loss at D
+  (:func:`cbscore.study.planner.setting_targets`). A new seed (or a new reference rate) would move
+  it, and the trials that stopped at the old target would then be measured against another one.
+  Every target known at the extension is kept in ``pinned_targets``; a new seed's trials are run to
+  it, and its reference runs' S(B_ref) is read at it like any cell's.
+* **The recipe's reference D.** ``recipe: fixed`` sets β2 and τ from √(D_min·D_max) of the
+  settings; new settings would change it for every cell. ``recipe_d_ref_tokens`` keeps it.
+
+:func:`extend_spec` is pure: the stored spec, the patch, what has run; it returns the new spec and
+the changes in words, or raises :class:`~cbscore.errors.ConfigError` naming the field and the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from typing import Any
+
+from cbscore.errors import ConfigError
+from cbscore.study.spec import StudySpec
+
+#: Fields a patch may name (``search`` only with the keys of :data:`SEARCH_FIELDS`).
+EXTENSIBLE = ("batch_sizes", "seeds", "settings", "models", "tokens", "search", "budget_margin", "max_trials",
+              "max_total_tokens")
+SEARCH_FIELDS = ("lrs", "n_trials")
+_LIMITS = ("budget_margin", "max_trials", "max_total_tokens")
+
+
+def extend_spec(stored: StudySpec, patch: Mapping[str, Any], *, targets: Mapping[str, float],
+                ran_batch_sizes: Set[int] = frozenset(),
+                busy_batch_sizes: Set[int] = frozenset()) -> tuple[StudySpec, list[str]]:
+    """The spec of ``stored`` grown by ``patch``, and what changed, one line per change.
+
+    ``targets``: the targets the study has now (setting id → loss; pinned in the new spec).
+    ``ran_batch_sizes``: batch sizes with at least one trial (dropping one of them only hides it);
+    ``busy_batch_sizes``: those with a trial queued or running (they cannot be dropped yet).
+    """
+    if not isinstance(patch, Mapping) or not patch:
+        raise ConfigError("patch", patch, "must be a mapping of the study fields to change (for example "
+                                          "batch_sizes: [...] or seeds: [...])")
+    patch = dict(patch)
+    if "name" in patch and patch.pop("name") != stored.name:
+        raise ConfigError("name", patch.get("name"), f"must be the study's own name {stored.name!r} (or left out)")
+    before = stored.to_dict()
+    for key in patch:
+        if key not in EXTENSIBLE:
+            if key not in before:
+                raise ConfigError(key, patch[key], f"is not a study field (an extension may change: {', '.join(EXTENSIBLE)})")
+            if patch[key] != before[key]:
+                raise ConfigError(key, patch[key], "decides what the trials already run measured, so an extension "
+                                                   f"cannot change it (it is {before[key]!r}); launch a new study")
+    merged = dict(before)
+    changes: list[str] = []
+    for key, value in patch.items():
+        if key == "search":
+            merged["search"] = _search(before["search"], value, changes)
+        elif key in ("batch_sizes",):
+            merged[key] = _batch_sizes(before[key], value, stored.b_ref, ran_batch_sizes, busy_batch_sizes, changes)
+        elif key in ("seeds", "models", "tokens"):
+            merged[key] = _superset(key, before[key], value, changes)
+        elif key == "settings":
+            merged[key] = _settings(before[key], value, changes)
+        elif key in _LIMITS:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < before[key]:
+                raise ConfigError(key, value, f"may only be raised by an extension (it is {before[key]!r})")
+            if value != before[key]:
+                merged[key] = value
+                changes.append(f"{key}: {before[key]!r} → {value!r}")
+    if not changes:
+        raise ConfigError("patch", patch, "changes nothing in the study's spec")
+    new = StudySpec.from_dict(merged)  # every field checked as at launch
+    old_ids = {s.setting_id for s in stored.resolve_settings()}
+    new_settings = [s for s in new.resolve_settings() if s.setting_id not in old_ids]
+    pins: dict[str, Any] = {}
+    if new_settings and new.recipe == "fixed" and stored.recipe_d_ref_tokens is None:
+        from cbscore.recipe import reference_d_tokens
+
+        pins["recipe_d_ref_tokens"] = reference_d_tokens(s.tokens for s in stored.resolve_settings())
+        changes.append(f"recipe_d_ref_tokens pinned at {pins['recipe_d_ref_tokens']:,} (the fixed recipe's "
+                       "reference D before the new settings: the trials run keep their β2 and τ)")
+    # A pin is never replaced: the trials run since were stopped at it.
+    known = {k: float(v) for k, v in targets.items()
+             if k in old_ids and stored.target_losses is None and k not in (stored.pinned_targets or {})}
+    if known:
+        pins["pinned_targets"] = {**(stored.pinned_targets or {}), **known}
+        changes.append("targets pinned: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(known.items())))
+    return (new.replace(**pins) if pins else new), changes
+
+
+def _superset(key: str, old: list, value: Any, changes: list[str]) -> list:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ConfigError(key, value, "must be a list")
+    value = list(value)
+    lost = [v for v in old if v not in value]
+    if lost:
+        raise ConfigError(key, value, f"must keep every value that ran (it drops {lost})")
+    added = [v for v in value if v not in old]
+    if added:
+        changes.append(f"{key}: + {added}")
+    return old + added  # the stored order first: setting ids and cell order stay
+
+
+def _batch_sizes(old: list[int], value: Any, b_ref: int, ran: Set[int], busy: Set[int],
+                 changes: list[str]) -> list[int]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ConfigError("batch_sizes", value, "must be a list")
+    value = list(value)
+    if b_ref not in value:
+        raise ConfigError("batch_sizes", value, f"must keep the reference batch size B_ref = {b_ref}")
+    added = [b for b in value if b not in old]
+    dropped = [b for b in old if b not in value]
+    if [b for b in dropped if b in busy]:
+        raise ConfigError("batch_sizes", value, f"drops {[b for b in dropped if b in busy]}, which have trials queued "
+                                                "or running; wait for them to end")
+    if added:
+        changes.append(f"batch_sizes: + {added}")
+    hidden = [b for b in dropped if b in ran]
+    if hidden:
+        changes.append(f"batch_sizes: {hidden} hidden (their trials stay in MLflow, out of the plan and the fit)")
+    if [b for b in dropped if b not in ran]:
+        changes.append(f"batch_sizes: - {[b for b in dropped if b not in ran]} (not run)")
+    return value
+
+
+def _settings(old: list[dict], value: Any, changes: list[str]) -> list[dict]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ConfigError("settings", value, "must be a list of {model, tokens}")
+    value = [dict(v) if isinstance(v, Mapping) else v for v in value]
+    return _superset("settings", old, value, changes)
+
+
+def _search(old: dict, value: Any, changes: list[str]) -> dict:
+    if not isinstance(value, Mapping):
+        raise ConfigError("search", value, "must be a mapping")
+    out = dict(old)
+    for key, v in value.items():
+        if key not in SEARCH_FIELDS:
+            if key in old and v == old[key]:
+                continue
+            raise ConfigError(f"search.{key}", v, f"cannot change in an extension (it is {old.get(key)!r}); "
+                                                  f"an extension may change search.{' and search.'.join(SEARCH_FIELDS)}")
+        if key == "lrs":
+            if old["kind"] != "grid":
+                raise ConfigError("search.lrs", v, "adds rates to a grid search only (this study's search is "
+                                                   f"{old['kind']!r}: raise search.n_trials)")
+            out["lrs"] = sorted(_superset("search.lrs", list(old["lrs"]), v, changes))
+        else:
+            if old["kind"] != "optuna":
+                raise ConfigError("search.n_trials", v, "raises an Optuna search's trial count only (this "
+                                                        "study's search is a grid: add search.lrs)")
+            if isinstance(v, bool) or not isinstance(v, int) or v < old["n_trials"]:
+                raise ConfigError("search.n_trials", v, f"may only be raised (it is {old['n_trials']})")
+            if v != old["n_trials"]:
+                out["n_trials"] = v
+                changes.append(f"search.n_trials: {old['n_trials']} → {v}")
+    return out
