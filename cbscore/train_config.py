@@ -11,7 +11,6 @@ study runner sends it through Celery as JSON); a bad value raises
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
