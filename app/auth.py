@@ -90,6 +90,15 @@ def check_cancel(user: str, owner: str, what: str) -> None:
                      f"{what}; you are signed in as {user}.")
 
 
+def check_change(user: str, owner: str, what: str) -> None:
+    """:class:`NotAllowed` unless ``user`` owns the study (``owner``) or is an admin: who may
+    extend a study or run its trials again (``what`` names the action)."""
+    if is_admin(user) or (owner and user.lower() == owner.lower()):
+        return
+    raise NotAllowed(f"Only the owner of this study ({owner or 'unknown'}) or an admin (CBS_ADMINS) may {what}; "
+                     f"you are signed in as {user}.")
+
+
 def check_force(user: str) -> None:
     """:class:`NotAllowed` unless ``user`` may launch past the sanity limits ("Launch anyway")."""
     if not is_admin(user):

@@ -117,7 +117,7 @@ def check_bind(host: str, *, auth: bool, insecure: bool) -> str | None:
     if not insecure:
         raise ConfigError("CBS_WEB_HOST", host, "is not a loopback address and no sign-in is configured ([auth] in "
                           ".streamlit/secrets.toml): anyone who reaches it could launch and cancel GPU work. "
-                          "Configure sign-in (README, Security), or pass --insecure-no-auth if a proxy in front "
+                          "Configure sign-in (docs/SECURITY.md), or pass --insecure-no-auth if a proxy in front "
                           "authenticates every request")
     return (f"cbs web: WARNING: listening on {host} without sign-in (--insecure-no-auth): anyone who reaches this "
             "port can launch, cancel and \"Launch anyway\" studies. Configure [auth] in .streamlit/secrets.toml.")

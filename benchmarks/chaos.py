@@ -123,7 +123,7 @@ SIZES = {
     "small": Size(tokens=32_000, batch_sizes=(4, 8, 16), lrs=(0.003, 0.01, 0.03), optuna_trials=3,
                   kill_every_s=(3.0, 6.0), min_uptime_s=20, kills_per_kind=1, outage_s=30, home_mb=64,
                   timeout_s=1200, max_documents=120),
-    # The README's figures, sized for ~25 min for both backends on two quiet cores (the old
+    # docs/operating.md's figures, sized for ~25 min for both backends on two quiet cores (the old
     # one-rate spec at D = 600k/1.2M, 8 trials, took 8-12 min a backend): 12 grid trials and 3
     # Optuna trials at D = 300k, three kills of each kind 5-15 s apart and the outages.
     "default": Size(tokens=300_000, batch_sizes=(4, 8, 16, 32), lrs=(0.003, 0.01, 0.03), optuna_trials=3,

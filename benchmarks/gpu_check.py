@@ -1,4 +1,4 @@
-"""The GPU check behind ``benchmarks/gpu_check.sh`` (README, "GPU check"; issue 23).
+"""The GPU check behind ``benchmarks/gpu_check.sh`` (docs/operating.md, "GPU check"; issue 23).
 
     python benchmarks/gpu_check.py [--out FILE] [--parts 0,1,...] [--budget PART=SECONDS ...]
     python benchmarks/gpu_check.py --dry-run        # each part's time budget and the total
@@ -19,7 +19,7 @@ Without a usable GPU (and without ``--cpu-smoke`` or ``--dry-run``) it prints on
 Exit status otherwise: 0 when every part passed, 1 when one did not, 124 when cut.
 
 The budgets are estimates for one H200 with a cold compile cache (``torch.compile`` of 85M or
-151M takes about a minute there); none has been measured yet (README, "GPU check"). The CPU
+151M takes about a minute there); none has been measured yet (docs/operating.md, "GPU check"). The CPU
 rehearsal's own times are in its JSON lines (``seconds``).
 """
 

@@ -3,7 +3,7 @@
 # (torch, numpy and scipy; cbscore through PYTHONPATH), nine parts each in its own process with its
 # own hard time limit, one JSON line per part appended to $OUT/gpu_check.jsonl (or --out FILE) as
 # it ends, and a summary line: MFU of 85M and 151M compiled against the goal (>= 45%), failed
-# parts. Parts and keys: README, "GPU check", and benchmarks/gpu_check.py.
+# parts. Parts and keys: docs/operating.md, "GPU check", and benchmarks/gpu_check.py.
 #
 #   bash benchmarks/gpu_check.sh                  # on a GPU host
 #   bash benchmarks/gpu_check.sh --dry-run        # each part's time budget and the total

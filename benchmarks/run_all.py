@@ -1,6 +1,6 @@
 """Run every benchmark script in turn and print what each reports (`make bench`).
 
-Figures are measured, never asserted: compare them with the tables in the README.
+Figures are measured, never asserted: compare them with the tables in docs/ (user guide, operating a lab, status).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Everything the product writes (token stores, broker files, checkpoints, the Optuna database) lives
 under one state directory: ``$CBS_HOME`` when set, else ``.cbs/`` in the checkout (git-ignored).
-Two folders move out of it when several hosts work on one lab (README, "Scaling out"): the trials'
+Two folders move out of it when several hosts work on one lab (docs/operating.md, "Scaling out"): the trials'
 checkpoints (``CBS_CHECKPOINT_DIR``) and the token stores (``CBS_STORE_DIR``), each a path on a
 filesystem that every host mounts, so a trial resumes on any host and every host trains on one store.
 """

@@ -1,6 +1,6 @@
 """The study's token store on this host: one store for every trial of a study, on every host.
 
-With several hosts (README, "Scaling out") the stores live on a filesystem every host mounts:
+With several hosts (docs/operating.md, "Scaling out") the stores live on a filesystem every host mounts:
 ``CBS_STORE_DIR`` (the store root: a store is ``<CBS_STORE_DIR>/<key>``), or a spec's
 ``data.store_dir`` inside a shared ``CBS_DATA_ROOTS`` folder. The first trial of a study that has
 its store ready (prepared by it, or found up to date) pins the store's content digest in the

@@ -70,8 +70,8 @@ def live(name: str) -> None:
                 f"{c.ratio_to_oracle:.2f}×**",
                 help="The oracle is what a study would spend if it knew each cell's best learning rate in "
                      "advance; 1× is the floor. '≥' marks a grid figure in which trials stopped before the "
-                     "target count what they trained. The README's cost section explains the rules that "
-                     "lower the ratio (search.predict, prune_at_equal_tokens).")
+                     "target count what they trained. docs/user-guide.md, \"What a study costs\", explains the "
+                     "rules that lower the ratio (search.predict, prune_at_equal_tokens).")
         st.progress(view.progress, text=f"{view.progress:.0%} of the planned trials have an outcome")
         for error in view.errors:
             st.warning(error, icon=":material/warning:")
@@ -162,14 +162,67 @@ def _may_cancel(study: str, what: str) -> bool:
     return True
 
 
+def _may_change(study: str, what: str) -> bool:
+    """Only the study's owner or an admin may extend it or run its trials again (app/auth.py)."""
+    try:
+        auth.check_change(auth.current_user(), sources.call("study_owner", study), what)
+    except auth.NotAllowed as exc:
+        st.error(str(exc), icon=":material/block:")
+        return False
+    return True
+
+
+def _grow(name: str) -> None:
+    """Extend the study by a patch, or run its failed trials and censored cells again (issue 25)."""
+    import yaml
+
+    from cbscore.study.extend import EXTENSIBLE
+
+    spec = sources.call("study_spec", name)
+    current = {k: v for k, v in spec.to_dict().items() if k in ("batch_sizes", "seeds")}
+    if spec.search.kind == "grid":
+        current["search"] = {"lrs": list(spec.search.lrs)}
+    st.markdown(f"**Extend {name}**: change the fields below (a spec's fields; an extension may change "
+                f"{', '.join(f'`{k}`' for k in EXTENSIBLE)}). Every trial already run keeps its result; only the new "
+                "cells and trials run, and every target found so far is kept.")
+    patch = st.text_area("Patch (YAML)", value=yaml.safe_dump(current, sort_keys=False), height=120,
+                         key=f"studies.extend.{name}")
+    if st.button("Extend the study", type="primary", key="studies.extend_go") and \
+            _may_change(name, f"extend the study {name}"):
+        with failures.shown_as_message("extending the study"):
+            _, changes = sources.call("extend_study", name, patch, author=auth.current_user())
+            sources.refresh()
+            st.success("Extended: " + "; ".join(changes))
+    st.divider()
+    st.markdown("**Run again** what did not end well: failed trials as new trials, and censored cells (nothing "
+                "reached the target) at a larger cap. The old runs stay as they ended.")
+    cols = st.columns(2)
+    factor = cols[1].number_input("Cap ×", min_value=1.25, max_value=16.0, value=2.0, step=0.25,
+                                  key="studies.retry_factor", help="The censored cells' new cap and budget as a "
+                                                                   "multiple of the old.")
+    failed = cols[0].button("Retry failed trials", key="studies.retry_failed")
+    censored = cols[0].button("Retry censored cells", key="studies.retry_censored")
+    if (failed or censored) and _may_change(name, f"run trials of {name} again"):
+        with failures.shown_as_message("retrying"):
+            started = sources.call("retry_study", name, failed=failed, censored=censored, budget_factor=factor,
+                                   author=auth.current_user())
+            sources.refresh()
+            if started:
+                st.success(f"{len(started)} trial(s) run again: " + ", ".join(f"`{t}`" for t in started))
+            else:
+                st.info("Nothing to run again: no " + ("failed trial." if failed else "censored cell."))
+
+
 def actions(name: str) -> None:
     """Links to MLflow and cancelling, outside the live fragment so a confirmation survives refreshes."""
     summary = panels.study_summary(name)
-    cols = st.columns([1, 1, 1, 3])
+    cols = st.columns([1, 1, 1, 1, 2])
     url = sources.experiment_url(summary.experiment_id) if summary else None
     if url:
         cols[0].link_button("Study in MLflow", url, icon=":material/open_in_new:")
     cols[1].page_link("app_pages/curves.py", label="Curves", icon=":material/show_chart:", query_params={"study": name})
+    with cols[3].popover("Extend or retry…", icon=":material/add_circle:"):
+        _grow(name)
     with cols[2].popover("Cancel…", icon=":material/cancel:"):
         st.markdown(f"Stop every unfinished trial of **{name}** and end the study?")
         if (st.button("Cancel the study", type="primary", key="studies.cancel_study")

@@ -146,7 +146,7 @@ def prepare(config: DataConfig, progress: bool = False) -> TokenStore:
     check_data_location(config)  # before anything else: the source is walked, a rebuild replaces the folder
     fingerprint = sources.fingerprint(config)  # fails fast (missing file) before touching disk
     # An up-to-date store is reused without writing anything, not even the lock file: a host may
-    # mount the shared store folder read-only (README, "Scaling out"). A store being swapped in
+    # mount the shared store folder read-only (docs/operating.md, "Scaling out"). A store being swapped in
     # meanwhile is either whole or absent here (renames), and absent falls through to the lock.
     if _up_to_date(path, config, fingerprint):
         return TokenStore(path)

@@ -268,3 +268,26 @@ def test_scaling_page_plots_forecast_against_measured_b_star(app_test, app_env):
     assert _array(cal["x"]) == pytest.approx([1.2 * 32 + 0.2 * c * s.b_noise / GNS_RATIO for s in app_env.values()],
                                              rel=REL)
     assert _array(cal["y"]) == pytest.approx([expected_fit(s).cbs(0.2, 32) for s in app_env.values()], rel=REL)
+
+
+def test_extend_and_retry_buttons_call_the_workers_and_a_bad_patch_is_refused_by_field(app_test, app_env):
+    from unittest import mock
+
+    at = _open(app_test, "studies")
+    patch = at.text_area(key=f"studies.extend.{STUDY}")
+    assert "batch_sizes:" in patch.value and "seeds:" in patch.value  # prefilled from the study's spec
+    # refused for real (nothing is written before the rules pass): the message names the field
+    patch.set_value("b_ref: 2\n").run()
+    at.button(key="studies.extend_go").click().run()
+    assert any(e.value.startswith("**Reference batch size B_ref** (`b_ref`): decides what the trials already run "
+                                  "measured") and e.value.endswith("but got `2`.") for e in at.error), \
+        [e.value for e in at.error]
+    with mock.patch("workers.api.extend_study", return_value=(None, ["seeds: + [7]"])) as extend:
+        at.text_area(key=f"studies.extend.{STUDY}").set_value("seeds: [0, 1, 7]\n").run()
+        at.button(key="studies.extend_go").click().run()
+    extend.assert_called_once_with(STUDY, "seeds: [0, 1, 7]\n", author=mock.ANY)
+    assert any(s.value == "Extended: seeds: + [7]" for s in at.success)
+    with mock.patch("workers.api.retry_study", return_value=[]) as retry:
+        at.button(key="studies.retry_censored").click().run()
+    retry.assert_called_once_with(STUDY, failed=False, censored=True, budget_factor=2.0, author=mock.ANY)
+    assert any(i.value == "Nothing to run again: no censored cell." for i in at.info)

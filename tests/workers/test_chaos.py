@@ -3,7 +3,7 @@ in a browser through the web app under ``cbs up`` and tracked through the MLflow
 with the same steps table and B* as an undisturbed run while workers, their children, the runner,
 the MLflow server and the web app are killed at random, ``$CBS_HOME`` fills up for 30 s and (Redis
 + PostgreSQL) each service is cut off for 30 s; no run left open, no checkpoint left, every
-history whole (no step twice, none missing). ``benchmarks/chaos.py`` runs the README's larger size."""
+history whole (no step twice, none missing). ``benchmarks/chaos.py`` runs the larger size of docs/operating.md."""
 
 from __future__ import annotations
 

@@ -208,7 +208,8 @@ def test_a_lost_host_trial_resumes_on_the_other_host_from_its_checkpoint(two_hos
     lost = owner.split("@", 1)[0]  # the host running the trial: it is the one lost
     [kept] = [name for name in two_hosts if name != lost]
     # The runner on the other host: it cannot judge the lost host's pids, only the heartbeat. (A runner
-    # on the lost host, killed mid-pass, would hold the study's lock for 300 s: README, "What survives what".)
+    # on the lost host, killed mid-pass, would hold the study's lock for 300 s: docs/operating.md,
+    # "What survives what".)
     started[f"runner {kept}"] = processes.start(two_hosts[kept][0].argv(CBS, "study", "watch", "--period", "1"),
                                                 f"runner-{kept}", env=two_hosts[kept][1])
     # The same study undisturbed, meanwhile: the lost host's one slot is busy, so the other host runs it.
