@@ -5,9 +5,21 @@
 - :mod:`._readout`: Merrill's rule and the lab's noise-aware variant (:func:`merrill_local_cbs`,
   :func:`noise_aware_local_cbs`, :class:`LocalCbsReadout`);
 - :mod:`._curve`: the power law of the local CBS over tokens (:func:`fit_local_cbs_curve`);
-- :mod:`._warmup`: the batch-size warm-up it recommends (:func:`plan_warmup`, :func:`schedule_steps`).
+- :mod:`._warmup`: the batch-size warm-up it recommends (:func:`plan_warmup`, :func:`schedule_warmup`,
+  :class:`WarmupPlan`), its ``batch_schedule`` ready for ``TrainConfig``.
+
+Layer: numpy/scipy and :mod:`cbscore` only (no workers, app, MLflow, Celery or Optuna); every
+result is a frozen dataclass with ``to_dict()`` where the study runner sends it as JSON.
 """
 
 from cbscore.local._branches import DEFAULT_MULTIPLIERS, LR_RULES, BranchSpec, branch_config, lr_factor
+from cbscore.local._curve import LocalCbsCurve, fit_local_cbs_curve
+from cbscore.local._readout import (Z_ONE_SIDED_95, LocalCbsReadout, WindowLoss, merrill_local_cbs,
+                                    noise_aware_local_cbs, window_end_loss)
+from cbscore.local._warmup import WarmupPlan, plan_warmup, schedule_warmup
 
-__all__ = ["DEFAULT_MULTIPLIERS", "LR_RULES", "BranchSpec", "branch_config", "lr_factor"]
+__all__ = [
+    "DEFAULT_MULTIPLIERS", "LR_RULES", "Z_ONE_SIDED_95", "BranchSpec", "LocalCbsCurve", "LocalCbsReadout",
+    "WarmupPlan", "WindowLoss", "branch_config", "fit_local_cbs_curve", "lr_factor", "merrill_local_cbs",
+    "noise_aware_local_cbs", "plan_warmup", "schedule_warmup", "window_end_loss",
+]
