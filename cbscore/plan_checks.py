@@ -5,16 +5,13 @@ naming the field and the value)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
 from cbscore.errors import ConfigError
 from cbscore.field_checks import non_negative_int, positive_finite, positive_int
 
-if TYPE_CHECKING:
-    from cbscore.train_config import TrainConfig
+# ``cfg`` is a cbscore.train_config.TrainConfig (not imported: that module imports this one)
 
 
-def check_branch(cfg: "TrainConfig") -> None:
+def check_branch(cfg) -> None:
     """``branch_from`` comes with the base's step and tokens and with the recipe stated."""
     fields = {"branch_step": cfg.branch_step, "branch_tokens": cfg.branch_tokens}
     if cfg.branch_from is None:
@@ -38,7 +35,7 @@ def check_branch(cfg: "TrainConfig") -> None:
                                           "warm-up, optimizer and averages carry on)")
 
 
-def check_batch_schedule(cfg: "TrainConfig") -> None:
+def check_batch_schedule(cfg) -> None:
     """Entries ``(tokens_from, batch_size, lr_multiplier)``, increasing, inside the run, each batch
     splittable like ``batch_size`` is (across devices, into micro-batches)."""
     if not isinstance(cfg.batch_schedule, tuple):
@@ -67,7 +64,7 @@ def check_batch_schedule(cfg: "TrainConfig") -> None:
         previous = tokens_from
 
 
-def check_snapshots(cfg: "TrainConfig") -> None:
+def check_snapshots(cfg) -> None:
     """Snapshot positions: increasing step boundaries of the run, with a folder to keep them in."""
     if cfg.snapshot_dir is not None and (not isinstance(cfg.snapshot_dir, str) or not cfg.snapshot_dir):
         raise ConfigError("snapshot_dir", cfg.snapshot_dir, "must be a folder path or None")

@@ -42,6 +42,16 @@ seconds, when a callback stops the trial, and when it ends. A trial started wher
 exists continues from it; batches are a pure function of the step, so on CPU the resumed trial
 reproduces the uninterrupted one's losses exactly. A checkpoint of a trial that already ended
 holds its result, which is returned without training again.
+
+Branches, batch-size schedules and snapshots (Merrill et al. 2025, arXiv 2505.23971). Every step
+reads its windows and its learning rate by *stream position* in tokens (:mod:`cbscore.batch_plan`,
+:class:`cbscore.schedules.TokenLrSchedule`), so a ``batch_schedule`` changes the batch between
+steps without a gap or a repeat in the data, and a branch (``branch_from``) starts from another
+trial's checkpoint, read only (:mod:`cbscore.branch`), and continues its data and schedule. A
+trial's own checkpoint always takes precedence over its base (resume). With ``snapshot_dir`` the
+leader keeps a write-once copy of the state after the step that reaches each of
+``snapshot_tokens``; it is not this trial's resume point, so it is written whatever
+``may_checkpoint`` says (its content is a pure function of the config, whichever attempt writes it).
 """
 
 from __future__ import annotations

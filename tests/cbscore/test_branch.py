@@ -12,13 +12,13 @@ import math
 import pytest
 import torch
 
-from cbscore.callbacks import Callback
 from cbscore.checkpoint import load_checkpoint, save_checkpoint, snapshot_path
 from cbscore.data.stream import WindowStream
 from cbscore.errors import ConfigError
 from cbscore.local import BranchSpec, branch_config
 from cbscore.train import train
 from cbscore.train_config import TrainConfig
+from tests.cbscore.test_train import CrashAt, Recorder
 
 STEP_TOKENS = 8 * 32
 
@@ -31,24 +31,6 @@ def base_config(data, snapshots, **changes) -> TrainConfig:
         snapshot_tokens=(STEP_TOKENS * 6, STEP_TOKENS * 12),
     )
     return TrainConfig(**{**fields, **changes})
-
-
-class Metrics(Callback):
-    def __init__(self):
-        self.rows = []
-
-    def post_step(self, state, metrics):
-        if metrics is not None:
-            self.rows.append(metrics)
-
-
-class CrashAt(Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def post_step(self, state, metrics):
-        if state.step == self.step:
-            raise RuntimeError("simulated kill")
 
 
 class WindowSpy:
@@ -76,8 +58,8 @@ def folder_digest(folder) -> dict:
 def base_run(builtin_slice_config, tmp_path_factory):
     snapshots = tmp_path_factory.mktemp("snapshots")
     config = base_config(builtin_slice_config, snapshots)
-    rec = Metrics()
-    return config, train(config, callbacks=[rec]), rec.rows
+    rec = Recorder()
+    return config, train(config, callbacks=[rec]), rec.metrics
 
 
 def test_a_base_run_keeps_a_snapshot_at_each_token_count(base_run):
@@ -107,7 +89,7 @@ def test_a_branch_at_k1_continues_the_base_trajectory_bit_for_bit(base_run):
 def test_a_branch_at_k2_sees_the_base_tokens_at_sqrt2_lr_without_rewarming(base_run, monkeypatch):
     base, _, base_metrics = base_run
     spy = WindowSpy(monkeypatch)
-    rec = Metrics()
+    rec = Recorder()
     config = branch_config(base, BranchSpec(checkpoint_tokens=STEP_TOKENS * 6, multiplier=2, window_tokens=STEP_TOKENS * 24),
                            snapshot_dir=base.snapshot_dir)
     result = train(config, callbacks=[rec])
@@ -117,10 +99,10 @@ def test_a_branch_at_k2_sees_the_base_tokens_at_sqrt2_lr_without_rewarming(base_
     assert spy.sequences() == list(range(48, 240))
     # branch step j starts at base step 6 + 2j: the base's warm-up continues, ×√2
     base_lr = {m["step"]: m["lr"] for m in base_metrics}  # lr of the step that ended at "step"
-    for m in rec.rows:
+    for m in rec.metrics:
         assert m["tokens"] == 1536 + m["step"] * 512
         assert m["lr"] == pytest.approx(math.sqrt(2) * base_lr[6 + 2 * (m["step"] - 1) + 1], rel=1e-12)
-    assert rec.rows[0]["lr"] < math.sqrt(2) * base.lr  # step 6 is inside the warm-up: no re-warm-up from 0.1·lr
+    assert rec.metrics[0]["lr"] < math.sqrt(2) * base.lr  # step 6 is inside the warm-up: no re-warm-up from 0.1·lr
     assert result.eval_history[0].tokens == 1536 and result.eval_history[-1].tokens == 30 * STEP_TOKENS
 
 

@@ -12,11 +12,11 @@ import math
 import pytest
 
 from cbscore.batch_plan import build_plan
-from cbscore.callbacks import Callback
 from cbscore.data.stream import WindowStream
 from cbscore.errors import ConfigError
 from cbscore.train import train
 from cbscore.train_config import TrainConfig
+from tests.cbscore.test_train import CrashAt, Recorder
 
 SCHEDULE = ((2048, 8, math.sqrt(2)), (6144, 16, 2.0))
 
@@ -28,24 +28,6 @@ def scheduled(data, **changes) -> TrainConfig:
         batch_schedule=SCHEDULE,
     )
     return TrainConfig(**{**fields, **changes})
-
-
-class Metrics(Callback):
-    def __init__(self):
-        self.rows = []
-
-    def post_step(self, state, metrics):
-        if metrics is not None:
-            self.rows.append(metrics)
-
-
-class CrashAt(Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def post_step(self, state, metrics):
-        if state.step == self.step:
-            raise RuntimeError("simulated kill")
 
 
 def test_the_plan_counts_steps_exactly_and_rounds_a_switch_up_to_a_whole_step():
@@ -66,12 +48,12 @@ def test_a_scheduled_run_takes_the_exact_steps_tokens_and_learning_rates(builtin
     reads = []
     real = WindowStream.windows
     monkeypatch.setattr(WindowStream, "windows", lambda s, start, count: reads.append((start, count)) or real(s, start, count))
-    rec = Metrics()
+    rec = Recorder()
     result = train(scheduled(builtin_slice_config), callbacks=[rec])
     assert (result.steps, result.total_steps, result.tokens) == (44, 44, 12288)
     assert reads == [(0 + 4 * i, 4) for i in range(16)] + [(64 + 8 * i, 8) for i in range(16)] + [
         (192 + 16 * i, 16) for i in range(12)]  # every window of 0..383 once, in order
-    by_step = {m["step"]: m for m in rec.rows}
+    by_step = {m["step"]: m for m in rec.metrics}
     assert by_step[16]["tokens"] == 2048 and by_step[17]["tokens"] == 2048 + 256 and by_step[44]["tokens"] == 12288
     # metrics carry the lr of the step that ended there: update 7 is the warm-up's last (8 steps of 128 tokens)
     assert by_step[8]["lr"] == pytest.approx(1e-2 * (0.1 + 0.9 * 7 / 8)) and by_step[9]["lr"] == 1e-2
@@ -97,10 +79,10 @@ def test_resuming_across_a_switch_reproduces_the_uninterrupted_run(builtin_slice
 
 
 def test_the_noise_scale_probe_follows_the_batch_through_a_schedule(builtin_slice_config):
-    rec = Metrics()
+    rec = Recorder()
     result = train(scheduled(builtin_slice_config, gns_micro_batch_size=2), callbacks=[rec])
     assert result.steps == 44 and result.micro_batch_size == 2  # passes of 2 at every batch: 2, 4, then 8 of them
-    assert all(m["gns_g2"] is not None for m in rec.rows[1:])  # measured before and after each switch
+    assert all(m["gns_g2"] is not None for m in rec.metrics[1:])  # measured before and after each switch
 
 
 def test_a_bad_schedule_is_refused_naming_the_entry():
