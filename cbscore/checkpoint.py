@@ -19,7 +19,6 @@ never changes the folder it reads.
 
 from __future__ import annotations
 
-import errno
 import os
 import random
 import tempfile
@@ -28,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from cbscore.durable import fsync_folder
 
 CHECKPOINT_NAME = "checkpoint.pt"
 SNAPSHOT_PREFIX = "tokens-"
@@ -73,7 +74,7 @@ def save_checkpoint(checkpoint_dir: str | os.PathLike, payload: dict, *, create:
     folder = Path(checkpoint_dir)
     if create and not folder.is_dir():
         folder.mkdir(parents=True, exist_ok=True)
-        _fsync_folder(folder.parent)  # the new folder's own name, durable before anything is in it
+        fsync_folder(folder.parent)  # the new folder's own name, durable before anything is in it
     final = folder / CHECKPOINT_NAME
     try:
         fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=folder)
@@ -85,7 +86,7 @@ def save_checkpoint(checkpoint_dir: str | os.PathLike, payload: dict, *, create:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, final)
-        _fsync_folder(folder)  # the rename, durable (and seen by other hosts of a shared mount)
+        fsync_folder(folder)  # the rename, durable (and seen by other hosts of a shared mount)
     except FileNotFoundError:
         Path(tmp).unlink(missing_ok=True)
         if folder.is_dir():
@@ -95,19 +96,6 @@ def save_checkpoint(checkpoint_dir: str | os.PathLike, payload: dict, *, create:
         Path(tmp).unlink(missing_ok=True)
         raise
     return final
-
-
-def _fsync_folder(folder: Path) -> None:
-    """``fsync`` a folder, so the names created or renamed in it are on disk. A folder that is
-    gone raises ``FileNotFoundError`` (the caller's "removed under this save")."""
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    except OSError as exc:  # a filesystem that cannot fsync a folder has nothing more to flush
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
 
 
 def load_checkpoint(checkpoint_dir: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict | None:
