@@ -38,6 +38,7 @@ STOP_GRACE_S = 20.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    _register_report(subparsers)
     web = subparsers.add_parser("web", help="run the web app (Streamlit) on 127.0.0.1",
                                 description="Run CBS Lab's web app: streamlit on 127.0.0.1, headless.")
     web.add_argument("--port", type=int, default=None,
@@ -268,3 +269,25 @@ def run_up(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     print("cbs up: stopped", flush=True)
     return code
+
+
+def _register_report(subparsers: argparse._SubParsersAction) -> None:
+    """``cbs study report``, added to the ``study`` group that :mod:`workers.cli` registers (the
+    report draws with the pages' chart builders, so it lives with them in the app layer)."""
+    study = subparsers.choices.get("study")
+    if study is None:  # workers.cli not registered: no study commands at all
+        return
+    sub = next(a for a in study._actions if isinstance(a, argparse._SubParsersAction))
+    report = sub.add_parser("report", help="write a study's evidence (steps CSV, fit JSON, figures, cost) to a folder")
+    report.add_argument("name")
+    report.add_argument("--out", required=True, help="folder, e.g. docs/results/NAME")
+    report.set_defaults(handler=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """``cbs study report``: :func:`app.report.write_report`."""
+    from app.report import write_report
+
+    files = write_report(args.name, args.out, command=" ".join(["cbs", *sys.argv[1:]]))
+    print(f"cbs study report: {args.name!r} → {args.out}: " + ", ".join(files))
+    return 0

@@ -142,7 +142,7 @@ def bench_flush(n: int = 50) -> dict:
 def bench_pickup(n_tasks: int, folder: Path) -> dict:
     """Seconds from ``send_task`` to the worker's "received" line (filesystem broker, polled at
     CBS_BROKER_POLL_S), for tasks sent one at a time to an idle worker."""
-    from workers.celery_app import TRIAL_TASK, app
+    from workers.broker import TRIAL_TASK, app
 
     cbs = str(Path(sys.executable).parent / "cbs")
     log_path = folder / "worker.log"

@@ -197,28 +197,12 @@ def _init(kind: str, rank: int, world_size: int, store, timeout_s: float) -> Gro
     return Group(rank=rank, world_size=world_size, control=control)
 
 
-def _follower(rank: int, config_dict: dict, store_path: str, kind: str) -> None:
-    """Rank ``rank > 0``: join rank 0's store and group, train, leave."""
-    _die_with_parent()
-    from cbscore.train import run_rank
-    from cbscore.train_config import TrainConfig
-
-    config = TrainConfig.from_dict(config_dict)
-    store = file_store(store_path, config.devices, config.dist_timeout_s)
-    group = _init(kind, rank, config.devices, store, config.dist_timeout_s)
-    try:
-        run_rank(config, group)
-    finally:
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
-
-
 def _spawn(rank: int, config, store_path: str, kind: str) -> subprocess.Popen:
-    """Start rank ``rank`` as a fresh interpreter (``python -m cbscore.distributed``), the trial's
+    """Start rank ``rank`` as a fresh interpreter (``python -m cbscore.distributed_rank``), the trial's
     config on its stdin. Not ``multiprocessing``: a Celery pool child is a daemonic billiard
     process, which ``multiprocessing`` refuses children to and cannot pickle."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "CBS_RANK0_PID": str(os.getpid())}
-    proc = subprocess.Popen([sys.executable, "-m", "cbscore.distributed", str(rank), store_path, kind],
+    proc = subprocess.Popen([sys.executable, "-m", "cbscore.distributed_rank", str(rank), store_path, kind],
                             stdin=subprocess.PIPE, env=env)
     proc.stdin.write(json.dumps(config.to_dict()).encode())
     proc.stdin.close()
@@ -274,7 +258,3 @@ def _end(ranks: list[subprocess.Popen], grace_s: float) -> None:
         if p.poll() is None:
             p.kill()
             p.wait(timeout=10)
-
-
-if __name__ == "__main__":  # a rank > 0: python -m cbscore.distributed RANK STORE_FILE KIND < config.json
-    _follower(int(sys.argv[1]), json.loads(sys.stdin.read()), sys.argv[2], sys.argv[3])

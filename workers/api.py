@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from cbscore.errors import ConfigError
 from cbscore.study import TERMINAL, StudySpec, TrialRecord, load_preset
+from workers.parse import as_float, as_int
 from workers.settings import WorkerSettings
 
 #: Columns of :func:`study_table`: the ``cbs fit`` CSV first, then what the app links and colours by.
@@ -261,7 +262,7 @@ def list_studies() -> list[StudySummary]:
             name=exp.name, kind=tags.get("kind", ""), created_s=exp.creation_time / 1000.0,
             status=tags.get("status", ""), counts=counts, n_trials=sum(counts.values()),
             tokens_spent=tokens_spent,
-            b_ref=_int(tags.get("b_ref")), overhead=_float(tags.get("overhead")),
+            b_ref=as_int(tags.get("b_ref")), overhead=as_float(tags.get("overhead")),
             experiment_id=exp.experiment_id, run_id=parent.info.run_id, errors=errors, owner=tags.get("owner", "")))
     return out
 
@@ -310,7 +311,7 @@ def study_table(name: str) -> list[dict]:
     runs_by_id = {r.info.run_id: r for r in runs}
     # The planner's own targets, exact (the parent's target/ tags are for people browsing MLflow).
     targets, _ = setting_targets(spec, records)
-    context = _int(parent.data.params.get("context_tokens"))
+    context = as_int(parent.data.params.get("context_tokens"))
     rows = []
     for rec in records:
         if rec.status not in TERMINAL:
@@ -332,10 +333,10 @@ def study_table(name: str) -> list[dict]:
         rows.append({
             "setting": rec.setting_id, "batch_size": rec.batch_size,
             "steps": "" if outcome != "reached" else steps,
-            "n_params": _int(tags.get("n_params")), "tokens": _int(tags.get("setting_tokens")),
-            "context": _int(tags.get("context_tokens")) or context, "outcome": outcome,
+            "n_params": as_int(tags.get("n_params")), "tokens": as_int(tags.get("setting_tokens")),
+            "context": as_int(tags.get("context_tokens")) or context, "outcome": outcome,
             "trial_id": rec.trial_id, "role": rec.role, "lr": rec.lr,
-            "beta2": _float(tags.get("beta2")), "tau": _float(best_tau), "seed": rec.seed, "run_id": rec.run_id,
+            "beta2": as_float(tags.get("beta2")), "tau": as_float(best_tau), "seed": rec.seed, "run_id": rec.run_id,
             # A censored trial is a lower bound: S > the steps it trained without reaching the target.
             "budget_steps": rec.last_step if outcome == "censored" else "",
             "steps_projected": "",
@@ -521,17 +522,3 @@ def run_url(run_id: str) -> str | None:
     run = _tracker().get_run(run_id)
     return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
 
-
-def _int(value: Any, default: int | None = None) -> int | None:
-    try:
-        return int(float(value))
-    except (TypeError, ValueError):
-        return default
-
-
-def _float(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None

@@ -79,10 +79,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="override the spec's equal_token_fraction")
     simulate.add_argument("--json", action="store_true")
     simulate.set_defaults(handler=run_simulate)
-    report = sub.add_parser("report", help="write a study's evidence (steps CSV, fit JSON, figures, cost) to a folder")
-    report.add_argument("name")
-    report.add_argument("--out", required=True, help="folder, e.g. docs/results/NAME")
-    report.set_defaults(handler=run_report)
     status = sub.add_parser("status", help="cells, trials by outcome, progress and tokens")
     status.add_argument("name")
     status.add_argument("--json", action="store_true")
@@ -337,15 +333,6 @@ def run_launch(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_report(args: argparse.Namespace) -> int:
-    """``cbs study report``: ``workers.report.write_report``."""
-    from workers.report import write_report
-
-    files = write_report(args.name, args.out, command=" ".join(["cbs", *sys.argv[1:]]))
-    print(f"cbs study report: {args.name!r} → {args.out}: " + ", ".join(files))
-    return 0
-
-
 def run_simulate(args: argparse.Namespace) -> int:
     """``cbs study simulate``: the planner against a known truth (``cbscore.study.simulate``)."""
     from cbscore.study.simulate import SimConfig, format_report, paper_truth, read_truth, simulate
@@ -489,6 +476,12 @@ def run_status(args: argparse.Namespace) -> int:
 def run_fit(args: argparse.Namespace) -> int:
     from workers import api
 
+    if api.study_spec(args.name).kind == "local":  # a local-CBS readout, not a fit of S(B)
+        from workers.local_fit import format_local, local_fit
+
+        out = local_fit(args.name)
+        print(json.dumps(out, indent=2, allow_nan=False) if args.json else format_local(out))
+        return 0
     analysis = api.study_fit(args.name, bootstrap=args.bootstrap, seed=args.seed)
     # the noise-scale forecast of each setting and its calibration against this fit (issue 14)
     forecast = api.study_forecast(args.name, analysis=analysis, bootstrap=args.bootstrap, seed=args.seed)

@@ -19,7 +19,7 @@ import json
 from typing import Any, Mapping
 
 from cbscore.study import TERMINAL, TrialRecord, TrialSpec
-from workers.api import _float, _int  # the tag/metric parsers, shared with the light read API
+from workers.parse import as_float, as_int
 from workers.ledger import Lease, owner_is_dead
 from workers.tracking import Tracker
 
@@ -52,7 +52,7 @@ def record_from_run(run, lease: Lease | None, tracker: Tracker, *, with_history:
     """One TrialRecord; ``with_history=None`` fetches the eval curve where the planner needs it."""
     tags, metrics = run.data.tags, run.data.metrics
     status = trial_status(tags, lease)
-    attempt = max(_int(tags.get("attempt"), 1), lease.attempt if lease is not None else 1)
+    attempt = max(as_int(tags.get("attempt"), 1), lease.attempt if lease is not None else 1)
     beats = [x for x in (metrics.get("heartbeat"), lease.heartbeat_s if lease is not None else None) if x is not None]
     if with_history is None:
         # A reached trial's curve too: running trials are compared with it at equal tokens
@@ -62,13 +62,13 @@ def record_from_run(run, lease: Lease | None, tracker: Tracker, *, with_history:
     eval_losses: tuple[float, ...] = ()
     if with_history:
         eval_steps, eval_losses = tracker.history(run, "eval/loss_ewa")
-    final = _float(metrics.get("summary/final_eval_loss"))
+    final = as_float(metrics.get("summary/final_eval_loss"))
     if final is None:
-        final = _float(metrics.get("eval/loss_ewa"))
-    batch_size = _int(tags.get("batch_size"), 0)
-    tokens = _int(metrics.get("progress/tokens"), 0)
-    context = _int(tags.get("context_tokens"), 0)
-    last_step = _int(metrics.get("progress/step"), None)
+        final = as_float(metrics.get("eval/loss_ewa"))
+    batch_size = as_int(tags.get("batch_size"), 0)
+    tokens = as_int(metrics.get("progress/tokens"), 0)
+    context = as_int(tags.get("context_tokens"), 0)
+    last_step = as_int(metrics.get("progress/step"), None)
     if last_step is None:
         last_step = tokens // (batch_size * context) if batch_size and context else 0
     return TrialRecord(
@@ -77,10 +77,10 @@ def record_from_run(run, lease: Lease | None, tracker: Tracker, *, with_history:
         setting_id=tags.get("setting", ""),
         role=tags.get("role", "trial"),
         batch_size=batch_size,
-        lr=_float(tags.get("lr")) or 0.0,
+        lr=as_float(tags.get("lr")) or 0.0,
         status=status,
         attempt=attempt,
-        steps_to_target=_float(metrics.get("summary/steps_to_target")) if status == "reached" else None,
+        steps_to_target=as_float(metrics.get("summary/steps_to_target")) if status == "reached" else None,
         final_eval_loss=final,
         last_step=last_step,
         tokens=tokens,
@@ -88,9 +88,9 @@ def record_from_run(run, lease: Lease | None, tracker: Tracker, *, with_history:
         run_id=run.info.run_id,
         eval_steps=eval_steps,
         eval_losses=eval_losses,
-        max_steps=_int(tags.get("max_steps"), None),
-        seed=_int(tags.get("seed"), 0),
-        search_number=_int(tags.get("search_number"), None),
+        max_steps=as_int(tags.get("max_steps"), None),
+        seed=as_int(tags.get("seed"), 0),
+        search_number=as_int(tags.get("search_number"), None),
         note=tags.get("stop_reason", "") if status in TERMINAL else
         (tags.get("given_back", "") if status == "queued" else ""),
     )

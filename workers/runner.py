@@ -86,6 +86,11 @@ def check_spec(spec: StudySpec, *, force: bool = False) -> None:
     from cbscore.train_config import TrainConfig
 
     check_data_location(DataConfig.from_dict(dict(spec.data)))
+    if spec.kind == "local":  # a base run and its branches, not a grid of cells
+        from workers.local_study import largest_trial
+
+        _check_store_holds(spec, *largest_trial(spec))
+        return
     # Build every cell's TrainConfig once: a batch size the budget cannot hold, a bad data
     # setting, ... fail here with the trainer's own message, not in a worker hours later.
     largest = (0, "", 0)  # (tokens one trial reads, setting id, batch size)
@@ -193,7 +198,7 @@ class Runner:
         return spec.name
 
     def _check_broker(self) -> None:
-        from workers.celery_app import app
+        from workers.broker import app
 
         try:
             with app.connection_for_write() as conn:
@@ -278,7 +283,12 @@ class Runner:
 
         repaired = self._repair_runs(study, leases, runs_by_trial)
 
-        p = plan(spec, records, now, stale_after_s=s.stale_after_s, max_attempts=s.max_attempts)
+        snapshots = None
+        if spec.kind == "local":  # which base snapshots exist: the pure planner reads no disk
+            from workers.local_study import local_snapshots
+
+            snapshots = local_snapshots(spec, records)
+        p = plan(spec, records, now, snapshots=snapshots, stale_after_s=s.stale_after_s, max_attempts=s.max_attempts)
 
         stale_before = now - s.stale_after_s
         failed = []
@@ -467,7 +477,7 @@ class Runner:
              time_limit_s: float | None = None) -> None:
         """Send the task ``{trial_id}-a{attempt}`` (a duplicate is harmless: one claim wins) with the
         trial's hard time limit (:mod:`workers.time_limits`; read from its run when not given)."""
-        from workers.celery_app import TRIAL_TASK, app
+        from workers.broker import TRIAL_TASK, app
 
         if time_limit_s is None:
             time_limit_s = self._time_limit(trial_id, queue)
@@ -712,7 +722,7 @@ def tell(s: WorkerSettings, study: str, tags: dict, outcome: str, result: Any) -
 
 def queue_depth(queue: str) -> int:
     """Messages waiting in ``queue`` (works for the filesystem transport, Redis and AMQP)."""
-    from workers.celery_app import app
+    from workers.broker import app
 
     with app.connection_for_read() as conn:
         channel = conn.default_channel  # a broker that is away raises here: the pass fails, no send

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from celery import Task
 
-from workers.celery_app import app
+from workers.broker import app
 
 
 class TrialTask(Task):

@@ -36,11 +36,11 @@ def fingerprint(config: DataConfig) -> dict:
     """What the source currently is; a store whose manifest holds another fingerprint is stale."""
     kind = source_kind(config.source)
     if kind == "builtin":
-        from . import builtin
+        import cbscore.data.builtin as builtin  # the module itself, not the package (no import cycle)
 
         return builtin.fingerprint()
     if kind == "builtin-large":
-        from . import builtin_large
+        import cbscore.data.builtin_large as builtin_large
 
         return builtin_large.fingerprint()
     if kind == "hub":
@@ -66,12 +66,12 @@ def load_documents(config: DataConfig, cache_dir: Path):
 
     kind = source_kind(config.source)
     if kind == "builtin":
-        from . import builtin
+        import cbscore.data.builtin as builtin  # the module itself, not the package (no import cycle)
 
         rows = _take(builtin.documents(), config.max_documents)
         records = {"text": [r["text"] for r in rows], "group": [r["group"] for r in rows]}
     elif kind == "builtin-large":
-        from . import builtin_large
+        import cbscore.data.builtin_large as builtin_large
 
         rows = _take(builtin_large.documents(), config.max_documents)
         records = {"text": [r["text"] for r in rows], "group": [r["group"] for r in rows]}

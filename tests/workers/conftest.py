@@ -108,8 +108,8 @@ def worker_env(tmp_path, monkeypatch, mlflow_uri):
 
 def _reload_celery_app() -> None:
     """The Celery app reads its settings at import: re-apply them for this test's environment."""
-    if "workers.celery_app" in sys.modules:
-        from workers.celery_app import reconfigure
+    if "workers.broker" in sys.modules:
+        from workers.broker import reconfigure
 
         reconfigure()
 

@@ -60,7 +60,7 @@ def broker_behind_a_proxy(worker_env, monkeypatch, tmp_path):
         proxy.port = _free_port()  # not the probe's ephemeral one (see _free_port)
         proxy.up()
         monkeypatch.setenv("CBS_BROKER_URL", f"redis://127.0.0.1:{proxy.port}/0")
-        from workers.celery_app import reconfigure
+        from workers.broker import reconfigure
 
         reconfigure()
         yield proxy
@@ -172,7 +172,7 @@ def test_a_late_ack_that_fails_on_a_lost_broker_frees_the_prefetch_slot(broker_b
 
     import workers.tasks  # noqa: F401 - registers the task the request is for
     from workers.acks import LateAckRequest
-    from workers.celery_app import TRIAL_TASK, app
+    from workers.broker import TRIAL_TASK, app
 
     proxy = broker_behind_a_proxy
     for i in (1, 2):

@@ -66,7 +66,9 @@ def test_dry_run_measures_every_model_and_scales_the_big_ones(worker_env):
     vocab = int(spec.data.get("vocab_size", 8192))
     ratio = _flops_with_head("tiny-0.8M", 16, vocab) / _flops_with_head("85M", 16, vocab)
     assert rates["85M"] == pytest.approx(rates["tiny-0.8M"] * ratio)
-    assert rates["tiny-0.1M"] > rates["tiny-0.8M"] > rates["85M"] > 0
+    # (which tiny model measures faster is timing on a shared CPU, not a property to test: the
+    # dry run at a session's start measured tiny-0.8M above tiny-0.1M with a study beside it)
+    assert rates["tiny-0.1M"] > 0 and rates["tiny-0.8M"] > rates["85M"] > 0
 
 
 def test_bad_arguments_are_refused_by_name(worker_env, capsys):

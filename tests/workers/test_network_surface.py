@@ -11,10 +11,11 @@ import urllib.error
 import urllib.request
 
 import pytest
+from celery import Celery
 
 from cbscore.errors import ConfigError
 from tests.workers.conftest import CBS
-from workers.celery_app import Celery, configure
+from workers.broker import configure
 from workers.cli import tracking_argv, tracking_auth_config
 from workers.settings import WorkerSettings
 

@@ -167,7 +167,7 @@ def two_hosts(worker_env, tmp_path, monkeypatch):
         here = {**common, **services(f"{redis_host}:{redis_port}", pg.host or "127.0.0.1", pg.port or 5432)}
         for key, value in here.items():
             monkeypatch.setenv(key, value)
-        from workers.celery_app import reconfigure
+        from workers.broker import reconfigure
 
         reconfigure()
         envs = {}

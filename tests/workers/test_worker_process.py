@@ -177,7 +177,7 @@ def test_worker_forks_a_child_per_task_while_its_presence_thread_writes(worker_e
     """The pool forks a fresh child after every task while the parent's presence thread writes
     SQLite; a fork inside a write used to leave the child blocked on a lock (5 of 40 ran). Tasks
     of unknown trials also show that a task without a lease exits without training."""
-    from workers.celery_app import TRIAL_TASK, app
+    from workers.broker import TRIAL_TASK, app
 
     monkeypatch.setenv("CBS_HEARTBEAT_S", "0.01")
     monkeypatch.setenv("CBS_STALE_AFTER_S", "1")
@@ -213,7 +213,7 @@ def test_idle_pool_children_killed_on_the_filesystem_broker_leave_a_worker_that_
     """billiard's blocking pool (no event loop: the filesystem broker) let an idle child hold the task
     pipe's read lock while it waited; a ``kill -9`` of that child left the lock held and the worker
     taking no task ever again (the chaos run's fault). workers.pool waits without the lock."""
-    from workers.celery_app import TRIAL_TASK, app
+    from workers.broker import TRIAL_TASK, app
 
     worker = processes.worker("--concurrency", "2")
 
@@ -291,7 +291,7 @@ def redis_or_skip() -> None:
 def redis_env(worker_env, monkeypatch):
     redis_or_skip()
     monkeypatch.setenv("CBS_BROKER_URL", REDIS_URL)
-    from workers.celery_app import app, reconfigure
+    from workers.broker import app, reconfigure
 
     reconfigure()
     with app.connection_for_write() as conn:  # messages a previous run left in the test database

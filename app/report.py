@@ -25,6 +25,7 @@ from pathlib import Path
 
 from cbscore.errors import CbsError, ConfigError
 from workers.atomic_files import new_folder_beside, replace_folder
+from workers.parse import as_int
 
 
 def _csv_text(rows: list[dict], columns: tuple[str, ...]) -> str:
@@ -97,7 +98,7 @@ def noise_rows(name: str) -> list[dict]:
     tracker = api._tracker()
     parent = api._parent(tracker, name)
     runs = {r.info.run_id: r for r in tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)}
-    context = api._int(parent.data.params.get("context_tokens")) or 0
+    context = as_int(parent.data.params.get("context_tokens")) or 0
     rows = []
     for rec in build_records(list(runs.values()), api._ledger().leases(name), tracker, with_history=False):
         run = runs.get(rec.run_id)
