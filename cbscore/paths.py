@@ -5,6 +5,8 @@ under one state directory: ``$CBS_HOME`` when set, else ``.cbs/`` in the checkou
 Two folders move out of it when several hosts work on one lab (docs/operating.md, "Scaling out"): the trials'
 checkpoints (``CBS_CHECKPOINT_DIR``) and the token stores (``CBS_STORE_DIR``), each a path on a
 filesystem that every host mounts, so a trial resumes on any host and every host trains on one store.
+The base runs' snapshots of ``local`` studies (``CBS_SNAPSHOT_DIR``) move out the same way: a branch
+on any host starts from them.
 """
 
 from __future__ import annotations
@@ -48,3 +50,11 @@ def store_root() -> Path:
     path = _shared("CBS_STORE_DIR") or cbs_home() / "data"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def snapshot_root() -> Path:
+    """The folder of the studies' kept artifacts, e.g. a local study's base-run snapshots under
+    ``<root>/<study>/snapshots/s<seed>``: ``CBS_SNAPSHOT_DIR`` (shared by every host, like
+    ``CBS_CHECKPOINT_DIR``), else ``$CBS_HOME/artifacts``. Never a trial's checkpoint folder:
+    those are removed when a trial ends, these only when the study is deleted."""
+    return _shared("CBS_SNAPSHOT_DIR") or cbs_home() / "artifacts"

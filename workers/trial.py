@@ -135,12 +135,15 @@ class StopWatch(Callback):
         return self.heartbeat.beat()  # False too when the ledger cannot say (fails closed)
 
 
-def _operational(trial_id: str, train_config: dict) -> dict:
+def _operational(trial_id: str, train_config: dict, study: str = "") -> dict:
     """Fields that change how the trial runs here, not what it computes (the checkpoint allows them):
-    the checkpoint folder and period, the device, threads, and this worker's devices per trial."""
+    the checkpoint folder and period, the device, threads, this worker's devices per trial, and a
+    local study's snapshot folders on this host (:func:`workers.local_study.host_paths`)."""
     from workers.devices import trial_devices
+    from workers.local_study import host_paths
 
-    out: dict = {**trial_devices(train_config), "checkpoint_dir": checkpoint_dir(trial_id),
+    out: dict = {**trial_devices(train_config), **(host_paths(study, train_config) if study else {}),
+                 "checkpoint_dir": checkpoint_dir(trial_id),
                  "checkpoint_every_seconds": float(os.environ.get("CBS_CHECKPOINT_EVERY_S") or 300.0)}
     device = os.environ.get("CBS_TRIAL_DEVICE")
     if device:
@@ -224,7 +227,7 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
         from cbscore.train import train
         from cbscore.train_config import TrainConfig
 
-        config = TrainConfig.from_dict({**spec.train_config, **_operational(trial_id, spec.train_config)})
+        config = TrainConfig.from_dict({**spec.train_config, **_operational(trial_id, spec.train_config, study)})
         ready_store(ledger, study, config.data)  # the study's one store, here; never a second one
         callbacks = [MlflowCallback(tracker, run_id, flush_s=s.heartbeat_s), StopWatch(heartbeat)]
         result = train(config, callbacks)

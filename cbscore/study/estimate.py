@@ -11,7 +11,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import Mapping
 
-from cbscore.study.planner import grid_trials, setting_grid_tokens
+from cbscore.study.plan_kinds import grid_tokens, grid_trials
+from cbscore.study.planner import setting_grid_tokens
 from cbscore.study.spec import StudySpec
 
 
@@ -62,7 +63,7 @@ def estimate(spec: StudySpec, tokens_per_s: float | Mapping[str, float] | None =
     out = []
     total_seconds: float | None = 0.0
     for s in settings:
-        toks = setting_grid_tokens(spec, s)
+        toks = grid_tokens(spec) if spec.kind == "local" else setting_grid_tokens(spec, s)  # local: one setting
         rate = tokens_per_s.get(s.model) if isinstance(tokens_per_s, Mapping) else tokens_per_s
         secs = toks / rate if rate else None
         if secs is None:

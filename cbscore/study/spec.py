@@ -3,7 +3,8 @@
 A study is a set of *settings* ``(N, D)`` (a model preset and a token budget), each measured at
 several batch sizes. The kinds follow the paper (Zhang et al. 2025, §3): ``chinchilla`` (N and D
 grow together at a tokens-per-parameter ratio), ``fixed_n`` (one model, several D), ``fixed_d``
-(several models, one D) and ``custom`` (any list of ``(model, D)``).
+(several models, one D) and ``custom`` (any list of ``(model, D)``); ``local`` measures the CBS
+during one run by branching from its checkpoints (Merrill et al. 2025; :mod:`cbscore.study.local_spec`).
 
 The spec is a frozen dataclass; ``to_dict()``/``from_dict()`` is the wire format (JSON/YAML), and
 every check raises :class:`~cbscore.errors.ConfigError` naming the field and the value.
@@ -23,8 +24,9 @@ from typing import Any, Mapping
 import yaml
 
 from cbscore.errors import ConfigError
+from cbscore.study.local_spec import LocalSpec, apply_local, checkpoints
 
-KINDS = ("chinchilla", "fixed_n", "fixed_d", "custom")
+KINDS = ("chinchilla", "fixed_n", "fixed_d", "custom", "local")
 SEARCH_KINDS = ("grid", "optuna")
 SCHEDULES = ("constant", "cosine", "wsd")
 GNS_CELLS = ("all", "reference")
@@ -141,7 +143,7 @@ class StudySpec:
     name: str
     """Study name: letters, digits, ``-`` and ``_``; one MLflow experiment per name."""
     kind: str = "custom"
-    """``chinchilla``, ``fixed_n``, ``fixed_d`` or ``custom``."""
+    """``chinchilla``, ``fixed_n``, ``fixed_d``, ``custom`` or ``local``."""
     models: tuple[str, ...] = ()
     """Model presets (``chinchilla``, ``fixed_d``: several; ``fixed_n``: exactly one)."""
     tokens: tuple[int, ...] = ()
@@ -250,6 +252,10 @@ class StudySpec:
     """The ``fixed`` recipe's reference D in tokens; ``None`` = √(D_min·D_max) of the settings.
     ``cbs study extend`` pins it when it adds settings, so the trials already run keep their β2
     and τ (:mod:`cbscore.study.extend`)."""
+    local: LocalSpec | None = None
+    """``local`` studies: the base run's batch and rate, its checkpoints and the branches from each
+    (:class:`~cbscore.study.local_spec.LocalSpec`; ``None`` = its defaults). A local study's
+    ``batch_sizes`` and ``b_ref`` are derived from it (every ``k·B0``, and ``B0``)."""
     pinned_targets: Mapping[str, float] | None = None
     """Targets (held-out loss, nats per token) that settings had when the study was extended: the
     planner uses them instead of recomputing them from the reference cell, so trials that
@@ -276,6 +282,10 @@ class StudySpec:
         object.__setattr__(self, "data", dict(self.data))
         if self.target_losses is not None:
             object.__setattr__(self, "target_losses", dict(self.target_losses))
+        if self.kind == "local":
+            apply_local(self)
+        elif self.local is not None:
+            raise ConfigError("local", self.local, f"applies to kind local only, not {self.kind}")
 
         if not self.batch_sizes:
             raise ConfigError("batch_sizes", list(self.batch_sizes), "must list at least one batch size")
@@ -420,6 +430,10 @@ class StudySpec:
             check_model("models", m)
         if len(set(self.models)) != len(self.models):
             raise ConfigError("models", list(self.models), "must not repeat a model")
+        if self.kind == "local":
+            _positive_int("tokens", self.tokens[0])
+            checkpoints(self.local, total_tokens=self.tokens[0], context_tokens=self.context_tokens)  # each on a step
+            return
         if self.kind == "fixed_n" and len(self.models) != 1:
             raise ConfigError("models", list(self.models), "a fixed_n study takes exactly one model")
         if self.kind in ("fixed_n", "fixed_d"):
@@ -458,7 +472,7 @@ class StudySpec:
             pairs = list(zip(self.models, self.tokens))
         elif self.kind == "chinchilla":
             pairs = [(m, int(round(self.tokens_per_param * model_info(m, self.context_tokens, self._vocab_size())[0]))) for m in self.models]
-        elif self.kind == "fixed_n":
+        elif self.kind in ("fixed_n", "local"):
             pairs = [(self.models[0], t) for t in self.tokens]
         else:
             pairs = [(m, self.tokens[0]) for m in self.models]
@@ -494,6 +508,7 @@ class StudySpec:
         d["data"] = dict(self.data)
         d["target_losses"] = None if self.target_losses is None else dict(self.target_losses)
         d["pinned_targets"] = None if self.pinned_targets is None else dict(self.pinned_targets)
+        d["local"] = None if self.local is None else self.local.to_dict()
         return d
 
     @classmethod

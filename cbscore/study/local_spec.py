@@ -1,0 +1,224 @@
+"""The ``local`` study kind's own fields: a base run, its checkpoints, and the branches from each.
+
+Merrill, Arora, Groeneveld & Hajishirzi 2025 ("Critical Batch Size Revisited", arXiv 2505.23971,
+§3) measure the *local* critical batch size during one run: the base run trains at ``B0`` with
+learning rate ``η0``; from its checkpoint at ``t`` tokens, branches train ``Δ`` tokens at ``k·B0``
+with learning rate ``f(k)·η0`` (``f(k) = √k`` for Adam, Malladi et al. 2022, arXiv 2205.10287;
+``k`` for SGD, Goyal et al. 2017, arXiv 1706.02677). :class:`LocalSpec` is the part of a
+:class:`~cbscore.study.StudySpec` of ``kind: local`` that says which ``t``, ``k`` and ``Δ``; the
+study's own fields give the rest (its one model and one token budget D are the base run's, its
+``context_tokens``, ``schedule``, ``warmup_fraction``, recipe and ``seeds`` too: one base run per
+seed, and seed ``s``'s branches start from base ``s``).
+
+Every position is a whole step: a checkpoint is a multiple of ``B0·T`` (a step boundary of the
+base run), and ``Δ`` a multiple of every branch's ``k·B0·T``, so that every branch of a checkpoint
+sees exactly the same tokens (:func:`window_unit_tokens`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any, Mapping
+
+from cbscore.errors import ConfigError
+
+#: The issue's default grid of ``k`` (the foundation's ``cbscore.local.DEFAULT_MULTIPLIERS``).
+DEFAULT_MULTIPLIERS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
+LR_RULES = ("sqrt", "linear")
+
+
+def _number(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = True, integer: bool = False) -> float:
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type:
+        raise ConfigError(name, value, f"must be {'a whole number' if integer else 'a number'} in "
+                                       f"{'(' if lo_open else '['}{lo:g}, {hi:g}]")
+    x = float(value) if abs(value) <= sys.float_info.max else math.inf
+    if not ((x > lo if lo_open else x >= lo) and x <= hi):
+        raise ConfigError(name, value, f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}]")
+    return x
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalSpec:
+    """Base run and branches of a ``local`` study (the study's ``local:`` mapping)."""
+
+    base_batch_size: int = 8
+    """``B0``: the base run's batch, sequences of ``context_tokens`` tokens."""
+    base_lr: float = 0.01
+    """``η0``: the base run's peak learning rate."""
+    checkpoint_count: int = 4
+    """Log-spaced checkpoints at ``D/2^j`` for ``j = checkpoint_count, …, 1`` (4: D/16, D/8, D/4,
+    D/2), each rounded down to a whole step of ``B0·T`` tokens; 0 = only ``checkpoint_tokens``."""
+    checkpoint_tokens: tuple[int, ...] = ()
+    """Further checkpoints, tokens; each a multiple of ``B0·T`` below D."""
+    multipliers: tuple[float, ...] = DEFAULT_MULTIPLIERS
+    """``k`` of the branches at every checkpoint; each ``k·B0`` a whole batch."""
+    early_multipliers: tuple[float, ...] = ()
+    """Fractions below 1 (e.g. 0.5, 0.25) added at the first ``early_checkpoints`` checkpoints,
+    where the local CBS may be below ``B0``; each ``k·B0`` a whole batch."""
+    early_checkpoints: int = 1
+    """How many of the first checkpoints get ``early_multipliers``."""
+    lr_rule: str = "sqrt"
+    """``f`` of the branches' learning rate ``f(k)·η0``: ``sqrt`` (Adam, Malladi et al. 2022) or
+    ``linear`` (SGD, Goyal et al. 2017). The lab trains AdamW: ``sqrt``."""
+    window_fraction: float = 0.5
+    """``Δ`` as a share of the checkpoint's tokens (0.5: a branch from ``t`` trains ``t/2``),
+    rounded up to a multiple of every ``k·B0·T``; Merrill et al. use one fixed ``Δ`` at the
+    scale of billions of tokens, a share lets a CPU study's early checkpoints see a signal."""
+    window_tokens: int | None = None
+    """A fixed ``Δ`` in tokens for every checkpoint instead of ``window_fraction``; a multiple
+    of every ``k·B0·T``."""
+    epsilon: float = 0.01
+    """Merrill's tolerance ``ε`` on the smoothed training loss after ``Δ``, nats per token; also
+    the floor of the noise-aware rule's tolerances."""
+    z: float = 1.6448536269514722
+    """The noise-aware rule's ``z``: a larger batch fails only when worse beyond ``z`` standard
+    errors of the difference (one-sided 95%)."""
+    smooth_fraction: float = 0.1
+    """Share of a branch's last logged training losses averaged for Merrill's smoothed loss."""
+
+    def __post_init__(self) -> None:
+        for name in ("checkpoint_tokens", "multipliers", "early_multipliers"):
+            value = getattr(self, name)
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+                raise ConfigError(f"local.{name}", value, "must be a list")
+            object.__setattr__(self, name, tuple(value))
+        _number("local.base_batch_size", self.base_batch_size, 1, 2**24, lo_open=False, integer=True)
+        _number("local.base_lr", self.base_lr, 0, 10)
+        _number("local.checkpoint_count", self.checkpoint_count, 0, 30, lo_open=False, integer=True)
+        for t in self.checkpoint_tokens:
+            _number("local.checkpoint_tokens", t, 1, 10**15, lo_open=False, integer=True)
+        if len(set(self.checkpoint_tokens)) != len(self.checkpoint_tokens):
+            raise ConfigError("local.checkpoint_tokens", list(self.checkpoint_tokens), "must not repeat a token count")
+        if self.checkpoint_count == 0 and not self.checkpoint_tokens:
+            raise ConfigError("local.checkpoint_count", 0, "needs checkpoint_tokens (there would be no checkpoint)")
+        if len(self.multipliers) < 2:
+            raise ConfigError("local.multipliers", list(self.multipliers), "must list two multipliers or more")
+        for name in ("multipliers", "early_multipliers"):
+            ks = getattr(self, name)
+            for k in ks:
+                _number(f"local.{name}", k, 0, 1024)
+                if k * self.base_batch_size != round(k * self.base_batch_size):
+                    raise ConfigError(f"local.{name}", k, f"must make k·B0 a whole batch (B0 = {self.base_batch_size})")
+            if len(set(ks)) != len(ks):
+                raise ConfigError(f"local.{name}", list(ks), "must not repeat a multiplier")
+        object.__setattr__(self, "multipliers", tuple(float(k) for k in self.multipliers))
+        object.__setattr__(self, "early_multipliers", tuple(float(k) for k in self.early_multipliers))
+        if 1 not in self.multipliers:
+            raise ConfigError("local.multipliers", list(self.multipliers), "must contain 1 (the base run's own batch)")
+        if min(self.multipliers) < 1:
+            raise ConfigError("local.multipliers", min(self.multipliers),
+                              "must be 1 or more (put fractions in early_multipliers)")
+        if self.early_multipliers and max(self.early_multipliers) >= 1:
+            raise ConfigError("local.early_multipliers", max(self.early_multipliers), "must be below 1")
+        _number("local.early_checkpoints", self.early_checkpoints, 0, 30, lo_open=False, integer=True)
+        if self.lr_rule not in LR_RULES:
+            raise ConfigError("local.lr_rule", self.lr_rule, f"must be one of {', '.join(LR_RULES)}")
+        _number("local.window_fraction", self.window_fraction, 0, 4)
+        if self.window_tokens is not None:
+            _number("local.window_tokens", self.window_tokens, 1, 10**15, lo_open=False, integer=True)
+        _number("local.epsilon", self.epsilon, 0, 10, lo_open=False)
+        _number("local.z", self.z, 0, 10, lo_open=False)
+        _number("local.smooth_fraction", self.smooth_fraction, 0, 1)
+
+    def all_multipliers(self) -> tuple[float, ...]:
+        """Every ``k`` of the study, increasing (early fractions first)."""
+        return tuple(sorted(set(self.multipliers) | set(self.early_multipliers)))
+
+    def branch_batch_sizes(self) -> tuple[int, ...]:
+        """Every ``k·B0`` of the study, sequences, increasing."""
+        return tuple(sorted({int(round(k * self.base_batch_size)) for k in self.all_multipliers()}))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        for name in ("checkpoint_tokens", "multipliers", "early_multipliers"):
+            d[name] = list(d[name])
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LocalSpec":
+        if not isinstance(data, Mapping):
+            raise ConfigError("local", data, "must be a mapping of fields")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"local.{unknown[0]}", data[unknown[0]],
+                              f"is not a local field (known: {', '.join(sorted(known))})")
+        return cls(**dict(data))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checkpoint:
+    """One checkpoint of the base run and its branches."""
+
+    tokens: int
+    """Stream position ``t``, tokens (a multiple of ``B0·T``)."""
+    window_tokens: int
+    """``Δ``, tokens (a multiple of every ``k·B0·T`` of :attr:`multipliers`)."""
+    multipliers: tuple[float, ...]
+    """``k`` of its branches, increasing."""
+
+
+def window_unit_tokens(local: LocalSpec, context_tokens: int, multipliers=None) -> int:
+    """The least ``Δ`` that is a whole number of steps of every branch: ``lcm(k·B0)·T`` tokens."""
+    ks = local.all_multipliers() if multipliers is None else multipliers
+    batches = [int(round(k * local.base_batch_size)) for k in ks]
+    return reduce(math.lcm, batches, 1) * context_tokens
+
+
+def checkpoints(local: LocalSpec, *, total_tokens: int, context_tokens: int) -> tuple[Checkpoint, ...]:
+    """The study's checkpoints, increasing, with each one's window and grid; a bad one raises a
+    ConfigError naming the field and the value."""
+    step = local.base_batch_size * context_tokens
+    chosen = {(total_tokens >> j) // step * step for j in range(1, local.checkpoint_count + 1)}
+    for t in local.checkpoint_tokens:
+        if t % step:
+            raise ConfigError("local.checkpoint_tokens", t, f"must be a multiple of B0·T = {step} tokens (a whole "
+                                                              "step of the base run)")
+        if t >= total_tokens:
+            raise ConfigError("local.checkpoint_tokens", t, f"must be below the base run's D = {total_tokens} tokens")
+        chosen.add(t)
+    chosen.discard(0)
+    if not chosen:
+        raise ConfigError("local.checkpoint_count", local.checkpoint_count,
+                          f"gives no checkpoint after a whole step of B0·T = {step} tokens within D = {total_tokens}")
+    out = []
+    for i, t in enumerate(sorted(chosen)):
+        ks = local.all_multipliers() if i < local.early_checkpoints else tuple(sorted(local.multipliers))
+        unit = window_unit_tokens(local, context_tokens, ks)
+        if local.window_tokens is not None:
+            if local.window_tokens % unit:
+                raise ConfigError("local.window_tokens", local.window_tokens,
+                                  f"must be a multiple of {unit} tokens (lcm of every k·B0, times T), so that "
+                                  "every branch trains whole steps over the same tokens")
+            window = local.window_tokens
+        else:
+            window = max(1, math.ceil(local.window_fraction * t / unit)) * unit
+        out.append(Checkpoint(tokens=t, window_tokens=window, multipliers=ks))
+    return tuple(out)
+
+
+def apply_local(spec) -> None:
+    """Checks of a ``kind: local`` :class:`~cbscore.study.StudySpec` (called by its
+    ``__post_init__`` before the batch-size checks): parse ``local``, require one model and one D,
+    and derive ``batch_sizes`` (every ``k·B0``) and ``b_ref`` (``B0``), so that the study's
+    records, tables and limits see the branches' batch sizes."""
+    local = spec.local
+    if local is None:
+        local = LocalSpec()
+    elif isinstance(local, Mapping):
+        local = LocalSpec.from_dict(local)
+    elif not isinstance(local, LocalSpec):
+        raise ConfigError("local", local, "must be a mapping of fields")
+    object.__setattr__(spec, "local", local)
+    models, tokens = tuple(spec.models), tuple(spec.tokens)
+    if len(models) != 1:
+        raise ConfigError("models", list(models), "a local study takes exactly one model (the base run's)")
+    if len(tokens) != 1:
+        raise ConfigError("tokens", list(tokens), "a local study takes exactly one token budget (the base run's D)")
+    object.__setattr__(spec, "batch_sizes", local.branch_batch_sizes())
+    object.__setattr__(spec, "b_ref", local.base_batch_size)

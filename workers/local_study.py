@@ -1,0 +1,89 @@
+"""Where a ``local`` study keeps its base runs' snapshots, and what the runner tells the planner.
+
+A base run writes a read-only snapshot at each checkpoint (``TrainConfig.snapshot_dir``); the
+branches start from them. They are the study's artifacts, not a trial's checkpoint: a trial's
+checkpoint folder (``<checkpoint root>/<trial_id>``, :mod:`workers.checkpoints`) is removed when
+the trial ends, and a snapshot there would vanish under the branches still to run. So they live
+under :func:`cbscore.paths.snapshot_root` (``CBS_SNAPSHOT_DIR`` on a filesystem every host
+mounts, else ``$CBS_HOME/artifacts``) as ``<root>/<study>/snapshots/s<seed>/tokens-<t>/``, kept
+when the study ends and removed only by :func:`delete_study_artifacts`.
+
+Paths in a trial's config are the launching host's; a worker re-roots them at its own
+:func:`snapshot_dir` (:func:`host_paths`; both are operational fields of ``TrainConfig``, so a
+resume on another host is the same trial).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from cbscore import paths
+from cbscore.checkpoint import checkpoint_path, snapshot_path
+from cbscore.errors import ConfigError
+from cbscore.study import LocalSnapshots, StudySpec, TrialRecord
+from cbscore.study.local_plan import base_trial_id, local_trials, study_checkpoints
+
+
+def study_artifacts(study: str) -> Path:
+    """The study's kept-artifacts folder (not created here)."""
+    if not study or "/" in study or study in (".", ".."):
+        raise ConfigError("study", study, "must be a study name")
+    return paths.snapshot_root() / study
+
+
+def snapshot_dir(study: str, seed: int) -> str:
+    """The folder of base run ``seed``'s snapshots (``TrainConfig.snapshot_dir``)."""
+    return str(study_artifacts(study) / "snapshots" / f"s{int(seed)}")
+
+
+def local_snapshots(spec: StudySpec, records: Sequence[TrialRecord]) -> LocalSnapshots:
+    """The planner's input: each seed's snapshot folder, and the checkpoints its base run has
+    passed (progress tokens ≥ t, as MLflow last heard) whose snapshot is on disk."""
+    by_id = {r.trial_id: r for r in records}
+    folders = {s: snapshot_dir(spec.name, s) for s in spec.seeds}
+    ready: dict[int, frozenset[int]] = {}
+    for s in spec.seeds:
+        base = by_id.get(base_trial_id(spec, s))
+        if base is None:
+            continue
+        ready[s] = frozenset(c.tokens for c in study_checkpoints(spec)
+                             if (base.tokens >= c.tokens or base.status == "finished")
+                             and checkpoint_path(snapshot_path(folders[s], c.tokens)).exists())
+    return LocalSnapshots(folders=folders, ready=ready)
+
+
+def host_paths(study: str, train_config: Mapping) -> dict:
+    """``snapshot_dir`` / ``branch_from`` of a local study's trial on this host (empty for others)."""
+    out: dict = {}
+    seed = int(train_config.get("seed", 0))
+    if train_config.get("snapshot_dir"):
+        out["snapshot_dir"] = snapshot_dir(study, seed)
+    if train_config.get("branch_from") and train_config.get("branch_tokens") is not None:
+        out["branch_from"] = str(snapshot_path(snapshot_dir(study, seed), int(train_config["branch_tokens"])))
+    return out
+
+
+def largest_trial(spec: StudySpec) -> tuple[int, str, int]:
+    """Build every trial's ``TrainConfig`` (a bad one fails here, with the trainer's message) and
+    return ``(tokens the longest trial reads, setting id, batch size)`` for the store check."""
+    from cbscore.train_config import TrainConfig
+
+    largest = (0, "", 0)
+    for ts in local_trials(spec, {s: snapshot_dir(spec.name, s) for s in spec.seeds}):
+        config = TrainConfig.from_dict(ts.train_config)
+        read = config.max_tokens - (config.branch_tokens or 0)
+        largest = max(largest, (read, ts.setting_id, ts.batch_size))
+    return largest
+
+
+def delete_study_artifacts(study: str) -> bool:
+    """Remove the study's kept artifacts (its base runs' snapshots); True when there were any.
+    For deleting a study, never for ending one: branches may still be run from them
+    (``cbs study extend``, a retry)."""
+    folder = study_artifacts(study)
+    if not folder.exists():
+        return False
+    shutil.rmtree(folder)
+    return True
