@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import failures, fit_view, gns_panels, panels
+from app import failures, fit_view, gns_panels, panels, sources
 
 st.title("Scaling laws")
 st.caption(
@@ -33,6 +33,53 @@ def _compare_with_paper(table) -> None:
                  })
 
 
+def _compare(name: str, table) -> None:
+    """Other studies beside this one (issue 25): B* and laws on one chart and in one table, each study
+    fitted at its own B_ref and r; the choice is in the URL (``?study=A&compare=B,C``) to share."""
+    import pandas as pd
+
+    from app import compare
+
+    others = [s.name for s in sources.studies() if s.name != name]
+    if not others:
+        return
+    st.subheader("Compare studies")
+    chosen = st.multiselect(
+        "Compare with", others, default=compare.parse_compare(st.query_params.get("compare"), others, name),
+        max_selections=compare.MAX_STUDIES - 1, key="scaling.compare",
+        help="Other studies drawn beside this one, a colour each, each fitted at its own B_ref and r. The page's "
+             "address keeps the choice: copy it to share the comparison.")
+    if ",".join(chosen) != (st.query_params.get("compare") or ""):
+        if chosen:
+            st.query_params["compare"] = ",".join(chosen)
+        else:
+            st.query_params.pop("compare", None)
+    if not chosen:
+        return
+    tables = {name: table}
+    for other in chosen:
+        try:
+            rows = panels.study_rows(other)
+        except failures.Nothing as exc:
+            st.info(f"`{other}`: {exc}", icon=":material/hourglass_empty:")
+            continue
+        b_ref, overhead = panels.study_rule(other)
+        tables[other] = panels.analyze(rows, b_ref or 256, overhead if overhead is not None else 0.2)
+    left, right = st.columns(2, gap="large")
+    left.plotly_chart(compare.comparison_figure(tables, "n", x_title="N (millions of non-embedding parameters, log)"),
+                      key="scaling.compare.n", config={"displaylogo": False})
+    right.plotly_chart(compare.comparison_figure(tables, "d", x_title="D (training tokens, log)"),
+                       key="scaling.compare.d", config={"displaylogo": False})
+    st.dataframe(pd.DataFrame(compare.setting_rows(tables)), hide_index=True, width="stretch", placeholder="—",
+                 column_config={k: st.column_config.NumberColumn(format="%.3g")
+                                for k in ("N (M)", "B*", "B* low", "B* high", "B_noise")})
+    laws = compare.law_rows(tables)
+    if laws:
+        st.dataframe(pd.DataFrame(laws).dropna(axis=1, how="all"), hide_index=True, width="stretch", placeholder="—",
+                     column_config={"α (N exponent)": st.column_config.NumberColumn(format="%.3f"),
+                                    "β (D exponent)": st.column_config.NumberColumn(format="%.3f")})
+
+
 with failures.shown_as_message("the Scaling laws page"):
     name = panels.study_picker("scaling")
     rows = panels.study_rows(name)
@@ -40,3 +87,4 @@ with failures.shown_as_message("the Scaling laws page"):
     panels.render_scaling(rows, name, b_ref, overhead)
     _compare_with_paper(panels.analyze(rows, b_ref, overhead))
     gns_panels.render_forecast_vs_measured(name, panels.analyze(rows, b_ref, overhead), b_ref, overhead)
+    _compare(name, panels.analyze(rows, b_ref, overhead))
