@@ -196,6 +196,7 @@ def trial_rows(records: Sequence, links: Mapping[str, str]) -> list[dict[str, An
         "tokens": r.tokens,
         "attempt": r.attempt,
         "note": r.note,
+        "reused from": getattr(r, "reused_from", "") or None,  # study/run of the trial it was copied from
         "run": links.get(r.run_id or ""),
     } for r in records]
 

@@ -441,11 +441,13 @@ class Runner:
                                   stale_after_s=self.settings.stale_after_s):
             return False
         existing = self.tracker.find_trial(exp_id, ts.trial_id)  # made before a crash?
+        key = self._config_key(ts)
         if existing is not None:
             run_id = existing.info.run_id
         else:
             tc = ts.train_config
             tags = {
+                "config_key": key or "",
                 "study": ts.study, "setting": ts.setting_id, "cell": ts.cell_id, "model": ts.model,
                 "batch_size": str(ts.batch_size), "lr": repr(ts.lr), "seed": str(ts.seed), "role": ts.role,
                 "max_tokens": str(ts.max_tokens), "max_steps": "" if ts.max_steps is None else str(ts.max_steps),
@@ -457,11 +459,59 @@ class Runner:
             }
             run_id = self.tracker.create_trial(exp_id, parent_id, trial_id=ts.trial_id, tags=tags,
                                                params=ts.train_config)
+        source = self._reusable(ts, key, exp_id)
+        if source is not None:  # trained already, by this very config: copied, not trained (workers.reuse)
+            from workers.reuse import copy_result
+
+            outcome = copy_result(self.tracker, source, run_id)
+            if self.ledger.mark_queued(ts.trial_id, run_id=run_id, owner=self.owner, now_s=time.time()):
+                self.ledger.end_queued(ts.trial_id, outcome=outcome, now_s=time.time())
+            return True
         if not self.ledger.mark_queued(ts.trial_id, run_id=run_id, owner=self.owner, now_s=time.time()):
             return False
         self.send(ts.study, ts.trial_id, 1, queue,
                   time_limit_s=trial_time_limit_s(self.settings, ts.train_config, queue))
         return True
+
+    def _config_key(self, ts: TrialSpec) -> str | None:
+        """The trial's reuse key (:func:`workers.reuse.config_key`): its trainer config and the
+        digest of its study's token store (pinned, or the store this host would use), ``None``
+        while neither is known (the study's first trials on a host without the store)."""
+        from workers.reuse import config_key
+
+        pin = self.ledger.store_pin(ts.study)
+        digest = pin.digest if pin is not None else None
+        if digest is None:
+            from cbscore.data import DataConfig
+            from cbscore.data.store import content_digest, reuse_problem
+
+            try:
+                data = DataConfig.from_dict(dict(ts.train_config.get("data") or {}))
+                digest = content_digest(data.store_path()) if reuse_problem(data) is None else None
+            except Exception:  # noqa: BLE001 - no key: the trial is trained, never wrongly reused
+                digest = None
+        return None if digest is None else config_key(ts.train_config, digest)
+
+    def _reusable(self, ts: TrialSpec, key: str | None, exp_id: str):
+        """A finished run of any study with ``key`` to copy, unless the study opts out. (What the
+        answer needs, the study's switch and every study's experiment, is read once per few
+        seconds: a pass starts dozens of trials.)"""
+        if key is None:
+            return None
+        now = time.monotonic()
+        memo = self.__dict__.setdefault("_reuse_memo", {})
+        if ts.study not in memo or now - memo[ts.study][0] > 5.0:
+            parent = self.tracker.study_run(ts.study)
+            spec = StudySpec.from_dict(self.tracker.study_spec(parent)) if parent is not None else None
+            experiments = [e.experiment_id for e in self.tracker.client.search_experiments(
+                filter_string="tags.`cbs.study` = '1'", max_results=1000)]
+            memo[ts.study] = (now, spec is not None and spec.reuse_trials, experiments)
+        _, enabled, experiments = memo[ts.study]
+        if not enabled:
+            return None
+        from workers.reuse import find_reusable
+
+        return find_reusable(self.tracker, key, experiment_ids=experiments)
 
     def _queue(self) -> str:
         """``CBS_TRIAL_QUEUE`` if set, else ``gpu`` when a GPU worker is alive, else ``cpu``."""

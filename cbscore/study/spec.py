@@ -248,6 +248,10 @@ class StudySpec:
     """Sanity limit on the number of trials; a larger study needs ``force``."""
     max_total_tokens: float = 1e13
     """Sanity limit on the grid's total training tokens; a larger study needs ``force``."""
+    reuse_trials: bool = True
+    """Train nothing that a finished trial of any study already trained with the same trainer
+    config on the same token store: its run is copied into this study, tagged ``reused_from``
+    (:mod:`workers.reuse`). ``false``: train every trial here."""
     recipe_d_ref_tokens: int | None = None
     """The ``fixed`` recipe's reference D in tokens; ``None`` = √(D_min·D_max) of the settings.
     ``cbs study extend`` pins it when it adds settings, so the trials already run keep their β2
@@ -375,6 +379,8 @@ class StudySpec:
             missing = sorted(ids - set(self.target_losses))
             if missing:
                 raise ConfigError("target_losses", dict(self.target_losses), f"must give a target for every setting (missing {missing})")
+        if not isinstance(self.reuse_trials, bool):
+            raise ConfigError("reuse_trials", self.reuse_trials, "must be true or false")
         if self.recipe_d_ref_tokens is not None:
             _positive_int("recipe_d_ref_tokens", self.recipe_d_ref_tokens)
         if self.pinned_targets is not None:

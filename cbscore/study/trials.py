@@ -111,6 +111,9 @@ class TrialRecord:
     note: str = ""
     """Why the trial is where it is, for people: its stop reason once ended, or why its attempt
     went back to the queue (a store down, a disk full) while it waits."""
+    reused_from: str = ""
+    """``study/run id`` of the finished trial this one's result was copied from (the same trainer
+    config on the same store: ``workers.reuse``); ``""`` = trained in this study."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
