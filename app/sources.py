@@ -122,6 +122,12 @@ def forecast(study: str):
     return call("study_forecast", study, with_fit=False)
 
 
+@st.cache_data(ttl=SLOW_TTL_S, max_entries=8, show_spinner=False)
+def local_fit(study: str) -> dict:
+    """A local study's readout (``cbs study fit NAME --json`` for ``kind: local``)."""
+    return dict(call("study_local_fit", study))
+
+
 @st.cache_data(ttl=LIVE_TTL_S, max_entries=2, show_spinner=False)
 def alive_workers() -> list:
     """Workers that answer, with what each runs."""
@@ -169,5 +175,5 @@ def run_links(experiment_id: str, run_ids: list[str]) -> dict[str, str]:
 
 def refresh() -> None:
     """Forget every cached read (after launching or cancelling something)."""
-    for fn in (studies, records, curve, table, forecast, alive_workers):
+    for fn in (studies, records, curve, table, forecast, local_fit, alive_workers):
         fn.clear()

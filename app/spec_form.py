@@ -57,6 +57,19 @@ LABELS = {
     "devices_per_trial": "Devices per trial",
     "gns_micro_batch_size": "Noise-scale split (sequences)",
     "gns_cells": "Noise-scale cells",
+    # A local study's fields (app.local_form).
+    "local": "Local CBS",
+    "local.base_batch_size": "Base batch B0",
+    "local.base_lr": "Base learning rate η0",
+    "local.checkpoint_count": "Log-spaced checkpoints",
+    "local.checkpoint_tokens": "Extra checkpoints (tokens)",
+    "local.multipliers": "Multipliers k",
+    "local.early_multipliers": "Early multipliers (below 1)",
+    "local.early_checkpoints": "Checkpoints with early multipliers",
+    "local.lr_rule": "Learning-rate rule f(k)",
+    "local.window_fraction": "Window Δ (share of t)",
+    "local.window_tokens": "Window Δ (tokens)",
+    "local.epsilon": "Tolerance ε (nats)",
     # The simulator's inputs (Preview → "Simulate this design").
     "noise": "Noise σ",
     "b_noise": "B_noise of every setting",
@@ -171,6 +184,7 @@ KIND_LABELS = {
     "fixed_n": "Fixed N, vary D",
     "fixed_d": "Fixed D, vary N",
     "custom": "Custom settings",
+    "local": "Local CBS during one run (Merrill et al. 2025)",
 }
 
 
@@ -264,6 +278,8 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
     d["devices_per_trial"] = int(values["devices_per_trial"])
     d["gns_micro_batch_size"] = int(values["gns_micro_batch_size"]) or None  # 0 = no extra split
     d["gns_cells"] = values["gns_cells"]
+    # A local study's own fields come from app.local_form (build_local_spec); no other kind has them.
+    d["local"] = d.get("local") if kind == "local" else None
     return StudySpec.from_dict(d)
 
 

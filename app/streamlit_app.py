@@ -25,6 +25,7 @@ pages = {
     "Results": [
         st.Page("app_pages/curves.py", title="Curves", icon=":material/show_chart:"),
         st.Page("app_pages/scaling.py", title="Scaling laws", icon=":material/trending_up:"),
+        st.Page("app_pages/local_cbs.py", title="Local CBS", icon=":material/timeline:"),
     ],
     "Data": [
         st.Page("app_pages/import_table.py", title="Import", icon=":material/upload_file:"),

@@ -451,6 +451,14 @@ def study_histories(name: str) -> dict:
     return out
 
 
+def study_local_fit(name: str) -> dict:
+    """A ``local`` study's readout: local CBS per checkpoint by both rules, their power law over
+    tokens and the warm-up (:func:`workers.local_fit.local_fit`; the JSON of ``cbs study fit``)."""
+    from workers.local_fit import local_fit
+
+    return local_fit(name)
+
+
 def study_fit(name: str, *, bootstrap: int = 1000, seed: int = 0, free_alpha: bool = False,
               redraw_target: bool = True):
     """:func:`cbscore.analysis.analyze_table` of the study's table at its own B_ref and r; with

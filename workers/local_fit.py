@@ -112,16 +112,24 @@ def local_readout(spec: StudySpec, records: Sequence[TrialRecord],
 
 
 def local_fit(name: str) -> dict:
-    """:func:`local_readout` of study ``name`` from MLflow."""
-    from workers import api
+    """:func:`local_readout` of study ``name`` from MLflow and the ledger (as ``workers.api`` reads a
+    study; :func:`workers.api.study_local_fit` is this, for the pages)."""
+    from cbscore.errors import ConfigError
+    from workers.ledger import Ledger
+    from workers.records import build_records, in_spec
     from workers.settings import WorkerSettings
     from workers.tracking import Tracker
 
-    spec = api.study_spec(name)
+    s = WorkerSettings.from_env()
+    tracker = Tracker(s.tracking_uri, s.artifact_root)
+    parent = tracker.study_run(name)
+    if parent is None:
+        raise ConfigError("name", name, "names no study")
+    spec = StudySpec.from_dict(tracker.study_spec(parent))
     if spec.kind != "local":
-        raise CbsError(f"study {name!r} is a {spec.kind} study, not a local one")
-    records = api.study_records(name)
-    tracker = Tracker(WorkerSettings.from_env().tracking_uri)
+        raise ConfigError("name", name, f"names a {spec.kind} study, not a local one")
+    runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
+    records = in_spec(spec, build_records(runs, Ledger(s.ledger_url).leases(name), tracker))
     cache: dict[str, Sequence[float]] = {}
 
     def train_losses(record: TrialRecord) -> Sequence[float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import auth, failures, sources, spec_form, units
+from app import auth, failures, local_form, sources, spec_form, units
 from app.spec_form import KIND_LABELS
 from cbscore.errors import CbsError
 from cbscore.recipe import RECIPE_RULES
@@ -19,13 +19,25 @@ K = "launch."  # prefix of this page's session-state keys
 DEFAULT_TOKENS_PER_S = 20_000
 
 
+def _values(spec: dict) -> dict:
+    """The form's values of a spec dict: the common fields and a local study's."""
+    return {**spec_form.form_values(spec), **local_form.local_form_values(spec)}
+
+
+def _build(base: dict, values: dict):
+    """The spec the form describes (a local study's ``local`` fields from :mod:`app.local_form`)."""
+    if values["kind"] == "local":
+        return local_form.build_local_spec(base, values)
+    return spec_form.build_spec(base, values)
+
+
 def _load(spec: dict) -> None:
     """Fill the form from a spec dict (widgets take their values from session state)."""
     st.session_state[K + "base"] = spec
     st.session_state[K + "previewed"] = False  # a new spec is previewed when asked
     for key in ("sim.truth", "sim.b_noise"):  # their defaults follow the spec
         st.session_state.pop(K + key, None)
-    values = spec_form.form_values(spec)
+    values = _values(spec)
     st.session_state[K + "saved"] = {**st.session_state.get(K + "saved", {}), **values}
     for field, value in values.items():
         st.session_state[K + field] = value
@@ -54,6 +66,65 @@ def _load_yaml(text: str) -> None:
         st.session_state[K + "yaml_error"] = None
     except CbsError as exc:
         st.session_state[K + "yaml_error"] = failures.explain(exc)
+
+
+def _on_kind() -> None:
+    """Switching to a local study starts from its embedded defaults (the ``local-demo`` preset):
+    a grid study's several models and batch sizes mean nothing to one base run."""
+    if st.session_state.get(K + "kind") == "local" and st.session_state[K + "base"].get("kind") != "local":
+        _load(load_preset("local-demo").to_dict())
+
+
+def _local_fields() -> None:
+    """The base run, its checkpoints and the branches (Merrill et al. 2025, §3)."""
+    st.markdown("**Base run and branches** — one model and one D above; the base run trains at B0 and η0 and "
+                "keeps a snapshot at each checkpoint t, and from each a branch per k trains Δ tokens at k·B0 "
+                "with learning rate f(k)·η0, optimizer state carried over.")
+    cols = st.columns(4)
+    cols[0].number_input("Base batch B0", key=K + "local.base_batch_size", min_value=1, step=1,
+                         help="Sequences of T tokens; every k·B0 must be a whole batch.")
+    cols[1].number_input("Base learning rate η0", key=K + "local.base_lr", min_value=0.0, format="%.2e")
+    cols[2].number_input("Context length T", key=K + "context_tokens", min_value=1, step=16,
+                         help="Tokens per sequence.")
+    cols[3].selectbox("Learning-rate rule f(k)", list(local_form.LR_RULE_LABELS), key=K + "local.lr_rule",
+                      format_func=local_form.LR_RULE_LABELS.get)
+    cols = st.columns(4)
+    cols[0].number_input("Log-spaced checkpoints", key=K + "local.checkpoint_count", min_value=0, max_value=30,
+                         help="j of D/2^j for j = this, …, 1 (4: D/16, D/8, D/4, D/2), each rounded down to "
+                              "a whole step of B0·T tokens.")
+    cols[1].text_input("Extra checkpoints (tokens)", key=K + "local.checkpoint_tokens",
+                       help="Further checkpoints, each a multiple of B0·T, e.g. `12288, 50k`.")
+    cols[2].text_input("Multipliers k", key=K + "local.multipliers",
+                       help="The branches' k at every checkpoint (must contain 1), e.g. `1, 1.5, 2, 3, 4, 6, 8`.")
+    cols[3].text_input("Early multipliers (below 1)", key=K + "local.early_multipliers",
+                       help="Fractions added at the first checkpoints, where the local CBS may be below B0.")
+    cols = st.columns(4)
+    cols[0].number_input("Checkpoints with early multipliers", key=K + "local.early_checkpoints", min_value=0,
+                         max_value=30)
+    cols[1].number_input("Window Δ (share of t)", key=K + "local.window_fraction", min_value=0.0, step=0.1,
+                         help="Δ = this × t, rounded up to a multiple of every k·B0·T (every branch sees the "
+                              "same tokens in whole steps).")
+    cols[2].number_input("Window Δ (tokens)", key=K + "local.window_tokens", min_value=0, step=1024,
+                         help="One Δ for every checkpoint instead of the share; 0 = the share.")
+    cols[3].number_input("Tolerance ε (nats)", key=K + "local.epsilon", min_value=0.0, step=0.005, format="%.3f",
+                         help="Merrill's rule: k* is the largest k whose smoothed loss after Δ is within ε of every "
+                              "smaller k. Also the floor of the noise-aware rule's tolerances.")
+
+
+def _local_preview(spec, est) -> None:
+    """What a local study will run: its base runs and every branch, with their windows."""
+    rows = local_form.local_rows(spec)
+    st.subheader(f"Plan of `{spec.name}`")
+    m = st.columns(5)
+    m[0].metric("Checkpoints", len({r["from (tokens)"] for r in rows if r["role"] == "branch"}))
+    m[1].metric("Trials", est.trials)
+    m[2].metric("Tokens", units.count(est.tokens))
+    m[3].metric("Compute (FLOPs)", f"{est.flops:.2g}")
+    m[4].metric("Time (at most)", units.duration(est.seconds))
+    st.caption("A base run per seed first; each branch starts as soon as its base run's snapshot exists. "
+               "The snapshots are kept as the study's artifacts until the study is deleted.")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(420, 38 + 35 * len(rows)),
+                 column_config={"lr": st.column_config.NumberColumn(format="%.4g")})
 
 
 def _on_yaml_text() -> None:
@@ -93,7 +164,7 @@ with top[1].expander("Paste or upload a YAML spec"):
 if st.session_state.get(K + "yaml_error"):
     st.error(st.session_state[K + "yaml_error"], icon=":material/error:")
 
-kind = st.segmented_control("Study kind", KINDS, key=K + "kind", required=True,
+kind = st.segmented_control("Study kind", KINDS, key=K + "kind", required=True, on_change=_on_kind,
                             format_func=lambda k: KIND_LABELS[k])
 
 with st.form("launch", border=True):
@@ -114,33 +185,36 @@ with st.form("launch", border=True):
             cols[1].text_input("Token budgets D", key=K + "tokens",
                                help="Comma-separated token counts, e.g. `1M, 2M, 1.741B`.")
 
-    st.markdown("**Batch sizes and the CBS rule**")
-    cols = st.columns(4)
-    cols[0].text_input("Batch sizes", key=K + "batch_sizes", help="In sequences of T tokens, e.g. `64, 128, 256`.")
-    cols[1].number_input("Reference batch size B_ref", key=K + "b_ref", min_value=1, step=1,
-                         help="Reference runs at B_ref set each setting's target; must be one of the batch sizes.")
-    cols[2].number_input("Context length T", key=K + "context_tokens", min_value=1, step=64,
-                         help="Tokens per sequence (the paper: 512).")
-    cols[3].number_input("Overhead r", key=K + "overhead", min_value=0.0, step=0.05, format="%.2f",
-                         help="B* is the largest B with S(B) ≤ (1 + r)·S(B_ref)·B_ref/B (the paper: 0.2).")
+    if kind == "local":
+        _local_fields()
+    else:
+        st.markdown("**Batch sizes and the CBS rule**")
+        cols = st.columns(4)
+        cols[0].text_input("Batch sizes", key=K + "batch_sizes", help="In sequences of T tokens, e.g. `64, 128, 256`.")
+        cols[1].number_input("Reference batch size B_ref", key=K + "b_ref", min_value=1, step=1,
+                             help="Reference runs at B_ref set each setting's target; must be one of the batch sizes.")
+        cols[2].number_input("Context length T", key=K + "context_tokens", min_value=1, step=64,
+                             help="Tokens per sequence (the paper: 512).")
+        cols[3].number_input("Overhead r", key=K + "overhead", min_value=0.0, step=0.05, format="%.2f",
+                             help="B* is the largest B with S(B) ≤ (1 + r)·S(B_ref)·B_ref/B (the paper: 0.2).")
 
-    st.markdown("**Target loss**")
-    cols = st.columns([1, 2])
-    cols[0].radio("Target rule", ["reference", "explicit"], key=K + "target_rule",
-                  format_func=lambda r: {"reference": "From reference runs at B_ref (paper)",
-                                         "explicit": "Explicit target losses"}[r])
-    cols[1].text_area("Target losses", key=K + "target_losses", height=90,
-                      help="Only for explicit targets: one `setting_id: loss` per line (held-out loss, nats/token).")
+        st.markdown("**Target loss**")
+        cols = st.columns([1, 2])
+        cols[0].radio("Target rule", ["reference", "explicit"], key=K + "target_rule",
+                      format_func=lambda r: {"reference": "From reference runs at B_ref (paper)",
+                                             "explicit": "Explicit target losses"}[r])
+        cols[1].text_area("Target losses", key=K + "target_losses", height=90,
+                          help="Only for explicit targets: one `setting_id: loss` per line (held-out loss, nats/token).")
 
-    st.markdown("**Learning-rate search**")
-    cols = st.columns([1, 2, 1, 1, 1])
-    cols[0].radio("Search", ["grid", "optuna"], key=K + "search.kind",
-                  format_func=lambda s: {"grid": "Grid", "optuna": "Optuna"}[s])
-    cols[1].text_input("Learning rates", key=K + "search.lrs",
-                       help="Grid: every learning rate per cell (the paper: 1e-3, 3.16e-3, 6.32e-3, 1e-2, 3.16e-2).")
-    cols[2].number_input("Optuna trials per cell", key=K + "search.n_trials", min_value=1, step=1)
-    cols[3].number_input("Lowest learning rate", key=K + "search.lr_min", min_value=0.0, format="%.1e")
-    cols[4].number_input("Highest learning rate", key=K + "search.lr_max", min_value=0.0, format="%.1e")
+        st.markdown("**Learning-rate search**")
+        cols = st.columns([1, 2, 1, 1, 1])
+        cols[0].radio("Search", ["grid", "optuna"], key=K + "search.kind",
+                      format_func=lambda s: {"grid": "Grid", "optuna": "Optuna"}[s])
+        cols[1].text_input("Learning rates", key=K + "search.lrs",
+                           help="Grid: every learning rate per cell (the paper: 1e-3, 3.16e-3, 6.32e-3, 1e-2, 3.16e-2).")
+        cols[2].number_input("Optuna trials per cell", key=K + "search.n_trials", min_value=1, step=1)
+        cols[3].number_input("Lowest learning rate", key=K + "search.lr_min", min_value=0.0, format="%.1e")
+        cols[4].number_input("Highest learning rate", key=K + "search.lr_max", min_value=0.0, format="%.1e")
 
     st.markdown("**Budget and data**")
     cols = st.columns(6)
@@ -225,7 +299,7 @@ with st.form("launch", border=True):
     launch = buttons[1].form_submit_button("Launch study", type="primary", icon=":material/rocket_launch:",
                                            width="stretch")
 
-_save(("preset", "kind", "tokens_per_s", *spec_form.form_values(st.session_state[K + "base"])))
+_save(("preset", "kind", "tokens_per_s", *_values(st.session_state[K + "base"])))
 
 
 def _forecast_from(spec):
@@ -338,8 +412,8 @@ if preview or launch:
     st.session_state[K + "previewed"] = True  # stays open while the simulation below runs
 if preview or launch or st.session_state.get(K + "previewed"):
     with failures.shown_as_message("the launch form"):
-        values = {field: st.session_state[K + field] for field in spec_form.form_values(st.session_state[K + "base"])}
-        spec = spec_form.build_spec(st.session_state[K + "base"], values)
+        values = {field: st.session_state[K + field] for field in _values(st.session_state[K + "base"])}
+        spec = _build(st.session_state[K + "base"], values)
         spec = _forecast_from(spec)
         try:
             n_workers = max(1, len(sources.alive_workers()))
@@ -347,30 +421,33 @@ if preview or launch or st.session_state.get(K + "previewed"):
             n_workers = 1
         est = estimate(spec, tokens_per_s, n_workers=n_workers)
 
-        st.subheader(f"Plan of `{spec.name}`")
-        m = st.columns(6)
-        m[0].metric("Settings", len(est.settings))
-        m[1].metric("Cells", est.cells)
-        m[2].metric("Trials", est.trials)
-        m[3].metric("Tokens (at most)", units.count(est.tokens))
-        m[4].metric("Compute (FLOPs)", f"{est.flops:.2g}")
-        m[5].metric("Time (at most)", units.duration(est.seconds))
-        st.caption(f"Upper bounds at full budgets on {n_workers} worker(s) at {tokens_per_s:,.0f} tokens/s each: "
-                   "trials stop at their target and pruning stops hopeless ones, so a study spends less.")
-        if est.over_limit:
-            st.warning(f"This study is past a sanity limit: {est.over_limit}. Tick “Launch anyway” if you mean it.",
-                       icon=":material/warning:")
-        st.dataframe(pd.DataFrame(spec_form.planned_cells(spec)), hide_index=True, width="stretch",
-                     height=min(420, 38 + 35 * est.cells), column_config={
-                         "N": st.column_config.NumberColumn(format="compact"),
-                         "D (tokens)": st.column_config.NumberColumn(format="compact"),
-                         "budget per trial (tokens)": st.column_config.NumberColumn(format="compact"),
-                     })
-        _recipe_preview(spec)
-        with st.expander("The spec as YAML"):
-            st.code(spec.to_yaml(), language="yaml")
-            st.download_button("Download YAML", spec.to_yaml(), file_name=f"{spec.name}.yaml", mime="application/x-yaml")
-        _simulate(spec)
+        if spec.kind == "local":
+            _local_preview(spec, est)
+        else:
+            st.subheader(f"Plan of `{spec.name}`")
+            m = st.columns(6)
+            m[0].metric("Settings", len(est.settings))
+            m[1].metric("Cells", est.cells)
+            m[2].metric("Trials", est.trials)
+            m[3].metric("Tokens (at most)", units.count(est.tokens))
+            m[4].metric("Compute (FLOPs)", f"{est.flops:.2g}")
+            m[5].metric("Time (at most)", units.duration(est.seconds))
+            st.caption(f"Upper bounds at full budgets on {n_workers} worker(s) at {tokens_per_s:,.0f} tokens/s each: "
+                       "trials stop at their target and pruning stops hopeless ones, so a study spends less.")
+            if est.over_limit:
+                st.warning(f"This study is past a sanity limit: {est.over_limit}. Tick “Launch anyway” if you mean it.",
+                           icon=":material/warning:")
+            st.dataframe(pd.DataFrame(spec_form.planned_cells(spec)), hide_index=True, width="stretch",
+                         height=min(420, 38 + 35 * est.cells), column_config={
+                             "N": st.column_config.NumberColumn(format="compact"),
+                             "D (tokens)": st.column_config.NumberColumn(format="compact"),
+                             "budget per trial (tokens)": st.column_config.NumberColumn(format="compact"),
+                         })
+            _recipe_preview(spec)
+            with st.expander("The spec as YAML"):
+                st.code(spec.to_yaml(), language="yaml")
+                st.download_button("Download YAML", spec.to_yaml(), file_name=f"{spec.name}.yaml", mime="application/x-yaml")
+            _simulate(spec)
 
         if launch:
             if est.over_limit and not force:

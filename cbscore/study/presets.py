@@ -9,9 +9,10 @@ from cbscore.study.spec import StudySpec
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 
-#: ``demo`` runs end to end on a 2-core CPU in minutes, ``reproduce`` shows the paper's finding in under two
+#: ``demo`` runs end to end on a 2-core CPU in minutes (``local-demo``: a local-CBS study, as fast), ``reproduce`` shows the paper's finding in under two
 #: hours there (``reproduce-gpu``: larger, for one GPU); the ``paper-*`` studies are the paper's, for GPUs.
-PRESET_NAMES = ("demo", "reproduce", "reproduce-gpu", "paper-chinchilla", "paper-fixed-n", "paper-fixed-d")
+PRESET_NAMES = ("demo", "local-demo", "reproduce", "reproduce-gpu", "paper-chinchilla", "paper-fixed-n",
+                "paper-fixed-d")
 
 
 def load_preset(preset: str, /, **overrides) -> StudySpec:

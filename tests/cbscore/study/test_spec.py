@@ -67,7 +67,7 @@ def test_settings_of_each_kind():
 
 
 def test_presets_load_and_paper_budgets_match_design():
-    assert set(PRESET_NAMES) == {"demo", "reproduce", "reproduce-gpu", "paper-chinchilla", "paper-fixed-n",
+    assert set(PRESET_NAMES) == {"demo", "local-demo", "reproduce", "reproduce-gpu", "paper-chinchilla", "paper-fixed-n",
                                  "paper-fixed-d"}
     for name in PRESET_NAMES:
         assert load_preset(name).name == name

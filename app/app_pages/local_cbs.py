@@ -1,0 +1,61 @@
+"""Local CBS: the critical batch size during one run, from branches at its checkpoints (issue 24)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app import failures, local_charts, sources
+
+st.title("Local CBS")
+st.caption(
+    "How large may the batch be **now**, at this point of a run? A *local* study (Merrill, Arora, Groeneveld & "
+    "Hajishirzi 2025, arXiv 2505.23971) trains one base run at batch B0 and learning rate η0, keeps a snapshot at "
+    "each checkpoint t, and from each trains *branches* for Δ tokens at k·B0 with learning rate f(k)·η0 "
+    "(f(k) = √k for Adam, Malladi et al. 2022), optimizer state and averages carried over, the data stream "
+    "continued at the same token. The local CBS at t is k*·B0."
+)
+with st.expander("The two rules, and what ε decides"):
+    st.markdown(
+        "- **Merrill's rule**: k* is the largest k whose *smoothed training loss after Δ* (the mean of the "
+        "branch's last logged losses) is within **ε** of the loss of *every* smaller k. One ε for every pair "
+        "and every checkpoint.\n"
+        "- **The noise-aware rule** (the lab's): the *held-out EWA loss at the window's end*, and each pair's "
+        "tolerance max(ε, z·SE) with the standard error of the difference from the seeds (paired by base run) "
+        "or, with one seed, from each branch's spread over its window's end. A larger batch fails only when it "
+        "is worse beyond the noise.\n"
+        "- **What ε decides**: ε is a choice, not a measurement. Each readout is recomputed with the tolerance "
+        "halved and doubled; where k* moves, the table says *ε decides*: the answer rests on the tolerance, "
+        "not on the data. The true local CBS lies in the bracket [k*·B0, k_next·B0); at the top of the grid "
+        "(a triangle) it is a lower bound only.\n"
+        "- **The curve**: a power law B*(t) = a·t^b fitted on log axes over the checkpoints, and the warm-up "
+        "it recommends: double the batch where the curve passes twice the current one, the learning rate ×√2 "
+        "each time; its steps are counted exactly against B0 throughout (Merrill et al.: 43% fewer for OLMo 1B)."
+    )
+
+with failures.shown_as_message("the Local CBS page"):
+    names = [s.name for s in sources.studies() if s.kind == "local"]
+    if not names:
+        raise failures.Nothing("No local study yet — launch one on the Launch page (kind **Local CBS**; its "
+                               "embedded defaults run on a laptop CPU in a few minutes).")
+    wanted = st.query_params.get("study") or st.session_state.get("studies.selected")
+    name = st.selectbox("Local study", names, index=names.index(wanted) if wanted in names else 0, key="local.study")
+    fit = sources.local_fit(name)
+    ended = sum(1 for c in fit["checkpoints"] if c["merrill"] is not None)
+    st.markdown(f"**{fit['model']}**, D = {fit['total_tokens']:,} tokens, T = {fit['context_tokens']}, "
+                f"B0 = {fit['base_batch_size']}, η0 = {fit['base_lr']:g}, f(k) = "
+                f"{'√k' if fit['lr_rule'] == 'sqrt' else 'k'}, ε = {fit['epsilon']:g} nats — "
+                f"a local CBS at {ended} of {len(fit['checkpoints'])} checkpoints so far.")
+    st.plotly_chart(local_charts.local_cbs_figure(fit), key="local.figure")
+    summary = local_charts.warmup_summary(fit)
+    if summary:
+        st.info(f"**Warm-up (Merrill's curve)** — {summary}", icon=":material/trending_up:")
+    st.dataframe(pd.DataFrame(local_charts.readout_rows(fit)), hide_index=True, width="stretch", placeholder="—")
+    for note in fit["notes"]:
+        st.caption(f"Note: {note}")
+    read = [c for c in fit["checkpoints"] if c["multipliers"]]
+    if read:
+        labels = [f"t = {c['tokens']:,}" for c in read]
+        chosen = st.selectbox("Branches at checkpoint", labels, key="local.checkpoint")
+        st.plotly_chart(local_charts.branch_loss_figure(read[labels.index(chosen)], epsilon=fit["epsilon"]),
+                        key="local.branches")

@@ -1,0 +1,124 @@
+"""Plotly figures and tables of a local-CBS study (Merrill et al. 2025): data in, figure out.
+
+Input is the JSON of ``cbs study fit NAME --json`` for a ``kind: local`` study
+(:func:`workers.local_fit.local_readout`): per checkpoint the local CBS ``k*·B0`` by Merrill's rule
+and by the noise-aware rule, with the bracket ``[k*·B0, k_next·B0)`` it lies in; the power law
+``B*(t) = a·t^b`` over tokens for each rule; and the batch-size warm-up read off it. Pure functions,
+unit-tested without Streamlit or MLflow, like :mod:`app.charts`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+import plotly.graph_objects as go
+
+from app.charts import PALETTE, _log2_axis, _style
+
+_GRID = "#E6E9EF"
+#: Each rule as the page names it, and its colour.
+RULE_LABELS = {"merrill": "Merrill (smoothed training loss, one ε)",
+               "noise_aware": "noise-aware (held-out EWA loss, ε from the noise)"}
+_COLORS = {"merrill": PALETTE[0], "noise_aware": PALETTE[3]}
+
+
+def local_cbs_figure(fit: Mapping[str, Any], *, height: int = 420) -> go.Figure:
+    """Local CBS (sequences) against the checkpoints' tokens, log–log: each rule's readouts with
+    their brackets (a triangle where ``k*`` is the top of the grid: a lower bound), its power-law
+    fit, and the warm-up's batch by Merrill's curve as a step line."""
+    fig = go.Figure()
+    values: list[float] = [float(fit["base_batch_size"])]
+    tokens_all = [float(c["tokens"]) for c in fit["checkpoints"]]
+    for rule, label in RULE_LABELS.items():
+        pts = [(float(c["tokens"]), c[rule]) for c in fit["checkpoints"] if c.get(rule)]
+        if not pts:
+            continue
+        x = [t for t, _ in pts]
+        y = [r["local_cbs"] for _, r in pts]
+        upper = [(r["bracket"][1] - r["local_cbs"]) if r["bracket"][1] is not None else 0.0 for _, r in pts]
+        values += y + [r["bracket"][1] for _, r in pts if r["bracket"][1] is not None]
+        symbols = ["triangle-up" if r["lower_bound"] else "circle" for _, r in pts]
+        fig.add_trace(go.Scatter(
+            x=x, y=y, mode="markers", name=label, marker=dict(size=10, color=_COLORS[rule], symbol=symbols),
+            error_y=dict(type="data", symmetric=False, array=upper, arrayminus=[0.0] * len(y), thickness=1.2,
+                         color=_COLORS[rule]),
+            customdata=[[r["k_star"], "yes" if r["tolerance_decides"] else "no"] for _, r in pts],
+            hovertemplate="t = %{x:.4s} tokens<br>local CBS %{y:g} (k* = %{customdata[0]:g})<br>"
+                          "ε decides: %{customdata[1]}<extra>" + rule + "</extra>"))
+        curve = (fit.get("curve") or {}).get(rule)
+        if curve is not None and tokens_all:
+            grid = np.geomspace(min(tokens_all) / 1.2, max(tokens_all) * 1.2, 50)
+            line = curve["coef"] * grid ** curve["exponent"]
+            values += [float(line.min()), float(line.max())]
+            fig.add_trace(go.Scatter(
+                x=grid.tolist(), y=line.tolist(), mode="lines", showlegend=True,
+                name=f"{rule} fit: B* = {curve['coef']:.3g}·t^{curve['exponent']:.3g}",
+                line=dict(color=_COLORS[rule], width=1.5, dash="dash"), hoverinfo="skip"))
+    warm = (fit.get("warmup") or {}).get("merrill")
+    if warm is not None and tokens_all:
+        xs, ys = [1.0], [float(fit["base_batch_size"])]
+        for tokens_from, batch, _ in warm["batch_schedule"]:
+            xs += [float(tokens_from), float(tokens_from)]
+            ys += [ys[-1], float(batch)]
+        xs.append(float(fit["total_tokens"]))
+        ys.append(ys[-1])
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="warm-up batch (Merrill's curve)",
+                                 line=dict(color="#5A6270", width=1.5, shape="hv"), hoverinfo="skip"))
+    fig.update_xaxes(type="log", title_text="training tokens t (the checkpoint)", gridcolor=_GRID, showline=True,
+                     linecolor="#B8BEC7", tickformat=".2s",
+                     range=[math.log10(min(tokens_all) / 1.5), math.log10(fit["total_tokens"] * 1.2)]
+                     if tokens_all else None)
+    fig.update_yaxes(title_text="local CBS k*·B0 (sequences)", **_log2_axis(values, pad=1.5))
+    return _style(fig, title=None, height=height)
+
+
+def branch_loss_figure(checkpoint: Mapping[str, Any], *, epsilon: float, height: int = 300) -> go.Figure:
+    """One checkpoint's branches: Merrill's smoothed training loss and the held-out EWA loss at
+    the window's end against ``k`` (means over seeds), with the ``ε`` band over the smallest ``k``."""
+    fig = go.Figure()
+    ks = checkpoint["multipliers"]
+    for key, label, color in (("train_loss", "smoothed training loss after Δ", _COLORS["merrill"]),
+                              ("eval_loss", "held-out EWA loss at Δ", _COLORS["noise_aware"])):
+        means = [float(np.mean(row)) for row in checkpoint[key]]
+        fig.add_trace(go.Scatter(x=ks, y=means, mode="lines+markers", name=label, line=dict(color=color, width=2),
+                                 hovertemplate="k = %{x:g}<br>%{y:.4f} nats<extra>" + label + "</extra>"))
+    if ks:
+        first = float(np.mean(checkpoint["train_loss"][0]))
+        fig.add_hrect(y0=first, y1=first + epsilon, line_width=0, fillcolor=_COLORS["merrill"], opacity=0.12,
+                      annotation_text=f"ε = {epsilon:g}", annotation_position="top left")
+    fig.update_xaxes(type="log", title_text="multiplier k (batch k·B0, learning rate f(k)·η0)", gridcolor=_GRID,
+                     tickvals=ks, ticktext=[f"{k:g}" for k in ks])
+    fig.update_yaxes(title_text="loss (nats per token)", gridcolor=_GRID)
+    return _style(fig, title=f"t = {checkpoint['tokens']:,} tokens, Δ = {checkpoint['window_tokens']:,}", height=height)
+
+
+def readout_rows(fit: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per checkpoint: both rules' local CBS, bracket and whether ε decides the answer."""
+    rows = []
+    for c in fit["checkpoints"]:
+        row: dict[str, Any] = {"t (tokens)": c["tokens"], "Δ (tokens)": c["window_tokens"],
+                               "k read": ", ".join(f"{k:g}" for k in c["multipliers"])}
+        for rule in RULE_LABELS:
+            r = c.get(rule)
+            name = "Merrill" if rule == "merrill" else "noise-aware"
+            row[f"{name} B*"] = None if r is None else r["local_cbs"]
+            row[f"{name} bracket"] = None if r is None else (
+                f"[{r['bracket'][0]:g}, {r['bracket'][1]:g})" if r["bracket"][1] is not None
+                else f"≥ {r['bracket'][0]:g}")
+            row[f"{name}: ε decides"] = None if r is None else bool(r["tolerance_decides"])
+        row["notes"] = "; ".join(c.get("notes") or [])
+        rows.append(row)
+    return rows
+
+
+def warmup_summary(fit: Mapping[str, Any], rule: str = "merrill") -> str | None:
+    """The warm-up in one sentence (``None`` where the curve could not be fitted)."""
+    warm = (fit.get("warmup") or {}).get(rule)
+    if warm is None:
+        return None
+    switches = ", ".join(f"{b} at {t:,} tokens (lr ×{m:.3g})" for t, b, m in warm["batch_schedule"]) or "none"
+    return (f"Start at B0 = {fit['base_batch_size']}; switch to {switches}. {warm['steps']:,} steps against "
+            f"{warm['constant_steps']:,} at B0 throughout ({100 * warm['fraction_saved']:.1f}% fewer; "
+            f"{warm['large_batch_steps']:,} at the final batch throughout).")
