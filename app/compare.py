@@ -87,5 +87,14 @@ def comparison_figure(tables: Mapping[str, Any], variable: str, *, x_title: str,
     return charts._style(fig, title=None, height=height)
 
 
+def labelled_curves(curves_by_study: Mapping[str, Sequence[charts.SettingCurve]]) -> list[charts.SettingCurve]:
+    """Every study's setting curves in one list, each labelled ``study: setting`` (one colour each
+    in :func:`app.charts.steps_to_target_figure`)."""
+    import dataclasses
+
+    return [dataclasses.replace(c, label=f"{study}: {c.label}") for study, curves in curves_by_study.items()
+            for c in curves]
+
+
 def _finite(value) -> float | None:
     return float(value) if value is not None and math.isfinite(value) else None

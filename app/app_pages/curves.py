@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import failures, fit_view, gns_panels, panels
+from app import failures, fit_view, gns_panels, panels, sources
 
 st.title("Curves")
 st.caption(
@@ -17,6 +17,42 @@ st.caption(
     "a triangle at the cap: a lower bound on S(B), kept in the fit as one."
 )
 
+def _compare(name: str, rows, b_ref: int, overhead: float) -> None:
+    """Other studies' S(B) beside this one's, normalised by S(B_ref) (issue 25): only studies with the
+    same B_ref share that view's linear-scaling line; the choice is in the URL (``compare=B,C``)."""
+    from app import charts, compare
+
+    same = [s.name for s in sources.studies() if s.name != name and panels.study_rule(s.name)[0] == b_ref]
+    if not same:
+        return
+    st.subheader("Compare studies")
+    chosen = st.multiselect(
+        f"Compare with (studies with B_ref = {b_ref})", same,
+        default=compare.parse_compare(st.query_params.get("compare"), same, name),
+        max_selections=compare.MAX_STUDIES - 1, key="curves.compare",
+        help="Their S(B) / S(B_ref) on this study's axes, each fitted at its own r. The address keeps the choice.")
+    if ",".join(chosen) != (st.query_params.get("compare") or ""):
+        if chosen:
+            st.query_params["compare"] = ",".join(chosen)
+        else:
+            st.query_params.pop("compare", None)
+    if not chosen:
+        return
+    by_study = {name: fit_view.setting_curves(panels.analyze(rows, b_ref, overhead), rows)}
+    for other in chosen:
+        try:
+            other_rows = panels.study_rows(other)
+        except failures.Nothing as exc:
+            st.info(f"`{other}`: {exc}", icon=":material/hourglass_empty:")
+            continue
+        r = panels.study_rule(other)[1]
+        other_r = r if r is not None else overhead
+        by_study[other] = fit_view.setting_curves(panels.analyze(other_rows, b_ref, other_r), other_rows)
+    st.plotly_chart(charts.steps_to_target_figure(compare.labelled_curves(by_study), b_ref=b_ref, overhead=overhead,
+                                                  normalized=True),
+                    key="curves.compare.normalized", config={"displaylogo": False})
+
+
 with failures.shown_as_message("the Curves page"):
     name = panels.study_picker("curves")
     rows = panels.study_rows(name)
@@ -28,3 +64,4 @@ with failures.shown_as_message("the Curves page"):
         st.warning(f"**{setting}**: {sentence}.")
     panels.render_curves(rows, name, b_ref, overhead)
     gns_panels.render_forecast_overlay(name, panels.analyze(rows, b_ref, overhead))
+    _compare(name, rows, b_ref, overhead)

@@ -71,3 +71,26 @@ def test_a_comparison_from_the_url_draws_both_studies_at_their_own_rule(two_stud
     # clearing the choice clears the URL's
     at.multiselect(key="scaling.compare").set_value([]).run()
     assert "compare" not in at.query_params
+
+
+def test_the_curves_page_overlays_the_normalised_curves_of_studies_with_the_same_b_ref(two_studies, app_test,
+                                                                                     monkeypatch):
+    import json
+
+    from tests.app.conftest import _clear_caches
+
+    env, seeded = two_studies
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    _clear_caches()
+    at = app_test
+    at.query_params["study"] = "beta"
+    at.query_params["compare"] = "alpha"
+    at.run()
+    at.switch_page("app_pages/curves.py")
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.multiselect(key="curves.compare").value == ["alpha"]
+    (fig,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "curves.compare" in c.proto.id]
+    labels = {t["name"].rsplit(": fit a + b/B", 1)[0] for t in fig["data"] if t.get("name", "").endswith(": fit a + b/B")}
+    assert len(labels) == 4 and {label.split(": ")[0] for label in labels} == {"alpha", "beta"}, labels
