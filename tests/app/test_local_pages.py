@@ -80,3 +80,7 @@ def test_the_local_cbs_page_draws_a_study_that_ran(app_test, worker_env, token_s
     assert list(rows["t (tokens)"]) == [1024, 2048]
     assert list(rows["Merrill B*"]) == [c["merrill"]["local_cbs"] for c in fit["checkpoints"]]
     assert any("ε decides" in e.label for e in app_test.expander)
+    # the Studies page lists its base run and branches like any trials
+    app_test.switch_page("app_pages/studies.py").run()
+    assert not app_test.exception, app_test.exception
+    assert not app_test.error, [e.value for e in app_test.error]
