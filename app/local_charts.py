@@ -27,7 +27,8 @@ _COLORS = {"merrill": PALETTE[0], "noise_aware": PALETTE[3]}
 def local_cbs_figure(fit: Mapping[str, Any], *, height: int = 420) -> go.Figure:
     """Local CBS (sequences) against the checkpoints' tokens, log–log: each rule's readouts with
     their brackets (a triangle where ``k*`` is the top of the grid: a lower bound), its power-law
-    fit, and the warm-up's batch by Merrill's curve as a step line."""
+    fit, the base run's noise scale ``B_simple`` where its probe ran (McCandlish et al. 2018), and
+    the warm-up's batch by Merrill's curve as a step line."""
     fig = go.Figure()
     values: list[float] = [float(fit["base_batch_size"])]
     tokens_all = [float(c["tokens"]) for c in fit["checkpoints"]]
@@ -56,6 +57,12 @@ def local_cbs_figure(fit: Mapping[str, Any], *, height: int = 420) -> go.Figure:
                 x=grid.tolist(), y=line.tolist(), mode="lines", showlegend=True,
                 name=f"{rule} fit: B* = {curve['coef']:.3g}·t^{curve['exponent']:.3g}",
                 line=dict(color=_COLORS[rule], width=1.5, dash="dash"), hoverinfo="skip"))
+    for i, noise in enumerate(fit.get("base_b_simple") or []):  # the base run's probe, where it ran
+        values += noise["b_simple"]
+        fig.add_trace(go.Scatter(x=noise["tokens"], y=noise["b_simple"], mode="lines",
+                                 name=f"base run's B_simple (seed {noise['seed']})",
+                                 line=dict(color=PALETTE[(2 + i) % len(PALETTE)], width=1, dash="dot"),
+                                 hovertemplate="%{x:.4s} tokens<br>B_simple %{y:.3g}<extra></extra>"))
     warm = (fit.get("warmup") or {}).get("merrill")
     if warm is not None and tokens_all:
         xs, ys = [1.0], [float(fit["base_batch_size"])]

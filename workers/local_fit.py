@@ -18,7 +18,7 @@ why (``notes``) and holds ``null``.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from cbscore.errors import CbsError
 from cbscore.study import StudySpec, TrialRecord
@@ -28,9 +28,12 @@ RULES = ("merrill", "noise_aware")
 
 
 def local_readout(spec: StudySpec, records: Sequence[TrialRecord],
-                  train_losses: Callable[[TrialRecord], Sequence[float]]) -> dict:
+                  train_losses: Callable[[TrialRecord], Sequence[float]],
+                  b_simple: Mapping[int, tuple[Sequence[float], Sequence[float]]] | None = None) -> dict:
     """The fit JSON of a local study; ``train_losses(record)`` gives a branch's logged training
-    losses in step order (from MLflow in :func:`local_fit`, from anything in a test). Pure."""
+    losses in step order (from MLflow in :func:`local_fit`, from anything in a test), and
+    ``b_simple`` each seed's base-run noise scale ``(tokens, B_simple)`` where its probe ran
+    (McCandlish et al. 2018, :mod:`cbscore.gns`; drawn beside the local CBS). Pure."""
     from cbscore.local import (fit_local_cbs_curve, merrill_local_cbs, noise_aware_local_cbs, plan_warmup,
                                window_end_loss)
 
@@ -108,7 +111,9 @@ def local_readout(spec: StudySpec, records: Sequence[TrialRecord],
     return {"study": spec.name, "kind": "local", "model": spec.models[0], "total_tokens": spec.tokens[0],
             "context_tokens": spec.context_tokens, "base_batch_size": local.base_batch_size, "base_lr": local.base_lr,
             "lr_rule": local.lr_rule, "epsilon": local.epsilon, "z": local.z, "checkpoints": out_checkpoints,
-            "curve": curves, "warmup": warmups, "notes": notes}
+            "curve": curves, "warmup": warmups, "notes": notes,
+            "base_b_simple": [{"seed": seed, "tokens": [float(t) for t in tokens], "b_simple": [float(v) for v in values]}
+                              for seed, (tokens, values) in sorted((b_simple or {}).items()) if len(tokens)]}
 
 
 def local_fit(name: str) -> dict:
@@ -137,7 +142,18 @@ def local_fit(name: str) -> dict:
             cache[record.run_id] = tracker.history(tracker.get_run(record.run_id), "train/loss")[1]
         return cache[record.run_id]
 
-    return local_readout(spec, records, train_losses)
+    from cbscore.study.local_plan import base_trial_id
+
+    by_id = {r.trial_id: r for r in records}
+    noise = {}
+    step_tokens = spec.local.base_batch_size * spec.context_tokens
+    for seed in spec.seeds:
+        base = by_id.get(base_trial_id(spec, seed))
+        if base is not None and base.run_id is not None:
+            steps, values = tracker.history(tracker.get_run(base.run_id), "gns/b_simple")
+            keep = [(st * step_tokens, v) for st, v in zip(steps, values) if math.isfinite(v) and v > 0]
+            noise[seed] = ([t for t, _ in keep], [v for _, v in keep])
+    return local_readout(spec, records, train_losses, noise)
 
 
 def format_local(fit: dict) -> str:

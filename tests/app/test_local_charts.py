@@ -40,7 +40,7 @@ def records() -> tuple[list[TrialRecord], dict[str, list[float]]]:
 @pytest.fixture
 def fit() -> dict:
     recs, curves = records()
-    return local_readout(spec(), recs, lambda r: curves[r.trial_id])
+    return local_readout(spec(), recs, lambda r: curves[r.trial_id], {0: ([64.0, 128.0], [3.0, 5.0])})
 
 
 def test_the_readout_applies_both_rules_at_every_checkpoint(fit):
@@ -79,6 +79,7 @@ def test_the_figure_draws_both_rules_with_brackets_and_fits_on_log_axes(fit):
     line = next(t for n, t in traces.items() if n.startswith("merrill fit"))
     assert all(math.isclose(y, 8 / 1024 * x, rel_tol=1e-9) for x, y in zip(line.x, line.y))
     assert "warm-up batch (Merrill's curve)" in traces
+    assert list(traces["base run's B_simple (seed 0)"].y) == [3.0, 5.0]
 
 
 def test_the_table_and_the_branch_figure_say_what_the_readout_says(fit):
