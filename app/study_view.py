@@ -181,6 +181,28 @@ def loss_curve(record, context_tokens: int, curve: Mapping[str, Any] | None = No
                      losses=tuple(float(v) for v in losses))
 
 
+#: Most trials the Studies page overlays in one chart of loss curves.
+MAX_OVERLAY = 500
+
+
+def overlay_records(records: Sequence, *, setting: str | None, batch_sizes: Sequence[int] = (),
+                    outcomes: Sequence[str] = ()) -> list:
+    """The trials the loss-curve overlay draws: of ``setting`` (``None`` = every setting), at
+    ``batch_sizes`` and with ``outcomes`` (empty = any), by setting, batch size, learning rate and
+    seed; at most :data:`MAX_OVERLAY`."""
+    chosen = [r for r in records if (setting is None or r.setting_id == setting)
+              and (not batch_sizes or r.batch_size in batch_sizes) and (not outcomes or r.status in outcomes)]
+    chosen.sort(key=lambda r: (r.setting_id, r.batch_size, r.lr, r.seed, r.trial_id))
+    return chosen[:MAX_OVERLAY]
+
+
+def overlay_label(record, one_setting: bool) -> str:
+    """A trial's legend label in the overlay: ``B 8 · lr 0.006 · s1`` (the setting first when
+    several are drawn)."""
+    label = f"B {record.batch_size} · lr {record.lr:.3g} · s{record.seed}"
+    return label if one_setting else f"{record.setting_id} · {label}"
+
+
 def trial_rows(records: Sequence, links: Mapping[str, str]) -> list[dict[str, Any]]:
     """One row per trial for the trials table (``links``: run id → MLflow URL)."""
     return [{

@@ -151,6 +151,42 @@ def trials_table(name: str) -> None:
             st.caption("Run links appear when the MLflow UI answers (`cbs tracking`).")
 
 
+def loss_curves(name: str) -> None:
+    """Held-out loss against tokens of any set of trials, overlaid (issue 25): pick a setting, batch
+    sizes and outcomes; up to study_view.MAX_OVERLAY trials at once."""
+    import dataclasses
+
+    records = sources.records(name)
+    if not records:
+        return
+    spec = sources.spec(name)
+    with st.expander("Loss curves of many trials", icon=":material/stacked_line_chart:"):
+        settings = sorted({r.setting_id for r in records})
+        cols = st.columns([2, 2, 2])
+        setting = cols[0].selectbox("Setting", ["every setting", *settings], key="studies.overlay.setting")
+        sizes = cols[1].multiselect("Batch sizes", sorted({r.batch_size for r in records}),
+                                    key="studies.overlay.sizes", help="Empty: every batch size.")
+        outcomes = cols[2].multiselect("Outcomes", sorted({r.status for r in records}), key="studies.overlay.outcomes",
+                                       help="Empty: any outcome, running trials included.")
+        one = setting != "every setting"
+        chosen = study_view.overlay_records(records, setting=setting if one else None, batch_sizes=sizes,
+                                            outcomes=outcomes)
+        st.caption(f"{len(chosen)} trial(s): held-out loss of the averaged weights against training tokens"
+                   + (f" (the first {study_view.MAX_OVERLAY})" if len(chosen) == study_view.MAX_OVERLAY else "")
+                   + (f"; dashed: the setting's target." if one else "."))
+        curves = []
+        for r in chosen:
+            curve = study_view.loss_curve(r, spec.context_tokens, None if r.eval_steps else sources.curve(r.run_id))
+            curves.append(dataclasses.replace(curve, label=study_view.overlay_label(r, one)))
+        target = None
+        if one:  # the planner's own target of the setting (pure, from the records in hand)
+            from cbscore.study.planner import setting_targets
+
+            target = setting_targets(spec, records)[0].get(setting)
+        st.plotly_chart(charts.loss_curve_figure(curves, target_loss=target, height=460),
+                        key="studies.overlay.chart", config={"displaylogo": False})
+
+
 def _may_cancel(study: str, what: str) -> bool:
     """Only the study's owner (read afresh from MLflow) or an admin may cancel it (app/auth.py);
     anyone else is told who may, where they clicked."""
@@ -250,3 +286,4 @@ if have_studies:
         actions(study)
         live(study)
         trials_table(study)
+        loss_curves(study)

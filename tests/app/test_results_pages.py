@@ -143,7 +143,7 @@ def test_studies_page_shows_cells_running_trials_and_workers(app_test, app_env):
     # The two running trials sit in the first trial cells of the first setting.
     assert grid["text"][0] == ["running", "running", "finished", "reached", "reached", "censored"]
     assert [s.value for s in at.subheader if s.value.startswith("Running")] == ["Running trials (2)"]
-    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")[1:]]
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")[1:] if "studies.overlay" not in c.proto.id]
     curves = [c for c in charts if c["layout"]["yaxis"]["title"]["text"].startswith("held-out loss")]
     assert len(curves) == 2
     target_lines = [s for s in curves[0]["layout"]["shapes"] if s["type"] == "line"]
@@ -291,3 +291,30 @@ def test_extend_and_retry_buttons_call_the_workers_and_a_bad_patch_is_refused_by
         at.button(key="studies.retry_censored").click().run()
     retry.assert_called_once_with(STUDY, failed=False, censored=True, budget_factor=2.0, author=mock.ANY)
     assert any(i.value == "Nothing to run again: no censored cell." for i in at.info)
+
+
+def test_the_studies_page_overlays_the_loss_curves_of_every_trial_of_a_setting(app_test, app_env):
+    import json
+
+    from workers import api
+
+    def overlay(at):
+        (fig,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "studies.overlay.chart" in c.proto.id]
+        return [t for t in fig["data"] if t.get("mode") == "lines+markers"], fig
+
+    at = _open(app_test, "studies")
+    records = api.study_records(STUDY)
+    traces, _ = overlay(at)  # every trial of every setting at once, each its own curve
+    assert len(traces) == len(records) == 60
+    setting = sorted({r.setting_id for r in records})[0]
+    at.selectbox(key="studies.overlay.setting").set_value(setting).run()
+    assert not at.exception, at.exception
+    mine = [r for r in records if r.setting_id == setting]
+    traces, fig = overlay(at)
+    assert len(traces) == len(mine) > 10
+    assert {t["name"] for t in traces} == {f"B {r.batch_size} · lr {r.lr:.3g} · s{r.seed}" for r in mine}
+    assert all(len(t["x"]) > 0 for t in traces)  # training tokens on the x-axis
+    assert [s for s in fig["layout"]["shapes"] if s["type"] == "line"]  # the setting's target
+    at.multiselect(key="studies.overlay.outcomes").set_value(["diverged"]).run()
+    traces, _ = overlay(at)
+    assert len(traces) == len([r for r in mine if r.status == "diverged"]) > 0

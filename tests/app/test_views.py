@@ -296,3 +296,19 @@ def test_running_trial_throughput_shows_total_per_device_and_mfu():
     # a run from before the per-device metric: the spec's devices_per_trial splits the total
     assert study_view.throughput_text(one_cpu, devices=2) == "6.12k tokens/s (3.06k per device × 2) · MFU n/a"
     assert study_view.throughput_text({}) == "— · MFU n/a"
+
+
+def test_the_loss_curve_overlay_takes_hundreds_of_trials_and_caps_at_its_limit():
+    from app.study_view import MAX_OVERLAY, overlay_records
+    from cbscore.study import TrialRecord
+
+    def rec(i: int, status: str = "reached") -> TrialRecord:
+        return TrialRecord(trial_id=f"s.t{i}", cell_id=f"a.b{4 << (i % 4)}", setting_id="a" if i % 3 else "b",
+                           role="trial", batch_size=4 << (i % 4), lr=1e-3 * (1 + i % 5), status=status, seed=i % 2)
+
+    many = [rec(i) for i in range(150)]
+    assert len(overlay_records(many, setting=None)) == 150
+    assert {r.setting_id for r in overlay_records(many, setting="b")} == {"b"}
+    assert {r.batch_size for r in overlay_records(many, setting=None, batch_sizes=[8, 16])} == {8, 16}
+    assert len(overlay_records([rec(i) for i in range(MAX_OVERLAY + 100)], setting=None)) == MAX_OVERLAY == 500
+    assert overlay_records(many + [rec(999, "diverged")], setting=None, outcomes=["diverged"])[0].trial_id == "s.t999"
