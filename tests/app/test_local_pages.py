@@ -1,14 +1,20 @@
 """Issue 24 in the browser, through AppTest: the Launch page offers kind ``local`` with its fields
 and names a bad one; the Local CBS page draws a local study that really ran (a tiny one, trained in
-this process on a real MLflow store by the workers' own code, ``tests/workers/test_local_study.py``)."""
+this process on a real MLflow store by the workers' own code, ``tests/workers/test_local_study.py``);
+and (slow) a local study launched from the page on its embedded defaults runs to completion on a
+real worker process."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from unittest import mock
 
+import pytest
+
 from cbscore.study import StudySpec, estimate, load_preset
-from tests.workers.conftest import mlflow_template, mlflow_uri, token_store, worker_env  # noqa: F401 - fixtures
+from tests.workers.conftest import (DATA, mlflow_template, mlflow_uri, processes, token_store,  # noqa: F401
+                                  wait_for, worker_env)
 
 PREVIEW = "FormSubmitter:launch-Preview"
 LAUNCH = "FormSubmitter:launch-Launch study"
@@ -52,9 +58,8 @@ def test_launch_hands_the_local_spec_to_the_workers(app_test, empty_env):
         at.button(key=LAUNCH).click().run()
     (spec,), _ = submit.call_args
     assert isinstance(spec, StudySpec) and spec.kind == "local"
-    assert spec.to_dict() == load_preset("local-demo").replace(
-        name="my-local", local=load_preset("local-demo").local.__class__(
-            **{**load_preset("local-demo").local.to_dict(), "epsilon": 0.02})).to_dict()
+    demo = load_preset("local-demo")
+    assert spec == demo.replace(name="my-local", local=dataclasses.replace(demo.local, epsilon=0.02))
 
 
 def test_the_local_cbs_page_draws_a_study_that_ran(app_test, worker_env, token_store):  # noqa: F811
@@ -84,3 +89,32 @@ def test_the_local_cbs_page_draws_a_study_that_ran(app_test, worker_env, token_s
     app_test.switch_page("app_pages/studies.py").run()
     assert not app_test.exception, app_test.exception
     assert not app_test.error, [e.value for e in app_test.error]
+
+
+@pytest.mark.slow
+def test_a_local_study_launched_from_the_page_runs_to_completion_on_a_real_worker(app_test, worker_env, processes,  # noqa: F811
+                                                                                token_store, capsys):
+    """The embedded defaults (kind Local CBS on the Launch page loads ``local-demo``: 30 trials), on
+    this session's small token store instead of the full built-in corpus; one real worker runs the
+    base run and every branch, and the fit has a local CBS by both rules at every checkpoint."""
+    from cbscore.cli import main as cbs_main
+    from workers import api
+
+    worker = processes.worker()
+    at = _local_form(app_test)
+    at.text_area(key="launch.yaml_text").set_value(load_preset("local-demo").replace(data=dict(DATA)).to_yaml())
+    at.button(key="launch.yaml_load").click().run()
+    at.button(key=LAUNCH).click().run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert [t.value for t in at.title] == ["Studies"]
+    wait_for(lambda: api.study_status("local-demo").status == "done", 900, every_s=3,
+             what=lambda: "local-demo to finish\n" + processes.log(worker)[-3000:])
+    status = api.study_status("local-demo")
+    assert status.counts == {"finished": 30}
+    capsys.readouterr()
+    assert cbs_main(["study", "fit", "local-demo", "--json"]) == 0
+    fit = json.loads(capsys.readouterr().out)
+    assert [c["tokens"] for c in fit["checkpoints"]] == [12288, 24832, 49920, 99840]
+    for c in fit["checkpoints"]:
+        assert c["merrill"]["local_cbs"] > 0 and c["noise_aware"]["local_cbs"] > 0
+    assert fit["curve"]["merrill"] is not None and fit["warmup"]["merrill"]["constant_steps"] == 200_000 // 256
