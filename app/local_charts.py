@@ -24,11 +24,42 @@ RULE_LABELS = {"merrill": "Merrill (smoothed training loss, one ε)",
 _COLORS = {"merrill": PALETTE[0], "noise_aware": PALETTE[3]}
 
 
-def local_cbs_figure(fit: Mapping[str, Any], *, height: int = 420) -> go.Figure:
+def comparable_settings(local_spec, others: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(study, setting id)`` of the settings of other (global) studies whose global CBS may be set
+    beside a local study's: the same model, context length and data (its source and vocabulary;
+    where the store lives does not matter). ``others``: study name → its ``StudySpec``."""
+    def data_key(spec) -> tuple:
+        data = dict(spec.data)
+        return (data.get("source", "builtin"), data.get("vocab_size"), data.get("max_documents"))
+
+    model = local_spec.models[0]
+    out = []
+    for name, other in sorted(others.items()):
+        if other.kind == "local" or other.context_tokens != local_spec.context_tokens \
+                or data_key(other) != data_key(local_spec):
+            continue
+        out += [(name, s.setting_id) for s in other.resolve_settings() if s.model == model]
+    return out
+
+
+def global_points(fits: Mapping[str, Mapping[str, Any]], wanted: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The global B* of each wanted ``(study, setting)`` from its ``cbs study fit --json`` object
+    (``fits``: study → JSON), where the fit gave one."""
+    out = []
+    for study, setting in wanted:
+        for entry in (fits.get(study) or {}).get("settings", []):
+            cbs = entry.get("cbs")
+            if entry.get("setting") == setting and cbs is not None and math.isfinite(cbs) and cbs > 0:
+                out.append({"study": study, "setting": setting, "tokens": float(entry["tokens"]), "cbs": float(cbs)})
+    return out
+
+
+def local_cbs_figure(fit: Mapping[str, Any], *, global_cbs=(), height: int = 420) -> go.Figure:
     """Local CBS (sequences) against the checkpoints' tokens, log–log: each rule's readouts with
     their brackets (a triangle where ``k*`` is the top of the grid: a lower bound), its power-law
-    fit, the base run's noise scale ``B_simple`` where its probe ran (McCandlish et al. 2018), and
-    the warm-up's batch by Merrill's curve as a step line."""
+    fit, the base run's noise scale ``B_simple`` where its probe ran (McCandlish et al. 2018), the
+    global CBS of other studies of the same model and data at their D (:func:`global_points`: a
+    star each), and the warm-up's batch by Merrill's curve as a step line."""
     fig = go.Figure()
     values: list[float] = [float(fit["base_batch_size"])]
     tokens_all = [float(c["tokens"]) for c in fit["checkpoints"]]
@@ -63,6 +94,13 @@ def local_cbs_figure(fit: Mapping[str, Any], *, height: int = 420) -> go.Figure:
                                  name=f"base run's B_simple (seed {noise['seed']})",
                                  line=dict(color=PALETTE[(2 + i) % len(PALETTE)], width=1, dash="dot"),
                                  hovertemplate="%{x:.4s} tokens<br>B_simple %{y:.3g}<extra></extra>"))
+    for i, g in enumerate(global_cbs):
+        values.append(g["cbs"])
+        tokens_all.append(g["tokens"])
+        fig.add_trace(go.Scatter(x=[g["tokens"]], y=[g["cbs"]], mode="markers",
+                                 name=f"global B* of {g['study']} ({g['setting']})",
+                                 marker=dict(symbol="star", size=13, color=PALETTE[(4 + i) % len(PALETTE)]),
+                                 hovertemplate="D = %{x:.4s} tokens<br>global B* %{y:.3g}<extra></extra>"))
     warm = (fit.get("warmup") or {}).get("merrill")
     if warm is not None and tokens_all:
         xs, ys = [1.0], [float(fit["base_batch_size"])]
@@ -75,7 +113,7 @@ def local_cbs_figure(fit: Mapping[str, Any], *, height: int = 420) -> go.Figure:
                                  line=dict(color="#5A6270", width=1.5, shape="hv"), hoverinfo="skip"))
     fig.update_xaxes(type="log", title_text="training tokens t (the checkpoint)", gridcolor=_GRID, showline=True,
                      linecolor="#B8BEC7", tickformat=".2s",
-                     range=[math.log10(min(tokens_all) / 1.5), math.log10(fit["total_tokens"] * 1.2)]
+                     range=[math.log10(min(tokens_all) / 1.5), math.log10(max(tokens_all + [fit["total_tokens"]]) * 1.2)]
                      if tokens_all else None)
     fig.update_yaxes(title_text="local CBS k*·B0 (sequences)", **_log2_axis(values, pad=1.5))
     return _style(fig, title=None, height=height)

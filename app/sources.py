@@ -128,6 +128,13 @@ def local_fit(study: str) -> dict:
     return dict(call("study_local_fit", study))
 
 
+@st.cache_data(ttl=SLOW_TTL_S, max_entries=16, show_spinner=False)
+def fit_json(study: str) -> dict:
+    """``cbs study fit NAME --json``'s fit of a global study, without intervals (the Local CBS
+    page sets its B* beside a local study's curve)."""
+    return call("study_fit", study, bootstrap=0).to_json_dict()
+
+
 @st.cache_data(ttl=LIVE_TTL_S, max_entries=2, show_spinner=False)
 def alive_workers() -> list:
     """Workers that answer, with what each runs."""
@@ -175,5 +182,5 @@ def run_links(experiment_id: str, run_ids: list[str]) -> dict[str, str]:
 
 def refresh() -> None:
     """Forget every cached read (after launching or cancelling something)."""
-    for fn in (studies, records, curve, table, forecast, local_fit, alive_workers):
+    for fn in (studies, records, curve, table, forecast, local_fit, fit_json, alive_workers):
         fn.clear()

@@ -46,7 +46,17 @@ with failures.shown_as_message("the Local CBS page"):
                 f"B0 = {fit['base_batch_size']}, η0 = {fit['base_lr']:g}, f(k) = "
                 f"{'√k' if fit['lr_rule'] == 'sqrt' else 'k'}, ε = {fit['epsilon']:g} nats — "
                 f"a local CBS at {ended} of {len(fit['checkpoints'])} checkpoints so far.")
-    st.plotly_chart(local_charts.local_cbs_figure(fit), key="local.figure")
+    # The global CBS of other studies of the same model and data, for comparison (at their D).
+    others = {s.name: sources.spec(s.name) for s in sources.studies() if s.kind != "local"}
+    wanted = local_charts.comparable_settings(sources.spec(name), others)
+    fits = {}
+    for study in sorted({study for study, _ in wanted}):
+        try:
+            fits[study] = sources.fit_json(study)
+        except Exception as exc:  # noqa: BLE001 - a study that cannot be fitted yet is left out, and said so
+            st.caption(f"`{study}` is not drawn: its fit failed ({type(exc).__name__}: {exc}).")
+    st.plotly_chart(local_charts.local_cbs_figure(fit, global_cbs=local_charts.global_points(fits, wanted)),
+                    key="local.figure")
     summary = local_charts.warmup_summary(fit)
     if summary:
         st.info(f"**Warm-up (Merrill's curve)** — {summary}", icon=":material/trending_up:")

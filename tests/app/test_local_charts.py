@@ -89,3 +89,22 @@ def test_the_table_and_the_branch_figure_say_what_the_readout_says(fit):
     fig = local_charts.branch_loss_figure(fit["checkpoints"][0], epsilon=0.01)
     assert list(fig.data[0].y) == [pytest.approx(LOSSES[(1024, k)]) for k in (1, 2, 4)]
     assert local_charts.warmup_summary(fit).startswith("Start at B0 = 4; switch to 8 at")
+
+
+def test_the_global_cbs_of_studies_of_the_same_model_and_data_is_drawn_at_their_d(fit):
+    here = spec()
+    same = StudySpec.from_dict(dict(name="glob", kind="custom", settings=[{"model": "tiny-0.1M", "tokens": 15000},
+                                                                         {"model": "tiny-0.3M", "tokens": 15000}],
+                                    batch_sizes=[4, 8], b_ref=4, context_tokens=16))
+    other_t = same.replace(name="glob512", context_tokens=512)
+    wanted = local_charts.comparable_settings(here, {"glob": same, "glob512": other_t, "loc": here})
+    assert wanted == [("glob", "tiny-0.1M_D15K")]  # same model, T and data only; never a local study
+    fits = {"glob": {"settings": [{"setting": "tiny-0.1M_D15K", "tokens": 15000, "cbs": 9.5},
+                                  {"setting": "tiny-0.3M_D15K", "tokens": 15000, "cbs": 12.0}]}}
+    points = local_charts.global_points(fits, wanted)
+    assert points == [{"study": "glob", "setting": "tiny-0.1M_D15K", "tokens": 15000.0, "cbs": 9.5}]
+    fig = local_charts.local_cbs_figure(fit, global_cbs=points)
+    star = next(t for t in fig.data if t.name == "global B* of glob (tiny-0.1M_D15K)")
+    assert list(star.x) == [15000.0] and list(star.y) == [9.5] and star.marker.symbol == "star"
+    assert local_charts.global_points({"glob": {"settings": [{"setting": "tiny-0.1M_D15K", "tokens": 15000,
+                                                               "cbs": None}]}}, wanted) == []
