@@ -391,9 +391,14 @@ def describe_plan(spec, tokens_per_s: float | None = None, *, n_workers: int = 1
                  f"{_duration(est.seconds)} on {workers}")
     lines.append(f"throughput per worker: {rate_note}")
     lines.append("stopping at the target, pruning and step caps spend less: `cbs study status` reports both")
-    lines.append(f"first wave: {len(first.start)} reference trials"
-                 + (f" and {sum(a.count for a in first.ask)} Optuna asks" if first.ask else ""))
-    lines.extend(describe_recipe(spec))
+    if spec.kind == "local":  # base runs, then branches from their snapshots, one recipe (the base's)
+        from workers.local_study import describe_local
+
+        lines.extend(describe_local(spec))
+    else:
+        lines.append(f"first wave: {len(first.start)} reference trials"
+                     + (f" and {sum(a.count for a in first.ask)} Optuna asks" if first.ask else ""))
+        lines.extend(describe_recipe(spec))
     if est.over_limit:
         lines.append(f"over a sanity limit: {est.over_limit} (launch needs --force)")
     return "\n".join(lines)

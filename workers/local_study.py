@@ -87,3 +87,20 @@ def delete_study_artifacts(study: str) -> bool:
         return False
     shutil.rmtree(folder)
     return True
+
+
+def describe_local(spec: StudySpec) -> list[str]:
+    """The dry run's lines of a local study: its base runs, each checkpoint's window and branches,
+    and the recipe every branch carries over from its base run."""
+    from cbscore.study.local_plan import base_train_config
+
+    local = spec.local
+    base = base_train_config(spec, spec.seeds[0], snapshot_dir(spec.name, spec.seeds[0]))
+    lines = [f"first wave: {len(spec.seeds)} base run(s) at B0 = {local.base_batch_size}, η0 = {local.base_lr:g} "
+             f"to D = {spec.tokens[0]:,} tokens, a snapshot at each checkpoint under {study_artifacts(spec.name)}"]
+    for c in study_checkpoints(spec):
+        lines.append(f"  t = {c.tokens:>12,}  Δ = {c.window_tokens:>10,}  branches k = "
+                     + ", ".join(f"{k:g}" for k in c.multipliers) + f" (lr × f(k), f = {local.lr_rule})")
+    lines.append(f"recipe: the base run's β2 {base['beta2']:g} and τ {', '.join(f'{t:g}' for t in base['ewa_taus'])}, "
+                 "carried over by every branch (with its warm-up and schedule, read in tokens)")
+    return lines

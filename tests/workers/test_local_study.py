@@ -138,3 +138,15 @@ def test_a_branch_killed_with_its_worker_resumes_with_identical_numbers(worker_e
     assert float(run.data.metrics["summary/final_eval_loss"]) == result.final_eval_loss
     steps, values = tracker.history(run, "train/loss")
     assert list(steps) == sorted(losses) and list(values) == [losses[s] for s in sorted(losses)]
+
+
+def test_the_dry_run_of_a_local_study_lists_its_base_run_checkpoints_and_branches(worker_env, token_store, tmp_path,
+                                                                                  capsys):
+    path = tmp_path / "loc.yaml"
+    path.write_text(local_spec("locdry").to_yaml())
+    assert cbs_main(["study", "launch", str(path), "--dry-run", "--tokens-per-s", "20000"]) == 0
+    out = capsys.readouterr().out
+    assert "first wave: 1 base run(s) at B0 = 4, η0 = 0.01 to D = 4,096 tokens" in out
+    assert "t =        1,024  Δ =        512  branches k = 1, 2, 4 (lr × f(k), f = sqrt)" in out
+    assert "carried over by every branch" in out and "reference trials" not in out
+    assert api.list_studies() == []  # a dry run launches nothing
