@@ -66,7 +66,9 @@ def record_from_run(run, lease: Lease | None, tracker: Tracker, *, with_history:
     if final is None:
         final = as_float(metrics.get("eval/loss_ewa"))
     batch_size = as_int(tags.get("batch_size"), 0)
-    tokens = as_int(metrics.get("progress/tokens"), 0)
+    # progress/tokens is the stream position; a branch of a local study starts at its base's
+    # checkpoint (tag branch_tokens), so what it trained is the difference
+    tokens = max(0, as_int(metrics.get("progress/tokens"), 0) - as_int(tags.get("branch_tokens"), 0))
     context = as_int(tags.get("context_tokens"), 0)
     last_step = as_int(metrics.get("progress/step"), None)
     if last_step is None:

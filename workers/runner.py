@@ -454,6 +454,7 @@ class Runner:
                 "target_loss": "" if ts.target_loss is None else repr(ts.target_loss),
                 "search_number": "" if ts.search_number is None else str(ts.search_number),
                 "n_params": str(ts.n_params), "setting_tokens": str(ts.setting_tokens),
+                "branch_tokens": str(tc.get("branch_tokens") or ""),  # a local study's branch: where it starts
                 "context_tokens": str(tc.get("context_tokens", "")),
                 "queue": queue, "trial_spec": json.dumps(ts.to_dict(), sort_keys=True),
             }
