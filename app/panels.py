@@ -55,6 +55,22 @@ def study_picker(key: str) -> str:
     return name
 
 
+def compare_picker(label: str, options: list[str], current: str, *, key: str, help: str) -> list[str]:
+    """A multiselect of other studies to draw beside ``current``, kept in the page's address
+    (``?compare=B,C``) so a comparison can be shared (issue 25)."""
+    from app import compare
+
+    chosen = st.multiselect(label, options, default=compare.parse_compare(st.query_params.get("compare"), options,
+                                                                         current),
+                            max_selections=compare.MAX_STUDIES - 1, key=key, help=help)
+    if ",".join(chosen) != (st.query_params.get("compare") or ""):
+        if chosen:
+            st.query_params["compare"] = ",".join(chosen)
+        else:
+            st.query_params.pop("compare", None)
+    return chosen
+
+
 def study_summary(name: str):
     """The ``StudySummary`` of ``name`` (or ``None`` when it is gone)."""
     return next((s for s in sources.studies() if s.name == name), None)

@@ -593,6 +593,15 @@ class Runner:
         return (self.ledger.lease(trial_id).outcome or "done")
 
     # ------------------------------------------------------------------ extend
+    def _open_study(self, study: str):
+        """The parent run of ``study`` that may still grow: it exists and was not cancelled."""
+        parent = self.tracker.study_run(study)
+        if parent is None:
+            raise ConfigError("name", study, "names no study")
+        if parent.data.tags.get("status") == "cancelled":
+            raise ConfigError("name", study, "names a cancelled study; launch a new one")
+        return parent
+
     def extend(self, study: str, patch, *, author: str = "", force: bool = False) -> tuple[StudySpec, list[str]]:
         """Grow ``study`` by ``patch`` (:mod:`cbscore.study.extend`): store the new spec version,
         reopen a done study, and advance it, so only the new cells and trials run. Returns the
@@ -600,11 +609,7 @@ class Runner:
         from cbscore.study.extend import extend_spec
         from cbscore.study.planner import setting_targets
 
-        parent = self.tracker.study_run(study)
-        if parent is None:
-            raise ConfigError("name", study, "names no study")
-        if parent.data.tags.get("status") == "cancelled":
-            raise ConfigError("name", study, "names a cancelled study; launch a new one")
+        parent = self._open_study(study)
         stored = StudySpec.from_dict(self.tracker.study_spec(parent))
         runs = self.tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
         records = build_records(runs, self.ledger.leases(study), self.tracker)
@@ -638,11 +643,7 @@ class Runner:
         if isinstance(budget_factor, bool) or not isinstance(budget_factor, (int, float)) or not 1 < budget_factor <= 16:
             raise ConfigError("budget_factor", budget_factor, "must be a number in (1, 16]: the censored cells' "
                                                               "new cap and budget as a multiple of the old")
-        parent = self.tracker.study_run(study)
-        if parent is None:
-            raise ConfigError("name", study, "names no study")
-        if parent.data.tags.get("status") == "cancelled":
-            raise ConfigError("name", study, "names a cancelled study; launch a new one")
+        parent = self._open_study(study)
         spec = StudySpec.from_dict(self.tracker.study_spec(parent))
         exp_id, parent_id = parent.info.experiment_id, parent.info.run_id
         runs = self.tracker.trial_runs(exp_id, parent_id)

@@ -26,16 +26,9 @@ def _compare(name: str, rows, b_ref: int, overhead: float) -> None:
     if not same:
         return
     st.subheader("Compare studies")
-    chosen = st.multiselect(
-        f"Compare with (studies with B_ref = {b_ref})", same,
-        default=compare.parse_compare(st.query_params.get("compare"), same, name),
-        max_selections=compare.MAX_STUDIES - 1, key="curves.compare",
+    chosen = panels.compare_picker(
+        f"Compare with (studies with B_ref = {b_ref})", same, name, key="curves.compare",
         help="Their S(B) / S(B_ref) on this study's axes, each fitted at its own r. The address keeps the choice.")
-    if ",".join(chosen) != (st.query_params.get("compare") or ""):
-        if chosen:
-            st.query_params["compare"] = ",".join(chosen)
-        else:
-            st.query_params.pop("compare", None)
     if not chosen:
         return
     by_study = {name: fit_view.setting_curves(panels.analyze(rows, b_ref, overhead), rows)}

@@ -44,16 +44,10 @@ def _compare(name: str, table) -> None:
     if not others:
         return
     st.subheader("Compare studies")
-    chosen = st.multiselect(
-        "Compare with", others, default=compare.parse_compare(st.query_params.get("compare"), others, name),
-        max_selections=compare.MAX_STUDIES - 1, key="scaling.compare",
+    chosen = panels.compare_picker(
+        "Compare with", others, name, key="scaling.compare",
         help="Other studies drawn beside this one, a colour each, each fitted at its own B_ref and r. The page's "
              "address keeps the choice: copy it to share the comparison.")
-    if ",".join(chosen) != (st.query_params.get("compare") or ""):
-        if chosen:
-            st.query_params["compare"] = ",".join(chosen)
-        else:
-            st.query_params.pop("compare", None)
     if not chosen:
         return
     tables = {name: table}

@@ -190,18 +190,17 @@ def loss_curves(name: str) -> None:
 def _may_cancel(study: str, what: str) -> bool:
     """Only the study's owner (read afresh from MLflow) or an admin may cancel it (app/auth.py);
     anyone else is told who may, where they clicked."""
-    try:
-        auth.check_cancel(auth.current_user(), sources.call("study_owner", study), what)
-    except auth.NotAllowed as exc:
-        st.error(str(exc), icon=":material/block:")
-        return False
-    return True
+    return _allowed(auth.check_cancel, study, what)
 
 
 def _may_change(study: str, what: str) -> bool:
     """Only the study's owner or an admin may extend it or run its trials again (app/auth.py)."""
+    return _allowed(auth.check_change, study, what)
+
+
+def _allowed(check, study: str, what: str) -> bool:
     try:
-        auth.check_change(auth.current_user(), sources.call("study_owner", study), what)
+        check(auth.current_user(), sources.call("study_owner", study), what)
     except auth.NotAllowed as exc:
         st.error(str(exc), icon=":material/block:")
         return False

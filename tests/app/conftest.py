@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -39,20 +40,25 @@ def seeded_store(tmp_path_factory):
     from tests.app.store_seed import seed_study, spec_for
     from workers.tracking import Tracker
 
-    folder = tmp_path_factory.mktemp("app-store")
-    env = _store_env(folder)
+    env = _store_env(tmp_path_factory.mktemp("app-store"))
+    with environment(env):
+        settings = seed_study(Tracker(env["CBS_TRACKING_URI"], env["CBS_ARTIFACT_ROOT"]), spec_for(STUDY), running=2)
+    return env, settings
+
+
+@contextlib.contextmanager
+def environment(env: dict[str, str]):
+    """``env`` in ``os.environ`` for the block (a session fixture cannot use monkeypatch)."""
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        tracker = Tracker(env["CBS_TRACKING_URI"], env["CBS_ARTIFACT_ROOT"])
-        settings = seed_study(tracker, spec_for(STUDY), running=2)
+        yield
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return env, settings
 
 
 @pytest.fixture

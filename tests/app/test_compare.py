@@ -13,25 +13,15 @@ from tests.app.store_seed import expected_fit, spec_for
 def two_studies(tmp_path_factory):
     """Studies ``alpha`` and ``beta`` (two settings each; beta's B_noise four times alpha's); returns
     ``(env, {study: {setting: SeededSetting}})``."""
-    import os
-
+    from tests.app.conftest import environment
     from tests.app.store_seed import seed_study
     from workers.tracking import Tracker
 
-    folder = tmp_path_factory.mktemp("compare-store")
-    env = _store_env(folder)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    env = _store_env(tmp_path_factory.mktemp("compare-store"))
+    with environment(env):
         tracker = Tracker(env["CBS_TRACKING_URI"], env["CBS_ARTIFACT_ROOT"])
         seeded = {"alpha": seed_study(tracker, spec_for("alpha", n_settings=2), b_noise_per_setting=[32.0, 64.0]),
                   "beta": seed_study(tracker, spec_for("beta", n_settings=2), b_noise_per_setting=[128.0, 256.0])}
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return env, seeded
 
 
