@@ -388,6 +388,8 @@ def study_status(name: str) -> StudyStatus:
     counts = status_counts(records, p)
     # Planned trials from the planner's cells: re-runs and rates added past a grid edge included.
     n_trials = sum(c.n_trials for c in p.cells) or grid_trials(spec)
+    # trials beside the plan (`cbs study retry`'s {id}.retry{k}) are trials too: progress never passes 100%
+    n_trials = max(n_trials, len(records))
     ended = ended_trials(counts)
     cells = tuple({"cell_id": c.cell_id, "setting_id": c.setting_id, "batch_size": c.batch_size, "role": c.role,
                    "state": c.state, "n_trials": c.n_trials, "counts": dict(c.counts),

@@ -341,7 +341,7 @@ class Runner:
                     if self._start(ts, exp_id, parent_id):
                         started.append(ts.trial_id)
 
-        resent = self._resend(study, now)
+        resent = self._resend(study, now) + self._recover_creating(study, now, runs_by_trial)
 
         tags = {f"target/{k}": repr(float(v)) for k, v in p.targets.items()}  # exact: it round-trips
         tags["errors"] = json.dumps(list(p.errors))[:7900] if p.errors else ""
@@ -556,6 +556,28 @@ class Runner:
             return None
         config = json.loads(run.data.tags.get("trial_spec") or "{}").get("train_config") if run else None
         return trial_time_limit_s(self.settings, config, queue)
+
+    def _recover_creating(self, study: str, now: float, runs_by_trial: dict) -> list[str]:
+        """Finish the start of trials whose lease a process left ``creating`` after their run
+        existed (it died, or raised, before ``mark_queued``): the planner sees the run and never
+        starts such a trial again, so without this it waited forever (seen once in the issue-27
+        run). Once the lease is stale it is taken over, queued and its task sent."""
+        out = []
+        for tid, lease in self.ledger.leases(study).items():
+            run = runs_by_trial.get(tid)
+            if lease.state != "creating" or run is None or lease.updated_s >= now - self.settings.stale_after_s:
+                continue  # (no run yet: the planner starts the trial again, and create() takes the lease over)
+            queue = lease.queue or "cpu"
+            if not (self.ledger.create(tid, study, queue, owner=self.owner, now_s=now,
+                                       stale_after_s=self.settings.stale_after_s)
+                    and self.ledger.mark_queued(tid, run_id=run.info.run_id, owner=self.owner, now_s=now)):
+                continue
+            from workers.records import trial_spec
+
+            self.send(study, tid, 1, queue, time_limit_s=trial_time_limit_s(self.settings,
+                                                                            trial_spec(run).train_config, queue))
+            out.append(tid)
+        return out
 
     def _resend(self, study: str, now: float) -> list[str]:
         """Send again the tasks of queued leases whose message is gone (module docstring)."""

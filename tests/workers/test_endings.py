@@ -220,3 +220,32 @@ def test_an_optuna_cell_asks_for_its_next_trial_only_once_the_last_one_is_done_a
     records = sorted(api.study_records("end5"), key=lambda r: r.search_number)
     assert [r.search_number for r in records] == [0, 1] and records[0].status == "finished"
     assert [t.state.name for t in study.get_trials()] == ["COMPLETE", "RUNNING"]
+
+
+def test_a_lease_left_creating_after_its_run_exists_is_queued_and_sent_once_stale(worker_env, token_store,
+                                                                                 monkeypatch):
+    """The runner raised between creating a trial's run and queueing its lease: the planner saw the
+    run and never started the trial again, which then waited forever (once in the issue-27 run)."""
+    import sqlalchemy as sa
+
+    from workers.ledger import LEASES
+    from workers.trial import run_trial_attempt
+
+    real = Ledger.mark_queued
+    monkeypatch.setattr(Ledger, "mark_queued", lambda self, *a, **k: (_ for _ in ()).throw(
+        sqlalchemy.exc.OperationalError("UPDATE cbs_trial_leases", {}, Exception("could not connect"))))
+    with pytest.raises(sqlalchemy.exc.OperationalError):
+        api.launch_study(tiny_spec("stuck", batch_sizes=[8]))
+    monkeypatch.setattr(Ledger, "mark_queued", real)
+    s = WorkerSettings.from_env()
+    ledger = Ledger(s.ledger_url)
+    [record] = api.study_records("stuck")
+    assert ledger.lease(record.trial_id).state == "creating" and record.status == "queued"
+    report = Runner(s).advance("stuck")  # not stale yet: left alone
+    assert ledger.lease(record.trial_id).state == "creating" and record.trial_id not in report.resent
+    with ledger.engine.begin() as conn:  # stale: as if the creator died CBS_STALE_AFTER_S ago
+        conn.execute(sa.update(LEASES).where(LEASES.c.trial_id == record.trial_id)
+                     .values(updated_s=time.time() - s.stale_after_s - 1))
+    report = Runner(s).advance("stuck")
+    assert record.trial_id in report.resent and ledger.lease(record.trial_id).state == "queued"
+    assert run_trial_attempt("stuck", record.trial_id, 1, worker="test")["outcome"] == "finished"
