@@ -14,6 +14,7 @@ from typing import Any
 
 from app.charts import PowerLaw, ScalingPoint, SettingCurve, StepsPoint
 from cbscore.analysis import PAPER_EXPONENT_CHINCHILLA, PAPER_EXPONENT_D, PAPER_EXPONENT_N, compare_with_paper
+from workers.parse import as_float
 
 #: N on the scaling charts is in millions of non-embedding parameters (the paper's unit).
 N_UNIT = 1e6
@@ -24,17 +25,11 @@ PAPER_LAWS_N = (
 )
 
 
-def _number(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _reached(row: Mapping) -> bool:
     outcome = str(row.get("outcome") or "reached").strip().lower()
-    return outcome == "reached" and (_number(row.get("steps")) or 0) > 0
+    return outcome == "reached" and (as_float(row.get("steps")) or 0) > 0
 
 
 def best_trials(rows: Iterable[Mapping]) -> dict[tuple[str, int], Mapping]:
@@ -58,7 +53,7 @@ def censored_floors(rows: Iterable[Mapping]) -> dict[tuple[str, int], float]:
     for row in rows:
         if str(row.get("outcome") or "").strip().lower() != "censored":
             continue
-        steps = _number(row.get("budget_steps")) or _number(row.get("steps"))
+        steps = as_float(row.get("budget_steps")) or as_float(row.get("steps"))
         if steps and steps > 0:
             key = (str(row["setting"]).strip(), int(float(row["batch_size"])))
             floor[key] = min(floor.get(key, math.inf), steps)
@@ -68,7 +63,7 @@ def censored_floors(rows: Iterable[Mapping]) -> dict[tuple[str, int], float]:
 def _hyper(row: Mapping) -> str:
     parts = []
     for key, name, fmt in (("lr", "lr", "{:.3g}"), ("beta2", "β2", "{:g}"), ("tau", "τ", "{:g}")):
-        value = _number(row.get(key))
+        value = as_float(row.get(key))
         if value is not None:
             parts.append(f"{name} {fmt.format(value)}")
     return ", ".join(parts)

@@ -71,6 +71,20 @@ def compare_picker(label: str, options: list[str], current: str, *, key: str, he
     return chosen
 
 
+def compared_rows(chosen: list[str]) -> dict[str, "StudyRows"]:
+    """The steps tables of the studies a comparison draws; one with no finished trial yet is named
+    in a note and left out."""
+    from app.failures import Nothing
+
+    out = {}
+    for other in chosen:
+        try:
+            out[other] = study_rows(other)
+        except Nothing as exc:
+            st.info(f"`{other}`: {exc}", icon=":material/hourglass_empty:")
+    return out
+
+
 def study_summary(name: str):
     """The ``StudySummary`` of ``name`` (or ``None`` when it is gone)."""
     return next((s for s in sources.studies() if s.name == name), None)

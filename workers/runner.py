@@ -480,9 +480,12 @@ class Runner:
         while neither is known (the study's first trials on a host without the store)."""
         from workers.reuse import config_key
 
-        pin = self.ledger.store_pin(ts.study)
-        digest = pin.digest if pin is not None else None
+        digests = self.__dict__.setdefault("_store_digests", {})  # a pinned digest never changes
+        digest = digests.get(ts.study)
         if digest is None:
+            pin = self.ledger.store_pin(ts.study)
+            digest = digests[ts.study] = pin.digest if pin is not None else None
+        if digest is None:  # not pinned yet: the store this host would use (read each time, until pinned)
             from cbscore.data import DataConfig
             from cbscore.data.store import content_digest, reuse_problem
 

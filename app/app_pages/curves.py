@@ -32,12 +32,7 @@ def _compare(name: str, rows, b_ref: int, overhead: float) -> None:
     if not chosen:
         return
     by_study = {name: fit_view.setting_curves(panels.analyze(rows, b_ref, overhead), rows)}
-    for other in chosen:
-        try:
-            other_rows = panels.study_rows(other)
-        except failures.Nothing as exc:
-            st.info(f"`{other}`: {exc}", icon=":material/hourglass_empty:")
-            continue
+    for other, other_rows in panels.compared_rows(chosen).items():
         r = panels.study_rule(other)[1]
         other_r = r if r is not None else overhead
         by_study[other] = fit_view.setting_curves(panels.analyze(other_rows, b_ref, other_r), other_rows)

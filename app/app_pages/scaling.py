@@ -51,12 +51,7 @@ def _compare(name: str, table) -> None:
     if not chosen:
         return
     tables = {name: table}
-    for other in chosen:
-        try:
-            rows = panels.study_rows(other)
-        except failures.Nothing as exc:
-            st.info(f"`{other}`: {exc}", icon=":material/hourglass_empty:")
-            continue
+    for other, rows in panels.compared_rows(chosen).items():
         b_ref, overhead = panels.study_rule(other)
         tables[other] = panels.analyze(rows, b_ref or 256, overhead if overhead is not None else 0.2)
     left, right = st.columns(2, gap="large")
