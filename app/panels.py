@@ -300,6 +300,23 @@ def render_scaling(rows: list[dict], source: str, b_ref: int, overhead: float) -
     _notes(table)
 
 
+def render_paper_comparison(table) -> None:
+    """This study's exponents beside the paper's (Zhang et al. 2025, §4), and whether it supports
+    "B* scales with D, not with N" (the verdict from the laws' joint draws)."""
+    import pandas as pd
+
+    from app import fit_view
+
+    st.subheader("Compared with the paper")
+    verdict, sentence = fit_view.paper_verdict(table)
+    {"supported": st.success, "not supported": st.warning}.get(verdict, st.info)(sentence, icon=":material/balance:")
+    st.dataframe(pd.DataFrame(fit_view.paper_rows(table)), hide_index=True, width="stretch", placeholder="—",
+                 column_config={
+                     "this study": st.column_config.NumberColumn(format="%.3f"),
+                     "paper": st.column_config.NumberColumn(format="%.3f", help="Zhang et al. 2025, §4"),
+                 })
+
+
 def _d_ordering(table) -> None:
     """Whether B* rises with D at fixed N, with and without the reference point (issue 27)."""
     from app import fit_view

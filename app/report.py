@@ -24,6 +24,7 @@ import shutil
 from pathlib import Path
 
 from cbscore.errors import CbsError, ConfigError
+from cbscore.study.lr_predict import allowed_rates
 from workers.atomic_files import new_folder_beside, replace_folder
 from workers.parse import as_int
 
@@ -126,23 +127,32 @@ def _write_figures(figs: dict[str, object], folder: Path) -> list[str]:
     return written
 
 
-def best_learning_rates(rows: list[dict], lrs: tuple[float, ...]) -> list[dict]:
-    """Per cell, the learning rate of its fastest trial and whether it sits at an end of the grid
-    (then the best rate may lie outside it, and S(B) is an upper bound on the tuned value)."""
+def best_learning_rates(rows: list[dict], allowed: tuple[float, ...]) -> list[dict]:
+    """Per cell, the learning rate of its fastest trial and whether it sits at an end of the rates
+    that cell ran (then the best rate may lie outside them, and S(B) is an upper bound on the tuned
+    value; ``"only"`` when the cell ran one rate). The rates run are the cell's own: the planner extends a cell's rates past the spec's grid
+    (``search.lr_extensions``), so the spec's grid is not the edge. ``allowed_edge`` says whether the
+    best rate is also an end of ``allowed`` (the grid and its extensions), past which no study of
+    this spec could go."""
     best: dict[tuple[str, int], dict] = {}
+    run: dict[tuple[str, int], set[float]] = {}
     for r in rows:
-        if r.get("outcome") != "reached" or r.get("steps") in (None, ""):
+        if r.get("lr") in (None, ""):
             continue
         key = (r["setting"], int(r["batch_size"]))
+        if r.get("outcome") != "failed":
+            run.setdefault(key, set()).add(float(r["lr"]))
+        if r.get("outcome") != "reached" or r.get("steps") in (None, ""):
+            continue
         if key not in best or float(r["steps"]) < float(best[key]["steps"]):
             best[key] = r
-    lo, hi = min(lrs), max(lrs)
     out = []
     for (setting, b), r in sorted(best.items()):
-        lr = float(r["lr"])
-        edge = "lowest" if lr == lo else "highest" if lr == hi else None
+        lr, rates = float(r["lr"]), sorted(run[(setting, b)])
+        edge = "only" if len(rates) < 2 else "lowest" if lr == rates[0] else "highest" if lr == rates[-1] else None
         out.append({"setting": setting, "batch_size": b, "best_lr": lr, "steps": float(r["steps"]),
-                    "tau": r.get("tau"), "at_grid_edge": edge})
+                    "tau": r.get("tau"), "rates_run": rates, "at_grid_edge": edge,
+                    "allowed_edge": bool(allowed) and lr in (min(allowed), max(allowed))})
     return out
 
 
@@ -212,7 +222,8 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
                         "cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
             "figures": figures,
-            "best_learning_rates": best_learning_rates(full, spec.search.lrs) if spec.search.kind == "grid" else None,
+            "best_learning_rates": (best_learning_rates(full, allowed_rates(spec.search.lrs, spec.search.lr_extensions))
+                                    if spec.search.kind == "grid" else None),
         }
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         written = sorted(f.name for f in tmp.iterdir() if f.name != "README.md")

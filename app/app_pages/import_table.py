@@ -46,3 +46,4 @@ else:
             panels.render_curves(rows, source, b_ref, overhead)
         with scaling:
             panels.render_scaling(rows, source, b_ref, overhead)
+            panels.render_paper_comparison(panels.analyze(rows, b_ref, overhead))

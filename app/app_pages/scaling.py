@@ -19,20 +19,6 @@ st.caption(
 )
 
 
-def _compare_with_paper(table) -> None:
-    """This study's exponents beside the paper's, and whether it supports "B* scales with D, not N"."""
-    import pandas as pd
-
-    st.subheader("Compared with the paper")
-    verdict, sentence = fit_view.paper_verdict(table)
-    {"supported": st.success, "not supported": st.warning}.get(verdict, st.info)(sentence, icon=":material/balance:")
-    st.dataframe(pd.DataFrame(fit_view.paper_rows(table)), hide_index=True, width="stretch", placeholder="—",
-                 column_config={
-                     "this study": st.column_config.NumberColumn(format="%.3f"),
-                     "paper": st.column_config.NumberColumn(format="%.3f", help="Zhang et al. 2025, §4"),
-                 })
-
-
 def _compare(name: str, table) -> None:
     """Other studies beside this one (issue 25): B* and laws on one chart and in one table, each study
     fitted at its own B_ref and r; the choice is in the URL (``?study=A&compare=B,C``) to share."""
@@ -74,6 +60,6 @@ with failures.shown_as_message("the Scaling laws page"):
     rows = panels.study_rows(name)
     b_ref, overhead = panels.fit_controls(rows, name, panels.study_rule(name))
     panels.render_scaling(rows, name, b_ref, overhead)
-    _compare_with_paper(panels.analyze(rows, b_ref, overhead))
+    panels.render_paper_comparison(panels.analyze(rows, b_ref, overhead))
     gns_panels.render_forecast_vs_measured(name, panels.analyze(rows, b_ref, overhead), b_ref, overhead)
     _compare(name, panels.analyze(rows, b_ref, overhead))

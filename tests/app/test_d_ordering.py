@@ -56,3 +56,29 @@ def test_the_import_page_says_whether_the_ordering_holds_without_the_reference_p
     assert not at.exception and not at.error, [e.value for e in at.error]
     (line,) = [w.value for w in at.warning if "Ordering" in w.value or "ordering by D" in w.value]
     assert "N = 300,000, D = 50k → 200k: the ordering by D **does not hold without the reference point**" in line
+
+
+def test_the_committed_reproduction_on_the_import_page_shows_its_laws_and_verdict_beside_the_papers(app_test, empty_env):
+    """Issue 27's "done when": docs/results/reproduce/steps.csv, imported at its B_ref = 4 and
+    r = 0.2, gives the committed fit's D-exponent at fixed N (fit.json) and the verdict, with the
+    paper's exponents in the same table."""
+    import json
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "docs/results/reproduce"
+    law_d = json.loads((folder / "fit.json").read_text())["scaling"]["d"][0]
+    at = app_test
+    at.run()
+    at.switch_page("app_pages/import_table.py")
+    at.run()
+    at.file_uploader(key="import.file").set_value(("steps.csv", (folder / "steps.csv").read_bytes(), "text/csv")).run()
+    at.select_slider(key="import-steps.b_ref").set_value(4).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    (verdict,) = [s.value for s in at.success if "paper's finding" in s.value]
+    assert verdict.startswith("This study supports the paper's finding that B* scales with D, not with N")
+    (paper,) = [d.value for d in at.dataframe if "paper" in d.value.columns]
+    row = paper.set_index("exponent").loc["β: D at fixed N"]
+    assert row["this study"] == pytest.approx(law_d["exponent"], abs=1e-9)
+    assert row["paper"] == pytest.approx(0.47, abs=0.01)
+    lo, hi = law_d["exponent_ci"]
+    assert f"{lo:.3f}" in row["95% interval"] and f"{hi:.3f}" in row["95% interval"]
