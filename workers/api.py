@@ -223,6 +223,25 @@ def cancel_trial(trial_id: str) -> str:
     return Runner().cancel_trial(trial_id)
 
 
+def delete_study(name: str, *, force: bool = False, wait_s: float | None = None):
+    """Delete study ``name`` as a whole: its MLflow runs (soft-deleted), ledger rows, Optuna
+    studies, checkpoints and kept artifacts; refused while trials are queued or running unless
+    ``force`` (which cancels it and waits for them to stop). Re-running finishes a half-done
+    delete; studies that reused its trials keep their copies. :func:`workers.delete.delete_study`
+    (who may is the caller's check); returns its :class:`~workers.delete.DeletionReport`."""
+    from workers.delete import delete_study as delete
+
+    return delete(name, force=force, wait_s=wait_s)
+
+
+def deletion_preview(name: str):
+    """What deleting ``name`` would delete, and the trials in flight that stand in the way
+    (:class:`workers.delete.DeletionPreview`; nothing changes)."""
+    from workers.delete import deletion_preview as preview
+
+    return preview(name)
+
+
 def advance_study(name: str):
     """One idempotent runner pass over ``name`` (:meth:`workers.runner.Runner.advance`)."""
     from workers.runner import Runner

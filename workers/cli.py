@@ -112,6 +112,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cancel = sub.add_parser("cancel", help="cancel every unfinished trial of a study")
     cancel.add_argument("name")
     cancel.set_defaults(handler=run_cancel)
+    delete = sub.add_parser(
+        "delete", help="delete a study as a whole: its MLflow runs (soft-deleted), ledger, Optuna studies, "
+                       "checkpoints and artifacts",
+        description="Delete a study: its MLflow runs and experiment (soft-deleted: `mlflow gc` purges them), its "
+                    "leases and outcomes in the ledger, its Optuna studies, its trials' checkpoints and its kept "
+                    "artifacts. Studies that reused its trials keep their own copies. A study with trials queued or "
+                    "running is refused unless --force. Running it again finishes a delete that stopped half-way.")
+    delete.add_argument("name")
+    delete.add_argument("--yes", action="store_true", help="delete without asking (needed when stdin is not a terminal)")
+    delete.add_argument("--force", action="store_true",
+                        help="cancel a study with trials queued or running, wait for them to stop, then delete it")
+    delete.add_argument("--wait", type=float, default=None, metavar="S",
+                        help="with --force, how long to wait for the trials to stop (default 3×CBS_STALE_AFTER_S)")
+    delete.set_defaults(handler=run_delete)
     watch = sub.add_parser("watch", help="advance every running study on a timer (the runner process)")
     watch.add_argument("--period", type=float, default=None, help="seconds between passes (CBS_WATCH_PERIOD_S)")
     watch.add_argument("--once", action="store_true", help="one pass, then exit")
@@ -576,6 +590,52 @@ def run_cancel(args: argparse.Namespace) -> int:
     n = api.cancel_study(args.name)
     print(f"cbs study: cancelled {args.name!r} ({n} unfinished trials stopped or stopping)")
     return 0
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    """``cbs study delete``: what goes, a confirmation unless ``--yes``, then :func:`workers.api.delete_study`."""
+    from cbscore.errors import CbsError
+    from workers import api
+    from workers.delete import StudyInFlight
+
+    preview = api.deletion_preview(args.name)  # an unknown study: an error naming it
+    if preview.in_flight and not args.force:
+        raise StudyInFlight(args.name, preview.in_flight)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise CbsError(f"not deleting {args.name!r} without a confirmation: standard input is not a terminal; "
+                           "pass --yes to delete it")
+        print(describe_deletion(preview, force=args.force))
+        answer = input(f"Type the study's name ({args.name}) to delete it: ")
+        if answer.strip() != args.name:
+            print(f"cbs study: {args.name!r} was not deleted")
+            return 1
+    report = api.delete_study(args.name, force=args.force, wait_s=args.wait)
+    print(f"cbs study: deleted {args.name!r}" + (" (finishing a delete that had stopped half-way)" if report.resumed
+                                                else ""))
+    if report.cancelled:
+        print(f"  cancelled first: {report.cancelled} unfinished trial(s) stopped")
+    print(f"  MLflow: {report.runs_deleted} run(s) soft-deleted, the experiment too (now {report.deleted_as!r}; "
+          "`mlflow gc` purges them)")
+    print(f"  ledger: {report.leases_deleted} lease(s); Optuna: {report.optuna_studies_deleted} study(ies); "
+          f"checkpoints: {report.checkpoints_removed} folder(s); artifacts: "
+          + ("removed" if report.artifacts_removed else "none"))
+    if report.dependants:
+        print(f"  kept: the copies of its trials that {', '.join(report.dependants)} reused (they stay theirs)")
+    return 0
+
+
+def describe_deletion(preview, *, force: bool = False) -> str:
+    """What ``cbs study delete`` asks about: the study, what goes, what stays."""
+    lines = [f"study {preview.study!r} ({preview.status or 'status unknown'}"
+             + (f", owner {preview.owner}" if preview.owner else "") + f"): {preview.runs} MLflow run(s), its ledger "
+             "entries, Optuna studies, checkpoints and artifacts will be deleted (MLflow's runs soft-deleted)"]
+    if preview.in_flight and force:
+        lines.append(f"  --force: it is cancelled first and its {len(preview.in_flight)} trial(s) queued or running "
+                     "are stopped")
+    if preview.dependants:
+        lines.append(f"  {', '.join(preview.dependants)} reused trials of it: they keep their own copies")
+    return "\n".join(lines)
 
 
 def run_watch(args: argparse.Namespace) -> int:

@@ -393,6 +393,21 @@ class Ledger:
             pass
         return self.store_pin(study)
 
+    # ------------------------------------------------------------------ deleting a study
+    def forget_study(self, study: str) -> int:
+        """Delete ``study``'s leases (with their outcomes) and its pinned token store; returns the
+        leases deleted. For deleting a study (:mod:`workers.delete`), never for ending one: a lease
+        is how the runner knows a trial ran. Idempotent."""
+        with self.engine.begin() as conn:
+            n = conn.execute(LEASES.delete().where(LEASES.c.study == study)).rowcount
+            conn.execute(STORES.delete().where(STORES.c.study == study))
+        return n
+
+    def forget_lock(self, study: str) -> None:
+        """Delete ``study``'s advance lock row (the last trace of a deleted study here)."""
+        with self.engine.begin() as conn:
+            conn.execute(LOCKS.delete().where(LOCKS.c.study == study))
+
     # ------------------------------------------------------------------ study locks
     def try_lock(self, study: str, owner: str, *, now_s: float, ttl_s: float) -> bool:
         """Hold ``study``'s advance lock for ``ttl_s`` (re-entrant for ``owner``); False if busy.

@@ -70,7 +70,8 @@ def copy_result(tracker, source, target_run_id: str) -> str:
     tracker.log_metrics(target_run_id, metrics)
     tags = {k: v for k, v in source.data.tags.items() if k not in _OWN_TAGS and not k.startswith("mlflow.")}
     outcome = source.data.tags["status"]
-    tracker.end_trial(target_run_id, outcome, **tags, reused_from=source.data.tags.get("reused_from") or
-                      source.info.run_id, reused_from_study=source.data.tags.get("reused_from_study") or
-                      source.data.tags.get("study", ""))
+    # the run that trained: the source's own source when it is a copy (a copy of a copy: its source deleted)
+    tags["reused_from"] = source.data.tags.get("reused_from") or source.info.run_id
+    tags["reused_from_study"] = source.data.tags.get("reused_from_study") or source.data.tags.get("study", "")
+    tracker.end_trial(target_run_id, outcome, **tags)
     return outcome

@@ -248,16 +248,60 @@ def _grow(name: str) -> None:
                 st.info("Nothing to run again: no " + ("failed trial." if failed else "censored cell."))
 
 
+def _delete(name: str) -> None:
+    """Delete the study as a whole (workers.delete), once its name is typed; refused while trials run."""
+    st.markdown(f"Delete **{name}** as a whole: its MLflow runs and experiment (soft-deleted: `mlflow gc` purges "
+                "them), its ledger entries, Optuna studies, trials' checkpoints and kept artifacts. It cannot be "
+                "undone here. Studies that reused its trials keep their own copies.")
+    busy = [r for r in sources.records(name) if r.status in ("queued", "running", "lost")]
+    if busy:
+        st.warning(f"{len(busy)} trial(s) are queued or running: cancel the study first (Cancel…) and delete it "
+                   "once they have stopped.", icon=":material/hourglass_top:")
+    typed = st.text_input("Type the study's name to confirm", key="studies.delete_confirm", placeholder=name)
+    if (st.button("Delete the study", type="primary", key="studies.delete_go", icon=":material/delete_forever:",
+                  disabled=typed.strip() != name)
+            and _may_change(name, f"delete the study {name}")):
+        from workers.delete import StudyInFlight
+
+        with failures.shown_as_message("deleting the study"):
+            try:
+                report = sources.call("delete_study", name)
+            except StudyInFlight as exc:
+                st.error(f"{name} has {len(exc.trial_ids)} trial(s) queued or running, so it was not deleted: "
+                         "cancel it first (Cancel…) and delete it once they have stopped.", icon=":material/block:")
+                return
+            sources.refresh()
+            kept = f" {', '.join(report.dependants)} keep their copies of its trials." if report.dependants else ""
+            st.session_state["studies.deleted"] = (f"Deleted {name}: {report.runs_deleted} MLflow run(s) "
+                                                   f"soft-deleted, {report.leases_deleted} ledger entries, "
+                                                   f"{report.checkpoints_removed} checkpoint folder(s).{kept}")
+            st.rerun()
+
+
+def _deleted_notice() -> None:
+    """After a delete (which reruns the page): say so, and forget the deleted study as the choice."""
+    message = st.session_state.pop("studies.deleted", None)
+    if message is None:
+        return
+    for key in ("studies.study", "studies.selected", "studies.delete_confirm"):
+        st.session_state.pop(key, None)
+    if "study" in st.query_params:
+        del st.query_params["study"]
+    st.success(message, icon=":material/delete_forever:")
+
+
 def actions(name: str) -> None:
-    """Links to MLflow and cancelling, outside the live fragment so a confirmation survives refreshes."""
+    """Links to MLflow, cancelling and deleting, outside the live fragment so a confirmation survives refreshes."""
     summary = panels.study_summary(name)
-    cols = st.columns([1, 1, 1, 1, 2])
+    cols = st.columns([1, 1, 1, 1.2, 1.2, 0.6])
     url = sources.experiment_url(summary.experiment_id) if summary else None
     if url:
         cols[0].link_button("Study in MLflow", url, icon=":material/open_in_new:")
     cols[1].page_link("app_pages/curves.py", label="Curves", icon=":material/show_chart:", query_params={"study": name})
     with cols[3].popover("Extend or retry…", icon=":material/add_circle:"):
         _grow(name)
+    with cols[4].popover("Delete study…", icon=":material/delete:"):
+        _delete(name)
     with cols[2].popover("Cancel…", icon=":material/cancel:"):
         st.markdown(f"Stop every unfinished trial of **{name}** and end the study?")
         if (st.button("Cancel the study", type="primary", key="studies.cancel_study")
@@ -274,6 +318,7 @@ def actions(name: str) -> None:
                 st.success(f"{trial}: {outcome}.")
 
 
+_deleted_notice()
 overview()
 try:
     have_studies = bool(sources.studies())
