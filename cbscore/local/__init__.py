@@ -6,12 +6,15 @@
   :func:`noise_aware_local_cbs`, :class:`LocalCbsReadout`);
 - :mod:`._curve`: the power law of the local CBS over tokens (:func:`fit_local_cbs_curve`);
 - :mod:`._warmup`: the batch-size warm-up it recommends (:func:`plan_warmup`, :func:`schedule_warmup`,
-  :class:`WarmupPlan`), its ``batch_schedule`` ready for ``TrainConfig``.
+  :class:`WarmupPlan`), its ``batch_schedule`` ready for ``TrainConfig``;
+- :mod:`._arms`: the warm-up run and its small- and large-batch controls at equal tokens
+  (:func:`warmup_arms`, :func:`on_equal_token_grid`, :class:`WarmupArm`).
 
 Layer: numpy/scipy and :mod:`cbscore` only (no workers, app, MLflow, Celery or Optuna); every
 result is a frozen dataclass with ``to_dict()`` where the study runner sends it as JSON.
 """
 
+from cbscore.local._arms import ARM_ROLES, WarmupArm, equal_token_budget, on_equal_token_grid, warmup_arms
 from cbscore.local._branches import DEFAULT_MULTIPLIERS, LR_RULES, BranchSpec, branch_config, lr_factor
 from cbscore.local._curve import LocalCbsCurve, fit_local_cbs_curve
 from cbscore.local._readout import (Z_ONE_SIDED_95, LocalCbsReadout, WindowLoss, merrill_local_cbs,
@@ -19,7 +22,8 @@ from cbscore.local._readout import (Z_ONE_SIDED_95, LocalCbsReadout, WindowLoss,
 from cbscore.local._warmup import WarmupPlan, plan_warmup, schedule_warmup
 
 __all__ = [
-    "DEFAULT_MULTIPLIERS", "LR_RULES", "Z_ONE_SIDED_95", "BranchSpec", "LocalCbsCurve", "LocalCbsReadout",
-    "WarmupPlan", "WindowLoss", "branch_config", "fit_local_cbs_curve", "lr_factor", "merrill_local_cbs",
-    "noise_aware_local_cbs", "plan_warmup", "schedule_warmup", "window_end_loss",
+    "ARM_ROLES", "DEFAULT_MULTIPLIERS", "LR_RULES", "Z_ONE_SIDED_95", "BranchSpec", "LocalCbsCurve", "LocalCbsReadout",
+    "WarmupArm", "WarmupPlan", "WindowLoss", "branch_config", "equal_token_budget", "fit_local_cbs_curve", "lr_factor",
+    "merrill_local_cbs", "noise_aware_local_cbs", "on_equal_token_grid", "plan_warmup", "schedule_warmup",
+    "warmup_arms", "window_end_loss",
 ]

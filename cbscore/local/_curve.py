@@ -50,9 +50,11 @@ class LocalCbsCurve:
 
     def tokens_at(self, batch_size: float) -> float:
         """Stream position where the curve reaches ``batch_size``: ``(B/a)^(1/b)`` (``inf`` when
-        it never does: ``b ≤ 0`` and ``B`` above the curve)."""
+        it never does: ``b ≤ 0`` and ``B`` above the curve). A flat curve through readouts of
+        exactly ``B`` reaches it: ``a = exp(ln B)`` is off ``B`` by rounding (``exp(ln 8) =
+        7.999999999999998``), so ``a`` counts within a relative 1e-9."""
         if self.exponent <= 0:
-            return float("inf") if batch_size > self.coef else 0.0
+            return float("inf") if batch_size > self.coef * (1 + 1e-9) else 0.0
         return float((batch_size / self.coef) ** (1.0 / self.exponent))
 
 

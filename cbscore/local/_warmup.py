@@ -68,7 +68,9 @@ def schedule_warmup(*, base_batch_size: int, context_tokens: int, total_tokens: 
     positive_int("context_tokens", context_tokens)
     positive_int("total_tokens", total_tokens)
     positive_int("growth", growth)
-    switches = [int(math.ceil(d)) for d in switch_tokens]
+    # (2·B_j/a)^(1/b) of a fitted curve lands a rounding error above a whole token (1024.0000000000007
+    # for a curve through B*(1024) = 8): a relative 1e-12 below counts as that token, not the next
+    switches = [int(math.ceil(d * (1 - 1e-12))) for d in switch_tokens]
     if any(b <= a for a, b in zip([0, *switches], switches)) or (switches and switches[-1] >= total_tokens):
         raise ConfigError("switch_tokens", list(switch_tokens), f"must increase from above 0 to below total_tokens={total_tokens}")
     schedule = tuple((d, base_batch_size * growth ** (j + 1), lr_factor(growth ** (j + 1), lr_rule))

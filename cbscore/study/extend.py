@@ -14,6 +14,10 @@ each field it names replaces the stored value. Only what adds trials may change:
                     a censored cell again at a larger cap)
 ``max_trials``,     raise the sanity limits
 ``max_total_tokens``
+``local``           a local study's ``warmup_run`` and ``warmup_schedule`` only, once: the
+                    warm-up and its two controls (:mod:`cbscore.study.local_plan`), launched by
+                    ``cbs study warmup`` (:mod:`workers.local_warmup`); the keys it names replace
+                    the stored ones
 ==================  ==========================================================================
 
 Everything else (B_ref, T, r, the recipe, the data, the schedule, ...) decides what the trials
@@ -43,8 +47,10 @@ from cbscore.study.spec import StudySpec
 
 #: Fields a patch may name (``search`` only with the keys of :data:`SEARCH_FIELDS`).
 EXTENSIBLE = ("batch_sizes", "seeds", "settings", "models", "tokens", "search", "budget_margin", "max_trials",
-              "max_total_tokens")
+              "max_total_tokens", "local")
 SEARCH_FIELDS = ("lrs", "n_trials")
+#: ``local`` keys a patch may change (the warm-up phase of a local study).
+LOCAL_FIELDS = ("warmup_run", "warmup_schedule")
 _LIMITS = ("budget_margin", "max_trials", "max_total_tokens")
 
 
@@ -76,6 +82,8 @@ def extend_spec(stored: StudySpec, patch: Mapping[str, Any], *, targets: Mapping
     for key, value in patch.items():
         if key == "search":
             merged["search"] = _search(before["search"], value, changes)
+        elif key == "local":
+            merged["local"] = _local(before["local"], value, changes)
         elif key in ("batch_sizes",):
             merged[key] = _batch_sizes(before[key], value, stored.b_ref, ran_batch_sizes, busy_batch_sizes, changes)
         elif key in ("seeds", "models", "tokens"):
@@ -175,4 +183,49 @@ def _search(old: dict, value: Any, changes: list[str]) -> dict:
             if v != old["n_trials"]:
                 out["n_trials"] = v
                 changes.append(f"search.n_trials: {old['n_trials']} → {v}")
+    return out
+
+
+def _local(old: dict | None, value: Any, changes: list[str]) -> dict:
+    """A local study's warm-up phase switched on: ``warmup_run`` false → true with its schedule.
+    Every other ``local`` field decides what the base runs and branches measured; a schedule
+    that has been launched is what its arms ran, so it cannot change either."""
+    if old is None:
+        raise ConfigError("local", value, "applies to kind local only")
+    if not isinstance(value, Mapping):
+        raise ConfigError("local", value, "must be a mapping")
+    out = dict(old)
+    for key, v in value.items():
+        if key in LOCAL_FIELDS:
+            continue
+        if key not in old:
+            raise ConfigError(f"local.{key}", v, "is not a local field")
+        if v != old[key] and not (isinstance(v, (list, tuple)) and list(v) == list(old[key])):
+            raise ConfigError(f"local.{key}", v, f"decides what the base runs and branches measured (it is "
+                                                 f"{old[key]!r}); an extension may change local."
+                                                 f"{' and local.'.join(LOCAL_FIELDS)} only")
+    run = value.get("warmup_run", old.get("warmup_run", False))
+    if not isinstance(run, bool):
+        raise ConfigError("local.warmup_run", run, "must be true or false")
+    schedule = value.get("warmup_schedule", old.get("warmup_schedule") or [])
+    if isinstance(schedule, (str, bytes, Mapping)) or not hasattr(schedule, "__iter__") \
+            or not all(hasattr(e, "__iter__") and not isinstance(e, (str, bytes, Mapping)) for e in schedule):
+        raise ConfigError("local.warmup_schedule", schedule, "must be a list of [tokens_from, batch_size, lr_multiplier]")
+    schedule = [list(e) for e in schedule]
+    if old.get("warmup_run"):
+        if run is not True or schedule != [list(e) for e in old["warmup_schedule"]]:
+            raise ConfigError("local.warmup_schedule" if run is True else "local.warmup_run",
+                              schedule if run is True else run,
+                              f"the warm-up and its controls were launched with {old['warmup_schedule']!r}: their "
+                              "arms ran on it, so it stays; launch a new study for another schedule")
+        return out
+    if run is True:
+        from cbscore.study.local_spec import LocalSpec
+
+        out["warmup_run"], out["warmup_schedule"] = True, schedule
+        checked = LocalSpec.from_dict(out)  # the fields named as at launch, before the words below
+        changes.append("local.warmup_run: the warm-up and its small- and large-batch controls, switches "
+                       + ", ".join(f"{b} at {t:,} tokens (lr ×{m:.3g})" for t, b, m in checked.warmup_schedule))
+    elif "warmup_schedule" in value and schedule:
+        raise ConfigError("local.warmup_run", run, "must be true with local.warmup_schedule")
     return out

@@ -16,6 +16,16 @@ Order of work (Merrill et al. 2025, arXiv 2505.23971, §3):
 
 A base run that ended (failed, diverged) before a checkpoint leaves that checkpoint's branches
 unstartable: the plan names them in ``errors`` and the study can still end.
+
+3. with ``local.warmup_run`` (an opt-in phase, usually added by an extension once the curve is
+   fitted: :mod:`workers.local_warmup`), three *arms* per seed at equal tokens, startable at once:
+   ``{study}.warmup.s{seed}`` on ``local.warmup_schedule``, ``{study}.control-small.s{seed}`` at
+   ``B0``/``η0`` and ``{study}.control-large.s{seed}`` at the final batch and rate (Merrill et al.
+   2025, Table 1; :func:`cbscore.local.warmup_arms`). They are trials of this study, not of a
+   linked one: they answer the study's own question (does its curve's schedule pay?), are read
+   beside its curve by the same fit (``cbs study fit``), and reuse its spec, data, recipe, seeds,
+   ledger and MLflow parent, so an extension adds them like any cell and a kill -9 costs what it
+   costs any trial.
 """
 
 from __future__ import annotations
@@ -98,22 +108,77 @@ def branch_trial(spec: StudySpec, checkpoint: Checkpoint, multiplier: float, see
         train_config=config.to_dict())
 
 
+def arm_trial_id(spec: StudySpec, role: str, seed: int) -> str:
+    return f"{spec.name}.{role}.s{seed}"
+
+
+def arm_cell_id(setting: Setting, role: str) -> str:
+    return f"{setting.setting_id}.{role}"
+
+
+def study_arms(spec: StudySpec):
+    """The warm-up and its controls (:class:`cbscore.local.WarmupArm`, :data:`cbscore.local.ARM_ROLES`
+    order), or ``()`` without ``local.warmup_run``."""
+    from cbscore.local import warmup_arms
+
+    local = spec.local
+    if not local.warmup_run:
+        return ()
+    return warmup_arms(base_batch_size=local.base_batch_size, base_lr=local.base_lr,
+                       context_tokens=spec.context_tokens, total_tokens=spec.tokens[0],
+                       batch_schedule=local.warmup_schedule)
+
+
+def arm_trial(spec: StudySpec, arm, seed: int) -> TrialSpec:
+    """One arm of the warm-up comparison for ``seed``: the base run's config (its recipe, warm-up in
+    tokens and seed, so its data order and initialisation) at the arm's batch, rate and schedule,
+    with the learning-rate schedule anchored on the base's (``schedule_batch_size = B0``, the arms'
+    common ``D_eq`` as its length), so that all three read the same rate at each token but for the
+    arm's multiplier; no snapshots, no target."""
+    from cbscore.train_config import TrainConfig
+
+    setting, local = _setting(spec), spec.local
+    base = TrainConfig.from_dict(build_train_config(
+        spec, setting, batch_size=local.base_batch_size, lr=local.base_lr, seed=seed, max_tokens=setting.tokens,
+        max_steps=None, target_loss=None))
+    batches = [arm.batch_size, *(b for _, b, _ in arm.batch_schedule)]
+
+    def divides(micro: int | None) -> int | None:  # a micro-batch that splits every batch of the arm, or chosen anew
+        return micro if micro is not None and all((b // base.devices) % micro == 0 for b in batches) else None
+
+    config = base.replace(
+        batch_size=arm.batch_size, lr=arm.lr, batch_schedule=arm.batch_schedule, max_tokens=arm.max_tokens,
+        micro_batch_size=divides(base.micro_batch_size), gns_micro_batch_size=None,
+        beta2=base.resolved_beta2(), ewa_taus=base.resolved_ewa_taus(), warmup_tokens=base.resolved_warmup_tokens(),
+        schedule_batch_size=local.base_batch_size, schedule_tokens=arm.max_tokens)
+    return TrialSpec(
+        trial_id=arm_trial_id(spec, arm.role, seed), study=spec.name, setting_id=setting.setting_id,
+        cell_id=arm_cell_id(setting, arm.role), role=arm.role, model=setting.model, n_params=setting.n_params,
+        setting_tokens=setting.tokens, batch_size=arm.batch_size, lr=float(arm.lr), seed=seed,
+        max_tokens=arm.max_tokens, max_steps=None, target_loss=None, train_config=config.to_dict())
+
+
 def local_trials(spec: StudySpec, folders: Mapping[int, str]) -> list[TrialSpec]:
-    """Every trial of the study: the base runs, then each checkpoint's branches (seed-major)."""
+    """Every trial of the study: the base runs, each checkpoint's branches (seed-major), then the
+    warm-up's arms where ``local.warmup_run`` asks for them."""
     out = [base_trial(spec, s, folders[s]) for s in spec.seeds]
     for c in study_checkpoints(spec):
         out += [branch_trial(spec, c, k, s, folders[s]) for k in c.multipliers for s in spec.seeds]
+    out += [arm_trial(spec, arm, s) for arm in study_arms(spec) for s in spec.seeds]
     return out
 
 
 def local_grid_trials(spec: StudySpec) -> int:
-    """Trials of a local study: a base run per seed and a branch per checkpoint, ``k`` and seed."""
-    return len(spec.seeds) * (1 + sum(len(c.multipliers) for c in study_checkpoints(spec)))
+    """Trials of a local study: a base run per seed, a branch per checkpoint, ``k`` and seed, and
+    three arms per seed with ``local.warmup_run``."""
+    arms = 3 if spec.local.warmup_run else 0
+    return len(spec.seeds) * (1 + sum(len(c.multipliers) for c in study_checkpoints(spec)) + arms)
 
 
 def local_grid_tokens(spec: StudySpec) -> int:
-    """Training tokens of a local study: D per base run and ``Δ`` per branch."""
+    """Training tokens of a local study: D per base run, ``Δ`` per branch, ``D_eq`` per arm."""
     per_seed = spec.tokens[0] + sum(len(c.multipliers) * c.window_tokens for c in study_checkpoints(spec))
+    per_seed += sum(arm.max_tokens for arm in study_arms(spec))
     return len(spec.seeds) * per_seed
 
 
@@ -171,6 +236,10 @@ def plan_local(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                                   f"snapshot at {c.tokens} tokens")
             cell(branch_cell_id(setting, c.tokens, k), int(round(k * spec.local.base_batch_size)), "branch", ids,
                  blocked)
+    for arm in study_arms(spec):  # the warm-up and its controls: nothing to wait for
+        ids = [arm_trial_id(spec, arm.role, s) for s in spec.seeds]
+        start += [arm_trial(spec, arm, s) for s, tid in zip(spec.seeds, ids) if tid not in by_id]
+        cell(arm_cell_id(setting, arm.role), arm.batch_size, arm.role, ids, blocked=False)
     done = done and not start and not lost and not any(r.status not in TERMINAL for r in records)
     return Plan(start=tuple(start), lost=tuple(lost), fail=tuple(fail), cells=tuple(cells), errors=tuple(errors),
                 done=done)

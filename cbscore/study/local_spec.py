@@ -13,6 +13,10 @@ seed, and seed ``s``'s branches start from base ``s``).
 Every position is a whole step: a checkpoint is a multiple of ``B0·T`` (a step boundary of the
 base run), and ``Δ`` a multiple of every branch's ``k·B0·T``, so that every branch of a checkpoint
 sees exactly the same tokens (:func:`window_unit_tokens`).
+
+Opt-in, ``warmup_run`` with its ``warmup_schedule`` adds the warm-up run and its small- and
+large-batch controls at equal tokens (Merrill et al. 2025, Table 1; :mod:`cbscore.local._arms`):
+each switch on a multiple of ``B_final·T`` (:func:`check_warmup_grid`).
 """
 
 from __future__ import annotations
@@ -80,6 +84,18 @@ class LocalSpec:
     errors of the difference (one-sided 95%)."""
     smooth_fraction: float = 0.1
     """Share of a branch's last logged training losses averaged for Merrill's smoothed loss."""
+    warmup_run: bool = False
+    """Train the warm-up and its two controls (Merrill et al. 2025, Table 1) as trials of this
+    study, one of each per seed, at equal tokens: the warm-up on :attr:`warmup_schedule`, the
+    small-batch control at ``B0``/``η0`` throughout, the large-batch control at the schedule's
+    final batch and rate throughout (:mod:`cbscore.local._arms`). Usually switched on after the
+    curve is fitted, by ``cbs study warmup NAME`` or the Local CBS page's *Launch the schedule*
+    (an extension of the study: :mod:`workers.local_warmup`)."""
+    warmup_schedule: tuple[tuple[int, int, float], ...] = ()
+    """The warm-up's ``(tokens_from, batch_size, lr_multiplier)`` switches (``TrainConfig.batch_schedule``),
+    tokens, sequences and a multiple of ``η0``: the fitted curve's recommendation with each switch on a
+    multiple of ``B_final·T`` (:func:`cbscore.local.on_equal_token_grid`), so that all three arms end
+    on the same token. Required with :attr:`warmup_run`, and only with it."""
 
     def __post_init__(self) -> None:
         for name in ("checkpoint_tokens", "multipliers", "early_multipliers"):
@@ -124,6 +140,15 @@ class LocalSpec:
         _number("local.epsilon", self.epsilon, 0, 10, lo_open=False)
         _number("local.z", self.z, 0, 10, lo_open=False)
         _number("local.smooth_fraction", self.smooth_fraction, 0, 1)
+        if not isinstance(self.warmup_run, bool):
+            raise ConfigError("local.warmup_run", self.warmup_run, "must be true or false")
+        object.__setattr__(self, "warmup_schedule", _warmup_schedule(self.warmup_schedule, self.base_batch_size))
+        if self.warmup_run and not self.warmup_schedule:
+            raise ConfigError("local.warmup_schedule", [], "must list the warm-up's switches when local.warmup_run is "
+                                                           "true (`cbs study warmup NAME` reads them off the fitted curve)")
+        if self.warmup_schedule and not self.warmup_run:
+            raise ConfigError("local.warmup_run", False, "must be true when local.warmup_schedule is given (the "
+                                                         "schedule is trained only as the warm-up run)")
 
     def all_multipliers(self) -> tuple[float, ...]:
         """Every ``k`` of the study, increasing (early fractions first)."""
@@ -133,10 +158,18 @@ class LocalSpec:
         """Every ``k·B0`` of the study, sequences, increasing."""
         return tuple(sorted({int(round(k * self.base_batch_size)) for k in self.all_multipliers()}))
 
+    def warmup_batch_sizes(self) -> tuple[int, ...]:
+        """Every batch of the warm-up and its controls (``B0`` and each switch's), increasing;
+        empty without :attr:`warmup_run`."""
+        if not self.warmup_run:
+            return ()
+        return tuple(sorted({self.base_batch_size, *(b for _, b, _ in self.warmup_schedule)}))
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         for name in ("checkpoint_tokens", "multipliers", "early_multipliers"):
             d[name] = list(d[name])
+        d["warmup_schedule"] = [list(e) for e in self.warmup_schedule]
         return d
 
     @classmethod
@@ -149,6 +182,52 @@ class LocalSpec:
             raise ConfigError(f"local.{unknown[0]}", data[unknown[0]],
                               f"is not a local field (known: {', '.join(sorted(known))})")
         return cls(**dict(data))
+
+
+def _warmup_schedule(value: Any, b0: int) -> tuple[tuple[int, int, float], ...]:
+    """``local.warmup_schedule`` as a tuple of ``(tokens_from, batch_size, lr_multiplier)``: switches
+    increasing in tokens, batches growing from above ``B0``, each a multiple of ``B0``."""
+    name = "local.warmup_schedule"
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+        raise ConfigError(name, value, "must be a list of [tokens_from, batch_size, lr_multiplier]")
+    out, previous = [], (0, b0)
+    for entry in value:
+        if isinstance(entry, (str, bytes, Mapping)) or not hasattr(entry, "__iter__") or len(tuple(entry)) != 3:
+            raise ConfigError(name, entry, "each entry must be [tokens_from, batch_size, lr_multiplier]")
+        tokens_from, batch, multiplier = tuple(entry)
+        _number(f"{name} tokens_from", tokens_from, 1, 10**15, lo_open=False, integer=True)
+        _number(f"{name} batch_size", batch, 1, 2**24, lo_open=False, integer=True)
+        _number(f"{name} lr_multiplier", multiplier, 0, 1024)
+        if tokens_from <= previous[0]:
+            raise ConfigError(name, list(entry), f"tokens_from must be above the previous switch's {previous[0]}")
+        if batch <= previous[1] or batch % b0:
+            raise ConfigError(name, list(entry), f"batch_size must be a multiple of B0 = {b0} above the previous "
+                                                 f"batch {previous[1]}")
+        out.append((int(tokens_from), int(batch), float(multiplier)))
+        previous = (tokens_from, batch)
+    return tuple(out)
+
+
+def check_warmup_grid(local: LocalSpec, *, total_tokens: int, context_tokens: int) -> None:
+    """The warm-up's switches on multiples of ``B_final·T`` and below the arms' equal budget
+    ``⌊D/(B_final·T)⌋·B_final·T``, every batch dividing ``B_final`` (:mod:`cbscore.local._arms`)."""
+    if not local.warmup_run:
+        return
+    final = local.warmup_schedule[-1][1]
+    unit = final * context_tokens
+    budget = total_tokens // unit * unit
+    for entry in local.warmup_schedule:
+        if final % entry[1]:
+            raise ConfigError("local.warmup_schedule", list(entry), f"batch_size must divide the final batch {final}, "
+                                                                    "so that every switch is a step boundary of each")
+        if entry[0] % unit:
+            raise ConfigError("local.warmup_schedule", list(entry),
+                              f"tokens_from must be a multiple of B_final·T = {unit} tokens, so that the warm-up and "
+                              "both controls end on the same token")
+        if entry[0] >= budget:
+            raise ConfigError("local.warmup_schedule", list(entry),
+                              f"tokens_from must be below the arms' equal budget of {budget} tokens (D = {total_tokens} "
+                              f"rounded down to a multiple of {unit})")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,5 +299,10 @@ def apply_local(spec) -> None:
         raise ConfigError("models", list(models), "a local study takes exactly one model (the base run's)")
     if len(tokens) != 1:
         raise ConfigError("tokens", list(tokens), "a local study takes exactly one token budget (the base run's D)")
-    object.__setattr__(spec, "batch_sizes", local.branch_batch_sizes())
+    if local.warmup_run:
+        for name, value in (("tokens", tokens[0]), ("context_tokens", spec.context_tokens)):
+            _number(name, value, 1, 10**15, lo_open=False, integer=True)
+        check_warmup_grid(local, total_tokens=tokens[0], context_tokens=spec.context_tokens)
+    # the arms' batches too, so that their records are the study's (workers.records.in_spec)
+    object.__setattr__(spec, "batch_sizes", tuple(sorted({*local.branch_batch_sizes(), *local.warmup_batch_sizes()})))
     object.__setattr__(spec, "b_ref", local.base_batch_size)
