@@ -200,6 +200,14 @@ def extend_study(name: str, patch: Mapping | str, *, author: str = "", force: bo
     return Runner().extend(name, patch, author=author, force=force)
 
 
+def launch_local_warmup(name: str, *, rule: str = "merrill", author: str = "", force: bool = False):
+    """Train local study ``name``'s fitted warm-up beside its small- and large-batch controls
+    (:func:`workers.local_warmup.launch_warmup`); returns ``(new spec, changes)``."""
+    from workers.local_warmup import launch_warmup
+
+    return launch_warmup(name, rule=rule, author=author, force=force)
+
+
 def retry_study(name: str, *, failed: bool = True, censored: bool = False, budget_factor: float = 2.0,
                 author: str = "") -> list[str]:
     """Run ``name``'s failed trials again, and its censored cells at ``budget_factor``× their cap

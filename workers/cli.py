@@ -101,6 +101,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the study fields to change, as in a spec (e.g. `batch_sizes: [4, 8, 16, 32, 64]`)")
     extend.add_argument("--force", action="store_true", help="extend even above the spec's sanity limits")
     extend.set_defaults(handler=run_extend)
+    warmup = sub.add_parser(
+        "warmup", help="a local study: train its fitted batch-size warm-up beside small- and large-batch controls",
+        description="Read the warm-up off the local study's fitted curve (double the batch where the local CBS "
+                    "passes twice the current one, lr ×√2 each time; Merrill et al. 2025) and train it, per seed, "
+                    "beside a small-batch control (B0, η0) and a large-batch control (the final batch and rate) at "
+                    "equal tokens, as trials of the same study (an extension: local.warmup_run). The readout is "
+                    "`cbs study fit NAME --json`'s `arms`.")
+    warmup.add_argument("name")
+    warmup.add_argument("--rule", choices=("merrill", "noise_aware"), default="merrill",
+                        help="whose curve gives the schedule (default merrill, as the Local CBS page draws it)")
+    warmup.add_argument("--dry-run", action="store_true", help="print the three arms; launch nothing")
+    warmup.add_argument("--force", action="store_true", help="launch even above the spec's sanity limits")
+    warmup.set_defaults(handler=run_warmup)
     retry = sub.add_parser("retry", help="run a study's failed trials again, or its censored cells at a larger cap")
     retry.add_argument("name")
     retry.add_argument("--failed", action="store_true", help="failed trials, as new trials (the default)")
@@ -563,6 +576,32 @@ def run_extend(args: argparse.Namespace) -> int:
     for line in changes:
         print(f"  {line}")
     print(f"follow it with `cbs study status {args.name}`")
+    return 0
+
+
+def run_warmup(args: argparse.Namespace) -> int:
+    import getpass
+
+    from workers import api
+    from workers.local_fit import local_fit
+    from workers.local_warmup import describe_arms, launch_warmup, warmup_patch
+
+    stored = api.study_spec(args.name)
+    if stored.kind != "local":
+        raise ConfigError("name", args.name, f"names a {stored.kind} study, not a local one")
+    if args.dry_run:
+        from cbscore.study import StudySpec
+
+        patch = warmup_patch(local_fit(args.name), args.rule)
+        spec = StudySpec.from_dict({**stored.to_dict(), "local": {**stored.local.to_dict(), **patch["local"]}})
+        print(f"cbs study: the warm-up of {args.name!r} by the {args.rule} curve, per seed ({len(spec.seeds)}), "
+              "would train:")
+        print("\n".join(describe_arms(spec)))
+        return 0
+    spec, changes = launch_warmup(args.name, rule=args.rule, author=f"cli:{getpass.getuser()}", force=args.force)
+    print(f"cbs study: launched the warm-up of {args.name!r} and its controls ({args.rule} curve):")
+    print("\n".join(describe_arms(spec)))
+    print(f"follow it with `cbs study status {args.name}`; its readout: `cbs study fit {args.name}`")
     return 0
 
 

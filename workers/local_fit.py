@@ -11,8 +11,11 @@ Per checkpoint, both rules of :mod:`cbscore.local` over the branches that ended 
 
 Then the power law of the local CBS over tokens for each rule (:func:`cbscore.local.fit_local_cbs_curve`)
 and the batch-size warm-up it recommends, with the steps it saves (:func:`cbscore.local.plan_warmup`).
-Everything is recomputed from MLflow alone; where the data cannot support a number the JSON says
-why (``notes``) and holds ``null``.
+With ``local.warmup_run``, the warm-up run and its two controls (``arms``, :func:`arms_readout`):
+per arm the final held-out loss over seeds with an interval, the steps taken and the tokens,
+and whether the warm-up matched the small-batch control's loss in fewer steps (Merrill et al.
+2025, Table 1). Everything is recomputed from MLflow alone; where the data cannot support a
+number the JSON says why (``notes``) and holds ``null``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ def local_readout(spec: StudySpec, records: Sequence[TrialRecord],
     local = spec.local
     by_id = {r.trial_id: r for r in records}
     out_checkpoints, notes = [], []
+    branches = [by_id.get(branch_trial_id(spec, c.tokens, k, s))
+                for c in study_checkpoints(spec) for k in c.multipliers for s in spec.seeds]
+    pending = sum(1 for r in branches if r is None or not r.terminal)  # the curve may still move
     for c in study_checkpoints(spec):
         entry: dict = {"tokens": c.tokens, "window_tokens": c.window_tokens, "multipliers": [], "seeds": list(spec.seeds),
                        "train_loss": [], "train_loss_se": [], "eval_loss": [], "merrill": None, "noise_aware": None,
@@ -111,9 +117,112 @@ def local_readout(spec: StudySpec, records: Sequence[TrialRecord],
     return {"study": spec.name, "kind": "local", "model": spec.models[0], "total_tokens": spec.tokens[0],
             "context_tokens": spec.context_tokens, "base_batch_size": local.base_batch_size, "base_lr": local.base_lr,
             "lr_rule": local.lr_rule, "epsilon": local.epsilon, "z": local.z, "checkpoints": out_checkpoints,
-            "curve": curves, "warmup": warmups, "notes": notes,
+            "curve": curves, "warmup": warmups, "notes": notes, "branches_pending": pending,
+            "warmup_run": local.warmup_run, "arms": arms_readout(spec, records),
             "base_b_simple": [{"seed": seed, "tokens": [float(t) for t in tokens], "b_simple": [float(v) for v in values]}
                               for seed, (tokens, values) in sorted((b_simple or {}).items()) if len(tokens)]}
+
+
+def seed_interval(values: Sequence[float], level: float = 0.95) -> dict:
+    """Mean of per-seed values and its interval: ``mean ± t·SE`` (Student's t at ``level``,
+    ``n − 1`` degrees of freedom, ``SE = sd/√n``) with three seeds or more, the range ``[min, max]``
+    with two (a t-interval on one degree of freedom is ±12.7·SE: no information), none with one."""
+    from scipy import stats
+
+    n = len(values)
+    if n == 0:
+        return {"mean": None, "interval": None, "interval_kind": None, "n": 0}
+    mean = float(sum(values) / n)
+    if n == 1:
+        return {"mean": mean, "interval": None, "interval_kind": "one seed", "n": 1}
+    if n == 2:
+        return {"mean": mean, "interval": [float(min(values)), float(max(values))], "interval_kind": "range", "n": 2}
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, df=n - 1)) * sd / math.sqrt(n)
+    return {"mean": mean, "interval": [mean - half, mean + half], "interval_kind": f"t{round(100 * level)}", "n": n}
+
+
+def arms_readout(spec: StudySpec, records: Sequence[TrialRecord]) -> dict | None:
+    """The warm-up run against its controls at equal tokens (``None`` without ``local.warmup_run``).
+
+    Per arm (:data:`cbscore.local.ARM_ROLES`): per seed the status, final held-out loss (EWA
+    weights, best τ: ``summary/final_eval_loss``), steps taken and tokens trained, and over the seeds
+    that finished the mean loss with :func:`seed_interval`. ``comparison``: the warm-up against the
+    small-batch control, paired by seed (the same initialisation and data order): the mean
+    difference ``d̄ = L_warmup − L_small`` and its tolerance ``max(ε, z·SE(d))`` (the noise-aware
+    rule's, Student 1908; ``ε`` alone with one seed); *matched* when ``d̄`` is within it (one-sided:
+    lower is never worse), with the steps saved. Pure."""
+    from cbscore.study.local_plan import arm_trial_id, study_arms
+
+    arms = study_arms(spec)
+    if not arms:
+        return None
+    local = spec.local
+    by_id = {r.trial_id: r for r in records}
+    labels = {"warmup": "warm-up", "control-small": "small-batch control", "control-large": "large-batch control"}
+    out, finished = [], {}
+    for arm in arms:
+        seeds = []
+        for seed in spec.seeds:
+            r = by_id.get(arm_trial_id(spec, arm.role, seed))
+            loss = None if r is None or r.final_eval_loss is None or not math.isfinite(r.final_eval_loss) \
+                else float(r.final_eval_loss)
+            seeds.append({"seed": seed, "status": "not started" if r is None else r.status,
+                          "final_eval_loss": loss if r is not None and r.status == "finished" else None,
+                          "steps": None if r is None else r.last_step, "tokens": None if r is None else r.tokens})
+        done = [e for e in seeds if e["status"] == "finished" and e["final_eval_loss"] is not None]
+        finished[arm.role] = {e["seed"]: e for e in done}
+        loss = seed_interval([e["final_eval_loss"] for e in done])
+        out.append({"role": arm.role, "label": labels[arm.role], "batch_size": arm.batch_size,
+                    "final_batch_size": arm.final_batch_size, "lr": arm.lr, "final_lr": arm.final_lr(),
+                    "batch_schedule": [list(e) for e in arm.batch_schedule], "planned_steps": arm.steps,
+                    "planned_tokens": arm.max_tokens, "seeds": seeds, "finished": len(done),
+                    "final_eval_loss": loss,
+                    "steps": sorted({e["steps"] for e in done}) or None,
+                    "tokens": sorted({e["tokens"] for e in done}) or None})
+    comparison = _compare(finished, local.epsilon, local.z)
+    return {"rule": "paired by seed: matched when L_warmup − L_small ≤ max(ε, z·SE)", "epsilon": local.epsilon,
+            "z": local.z, "total_tokens": arms[0].max_tokens, "arms": out, "comparison": comparison,
+            "verdict": _verdict({a["role"]: a for a in out}, comparison)}
+
+
+def _compare(finished: Mapping[str, Mapping[int, dict]], epsilon: float, z: float) -> dict | None:
+    """The warm-up against the small-batch control over the seeds where both finished."""
+    warm, small = finished.get("warmup", {}), finished.get("control-small", {})
+    paired = sorted(set(warm) & set(small))
+    if not paired:
+        return None
+    diffs = [warm[s]["final_eval_loss"] - small[s]["final_eval_loss"] for s in paired]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) / math.sqrt(n) if n > 1 else None
+    tolerance = max(epsilon, z * se) if se is not None else epsilon
+    steps_warm = sum(warm[s]["steps"] for s in paired) / n
+    steps_small = sum(small[s]["steps"] for s in paired) / n
+    return {"seeds": paired, "loss_difference": mean, "difference_se": se, "tolerance": tolerance,
+            "matched": bool(mean <= tolerance), "steps_warmup": steps_warm, "steps_small": steps_small,
+            "steps_saved": steps_small - steps_warm, "fraction_saved": 1.0 - steps_warm / steps_small if steps_small else None,
+            "fewer_steps": bool(steps_warm < steps_small),
+            "tokens_equal": len({e["tokens"] for role in finished.values() for e in role.values()}) == 1}
+
+
+def _verdict(by_role: Mapping[str, dict], c: dict | None) -> str | None:
+    """One sentence: did the warm-up match the small-batch control's loss with fewer steps?"""
+    if c is None:
+        return None
+    warm, small, large = (by_role[r]["final_eval_loss"]["mean"] for r in ("warmup", "control-small", "control-large"))
+    saved = c["fraction_saved"] or 0.0
+    steps = (f"{c['steps_warmup']:,.0f} steps against {c['steps_small']:,.0f} "
+             f"({100 * abs(saved):.1f}% {'fewer' if saved >= 0 else 'more'})")
+    seeds = f"{len(c['seeds'])} seed{'s' if len(c['seeds']) != 1 else ''}"
+    head = (f"The warm-up matched the small-batch control's held-out loss ({warm:.4f} against {small:.4f} nats, "
+            f"difference {c['loss_difference']:+.4f} within the tolerance {c['tolerance']:.4f}) in {steps}"
+            if c["matched"] else
+            f"The warm-up did not match the small-batch control's held-out loss ({warm:.4f} against {small:.4f} nats, "
+            f"difference {c['loss_difference']:+.4f} above the tolerance {c['tolerance']:.4f}); it took {steps}")
+    tail = "" if large is None else f"; the large-batch control ended at {large:.4f} nats"
+    return f"{head}{tail} ({seeds}, equal tokens)." if c["tokens_equal"] else \
+        f"{head}{tail} ({seeds}; the arms did not train equal tokens)."
 
 
 def local_fit(name: str) -> dict:
@@ -174,5 +283,18 @@ def format_local(fit: dict) -> str:
             lines.append(f"{rule}: B*(t) = {curve['coef']:.4g}·t^{curve['exponent']:.3g} (R² {curve['r2']:.3f}); "
                          f"warm-up {warm['steps']:,} vs {warm['constant_steps']:,} steps "
                          f"({100 * warm['fraction_saved']:.1f}% fewer), switches {warm['batch_schedule']}")
+    arms = fit.get("arms")
+    if arms is not None:
+        lines.append(f"warm-up against its controls at {arms['total_tokens']:,} tokens each (Merrill et al. 2025, "
+                     "Table 1):")
+        for a in arms["arms"]:
+            loss = a["final_eval_loss"]
+            read = "—" if loss["mean"] is None else f"{loss['mean']:.4f}" + (
+                "" if loss["interval"] is None else f" [{loss['interval'][0]:.4f}, {loss['interval'][1]:.4f}] "
+                                                    f"({loss['interval_kind']})")
+            lines.append(f"  {a['label']:<20} B {a['batch_size']}→{a['final_batch_size']}  loss {read}  steps "
+                         f"{a['steps'] or a['planned_steps']}  finished {a['finished']}/{len(a['seeds'])}")
+        if arms["verdict"]:
+            lines.append(f"  {arms['verdict']}")
     lines += [f"note: {n}" for n in fit["notes"]]
     return "\n".join(lines)
