@@ -3,7 +3,8 @@
 Input is the JSON of ``cbs study fit NAME --json`` for a ``kind: local`` study
 (:func:`workers.local_fit.local_readout`): per checkpoint the local CBS ``k*·B0`` by Merrill's rule
 and by the noise-aware rule, with the bracket ``[k*·B0, k_next·B0)`` it lies in; the power law
-``B*(t) = a·t^b`` over tokens for each rule; and the batch-size warm-up read off it. Pure functions,
+``B*(t) = a·t^b`` over tokens for each rule; the batch-size warm-up read off it; and, once launched,
+the warm-up run against its small- and large-batch controls (:func:`arms_rows`). Pure functions,
 unit-tested without Streamlit or MLflow, like :mod:`app.charts`.
 """
 
@@ -167,3 +168,28 @@ def warmup_summary(fit: Mapping[str, Any], rule: str = "merrill") -> str | None:
     return (f"Start at B0 = {fit['base_batch_size']}; switch to {switches}. {warm['steps']:,} steps against "
             f"{warm['constant_steps']:,} at B0 throughout ({100 * warm['fraction_saved']:.1f}% fewer; "
             f"{warm['large_batch_steps']:,} at the final batch throughout).")
+
+
+def arms_rows(fit: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per arm of the warm-up comparison (the fit's ``arms``; Merrill et al. 2025, Table 1):
+    its batch and rate, the final held-out loss over the seeds that finished (mean and interval:
+    ``mean ± t·SE`` with three seeds or more, the range with two), steps taken and tokens."""
+    arms = fit.get("arms")
+    if not arms:
+        return []
+    rows = []
+    for a in arms["arms"]:
+        loss = a["final_eval_loss"]
+        interval = loss["interval"]
+        rows.append({
+            "arm": a["label"],
+            "batch (sequences)": f"{a['batch_size']} → {a['final_batch_size']}" if a["batch_schedule"]
+            else str(a["batch_size"]),
+            "lr": f"{a['lr']:.3g} → {a['final_lr']:.3g}" if a["batch_schedule"] else f"{a['lr']:.3g}",
+            "final held-out loss": loss["mean"],
+            "interval": None if interval is None else f"[{interval[0]:.4f}, {interval[1]:.4f}] ({loss['interval_kind']})",
+            "steps": ", ".join(f"{s:,}" for s in a["steps"]) if a["steps"] else f"({a['planned_steps']:,} planned)",
+            "tokens": ", ".join(f"{t:,}" for t in a["tokens"]) if a["tokens"] else f"({a['planned_tokens']:,} planned)",
+            "seeds finished": f"{a['finished']} of {len(a['seeds'])}",
+        })
+    return rows

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import failures, local_charts, sources
+from app import auth, failures, local_charts, sources
 
 st.title("Local CBS")
 st.caption(
@@ -32,6 +32,50 @@ with st.expander("The two rules, and what ε decides"):
         "it recommends: double the batch where the curve passes twice the current one, the learning rate ×√2 "
         "each time; its steps are counted exactly against B0 throughout (Merrill et al.: 43% fewer for OLMo 1B)."
     )
+
+def _schedule(name: str, fit: dict) -> None:
+    """The warm-up run against its controls: the button that launches them (disabled, with the
+    reason, until the curve is fitted), then their readout (Merrill et al. 2025, Table 1)."""
+    from workers.local_warmup import warmup_blocker
+
+    st.subheader("The warm-up against its controls")
+    if fit.get("arms") is None:
+        blocker = warmup_blocker(fit)
+        st.caption("Train the schedule above as a run, per seed, beside a **small-batch control** (B0, η0 throughout) "
+                   "and a **large-batch control** (the warm-up's final batch and rate throughout), all three on the "
+                   "same tokens, as trials of this study.")
+        clicked = st.button("Launch the schedule", type="primary", key="local.launch_schedule",
+                            disabled=blocker is not None, help=blocker)
+        if blocker is not None:
+            st.caption(f"Not yet: {blocker}")
+        if clicked and _may_change(name):
+            with failures.shown_as_message("launching the schedule"):
+                _, changes = sources.call("launch_local_warmup", name, author=auth.current_user())
+                sources.refresh()
+                st.success("Launched: " + "; ".join(changes))
+        return
+    arms = fit["arms"]
+    st.caption(f"At {arms['total_tokens']:,} tokens each; the interval is mean ± t·SE over the seeds with three or "
+               "more, their range with two. Matched: the warm-up's loss less the small-batch control's, paired by "
+               f"seed, is within max(ε, z·SE) (ε = {arms['epsilon']:g} nats).")
+    st.dataframe(pd.DataFrame(local_charts.arms_rows(fit)), hide_index=True, width="stretch", placeholder="—")
+    if arms["verdict"]:
+        matched = arms["comparison"]["matched"] and arms["comparison"]["fewer_steps"]
+        (st.success if matched else st.warning)(arms["verdict"])
+    else:
+        st.caption("The arms are still training: the comparison appears once the warm-up and the small-batch control "
+                   "have finished for a seed.")
+
+
+def _may_change(name: str) -> bool:
+    """Only the study's owner or an admin may add trials to it (app/auth.py)."""
+    try:
+        auth.check_change(auth.current_user(), sources.call("study_owner", name), f"launch the schedule of {name}")
+    except auth.NotAllowed as exc:
+        st.error(str(exc), icon=":material/block:")
+        return False
+    return True
+
 
 with failures.shown_as_message("the Local CBS page"):
     names = [s.name for s in sources.studies() if s.kind == "local"]
@@ -69,3 +113,4 @@ with failures.shown_as_message("the Local CBS page"):
         chosen = st.selectbox("Branches at checkpoint", labels, key="local.checkpoint")
         st.plotly_chart(local_charts.branch_loss_figure(read[labels.index(chosen)], epsilon=fit["epsilon"]),
                         key="local.branches")
+    _schedule(name, fit)
