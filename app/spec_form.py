@@ -303,7 +303,7 @@ def planned_cells(spec) -> list[dict[str, Any]]:
     """One row per cell (setting × batch size): its role, trials and per-trial budget (the most
     the planner can give it before anything is measured: above B_ref, the step cap from
     ``S(B_ref) = D/(B_ref·T)``)."""
-    from cbscore.study.planner import planned_budget
+    from cbscore.study.budgets import planned_budget
 
     per_cell = spec.search.trials_per_cell() * (len(spec.seeds) if spec.search.kind == "grid" else 1)
     rows = []
@@ -332,7 +332,7 @@ def recipe_rows(spec) -> list[dict[str, Any]]:
     under the spec's ``recipe``, or the spec's own ``beta2``/``ewa_taus``), the middle τ's
     half-life in steps and as a share of D, and the floors and ceilings of the rule that set them."""
     from cbscore.recipe import half_life_steps, spec_recipe
-    from cbscore.study.planner import cell_recipe
+    from cbscore.study.cell_trials import cell_recipe
 
     rows = []
     for setting in spec.resolve_settings():
@@ -420,7 +420,7 @@ def simulation_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per setting of a ``SimulationReport.to_json_dict()``: B* of the truth, of the full grid and
     of the study (medians over seeds), the study's bias and spread, and what was censored or
     skipped."""
-    from cbscore.study.simulate import setting_notes
+    from cbscore.study.sim_report import setting_notes
 
     rows = []
     for s in report["settings"]:

@@ -121,7 +121,7 @@ def waiting_notices(records: Sequence) -> list[str]:
 def trial_budget_tokens(spec, record) -> int | None:
     """Tokens a trial may spend (``cbscore.study.planner.cell_budget_tokens``), capped by its step
     cap (``max_steps·B·T``)."""
-    from cbscore.study.planner import cell_budget_tokens
+    from cbscore.study.budgets import cell_budget_tokens
 
     setting = next((s for s in spec.resolve_settings() if s.setting_id == record.setting_id), None)
     if setting is None:

@@ -37,7 +37,7 @@ FRACTIONS = (0.1, 0.25, 0.5, 0.75)
 def cells_of(name: str) -> dict[tuple, list[tuple[float, float, tuple, tuple]]]:
     """Per (setting, batch size, seed): (rate, steps to target, eval steps, eval losses) of every
     trial that reached the study's target (the reference runs crossing it included)."""
-    from cbscore.study.planner import setting_targets
+    from cbscore.study.targets import setting_targets
     from workers import api
 
     records = api.study_records(name)

@@ -327,7 +327,7 @@ def study_table(name: str) -> list[dict]:
     reaches it at its last evaluation). Trials still queued or running are left out.
     """
     from cbscore.analysis import first_crossing
-    from cbscore.study.planner import setting_targets
+    from cbscore.study.targets import setting_targets
     from workers.records import build_records, in_spec
 
     tracker = _tracker()
@@ -461,7 +461,7 @@ def study_histories(name: str) -> dict:
     needs to redraw the target and recompute every crossing (DESIGN.md §1, "Intervals"). One
     history read per trial."""
     from cbscore.analysis import EvalHistory
-    from cbscore.study.planner import RERUN_TAG
+    from cbscore.study.budgets import RERUN_TAG
     from workers.records import build_records, in_spec
 
     tracker = _tracker()

@@ -437,7 +437,7 @@ def describe_recipe(spec) -> list[str]:
     per batch size where every setting gets the same recipe (``fixed``, ``paper_table``, one D),
     else per setting."""
     from cbscore.recipe import EWA_HALF_LIFE_MULTIPLES, half_life_steps, reference_d_tokens, spec_recipe
-    from cbscore.study.planner import cell_recipe
+    from cbscore.study.cell_trials import cell_recipe
 
     settings = spec.resolve_settings()
     d_ref = spec.recipe_d_ref_tokens or reference_d_tokens(s.tokens for s in settings)

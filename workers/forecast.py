@@ -66,7 +66,7 @@ def best_reference(records: Sequence[TrialRecord], setting_id: str, target: floa
 
 def setting_forecasts(spec: StudySpec, records: Sequence[TrialRecord], history) -> tuple[list[NoiseForecast], list[str]]:
     """Forecast of every setting whose targets are known; ``history(run_id, key) -> (steps, values)``."""
-    from cbscore.study.planner import setting_targets
+    from cbscore.study.targets import setting_targets
 
     targets, _ = setting_targets(spec, records)
     out, errors = [], []

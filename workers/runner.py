@@ -632,7 +632,7 @@ class Runner:
         reopen a done study, and advance it, so only the new cells and trials run. Returns the
         new spec and the changes in words; bad input raises ``ConfigError`` with nothing changed."""
         from cbscore.study.extend import extend_spec
-        from cbscore.study.planner import setting_targets
+        from cbscore.study.targets import setting_targets
 
         parent = self._open_study(study)
         stored = StudySpec.from_dict(self.tracker.study_spec(parent))

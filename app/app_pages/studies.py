@@ -180,7 +180,7 @@ def loss_curves(name: str) -> None:
             curves.append(dataclasses.replace(curve, label=study_view.overlay_label(r, one)))
         target = None
         if one:  # the planner's own target of the setting (pure, from the records in hand)
-            from cbscore.study.planner import setting_targets
+            from cbscore.study.targets import setting_targets
 
             target = setting_targets(spec, records)[0].get(setting)
         st.plotly_chart(charts.loss_curve_figure(curves, target_loss=target, height=460),

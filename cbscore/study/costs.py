@@ -61,7 +61,7 @@ def _crossing_tokens(r: TrialRecord, context_tokens: int) -> int | None:
 
 def study_costs(spec: StudySpec, records: Sequence[TrialRecord]) -> StudyCosts:
     """The costs of a study from its trial records (a running study's too)."""
-    from cbscore.study.planner import grid_tokens
+    from cbscore.study.budgets import grid_tokens
 
     settings = {s.setting_id: s for s in spec.resolve_settings()}
     by_cell: dict[str, list[TrialRecord]] = {}

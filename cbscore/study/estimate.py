@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from cbscore.study.plan_kinds import grid_tokens, grid_trials
-from cbscore.study.planner import setting_grid_tokens
+from cbscore.study.budgets import setting_grid_tokens
 from cbscore.study.spec import StudySpec
 
 

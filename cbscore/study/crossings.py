@@ -1,0 +1,63 @@
+"""Where a cell's trials crossed the target: read off each record's evaluations (cached for ended
+records), each seed's fewest steps, and the best rate's neighbours that pruning never cuts."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+from cbscore.analysis import first_crossing, window_rates
+from cbscore.study.trials import TrialRecord
+
+
+#: Crossings of ended trials read off their evaluations, by (trial, its state, target): the planner
+#: asks again at every call, and an ended record never changes.
+_CROSSINGS: dict[tuple, float | None] = {}
+
+
+def record_crossing(record: TrialRecord, target: float) -> float | None:
+    """Steps at which ``record`` crossed ``target`` (its own steps to target once reached), ``None``
+    if it has not."""
+    if record.status == "reached" and record.steps_to_target is not None:
+        return record.steps_to_target
+    if record.status in ("diverged", "failed") or not record.eval_steps:
+        return None
+    if not record.terminal:
+        return first_crossing(record.eval_steps, record.eval_losses, target)
+    key = (record.trial_id, record.status, record.last_step, len(record.eval_steps), record.eval_losses[-1], target)
+    if key not in _CROSSINGS:
+        if len(_CROSSINGS) >= 100_000:
+            _CROSSINGS.clear()
+        _CROSSINGS[key] = first_crossing(record.eval_steps, record.eval_losses, target)
+    return _CROSSINGS[key]
+
+
+def best_steps_by_seed(recs: Iterable[TrialRecord], target: float | None) -> dict[int, float]:
+    """Fewest steps to target per seed among ``recs``."""
+    out: dict[int, float] = {}
+    if target is None:
+        return out
+    for r in recs:
+        c = record_crossing(r, target)
+        if c is not None:
+            out[r.seed] = min(out.get(r.seed, math.inf), c)
+    return out
+
+
+def best_neighbours(recs: Sequence[TrialRecord], target: float | None,
+                    rates: Sequence[float] = ()) -> set[tuple[int, float]]:
+    """``(seed, rate)`` of each seed's best rate so far and the rates next to it in the cell: never
+    pruned, since ``S(B)`` is read off a fit through them (:func:`cbscore.analysis.measure_points`,
+    ``window_rates``), and the full grid would have them."""
+    out: set[tuple[int, float]] = set()
+    by_seed: dict[int, list[TrialRecord]] = {}
+    for r in recs:
+        by_seed.setdefault(r.seed, []).append(r)
+    for seed, mine in by_seed.items():
+        scored = [(c, r.lr) for r in mine if (c := record_crossing(r, target)) is not None] if target is not None else []
+        if not scored:
+            continue
+        tried = sorted({r.lr for r in mine} | set(rates))
+        at = tried.index(min(scored)[1])
+        out |= {(seed, lr) for lr in window_rates(tried, tried[at])}
+    return out

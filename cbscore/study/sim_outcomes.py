@@ -1,0 +1,152 @@
+"""What one simulated study found, setting by setting (:mod:`cbscore.study.simulate`).
+
+After the study, ``S(B)`` per batch size is read off its trials by :attr:`SimConfig.estimator
+<cbscore.study.sim_trials.SimConfig.estimator>` (the paper's minimum over rates beside) and fitted
+as the pages fit it.
+
+Three B* are reported per setting: the **truth** (closed form on the truth curve), the **full
+grid** (every learning rate at every batch size run to its own crossing, no budget, no pruning:
+what the savings are measured against) and the **study** (what the planner's rules give).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+from cbscore.analysis import (EvalHistory, TrialSteps, cbs_closed_form, first_crossing, fit_steps, measure_points,
+                              project_pruned)
+from cbscore.errors import FitError
+from cbscore.study.plan_result import skipped_cells
+from cbscore.study.sim_report import SettingOutcome
+from cbscore.study.sim_trials import SimTrials
+from cbscore.study.spec import Setting, StudySpec
+from cbscore.study.trials import TERMINAL, TrialRecord
+
+
+def _analyse(trials: Sequence[TrialSteps], spec: StudySpec, estimator: str) -> tuple[float | None, str | None, bool]:
+    """B* of one setting's trials as the pages compute it: ``(B*, why refused, a cell at an edge)``."""
+    points = measure_points(trials, estimator=estimator)
+    measured = [p for p in points if p.steps is not None]
+    bounds = [(p.batch_size, p.steps_lower_bound) for p in points if p.steps_lower_bound is not None]
+    edge = any(p.lr_at_edge for p in measured)
+    try:
+        fit = fit_steps([p.batch_size for p in measured], [p.steps for p in measured], lower_bounds=bounds)
+    except FitError as exc:
+        return None, str(exc), edge
+    return float(cbs_closed_form(fit.b_noise, b_ref=spec.b_ref, overhead=spec.overhead)), None, edge
+
+
+def _study_trials(records: Mapping[str, TrialRecord], sid: str, target: float | None) -> list[TrialSteps]:
+    """The steps table of one setting, as ``cbs study fit`` builds it from MLflow."""
+    out = []
+    for r in records.values():
+        if r.setting_id != sid or r.status not in TERMINAL:
+            continue
+        if r.role == "reference" and r.status == "finished":
+            # A reference run to (1 + margin)·D: its crossing of the target read off its evaluations.
+            c = None if target is None else first_crossing(r.eval_steps, r.eval_losses, target)
+            out.append(TrialSteps(batch_size=r.batch_size, outcome="reached", steps=c, lr=r.lr, seed=r.seed)
+                       if c is not None else
+                       TrialSteps(batch_size=r.batch_size, outcome="censored", budget_steps=float(r.last_step),
+                                  lr=r.lr, seed=r.seed))
+        elif r.status == "reached":
+            out.append(TrialSteps(batch_size=r.batch_size, outcome="reached", steps=r.steps_to_target,
+                                  lr=r.lr, seed=r.seed))
+        elif r.status == "censored":
+            out.append(TrialSteps(batch_size=r.batch_size, outcome="censored", budget_steps=float(max(r.last_step, 1)),
+                                  lr=r.lr, seed=r.seed))
+        else:
+            out.append(TrialSteps(batch_size=r.batch_size, outcome=r.status, lr=r.lr, seed=r.seed))
+    # Trials stopped at equal tokens: steps to target projected from their curves against the
+    # cell's leader, as `cbs study fit` does from MLflow's histories.
+    if any(t.outcome == "pruned" for t in out):
+        histories = [EvalHistory(batch_size=r.batch_size, steps=r.eval_steps, losses=r.eval_losses, lr=r.lr,
+                                 seed=r.seed, outcome=r.status, role=r.role)
+                     for r in records.values() if r.setting_id == sid and r.status in ("reached", "pruned")
+                     and len(r.eval_steps) >= 2]
+        out = project_pruned(out, histories)
+    return out
+
+
+def _grid_trials(spec: StudySpec, sim: SimTrials, setting: Setting, target: float,
+                 study: Sequence[TrialSteps]) -> tuple[list[TrialSteps], int, int]:
+    """The full grid: every rate at every batch size run to its own crossing (no budget, no
+    pruning), the grid extended past an edge by the planner's own rule (``search.lr_extensions``)
+    on the grid's complete data; the reference cell is the study's. Returns the trials, their
+    tokens and the oracle's tokens (the best trial of each cell and seed; D per seed at B_ref)."""
+    base = sorted(spec.search.lrs)
+    low = base[1] / base[0] if len(base) > 1 else 2.0
+    high = base[-1] / base[-2] if len(base) > 1 else 2.0
+    out = [t for t in study if t.batch_size == spec.b_ref]
+    tokens = int((1 + spec.budget_margin) * setting.tokens) * len([t for t in out if t.outcome != "diverged"])
+    oracle = setting.tokens * len(spec.seeds)
+    for b in spec.batch_sizes:
+        if b == spec.b_ref:
+            continue
+        rates = list(base)
+        cell: dict[float, list[TrialSteps]] = {}
+
+        def run(lr: float) -> None:
+            nonlocal tokens
+            cell[lr] = []
+            for seed in spec.seeds:
+                got = sim.reading(setting, b, lr, seed, target)
+                if got is None:
+                    cell[lr].append(TrialSteps(batch_size=b, outcome="diverged", lr=lr, seed=seed))
+                    tokens += math.ceil(spec.warmup_fraction * setting.tokens)
+                elif math.isinf(got[0]):
+                    cell[lr].append(TrialSteps(batch_size=b, outcome="censored", budget_steps=1e12, lr=lr, seed=seed))
+                else:
+                    cell[lr].append(TrialSteps(batch_size=b, outcome="reached", steps=got[0], lr=lr, seed=seed))
+                    tokens += int(math.ceil(got[1])) * b * spec.context_tokens
+
+        for lr in rates:
+            run(lr)
+        for _ in range(spec.search.lr_extensions):
+            added = False
+            for seed in spec.seeds:
+                reached = [(t.steps, lr) for lr, ts in cell.items() for t in ts if t.seed == seed and t.steps]
+                if not reached:
+                    continue
+                best_lr = min(reached)[1]
+                for edge, nxt in ((min(cell), float(f"{min(cell) / low:.3g}")), (max(cell), float(f"{max(cell) * high:.3g}"))):
+                    if best_lr == edge and nxt not in cell:
+                        run(nxt)
+                        added = True
+            if not added:
+                break
+        out += [t for ts in cell.values() for t in ts]
+        for seed in spec.seeds:
+            stops = [sim.reading(setting, b, lr, seed, target) for lr in cell]
+            best = min((g[1] for g in stops if g is not None and math.isfinite(g[1])), default=None)
+            if best is not None:
+                oracle += int(math.ceil(best)) * b * spec.context_tokens
+    return out, tokens, oracle
+
+
+def setting_outcomes(spec: StudySpec, sim: SimTrials, records: Mapping[str, TrialRecord], p) -> list[SettingOutcome]:
+    """Each setting's B* of the truth, the full grid and the study, once the study ``p`` is done."""
+    out = []
+    for sid, setting in sim.settings.items():
+        truth = sim.truth[sid]
+        cbs_truth = float(cbs_closed_form(truth.b_noise, b_ref=spec.b_ref, overhead=spec.overhead))
+        target = p.targets.get(sid)
+        study = _study_trials(records, sid, target)
+        cbs_study, error, edge = _analyse(study, spec, sim.config.estimator)
+        cbs_study_min = _analyse(study, spec, "min")[0]
+        censored = tuple(sorted({t.batch_size for t in study if t.outcome == "censored"}
+                                - {t.batch_size for t in study if t.outcome == "reached"}))
+        cbs_grid = cbs_grid_min = None
+        grid_tokens_to_target = oracle = 0
+        if target is not None:
+            grid, grid_tokens_to_target, oracle = _grid_trials(spec, sim, setting, target, study)
+            cbs_grid = _analyse(grid, spec, sim.config.estimator)[0]
+            cbs_grid_min = _analyse(grid, spec, "min")[0]
+        out.append(SettingOutcome(
+            setting_id=sid, cbs_truth=cbs_truth, cbs_grid=cbs_grid, cbs_study=cbs_study, error=error,
+            cbs_grid_min=cbs_grid_min, cbs_study_min=cbs_study_min,
+            tokens_study=sum(r.tokens for r in records.values() if r.setting_id == sid),
+            tokens_grid_to_target=grid_tokens_to_target, tokens_oracle=oracle, censored_cells=censored,
+            skipped_cells=skipped_cells(p).get(sid, ()), edge=edge))
+    return out

@@ -1,0 +1,218 @@
+"""What a simulation reports (:mod:`cbscore.study.simulate`): per setting and seed its
+:class:`SettingOutcome`, per seed a :class:`StudyOutcome`, over seeds the :class:`SimulationReport`
+with its summary, its JSON and the text of ``cbs study simulate``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from cbscore.study.sim_trials import SimConfig
+
+
+#: GPU-hours are quoted at this throughput: an H100 SXM's dense bf16 peak at 40% MFU (FLOP/s).
+GPU_FLOPS = 989e12 * 0.4
+
+
+@dataclass(frozen=True, kw_only=True)
+class SettingOutcome:
+    """One setting of one simulated study."""
+
+    setting_id: str
+    cbs_truth: float
+    """B* of the truth curve (closed form, DESIGN.md §1)."""
+    cbs_grid: float | None
+    """B* fitted to the full grid's S(B) (every learning rate run to its crossing), with the
+    configured estimator."""
+    cbs_study: float | None
+    """B* fitted to the planner's S(B); ``None`` where the fit refused (``error``)."""
+    cbs_grid_min: float | None
+    """B* of the full grid with the paper's minimum over rates per cell."""
+    cbs_study_min: float | None
+    """B* of the study with the paper's minimum over rates per cell."""
+    error: str | None
+    """Why the study's fit refused, if it did."""
+    tokens_study: int
+    """Training tokens the planner's study spent on this setting."""
+    tokens_grid_to_target: int
+    """Tokens of the full grid run to each trial's own crossing (diverged trials to warm-up)."""
+    tokens_oracle: int = 0
+    """The oracle (:mod:`cbscore.study.costs`): per cell and seed the tokens of the full grid's
+    best trial to its stop at the target; D per seed at B_ref."""
+    censored_cells: tuple[int, ...]
+    """Batch sizes that ended with every trial censored (lower bounds)."""
+    skipped_cells: tuple[int, ...]
+    """Batch sizes the planner never ran."""
+    edge: bool = False
+    """Whether a cell's best rate was still at an edge of the (extended) grid."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyOutcome:
+    """One simulated study (one seed)."""
+
+    seed: int
+    settings: tuple[SettingOutcome, ...]
+    tokens_study: int
+    """Tokens the whole study spent."""
+    flops_study: float
+    """Training FLOPs of those tokens."""
+    trials: int
+    """Trials started."""
+    max_trial_tokens: int
+    """Tokens of the largest single trial (what a single-pass corpus must hold)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulationReport:
+    """Several seeds of one spec against one truth."""
+
+    spec_name: str
+    config: SimConfig
+    seeds: tuple[StudyOutcome, ...]
+    grid_tokens: int
+    """Tokens of the fixed-budget grid (every trial its whole planned budget): the upper bound the
+    dry run prints."""
+    grid_flops: float
+    predict: bool = False
+    """The spec's ``search.predict``."""
+    prune_at_equal_tokens: bool = False
+    """The spec's ``prune_at_equal_tokens``."""
+
+    def summary(self) -> list[dict]:
+        """Per setting: truth, full-grid and study B* (median and spread over seeds), the bias of the
+        protocol against the truth for both estimators, the tails of study against grid (share of
+        seeds more than 2% off, 95th percentile and worst), tokens."""
+        out = []
+        for i, first in enumerate(self.seeds[0].settings):
+            rows = [s.settings[i] for s in self.seeds]
+            study = _finite([r.cbs_study for r in rows])
+            grid = _finite([r.cbs_grid for r in rows])
+            study_min = _finite([r.cbs_study_min for r in rows])
+            rel = study / first.cbs_truth - 1.0
+            vs_grid = np.array([r.cbs_study / r.cbs_grid - 1.0 for r in rows
+                                if r.cbs_study is not None and r.cbs_grid is not None])
+            worst = float(vs_grid[np.argmax(np.abs(vs_grid))]) if vs_grid.size else None
+            out.append({
+                "setting": first.setting_id,
+                "cbs_truth": first.cbs_truth,
+                "cbs_grid_median": _median(grid),
+                "cbs_study_median": _median(study),
+                "cbs_study_p05": float(np.percentile(study, 5)) if study.size else None,
+                "cbs_study_p95": float(np.percentile(study, 95)) if study.size else None,
+                "bias_vs_truth": _median(rel),
+                "bias_vs_truth_grid": _median(grid / first.cbs_truth - 1.0),
+                "bias_vs_truth_min": _median(study_min / first.cbs_truth - 1.0),
+                "bias_vs_grid": _median(vs_grid),
+                "share_off_grid_2pct": float(np.mean(np.abs(vs_grid) > 0.02)) if vs_grid.size else None,
+                "p95_abs_vs_grid": float(np.percentile(np.abs(vs_grid), 95)) if vs_grid.size else None,
+                "worst_vs_grid": worst,
+                "spread_rel_sd": float(np.std(np.log(study))) if study.size > 1 else 0.0,
+                "fit_failures": sum(1 for r in rows if r.cbs_study is None),
+                "edge_seeds": sum(1 for r in rows if r.edge),
+                "tokens_study_mean": float(np.mean([r.tokens_study for r in rows])),
+                "tokens_grid_to_target_mean": float(np.mean([r.tokens_grid_to_target for r in rows])),
+                "censored_cells": sorted({b for r in rows for b in r.censored_cells}),
+                "skipped_cells": sorted({b for r in rows for b in r.skipped_cells}),
+            })
+        return out
+
+    def to_json_dict(self) -> dict:
+        tokens = float(np.mean([s.tokens_study for s in self.seeds]))
+        oracle = np.array([sum(x.tokens_oracle for x in s.settings) for s in self.seeds], dtype=float)
+        ratios = np.array([s.tokens_study for s in self.seeds], dtype=float) / np.maximum(oracle, 1.0)
+        flops = float(np.mean([s.flops_study for s in self.seeds]))
+        return {
+            "spec": self.spec_name,
+            "seeds": len(self.seeds),
+            "predict": self.predict,
+            "prune_at_equal_tokens": self.prune_at_equal_tokens,
+            "noise_sigma": self.config.noise_sigma,
+            "lr_penalty": self.config.lr_penalty,
+            "eval_noise": self.config.eval_noise,
+            "estimator": self.config.estimator,
+            "curves": self.config.curves or "power law",
+            "workers": self.config.workers,
+            "settings": self.summary(),
+            "tokens_study_mean": tokens,
+            "tokens_fixed_budget_grid": self.grid_tokens,
+            "tokens_share_of_fixed_budget_grid": tokens / self.grid_tokens if self.grid_tokens else None,
+            "tokens_grid_to_target_mean": float(np.mean([sum(x.tokens_grid_to_target for x in s.settings)
+                                                         for s in self.seeds])),
+            "tokens_oracle_mean": float(np.mean(oracle)),
+            # Per seed, then over seeds: the median and the worst (the tail a budget must plan for).
+            "ratio_to_oracle_median": float(np.median(ratios)),
+            "ratio_to_oracle_p95": float(np.percentile(ratios, 95)),
+            "ratio_to_oracle_max": float(np.max(ratios)),
+            "max_trial_tokens": max(s.max_trial_tokens for s in self.seeds),
+            "gpu_hours_study": flops / GPU_FLOPS / 3600.0,
+            "gpu_hours_fixed_budget_grid": self.grid_flops / GPU_FLOPS / 3600.0,
+            "gpu_hours_note": "H100 SXM dense bf16 peak at 40% MFU",
+        }
+
+
+def _finite(values) -> np.ndarray:
+    return np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+
+
+def _median(values: np.ndarray) -> float | None:
+    return float(np.median(values)) if values.size else None
+
+
+def setting_notes(summary_row: Mapping) -> str:
+    """What a row of :meth:`SimulationReport.summary` needs said beside its B*: refused fits,
+    censored cells (lower bounds) and skipped cells."""
+    notes = []
+    if summary_row["fit_failures"]:
+        notes.append(f"fit refused in {summary_row['fit_failures']} seed(s)")
+    if summary_row["censored_cells"]:
+        notes.append("censored (lower bounds) at B = " + ", ".join(map(str, summary_row["censored_cells"])))
+    if summary_row["skipped_cells"]:
+        notes.append("skipped B = " + ", ".join(map(str, summary_row["skipped_cells"])))
+    if summary_row.get("edge_seeds"):
+        notes.append(f"best rate at a grid edge in {summary_row['edge_seeds']} seed(s)")
+    return "; ".join(notes)
+
+
+def format_report(report: SimulationReport | Mapping) -> str:
+    """The text of ``cbs study simulate``: medians, the protocol's bias for both estimators, and
+    the tails of study against full grid. Takes the report or its ``to_json_dict()`` (a saved
+    ``--json`` output reads back the same)."""
+    d = report if isinstance(report, Mapping) else report.to_json_dict()
+    lines = [f"simulated study {d['spec']!r}: {d['seeds']} seed(s), noise σ = {d['noise_sigma']:g}, "
+             f"evaluation noise {d['eval_noise']:g} nats, learning-rate penalty k = {d['lr_penalty']:g}, "
+             f"{d['workers']} trials at once, S(B) per cell by {d['estimator']!r}"]
+    lines.append(f"{'setting':<24} {'B* truth':>9} {'full grid':>9} {'study':>9} {'vs truth':>9} {'(min)':>7} "
+                 f"{'vs grid':>8} {'>2% off':>8} {'p95 |off|':>9} {'worst':>7} {'5-95% of seeds':>17}  notes")
+
+    def num(x, fmt="{:.1f}"):
+        return "—" if x is None else fmt.format(x)
+
+    for s in d["settings"]:
+        spread = (f"{s['cbs_study_p05']:.1f}–{s['cbs_study_p95']:.1f}" if s["cbs_study_p05"] is not None else "—")
+        lines.append(f"{s['setting']:<24} {s['cbs_truth']:>9.1f} {num(s['cbs_grid_median']):>9} "
+                     f"{num(s['cbs_study_median']):>9} {num(s['bias_vs_truth'], '{:+.1%}'):>9} "
+                     f"{num(s['bias_vs_truth_min'], '{:+.1%}'):>7} "
+                     f"{num(s['bias_vs_grid'], '{:+.1%}'):>8} {num(s['share_off_grid_2pct'], '{:.0%}'):>8} "
+                     f"{num(s['p95_abs_vs_grid'], '{:.1%}'):>9} {num(s['worst_vs_grid'], '{:+.1%}'):>7} "
+                     f"{spread:>17}  {setting_notes(s)}")
+    lines.append("vs truth: median of study/truth − 1 over seeds; (min): the same with the paper's minimum over "
+                 "rates per cell; vs grid, >2% off, p95 |off|, worst: study against the full grid seed by seed")
+    lines.append(f"tokens: study {d['tokens_study_mean']:.4g} (mean over seeds); fixed-budget grid "
+                 f"{d['tokens_fixed_budget_grid']:.4g} ({d['tokens_share_of_fixed_budget_grid']:.1%} of it); "
+                 f"full grid run to each trial's target {d['tokens_grid_to_target_mean']:.4g}")
+    if d.get("tokens_oracle_mean"):
+        lines.append(f"oracle (each cell's best trial to its target, D per seed at B_ref) "
+                     f"{d['tokens_oracle_mean']:.4g}: study/oracle {d['ratio_to_oracle_median']:.2f}× median over "
+                     f"seeds, p95 {d['ratio_to_oracle_p95']:.2f}×, worst {d['ratio_to_oracle_max']:.2f}×; full grid to "
+                     f"target/oracle {d['tokens_grid_to_target_mean'] / d['tokens_oracle_mean']:.2f}×; "
+                     f"rules: search.predict {'on' if d.get('predict') else 'off'}, prune_at_equal_tokens "
+                     f"{'on' if d.get('prune_at_equal_tokens') else 'off'}; curves compared at equal tokens: "
+                     f"{d.get('curves', 'power law')}")
+    lines.append(f"GPU-hours ({d['gpu_hours_note']}): study {d['gpu_hours_study']:.4g}, "
+                 f"fixed-budget grid {d['gpu_hours_fixed_budget_grid']:.4g}; the largest trial trains "
+                 f"{d['max_trial_tokens']:.4g} tokens (a single-pass corpus must hold them)")
+    return "\n".join(lines)

@@ -1,0 +1,320 @@
+"""The simulator's trials (:mod:`cbscore.study.simulate`): how one behaves given its setting's truth,
+its learning rate, its batch size and the noise, and the record the planner sees of it.
+
+The truth of a setting is a curve ``S(B) = S_min·(1 + B_noise/B)`` (McCandlish et al. 2018,
+eq. 2.11; Zhang et al. 2025 fit the same ``a + b/B``). A simulated trial at learning rate η and
+batch size B reaches the target after
+
+    S_trial = S(B) · m(η, B) · exp(σ·z),   m = 1 + k·ln²(η/η*(B)),   η*(B) = η*_ref·(B/B_ref)^γ
+
+steps (z standard normal; the optimum η* moves with B, by default as the square root of B, the
+rule for Adam of Malladi et al. 2022, arXiv 2205.10287), and diverges when η exceeds
+``divergence_ratio·η*(B)``. The reference runs at B_ref set the target exactly as real ones do:
+the best of them reaches it at the last step of its D tokens, so each setting's truth is scaled
+to put its best reference trial there (a scale of S leaves B_noise, and so B*, unchanged).
+
+A trial evaluates every ``ceil(total_steps/40)`` steps (what the trainer does before the target is
+near); it is censored past its budget and pruned when the planner says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from cbscore.analysis import DEFAULT_ESTIMATOR, ESTIMATORS, first_crossing
+from cbscore.errors import ConfigError
+from cbscore.study.sim_truth import TruthCurve
+from cbscore.study.spec import Setting, StudySpec
+from cbscore.study.trials import TrialRecord, TrialSpec
+
+
+#: Evaluations per run before the target is near (``TrainConfig.eval_every_steps`` default).
+EVALS_PER_RUN = 40
+#: Loss the truth curve's steps reach (nats): trials' loss curves are anchored here.
+LOSS_AT_TRUTH = 3.0
+#: ``dL/d ln s`` near the target (nats per e-fold of steps): a trial's held-out loss is
+#: ``L(s) = LOSS_AT_TRUTH + LOSS_SLOPE·ln(need/s)`` there, a power law in steps (Kaplan et al.
+#: 2020, arXiv 2001.08361, eq. 5.6, locally), so a target ``δ`` nats lower takes ``e^(δ/κ)`` times
+#: the steps at every batch size and learning rate alike.
+LOSS_SLOPE = 0.2
+#: Evaluations near the crossing: one every ``need/EVALS_NEAR_TARGET`` steps, about 8 in the
+#: last quarter of the steps to target (the trainer's dense phase, cbscore.eval_schedule).
+EVALS_NEAR_TARGET = 32
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig:
+    """How simulated trials behave."""
+
+    noise_sigma: float = 0.0
+    """σ of the multiplicative log-normal noise on each trial's steps to target."""
+    lr_penalty: float = 0.1
+    """k of ``m(η) = 1 + k·ln²(η/η*)``: a learning rate a factor 2 off needs ``1 + 0.48·k`` times
+    the steps."""
+    lr_optimum_ref: float | None = None
+    """η* at B_ref; ``None`` = the geometric middle of the spec's grid."""
+    lr_optimum_exponent: float = 0.5
+    """γ of ``η*(B) ∝ B^γ`` (square-root scaling for Adam, Malladi et al. 2022)."""
+    divergence_ratio: float = 4.0
+    """A learning rate above this multiple of η*(B) diverges (during warm-up)."""
+    workers: int = 4
+    """Trials running at once (the planner's order and pruning depend on it)."""
+    eval_noise: float = 0.0
+    """σ of each held-out evaluation's noise (nats): the crossing is read off noisy evaluations,
+    and so is the reference cell's target."""
+    estimator: str = DEFAULT_ESTIMATOR
+    """Per-cell estimator of ``S(B)`` (:data:`cbscore.analysis._points.ESTIMATORS`); the paper's
+    ``min`` is always reported beside."""
+    curves: str | None = None
+    """Shape of the simulated curves the planner compares at equal tokens: ``None`` is the power law
+    near the target (every rate's curve the same shape, a factor apart in time); a path to the
+    lab's own curves (``benchmarks/calibrate_equal_tokens.py STUDY --templates PATH``) gives each
+    trial the measured curve of the rate nearest its ``η/η*``, scaled to its own crossing, warm-up
+    and all."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.noise_sigma) and self.noise_sigma >= 0):
+            raise ConfigError("noise", self.noise_sigma, "must be a non-negative number")
+        if not (math.isfinite(self.lr_penalty) and self.lr_penalty >= 0):
+            raise ConfigError("lr_penalty", self.lr_penalty, "must be a non-negative number")
+        if self.lr_optimum_ref is not None and not (math.isfinite(self.lr_optimum_ref) and self.lr_optimum_ref > 0):
+            raise ConfigError("lr_optimum_ref", self.lr_optimum_ref, "must be a positive number")
+        if not self.divergence_ratio > 1:
+            raise ConfigError("divergence_ratio", self.divergence_ratio, "must be above 1")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+            raise ConfigError("workers", self.workers, "must be a positive integer")
+        if not (math.isfinite(self.eval_noise) and self.eval_noise >= 0):
+            raise ConfigError("eval_noise", self.eval_noise, "must be a non-negative number")
+        if self.estimator not in ESTIMATORS:
+            raise ConfigError("estimator", self.estimator, f"must be one of {', '.join(ESTIMATORS)}")
+        if self.curves is not None:
+            lab_curves(self.curves)  # refused here, named, if it cannot be read
+
+
+_LAB_CURVES: dict[str, tuple] = {}
+
+
+def lab_curves(path: str) -> tuple[tuple[float, np.ndarray, np.ndarray], ...]:
+    """``(ln(η/η_best), ln x (n,), nats above target (n,))`` of every curve in a templates file
+    (:attr:`SimConfig.curves`), ``x`` the share of the run's own steps to target."""
+    if path not in _LAB_CURVES:
+        try:
+            data = json.loads(Path(path).read_text())
+            curves = tuple((float(c["log_rate_ratio"]), np.log(np.asarray(c["x"], dtype=float)),
+                            np.asarray(c["dl"], dtype=float)) for c in data["curves"] if len(c["x"]) >= 2)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError("--curves", path, f"is not a curves file of benchmarks/calibrate_equal_tokens.py "
+                                                f"--templates ({type(exc).__name__})") from None
+        if not curves:
+            raise ConfigError("--curves", path, "holds no curve with two or more evaluations")
+        _LAB_CURVES[path] = curves
+    return _LAB_CURVES[path]
+
+
+@dataclass
+class SimRun:
+    """One started simulated trial: when it started, the steps it trains and how it ends."""
+
+    spec: TrialSpec
+    start: float
+    """Simulation time (tokens processed by one worker) at which the trial started."""
+    steps: float
+    """Steps the trial trains (to its stopping evaluation, its budget, or its divergence)."""
+    outcome: str
+    crossing: float | None
+    eval_every: int
+    batch_tokens: int
+    history: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
+    """A reference run's evaluations (steps, losses): the target comes from them."""
+    curve: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
+    """Any other run's evaluations every ``eval_every`` steps to its stop: the planner compares
+    running trials at equal tokens with them (``prune_at_equal_tokens``)."""
+
+    def step_at(self, now: float) -> float:
+        return min(self.steps, (now - self.start) / self.batch_tokens)
+
+    def end(self) -> float:
+        return self.start + self.steps * self.batch_tokens
+
+
+@dataclass
+class SimTrials:
+    """The simulated trials of one study and seed: the truth, the noise draws (one per trial, shared by
+    the study and its full grid) and what each trial reads off its evaluations."""
+
+    spec: StudySpec
+    truth: Mapping[str, TruthCurve]
+    config: SimConfig
+    seed: int
+    rng: np.random.Generator
+    settings: dict[str, Setting] = field(default_factory=dict)
+    draws: dict[tuple[str, int, float, int], float] = field(default_factory=dict)
+    readings: dict[tuple, tuple[float, float] | None] = field(default_factory=dict)
+
+    def lr_optimum(self, batch_size: int) -> float:
+        lrs = self.spec.search.lrs
+        ref = self.config.lr_optimum_ref or math.exp(float(np.mean(np.log(lrs))))
+        return ref * (batch_size / self.spec.b_ref) ** self.config.lr_optimum_exponent
+
+    def noise(self, key: tuple[str, int, float, int]) -> float:
+        """One draw per trial (setting, B, η, seed): the study and the full grid share it."""
+        if key not in self.draws:
+            self.draws[key] = math.exp(self.config.noise_sigma * float(self.rng.standard_normal()))
+        return self.draws[key]
+
+    def multiplier(self, batch_size: int, lr: float) -> float | None:
+        """``m(η, B)``, or ``None`` where η diverges."""
+        opt = self.lr_optimum(batch_size)
+        if lr > self.config.divergence_ratio * opt:
+            return None
+        return 1.0 + self.config.lr_penalty * math.log(lr / opt) ** 2
+
+    def setting_scale(self, setting: Setting) -> float:
+        """Put the truth's ``S(B_ref)`` at D/(B_ref·T) steps (a scale of S leaves B_noise, and so
+        B*, unchanged)."""
+        steps_ref = setting.tokens // (self.spec.b_ref * self.spec.context_tokens)
+        return steps_ref / self.truth[setting.setting_id].steps(self.spec.b_ref)
+
+    def need(self, setting: Setting, batch_size: int, lr: float, seed: int) -> float | None:
+        """Steps one trial needs to reach :data:`LOSS_AT_TRUTH` (``None``: it diverges)."""
+        m = self.multiplier(batch_size, lr)
+        if m is None:
+            return None
+        sid = setting.setting_id
+        return self.setting_scale(setting) * self.truth[sid].steps(batch_size) * m * self.noise((sid, batch_size, lr, seed))
+
+    def eval_noise(self, key: tuple, n: int) -> np.ndarray:
+        """(n,) evaluation noise of one trial (nats), the same draws in the study and the grid."""
+        if self.config.eval_noise == 0.0:
+            return np.zeros(n)
+        rng = np.random.default_rng([self.seed, zlib.crc32(repr(key).encode())])
+        return self.config.eval_noise * rng.standard_normal(n)
+
+    def reading(self, setting: Setting, batch_size: int, lr: float, seed: int,
+                target: float) -> tuple[float, float] | None:
+        """``(crossing read off the evaluations, step of the evaluation that stops the trial)`` for
+        ``target``, whatever the budget; ``None`` where the trial diverges.
+
+        Evaluations every ``need/EVALS_NEAR_TARGET`` steps from 70% of the crossing on, each with
+        its evaluation noise; the crossing is :func:`cbscore.analysis.first_crossing` of them, as
+        the pages read it.
+        """
+        key = (setting.setting_id, batch_size, lr, seed, target)
+        if key not in self.readings:
+            need = self.need(setting, batch_size, lr, seed)
+            if need is None:
+                self.readings[key] = None
+            else:
+                cross = need * math.exp((LOSS_AT_TRUTH - target) / LOSS_SLOPE)
+                every = max(1, int(cross // EVALS_NEAR_TARGET))
+                steps = np.arange(max(every, int(0.7 * cross) // every * every), int(3 * cross) + 2 * every, every,
+                                  dtype=float)  # (E,)
+                losses = LOSS_AT_TRUTH + LOSS_SLOPE * np.log(need / steps) + self.eval_noise(key[:4], len(steps))
+                hit = np.flatnonzero(losses <= target)
+                if hit.size == 0:  # noise kept it above: it stops past any budget
+                    self.readings[key] = (math.inf, math.inf)
+                else:
+                    stop = int(hit[0])
+                    crossing = first_crossing(steps[:stop + 1], losses[:stop + 1], target)
+                    self.readings[key] = (float(crossing), float(steps[stop]))
+        return self.readings[key]
+
+    def history(self, setting: Setting, lr: float, seed: int, total: int, every: int) -> tuple[tuple, tuple]:
+        """A reference run's evaluations: every ``every`` steps to ``total``."""
+        b = self.spec.b_ref
+        need = self.need(setting, b, lr, seed)
+        steps = np.arange(every, total + 1, every, dtype=float)
+        if steps.size == 0 or steps[-1] != total:
+            steps = np.append(steps, float(total))
+        losses = LOSS_AT_TRUTH + LOSS_SLOPE * np.log(need / steps) + self.eval_noise((setting.setting_id, b, lr, seed),
+                                                                                     len(steps))
+        return tuple(float(v) for v in steps), tuple(float(v) for v in losses)
+
+    def curve(self, setting: Setting, t: TrialSpec, steps: float, every: int, crossing: float | None,
+              stop: float) -> tuple[tuple, tuple]:
+        """A stopping run's evaluations every ``every`` steps up to ``steps`` (its stop), each with its
+        own evaluation noise; none below the target before the evaluation that stopped it (the
+        crossing is the dense schedule's, :meth:`reading`), which is appended last."""
+        need = self.need(setting, t.batch_size, t.lr, t.seed)
+        xs = np.arange(every, math.floor(steps) + 1, every, dtype=float)  # (E,)
+        if xs.size and crossing is not None:
+            xs = xs[xs < stop]
+        if self.config.curves is None:
+            ys = LOSS_AT_TRUTH + LOSS_SLOPE * np.log(need / xs)
+        else:
+            # The lab's curve of the rate nearest this one's η/η*, scaled to this trial's crossing.
+            own = crossing if crossing is not None else need * math.exp((LOSS_AT_TRUTH - t.target_loss) / LOSS_SLOPE)
+            ratio = math.log(t.lr / self.lr_optimum(t.batch_size))
+            pool = lab_curves(self.config.curves)
+            near = min(abs(c[0] - ratio) for c in pool)
+            same = [c for c in pool if abs(c[0] - ratio) <= near + 1e-9]
+            _, lx, dl = same[zlib.crc32(repr((setting.setting_id, t.batch_size, t.lr, t.seed)).encode()) % len(same)]
+            u = np.log(xs / own)
+            ys = t.target_loss + np.interp(u, lx, dl)
+            past = u > lx[-1]  # past its last evaluation: on along its last slope in ln x
+            if past.any():
+                slope = (dl[-1] - dl[-2]) / (lx[-1] - lx[-2])
+                ys[past] = t.target_loss + dl[-1] + slope * (u[past] - lx[-1])
+        ys = ys + self.eval_noise((setting.setting_id, t.batch_size, t.lr, t.seed, "coarse"), len(xs))
+        if t.target_loss is not None:
+            ys = np.maximum(ys, t.target_loss + 1e-9)
+        if crossing is not None:
+            xs = np.append(xs, stop)
+            ys = np.append(ys, min(t.target_loss, LOSS_AT_TRUTH + LOSS_SLOPE * math.log(need / stop)))
+        return tuple(float(v) for v in xs), tuple(float(v) for v in ys)
+
+    def start(self, t: TrialSpec, now: float) -> SimRun:
+        setting = self.settings[t.setting_id]
+        batch_tokens = t.batch_size * self.spec.context_tokens
+        budget = t.max_tokens // batch_tokens
+        if t.max_steps is not None:
+            budget = min(budget, t.max_steps)
+        eval_every = max(1, math.ceil(budget / EVALS_PER_RUN))
+        need = self.need(setting, t.batch_size, t.lr, t.seed)
+        warmup = max(1, math.ceil(self.spec.warmup_fraction * setting.tokens / batch_tokens))
+        if need is None:
+            return SimRun(t, now, min(budget, warmup), "diverged", None, eval_every, batch_tokens)
+        if t.role == "reference" and t.target_loss is None:
+            return SimRun(t, now, budget, "finished", None, eval_every, batch_tokens,
+                          history=self.history(setting, t.lr, t.seed, budget, eval_every))
+        crossing, stop = self.reading(setting, t.batch_size, t.lr, t.seed, t.target_loss)
+        if stop <= budget:
+            curve = self.curve(setting, t, stop, eval_every, crossing, stop) if self.spec.prune_at_equal_tokens else ((), ())
+            return SimRun(t, now, stop, "reached", crossing, eval_every, batch_tokens, curve=curve)
+        curve = self.curve(setting, t, budget, eval_every, None, math.inf) if self.spec.prune_at_equal_tokens else ((), ())
+        return SimRun(t, now, budget, "censored", None, eval_every, batch_tokens, curve=curve)
+
+
+def run_record(run: SimRun, now: float, status: str | None = None) -> TrialRecord:
+    """The record the planner sees of ``run`` at ``now`` (``status`` once it ended)."""
+    t = run.spec
+    step = run.step_at(now)
+    done = status is not None
+    if run.history[0]:
+        # A reference run: its evaluations so far (all of them once it ended).
+        n = len(run.history[0]) if done else sum(1 for s in run.history[0] if s <= step)
+        evals, losses = run.history[0][:n], run.history[1][:n]
+    elif run.curve[0]:
+        # Its evaluations so far: the planner compares trials at equal tokens.
+        n = len(run.curve[0]) if done else sum(1 for s in run.curve[0] if s <= step)
+        evals, losses = run.curve[0][:n], run.curve[1][:n]
+    else:
+        # The planner reads the last evaluation (pruning) and whether any crossed (none has before
+        # the trial ends): the last one stands for all of them.
+        last_eval = (int(step) // run.eval_every) * run.eval_every
+        evals = (float(last_eval),) if last_eval > 0 else ()
+        losses = tuple(10.0 for _ in evals)  # above any target until the crossing
+    final = losses[-1] if (done and run.outcome == "finished" and losses) else None
+    return TrialRecord(
+        trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id, role=t.role, batch_size=t.batch_size,
+        lr=t.lr, status=status or "running", steps_to_target=run.crossing if status == "reached" else None,
+        final_eval_loss=final, last_step=int(step),
+        tokens=int(step) * run.batch_tokens, heartbeat_s=now, eval_steps=evals, eval_losses=losses,
+        max_steps=t.max_steps, seed=t.seed)
