@@ -70,12 +70,16 @@ def local_rows(spec) -> list[dict[str, Any]]:
 
     if spec.kind != "local":
         raise ConfigError("kind", spec.kind, "must be local for the branches' table")
+    from cbscore.train_config import TrainConfig
+
     rows = []
     for ts in local_trials(spec, {s: "(snapshots)" for s in spec.seeds}):
         tc = ts.train_config
         start = tc.get("branch_tokens") or 0
+        # the warm-up's steps change with its batch: the trainer's own count
+        steps = TrainConfig.from_dict(tc).total_steps if tc.get("batch_schedule") else \
+            (ts.max_tokens - start) // (ts.batch_size * spec.context_tokens)
         rows.append({"trial": ts.trial_id, "role": ts.role, "from (tokens)": start, "to (tokens)": ts.max_tokens,
                      "k": ts.batch_size / spec.local.base_batch_size, "B (sequences)": ts.batch_size, "lr": ts.lr,
-                     "steps": (ts.max_tokens - start) // (ts.batch_size * spec.context_tokens),
-                     "seed": ts.seed})
+                     "steps": steps, "seed": ts.seed})
     return rows

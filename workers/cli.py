@@ -584,7 +584,8 @@ def run_warmup(args: argparse.Namespace) -> int:
 
     from workers import api
     from workers.local_fit import local_fit
-    from workers.local_warmup import describe_arms, launch_warmup, warmup_patch
+    from workers.local_study import describe_arms
+    from workers.local_warmup import launch_warmup, warmup_patch
 
     stored = api.study_spec(args.name)
     if stored.kind != "local":

@@ -103,4 +103,19 @@ def describe_local(spec: StudySpec) -> list[str]:
                      + ", ".join(f"{k:g}" for k in c.multipliers) + f" (lr × f(k), f = {local.lr_rule})")
     lines.append(f"recipe: the base run's β2 {base['beta2']:g} and τ {', '.join(f'{t:g}' for t in base['ewa_taus'])}, "
                  "carried over by every branch (with its warm-up and schedule, read in tokens)")
+    if local.warmup_run:  # the warm-up and its controls, from the start (Merrill et al. 2025, Table 1)
+        lines.append("and per seed the warm-up and its controls at equal tokens:")
+        lines.extend(describe_arms(spec))
+    return lines
+
+
+def describe_arms(spec) -> list[str]:
+    """The lines of ``cbs study warmup --dry-run``: each arm's batch, rate, tokens and steps."""
+    from cbscore.study.local_plan import study_arms
+
+    lines = []
+    for arm in study_arms(spec):
+        switches = ", ".join(f"{b} at {t:,} (lr ×{m:.3g})" for t, b, m in arm.batch_schedule) or "none"
+        lines.append(f"  {arm.role:<14} B = {arm.batch_size:>5} → {arm.final_batch_size:<5} lr {arm.lr:.4g} → "
+                     f"{arm.final_lr():.4g}  {arm.max_tokens:,} tokens in {arm.steps:,} steps; switches: {switches}")
     return lines

@@ -76,14 +76,3 @@ def launch_warmup(name: str, *, rule: str = "merrill", author: str = "", force: 
     patch = warmup_patch(local_fit(name), rule)
     return Runner().extend(name, patch, author=author, force=force)
 
-
-def describe_arms(spec) -> list[str]:
-    """The lines of ``cbs study warmup --dry-run``: each arm's batch, rate, tokens and steps."""
-    from cbscore.study.local_plan import study_arms
-
-    lines = []
-    for arm in study_arms(spec):
-        switches = ", ".join(f"{b} at {t:,} (lr ×{m:.3g})" for t, b, m in arm.batch_schedule) or "none"
-        lines.append(f"  {arm.role:<14} B = {arm.batch_size:>5} → {arm.final_batch_size:<5} lr {arm.lr:.4g} → "
-                     f"{arm.final_lr():.4g}  {arm.max_tokens:,} tokens in {arm.steps:,} steps; switches: {switches}")
-    return lines

@@ -12,7 +12,7 @@ from unittest import mock
 import pandas as pd
 import pytest
 
-from app import local_charts
+from app import local_charts, local_form
 from cbscore.study import StudySpec
 from tests.app.test_local_charts import records as branch_records
 from tests.app.test_local_charts import spec as curve_spec
@@ -87,3 +87,12 @@ def test_the_arms_are_tabled_with_the_verdict(app_test, empty_env):
                                              "against 5.0000 nats, difference +0.0040 within the tolerance 0.0100) in "
                                              "32 steps against 64 (50.0% fewer); the large-batch control ended at "
                                              "5.2000 nats (1 seed, equal tokens).")
+
+
+def test_the_launch_preview_lists_the_arms_with_the_trainers_steps():
+    spec = StudySpec.from_dict({**curve_spec().to_dict(), "local": {
+        **curve_spec().local.to_dict(), "warmup_run": True, "warmup_schedule": [[1024, 8, math.sqrt(2)], [2048, 16, 2.0]]}})
+    rows = {r["trial"]: r for r in local_form.local_rows(spec)}
+    assert [(rows[f"loc.{role}.s0"]["B (sequences)"], rows[f"loc.{role}.s0"]["steps"])
+            for role in ("warmup", "control-small", "control-large")] == [(4, 32), (4, 64), (16, 16)]
+    assert rows["loc.t1024.k2.s0"]["steps"] == 512 // 128  # a branch: Δ in steps of k·B0·T

@@ -86,6 +86,17 @@ def test_the_readout_compares_the_arms_over_seeds_with_an_interval():
     assert local_readout(curve_spec(), [], lambda r: [])["arms"] is None  # no warm-up phase, no arms
 
 
+def test_the_dry_run_of_a_spec_with_its_warmup_lists_the_arms(worker_env, token_store, tmp_path, capsys):
+    spec = local_spec("locdry2", warmup_run=True, warmup_schedule=[[1024, 8, SQRT2], [2048, 16, 2.0]])
+    path = tmp_path / "loc.yaml"
+    path.write_text(spec.to_yaml())
+    assert cbs_main(["study", "launch", str(path), "--dry-run", "--tokens-per-s", "20000"]) == 0
+    out = capsys.readouterr().out
+    assert "and per seed the warm-up and its controls at equal tokens:" in out
+    assert "control-large  B =    16 → 16    lr 0.02 → 0.02  4,096 tokens in 16 steps; switches: none" in out
+    assert api.list_studies() == []
+
+
 def test_the_schedule_launched_from_the_cli_trains_three_arms_on_a_real_worker(worker_env, processes, token_store,
                                                                                capsys):
     """tiny-0.1M, B0 = 4, T = 16, D = 4,096; k ∈ {1, 2} at 1,024 and 2,048 tokens. With ε = 10 nats every
