@@ -195,15 +195,24 @@ def _local(old: dict | None, value: Any, changes: list[str]) -> dict:
     if not isinstance(value, Mapping):
         raise ConfigError("local", value, "must be a mapping")
     out = dict(old)
+    changed: dict[str, Any] = {}
     for key, v in value.items():
         if key in LOCAL_FIELDS:
             continue
         if key not in old:
             raise ConfigError(f"local.{key}", v, "is not a local field")
         if v != old[key] and not (isinstance(v, (list, tuple)) and list(v) == list(old[key])):
-            raise ConfigError(f"local.{key}", v, f"decides what the base runs and branches measured (it is "
-                                                 f"{old[key]!r}); an extension may change local."
-                                                 f"{' and local.'.join(LOCAL_FIELDS)} only")
+            changed[key] = v
+    if changed:  # every field named at once, and what to do instead
+        # Not even an added k or checkpoint: Δ is a multiple of lcm(k·B0)·T, so a new k can move every
+        # checkpoint's window, and a base run wrote snapshots only at the checkpoints it was given.
+        one = len(changed) == 1
+        was = (repr(old[next(iter(changed))]) if one else
+               ", ".join(f"local.{k} {old[k]!r}" for k in changed))
+        raise ConfigError(", ".join(f"local.{k}" for k in changed), next(iter(changed.values())) if one else changed,
+                          f"decides what the base runs and branches measured ({'it is' if one else 'they are'} "
+                          f"{was}); an extension may change local.{' and local.'.join(LOCAL_FIELDS)} only: for "
+                          "other local fields, launch a new local study (another name), whose base runs train again")
     run = value.get("warmup_run", old.get("warmup_run", False))
     if not isinstance(run, bool):
         raise ConfigError("local.warmup_run", run, "must be true or false")
