@@ -46,8 +46,8 @@ def test_the_committed_refits_flag_what_their_readmes_say():
     """docs/results/*/README.md: in `reproduce` no B* moves beyond its interval without B_ref and
     four of five fitted B* disagree with the empirical one; in `demo` tiny-0.1M at 50k does both."""
     flags = {}
-    # (`reproduce` here is the run before issue 27's, kept under reproduce/earlier/)
-    for study, folder in (("reproduce", RESULTS / "reproduce" / "earlier"), ("demo", RESULTS / "demo")):
+    # (`reproduce` and `demo` here are the runs before issue 27's, kept under their earlier/ folders)
+    for study, folder in (("reproduce", RESULTS / "reproduce" / "earlier"), ("demo", RESULTS / "demo" / "earlier")):
         table = analyze_table(read_steps_csv(folder / "steps.csv"), b_ref=2, bootstrap=1000)
         flags[study] = [(s, sentence.split(" ")[0]) for s, sentence in fit_view.setting_flags(table)]
     assert flags["reproduce"] == [(s, "fitted") for s in
