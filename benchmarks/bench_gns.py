@@ -1,7 +1,7 @@
 """Cost of measuring the gradient noise scale (issue 14): step time with and without it, on CPU.
 
 Three measurements. The first alternates single steps with and without the probe in one process
-(the trainer's own ``_StepFn``, the probe's host sync every 10 steps included), so that a shared
+(the trainer's own ``StepFn``, the probe's host sync every 10 steps included), so that a shared
 machine's load hits both sides alike step by step; it is the figure to read on a busy machine. The
 other two run whole trials (``cbscore.train.train``), A/B interleaved and repeated:
 
@@ -66,7 +66,7 @@ def interleaved(args: argparse.Namespace) -> dict:
     from cbscore.data import DataConfig, prepare
     from cbscore.gns import GnsProbe
     from cbscore.model import GPT, get_preset
-    from cbscore.train import _StepFn
+    from cbscore.step_fn import StepFn
 
     torch.set_num_threads(args.threads)
     store = prepare(DataConfig(vocab_size=args.vocab_size))
@@ -80,8 +80,8 @@ def interleaved(args: argparse.Namespace) -> dict:
     common = dict(device=torch.device("cpu"), micro_batch_size=args.micro, batch_size=args.batch_size,
                   autocast=contextlib.nullcontext, grad_clip=1.0)
     probe.close()  # its hooks are on the parameters only for the "on" steps
-    step = {"off": _StepFn(model, optimizer, average, **common),
-            "on": _StepFn(model, optimizer, average, gns=probe, **common)}
+    step = {"off": StepFn(model, optimizer, average, **common),
+            "on": StepFn(model, optimizer, average, gns=probe, **common)}
     times: dict[str, list[float]] = {"off": [], "on": []}
     warm = 4
     for i in range(warm + 2 * args.interleaved_steps):

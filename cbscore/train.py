@@ -14,7 +14,7 @@ held-out split. It stops
 - or when a callback calls ``state.request_stop(reason)`` (``stopped``).
 
 Device, dtype, autocast, compilation and the optimizer are decided once, before the loop. The
-per-step path (``_StepFn``) has no config branching, no I/O and no try/except but the
+per-step path (:class:`cbscore.step_fn.StepFn`) has no config branching, no I/O and no try/except but the
 out-of-memory handler (free unless it fires); the train loss stays a device tensor and is read on
 the host only at log steps (``# host sync``). Evaluation, checkpoints and logging callbacks run
 off the throughput clock.
@@ -60,16 +60,13 @@ import contextlib
 import copy
 import math
 import os
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from cbscore.allocator import keep_freed_memory
-from cbscore.analysis import first_crossing
 from cbscore.averaging import WeightAverage
 from cbscore.batch_plan import Segment
 from cbscore.branch import carry_over, read_base
@@ -80,16 +77,17 @@ from cbscore.distributed import SINGLE, Group, device_for_rank, launch
 from cbscore.errors import ConfigError
 from cbscore.eval_schedule import EvalSchedule, default_every_steps, min_every_steps
 from cbscore.gns import NO_GNS, GnsProbe
+from cbscore.heldout import HeldOut
 from cbscore.model import GPT, get_preset
-from cbscore.micro_batch import (activation_bytes_per_sequence, choose_micro_batch, is_out_of_memory,
-                                 smaller_micro_batch, split_for_gns)
+from cbscore.micro_batch import activation_bytes_per_sequence, choose_micro_batch, split_for_gns
 from cbscore.model_config import padded_vocab_size
-from cbscore.throughput import mfu, peak_flops, peak_memory_bytes
-from cbscore.train_config import LATER_FIELDS, OPERATIONAL_FIELDS, TrainConfig
+from cbscore.step_fn import StepFn
+from cbscore.torch_device import device_label, resolve_device, torch_threads, trial_threads
+from cbscore.throughput import mfu, peak_flops
+from cbscore.train_config import TrainConfig
+from cbscore.trial_outcome import trial_result
+from cbscore.trial_progress import CHECKPOINT_FORMAT, Progress, check_same_trial
 from cbscore.trial_result import EvalPoint, TrialResult
-
-CHECKPOINT_FORMAT = 1
-
 
 def train(config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrialResult:
     """Train one trial; see the module docstring for outcomes, evaluation and resuming.
@@ -99,11 +97,11 @@ def train(config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrialResul
     :class:`cbscore.distributed.RankFailed`."""
     callbacks = tuple(callbacks)
     state = _new_state(config)
-    with _torch_threads(_threads(config)):
+    with torch_threads(trial_threads(config)):
         try:
             if config.devices == 1:
                 return _Trial(config, state, callbacks, SINGLE).run()
-            kind = _resolve_device(config.device).type
+            kind = resolve_device(config.device).type
             return launch(config, kind, lambda group: _Trial(config, state, callbacks, group).run())
         except BaseException as exc:
             for cb in callbacks:
@@ -114,16 +112,8 @@ def train(config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrialResul
 def run_rank(config: TrainConfig, group: Group) -> None:
     """Rank ``group.rank > 0`` of a multi-device trial: trains its share of every batch, reports
     nothing (rank 0 does); started by :mod:`cbscore.distributed`."""
-    with _torch_threads(_threads(config)):
+    with torch_threads(trial_threads(config)):
         _Trial(config, _new_state(config), (), group).run()
-
-
-def _threads(config: TrainConfig) -> int | None:
-    """Torch threads of each process: the config's; or for several ranks on one CPU a share of
-    the cores each (torch's default, every core per process, would oversubscribe them k times)."""
-    if config.threads is not None or config.devices == 1 or _resolve_device(config.device).type == "cuda":
-        return config.threads
-    return max(1, (os.cpu_count() or 1) // config.devices)
 
 
 def _new_state(config: TrainConfig) -> TrainState:
@@ -136,158 +126,9 @@ def _new_state(config: TrainConfig) -> TrainState:
         plan=config.batch_plan(),
         n_params=preset.n_params,
         flops_per_token=preset.flops_per_token(config.context_tokens),
-        device=_resolve_device(config.device).type,
+        device=resolve_device(config.device).type,
         devices=config.devices,
     )
-
-
-# ---------------------------------------------------------------------------------- setup helpers
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device", name, "CUDA is not available on this machine")
-    return torch.device(name)
-
-
-@contextlib.contextmanager
-def _torch_threads(threads: int | None) -> Iterator[None]:
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def _device_label(device: torch.device) -> str:
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
-    threads = torch.get_num_threads()
-    return f"cpu ({threads} thread{'' if threads == 1 else 's'})"
-
-
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-def _science_fields(config_dict: dict) -> dict:
-    # a checkpoint written before a field existed was written with its default
-    return {k: v for k, v in {**LATER_FIELDS, **config_dict}.items() if k not in OPERATIONAL_FIELDS}
-
-
-class _StepFn:
-    """One optimizer step: micro-batches with gradient accumulation, clipping, AdamW, EWA.
-
-    Everything that depends on the config (device transfer, autocast, clipping norm, number of
-    micro-batches, DDP's ``no_sync``) is fixed in ``__init__``; ``__call__`` is the hot path.
-    ``batch`` is this device's share of the global batch (all of it on one device); under DDP
-    the gradients are averaged over ranks in the last micro-batch's backward only.
-
-    The one ``try`` of the hot path is the out-of-memory handler (free unless it fires): it
-    halves the micro-batch and redoes the passes before the optimizer steps, so the update is
-    the same. Under DDP an OOM in the last micro-batch's backward, while the gradients are being
-    all-reduced, cannot be redone by one rank alone: choose the micro-batch so it is not needed."""
-
-    def __init__(self, model, optimizer, average: WeightAverage, *, device, micro_batch_size, batch_size,
-                 autocast: Callable[[], contextlib.AbstractContextManager], grad_clip: float,
-                 no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-                 on_resize: Callable[[int], None] = lambda micro: None, gns=NO_GNS):
-        self.model = model
-        self.resizes = 0  # out-of-memory halvings so far (a step that had one is off the clock)
-        self.optimizer = optimizer
-        self.average = average
-        self.params = [p for p in model.parameters()]
-        self.batch_size = batch_size
-        self.no_sync = no_sync
-        self.on_resize = on_resize
-        self._set_micro(micro_batch_size)
-        self.autocast = autocast
-        self.device = device
-        # clip_grad_norm_ with max_norm=inf only measures the norm (scales by exactly 1)
-        self.max_norm = grad_clip if grad_clip > 0 else math.inf
-        self.gns = gns  # GnsProbe (reads each micro-batch's gradient) or NO_GNS (cbscore.gns)
-        if device.type == "cuda":
-            self.to_device = lambda a: torch.from_numpy(a).pin_memory().to(device, non_blocking=True)
-        else:
-            self.to_device = torch.from_numpy
-
-    def set_batch(self, batch_size: int, micro: int, gns) -> None:
-        """A batch-size schedule switched segments (between steps): ``batch_size`` sequences per
-        device in passes of ``micro``, measured by ``gns``."""
-        self.batch_size = batch_size
-        self.gns = gns
-        self._set_micro(micro)
-
-    def _set_micro(self, micro: int) -> None:
-        self.micro = micro
-        self.n_micro = self.batch_size // micro
-        # DDP all-reduces in the backward of the last micro-batch only
-        self.sync_contexts = [self.no_sync] * (self.n_micro - 1) + [contextlib.nullcontext]
-
-    def __call__(self, batch: np.ndarray, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        tokens = self.to_device(batch)  # (B, T + 1) int64
-        while True:
-            try:
-                loss = self._passes(tokens)
-                break
-            except RuntimeError as exc:  # torch.OutOfMemoryError, or cuBLAS/attention failing to allocate
-                if not is_out_of_memory(exc):
-                    raise
-            # out of the handler first: its traceback holds the failed passes' activations
-            self._halve()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm, foreach=True)
-        self.gns.end_step(grad_norm)  # the full-batch norm before clipping
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.average.update()
-        return loss, grad_norm  # device tensors, no host sync
-
-    def _passes(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Forward and backward of every micro-batch; the mean loss (a device scalar)."""
-        loss_sum = torch.zeros((), device=tokens.device)
-        for i in range(self.n_micro):
-            chunk = tokens[i * self.micro:(i + 1) * self.micro]  # (M, T + 1)
-            with self.sync_contexts[i]():
-                with self.autocast():
-                    _, loss = self.model(chunk[:, :-1], chunk[:, 1:])  # inputs, next-token targets (M, T)
-                # equal-size micro-batches: the mean of their means is the full batch's mean
-                (loss / self.n_micro).backward()
-            self.gns.after_backward(i)  # the noise-scale probe reads this micro-batch's gradient
-            loss_sum += loss.detach()
-        return loss_sum / self.n_micro
-
-    def _halve(self) -> None:
-        """After an out-of-memory error: drop the partial gradients, halve the micro-batch."""
-        micro = smaller_micro_batch(self.batch_size, self.micro)
-        if micro is None:
-            raise torch.OutOfMemoryError(
-                f"out of memory at a micro-batch of 1 sequence ({self.batch_size} per device): "
-                "use more devices (devices) or a smaller model or context")
-        self.optimizer.zero_grad(set_to_none=True)
-        print(f"cbs train: out of memory at a micro-batch of {self.micro}; redoing the step at {micro}",
-              file=sys.stderr, flush=True)
-        self._set_micro(micro)
-        self.resizes += 1
-        self.gns.resize(self.n_micro, micro)  # the probe's two batch sizes follow (and it drops what it held)
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        self.on_resize(micro)
-
-
-@dataclass
-class _Progress:
-    """Loop bookkeeping that a checkpoint must carry to resume exactly."""
-
-    next_eval: int = 0
-    interval_loss: torch.Tensor | None = None  # device sum of step losses since the last log
-    interval_steps: int = 0
-    running_min: float = math.inf
-    train_log: list[tuple[int, float]] = field(default_factory=list)
 
 
 class _NoAverage:
@@ -313,7 +154,7 @@ class _Trial:
         from cbscore.data import prepare
 
         self.device = device = self._device()
-        self.state.device = _device_label(device) + (f" × {cfg.devices}" if cfg.devices > 1 else "")
+        self.state.device = device_label(device) + (f" × {cfg.devices}" if cfg.devices > 1 else "")
         total = cfg.total_steps
 
         # Data first: a DataError should come before a large model is built. (Ranks > 0 start
@@ -324,7 +165,7 @@ class _Trial:
         self.stream.check_tokens(self.plan.end_tokens)
         if leader:
             val = store.val_windows(cfg.context_tokens, max_windows=cfg.eval_windows)  # (K, T + 1)
-            self.val = torch.from_numpy(np.ascontiguousarray(val, dtype=np.int64)).to(device)
+            val = torch.from_numpy(np.ascontiguousarray(val, dtype=np.int64)).to(device)
 
         # Model: initialised on the CPU from the seed, so the init is the same on every device.
         torch.manual_seed(cfg.seed)
@@ -367,7 +208,7 @@ class _Trial:
                 target_loss=cfg.target_loss,
                 near_fraction=cfg.eval_near_target,
                 min_every_steps=min_every_steps(
-                    eval_windows=len(self.val), context_tokens=cfg.context_tokens, n_models=1 + len(self.taus),
+                    eval_windows=len(val), context_tokens=cfg.context_tokens, n_models=1 + len(self.taus),
                     batch_tokens=cfg.batch_tokens, max_eval_fraction=cfg.max_eval_fraction),
             )
         self.model_config = model_config
@@ -383,12 +224,12 @@ class _Trial:
                                 batch_tokens=cfg.batch_tokens, half_life_tokens=cfg.resolved_gns_half_life_tokens(),
                                 ranks=cfg.devices)
         if leader:
-            self.eval_chunk = min(cfg.micro_batch_size or self.micro, len(self.val))
+            self.heldout = HeldOut(val, chunk=cfg.micro_batch_size or self.micro, device=device, autocast=self.autocast)
         self.peak = peak_flops(device)
-        self.progress = _Progress(interval_loss=torch.zeros((), device=device))
+        self.progress = Progress(interval_loss=torch.zeros((), device=device))
 
     def _device(self) -> torch.device:
-        device = _resolve_device(self.config.device)
+        device = resolve_device(self.config.device)
         if self.config.devices > 1 and device.type == "cuda":
             visible = torch.cuda.device_count()
             if visible < self.config.devices:
@@ -441,7 +282,7 @@ class _Trial:
                 # every shape compiled once per worker host, not once per trial process
                 os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(subdir("inductor"))
             train_model = torch.compile(train_model)
-        self.step_fn = _StepFn(
+        self.step_fn = StepFn(
             train_model, self.optimizer, self.average, device=self.device,
             micro_batch_size=self.micro, batch_size=cfg.local_batch_size,
             autocast=self.autocast, grad_clip=cfg.grad_clip, no_sync=no_sync, on_resize=self._resized,
@@ -474,8 +315,8 @@ class _Trial:
 
     def _resized(self, micro: int) -> None:
         self.micro = self.state.micro_batch_size = micro
-        if self.leader:  # an evaluation chunk larger than what training now fits would fail too
-            self.eval_chunk = min(self.eval_chunk, micro)
+        if self.leader:
+            self.heldout.cap_chunk(micro)
 
     # ------------------------------------------------------------------------------ checkpoints
     def _payload(self, result: TrialResult | None = None) -> dict:
@@ -490,13 +331,7 @@ class _Trial:
             "average": self.average.state_dict(),
             "rng": rng_state(),
             "eval_history": [e.to_dict() for e in self.state.eval_history],
-            "progress": {
-                "next_eval": p.next_eval,
-                "interval_loss": p.interval_loss.detach().cpu(),
-                "interval_steps": p.interval_steps,
-                "running_min": p.running_min,
-                "train_log": [list(x) for x in p.train_log],
-            },
+            "progress": p.to_dict(),
             "gns": self.gns.state_dict(),  # noise-scale averages (None without a probe)
             "result": None if result is None else result.to_dict(),
         }
@@ -519,13 +354,7 @@ class _Trial:
         if ckpt is None:
             self._branch()
             return None
-        if _science_fields(ckpt["config"]) != _science_fields(self.config.to_dict()):
-            theirs, ours = _science_fields(ckpt["config"]), _science_fields(self.config.to_dict())
-            differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-            raise ConfigError(
-                "checkpoint_dir", self.config.checkpoint_dir,
-                f"holds a checkpoint of a different trial (fields that differ: {', '.join(differ)})",
-            )
+        check_same_trial(ckpt["config"], self.config)
         self.saved_here = True  # the folder holds this trial's checkpoint: never make it again
         if ckpt["result"] is not None:
             return ckpt
@@ -538,14 +367,7 @@ class _Trial:
         self.state.resumed_from_step = self.state.step
         self.state.eval_history = [EvalPoint.from_dict(e) for e in ckpt["eval_history"]]
         self.state.last_eval = self.state.eval_history[-1] if self.state.eval_history else None
-        saved = ckpt["progress"]
-        self.progress = _Progress(
-            next_eval=int(saved["next_eval"]),
-            interval_loss=saved["interval_loss"].to(self.device),
-            interval_steps=int(saved["interval_steps"]),
-            running_min=float(saved["running_min"]),
-            train_log=[(int(s), float(v)) for s, v in saved["train_log"]],
-        )
+        self.progress = Progress.from_dict(ckpt["progress"], self.device)
         if self.progress.train_log:
             self.state.train_loss = self.progress.train_log[-1][1]
         return ckpt
@@ -570,9 +392,8 @@ class _Trial:
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.state.step = step
-        saved = ckpt["progress"]
-        self.progress = _Progress(interval_loss=saved["interval_loss"].to(self.device),
-                                  interval_steps=int(saved["interval_steps"]))
+        saved = Progress.from_dict(ckpt["progress"], self.device)
+        self.progress = Progress(interval_loss=saved.interval_loss, interval_steps=saved.interval_steps)
 
     def _mean_interval(self) -> None:
         """Replace every rank's partial log-interval loss by its mean over ranks (before a
@@ -581,50 +402,9 @@ class _Trial:
         self.progress.interval_loss = self.group.mean(self.progress.interval_loss)
 
     # ------------------------------------------------------------------------------ evaluation
-    def _eval_loss(self, model) -> torch.Tensor:
-        """The mean loss of ``model`` on the held-out windows; out of memory, the chunk is halved
-        and the evaluation starts again (it keeps nothing between chunks but the sum)."""
-        while True:
-            try:
-                return self._eval_chunks(model)
-            except RuntimeError as exc:
-                if not is_out_of_memory(exc) or self.eval_chunk == 1:
-                    raise
-            # out of the handler first: its traceback holds the failed chunk's activations
-            print(f"cbs train: out of memory evaluating chunks of {self.eval_chunk}; evaluating again in chunks "
-                  f"of {self.eval_chunk // 2}", file=sys.stderr, flush=True)
-            self.eval_chunk //= 2
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
-
-    @torch.no_grad()
-    def _eval_chunks(self, model) -> torch.Tensor:
-        total = torch.zeros((), device=self.device)
-        for start in range(0, len(self.val), self.eval_chunk):
-            chunk = self.val[start:start + self.eval_chunk]  # (M, T + 1)
-            with self.autocast():
-                _, loss = model(chunk[:, :-1], chunk[:, 1:])
-            total += loss.float() * len(chunk)
-        return total / len(self.val)
-
     def _evaluate(self) -> EvalPoint:
-        raw_loss = self._eval_loss(self.model)
-        losses = [raw_loss]
-        for i in range(len(self.taus)):
-            if self.average.count == 0:  # before the first step every average is the initial weights
-                losses.append(raw_loss)
-                continue
-            self.average.copy_to(self.eval_model, i)
-            losses.append(self._eval_loss(self.eval_model))
-        raw, *ewa = torch.stack(losses).tolist()  # host sync
-        finite = [x for x in ewa if math.isfinite(x)]
-        return EvalPoint(
-            step=self.state.step,
-            tokens=self.state.tokens,
-            loss=min(finite) if finite else math.nan,
-            raw_loss=raw,
-            ewa_losses={f"{tau:g}": loss for tau, loss in zip(self.taus, ewa)},
-        )
+        return self.heldout.point(self.model, self.eval_model, self.average, self.taus,
+                                  step=self.state.step, tokens=self.state.tokens)
 
     # ------------------------------------------------------------------------------ the loop
     def _start(self) -> dict | None:
@@ -784,61 +564,11 @@ class _Trial:
         return self._finish(status, reason, off_clock, start_step)
 
     def _finish(self, status: str, reason: str | None, off_clock: tuple[float, int], start_step: int) -> TrialResult:
-        cfg, state = self.config, self.state
-        history = state.eval_history
-        steps_to_target = target_tau = None
-        if status == "reached":
-            steps_to_target = first_crossing([e.step for e in history], [e.loss for e in history], cfg.target_loss)
-            target_tau = crossing_tau(history, cfg.target_loss)
-        trained_tokens = self.plan.tokens_at(state.step) - self.plan.tokens_at(start_step)
-        tokens_per_s = None
-        if trained_tokens > 0 and state.train_seconds > 0:
-            tokens_per_s = trained_tokens / state.train_seconds
-            if trained_tokens > off_clock[1] and state.train_seconds > off_clock[0]:
-                tokens_per_s = (trained_tokens - off_clock[1]) / (state.train_seconds - off_clock[0])
-        finite = [e.loss for e in history if math.isfinite(e.loss)]
-        result = TrialResult(
-            status=status,
-            stop_reason=reason,
-            target_loss=cfg.target_loss,
-            steps_to_target=steps_to_target,
-            # tokens this run trained up to the crossing (a branch's base tokens not counted)
-            tokens_to_target=None if steps_to_target is None else self.plan.tokens_at(steps_to_target) - self.plan.start_tokens,
-            final_eval_loss=_finite_or_none(history[-1].loss) if history else None,
-            best_eval_loss=min(finite) if finite else None,
-            final_raw_loss=_finite_or_none(history[-1].raw_loss) if history else None,
-            steps=state.step,
-            tokens=state.tokens,
-            total_steps=state.total_steps,
-            warmup_steps=state.warmup_steps,
-            beta2=self.beta2,
-            ewa_taus=self.taus,
-            tokens_per_s=tokens_per_s,
-            mfu=mfu(None if tokens_per_s is None else tokens_per_s / cfg.devices, state.flops_per_token, self.peak),
-            n_params=state.n_params,
-            flops_per_token=state.flops_per_token,
-            train_seconds=state.train_seconds,
-            eval_seconds=state.eval_seconds,
-            peak_memory_bytes=peak_memory_bytes(self.device),
-            device=state.device,
-            resumed_from_step=state.resumed_from_step,
-            devices=cfg.devices,
-            micro_batch_size=self.micro,
-            target_tau=target_tau,
-            eval_history=tuple(history),
-            train_log=tuple(self.progress.train_log),
-        )
+        result = trial_result(self.config, self.state, self.plan, status=status, reason=reason, off_clock=off_clock,
+                              start_step=start_step, beta2=self.beta2, taus=self.taus, peak=self.peak,
+                              device=self.device, micro=self.micro, train_log=self.progress.train_log)
         # A stopped trial keeps a resumable checkpoint; an ended one records its result.
         self._save(None if status == "stopped" else result)
         for cb in self.callbacks:
-            cb.post_train(state, result)
+            cb.post_train(self.state, result)
         return result
-
-
-def crossing_tau(history, target: float) -> str | None:
-    """The τ key whose averaged loss is lowest at the first evaluation at or below ``target``."""
-    for point in history:
-        if math.isfinite(point.loss) and point.loss <= target:
-            finite = {k: v for k, v in point.ewa_losses.items() if math.isfinite(v)}
-            return min(finite, key=finite.get) if finite else None
-    return None

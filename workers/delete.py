@@ -126,8 +126,6 @@ def _find(tracker: Tracker, name: str):
     """``(experiment, renamed)``: the active experiment of study ``name`` (``None`` when there is
     none) and the experiments of earlier deletes of ``name`` that stopped between their rename and
     their deletion. A study deleted in MLflow's UI, not here, is refused with what to do."""
-    from mlflow.entities import ViewType
-
     client = tracker.client
     exp = client.get_experiment_by_name(name)
     if exp is not None and exp.tags.get(STUDY_TAG) not in ("1", "deleting"):
@@ -136,32 +134,17 @@ def _find(tracker: Tracker, name: str):
         raise ConfigError("name", name, f"names a study whose MLflow experiment {exp.experiment_id} was deleted "
                                         "outside CBS Lab; restore it (`mlflow experiments restore --experiment-id "
                                         f"{exp.experiment_id}`) and delete the study again here")
-    renamed = [e for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=1000,
-                                                    filter_string=f"tags.`{DELETED_NAME_TAG}` = '{name}'")
-               if e.name != name]
+    renamed = [e for e in tracker.experiments_tagged(DELETED_NAME_TAG, name) if e.name != name]
     return exp, renamed
 
 
 def _unknown(tracker: Tracker, name: str) -> ConfigError:
-    from mlflow.entities import ViewType
-
-    gone = tracker.client.search_experiments(view_type=ViewType.DELETED_ONLY, max_results=1,
-                                             filter_string=f"tags.`{DELETED_NAME_TAG}` = '{name}'")
+    gone = tracker.experiments_tagged(DELETED_NAME_TAG, name, deleted=True, max_results=1)
     return ConfigError("name", name, "names no study" + (" (a study of this name was deleted)" if gone else ""))
 
 
 def _runs(tracker: Tracker, experiment_id: str, flt: str = "", *, deleted_too: bool = False) -> list:
-    from mlflow.entities import ViewType
-
-    view = ViewType.ALL if deleted_too else ViewType.ACTIVE_ONLY
-    out, token = [], None
-    while True:
-        page = tracker.client.search_runs([experiment_id], flt, run_view_type=view, max_results=1000,
-                                          page_token=token)
-        out.extend(page)
-        token = page.token
-        if not token:
-            return out
+    return tracker.runs(experiment_id, flt, deleted_too=deleted_too)
 
 
 def _parent(tracker: Tracker, exp):
@@ -246,9 +229,10 @@ def delete_study(name: str, *, force: bool = False, wait_s: float | None = None,
     owner = f"{this_process()}:delete"  # not the runner's owner id: a runner in this process is shut out too
     _take_lock(ledger, name, owner, s)
     try:
-        from workers.runner import _LockKeeper, Runner
+        from workers.runner import Runner
+        from workers.study_lock import LockKeeper
 
-        with _LockKeeper(ledger, name, owner, Runner.lock_ttl_s):
+        with LockKeeper(ledger, name, owner, Runner.lock_ttl_s):
             report = _delete_locked(tracker, ledger, s, name, exp, force=force, wait_s=wait_s)
     except BaseException:
         _release_lock(ledger, name, owner)

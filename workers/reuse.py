@@ -24,7 +24,6 @@ import hashlib
 import json
 from typing import Any, Mapping
 
-from mlflow.entities import Metric
 
 #: Outcomes a trial reaches by itself (module docstring); only these are reused.
 REUSABLE = ("finished", "reached", "censored", "diverged")
@@ -65,8 +64,7 @@ def copy_result(tracker, source, target_run_id: str) -> str:
     client = tracker.client
     metrics = []
     for key in sorted(source.data.metrics):
-        metrics += [Metric(key=key, value=m.value, timestamp=m.timestamp, step=m.step)
-                    for m in client.get_metric_history(source.info.run_id, key)]
+        metrics += client.get_metric_history(source.info.run_id, key)  # Metric entities, logged as they are
     tracker.log_metrics(target_run_id, metrics)
     tags = {k: v for k, v in source.data.tags.items() if k not in _OWN_TAGS and not k.startswith("mlflow.")}
     outcome = source.data.tags["status"]

@@ -24,22 +24,23 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from cbscore.errors import CbsError, ConfigError
-from cbscore.study import (TERMINAL, StudySpec, TrialRecord, TrialSpec, build_train_config, estimate, plan,
-                           planned_budget, status_counts, trial_from_ask)
+from cbscore.study import TERMINAL, StudySpec, TrialSpec, plan, status_counts, trial_from_ask
 from workers.checkpoints import remove_checkpoint, sweep
+from workers.launch_checks import check_spec
 from workers.ledger import Ledger, owner_is_alive_here, owner_is_dead, this_process
+from workers.broker_queues import queue_depth
 from workers.records import build_records, in_spec
 from workers.settings import QUEUES, WorkerSettings
+from workers.study_lock import LockKeeper
 from workers.time_limits import trial_time_limit_s
-from workers.tracking import Tracker, is_transient, result_tags
+from workers.tracking import Tracker, is_transient, result_tags, trial_params
 
-#: How long a study lock holds unrenewed. A pass renews it every third of this (``_LockKeeper``), so
+#: How long a study lock holds unrenewed. A pass renews it every third of this (``LockKeeper``), so
 #: only a runner killed mid-pass lets it lapse, and that shuts the study's other runners out for at
 #: most this long (300 s delayed a lost host's takeover by up to 5 min; the ledger's compare-and-set
 #: transitions, not this lock, keep two runners from sending one trial twice).
@@ -68,92 +69,6 @@ class AdvanceReport:
     errors: tuple[str, ...] = field(default_factory=tuple)
     outage: bool = False
     """The pass failed because a store or the broker was unreachable (the runner backs off)."""
-
-
-def check_spec(spec: StudySpec, *, force: bool = False) -> None:
-    """Every check that can refuse a spec, before anything is written anywhere."""
-    if not isinstance(spec, StudySpec):
-        raise ConfigError("spec", type(spec).__name__, "must be a StudySpec")
-    est = estimate(spec)
-    if est.over_limit and not force:
-        field_name = "max_trials" if "max_trials" in est.over_limit else "max_total_tokens"
-        raise ConfigError(field_name, getattr(spec, field_name),
-                          f"the study is too large to be sane ({est.over_limit}); raise the limit or use --force")
-    # A source outside the data roots, or a store folder that preparing could destroy, is refused
-    # here, before anything is read or written (the worker checks again: cbscore.data.roots).
-    from cbscore.data import DataConfig
-    from cbscore.data.store import check_data_location
-    from cbscore.train_config import TrainConfig
-
-    check_data_location(DataConfig.from_dict(dict(spec.data)))
-    if spec.kind == "local":  # a base run and its branches, not a grid of cells
-        from workers.local_study import largest_trial
-
-        _check_store_holds(spec, *largest_trial(spec))
-        return
-    # Build every cell's TrainConfig once: a batch size the budget cannot hold, a bad data
-    # setting, ... fail here with the trainer's own message, not in a worker hours later.
-    largest = (0, "", 0)  # (tokens one trial reads, setting id, batch size)
-    for setting in spec.resolve_settings():
-        for b in spec.batch_sizes:
-            _, cap, role_tokens = planned_budget(spec, setting, b)
-            for lr in (spec.search.lrs if spec.search.kind == "grid" else (spec.search.lr_min,)):
-                config = TrainConfig.from_dict(build_train_config(
-                    spec, setting, batch_size=b, lr=lr, seed=spec.seeds[0], max_tokens=role_tokens, max_steps=cap,
-                    target_loss=None))
-                largest = max(largest, (config.total_steps * config.batch_tokens, setting.setting_id, b))
-    _check_store_holds(spec, *largest)
-
-
-def _check_store_holds(spec: StudySpec, tokens: int, setting_id: str, batch_size: int) -> None:
-    """Where the spec's token store is already prepared (a second study on the same data, the
-    default store of ``cbs up``), refuse a spec whose largest trial would read more training
-    tokens than one pass holds: otherwise that trial fails in a worker after the others ran. A
-    store not yet prepared is built by the first trial, which then says the same."""
-    from cbscore.data import DataConfig
-    from cbscore.data.store import open_store
-    from cbscore.errors import DataError
-
-    if spec.allow_repeat or tokens == 0:
-        return
-    data = DataConfig.from_dict(dict(spec.data))
-    try:
-        store = open_store(data)
-    except DataError:  # not prepared (or with other settings): the first trial prepares it
-        return
-    held = store.train_stream(spec.context_tokens, seed=0).n_tokens  # what the trainer's check counts
-    if tokens > held:
-        field, value = ("data.max_documents", data.max_documents) if data.max_documents else ("data.source", data.source)
-        raise ConfigError(field, value,
-                          f"the token store at {store.path} holds {held:,} training tokens, too few for setting "
-                          f"{setting_id} at batch size {batch_size}, whose budget reads {tokens:,} in one pass "
-                          "(a window is never repeated unless allow_repeat: true); use more documents, a larger "
-                          "corpus or a smaller D")
-
-
-class _LockKeeper:
-    """Renews a study lock every ``ttl_s / 3`` while a pass runs, so a pass longer than the TTL
-    (a slow MLflow, hundreds of trials to start) never lets a second runner in beside it."""
-
-    def __init__(self, ledger: Ledger, study: str, owner: str, ttl_s: float):
-        self.ledger, self.study, self.owner, self.ttl_s = ledger, study, owner, ttl_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cbs-study-lock", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.ttl_s / 3):
-            try:
-                self.ledger.renew_lock(self.study, self.owner, now_s=time.time(), ttl_s=self.ttl_s)
-            except Exception as exc:  # noqa: BLE001 - the database is briefly away: try again next period
-                print(f"cbs runner: renewing the lock of {self.study} failed: {exc}", flush=True)
-
-    def __enter__(self) -> "_LockKeeper":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
 
 class Runner:
@@ -215,7 +130,7 @@ class Runner:
             return AdvanceReport(study=study, skipped="another runner is advancing this study")
         report = AdvanceReport(study=study)
         try:
-            with _LockKeeper(self.ledger, study, self.owner, ttl):
+            with LockKeeper(self.ledger, study, self.owner, ttl):
                 for _ in range(_MAX_PASSES):
                     report = self._advance_once(study)
                     if self.ledger.unlock(study, self.owner):
@@ -459,7 +374,7 @@ class Runner:
                 "queue": queue, "trial_spec": json.dumps(ts.to_dict(), sort_keys=True),
             }
             run_id = self.tracker.create_trial(exp_id, parent_id, trial_id=ts.trial_id, tags=tags,
-                                               params=ts.train_config)
+                                               params=trial_params(ts.train_config))
         source = self._reusable(ts, key, exp_id)
         if source is not None:  # trained already, by this very config: copied, not trained (workers.reuse)
             from workers.reuse import copy_result
@@ -657,67 +572,9 @@ class Runner:
         cell that nothing reached (``censored``) at ``budget_factor`` times its cap and budget. The
         reason and who asked are the new runs' ``retry_of``/``retry_reason``/``retried_by`` tags.
         A done study runs again. Returns the new trial ids."""
-        import dataclasses
-        import math
+        from workers.retry import retry_study
 
-        from cbscore.train_config import TrainConfig
-        from workers.records import trial_spec
-
-        if not (failed or censored):
-            raise ConfigError("retry", "nothing", "name what to retry: failed trials, censored cells, or both")
-        if isinstance(budget_factor, bool) or not isinstance(budget_factor, (int, float)) or not 1 < budget_factor <= 16:
-            raise ConfigError("budget_factor", budget_factor, "must be a number in (1, 16]: the censored cells' "
-                                                              "new cap and budget as a multiple of the old")
-        parent = self._open_study(study)
-        spec = StudySpec.from_dict(self.tracker.study_spec(parent))
-        exp_id, parent_id = parent.info.experiment_id, parent.info.run_id
-        runs = self.tracker.trial_runs(exp_id, parent_id)
-        by_run = {r.info.run_id: r for r in runs}
-        records = in_spec(spec, build_records(runs, self.ledger.leases(study), self.tracker))
-        # A trial retried before is retried through its newest retry: ``{base}.retry{k}``.
-        def split(trial_id: str) -> tuple[str, int]:
-            base, _, k = trial_id.partition(".retry")
-            return base, int(k) if k.isdigit() else 0
-
-        newest: dict[str, int] = {}
-        for r in records:
-            base, k = split(r.trial_id)
-            newest[base] = max(newest.get(base, 0), k)
-        chosen: list[tuple[TrialRecord, float, str]] = []
-        if failed:
-            chosen += [(r, 1.0, f"failed ({r.note})" if r.note else "failed") for r in records if r.status == "failed"]
-        if censored:
-            cells: dict[str, list[TrialRecord]] = {}
-            for r in records:
-                cells.setdefault(r.cell_id, []).append(r)
-            for cell in cells.values():
-                if (all(r.terminal for r in cell) and not any(r.status == "reached" for r in cell)
-                        and any(r.status == "censored" for r in cell)):
-                    chosen += [(r, float(budget_factor), f"censored at its cap of {r.max_steps} steps in a cell nothing "
-                                f"reached; cap and budget ×{budget_factor:g}")
-                               for r in cell if r.status == "censored"]
-        started = []
-        now = time.time()
-        for r, factor, why in chosen:
-            base, k = split(r.trial_id)
-            if k != newest[base]:  # an older attempt of a trial retried already
-                continue
-            old = trial_spec(by_run[r.run_id])
-            max_steps = old.max_steps if old.max_steps is None or factor == 1 else int(math.ceil(factor * old.max_steps))
-            max_tokens = old.max_tokens if factor == 1 else int(factor * old.max_tokens)
-            config = TrainConfig.from_dict({**old.train_config, "max_tokens": max_tokens, "max_steps": max_steps})
-            ts = dataclasses.replace(old, trial_id=f"{base}.retry{k + 1}", max_tokens=max_tokens, max_steps=max_steps,
-                                     train_config=config.to_dict())
-            if self._start(ts, exp_id, parent_id):
-                run = self.tracker.find_trial(exp_id, ts.trial_id)
-                if run is not None:
-                    self.tracker.set_tags(run.info.run_id, {"retry_of": r.trial_id, "retry_reason": why[:250],
-                                                            "retried_by": author, "retried_s": f"{now:.3f}"})
-                started.append(ts.trial_id)
-        if started and parent.data.tags.get("status") == "done":
-            self.tracker.reopen_study(parent_id)
-        self.advance(study)
-        return started
+        return retry_study(self, study, failed=failed, censored=censored, budget_factor=budget_factor, author=author)
 
     def cancel_study(self, study: str) -> int:
         """Cancel every unfinished trial and end the study KILLED; returns the trials stopped."""
@@ -795,15 +652,3 @@ def tell(s: WorkerSettings, study: str, tags: dict, outcome: str, result: Any) -
         steps_to_target=getattr(result, "steps_to_target", None),
         budget_steps=getattr(result, "total_steps", None),
         final_eval_loss=getattr(result, "final_eval_loss", None))
-
-
-def queue_depth(queue: str) -> int:
-    """Messages waiting in ``queue`` (works for the filesystem transport, Redis and AMQP)."""
-    from workers.broker import app
-
-    with app.connection_for_read() as conn:
-        channel = conn.default_channel  # a broker that is away raises here: the pass fails, no send
-        try:
-            return int(channel.queue_declare(queue=queue, passive=True).message_count)
-        except Exception:  # a queue never declared holds nothing
-            return 0

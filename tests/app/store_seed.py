@@ -123,7 +123,7 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
     from mlflow.entities import Param
 
     from cbscore.study.planner import RERUN_CAP_FACTOR, RERUN_TAG, _make_trial, cell_budget_tokens
-    from workers.tracking import RUN_STATUS, flatten, metric
+    from workers.tracking import EVAL_CURVE_TAG, RUN_STATUS, eval_curve_json, metric, trial_params
 
     now_s = time.time() if now_s is None else now_s
     settings = spec.resolve_settings()
@@ -215,10 +215,14 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
                         "context_tokens": str(spec.context_tokens), "queue": "cpu",
                         "beta2": repr(0.999 if b < 256 else 0.995), "ewa_taus": json.dumps([0.999]),
                         "status": outcome, "outcome": "" if is_running else outcome, "worker": "seed@localhost"}
-                # The runner's params (the trial's TrainConfig, flattened) and TrialSpec tag, so a
+                # The runner's params (workers.tracking.trial_params) and TrialSpec tag, so a
                 # seeded run weighs what a real one does in every read.
                 tags["trial_spec"] = json.dumps(dataclasses.replace(ts, trial_id=trial_id).to_dict(), sort_keys=True)
-                params = [Param(k, v) for k, v in flatten(ts.train_config).items()]
+                params = [Param(k, v) for k, v in trial_params(ts.train_config).items()]
+                if not is_running:  # the whole eval curve, as an ended trial's result tags hold it
+                    curve = eval_curve_json(steps, losses)
+                    if curve is not None:
+                        tags[EVAL_CURVE_TAG] = curve
                 # A few calls per trial (the runner and a worker make more; the result is the same).
                 run = tracker.client.create_run(exp_id, run_name=trial_id, tags=tags)
                 for i in range(0, len(params), 100):

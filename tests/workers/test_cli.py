@@ -16,8 +16,8 @@ import pytest
 from cbscore.cli import main as cbs_main
 from tests.workers.conftest import CBS, tiny_spec, tiny_spec_dict, wait_for
 from workers import api
-from workers.cli import worker_argv
-from workers.runner import queue_depth
+from workers.cli_processes import worker_argv
+from workers.broker_queues import queue_depth
 
 
 def test_dry_run_prints_cells_trials_and_compute_and_enqueues_nothing(worker_env, tmp_path, capsys):

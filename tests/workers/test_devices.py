@@ -7,7 +7,7 @@ import os
 import pytest
 
 from cbscore.errors import ConfigError
-from workers.cli import worker_argv
+from workers.cli_processes import worker_argv
 from workers.devices import parse_gpus, pin_child, slot_gpus, trial_devices
 
 

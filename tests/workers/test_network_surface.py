@@ -16,7 +16,7 @@ from celery import Celery
 from cbscore.errors import ConfigError
 from tests.workers.conftest import CBS
 from workers.broker import configure
-from workers.cli import tracking_argv, tracking_auth_config
+from workers.cli_processes import tracking_argv, tracking_auth_config
 from workers.settings import WorkerSettings
 
 

@@ -132,6 +132,42 @@ def test_callback_sends_what_the_trainer_measured_and_marks_a_resume(tracker, tm
     assert json.loads(tracker.get_run(parent_id).data.tags["cbs.spec"])["name"] == "s1"
 
 
+def test_an_ended_runs_eval_curve_tag_reads_as_its_metric_history(tracker, tmp_path, token_store):
+    """The result's ``eval_curve`` tag (issue 25's first read) gives exactly the ``eval/loss_ewa``
+    history, so reading a study's records needs no history call per ended run; a run without the
+    tag (one written before it) reads the history as before."""
+    from cbscore.train import train
+    from cbscore.train_config import TrainConfig
+    from workers.tracking import EVAL_CURVE_TAG, result_tags
+
+    exp_id, parent_id = make_study(tracker)
+    run_id = tracker.create_trial(exp_id, parent_id, trial_id="t", tags={}, params={})
+    config = TrainConfig(model="tiny-0.1M", batch_size=8, context_tokens=16, lr=0.01, max_tokens=7_500,
+                         data=DATA, threads=1, device="cpu", eval_windows=16, ewa_taus=(0.99, 0.999))
+    result = train(config, [MlflowCallback(tracker, run_id, flush_s=3600)])
+    tags = result_tags(result)
+    steps, losses = json.loads(tags[EVAL_CURVE_TAG])
+    assert steps == [p.step for p in result.eval_history] and len(steps) > 8
+    tracker.end_trial(run_id, result.status, **tags)
+    run = tracker.get_run(run_id)
+    from_tag = tracker.history(run, "eval/loss_ewa")
+    Tracker._HISTORY.clear()
+    tracker.client.delete_tag(run_id, EVAL_CURVE_TAG)
+    bare = tracker.get_run(run_id)
+    assert EVAL_CURVE_TAG not in bare.data.tags
+    calls = []
+    real = tracker.client.get_metric_history
+    tracker.client.get_metric_history = lambda *a, **k: calls.append(a) or real(*a, **k)
+    try:
+        from_history = tracker.history(bare, "eval/loss_ewa")
+        Tracker._HISTORY.clear()
+        again = tracker.history(run, "eval/loss_ewa")  # the tagged run: no history call
+    finally:
+        del tracker.client.get_metric_history
+    assert from_tag == from_history == again  # exactly equal floats, steps as floats
+    assert len(calls) == 1
+
+
 def test_ended_runs_survive_a_restart_on_disk(tracker, tmp_path, monkeypatch):
     """A new process (the web app after a restart) starts from the ended runs this host already
     read: it asks MLflow only for what is active or ended since, not for every run again. A cache

@@ -1,0 +1,213 @@
+"""The trainer callback that logs a trial to MLflow, and the metrics and tags of a result."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+from mlflow.entities import Metric, RunTag
+
+from cbscore.callbacks import Callback, TrainState
+from cbscore.trial_result import EvalPoint, TrialResult
+from workers.tracking._base import _MAX_TAG, EVAL_CURVE_TAG, GNS_METRICS, _ms, is_transient, retrying
+from workers.tracking._tracker import Tracker
+
+# ---------------------------------------------------------------------------- the callback
+def metric(key: str, value: float, step: int, now_s: float | None = None) -> Metric:
+    return Metric(key=key, value=float(value), timestamp=_ms(now_s), step=int(step))
+
+
+def eval_metrics(point: EvalPoint, now_s: float | None = None) -> list[Metric]:
+    """The metrics of one evaluation: best-τ, raw and per-τ averaged-weights losses."""
+    out = [metric("eval/loss_ewa", point.loss, point.step, now_s),
+           metric("eval/loss_raw", point.raw_loss, point.step, now_s)]
+    out += [metric(f"eval/loss_ewa_{tau}", loss, point.step, now_s) for tau, loss in point.ewa_losses.items()]
+    return out
+
+
+def result_tags(result: TrialResult) -> dict[str, str]:
+    """The tags an ended trial's run carries from its result (the steps table reads ``beta2`` and
+    ``target_tau``): set by the holder, and restored by the runner's repair from the checkpoint."""
+    tags = {"stop_reason": result.stop_reason or "",
+            "steps_to_target": "" if result.steps_to_target is None else repr(result.steps_to_target),
+            "beta2": repr(result.beta2), "ewa_taus": json.dumps(list(result.ewa_taus)),
+            "target_tau": result.target_tau or ""}
+    curve = eval_curve_tag(result)
+    if curve is not None:
+        tags[EVAL_CURVE_TAG] = curve
+    return tags
+
+
+def eval_curve_tag(result: TrialResult) -> str | None:
+    """The ended trial's ``eval/loss_ewa`` history as one tag, ``[[steps], [losses]]`` in JSON
+    (floats written exactly), so that reading a study's records needs no metric-history call per
+    run (:meth:`Tracker.history`; issue 25's first read). ``None`` where it does not fit a tag or
+    holds a non-finite loss (JSON has no NaN): the history is then read as before."""
+    points = {p.step: p.loss for p in result.eval_history}  # one value per step, as the history keeps
+    steps = sorted(points)
+    return eval_curve_json(steps, [points[s] for s in steps])
+
+
+def eval_curve_json(steps, losses) -> str | None:
+    """``[[steps], [losses]]`` of a curve, or ``None`` when it is empty, holds a non-finite loss, or
+    does not fit an MLflow tag (:func:`eval_curve_tag`)."""
+    if not len(steps) or not all(math.isfinite(v) for v in losses):
+        return None
+    text = json.dumps([[int(s) for s in steps], [float(v) for v in losses]], separators=(",", ":"))
+    return text if len(text) <= _MAX_TAG else None
+
+
+def summary_metrics(result: TrialResult, now_s: float | None = None) -> list[Metric]:
+    """End-of-trial figures at the trial's last step (only those that are known)."""
+    figures = {
+        "summary/steps_to_target": result.steps_to_target,
+        "summary/tokens_to_target": result.tokens_to_target,
+        "summary/final_eval_loss": result.final_eval_loss,
+        "summary/best_eval_loss": result.best_eval_loss,
+        "summary/final_raw_loss": result.final_raw_loss,
+        "summary/steps": result.steps,
+        "summary/tokens": result.tokens,
+        "summary/total_steps": result.total_steps,
+        "summary/tokens_per_s": result.tokens_per_s,
+        "summary/mfu": result.mfu,
+        "summary/train_seconds": result.train_seconds,
+        "summary/eval_seconds": result.eval_seconds,
+        "summary/peak_memory_bytes": result.peak_memory_bytes,
+        "progress/tokens": result.tokens,
+        "progress/step": result.steps,
+    }
+    return [metric(k, v, result.steps, now_s) for k, v in figures.items() if v is not None]
+
+
+class MlflowCallback(Callback):
+    """Buffers a trial's metrics and sends them with one ``log_batch`` per flush.
+
+    A flush happens every ``flush_s`` seconds (it carries the ``heartbeat`` metric: wall time at
+    the trial's step), on every evaluation when ``flush_on_eval`` is set, and at the end. The
+    callback does not end the run: the runner knows the outcome (``pruned`` vs ``stopped``).
+    """
+
+    def __init__(self, tracker: Tracker, run_id: str, *, flush_s: float = 5.0, flush_on_eval: bool = False):
+        self.tracker = tracker
+        self.run_id = run_id
+        self.flush_s = flush_s
+        self.flush_on_eval = flush_on_eval
+        self.buffer: list[Metric] = []
+        self.last_flush = 0.0
+        self.flushes = 0
+        #: The last step whose training-curve points are in the store or the buffer, and the last
+        #: evaluated step likewise: a resumed trial recomputes the steps between its checkpoint
+        #: and the crash, and each step is logged once.
+        self.logged_through = -1
+        self.evals_through = -1
+
+    #: Metrics kept while the store is unreachable; beyond this the oldest training-curve points
+    #: go first (evaluations and summaries are what the study reads, so they are kept).
+    max_buffer = 200_000
+
+    def flush(self, state: TrainState, *, must: bool = False) -> None:
+        """Send the buffer. A failure mid-training keeps the buffer for the next flush and goes on
+        (the store may be restarting); with ``must`` (the end of the trial) it raises, and the
+        trial gives its attempt back (:mod:`workers.trial`)."""
+        now = time.time()
+        self.buffer += [metric("heartbeat", now, state.step, now), metric("progress/step", state.step, state.step, now),
+                        metric("progress/tokens", state.tokens, state.step, now)]
+        batch, self.buffer = self.buffer, []
+        self.last_flush = now
+        try:
+            self.tracker.log_metrics(self.run_id, batch)
+        except Exception as exc:
+            self.buffer = batch + self.buffer
+            self._trim()
+            if must or not is_transient(exc):
+                raise
+            print(f"cbs trial: metrics kept for the next flush ({len(self.buffer)} waiting): {exc}", flush=True)
+            return
+        self.flushes += 1
+
+    def _trim(self) -> None:
+        excess = len(self.buffer) - self.max_buffer
+        if excess > 0:
+            curve = [i for i, m in enumerate(self.buffer) if m.key.startswith(("train/", "optim/", "perf/", "heartbeat",
+                                                                                "progress/"))]
+            drop = set(curve[:excess])
+            self.buffer = [m for i, m in enumerate(self.buffer) if i not in drop]
+
+    def _logged_last(self, key: str) -> int:
+        """The last step of ``key`` in the store (-1 when none)."""
+        history = retrying(lambda: self.tracker.client.get_metric_history(self.run_id, key),
+                           what=f"reading the history of {key}")
+        return max((m.step for m in history), default=-1)
+
+    def pre_train(self, state: TrainState) -> None:
+        tags = [RunTag("total_steps", str(state.total_steps)), RunTag("warmup_steps", str(state.warmup_steps)),
+                RunTag("device", state.device)]
+        if state.resumed_from_step is not None:
+            tags.append(RunTag("resumed_from_step", str(state.resumed_from_step)))
+        # What an earlier attempt logged (also before the "already ended" path, which re-logs
+        # from the checkpoint's result what the store lacks: see post_train).
+        self.logged_through = self._logged_last("train/loss")
+        self.evals_through = self._logged_last("eval/loss_ewa")
+        # The checkpoint's own history first: whatever of it the store lacks.
+        self._add_history(state.eval_history, ())
+        retrying(lambda: self.tracker.client.log_batch(self.run_id, tags=tags), what="tagging the run")
+        self.flush(state, must=True)
+
+    def _add_history(self, evals, train_log) -> None:
+        """Buffer the evaluations and train losses of a checkpoint or result past what is logged
+        (the other training-curve keys of those steps are not kept in a checkpoint; the flush
+        before every checkpoint sent them)."""
+        for step, loss in train_log:
+            if step > self.logged_through:
+                self.buffer.append(metric("train/loss", loss, step))
+                self.logged_through = step
+        for point in evals:
+            if point.step > self.evals_through:
+                self.buffer += eval_metrics(point)
+                self.evals_through = point.step
+
+    def post_step(self, state: TrainState, metrics: dict[str, Any] | None) -> None:
+        if metrics is not None and state.step > self.logged_through:
+            step = self.logged_through = state.step
+            self.buffer.append(metric("train/loss", metrics["train_loss"], step))
+            self.buffer.append(metric("optim/lr", metrics["lr"], step))
+            if metrics.get("grad_norm") is not None:
+                self.buffer.append(metric("optim/grad_norm", metrics["grad_norm"], step))
+            if metrics.get("tokens_per_s") is not None:
+                self.buffer.append(metric("perf/tokens_per_s", metrics["tokens_per_s"], step))
+            if metrics.get("tokens_per_s_per_device") is not None:
+                self.buffer.append(metric("perf/tokens_per_s_per_device", metrics["tokens_per_s_per_device"], step))
+            if metrics.get("mfu") is not None:
+                self.buffer.append(metric("perf/mfu", metrics["mfu"], step))
+            for key, name in GNS_METRICS.items():  # None where not finite
+                if metrics.get(key) is not None:
+                    self.buffer.append(metric(name, metrics[key], step))
+        if time.time() - self.last_flush >= self.flush_s:
+            self.flush(state)
+
+    def post_eval(self, state: TrainState, point: EvalPoint) -> None:
+        self._add_history((point,), ())
+        if self.flush_on_eval:
+            self.flush(state)
+
+    def may_checkpoint(self, state: TrainState) -> bool:
+        """History before checkpoint: send every metric up to this step first, and skip the
+        checkpoint while the store cannot take them (a checkpoint never runs ahead of the
+        history: an attempt that resumes from it recomputes nothing before it)."""
+        self.flush(state)
+        return not self.buffer
+
+    def post_train(self, state: TrainState, result: TrialResult) -> None:
+        # an attempt that found the trial ended (its result in the checkpoint) sends what the
+        # store lacks of the result's histories (after a final flush that failed)
+        self._add_history(result.eval_history, result.train_log)
+        self.buffer += summary_metrics(result)
+        self.flush(state, must=True)
+
+    def on_error(self, state: TrainState, exc: BaseException) -> None:
+        try:
+            self.flush(state)
+        except Exception as flush_exc:  # noqa: BLE001 - the training error is the one to report
+            print(f"cbs trial: could not send the last metrics: {flush_exc}", flush=True)
