@@ -276,7 +276,7 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     # trial as in flight (workers.records.trial_status), so an Optuna cell asks for its next trial
     # only once the sampler knows how this one ended: the proposals do not depend on timing.
     try:
-        tracker.end_trial(run_id, outcome, **result_tags(result))
+        tracker.end_trial(run_id, outcome, **result_tags(result), **_late_config_key(ledger, study, run))
         tell(s, study, run.data.tags, outcome, result)
         done = ledger.finish(trial_id, attempt, owner=owner, outcome=outcome, now_s=time.time())
     except Exception as exc:
@@ -288,6 +288,23 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     _advance(study)
     return {"trial_id": trial_id, "attempt": attempt, "outcome": outcome, "steps": result.steps,
             "steps_to_target": result.steps_to_target, "resumed_from_step": result.resumed_from_step}
+
+
+def _late_config_key(ledger, study: str, run) -> dict[str, str]:
+    """``{"config_key": ...}`` for a run created before its study's token store was pinned (the
+    study's first trials, which prepare the store, get no key at their start: the runner cannot
+    read a store that does not exist yet), from the pin this trial trained on, so that a later
+    study can reuse it too (:mod:`workers.reuse`); ``{}`` where the run has its key or nothing is
+    pinned."""
+    if run.data.tags.get("config_key"):
+        return {}
+    pin = ledger.store_pin(study)
+    if pin is None:
+        return {}
+    from workers.records import trial_spec
+    from workers.reuse import config_key
+
+    return {"config_key": config_key(trial_spec(run).train_config, pin.digest)}
 
 
 def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,

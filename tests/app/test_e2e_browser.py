@@ -247,3 +247,91 @@ def test_launch_a_tiny_study_by_clicking_and_see_its_fitted_b_star(stack, browse
     shown = _wait(browser, lambda d: _b_star(d) if _b_star(d) == expected else None, 60,
                   f"the page's B* to equal cbs study fit's {expected}")
     assert float(shown.replace(",", "")) > 4  # B* > B_ref by definition
+
+
+def _cli(env: dict, cwd: Path, *args: str, json_out: bool = True) -> dict | str:
+    cbs = str(Path(sys.executable).parent / "cbs")
+    out = subprocess.run([cbs, *args] + (["--json"] if json_out else []), env=env, capture_output=True, text=True,
+                         timeout=120, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout) if json_out else out.stdout
+
+
+def _wait_done(env: dict, cwd: Path, study: str, timeout_s: float) -> dict:
+    deadline = time.time() + timeout_s
+    while True:
+        status = _cli(env, cwd, "study", "status", study)
+        if status.get("status") == "done":
+            return status
+        assert time.time() < deadline, f"{study} did not finish: {status}"
+        time.sleep(3)
+
+
+def test_extend_a_study_on_its_page_then_compare_it_with_a_rerun_by_its_url(stack, browser, tmp_path):
+    """Issue 25 in a real browser: the Studies page's "Extend or retry…" adds a batch size to a done
+    study (only its one new trial runs); a second study of the same cells reuses every trial (trains
+    nothing); and the Scaling laws page at ``?study=A&compare=B`` draws both, with B* side by side."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    web_url, _, logs, env = stack
+    first, rerun = "grow-a", "grow-b"
+    spec = tmp_path / "grow.yaml"
+    spec.write_text(SPEC_YAML.replace("name: pasted", f"name: {first}"))
+    _cli(env, tmp_path, "study", "launch", str(spec), json_out=False)
+    before = _wait_done(env, tmp_path, first, 300)
+    n_before = sum(before["counts"].values())
+
+    browser.get(f"{web_url}/studies?study={first}")
+    _button(browser, "Extend or retry…").click()
+    patch = _input(browser, "Patch (YAML)", "textarea")
+    patch.send_keys(Keys.CONTROL, "a")
+    patch.send_keys(Keys.DELETE)
+    patch.send_keys("batch_sizes: [2, 4, 8, 16]\n")
+    patch.send_keys(Keys.CONTROL, Keys.ENTER)  # commit the text area's value before the click
+    _button(browser, "Extend the study").click()
+    _wait(browser, lambda d: "Extended:" in d.page_source, 60, "the extension's confirmation")
+    browser.save_screenshot(str(tmp_path / "extended.png"))
+    after = _wait_done(env, tmp_path, first, 300)
+    assert sum(after["counts"].values()) == n_before + 1  # one learning rate at the one new batch size
+    fit = _cli(env, tmp_path, "study", "fit", first)
+    assert fit["settings"][0]["batch_sizes"] == [2, 4, 8, 16]
+
+    spec.write_text(SPEC_YAML.replace("name: pasted", f"name: {rerun}").replace("[2, 4, 8]", "[2, 4, 8, 16]"))
+    _cli(env, tmp_path, "study", "launch", str(spec), json_out=False)
+    _wait_done(env, tmp_path, rerun, 120)
+    from workers.tracking import Tracker
+
+    tracker = Tracker(env["CBS_TRACKING_URI"])
+    parent = tracker.study_run(rerun)
+    runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
+    assert len(runs) == sum(after["counts"].values())
+    assert all(r.data.tags.get("reused_from") for r in runs)  # every trial linked to a run of the first study
+    fit_b = _cli(env, tmp_path, "study", "fit", rerun)
+    assert fit_b["settings"][0]["steps"] == fit["settings"][0]["steps"]  # reused: the same steps table
+
+    browser.get(f"{web_url}/scaling?study={first}&compare={rerun}")
+    _wait(browser, lambda d: "Compare studies" in d.page_source, 90, "the comparison section")
+    def side_by_side(d):
+        # the comparison charts' legends (SVG text) and the tables' cells (the data grid's
+        # accessible table), one study each
+        legends = " ".join(e.get_attribute("textContent") or "" for e in d.find_elements(By.CSS_SELECTOR, ".legendtext"))
+        cells = [e.get_attribute("textContent") or "" for e in d.find_elements(By.CSS_SELECTOR, "[role='gridcell']")]
+        return (legends, cells) if first in legends and rerun in legends and rerun in cells else None
+
+    try:
+        legends, cells = _wait(browser, side_by_side, 60, "both studies in the comparison charts and table")
+    finally:
+        browser.save_screenshot(str(tmp_path / "compare.png"))
+        (tmp_path / "compare.html").write_text(browser.page_source)
+    assert f"compare={rerun}" in browser.current_url  # the comparison is in the address, to share
+
+    def number(text: str) -> float | None:
+        try:
+            return float(text.replace(",", ""))
+        except ValueError:
+            return None
+
+    shown = [x for x in map(number, cells) if x is not None]
+    # B* of both studies (the same: every trial reused) in the side-by-side table, as `cbs study fit` says
+    assert sum(1 for x in shown if x == pytest.approx(fit["settings"][0]["cbs"], rel=1e-9)) >= 2
