@@ -251,6 +251,7 @@ def rehearsal_venv() -> Path:
     return venv
 
 
+@pytest.mark.slow  # in `make test-all` (the default run stays a few minutes; docs/operating.md#tests-and-benchmarks)
 def test_the_cpu_rehearsal_runs_every_part_in_a_venv_of_torch_numpy_and_scipy_only(tmp_path):
     venv = rehearsal_venv()
     python = str(venv / "bin" / "python")

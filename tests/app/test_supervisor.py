@@ -80,6 +80,7 @@ def test_a_crash_loop_stops_the_stack_and_says_which(tmp_path):
     assert all(p.poll() is not None for p in sup.procs.values())
 
 
+@pytest.mark.slow  # in `make test-all` (the default run stays a few minutes; docs/operating.md#tests-and-benchmarks)
 def test_a_process_exiting_while_a_dependency_is_away_is_restarted_with_doubling_waits(tmp_path):
     """A process that exits at once six times (a database or the broker still away: more exits than
     the old limit of five a minute allowed) is restarted after 0.1, 0.2, 0.4 s and then every

@@ -87,6 +87,7 @@ def train_loss_steps_once_each(tracker: Tracker, run) -> list[int]:
     return raw
 
 
+@pytest.mark.slow  # in `make test-all` (the default run stays a few minutes; docs/operating.md#tests-and-benchmarks)
 @pytest.mark.services
 def test_a_study_finishes_through_broker_outages_mid_trial_and_before_a_send(broker_behind_a_proxy, processes,
                                                                               token_store):

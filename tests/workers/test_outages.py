@@ -55,6 +55,7 @@ def database_behind_a_proxy(worker_env, monkeypatch):
         proxy.down()
 
 
+@pytest.mark.slow  # in `make test-all` (the default run stays a few minutes; docs/operating.md#tests-and-benchmarks)
 @pytest.mark.services
 def test_the_runner_tracking_server_and_worker_start_through_a_database_outage(database_behind_a_proxy, processes):
     proxy = database_behind_a_proxy  # down: the database is restarting

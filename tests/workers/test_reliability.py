@@ -193,6 +193,7 @@ def test_a_superseded_holder_never_writes_a_checkpoint(worker_env, token_store, 
     assert not folder.exists()
 
 
+@pytest.mark.slow  # in `make test-all` (the default run stays a few minutes; docs/operating.md#tests-and-benchmarks)
 def test_the_hard_time_limit_ends_the_trial_failed_not_lost(worker_env, processes, token_store, monkeypatch):
     """Item 7: Celery kills the child at the hard limit; the trial used to come back as a lost
     worker up to the attempt cap. Now it ends ``failed`` at attempt 1 with the reason."""

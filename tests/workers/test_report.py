@@ -60,6 +60,7 @@ def test_report_of_an_unknown_study_names_it_and_writes_nothing(worker_env, tmp_
     assert not out.exists()
 
 
+@pytest.mark.slow  # in `make test-all` (the default run stays a few minutes; docs/operating.md#tests-and-benchmarks)
 def test_a_report_replaces_the_whole_folder_and_keeps_only_its_readme(worker_env, tmp_path):
     """Issue 22, finding 7: the report is made beside its folder and put in place with one rename;
     a file of an earlier report (one this study no longer makes) never survives."""

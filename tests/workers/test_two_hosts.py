@@ -190,6 +190,7 @@ def table(name: str) -> list[dict]:
     return [{k: v for k, v in row.items() if k not in ("trial_id", "run_id")} for row in api.study_table(name)]
 
 
+@pytest.mark.slow  # in `make test-all` (the default run stays a few minutes; docs/operating.md#tests-and-benchmarks)
 @pytest.mark.services
 def test_a_lost_host_trial_resumes_on_the_other_host_from_its_checkpoint(two_hosts, processes):
     s = WorkerSettings.from_env()

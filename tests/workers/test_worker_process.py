@@ -347,6 +347,7 @@ def test_processes_starting_together_on_fresh_postgresql_databases_all_start(pos
     assert [p.returncode for p in procs] == [0] * 4, "\n---\n".join(o[-1500:] for o in outputs)
 
 
+@pytest.mark.slow  # in `make test-all` (the default run stays a few minutes; docs/operating.md#tests-and-benchmarks)
 @pytest.mark.services
 def test_sigterm_on_redis_and_postgresql_puts_the_trial_back_and_it_resumes(redis_env, postgres_env, processes,
                                                                               token_store):
