@@ -567,11 +567,8 @@ class Runner:
     # ------------------------------------------------------------------ retry
     def retry(self, study: str, *, failed: bool = True, censored: bool = False, budget_factor: float = 2.0,
               author: str = "") -> list[str]:
-        """Run again, as new trials beside the old ones (``{trial_id}.retry{k}``: the old run stays as
-        it ended), every ``failed`` trial of ``study`` (``failed``) and every censored trial of a
-        cell that nothing reached (``censored``) at ``budget_factor`` times its cap and budget. The
-        reason and who asked are the new runs' ``retry_of``/``retry_reason``/``retried_by`` tags.
-        A done study runs again. Returns the new trial ids."""
+        """Failed trials and censored cells of ``study`` run again as new trials
+        (:func:`workers.retry.retry_study`); returns the new trial ids."""
         from workers.retry import retry_study
 
         return retry_study(self, study, failed=failed, censored=censored, budget_factor=budget_factor, author=author)
