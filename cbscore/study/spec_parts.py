@@ -1,0 +1,130 @@
+"""The parts of a study spec (:mod:`cbscore.study.spec`): its learning-rate search, its settings
+``(model, D)`` as written and as resolved, and the checks they share, each raising
+:class:`~cbscore.errors.ConfigError` naming the field and the value."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from cbscore.errors import ConfigError
+
+SEARCH_KINDS = ("grid", "optuna")
+
+#: The paper's learning-rate grid (Zhang et al. 2025, §3.1).
+PAPER_LRS = (1e-3, 3.16e-3, 6.32e-3, 1e-2, 3.16e-2)
+
+
+def _positive_int(field_name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(field_name, value, "must be a positive integer")
+    return value
+
+
+def _positive_float(field_name: str, value: Any) -> float:
+    # A chained comparison, not math.isfinite: an int past a float's range (10**400) overflows that.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= sys.float_info.max:
+        raise ConfigError(field_name, value, "must be a positive finite number")
+    return float(value)
+
+
+def format_tokens(tokens: float) -> str:
+    """Short human form of a token count: 2000000 -> '2M', 1741000000 -> '1.741B'."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if tokens >= scale:
+            return f"{tokens / scale:.4g}{unit}"
+    return f"{int(tokens)}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSpec:
+    """How the hyper-parameters of each cell ``(setting, batch size)`` are searched."""
+
+    kind: str = "grid"
+    """``grid`` (every learning rate of ``lrs``) or ``optuna`` (a sampler proposes ``n_trials``)."""
+    lrs: tuple[float, ...] = PAPER_LRS
+    """Peak learning rates of the grid (``kind='grid'``); the paper's grid by default."""
+    n_trials: int = 4
+    """Trials per cell proposed by Optuna (``kind='optuna'``)."""
+    lr_min: float = 1e-4
+    """Lower bound of the Optuna learning-rate search (log-uniform)."""
+    lr_max: float = 1e-1
+    """Upper bound of the Optuna learning-rate search (log-uniform)."""
+    parallel_per_cell: int = 2
+    """Optuna trials of one cell running at once (the sampler learns from finished ones)."""
+    lr_extensions: int = 2
+    """Grid search: rates a cell may add past each edge of ``lrs`` when its best rate sits at that
+    edge (the next rate continues the grid's outermost ratio); 0 keeps the grid as given. Cells
+    still at an edge are named in the fit's notes (DESIGN.md §1)."""
+    predict: bool = False
+    """Grid search: run each cell's predicted best rate first (``cbscore.study.lr_predict``: the
+    best rates of the setting's measured cells fitted in log B, Adam's √B rule before two are
+    known), its neighbours next, and add no rate once the optimum is bracketed and the fit's window
+    around it is run. ``lrs`` (with ``lr_extensions``) stays the set of allowed rates."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in SEARCH_KINDS:
+            raise ConfigError("search.kind", self.kind, f"must be one of {', '.join(SEARCH_KINDS)}")
+        object.__setattr__(self, "lrs", tuple(self.lrs))
+        if self.kind == "grid" and not self.lrs:
+            raise ConfigError("search.lrs", list(self.lrs), "must list at least one learning rate")
+        for lr in self.lrs:
+            _positive_float("search.lrs", lr)
+        if len(set(self.lrs)) != len(self.lrs):
+            raise ConfigError("search.lrs", list(self.lrs), "must not repeat a learning rate")
+        _positive_int("search.n_trials", self.n_trials)
+        _positive_int("search.parallel_per_cell", self.parallel_per_cell)
+        ext = self.lr_extensions
+        if isinstance(ext, bool) or not isinstance(ext, int) or not 0 <= ext <= 8:
+            raise ConfigError("search.lr_extensions", ext, "must be an integer in [0, 8]")
+        if not isinstance(self.predict, bool):
+            raise ConfigError("search.predict", self.predict, "must be true or false")
+        _positive_float("search.lr_min", self.lr_min)
+        _positive_float("search.lr_max", self.lr_max)
+        if self.lr_min >= self.lr_max:
+            raise ConfigError("search.lr_max", self.lr_max, f"must be above search.lr_min={self.lr_min}")
+
+    def trials_per_cell(self) -> int:
+        return len(self.lrs) if self.kind == "grid" else self.n_trials
+
+
+@dataclass(frozen=True, kw_only=True)
+class SettingSpec:
+    """One ``(model, D)`` of a ``custom`` study."""
+
+    model: str
+    """Model preset name (``cbs models`` lists them)."""
+    tokens: int
+    """Training tokens D of the setting (the reference budget)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    """A resolved setting ``(N, D)`` of a study, with a stable id."""
+
+    setting_id: str
+    """Stable id, e.g. ``tiny-0.4M_D2M``; unique within the study."""
+    model: str
+    """Model preset name."""
+    n_params: int
+    """Non-embedding parameters N (``12·L·d²``)."""
+    tokens: int
+    """Training tokens D: the reference runs' budget."""
+    flops_per_token: float
+    """Training FLOPs per token of the preset at the study's context (PaLM appendix B)."""
+
+
+def _setting_from_dict(value: Any, index: int) -> SettingSpec:
+    if not isinstance(value, Mapping) or set(value) != {"model", "tokens"}:
+        raise ConfigError(f"settings[{index}]", value, "must be a mapping with exactly the keys model and tokens")
+    return SettingSpec(model=value["model"], tokens=value["tokens"])
+
+
+def _search_from_dict(value: Mapping[str, Any]) -> SearchSpec:
+    known = {f.name for f in dataclasses.fields(SearchSpec)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ConfigError(f"search.{unknown[0]}", value[unknown[0]], f"is not a search field (known: {', '.join(sorted(known))})")
+    return SearchSpec(**dict(value))
