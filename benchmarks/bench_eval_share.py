@@ -7,15 +7,16 @@ process, as a worker trains them (the cell's recipe, budget, target and evaluati
 
 Per trial it prints the training and evaluation seconds, the number of evaluations and the steps
 to target; at the end, per window count, the evaluation share of the trials' time and, over the
-trials run, the tokens per trial-second. Training is deterministic, so steps to target change with
-``eval_windows`` only through the held-out estimate (fewer windows: a noisier loss). Run it on
-quiet cores: it measures wall time.
+trials run, the tokens per trial-second. It compares cost, not steps: the target is the one given
+(``--targets``, measured at the spec's ``eval_windows``), and another set of windows has another loss
+level, so at fewer windows a trial may stop elsewhere or not reach it (a study sets its target from
+its own reference; ``docs/results/demo/eval-windows/`` compares whole studies). Budgets are the
+cells' before the planner's step caps. Run it on quiet cores: it measures wall time.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import platform
 import sys

@@ -30,9 +30,6 @@ class HeldOut:
         self.device = device
         self.autocast = autocast
 
-    def __len__(self) -> int:
-        return len(self.val)
-
     def cap_chunk(self, micro: int) -> None:
         """After the training micro-batch was halved: a chunk larger than what training now fits
         would run out of memory too."""

@@ -422,8 +422,7 @@ class Runner:
         if ts.study not in memo or now - memo[ts.study][0] > 5.0:
             parent = self.tracker.study_run(ts.study)
             spec = StudySpec.from_dict(self.tracker.study_spec(parent)) if parent is not None else None
-            experiments = [e.experiment_id for e in self.tracker.client.search_experiments(
-                filter_string="tags.`cbs.study` = '1'", max_results=1000)]
+            experiments = [e.experiment_id for e in self.tracker.experiments_tagged("cbs.study", "1")]
             memo[ts.study] = (now, spec is not None and spec.reuse_trials, experiments)
         _, enabled, experiments = memo[ts.study]
         if not enabled:

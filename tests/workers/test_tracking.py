@@ -184,8 +184,8 @@ def test_ended_runs_survive_a_restart_on_disk(tracker, tmp_path, monkeypatch):
     assert sorted(r.info.run_id for r in tracker.trial_runs(exp_id, parent_id)) == sorted(ids)
 
     searched = []
-    search = Tracker._search
-    monkeypatch.setattr(Tracker, "_search", lambda self, e, flt: searched.append(flt) or search(self, e, flt))
+    search = Tracker.runs
+    monkeypatch.setattr(Tracker, "runs", lambda self, e, flt="", **kw: searched.append(flt) or search(self, e, flt, **kw))
     monkeypatch.setattr(Tracker, "_ENDED", {})  # a new process: nothing in memory
     runs = {r.info.run_id: r for r in tracker.trial_runs(exp_id, parent_id)}
     assert sorted(runs) == sorted(ids)

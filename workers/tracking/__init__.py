@@ -5,11 +5,13 @@ Layout (DESIGN.md §2). One experiment per study, named after it (experiment tag
 ``cbs.spec`` and ``spec.yaml`` as an artifact) and the study's ``status`` tag. A child run per
 trial, linked by ``mlflow.parentRunId``:
 
-* params: the trial's ``TrainConfig`` flattened (``data.source``, ...);
+* params: the trial's ``TrainConfig`` flattened (``data.source``, ...), its core fields and those
+  that differ from the trainer's default (:func:`trial_params`; the whole config is ``trial_spec``);
 * tags: ``study``, ``setting``, ``cell``, ``model``, ``batch_size``, ``lr``, ``seed``, ``role``
   (``reference``/``trial``), ``trial_id``, ``attempt``, ``status`` (``queued``, ``running``, then
   the outcome), ``outcome``, ``max_steps``, ``target_loss``, ``resumed_from_step``, ``trial_spec``
-  (the TrialSpec JSON), ``worker``;
+  (the TrialSpec JSON), ``worker``, and once it ended ``eval_curve`` (its whole ``eval/loss_ewa``
+  curve, so a study's read needs no history call per ended run);
 * metrics at ``step=`` optimizer step: ``train/loss``, ``optim/lr``, ``optim/grad_norm``,
   ``perf/tokens_per_s``, ``perf/mfu``, ``eval/loss_ewa`` (best τ), ``eval/loss_ewa_<τ>``,
   ``eval/loss_raw``, ``gns/g2``, ``gns/trace_sigma``, ``gns/b_simple`` (the gradient noise scale

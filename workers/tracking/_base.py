@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import json
 import os
 import sqlite3
@@ -221,7 +222,9 @@ CORE_TRIAL_PARAMS = ("model", "batch_size", "lr", "max_tokens", "max_steps", "co
                      "devices", "data.source", "data.vocab_size")
 
 
+@functools.lru_cache(maxsize=1)
 def _default_params() -> dict[str, str]:
+    """The trainer's defaults, flattened as :func:`flatten` writes them (computed once)."""
     import dataclasses
 
     from cbscore.data import DataConfig

@@ -159,9 +159,6 @@ class Tracker:
         runs = self.client.search_runs([experiment_id], f"tags.trial_id = '{trial_id}'", max_results=2)
         return runs[0] if runs else None
 
-    def _search(self, experiment_id: str, flt: str) -> list:
-        return self.runs(experiment_id, flt)
-
     def runs(self, experiment_id: str, flt: str = "", *, deleted_too: bool = False) -> list:
         """Every run of an experiment that matches ``flt`` (an MLflow filter), page by page; with
         ``deleted_too`` the soft-deleted runs as well."""
@@ -204,11 +201,11 @@ class Tracker:
             ended = dict(ended)
         n_before = len(ended)
         if since_ms is None:
-            fresh = self._search(experiment_id, base)
+            fresh = self.runs(experiment_id, base)
         else:
-            fresh = (self._search(experiment_id, f"{base} and attributes.status = 'RUNNING'")
-                     + self._search(experiment_id, f"{base} and attributes.status = 'SCHEDULED'")
-                     + self._search(experiment_id, f"{base} and attributes.end_time >= {since_ms - self.ENDED_SLACK_MS}"))
+            fresh = (self.runs(experiment_id, f"{base} and attributes.status = 'RUNNING'")
+                     + self.runs(experiment_id, f"{base} and attributes.status = 'SCHEDULED'")
+                     + self.runs(experiment_id, f"{base} and attributes.end_time >= {since_ms - self.ENDED_SLACK_MS}"))
         active = {}
         for run in fresh:
             if run.info.status in TERMINAL_RUN_STATUSES:
