@@ -75,7 +75,8 @@ from cbscore.analysis._paper import (
     compare_with_paper,
     scales_with_d_not_n,
 )
-from cbscore.analysis._points import DEFAULT_ESTIMATOR, ESTIMATORS, MeasuredPoint, measure_points, window_rates
+from cbscore.analysis._points import (DEFAULT_ESTIMATOR, ESTIMATORS, MeasuredPoint, fit_window, measure_points,
+                                     window_rates)
 from cbscore.analysis._power_law import PowerLawFit, fit_power_law
 from cbscore.analysis._projection import project_pruned, step_at_loss, steps_ratio
 from cbscore.analysis._rows import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, normalize_row
@@ -140,6 +141,7 @@ __all__ = [
     "joint_power_law",
     "measure_points",
     "window_rates",
+    "fit_window",
     "normalize_row",
     "percentile_interval",
     "power_law",

@@ -130,9 +130,11 @@ def window_rates(tried: Sequence[float], best: float, span: float | None = None)
                  if abs(i - at) <= 1 or (abs(i - at) <= FIT_NEIGHBOURS and max(lr, best) / min(lr, best) <= span))
 
 
-def _window(reached: list[TrialSteps], tried: Sequence[float]) -> list[TrialSteps]:
+def fit_window(reached: list[TrialSteps], tried: Sequence[float]) -> list[TrialSteps]:
     """The cell's reached trials at the rates of :func:`window_rates` around its best reached rate
-    that needed at most :data:`FIT_MAX_STEPS_RATIO` times the best's steps."""
+    that needed at most :data:`FIT_MAX_STEPS_RATIO` times the best's steps: what the fit reads of
+    one cell (and so what any rule must measure there, to the crossing or by a projection exact
+    enough, to leave the fit where the full grid puts it)."""
     best = min(reached, key=lambda t: t.steps)
     keep = set(window_rates(tried, best.lr))
     return [t for t in reached if t.lr in keep and t.steps <= FIT_MAX_STEPS_RATIO * best.steps]
@@ -166,7 +168,7 @@ def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
     """``S`` of every cell ``(B, seed)`` from a parabola in ``ln η`` with a shared curvature.
 
     Each cell with two or more distinct rates in its window (the best reached rate and its
-    neighbours, :func:`_window`) is fitted by least squares as ``log S = α_c + β_c·u + k·u²``
+    neighbours, :func:`fit_window`) is fitted by least squares as ``log S = α_c + β_c·u + k·u²``
     (``u = ln η − ln η_best,c``, centred for conditioning); the optimum ``u* = −β_c/(2k)`` is kept
     within the window (never extrapolated past the rates tried) and ``S_c = exp(α_c + β_c·u* +
     k·u*²)``. The curvature ``k`` is shared by the setting's cells and fitted on the windows of
@@ -186,7 +188,7 @@ def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
         if any(t.lr is None for t in reached):
             continue
         rates = sorted(set((tried or {}).get(key, ())) | {t.lr for t in reached})
-        window = _window(reached, rates)
+        window = fit_window(reached, rates)
         extra = [t for t in (projected or {}).get(key, ()) if t.lr is not None]
         if extra:
             # Stand-ins for rates that did not reach (a rate that did keeps its own crossing).

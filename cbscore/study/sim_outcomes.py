@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from cbscore.analysis import (EvalHistory, TrialSteps, cbs_closed_form, first_crossing, fit_steps, measure_points,
-                              project_pruned)
+from cbscore.analysis import (EvalHistory, TrialSteps, cbs_closed_form, first_crossing, fit_steps, fit_window,
+                              measure_points, project_pruned)
 from cbscore.errors import FitError
 from cbscore.study.plan_result import skipped_cells
 from cbscore.study.sim_report import SettingOutcome
@@ -70,22 +70,30 @@ def _study_trials(records: Mapping[str, TrialRecord], sid: str, target: float | 
 
 
 def _grid_trials(spec: StudySpec, sim: SimTrials, setting: Setting, target: float,
-                 study: Sequence[TrialSteps]) -> tuple[list[TrialSteps], int, int]:
+                 study: Sequence[TrialSteps]) -> tuple[list[TrialSteps], int, int, int]:
     """The full grid: every rate at every batch size run to its own crossing (no budget, no
     pruning), the grid extended past an edge by the planner's own rule (``search.lr_extensions``)
     on the grid's complete data; the reference cell is the study's. Returns the trials, their
-    tokens and the oracle's tokens (the best trial of each cell and seed; D per seed at B_ref)."""
+    tokens, the oracle's tokens (the best trial of each cell and seed; D per seed at B_ref) and the
+    fit-window floor: per cell and seed the tokens of the trials the fit reads
+    (:func:`cbscore.analysis.fit_window`) to their own stop at the target, and at B_ref D per seed
+    for each of the three rates the reference target's fit reads (the best and its neighbours,
+    :func:`cbscore.analysis.reference_target`). A rule that measures less than the floor must stand
+    in a projection for some crossing the fit reads."""
     base = sorted(spec.search.lrs)
     low = base[1] / base[0] if len(base) > 1 else 2.0
     high = base[-1] / base[-2] if len(base) > 1 else 2.0
     out = [t for t in study if t.batch_size == spec.b_ref]
     tokens = int((1 + spec.budget_margin) * setting.tokens) * len([t for t in out if t.outcome != "diverged"])
     oracle = setting.tokens * len(spec.seeds)
+    ref_rates = len({t.lr for t in out if t.outcome != "diverged"})
+    floor = setting.tokens * len(spec.seeds) * min(3, max(ref_rates, 1))
     for b in spec.batch_sizes:
         if b == spec.b_ref:
             continue
         rates = list(base)
         cell: dict[float, list[TrialSteps]] = {}
+        stop_tokens: dict[tuple[float, int], int] = {}  # (lr, seed) -> tokens to its stop at the target
 
         def run(lr: float) -> None:
             nonlocal tokens
@@ -99,7 +107,8 @@ def _grid_trials(spec: StudySpec, sim: SimTrials, setting: Setting, target: floa
                     cell[lr].append(TrialSteps(batch_size=b, outcome="censored", budget_steps=1e12, lr=lr, seed=seed))
                 else:
                     cell[lr].append(TrialSteps(batch_size=b, outcome="reached", steps=got[0], lr=lr, seed=seed))
-                    tokens += int(math.ceil(got[1])) * b * spec.context_tokens
+                    stop_tokens[(lr, seed)] = int(math.ceil(got[1])) * b * spec.context_tokens
+                    tokens += stop_tokens[(lr, seed)]
 
         for lr in rates:
             run(lr)
@@ -122,7 +131,10 @@ def _grid_trials(spec: StudySpec, sim: SimTrials, setting: Setting, target: floa
             best = min((g[1] for g in stops if g is not None and math.isfinite(g[1])), default=None)
             if best is not None:
                 oracle += int(math.ceil(best)) * b * spec.context_tokens
-    return out, tokens, oracle
+            reached = [t for ts in cell.values() for t in ts if t.seed == seed and t.outcome == "reached"]
+            if reached:
+                floor += sum(stop_tokens[(t.lr, seed)] for t in fit_window(reached, sorted(cell)))
+    return out, tokens, oracle, floor
 
 
 def setting_outcomes(spec: StudySpec, sim: SimTrials, records: Mapping[str, TrialRecord], p) -> list[SettingOutcome]:
@@ -138,15 +150,16 @@ def setting_outcomes(spec: StudySpec, sim: SimTrials, records: Mapping[str, Tria
         censored = tuple(sorted({t.batch_size for t in study if t.outcome == "censored"}
                                 - {t.batch_size for t in study if t.outcome == "reached"}))
         cbs_grid = cbs_grid_min = None
-        grid_tokens_to_target = oracle = 0
+        grid_tokens_to_target = oracle = floor = 0
         if target is not None:
-            grid, grid_tokens_to_target, oracle = _grid_trials(spec, sim, setting, target, study)
+            grid, grid_tokens_to_target, oracle, floor = _grid_trials(spec, sim, setting, target, study)
             cbs_grid = _analyse(grid, spec, sim.config.estimator)[0]
             cbs_grid_min = _analyse(grid, spec, "min")[0]
         out.append(SettingOutcome(
             setting_id=sid, cbs_truth=cbs_truth, cbs_grid=cbs_grid, cbs_study=cbs_study, error=error,
             cbs_grid_min=cbs_grid_min, cbs_study_min=cbs_study_min,
             tokens_study=sum(r.tokens for r in records.values() if r.setting_id == sid),
-            tokens_grid_to_target=grid_tokens_to_target, tokens_oracle=oracle, censored_cells=censored,
+            tokens_grid_to_target=grid_tokens_to_target, tokens_oracle=oracle, tokens_fit_window=floor,
+            censored_cells=censored,
             skipped_cells=skipped_cells(p).get(sid, ()), edge=edge))
     return out

@@ -42,6 +42,10 @@ class SettingOutcome:
     tokens_oracle: int = 0
     """The oracle (:mod:`cbscore.study.costs`): per cell and seed the tokens of the full grid's
     best trial to its stop at the target; D per seed at B_ref."""
+    tokens_fit_window: int = 0
+    """The fit-window floor (``sim_outcomes._grid_trials``): the tokens of the full grid's trials
+    that its fit across rates reads, each to its stop at the target, and three reference rates to D
+    per seed. No rule spends less and reads every one of those crossings."""
     censored_cells: tuple[int, ...]
     """Batch sizes that ended with every trial censored (lower bounds)."""
     skipped_cells: tuple[int, ...]
@@ -124,6 +128,7 @@ class SimulationReport:
         tokens = float(np.mean([s.tokens_study for s in self.seeds]))
         oracle = np.array([sum(x.tokens_oracle for x in s.settings) for s in self.seeds], dtype=float)
         ratios = np.array([s.tokens_study for s in self.seeds], dtype=float) / np.maximum(oracle, 1.0)
+        floor = np.array([sum(x.tokens_fit_window for x in s.settings) for s in self.seeds], dtype=float)
         flops = float(np.mean([s.flops_study for s in self.seeds]))
         return {
             "spec": self.spec_name,
@@ -147,6 +152,8 @@ class SimulationReport:
             "ratio_to_oracle_median": float(np.median(ratios)),
             "ratio_to_oracle_p95": float(np.percentile(ratios, 95)),
             "ratio_to_oracle_max": float(np.max(ratios)),
+            "tokens_fit_window_mean": float(np.mean(floor)),
+            "fit_window_to_oracle_median": float(np.median(floor / np.maximum(oracle, 1.0))),
             "max_trial_tokens": max(s.max_trial_tokens for s in self.seeds),
             "gpu_hours_study": flops / GPU_FLOPS / 3600.0,
             "gpu_hours_fixed_budget_grid": self.grid_flops / GPU_FLOPS / 3600.0,
@@ -209,6 +216,8 @@ def format_report(report: SimulationReport | Mapping) -> str:
                      f"{d['tokens_oracle_mean']:.4g}: study/oracle {d['ratio_to_oracle_median']:.2f}× median over "
                      f"seeds, p95 {d['ratio_to_oracle_p95']:.2f}×, worst {d['ratio_to_oracle_max']:.2f}×; full grid to "
                      f"target/oracle {d['tokens_grid_to_target_mean'] / d['tokens_oracle_mean']:.2f}×; "
+                     f"fit-window floor/oracle {d.get('fit_window_to_oracle_median', math.nan):.2f}× (the crossings "
+                     f"the full grid's fit reads: less means projecting some of them); "
                      f"rules: search.predict {'on' if d.get('predict') else 'off'}, prune_at_equal_tokens "
                      f"{'on' if d.get('prune_at_equal_tokens') else 'off'}; curves compared at equal tokens: "
                      f"{d.get('curves', 'power law')}")

@@ -154,6 +154,30 @@ def test_prediction_lowers_the_study_to_oracle_ratio_and_leaves_b_star_at_zero_n
     assert d_on["predict"] and d_on["prune_at_equal_tokens"] and not d_off["predict"]
 
 
+def test_the_fit_window_floor_bounds_every_study_that_reads_the_grids_crossings():
+    """The floor is the full grid's trials that its fit reads, to their stop at the target, and
+    three reference rates to D: above the oracle, below the grid run to target. A study with no
+    projection spends at least it; only projections (stopping the fit's own rates) go below."""
+    spec = spec_with()
+    setting = spec.resolve_settings()[0]
+    truth = {setting.setting_id: TruthCurve(s_min=100.0, b_noise=64.0)}
+    off = simulate(spec, truth, SimConfig(noise_sigma=0.0))
+    on = simulate(spec.replace(prune_at_equal_tokens=True), truth, SimConfig(noise_sigma=0.0))
+    o_off, o_on = off.seeds[0].settings[0], on.seeds[0].settings[0]
+    # Same grid, same floor: it does not depend on the study's rules.
+    assert o_off.tokens_fit_window == o_on.tokens_fit_window
+    assert o_off.tokens_oracle + 2 * setting.tokens < o_off.tokens_fit_window < o_off.tokens_grid_to_target
+    # The grid's fit reads about half of what the grid runs here (2 neighbours each side of 6 rates).
+    assert 0.3 < o_off.tokens_fit_window / o_off.tokens_grid_to_target < 0.7
+    assert o_off.tokens_study >= o_off.tokens_fit_window
+    assert o_on.tokens_study < o_on.tokens_fit_window
+    d = off.to_json_dict()
+    assert d["fit_window_to_oracle_median"] == pytest.approx(o_off.tokens_fit_window / o_off.tokens_oracle)
+    from cbscore.study.simulate import format_report
+
+    assert "fit-window floor/oracle" in format_report(off)
+
+
 def test_the_lab_curves_file_is_checked_and_shapes_the_equal_token_decisions(tmp_path):
     with pytest.raises(ConfigError, match="--curves"):
         SimConfig(curves=str(tmp_path / "missing.json"))
