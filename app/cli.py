@@ -177,7 +177,7 @@ def prepare_corpus() -> str:
 def tracking_ui_url() -> str | None:
     """The MLflow UI's URL when it answers (as the workers see it), or ``None``."""
     try:
-        from workers import api
+        from workers.query import api
 
         return api.tracking_ui_url()
     except Exception:  # only used for the banner

@@ -1,7 +1,7 @@
 """Plotly figures and tables of a local-CBS study (Merrill et al. 2025): data in, figure out.
 
 Input is the JSON of ``cbs study fit NAME --json`` for a ``kind: local`` study
-(:func:`workers.local_fit.local_readout`): per checkpoint the local CBS ``k*·B0`` by Merrill's rule
+(:func:`workers.studies.local_fit.local_readout`): per checkpoint the local CBS ``k*·B0`` by Merrill's rule
 and by the noise-aware rule, with the bracket ``[k*·B0, k_next·B0)`` it lies in; the power law
 ``B*(t) = a·t^b`` over tokens for each rule; the batch-size warm-up read off it; and, once launched,
 the warm-up run against its small- and large-batch controls (:func:`arms_rows`). Pure functions,

@@ -207,7 +207,7 @@ async def proxy(request):
         _LOG.warning("MLflow through the web app: refused %s /%s", request.method, path)
         return _refused(why)
 
-    from workers.api import tracking_ui_base
+    from workers.query.api import tracking_ui_base
 
     user, password = service_account()
     headers = {k: v for k, v in request.headers.items() if k.lower() in FORWARDED_REQUEST}
@@ -239,7 +239,7 @@ def routes() -> list:
 def link(url: str | None) -> str | None:
     """An MLflow UI link (``http://tracking:5000/#/experiments/1``) as the pages show it: on the web
     app's own :data:`PREFIX` when MLflow is served here (``/mlflow/#/experiments/1``), else as it is."""
-    from workers.api import tracking_ui_base
+    from workers.query.api import tracking_ui_base
 
     base = tracking_ui_base()
     if url and url.startswith(base) and enabled():

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study.lr_predict import allowed_rates
-from workers.atomic_files import new_folder_beside, replace_folder
-from workers.parse import as_int
+from workers.infra.atomic_files import new_folder_beside, replace_folder
+from workers.infra.parse import as_int
 
 
 def _csv_text(rows: list[dict], columns: tuple[str, ...]) -> str:
@@ -93,15 +93,15 @@ NOISE_COLUMNS = ("trial_id", "setting", "batch_size", "role", "lr", "outcome", "
 def noise_rows(name: str) -> list[dict]:
     """Every ended trial's ``gns/g2``, ``gns/trace_sigma`` and ``gns/b_simple`` by step (MLflow)."""
     from cbscore.study import TERMINAL
-    from workers import api
-    from workers.records import build_records
+    from workers.query import api
+    from workers.studies.records import build_records
 
-    tracker = api._tracker()
-    parent = api._parent(tracker, name)
+    tracker = api.open_tracker()
+    parent = api.study_parent(tracker, name)
     runs = {r.info.run_id: r for r in tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)}
     context = as_int(parent.data.params.get("context_tokens")) or 0
     rows = []
-    for rec in build_records(list(runs.values()), api._ledger().leases(name), tracker, with_history=False):
+    for rec in build_records(list(runs.values()), api.open_ledger().leases(name), tracker, with_history=False):
         run = runs.get(rec.run_id)
         if rec.status not in TERMINAL or run is None or "gns/b_simple" not in run.data.metrics:
             continue
@@ -160,10 +160,10 @@ def _wall_seconds(name: str) -> tuple[float | None, str | None, str | None]:
     """Seconds from the first trial's start to the last trial's end (MLflow run times)."""
     from datetime import datetime, timezone
 
-    from workers import api
+    from workers.query import api
 
-    tracker = api._tracker()
-    parent = api._parent(tracker, name)
+    tracker = api.open_tracker()
+    parent = api.study_parent(tracker, name)
     runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
     starts = [r.info.start_time for r in runs if r.info.start_time]
     ends = [r.info.end_time for r in runs if r.info.end_time]
@@ -177,7 +177,7 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
     """Write the study's report folder; returns the files written."""
     import torch
 
-    from workers import api
+    from workers.query import api
 
     out = Path(out)
     if out.exists() and not out.is_dir():

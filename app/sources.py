@@ -1,6 +1,6 @@
 """Where the pages' data comes from: the workers' public API, behind bounded caches.
 
-Every read goes through :mod:`workers.api` (docs/ARCHITECTURE.md, "Workers public API for the
+Every read goes through :mod:`workers.query.api` (docs/ARCHITECTURE.md, "Workers public API for the
 app") and is cached with a short ``ttl`` and a ``max_entries`` bound, so a page that refreshes
 every second or two costs one MLflow query per period, whatever the number of open tabs. A
 service that does not answer becomes :class:`~app.failures.Unavailable` with the command that
@@ -34,9 +34,9 @@ SLOW_TTL_S = 10.0
 
 
 def api() -> ModuleType:
-    """:mod:`workers.api`, imported on first use (it brings MLflow and Celery)."""
+    """:mod:`workers.query.api`, imported on first use (it brings MLflow and Celery)."""
     try:
-        from workers import api as workers_api
+        from workers.query import api as workers_api
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("workers"):
             raise Unavailable("The workers package is not installed here, so studies cannot be read or "
@@ -48,7 +48,7 @@ def api() -> ModuleType:
 def tracking_uri() -> str:
     """The MLflow tracking URI the workers use (for messages)."""
     try:
-        from workers.settings import settings
+        from workers.infra.settings import settings
 
         return settings().tracking_uri
     except Exception:  # only used to word a message
@@ -71,7 +71,7 @@ def _unreachable(exc: BaseException) -> bool:
 
 
 def call(name: str, *args: Any, **kwargs: Any) -> Any:
-    """``workers.api.<name>(*args)``; a store that does not answer becomes :class:`Unavailable`."""
+    """``workers.query.api.<name>(*args)``; a store that does not answer becomes :class:`Unavailable`."""
     fn: Callable[..., Any] = getattr(api(), name)
     try:
         return fn(*args, **kwargs)
@@ -117,7 +117,7 @@ def table(study: str) -> list[dict]:
 
 @st.cache_data(ttl=SLOW_TTL_S, max_entries=16, show_spinner=False)
 def forecast(study: str):
-    """The noise-scale forecast of every setting of ``study`` (``workers.forecast.StudyForecast``,
+    """The noise-scale forecast of every setting of ``study`` (``workers.studies.forecast.StudyForecast``,
     without calibration: the pages calibrate against their own fit)."""
     return call("study_forecast", study, with_fit=False)
 

@@ -104,9 +104,9 @@ def waiting_notices(records: Sequence) -> list[str]:
     banner: a full disk (the trials go on when there is room) and a host that cannot see the
     study's token store (they go to a host that can; the operator must mount it or set
     ``CBS_STORE_DIR``). Each names how many trials wait and the first one's note (the path and the
-    setting to fix). Neither costs a trial an attempt (:func:`workers.trial._give_back`)."""
-    from workers.stores import NO_STORE_PREFIX
-    from workers.trial import OUT_OF_ROOM_PREFIX
+    setting to fix). Neither costs a trial an attempt (:func:`workers.trials.trial._give_back`)."""
+    from workers.studies.stores import NO_STORE_PREFIX
+    from workers.trials.trial import OUT_OF_ROOM_PREFIX
 
     queued = [r for r in records if r.status == "queued" and r.note]
     out = []

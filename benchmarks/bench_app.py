@@ -18,7 +18,7 @@ server runs them) and times:
 * ``refresh``: the Studies page with its live reads expired (what ``st.fragment(run_every=2)``
   costs every five seconds: the study's records, the workers, the planner, the figures; the
   studies list, the running trials' throughput and the steps table are reused for 10 s);
-* the ``workers.api`` reads behind them.
+* the ``workers.query.api`` reads behind them.
 
 Targets (issue 6): curves and scaling pages under 2 s, the studies page refresh under 1 s.
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from streamlit.testing.v1 import AppTest
 
     from tests.app.store_seed import seed_study, spec_for
-    from workers import api
+    from workers.query import api
     from workers.tracking import Tracker
 
     # 8 settings × 9 batch sizes × 14 learning rates = 1,008 trials (+ 4 still running).
@@ -109,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     def runner_pass() -> None:
         """What one pass of ``cbs study watch`` reads of the study (``Runner._advance_once``): its
         trial runs and the records the planner needs, through the same tracker caches."""
-        from workers.ledger import Ledger
-        from workers.records import build_records
-        from workers.settings import WorkerSettings
+        from workers.studies.ledger import Ledger
+        from workers.studies.records import build_records
+        from workers.infra.settings import WorkerSettings
 
         parent = tracker.study_run("bench")
         runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)

@@ -36,7 +36,7 @@ def _ms(samples: list[float]) -> dict:
 
 
 def bench_ledger(url: str, n: int = 200) -> dict:
-    from workers.ledger import Ledger
+    from workers.studies.ledger import Ledger
 
     ledger = Ledger(url)
     create, claim, beat, finish = [], [], [], []
@@ -60,7 +60,7 @@ def seed_study(n_trials: int) -> str:
     """A study of ``n_trials`` ended trial runs written the way the runner and a worker write them
     (nothing is enqueued: the pickup benchmark wants an empty queue)."""
     from cbscore.study import StudySpec
-    from workers.settings import WorkerSettings
+    from workers.infra.settings import WorkerSettings
     from workers.tracking import Tracker, metric
 
     lrs = [round(1e-3 * 1.01 ** i, 8) for i in range(max(1, n_trials // 4))]
@@ -95,7 +95,7 @@ def seed_study(n_trials: int) -> str:
 
 
 def bench_reads(name: str, repeat: int = 3) -> dict:
-    from workers import api
+    from workers.query import api
     from workers.tracking import Tracker
 
     # Steady state: the study's runs ended long ago (by default a run is re-read for 30 s after it
@@ -122,7 +122,7 @@ def bench_reads(name: str, repeat: int = 3) -> dict:
 
 
 def bench_flush(n: int = 50) -> dict:
-    from workers.settings import WorkerSettings
+    from workers.infra.settings import WorkerSettings
     from workers.tracking import Tracker, metric
 
     s = WorkerSettings.from_env()
@@ -142,7 +142,7 @@ def bench_flush(n: int = 50) -> dict:
 def bench_pickup(n_tasks: int, folder: Path) -> dict:
     """Seconds from ``send_task`` to the worker's "received" line (filesystem broker, polled at
     CBS_BROKER_POLL_S), for tasks sent one at a time to an idle worker."""
-    from workers.broker import TRIAL_TASK, app
+    from workers.infra.broker import TRIAL_TASK, app
 
     cbs = str(Path(sys.executable).parent / "cbs")
     log_path = folder / "worker.log"

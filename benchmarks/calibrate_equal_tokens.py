@@ -38,7 +38,7 @@ def cells_of(name: str) -> dict[tuple, list[tuple[float, float, tuple, tuple]]]:
     """Per (setting, batch size, seed): (rate, steps to target, eval steps, eval losses) of every
     trial that reached the study's target (the reference runs crossing it included)."""
     from cbscore.study.targets import setting_targets
-    from workers import api
+    from workers.query import api
 
     records = api.study_records(name)
     spec = api.study_spec(name)

@@ -50,16 +50,13 @@ Trials lose their worker many times here, so ``CBS_MAX_ATTEMPTS`` is raised to 1
 from __future__ import annotations
 
 import argparse
-import csv
 import errno
-import io
 import json
 import os
 import platform
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -68,11 +65,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from chaos_history import compare_histories, read_histories  # noqa: E402  (this folder)
-
-CBS = str(Path(sys.executable).parent / "cbs")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# This folder's modules (the script runs as `python benchmarks/chaos.py`).
+from browser_launch import launch_in_browser  # noqa: E402
+from chaos_checks import comparable, leftovers, phase_record  # noqa: E402
+from chaos_history import compare_histories  # noqa: E402
+from chaos_processes import ROOT, kill_one, start_up, stop_up, study_progress  # noqa: E402
 KILLS = ("worker-child", "worker-group", "runner", "tracking", "web")
 OUTAGES = {"fs": ("disk-full",), "redis-pg": ("disk-full", "postgres-outage", "redis-outage")}
 REDIS_URL = os.environ.get("CBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
@@ -153,220 +151,6 @@ def spec_yamls(size: Size, store_dir: Path) -> dict[str, str]:
                         f"search: {{kind: optuna, n_trials: {size.optuna_trials}, parallel_per_cell: 1, "
                         f"lr_min: {min(size.lrs)!r}, lr_max: {max(size.lrs)!r}}}\n",
     }
-
-
-# ---------------------------------------------------------------------------- processes
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cbs(*args: str, env: dict, timeout_s: float = 300) -> str:
-    out = subprocess.run([CBS, *args], env=env, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
-    if out.returncode != 0:
-        raise RuntimeError(f"cbs {' '.join(args)} failed ({out.returncode}): {out.stderr[-2000:]}")
-    return out.stdout
-
-
-def study_progress(name: str, env: dict) -> tuple[str, float | None]:
-    """``(status, fraction of trials ended)``; ``("unknown (...)", None)`` while a store is down."""
-    try:
-        d = json.loads(cbs("study", "status", name, "--json", env=env, timeout_s=120))
-        return d["status"], d["progress"]
-    except Exception as exc:  # noqa: BLE001 - the store may be down or restarting: not yet known
-        return f"unknown ({type(exc).__name__})", None
-
-
-def pids(home: Path) -> dict[str, int]:
-    try:
-        return json.loads((home / "up" / "pids.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def children(pid: int) -> list[int]:
-    """Direct children of ``pid`` (from /proc: by parent pid, never by name)."""
-    out = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            out += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return out
-
-
-def uptime_s(pid: int) -> float:
-    """Seconds since ``pid`` started (field 22 of /proc/PID/stat, in clock ticks after boot)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, IndexError, ValueError):
-        return 0.0
-    return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds ``pid`` has used (utime + stime, fields 14-15 of /proc/PID/stat)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def busy(pids_: list[int], window_s: float = 1.0) -> list[int]:
-    """Those of ``pids_`` that used CPU over ``window_s``: a pool child training a trial (an idle
-    child waits on the pool's queue and uses none)."""
-    before = {p: cpu_s(p) for p in pids_}
-    time.sleep(window_s)
-    return [p for p in pids_ if cpu_s(p) - before[p] >= 0.1 * window_s]
-
-
-def kill_one(kind: str, home: Path, min_uptime_s: float) -> bool:
-    """Kill one process of ``kind`` that has run at least ``min_uptime_s``; False when there was
-    none to kill right now."""
-    live = pids(home)
-    try:
-        if kind == "worker-child":
-            # A child running a trial when there is one (Celery redelivers its task), else an idle
-            # one: on the filesystem broker that used to leave the pool's read lock held, so the
-            # worker took no task again (issue 22; workers.pool waits without the lock).
-            kids = [c for c in (children(live["worker"]) if "worker" in live else []) if uptime_s(c) >= 5]
-            kids = busy(kids) or kids
-            if not kids or uptime_s(live["worker"]) < min_uptime_s:
-                return False
-            os.kill(random.choice(kids), signal.SIGKILL)
-        else:
-            pid = live["worker" if kind == "worker-group" else kind]
-            if uptime_s(pid) < min_uptime_s:
-                return False
-            os.killpg(pid, signal.SIGKILL)
-    except (KeyError, ProcessLookupError):
-        return False
-    return True
-
-
-def start_up(home: Path, env: dict, store_uri: str, log: Path) -> tuple[subprocess.Popen, dict]:
-    """``cbs up`` in ``home``, its output in ``log`` (outside ``home``, which may fill up): the
-    tracking server opens ``store_uri``; every other process gets the server's URL as its
-    ``CBS_TRACKING_URI``. Returns the supervisor and that environment."""
-    web_port, tracking_port = free_port(), free_port()
-    tracking_url = f"http://127.0.0.1:{tracking_port}"
-    procfile = home / "Procfile"
-    procfile.write_text(f"tracking: env CBS_TRACKING_URI={store_uri} CBS_ARTIFACT_ROOT={home / 'artifacts'} "
-                        f"cbs tracking --port {tracking_port}\n"
-                        f"worker: cbs worker\nrunner: cbs study watch\nweb: cbs web --port {web_port}\n")
-    env = {**env, "CBS_TRACKING_URI": tracking_url, "CBS_TRACKING_UI_URL": tracking_url,
-           "CBS_WEB_URL": f"http://127.0.0.1:{web_port}"}
-    with open(log, "w") as handle:
-        proc = subprocess.Popen([CBS, "up", "--skip-data", "--workers", "2", "--procfile", str(procfile),
-                                 "--port", str(web_port)], env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=home)
-    deadline = time.time() + 180
-    while not _answers(f"{tracking_url}/health") or not _answers(f"{env['CBS_WEB_URL']}/_stcore/health"):
-        if proc.poll() is not None or time.time() > deadline:
-            stop_up(proc, home)
-            raise RuntimeError(f"cbs up did not start: {log.read_text()[-3000:]}")
-        time.sleep(1)
-    return proc, env
-
-
-def _answers(url: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=3):
-            return True
-    except Exception:  # noqa: BLE001 - not up yet
-        return False
-
-
-def stop_up(proc: subprocess.Popen, home: Path | None = None) -> None:
-    """Stop ``cbs up`` (it stops its processes), then any group of ``home``'s lab it left behind
-    (each process has its own group; a supervisor that crashed stops none)."""
-    try:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=60)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        pass
-    for pgid in [proc.pid, *(pids(home).values() if home is not None else ())]:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-# ---------------------------------------------------------------------------- the browser
-def launch_in_browser(web_url: str, specs: dict[str, str], shots: Path) -> None:
-    """Launch each spec from the web app's Launch page in a headless chromium: paste the YAML,
-    load it into the form, click "Launch study", wait for the study's live page."""
-    from tests.app import test_e2e_browser as e2e
-
-    if not (Path(e2e.CHROMIUM).exists() and Path(e2e.CHROMEDRIVER).exists()):
-        raise RuntimeError("the chaos run launches its studies through the web app in a real browser, which needs "
-                           "Debian's chromium and chromedriver: apt-get install -y chromium chromium-driver")
-    from selenium.webdriver.common.by import By
-
-    expander = "//summary[.//*[contains(text(), 'Paste or upload a YAML spec')]]"
-    with _chromium(e2e, shots / "chromium-profile") as driver:
-        for name, text in specs.items():
-            print(f"chaos: launching {name} in the browser", flush=True)
-            try:
-                driver.get(web_url)
-                e2e._wait(driver, lambda d: d.find_elements(By.XPATH, expander), 90, "the Launch page's YAML box")
-                driver.find_element(By.XPATH, expander).click()
-                e2e._input(driver, "YAML spec", "textarea").send_keys(text)
-                e2e._button(driver, "Load YAML into the form").click()
-                e2e._wait(driver, lambda d: e2e._input(d, "Study name").get_attribute("value") == name, 30,
-                          f"the form filled from {name}'s YAML")
-                e2e._button(driver, "Launch study").click()
-                e2e._wait(driver, lambda d: _errors(d) or ("/studies" in d.current_url and name in d.page_source), 300,
-                          f"{name}'s live page")
-                if _errors(driver):
-                    raise RuntimeError(f"the Launch page says: {_errors(driver)}")
-            except Exception as exc:
-                driver.save_screenshot(str(shots / f"launch-{name}.png"))
-                raise RuntimeError(f"launching {name} in the browser failed ({type(exc).__name__}: {exc}); "
-                                   f"screenshot {shots / f'launch-{name}.png'}") from exc
-            driver.save_screenshot(str(shots / f"launched-{name}.png"))
-            print(f"chaos: {name} launched", flush=True)
-
-
-def _errors(driver) -> list[str]:
-    """The error messages the page shows (Streamlit's error alerts and exceptions)."""
-    from selenium.webdriver.common.by import By
-
-    found = driver.find_elements(By.CSS_SELECTOR, "[data-testid='stAlert'], [data-testid='stException']")
-    # an alert's text starts with its icon's name (material "error", "block"): errors only
-    return [e.text[:1000] for e in found if e.text.strip().startswith(("error", "block", "Traceback"))
-            or e.get_attribute("data-testid") == "stException"]
-
-
-def _chromium(e2e, profile: Path):
-    """The e2e test's chromium (its ``chromium`` helper, or its ``browser`` fixture's body)."""
-    import contextlib
-
-    if hasattr(e2e, "chromium"):
-        return e2e.chromium(profile)
-
-    @contextlib.contextmanager
-    def driver():
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-
-        options = webdriver.ChromeOptions()
-        for flag in (*e2e.CHROME_FLAGS, f"--user-data-dir={profile}"):
-            options.add_argument(flag)
-        options.binary_location = e2e.CHROMIUM
-        d = webdriver.Chrome(service=Service(e2e.CHROMEDRIVER), options=options)
-        d.set_page_load_timeout(60)
-        try:
-            yield d
-        finally:
-            d.quit()
-
-    return driver()
 
 
 # ---------------------------------------------------------------------------- the storm
@@ -529,73 +313,6 @@ def recoveries(episodes: list, progress: list) -> None:
         e["next_progress_s"] = round(min(after) - e["end_s"], 1) if after else None
 
 
-# ---------------------------------------------------------------------------- the checks
-def table(name: str, env: dict) -> list[dict]:
-    rows = list(csv.DictReader(io.StringIO(cbs("study", "export", name, "--all-columns", env=env))))
-    keep = ("trial_id", "setting", "batch_size", "lr", "seed", "steps", "outcome", "budget_steps", "tau", "beta2",
-            "tokens")
-    return sorted(({k: r[k] for k in keep} for r in rows), key=lambda r: r["trial_id"])  # the same in both phases
-
-
-def comparable(rows: list[dict], prune_margin: float = 0.1) -> list[dict]:
-    """Rows as compared across phases. A trial still above target past (1 + margin)·S_best of its
-    cell is prunable: when the runner's stop reaches it (so its steps and tokens, and whether it
-    crossed the target or its budget first) depends on timing, so only that it was prunable is
-    compared."""
-    best: dict = {}
-    for r in rows:
-        if r["outcome"] == "reached" and r["steps"]:
-            cell = (r["setting"], r["batch_size"])
-            best[cell] = min(best.get(cell, float("inf")), float(r["steps"]))
-    out = []
-    for r in rows:
-        s_best = best.get((r["setting"], r["batch_size"]))
-        late = s_best is not None and (r["outcome"] == "censored" or (
-            r["outcome"] == "reached" and float(r["steps"]) > (1 + prune_margin) * s_best))
-        prunable = r["outcome"] == "pruned" or late
-        out.append({**r, "outcome": "prunable", "steps": "", "tokens": "", "budget_steps": ""} if prunable else r)
-    return out
-
-
-def b_star(name: str, env: dict) -> list:
-    fit = json.loads(cbs("study", "fit", name, "--json", "--bootstrap", "0", env=env))
-    return [(s["setting"], s["cbs"]) for s in fit["settings"]]
-
-
-def leftovers(home: Path) -> list[str]:
-    """Checkpoint files and temporary files left in ``home`` once everything ended."""
-    out = []
-    for p in home.rglob("*"):
-        rel = str(p.relative_to(home))
-        if p.is_file() and (rel.startswith("checkpoints/") or p.name.endswith((".tmp", ".part")) or ".tmp" in p.name):
-            out.append(rel)
-    return sorted(out)
-
-
-def optuna_open(storage_url: str) -> list[str]:
-    """Optuna trials of the chaos studies still RUNNING (asked, never told)."""
-    import optuna
-
-    out = []
-    for summary in optuna.get_all_study_summaries(storage_url):
-        study = optuna.load_study(study_name=summary.study_name, storage=storage_url)
-        out += [f"{summary.study_name}#{t.number}" for t in study.get_trials(deepcopy=False)
-                if t.state == optuna.trial.TrialState.RUNNING]
-    return out
-
-
-def phase_record(env: dict) -> dict:
-    """Tables, B*, histories and open runs of one phase, read while its lab is still up."""
-    out = {"tables": {n: table(n, env) for n in STUDIES}, "b_star": b_star("chaos-grid", env),
-           "histories": [h for n in STUDIES for h in read_histories(env["CBS_TRACKING_URI"], n)]}
-    out["runs_left_open"] = [h.trial_id for h in out["histories"] if h.status in ("RUNNING", "SCHEDULED")]
-    from workers.settings import with_driver
-
-    optuna_url = env.get("CBS_OPTUNA_STORAGE") or f"sqlite:///{Path(env['CBS_HOME']) / 'optuna' / 'optuna.db'}"
-    out["optuna_trials_left_running"] = optuna_open(with_driver(optuna_url))
-    return out
-
-
 # ---------------------------------------------------------------------------- one backend
 @dataclass
 class Backend:
@@ -679,7 +396,7 @@ def run_phase(backend: Backend, home: Path, base_env: dict, size: Size, specs: d
             if storm is not None:
                 recoveries(storm.episodes, progress)
         time.sleep(3)  # the last trial's process ends its bookkeeping
-        return phase_record(env)
+        return phase_record(env, STUDIES)
     finally:
         stop_up(up, home)
         text = log.read_text(errors="replace")

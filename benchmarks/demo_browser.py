@@ -80,7 +80,7 @@ def _wait_ready(log: Path, proc: subprocess.Popen, timeout_s: float) -> str:
 def _launch(driver, web: str, shots: Path) -> None:
     """Open the Launch page, check it holds the demo preset, click "Launch study", wait for the
     study's live page."""
-    from benchmarks.chaos import _errors
+    from benchmarks.browser_launch import page_errors as _errors
     from tests.app import test_e2e_browser as e2e
 
     driver.get(web)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from tests.app import test_e2e_browser as e2e
-    from benchmarks.chaos import _chromium
+    from benchmarks.browser_launch import chromium as _chromium
 
     clone = args.workdir or Path(f"/tmp/cbs-demo-{int(time.time())}")
     if clone.exists():

@@ -45,11 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker-log", type=Path, default=None)
     args = p.parse_args(argv)
 
-    from workers import api
+    from workers.query import api
     from workers.tracking import Tracker
 
-    tracker = api._tracker()
-    parent = api._parent(tracker, args.study)
+    tracker = api.open_tracker()
+    parent = api.study_parent(tracker, args.study)
     runs = [r for r in tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
             if "summary/train_seconds" in r.data.metrics]
     train = sum(r.data.metrics["summary/train_seconds"] for r in runs)

@@ -69,10 +69,8 @@ import torch
 from cbscore.allocator import keep_freed_memory
 from cbscore.averaging import WeightAverage
 from cbscore.batch_plan import Segment
-from cbscore.branch import carry_over, read_base
 from cbscore.callbacks import Callback, TrainState
-from cbscore.checkpoint import (checkpoint_path, load_checkpoint, rng_state, save_checkpoint, save_snapshot,
-                                set_rng_state)
+from cbscore.checkpoint import save_checkpoint, save_snapshot
 from cbscore.distributed import SINGLE, Group, device_for_rank, launch
 from cbscore.errors import ConfigError
 from cbscore.eval_schedule import EvalSchedule, default_every_steps, min_every_steps
@@ -86,7 +84,8 @@ from cbscore.torch_device import device_label, resolve_device, torch_threads, tr
 from cbscore.throughput import mfu, peak_flops
 from cbscore.train_config import TrainConfig
 from cbscore.trial_outcome import trial_result
-from cbscore.trial_progress import CHECKPOINT_FORMAT, Progress, check_same_trial
+from cbscore.trial_checkpoint import TrialCheckpoints
+from cbscore.trial_progress import Progress
 from cbscore.trial_result import EvalPoint, TrialResult
 
 def train(config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrialResult:
@@ -138,7 +137,7 @@ class _NoAverage:
         pass
 
 
-class _Trial:
+class _Trial(TrialCheckpoints):
     def __init__(self, config: TrainConfig, state: TrainState, callbacks: tuple[Callback, ...],
                  group: Group = SINGLE):
         self.config = config
@@ -319,23 +318,6 @@ class _Trial:
             self.heldout.cap_chunk(micro)
 
     # ------------------------------------------------------------------------------ checkpoints
-    def _payload(self, result: TrialResult | None = None) -> dict:
-        p = self.progress
-        return {
-            "format": CHECKPOINT_FORMAT,
-            "config": self.config.to_dict(),
-            "step": self.state.step,
-            "tokens": self.state.tokens,  # stream position (a branch's base position is checked on it)
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "average": self.average.state_dict(),
-            "rng": rng_state(),
-            "eval_history": [e.to_dict() for e in self.state.eval_history],
-            "progress": p.to_dict(),
-            "gns": self.gns.state_dict(),  # noise-scale averages (None without a probe)
-            "result": None if result is None else result.to_dict(),
-        }
-
     def _save(self, result: TrialResult | None = None) -> None:
         if self.config.checkpoint_dir is not None:
             if not all(cb.may_checkpoint(self.state) for cb in self.callbacks):
@@ -346,54 +328,6 @@ class _Trial:
                 return
             self.saved_here = True
             self.last_checkpoint_at = time.monotonic()
-
-    def _restore(self) -> dict | None:
-        """Load the checkpoint of ``checkpoint_dir`` if any; returns it (or ``None``). Without one,
-        a branch starts from its base (:meth:`_branch`)."""
-        ckpt = None if self.config.checkpoint_dir is None else load_checkpoint(self.config.checkpoint_dir)
-        if ckpt is None:
-            self._branch()
-            return None
-        check_same_trial(ckpt["config"], self.config)
-        self.saved_here = True  # the folder holds this trial's checkpoint: never make it again
-        if ckpt["result"] is not None:
-            return ckpt
-        self.model.load_state_dict(ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
-        self.average.load_state_dict(ckpt["average"])
-        set_rng_state(ckpt["rng"])
-        self.gns.load_state_dict(ckpt.get("gns"))
-        self.state.step = int(ckpt["step"])
-        self.state.resumed_from_step = self.state.step
-        self.state.eval_history = [EvalPoint.from_dict(e) for e in ckpt["eval_history"]]
-        self.state.last_eval = self.state.eval_history[-1] if self.state.eval_history else None
-        self.progress = Progress.from_dict(ckpt["progress"], self.device)
-        if self.progress.train_log:
-            self.state.train_loss = self.progress.train_log[-1][1]
-        return ckpt
-
-    def _branch(self) -> None:
-        """A branch's first attempt: model, AdamW state and (rank 0) averages from the base
-        checkpoint, read only (:mod:`cbscore.branch`); every rank reads it (the optimizer state is
-        not broadcast), the data and schedule continue at ``branch_tokens`` (``self.plan``)."""
-        if self.config.branch_from is None:
-            return
-        carry_over(read_base(self.config), self.model, self.optimizer,
-                   self.average if self.leader else None)
-
-    def _restore_follower(self, step: int) -> None:
-        """Rank > 0: load what rank 0 resumed from (rank 0 checked it; it writes no new one until
-        every rank has taken a step). The partial log interval in a checkpoint is already the
-        mean over ranks (see ``_mean_interval``)."""
-        ckpt = torch.load(checkpoint_path(self.config.checkpoint_dir), map_location="cpu", weights_only=True)
-        if int(ckpt["step"]) != step:
-            raise RuntimeError(f"rank {self.group.rank}: the checkpoint is at step {ckpt['step']}, rank 0 resumed "
-                               f"from step {step}")
-        self.model.load_state_dict(ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
-        self.state.step = step
-        saved = Progress.from_dict(ckpt["progress"], self.device)
-        self.progress = Progress(interval_loss=saved.interval_loss, interval_steps=saved.interval_steps)
 
     def _mean_interval(self) -> None:
         """Replace every rank's partial log-interval loss by its mean over ranks (before a

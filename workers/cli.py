@@ -177,7 +177,7 @@ def _duration(seconds: float | None) -> str:
 
 
 def run_launch(args: argparse.Namespace) -> int:
-    from workers import api
+    from workers.query import api
 
     spec = api.resolve_spec(args.spec)
     if args.name:
@@ -188,7 +188,7 @@ def run_launch(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(describe_plan(spec, args.tokens_per_s, n_workers=args.workers))
         return 0
-    from workers.runner import Runner
+    from workers.studies.runner import Runner
 
     import getpass
 
@@ -203,7 +203,7 @@ def run_launch(args: argparse.Namespace) -> int:
 def run_simulate(args: argparse.Namespace) -> int:
     """``cbs study simulate``: the planner against a known truth (``cbscore.study.simulate``)."""
     from cbscore.study.simulate import SimConfig, format_report, paper_truth, read_truth, simulate
-    from workers import api
+    from workers.query import api
 
     spec = api.resolve_spec(args.spec)
     if args.predict is not None:
@@ -232,7 +232,7 @@ def describe_plan(spec, tokens_per_s: float | None = None, *, n_workers: int = 1
     """The dry-run text: settings, cells, trials, and compute at a tokens/s rate (one given
     figure, or measured here per model)."""
     from cbscore.study import estimate, measure_rates, plan
-    from workers.launch_checks import check_spec
+    from workers.studies.launch_checks import check_spec
 
     if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
         raise ConfigError("--workers", n_workers, "must be a positive integer")
@@ -259,7 +259,7 @@ def describe_plan(spec, tokens_per_s: float | None = None, *, n_workers: int = 1
     lines.append(f"throughput per worker: {rate_note}")
     lines.append("stopping at the target, pruning and step caps spend less: `cbs study status` reports both")
     if spec.kind == "local":  # base runs, then branches from their snapshots, one recipe (the base's)
-        from workers.local_study import describe_local
+        from workers.studies.local_study import describe_local
 
         lines.extend(describe_local(spec))
     else:
@@ -310,7 +310,7 @@ def describe_recipe(spec) -> list[str]:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from workers import api
+    from workers.query import api
 
     st = api.study_status(args.name)
     if args.json:
@@ -346,10 +346,10 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    from workers import api
+    from workers.query import api
 
     if api.study_spec(args.name).kind == "local":  # a local-CBS readout, not a fit of S(B)
-        from workers.local_fit import format_local, local_fit
+        from workers.studies.local_fit import format_local, local_fit
 
         out = local_fit(args.name)
         print(json.dumps(out, indent=2, allow_nan=False) if args.json else format_local(out))
@@ -387,7 +387,7 @@ def run_export(args: argparse.Namespace) -> int:
     import csv
     import io
 
-    from workers import api
+    from workers.query import api
 
     rows = api.study_table(args.name)
     columns = api.TABLE_COLUMNS if args.all_columns else api.FIT_COLUMNS
@@ -397,7 +397,7 @@ def run_export(args: argparse.Namespace) -> int:
     for row in rows:
         writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
     if args.output:
-        from workers.atomic_files import write_text
+        from workers.infra.atomic_files import write_text
 
         write_text(args.output, buf.getvalue())  # whole or not at all
         print(f"cbs study export: {len(rows)} trials → {args.output}", file=sys.stderr)
@@ -409,7 +409,7 @@ def run_export(args: argparse.Namespace) -> int:
 def run_extend(args: argparse.Namespace) -> int:
     import getpass
 
-    from workers import api
+    from workers.query import api
 
     spec, changes = api.extend_study(args.name, args.patch, author=f"cli:{getpass.getuser()}", force=args.force)
     print(f"cbs study: extended {args.name!r}:")
@@ -422,10 +422,10 @@ def run_extend(args: argparse.Namespace) -> int:
 def run_warmup(args: argparse.Namespace) -> int:
     import getpass
 
-    from workers import api
-    from workers.local_fit import local_fit
-    from workers.local_study import describe_arms
-    from workers.local_warmup import launch_warmup, warmup_patch
+    from workers.query import api
+    from workers.studies.local_fit import local_fit
+    from workers.studies.local_study import describe_arms
+    from workers.studies.local_warmup import launch_warmup, warmup_patch
 
     stored = api.study_spec(args.name)
     if stored.kind != "local":
@@ -449,7 +449,7 @@ def run_warmup(args: argparse.Namespace) -> int:
 def run_retry(args: argparse.Namespace) -> int:
     import getpass
 
-    from workers import api
+    from workers.query import api
 
     started = api.retry_study(args.name, failed=args.failed or not args.censored, censored=args.censored,
                               budget_factor=args.budget_factor, author=f"cli:{getpass.getuser()}")
@@ -465,7 +465,7 @@ def run_retry(args: argparse.Namespace) -> int:
 
 
 def run_cancel(args: argparse.Namespace) -> int:
-    from workers import api
+    from workers.query import api
 
     n = api.cancel_study(args.name)
     print(f"cbs study: cancelled {args.name!r} ({n} unfinished trials stopped or stopping)")
@@ -473,10 +473,10 @@ def run_cancel(args: argparse.Namespace) -> int:
 
 
 def run_delete(args: argparse.Namespace) -> int:
-    """``cbs study delete``: what goes, a confirmation unless ``--yes``, then :func:`workers.api.delete_study`."""
+    """``cbs study delete``: what goes, a confirmation unless ``--yes``, then :func:`workers.query.api.delete_study`."""
     from cbscore.errors import CbsError
-    from workers import api
-    from workers.delete import StudyInFlight
+    from workers.query import api
+    from workers.studies.delete import StudyInFlight
 
     preview = api.deletion_preview(args.name)  # an unknown study: an error naming it
     if preview.in_flight and not args.force:
@@ -519,7 +519,7 @@ def describe_deletion(preview, *, force: bool = False) -> str:
 
 
 def run_watch(args: argparse.Namespace) -> int:
-    from workers.runner import Runner
+    from workers.studies.runner import Runner
     from workers.tracking import wait_out
 
     runner = wait_out(Runner, what="cbs study watch", log=lambda m: print(m, flush=True))  # through an outage
@@ -531,7 +531,7 @@ def run_watch(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from workers import api
+    from workers.query import api
 
     for s in api.list_studies():
         counts = ", ".join(f"{k} {v}" for k, v in sorted(s.counts.items())) or "no trials yet"

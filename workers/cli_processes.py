@@ -22,7 +22,7 @@ def worker_argv(gpu: int | None, concurrency: int | None, loglevel: str = "INFO"
                 devices_per_trial: int | None = None) -> tuple[list[str], dict[str, str]]:
     """The ``celery worker`` command line and the environment it needs (``concurrency`` ``None``:
     one trial per GPU group, or 1 on a CPU)."""
-    from workers.devices import DEVICES_ENV, GPUS_ENV, slot_count
+    from workers.trials.devices import DEVICES_ENV, GPUS_ENV, slot_count
 
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1):
         raise ConfigError("--concurrency", concurrency, "must be a positive integer")
@@ -44,7 +44,7 @@ def worker_argv(gpu: int | None, concurrency: int | None, loglevel: str = "INFO"
         concurrency = slots
         names = "-".join(map(str, gpus))
         queue, nodename = "gpu", f"gpu{names}@{host}"
-        # The parent never touches CUDA; each pool child narrows this to its own group (workers.devices).
+        # The parent never touches CUDA; each pool child narrows this to its own group (workers.trials.devices).
         env.update(CUDA_VISIBLE_DEVICES=",".join(map(str, gpus)), CBS_WORKER_DEVICE=f"cuda:{','.join(map(str, gpus))}",
                    CBS_TRIAL_DEVICE="cuda", **{GPUS_ENV: ",".join(map(str, gpus)), DEVICES_ENV: str(k)})
         # Every compiled shape once per host, not once per trial process (inductor's on-disk cache).
@@ -67,8 +67,8 @@ def worker_argv(gpu: int | None, concurrency: int | None, loglevel: str = "INFO"
     env["MALLOC_ARENA_MAX"] = os.environ.get("MALLOC_ARENA_MAX") or "1"
     # Celery's prefork pool, safe against an idle child killed on the filesystem broker (`-P custom`
     # is how Celery's command line takes a pool class of one's own).
-    env["CELERY_CUSTOM_WORKER_POOL"] = "workers.pool:TaskPool"
-    argv = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", queue, "-c", str(concurrency),
+    env["CELERY_CUSTOM_WORKER_POOL"] = "workers.infra.pool:TaskPool"
+    argv = [sys.executable, "-m", "celery", "-A", "workers.trials.celery_app", "worker", "-Q", queue, "-c", str(concurrency),
             "-P", "custom", "-n", nodename, "--loglevel", loglevel, "--without-gossip", "--without-mingle",
             "--without-heartbeat"]
     return argv, env
@@ -89,9 +89,9 @@ def default_concurrency() -> int:
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    from workers.settings import WorkerSettings
+    from workers.infra.settings import WorkerSettings
 
-    from workers.devices import parse_gpus
+    from workers.trials.devices import parse_gpus
 
     gpus = parse_gpus(args.gpus) if args.gpus is not None else None
     on_gpu = args.gpu is not None or gpus is not None
@@ -142,7 +142,7 @@ def tracking_auth_config(env: dict | None = None) -> Path:
 
 
 def tracking_argv(host: str, port: int, workers: int, *, auth: bool = False) -> list[str]:
-    from workers.settings import MLFLOW_DIR, WorkerSettings
+    from workers.infra.settings import MLFLOW_DIR, WorkerSettings
 
     s = WorkerSettings.from_env()
     if not s.local_tracking:
@@ -156,7 +156,7 @@ def tracking_argv(host: str, port: int, workers: int, *, auth: bool = False) -> 
 
 
 def run_tracking(args: argparse.Namespace) -> int:
-    from workers.settings import WorkerSettings
+    from workers.infra.settings import WorkerSettings
     from workers.tracking import prepare_store, wait_out
 
     auth = bool(getattr(args, "auth", False)) or os.environ.get("CBS_TRACKING_AUTH") == "1"

@@ -304,7 +304,7 @@ _save(("preset", "kind", "tokens_per_s", *_values(st.session_state[K + "base"]))
 
 def _forecast_from(spec):
     """With ``forecast_from``: the spec with its batch sizes chosen around that study's calibrated
-    noise-scale forecast (``workers.forecast``), said in the Preview; an unknown study is an error."""
+    noise-scale forecast (``workers.studies.forecast``), said in the Preview; an unknown study is an error."""
     if spec.forecast_from is None:
         return spec
     spec, chosen = sources.call("apply_forecast_from", spec)

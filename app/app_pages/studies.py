@@ -249,7 +249,7 @@ def _grow(name: str) -> None:
 
 
 def _delete(name: str) -> None:
-    """Delete the study as a whole (workers.delete), once its name is typed; refused while trials run."""
+    """Delete the study as a whole (workers.studies.delete), once its name is typed; refused while trials run."""
     st.markdown(f"Delete **{name}** as a whole: its MLflow runs and experiment (soft-deleted: `mlflow gc` purges "
                 "them), its ledger entries, Optuna studies, trials' checkpoints and kept artifacts. It cannot be "
                 "undone here. Studies that reused its trials keep their own copies.")
@@ -261,7 +261,7 @@ def _delete(name: str) -> None:
     if (st.button("Delete the study", type="primary", key="studies.delete_go", icon=":material/delete_forever:",
                   disabled=typed.strip() != name)
             and _may_change(name, f"delete the study {name}")):
-        from workers.delete import StudyInFlight
+        from workers.studies.delete import StudyInFlight
 
         with failures.shown_as_message("deleting the study"):
             try:

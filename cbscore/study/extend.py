@@ -16,7 +16,7 @@ each field it names replaces the stored value. Only what adds trials may change:
 ``max_total_tokens``
 ``local``           a local study's ``warmup_run`` and ``warmup_schedule`` only, once: the
                     warm-up and its two controls (:mod:`cbscore.study.local_plan`), launched by
-                    ``cbs study warmup`` (:mod:`workers.local_warmup`); the keys it names replace
+                    ``cbs study warmup`` (:mod:`workers.studies.local_warmup`); the keys it names replace
                     the stored ones
 ==================  ==========================================================================
 

@@ -18,7 +18,7 @@ A base run that ended (failed, diverged) before a checkpoint leaves that checkpo
 unstartable: the plan names them in ``errors`` and the study can still end.
 
 3. with ``local.warmup_run`` (an opt-in phase, usually added by an extension once the curve is
-   fitted: :mod:`workers.local_warmup`), three *arms* per seed at equal tokens, startable at once:
+   fitted: :mod:`workers.studies.local_warmup`), three *arms* per seed at equal tokens, startable at once:
    ``{study}.warmup.s{seed}`` on ``local.warmup_schedule``, ``{study}.control-small.s{seed}`` at
    ``B0``/``η0`` and ``{study}.control-large.s{seed}`` at the final batch and rate (Merrill et al.
    2025, Table 1; :func:`cbscore.local.warmup_arms`). They are trials of this study, not of a

@@ -90,7 +90,7 @@ class LocalSpec:
     small-batch control at ``B0``/``η0`` throughout, the large-batch control at the schedule's
     final batch and rate throughout (:mod:`cbscore.local._arms`). Usually switched on after the
     curve is fitted, by ``cbs study warmup NAME`` or the Local CBS page's *Launch the schedule*
-    (an extension of the study: :mod:`workers.local_warmup`)."""
+    (an extension of the study: :mod:`workers.studies.local_warmup`)."""
     warmup_schedule: tuple[tuple[int, int, float], ...] = ()
     """The warm-up's ``(tokens_from, batch_size, lr_multiplier)`` switches (``TrainConfig.batch_schedule``),
     tokens, sequences and a multiple of ``η0``: the fitted curve's recommendation with each switch on a
@@ -303,6 +303,6 @@ def apply_local(spec) -> None:
         for name, value in (("tokens", tokens[0]), ("context_tokens", spec.context_tokens)):
             _number(name, value, 1, 10**15, lo_open=False, integer=True)
         check_warmup_grid(local, total_tokens=tokens[0], context_tokens=spec.context_tokens)
-    # the arms' batches too, so that their records are the study's (workers.records.in_spec)
+    # the arms' batches too, so that their records are the study's (workers.studies.records.in_spec)
     object.__setattr__(spec, "batch_sizes", tuple(sorted({*local.branch_batch_sizes(), *local.warmup_batch_sizes()})))
     object.__setattr__(spec, "b_ref", local.base_batch_size)

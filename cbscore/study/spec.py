@@ -152,7 +152,7 @@ class StudySpec:
     reuse_trials: bool = True
     """Train nothing that a finished trial of any study already trained with the same trainer
     config on the same token store: its run is copied into this study, tagged ``reused_from``
-    (:mod:`workers.reuse`). ``false``: train every trial here."""
+    (:mod:`workers.studies.reuse`). ``false``: train every trial here."""
     recipe_d_ref_tokens: int | None = None
     """The ``fixed`` recipe's reference D in tokens; ``None`` = √(D_min·D_max) of the settings.
     ``cbs study extend`` pins it when it adds settings, so the trials already run keep their β2

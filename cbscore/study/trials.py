@@ -113,7 +113,7 @@ class TrialRecord:
     went back to the queue (a store down, a disk full) while it waits."""
     reused_from: str = ""
     """``study/run id`` of the finished trial this one's result was copied from (the same trainer
-    config on the same store: ``workers.reuse``); ``""`` = trained in this study."""
+    config on the same store: ``workers.studies.reuse``); ``""`` = trained in this study."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -1,6 +1,6 @@
 """Real MLflow studies with known answers, written through :class:`workers.tracking.Tracker`.
 
-A seeded study looks to every reader (``workers.api``, the app) like one the runner launched and
+A seeded study looks to every reader (``workers.query.api``, the app) like one the runner launched and
 the workers ran: an experiment with a parent run holding the spec and the targets, and one child
 run per trial with the runner's tags, the worker's metric histories (``eval/loss_ewa`` per τ,
 progress, throughput) and its outcome. Only the losses are synthetic: every setting follows

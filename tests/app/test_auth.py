@@ -47,7 +47,7 @@ def test_a_signed_in_user_who_is_no_admin_cannot_launch_past_the_limits(app_test
     assert app_test.checkbox(key="launch.force").disabled  # the box is greyed out for her
     app_test.number_input(key="launch.max_trials").set_value(10)
     app_test.session_state["launch.force"] = True  # ticked anyway (a crafted session)
-    with mock.patch("workers.api.launch_study", return_value="demo") as submit:
+    with mock.patch("workers.query.api.launch_study", return_value="demo") as submit:
         app_test.button(key=LAUNCH).click().run()
     submit.assert_not_called()
     assert any("Only an admin (CBS_ADMINS) may launch past the sanity limits" in e.value for e in app_test.error)

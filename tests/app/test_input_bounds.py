@@ -14,7 +14,7 @@ def test_an_alias_bomb_pasted_into_the_launch_page_is_refused_and_nothing_launch
     app_test.run()
     app_test.text_area(key="launch.yaml_text").set_value(billion_laughs())
     start = time.perf_counter()
-    with mock.patch("workers.api.launch_study") as submit:
+    with mock.patch("workers.query.api.launch_study") as submit:
         app_test.button(key="launch.yaml_load").click().run()
     assert time.perf_counter() - start < 5.0  # a whole page run; the parse itself takes milliseconds
     submit.assert_not_called()

@@ -1,6 +1,6 @@
 """The Launch page through AppTest: validation messages, the preview, and launching.
 
-The launch itself is patched at the workers boundary (``workers.api.launch_study``): what the
+The launch itself is patched at the workers boundary (``workers.query.api.launch_study``): what the
 page hands over is checked, nothing is enqueued.
 """
 
@@ -116,7 +116,7 @@ def test_yaml_paste_fills_the_form_and_bad_yaml_is_named(launch):
 
 def test_launch_hands_the_spec_to_the_workers_and_opens_the_study(launch):
     launch.text_input(key="launch.name").set_value("my-study")
-    with mock.patch("workers.api.launch_study", return_value="my-study") as submit:
+    with mock.patch("workers.query.api.launch_study", return_value="my-study") as submit:
         launch.button(key=LAUNCH).click().run()
     submit.assert_called_once()
     (spec,), kwargs = submit.call_args
@@ -128,7 +128,7 @@ def test_launch_hands_the_spec_to_the_workers_and_opens_the_study(launch):
 
 def test_study_past_the_sanity_limit_is_not_launched_without_force(launch):
     launch.number_input(key="launch.max_trials").set_value(10)
-    with mock.patch("workers.api.launch_study", return_value="demo") as submit:
+    with mock.patch("workers.query.api.launch_study", return_value="demo") as submit:
         launch.button(key=LAUNCH).click().run()
     submit.assert_not_called()
     trials = estimate(load_preset("demo")).trials
@@ -150,7 +150,7 @@ def test_recipe_rule_and_budget_margin_reach_the_spec(launch):
     launch.selectbox(key="launch.recipe").set_value("paper_table")
     launch.number_input(key="launch.budget_margin").set_value(0.5)
     launch.text_input(key="launch.name").set_value("my-study")
-    with mock.patch("workers.api.launch_study", return_value="my-study") as submit:
+    with mock.patch("workers.query.api.launch_study", return_value="my-study") as submit:
         launch.button(key=LAUNCH).click().run()
     (spec,), _ = submit.call_args
     assert spec == load_preset("demo").replace(name="my-study", recipe="paper_table", budget_margin=0.5)
@@ -337,7 +337,7 @@ def test_devices_per_trial_and_noise_scale_split_reach_the_spec(launch):
     launch.number_input(key="launch.gns_micro_batch_size").set_value(1)
     launch.selectbox(key="launch.gns_cells").set_value("reference")
     launch.text_input(key="launch.name").set_value("split")
-    with mock.patch("workers.api.launch_study", return_value="split") as submit:
+    with mock.patch("workers.query.api.launch_study", return_value="split") as submit:
         launch.button(key=LAUNCH).click().run()
     assert not _errors(launch)
     (spec,), _ = submit.call_args
@@ -347,7 +347,7 @@ def test_devices_per_trial_and_noise_scale_split_reach_the_spec(launch):
 
 def test_devices_that_do_not_divide_a_batch_size_are_named_and_nothing_is_launched(launch):
     launch.number_input(key="launch.devices_per_trial").set_value(3)
-    with mock.patch("workers.api.launch_study") as submit:
+    with mock.patch("workers.query.api.launch_study") as submit:
         launch.button(key=LAUNCH).click().run()
     (error,) = _errors(launch)
     assert error.startswith("**Devices per trial** (`devices_per_trial`): must divide every batch size") and "`3`" in error

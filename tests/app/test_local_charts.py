@@ -1,4 +1,4 @@
-"""The local-CBS readout (``workers.local_fit.local_readout``, pure) on branches whose losses are
+"""The local-CBS readout (``workers.studies.local_fit.local_readout``, pure) on branches whose losses are
 known, and the Local CBS page's figures and table built from it (``app.local_charts``)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from app import local_charts
 from cbscore.study import StudySpec, TrialRecord
-from workers.local_fit import local_readout
+from workers.studies.local_fit import local_readout
 
 B0 = 4
 

@@ -54,7 +54,7 @@ def test_launch_hands_the_local_spec_to_the_workers(app_test, empty_env):
     at = _local_form(app_test)
     at.text_input(key="launch.name").set_value("my-local")
     at.number_input(key="launch.local.epsilon").set_value(0.02)
-    with mock.patch("workers.api.launch_study", return_value="my-local") as submit:
+    with mock.patch("workers.query.api.launch_study", return_value="my-local") as submit:
         at.button(key=LAUNCH).click().run()
     (spec,), _ = submit.call_args
     assert isinstance(spec, StudySpec) and spec.kind == "local"
@@ -65,7 +65,7 @@ def test_launch_hands_the_local_spec_to_the_workers(app_test, empty_env):
 def test_the_local_cbs_page_draws_a_study_that_ran(app_test, worker_env, token_store):  # noqa: F811
     from tests.workers.test_extend_retry import drain
     from tests.workers.test_local_study import local_spec
-    from workers import api
+    from workers.query import api
 
     api.launch_study(local_spec("pagecbs"))
     drain("pagecbs")
@@ -98,7 +98,7 @@ def test_a_local_study_launched_from_the_page_runs_to_completion_on_a_real_worke
     this session's small token store instead of the full built-in corpus; one real worker runs the
     base run and every branch, and the fit has a local CBS by both rules at every checkpoint."""
     from cbscore.cli import main as cbs_main
-    from workers import api
+    from workers.query import api
 
     worker = processes.worker()
     at = _local_form(app_test)

@@ -1,7 +1,7 @@
 """Issue 24 on the Local CBS page: *Launch the schedule* is disabled with the reason until the
 curve is fitted, hands the study to the workers when clicked, and once the arms ran the page
 tables them with the sentence on whether the warm-up matched the small-batch control. The
-workers' reads are replaced by fits of known curves (``workers.local_fit.local_readout`` on
+workers' reads are replaced by fits of known curves (``workers.studies.local_fit.local_readout`` on
 records of known losses); the page, its builders and the readout are real."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from cbscore.study import StudySpec
 from tests.app.test_local_charts import records as branch_records
 from tests.app.test_local_charts import spec as curve_spec
 from tests.workers.test_local_warmup import _arm_record
-from workers.api import StudySummary
-from workers.local_fit import local_readout
+from workers.query.api import StudySummary
+from workers.studies.local_fit import local_readout
 
 PAGE = "app_pages/local_cbs.py"
 BUTTON = "local.launch_schedule"
@@ -30,9 +30,9 @@ def _summary() -> StudySummary:
 
 
 def _page(app_test, fit: dict, spec: StudySpec):
-    with mock.patch("workers.api.list_studies", return_value=[_summary()]), \
-            mock.patch("workers.api.study_local_fit", return_value=fit), \
-            mock.patch("workers.api.study_spec", return_value=spec):
+    with mock.patch("workers.query.api.list_studies", return_value=[_summary()]), \
+            mock.patch("workers.query.api.study_local_fit", return_value=fit), \
+            mock.patch("workers.query.api.study_spec", return_value=spec):
         app_test.run()
         app_test.switch_page(PAGE).run()
     assert not app_test.exception, app_test.exception
@@ -53,11 +53,11 @@ def test_the_button_is_disabled_with_the_reason_until_every_branch_ended(app_tes
 def test_the_button_launches_the_schedule_of_a_fitted_study(app_test, empty_env):
     at = _page(app_test, _fit(), curve_spec())
     assert not at.button(key=BUTTON).disabled
-    with mock.patch("workers.api.list_studies", return_value=[_summary()]), \
-            mock.patch("workers.api.study_local_fit", return_value=_fit()), \
-            mock.patch("workers.api.study_spec", return_value=curve_spec()), \
-            mock.patch("workers.api.study_owner", return_value="local"), \
-            mock.patch("workers.api.launch_local_warmup", return_value=(None, ["local.warmup_run: ..."])) as launch:
+    with mock.patch("workers.query.api.list_studies", return_value=[_summary()]), \
+            mock.patch("workers.query.api.study_local_fit", return_value=_fit()), \
+            mock.patch("workers.query.api.study_spec", return_value=curve_spec()), \
+            mock.patch("workers.query.api.study_owner", return_value="local"), \
+            mock.patch("workers.query.api.launch_local_warmup", return_value=(None, ["local.warmup_run: ..."])) as launch:
         at.button(key=BUTTON).click().run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     (name,), kwargs = launch.call_args

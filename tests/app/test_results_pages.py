@@ -207,14 +207,14 @@ def test_cancel_buttons_call_the_workers(app_test, app_env):
     from unittest import mock
 
     at = _open(app_test, "studies")
-    with mock.patch("workers.api.cancel_study", return_value=3) as cancel:
+    with mock.patch("workers.query.api.cancel_study", return_value=3) as cancel:
         at.button(key="studies.cancel_study").click().run()
     cancel.assert_called_once_with(STUDY)
     assert any(s.value == f"Cancelled {STUDY}: 3 unfinished trial(s) stopped." for s in at.success)
     running = sorted(r for r in at.selectbox(key="studies.cancel_pick").options)
     assert len(running) == 2 and all(r.endswith(".s1") for r in running)
     at.selectbox(key="studies.cancel_pick").set_value(running[0])
-    with mock.patch("workers.api.cancel_trial", return_value="stopping") as cancel_trial:
+    with mock.patch("workers.query.api.cancel_trial", return_value="stopping") as cancel_trial:
         at.button(key="studies.cancel_one").click().run()
     cancel_trial.assert_called_once_with(running[0])
 
@@ -282,12 +282,12 @@ def test_extend_and_retry_buttons_call_the_workers_and_a_bad_patch_is_refused_by
     assert any(e.value.startswith("**Reference batch size B_ref** (`b_ref`): decides what the trials already run "
                                   "measured") and e.value.endswith("but got `2`.") for e in at.error), \
         [e.value for e in at.error]
-    with mock.patch("workers.api.extend_study", return_value=(None, ["seeds: + [7]"])) as extend:
+    with mock.patch("workers.query.api.extend_study", return_value=(None, ["seeds: + [7]"])) as extend:
         at.text_area(key=f"studies.extend.{STUDY}").set_value("seeds: [0, 1, 7]\n").run()
         at.button(key="studies.extend_go").click().run()
     extend.assert_called_once_with(STUDY, "seeds: [0, 1, 7]\n", author=mock.ANY)
     assert any(s.value == "Extended: seeds: + [7]" for s in at.success)
-    with mock.patch("workers.api.retry_study", return_value=[]) as retry:
+    with mock.patch("workers.query.api.retry_study", return_value=[]) as retry:
         at.button(key="studies.retry_censored").click().run()
     retry.assert_called_once_with(STUDY, failed=False, censored=True, budget_factor=2.0, author=mock.ANY)
     assert any(i.value == "Nothing to run again: no censored cell." for i in at.info)
@@ -296,7 +296,7 @@ def test_extend_and_retry_buttons_call_the_workers_and_a_bad_patch_is_refused_by
 def test_the_studies_page_overlays_the_loss_curves_of_every_trial_of_a_setting(app_test, app_env):
     import json
 
-    from workers import api
+    from workers.query import api
 
     def overlay(at):
         (fig,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "studies.overlay.chart" in c.proto.id]

@@ -1,4 +1,4 @@
-"""The Studies page's "Delete study…" (workers.delete) through AppTest, on a real MLflow store and
+"""The Studies page's "Delete study…" (workers.studies.delete) through AppTest, on a real MLflow store and
 ledger of this test's own: the button waits for the study's name, deletes the study as a whole,
 refuses one with trials queued, and tells anyone but the owner or an admin who may."""
 
@@ -9,7 +9,7 @@ from unittest import mock
 import streamlit as st
 
 from tests.workers.conftest import mlflow_template, mlflow_uri, tiny_spec, token_store, worker_env  # noqa: F401
-from workers import api
+from workers.query import api
 
 
 def _studies_page(app_test, name: str):

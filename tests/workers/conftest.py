@@ -108,8 +108,8 @@ def worker_env(tmp_path, monkeypatch, mlflow_uri):
 
 def _reload_celery_app() -> None:
     """The Celery app reads its settings at import: re-apply them for this test's environment."""
-    if "workers.broker" in sys.modules:
-        from workers.broker import reconfigure
+    if "workers.infra.broker" in sys.modules:
+        from workers.infra.broker import reconfigure
 
         reconfigure()
 

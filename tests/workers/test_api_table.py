@@ -1,12 +1,12 @@
-"""``workers.api.study_table``: the steps table the fits read, from a real MLflow store."""
+"""``workers.query.api.study_table``: the steps table the fits read, from a real MLflow store."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.app import store_seed
-from workers import api
-from workers.settings import WorkerSettings
+from workers.query import api
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 

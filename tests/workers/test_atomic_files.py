@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from workers import atomic_files
+from workers.infra import atomic_files
 
 
 def test_a_folder_is_replaced_whole(tmp_path):
@@ -44,7 +44,7 @@ def test_a_file_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
 def test_export_writes_its_file_atomically(worker_env, tmp_path):
     from cbscore.cli import main as cbs_main
     from tests.app import store_seed
-    from workers.settings import WorkerSettings
+    from workers.infra.settings import WorkerSettings
     from workers.tracking import Tracker
 
     s = WorkerSettings.from_env()

@@ -20,9 +20,9 @@ import pytest
 from tests.workers.conftest import CBS, tiny_spec, wait_for
 from tests.workers.tcp_proxy import Proxy
 from tests.workers.test_worker_process import missing_service, no_run_left_running, study_done
-from workers import api
-from workers.ledger import Ledger
-from workers.settings import WorkerSettings
+from workers.query import api
+from workers.studies.ledger import Ledger
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -60,7 +60,7 @@ def broker_behind_a_proxy(worker_env, monkeypatch, tmp_path):
         proxy.port = _free_port()  # not the probe's ephemeral one (see _free_port)
         proxy.up()
         monkeypatch.setenv("CBS_BROKER_URL", f"redis://127.0.0.1:{proxy.port}/0")
-        from workers.broker import reconfigure
+        from workers.infra.broker import reconfigure
 
         reconfigure()
         yield proxy
@@ -171,9 +171,9 @@ def test_a_late_ack_that_fails_on_a_lost_broker_frees_the_prefetch_slot(broker_b
     Redis, and so never sees the connection is gone). The worker's request frees the slot."""
     import redis
 
-    import workers.tasks  # noqa: F401 - registers the task the request is for
-    from workers.acks import LateAckRequest
-    from workers.broker import TRIAL_TASK, app
+    import workers.trials.tasks  # noqa: F401 - registers the task the request is for
+    from workers.infra.acks import LateAckRequest
+    from workers.infra.broker import TRIAL_TASK, app
 
     proxy = broker_behind_a_proxy
     for i in (1, 2):
@@ -214,7 +214,7 @@ def test_watch_backs_off_while_the_broker_is_unreachable_and_keeps_its_period_af
     periods), and at the period once one gets through."""
     from kombu.exceptions import OperationalError
 
-    from workers.runner import Runner
+    from workers.studies.runner import Runner
 
     runner = Runner()
     calls = []
@@ -240,7 +240,7 @@ def test_a_failed_pass_lets_go_of_the_study_lock_though_another_pass_was_asked_f
     study for the lock's 5 min TTL although its holder exited."""
     from kombu.exceptions import OperationalError
 
-    from workers.runner import Runner
+    from workers.studies.runner import Runner
 
     trial_side, runner = Runner(), Runner()
     runner.owner = "another-process"

@@ -15,9 +15,9 @@ import pytest
 
 from cbscore.cli import main as cbs_main
 from tests.workers.conftest import CBS, tiny_spec, tiny_spec_dict, wait_for
-from workers import api
+from workers.query import api
 from workers.cli_processes import worker_argv
-from workers.broker_queues import queue_depth
+from workers.infra.broker_queues import queue_depth
 
 
 def test_dry_run_prints_cells_trials_and_compute_and_enqueues_nothing(worker_env, tmp_path, capsys):
@@ -88,7 +88,7 @@ def test_worker_command_line_pins_the_gpu_and_threads():
     assert argv[argv.index("-c") + 1] == "3" and argv[argv.index("-P") + 1] == "custom"
     assert env["CBS_TORCH_THREADS"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""  # one torch thread per trial
     assert env["MALLOC_ARENA_MAX"] == "1"  # trial children forked from a thread use the main heap
-    assert env["CELERY_CUSTOM_WORKER_POOL"] == "workers.pool:TaskPool"  # idle-safe prefork (workers.pool)
+    assert env["CELERY_CUSTOM_WORKER_POOL"] == "workers.infra.pool:TaskPool"  # idle-safe prefork (workers.infra.pool)
 
 
 def free_port() -> int:
@@ -168,7 +168,7 @@ def test_paper_presets_plan_in_a_dry_run(worker_env, preset, capsys):
 
 def test_study_fit_json_gains_forecast_and_calibration(worker_env, capsys):
     from tests.app import store_seed
-    from workers.settings import WorkerSettings
+    from workers.infra.settings import WorkerSettings
     from workers.tracking import Tracker
 
     s = WorkerSettings.from_env()

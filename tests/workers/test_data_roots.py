@@ -11,10 +11,10 @@ import pytest
 
 from cbscore.errors import ConfigError
 from tests.workers.conftest import DATA, tiny_spec, tiny_spec_dict
-from workers import api
-from workers.ledger import Ledger
-from workers.runner import queue_depth
-from workers.settings import WorkerSettings
+from workers.query import api
+from workers.studies.ledger import Ledger
+from workers.infra.broker_queues import queue_depth
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 
@@ -38,7 +38,7 @@ def test_a_data_path_outside_the_roots_is_refused_at_launch_with_nothing_created
 def test_the_worker_refuses_a_tampered_source_before_reading_it(worker_env, token_store, monkeypatch):
     from pathlib import Path
 
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     api.launch_study(tiny_spec("tampered"))
     [record] = api.study_records("tampered")

@@ -11,8 +11,8 @@ import pytest
 
 from tests.workers.conftest import tiny_spec, wait_for
 from tests.workers.test_worker_process import no_run_left_running, study_done
-from workers import api
-from workers.settings import WorkerSettings
+from workers.query import api
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 
@@ -36,7 +36,7 @@ def rank_processes(parent: int) -> list[int]:
 
 @pytest.mark.slow
 def test_a_killed_rank_costs_the_attempt_and_the_trial_resumes_on_two_ranks(worker_env, processes, token_store):
-    from workers.ledger import Ledger
+    from workers.studies.ledger import Ledger
 
     name = "ddp"
     worker = processes.worker("--devices-per-trial", "2")

@@ -1,4 +1,4 @@
-"""``cbs study delete``: a study deleted as a whole (:mod:`workers.delete`). Trials run in this
+"""``cbs study delete``: a study deleted as a whole (:mod:`workers.studies.delete`). Trials run in this
 process (the worker's own code, ``run_trial_attempt``), on a real MLflow store, ledger and Optuna
 storage of this test's own; every trace a study leaves is counted before and after."""
 
@@ -18,14 +18,15 @@ from cbscore.errors import ConfigError
 from tests.workers.conftest import tiny_spec, wait_for
 from tests.workers.test_extend_retry import drain
 from tests.workers.test_reuse import advance_until_done, steps
-from workers import api, delete
-from workers.checkpoints import checkpoint_dir
-from workers.delete import StudyInFlight
-from workers.ledger import Ledger
-from workers.local_study import study_artifacts
-from workers.runner import Runner
-from workers.search import storage
-from workers.settings import WorkerSettings
+from workers.query import api
+from workers.studies import delete
+from workers.infra.checkpoints import checkpoint_dir
+from workers.studies.delete import StudyInFlight
+from workers.studies.ledger import Ledger
+from workers.studies.local_study import study_artifacts
+from workers.studies.runner import Runner
+from workers.studies.search import storage
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 
@@ -120,7 +121,7 @@ def test_a_study_with_a_trial_queued_is_refused_by_name_and_count_and_nothing_is
 
 
 def test_force_cancels_a_running_trial_waits_for_it_to_stop_then_deletes(worker_env, token_store):
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     name = "busy"
     # a reference trial long enough to be stopped half-way (200k tokens: minutes on two cores)
@@ -150,7 +151,7 @@ def test_force_cancels_a_running_trial_waits_for_it_to_stop_then_deletes(worker_
 
 def test_force_deletes_a_local_study_with_queued_branches_and_its_snapshots(worker_env, token_store, capsys):
     from tests.workers.test_local_study import local_spec
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     name = "locdel"
     api.launch_study(local_spec(name))

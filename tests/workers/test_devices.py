@@ -8,7 +8,7 @@ import pytest
 
 from cbscore.errors import ConfigError
 from workers.cli_processes import worker_argv
-from workers.devices import parse_gpus, pin_child, slot_gpus, trial_devices
+from workers.trials.devices import parse_gpus, pin_child, slot_gpus, trial_devices
 
 
 def test_four_gpus_at_two_per_trial_run_two_trials_on_disjoint_pairs():

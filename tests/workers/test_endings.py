@@ -21,11 +21,11 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
 
 from tests.workers.conftest import tiny_spec
-from workers import api
-from workers.checkpoints import checkpoint_dir
-from workers.ledger import Ledger
-from workers.runner import Runner
-from workers.settings import WorkerSettings
+from workers.query import api
+from workers.infra.checkpoints import checkpoint_dir
+from workers.studies.ledger import Ledger
+from workers.studies.runner import Runner
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 #: Tags an ended run carries from its trial's result.
@@ -38,7 +38,7 @@ def launch(name: str, **changes):
 
 
 def test_the_run_ends_with_its_tags_before_the_ledger_calls_the_trial_done(worker_env, token_store, monkeypatch):
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     [record] = launch("end1", batch_sizes=[8])
     tracker = Tracker(WorkerSettings.from_env().tracking_uri)
@@ -58,7 +58,7 @@ def test_the_run_ends_with_its_tags_before_the_ledger_calls_the_trial_done(worke
 
 
 def test_a_run_that_cannot_be_ended_is_ended_by_the_next_attempt(worker_env, token_store, monkeypatch):
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     monkeypatch.setenv("CBS_TRACKING_RETRIES", "1")
     [record] = launch("end2", batch_sizes=[8])
@@ -87,7 +87,7 @@ def test_a_run_that_cannot_be_ended_is_ended_by_the_next_attempt(worker_env, tok
 def test_the_repair_restores_the_full_tag_set_from_the_checkpoint(worker_env, token_store, monkeypatch):
     """A run left open after its lease ended (a crash between them in an older lab, or a runner
     ending): the repair ends it with the tags the steps table reads, not the outcome alone."""
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     monkeypatch.setenv("CBS_KEEP_CHECKPOINTS", "1")  # the checkpoint with the result stays, as after a crash
     record = launch("end3", batch_sizes=[8, 16])[0]  # the reference first; B = 16 keeps the study running
@@ -127,7 +127,7 @@ class Unreachable:
 
 
 def test_a_holder_cut_off_from_the_ledger_stops_writing_and_gives_up():
-    from workers.trial import Heartbeat, StopWatch
+    from workers.trials.trial import Heartbeat, StopWatch
 
     heartbeat = Heartbeat(Unreachable(), "t", 1, "me", period_s=0.05, deadline_s=0.3)
     watch = StopWatch(heartbeat)
@@ -150,7 +150,7 @@ def test_a_holder_cut_off_from_the_ledger_stops_writing_and_gives_up():
 
 def test_a_trial_cut_off_from_the_ledger_writes_no_checkpoint_after_its_deadline(worker_env, token_store,
                                                                                 monkeypatch):
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     monkeypatch.setenv("CBS_CHECKPOINT_EVERY_S", "0.001")  # a checkpoint asked at every log step
     [record] = launch("end5", batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 200_000}])
@@ -172,8 +172,8 @@ def test_a_trial_cut_off_from_the_ledger_writes_no_checkpoint_after_its_deadline
 
 
 def test_an_ended_run_whose_lease_is_not_done_is_still_in_flight():
-    from workers.ledger import Lease
-    from workers.records import trial_status
+    from workers.studies.ledger import Lease
+    from workers.studies.records import trial_status
 
     def lease(state, outcome=None):
         return Lease(trial_id="t", study="s", run_id="r", attempt=1, state=state, owner=None, worker=None, queue="cpu",
@@ -191,7 +191,7 @@ def test_an_optuna_cell_asks_for_its_next_trial_only_once_the_last_one_is_done_a
     """The chaos run's fault: the ledger could not say "done" (a database outage) after the run had
     ended; the attempt went back to the queue, and the cell, taking the ended run for an ended trial,
     asked for its next one before Optuna knew the first one's value."""
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     [record] = launch("end5", batch_sizes=[8], search={"kind": "optuna", "n_trials": 2, "parallel_per_cell": 1,
                                                         "lr_min": 3e-3, "lr_max": 3e-2})
@@ -228,8 +228,8 @@ def test_a_lease_left_creating_after_its_run_exists_is_queued_and_sent_once_stal
     run and never started the trial again, which then waited forever (once in the issue-27 run)."""
     import sqlalchemy as sa
 
-    from workers.ledger import LEASES
-    from workers.trial import run_trial_attempt
+    from workers.studies.ledger import LEASES
+    from workers.trials.trial import run_trial_attempt
 
     real = Ledger.mark_queued
     monkeypatch.setattr(Ledger, "mark_queued", lambda self, *a, **k: (_ for _ in ()).throw(

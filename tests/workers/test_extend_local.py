@@ -9,7 +9,7 @@ import pytest
 from cbscore.cli import main as cbs_main
 from cbscore.errors import ConfigError
 from tests.workers.test_local_study import local_spec
-from workers import api
+from workers.query import api
 
 
 def test_changing_a_local_studys_local_fields_is_refused_by_name_with_what_to_do(worker_env, token_store, tmp_path,

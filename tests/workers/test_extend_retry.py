@@ -9,14 +9,14 @@ import pytest
 from cbscore.cli import main as cbs_main
 from cbscore.errors import ConfigError
 from tests.workers.conftest import tiny_spec
-from workers import api
-from workers.settings import WorkerSettings
+from workers.query import api
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 
 def drain(name: str, limit: int = 40) -> list[str]:
     """Run every queued trial of ``name`` until none is left; returns the trial ids run, in order."""
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     ran = []
     for _ in range(limit):

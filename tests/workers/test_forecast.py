@@ -7,7 +7,7 @@ import pytest
 from cbscore.analysis import analyze_table
 from cbscore.errors import ConfigError
 from cbscore.study import StudySpec, TrialRecord
-from workers.forecast import forecast_range, forecast_spec, study_forecast
+from workers.studies.forecast import forecast_range, forecast_spec, study_forecast
 
 
 def spec(**changes) -> StudySpec:
@@ -90,7 +90,7 @@ def test_forecast_from_chooses_batch_sizes_around_the_calibrated_forecast():
 
 
 def test_launch_refuses_an_unknown_forecast_from(worker_env):
-    from workers import api
+    from workers.query import api
 
     with pytest.raises(ConfigError, match=r"^forecast_from: names no study in the tracking store, but got 'nope'\.$"):
         api.launch_study(spec(name="new", forecast_from="nope"))

@@ -19,10 +19,10 @@ import pytest
 
 import cbscore.train as train_module
 from tests.workers.conftest import tiny_spec
-from workers import api
-from workers.checkpoints import checkpoint_dir
-from workers.ledger import Ledger
-from workers.settings import WorkerSettings
+from workers.query import api
+from workers.infra.checkpoints import checkpoint_dir
+from workers.studies.ledger import Ledger
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker, is_out_of_resources, is_transient
 
 
@@ -60,7 +60,7 @@ def assert_given_back(name: str, record, out: dict) -> None:
 def test_a_full_disk_at_a_checkpoint_gives_the_attempt_back(worker_env, token_store):
     """Injected: every write into the checkpoint folders fails with ENOSPC (the checkpoint and the
     give-back count alike); the lease is released all the same."""
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     record = launch("full1")
     folders = str(Path(checkpoint_dir(record.trial_id)).parent)
@@ -113,7 +113,7 @@ def full_filesystem(worker_env):
 
 
 def test_a_real_full_disk_fails_nothing_for_good(worker_env, token_store, full_filesystem):
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     record = launch("full2")
     out = run_trial_attempt("full2", record.trial_id, 1, worker="test")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.ledger import Ledger, WorkerRow, owner_is_dead, this_process
+from workers.studies.ledger import Ledger, WorkerRow, owner_is_dead, this_process
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ def test_a_live_trial_in_another_pid_namespace_is_not_judged_dead():
     """Two containers with one hostname: a holder alive in its own PID namespace has a pid that
     names no process here. It must not be judged dead (issue 12, item 5)."""
     pid = _free_pid()
-    code = ("from workers.ledger import this_process; import time; "
+    code = ("from workers.studies.ledger import this_process; import time; "
             "print(this_process(), flush=True); time.sleep(60)")
     # In a new PID namespace, ns_last_pid makes the next child get exactly ``pid``.
     script = (f"echo {pid - 1} > /proc/sys/kernel/ns_last_pid && "

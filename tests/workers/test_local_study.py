@@ -15,9 +15,9 @@ from cbscore.cli import main as cbs_main
 from cbscore.study import StudySpec
 from tests.workers.conftest import CBS, DATA, wait_for
 from tests.workers.test_extend_retry import drain
-from workers import api
-from workers.local_study import delete_study_artifacts, snapshot_dir
-from workers.settings import WorkerSettings
+from workers.query import api
+from workers.studies.local_study import delete_study_artifacts, snapshot_dir
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 

@@ -19,9 +19,9 @@ from tests.app.test_local_charts import spec as curve_spec
 from tests.workers.conftest import CBS, wait_for
 from tests.workers.test_extend_retry import drain
 from tests.workers.test_local_study import local_spec
-from workers import api
-from workers.local_fit import local_readout, seed_interval
-from workers.local_warmup import warmup_blocker, warmup_patch
+from workers.query import api
+from workers.studies.local_fit import local_readout, seed_interval
+from workers.studies.local_warmup import warmup_blocker, warmup_patch
 
 SQRT2 = math.sqrt(2)
 

@@ -15,9 +15,9 @@ from celery import Celery
 
 from cbscore.errors import ConfigError
 from tests.workers.conftest import CBS
-from workers.broker import configure
+from workers.infra.broker import configure
 from workers.cli_processes import tracking_argv, tracking_auth_config
-from workers.settings import WorkerSettings
+from workers.infra.settings import WorkerSettings
 
 
 @pytest.mark.parametrize("env, on", [({"CBS_BROKER_URL": "redis://127.0.0.1:6379/0"}, False),

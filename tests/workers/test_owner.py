@@ -8,7 +8,7 @@ import yaml
 
 from cbscore.cli import main as cbs_main
 from tests.workers.conftest import tiny_spec, tiny_spec_dict
-from workers import api
+from workers.query import api
 
 
 def test_the_owner_is_recorded_and_listed(worker_env):

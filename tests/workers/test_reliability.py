@@ -21,11 +21,11 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, TEMPORARILY_UN
 
 from tests.workers.conftest import tiny_spec, wait_for
 from tests.workers.test_runner import dead_owner
-from workers import api
-from workers.checkpoints import checkpoint_dir
-from workers.ledger import Ledger, this_process
-from workers.runner import AdvanceReport, Runner
-from workers.settings import WorkerSettings
+from workers.query import api
+from workers.infra.checkpoints import checkpoint_dir
+from workers.studies.ledger import Ledger, this_process
+from workers.studies.runner import AdvanceReport, Runner
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker, is_transient
 
 
@@ -49,7 +49,7 @@ def test_a_store_outage_at_the_final_flush_gives_the_attempt_back(worker_env, to
     """Item 2: the summary cannot be written after training ended. Today's code marked the trial
     failed for good; now the same attempt goes back to the queue and the next one returns the
     result the checkpoint holds, without training again."""
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     monkeypatch.setenv("CBS_TRACKING_RETRIES", "2")
     api.launch_study(tiny_spec("out1", batch_sizes=[8]))
@@ -91,7 +91,7 @@ def out_steps(tracker: Tracker, record) -> int:
 def test_a_store_outage_before_training_costs_no_attempt(worker_env, monkeypatch):
     """Item 2: an error before training used to leave a lease that looked lost and burned every
     attempt in seconds."""
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     monkeypatch.setenv("CBS_TRACKING_RETRIES", "1")
     api.launch_study(tiny_spec("out2", batch_sizes=[8]))
@@ -168,7 +168,7 @@ def test_a_superseded_holder_never_writes_a_checkpoint(worker_env, token_store, 
     """Item 6: the runner gives the trial to a new attempt and the new holder removes the folder;
     the old holder, still training, must not write into it again (today's trainer did, at its
     next periodic save and again when it stopped)."""
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     monkeypatch.setenv("CBS_CHECKPOINT_EVERY_S", "0.001")  # a checkpoint at every log step
     monkeypatch.setenv("CBS_HEARTBEAT_S", "30")  # the old holder learns it only when it asks
@@ -228,7 +228,7 @@ def test_the_study_lock_is_renewed_while_a_long_pass_runs(worker_env, monkeypatc
     """
     import sqlalchemy as sa
 
-    from workers.ledger import LOCKS
+    from workers.studies.ledger import LOCKS
 
     s = WorkerSettings.from_env()
     runner = Runner(s)

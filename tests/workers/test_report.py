@@ -10,7 +10,7 @@ import pytest
 
 from tests.app import store_seed
 from cbscore.cli import main as cbs_main
-from workers.settings import WorkerSettings
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 

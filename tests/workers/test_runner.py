@@ -11,10 +11,11 @@ import pytest
 
 from cbscore.errors import ConfigError
 from tests.workers.conftest import tiny_spec, tiny_spec_dict
-from workers import api
-from workers.ledger import Ledger, this_process
-from workers.runner import Runner, queue_depth
-from workers.settings import WorkerSettings
+from workers.query import api
+from workers.studies.ledger import Ledger, this_process
+from workers.infra.broker_queues import queue_depth
+from workers.studies.runner import Runner
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 
@@ -93,7 +94,7 @@ def test_cancel_ends_queued_trials_and_the_study(worker_env):
     assert parent.info.status == "KILLED" and parent.data.tags["status"] == "cancelled"
     assert Runner().advance("s2").skipped == "study is cancelled"
     # The task still in the queue finds its lease ended and exits without training.
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     assert "skipped" in run_trial_attempt("s2", record.trial_id, 1)
 
@@ -126,7 +127,7 @@ def test_lost_trial_is_requeued_as_next_attempt_until_the_cap(worker_env, monkey
 
 
 def test_diverged_trial_is_kept_and_not_retried(worker_env, token_store):
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     api.launch_study(tiny_spec("s4", batch_sizes=[8], search={"kind": "grid", "lrs": [3.0]}))
     [record] = api.study_records("s4")
@@ -152,8 +153,8 @@ def test_redelivered_task_takes_over_from_a_dead_holder_and_resumes(worker_env, 
     from cbscore.callbacks import Callback
     from cbscore.train import train
     from cbscore.train_config import TrainConfig
-    from workers.records import trial_spec
-    from workers.trial import checkpoint_dir, run_trial_attempt
+    from workers.studies.records import trial_spec
+    from workers.trials.trial import checkpoint_dir, run_trial_attempt
 
     api.launch_study(tiny_spec("s5", batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 7_500}]))
     [record] = api.study_records("s5")
@@ -180,7 +181,7 @@ def test_redelivered_task_takes_over_from_a_dead_holder_and_resumes(worker_env, 
 
 @pytest.mark.parametrize("reason, outcome", [("pruned", "pruned"), ("cancelled", "stopped")])
 def test_a_stop_asked_through_the_lease_ends_the_trial_killed(worker_env, token_store, reason, outcome):
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     api.launch_study(tiny_spec("s6", batch_sizes=[8]))
     [record] = api.study_records("s6")
@@ -195,7 +196,7 @@ def test_a_stop_asked_through_the_lease_ends_the_trial_killed(worker_env, token_
 def test_a_redelivered_task_at_the_attempt_cap_ends_failed_instead_of_looping(worker_env, monkeypatch):
     """A trial that kills its child every time: Celery redelivers the message each time; at the
     cap the redelivered task ends the trial ``failed`` (and acks) instead of training again."""
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     monkeypatch.setenv("CBS_MAX_ATTEMPTS", "2")
     api.launch_study(tiny_spec("s7", batch_sizes=[8]))
@@ -216,7 +217,7 @@ def test_a_redelivered_task_at_the_attempt_cap_ends_failed_instead_of_looping(wo
 def test_watch_survives_a_pass_that_raises_any_exception(worker_env, monkeypatch):
     """Issue 12: a pass that fails with something other than a CbsError (seen: NotADirectoryError
     while the broker folder was briefly unusable) is logged, and the runner goes on."""
-    from workers.runner import Runner
+    from workers.studies.runner import Runner
 
     runner = Runner()
     calls = []

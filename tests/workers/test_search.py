@@ -1,5 +1,5 @@
 """Optuna per cell: proposals inside the range and independent of who asks, and what each
-outcome tells the sampler (the semantics in workers/search.py)."""
+outcome tells the sampler (the semantics in workers/studies/search.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from workers.search import CellSearch, cell_study_name
+from workers.studies.search import CellSearch, cell_study_name
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cbscore.errors import ConfigError
-from workers.settings import MLFLOW_DIR, WorkerSettings
+from workers.infra.settings import MLFLOW_DIR, WorkerSettings
 
 
 def test_defaults_need_no_server(tmp_path, monkeypatch):

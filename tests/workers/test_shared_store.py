@@ -19,9 +19,9 @@ from cbscore.data import DataConfig
 from cbscore.data.store import check_store_location, content_digest
 from cbscore.errors import ConfigError
 from tests.workers.conftest import DATA, tiny_spec
-from workers import api
-from workers.ledger import Ledger
-from workers.settings import WorkerSettings
+from workers.query import api
+from workers.studies.ledger import Ledger
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 #: The tests' small store settings, with no ``store_dir``: the store is ``<CBS_STORE_DIR>/<key>``.
@@ -30,7 +30,7 @@ SHARED = {k: v for k, v in DATA.items() if k != "store_dir"}
 
 def test_checkpoints_and_stores_live_under_their_shared_folders(worker_env, tmp_path, monkeypatch):
     from cbscore.data.roots import data_roots
-    from workers.checkpoints import checkpoint_dir
+    from workers.infra.checkpoints import checkpoint_dir
 
     home = Path(worker_env["CBS_HOME"])
     assert Path(checkpoint_dir("t1")) == home.resolve() / "checkpoints" / "t1"  # the default
@@ -82,7 +82,7 @@ def launch(name: str, **changes):
 
 
 def test_the_first_trial_prepares_the_shared_store_and_pins_it(shared_stores):
-    from workers.trial import run_trial_attempt
+    from workers.trials.trial import run_trial_attempt
 
     [record] = launch("pin1")
     out = run_trial_attempt("pin1", record.trial_id, 1, worker="a")
@@ -114,8 +114,8 @@ def test_a_host_that_cannot_see_the_store_gives_the_attempt_back_and_builds_none
     """Host B has no mount where the shared store should be (an empty local folder): its attempts go
     back, naming the path and the setting, hold the slot for the back-off, never count against
     CBS_MAX_GIVE_BACKS, and build nothing; on a host that sees the store the trial finishes."""
-    import workers.trial as trial
-    from workers.trial import run_trial_attempt
+    import workers.trials.trial as trial
+    from workers.trials.trial import run_trial_attempt
 
     first, second = launch("pin2", seeds=[0, 1])
     assert run_trial_attempt("pin2", first.trial_id, 1, worker="a")["outcome"] == "finished"  # pins the store
@@ -140,8 +140,8 @@ def test_a_copy_built_from_another_corpus_version_is_refused_and_an_identical_on
     """Host B keeps its own copy of the store (rsync): a copy whose source fingerprint differs (made
     from another version of the built-in corpus) is refused, untouched; an identical copy (only its
     build time differs) is the same store."""
-    import workers.trial as trial
-    from workers.trial import run_trial_attempt
+    import workers.trials.trial as trial
+    from workers.trials.trial import run_trial_attempt
 
     first, second = launch("pin3", seeds=[0, 1])
     assert run_trial_attempt("pin3", first.trial_id, 1, worker="a")["outcome"] == "finished"

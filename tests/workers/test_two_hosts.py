@@ -36,8 +36,8 @@ from tests.workers.conftest import CBS, DATA, tiny_spec, wait_for
 from tests.workers.tcp_proxy import Proxy
 from tests.workers.test_worker_process import (POSTGRES_URL, REDIS_URL, fresh_postgres_databases, missing_service,
                                                no_run_left_running, study_done)
-from workers import api
-from workers.settings import WorkerSettings
+from workers.query import api
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 #: The study: one reference trial of 976 steps (1.25 · 100k tokens at B = 8, T = 16), long enough to
@@ -167,7 +167,7 @@ def two_hosts(worker_env, tmp_path, monkeypatch):
         here = {**common, **services(f"{redis_host}:{redis_port}", pg.host or "127.0.0.1", pg.port or 5432)}
         for key, value in here.items():
             monkeypatch.setenv(key, value)
-        from workers.broker import reconfigure
+        from workers.infra.broker import reconfigure
 
         reconfigure()
         envs = {}
@@ -179,7 +179,7 @@ def two_hosts(worker_env, tmp_path, monkeypatch):
 
 
 def lease_of(name: str):
-    from workers.ledger import Ledger
+    from workers.studies.ledger import Ledger
 
     [record] = api.study_records(name)
     return Ledger(WorkerSettings.from_env().ledger_url).lease(record.trial_id)
@@ -249,7 +249,7 @@ def test_a_lost_host_trial_resumes_on_the_other_host_from_its_checkpoint(two_hos
     assert (calm.attempt, lease_of("calm").worker.endswith(f"@{kept}")) == (1, True)
     assert table("calm") == table("lost") and [r["outcome"] for r in table("lost")] == ["reached"]
     # one store for both studies and both hosts: prepared once into the shared folder and pinned
-    from workers.ledger import Ledger
+    from workers.studies.ledger import Ledger
 
     pins = [Ledger(s.ledger_url).store_pin(name) for name in ("lost", "calm")]
     assert pins[0].host.startswith(f"{lost}@") and pins[1].digest == pins[0].digest

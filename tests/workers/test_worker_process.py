@@ -16,8 +16,8 @@ import pytest
 
 from cbscore.cli import main as cbs_main
 from tests.workers.conftest import CBS, tiny_spec, wait_for
-from workers import api
-from workers.settings import WorkerSettings
+from workers.query import api
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 
@@ -150,7 +150,7 @@ def test_a_killed_child_is_redelivered_by_celery_and_resumes(worker_env, process
     """SIGKILL to the trial's child only (an OOM kill): Celery requeues the message
     (task_reject_on_worker_lost), a new child takes the trial over as attempt 2 from its
     checkpoint, with no runner process involved."""
-    from workers.ledger import Ledger
+    from workers.studies.ledger import Ledger
 
     name = "child"
     worker = processes.worker()
@@ -177,7 +177,7 @@ def test_worker_forks_a_child_per_task_while_its_presence_thread_writes(worker_e
     """The pool forks a fresh child after every task while the parent's presence thread writes
     SQLite; a fork inside a write used to leave the child blocked on a lock (5 of 40 ran). Tasks
     of unknown trials also show that a task without a lease exits without training."""
-    from workers.broker import TRIAL_TASK, app
+    from workers.infra.broker import TRIAL_TASK, app
 
     monkeypatch.setenv("CBS_HEARTBEAT_S", "0.01")
     monkeypatch.setenv("CBS_STALE_AFTER_S", "1")
@@ -212,8 +212,8 @@ def _descendants(pid: int) -> dict[int, int]:
 def test_idle_pool_children_killed_on_the_filesystem_broker_leave_a_worker_that_takes_tasks(worker_env, processes):
     """billiard's blocking pool (no event loop: the filesystem broker) let an idle child hold the task
     pipe's read lock while it waited; a ``kill -9`` of that child left the lock held and the worker
-    taking no task ever again (the chaos run's fault). workers.pool waits without the lock."""
-    from workers.broker import TRIAL_TASK, app
+    taking no task ever again (the chaos run's fault). workers.infra.pool waits without the lock."""
+    from workers.infra.broker import TRIAL_TASK, app
 
     worker = processes.worker("--concurrency", "2")
 
@@ -291,7 +291,7 @@ def redis_or_skip() -> None:
 def redis_env(worker_env, monkeypatch):
     redis_or_skip()
     monkeypatch.setenv("CBS_BROKER_URL", REDIS_URL)
-    from workers.broker import app, reconfigure
+    from workers.infra.broker import app, reconfigure
 
     reconfigure()
     with app.connection_for_write() as conn:  # messages a previous run left in the test database
@@ -337,8 +337,8 @@ def test_processes_starting_together_on_fresh_postgresql_databases_all_start(pos
     import subprocess
     import sys
 
-    code = ("from workers.settings import WorkerSettings; from workers.tracking import Tracker; "
-            "from workers.ledger import Ledger; from workers.search import storage; "
+    code = ("from workers.infra.settings import WorkerSettings; from workers.tracking import Tracker; "
+            "from workers.studies.ledger import Ledger; from workers.studies.search import storage; "
             "s = WorkerSettings.from_env(); Tracker(s.tracking_uri).studies(); Ledger(s.ledger_url).leases('x'); "
             "storage(s.optuna_storage); print('ok')")
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -405,7 +405,7 @@ def test_an_optuna_study_runs_on_postgresql(postgres_env, processes, token_store
     study = optuna.load_study(storage=s.optuna_storage, study_name=f"{name}/tiny-0.1M_D15K.b8")
     trials = sorted(study.get_trials(), key=lambda t: t.number)
     assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
-    # Reference cells tell their final held-out loss (workers/search.py); the lr matches the run's.
+    # Reference cells tell their final held-out loss (workers/studies/search.py); the lr matches the run's.
     by_number = {r.search_number: r for r in records}
     for t in trials:
         assert t.value == pytest.approx(by_number[t.number].final_eval_loss)

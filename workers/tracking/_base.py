@@ -158,7 +158,7 @@ def prepare_store(uri: str) -> None:
     path = _sqlite_path(uri)
     if path is None:
         if uri.startswith(("postgresql", "postgres", "mysql")):
-            from workers.schema_lock import schema_lock
+            from workers.infra.schema_lock import schema_lock
 
             with schema_lock(uri, "mlflow"):  # the first client creates the schema, alone
                 MlflowClient(tracking_uri=uri).search_experiments(max_results=1)

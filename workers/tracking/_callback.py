@@ -110,7 +110,7 @@ class MlflowCallback(Callback):
     def flush(self, state: TrainState, *, must: bool = False) -> None:
         """Send the buffer. A failure mid-training keeps the buffer for the next flush and goes on
         (the store may be restarting); with ``must`` (the end of the trial) it raises, and the
-        trial gives its attempt back (:mod:`workers.trial`)."""
+        trial gives its attempt back (:mod:`workers.trials.trial`)."""
         now = time.time()
         self.buffer += [metric("heartbeat", now, state.step, now), metric("progress/step", state.step, state.step, now),
                         metric("progress/tokens", state.tokens, state.step, now)]

@@ -226,12 +226,12 @@ def _verdict(by_role: Mapping[str, dict], c: dict | None) -> str | None:
 
 
 def local_fit(name: str) -> dict:
-    """:func:`local_readout` of study ``name`` from MLflow and the ledger (as ``workers.api`` reads a
-    study; :func:`workers.api.study_local_fit` is this, for the pages)."""
+    """:func:`local_readout` of study ``name`` from MLflow and the ledger (as ``workers.query.api`` reads a
+    study; :func:`workers.query.api.study_local_fit` is this, for the pages)."""
     from cbscore.errors import ConfigError
-    from workers.ledger import Ledger
-    from workers.records import build_records, in_spec
-    from workers.settings import WorkerSettings
+    from workers.studies.ledger import Ledger
+    from workers.studies.records import build_records, in_spec
+    from workers.infra.settings import WorkerSettings
     from workers.tracking import Tracker
 
     s = WorkerSettings.from_env()

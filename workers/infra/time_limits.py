@@ -3,7 +3,7 @@
 A trial's budget (tokens, or a step cap) bounds its compute, but nothing bounded its time: a spec
 past the sanity limits, a hung data loader or a machine far slower than planned kept a worker busy
 for ever. Every trial task is now sent with a hard time limit (Celery's per-task ``time_limit``;
-the worker kills the child and :func:`workers.trial.end_after_time_limit` ends the trial
+the worker kills the child and :func:`workers.trials.trial.end_after_time_limit` ends the trial
 ``failed`` with the reason):
 
 * ``CBS_TRIAL_TIME_LIMIT_S`` when the operator sets it (it replaces the derived limit: raise it for
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from workers.settings import WorkerSettings
+from workers.infra.settings import WorkerSettings
 
 #: Seconds every trial gets besides its compute: start-up, preparing a corpus, checkpoints.
 BASE_S = 2 * 3600.0

@@ -4,7 +4,7 @@
   ``CBS_BROKER_POLL_S`` ≤ 0.1 s) unless ``CBS_BROKER_URL`` names Redis or RabbitMQ.
 * No result backend: MLflow is the record of every trial (``task_ignore_result``).
 * ``task_acks_late`` + ``task_reject_on_worker_lost``: a task whose child dies is requeued; the
-  attempt cap lives in the ledger (:mod:`workers.ledger`), not in Celery, so a trial that kills
+  attempt cap lives in the ledger (:mod:`workers.studies.ledger`), not in Celery, so a trial that kills
   its worker ``CBS_MAX_ATTEMPTS`` times ends ``failed`` instead of looping.
 * ``worker_prefetch_multiplier=1``, ``worker_max_tasks_per_child=1`` (prefork): a trial never
   waits behind another in a prefetch buffer, and each runs in a fresh child process, so CUDA is
@@ -13,13 +13,13 @@
 * Queues ``cpu`` and ``gpu``; ``cbs worker`` consumes the one of its device.
 * A broker outage is waited out: the worker reconnects however long it lasts, a running trial
   carries on, and an ack that fails meanwhile does not stop the worker from consuming again
-  (:mod:`workers.acks`). Redis connections time out instead of hanging on a silent network cut.
+  (:mod:`workers.infra.acks`). Redis connections time out instead of hanging on a silent network cut.
 
-Settings are read from the environment when this module is imported (``workers.settings``).
+Settings are read from the environment when this module is imported (``workers.infra.settings``).
 
 What sends tasks (the runner, the trial that gives its attempt back) imports this module; what
 only a worker process needs (its presence in the ledger, the preload of the trainer, device
-pinning: Celery's worker signals) lives in :mod:`workers.celery_app`, the module ``celery -A``
+pinning: Celery's worker signals) lives in :mod:`workers.trials.celery_app`, the module ``celery -A``
 loads, so that sending a task never imports the trial code that sends tasks.
 """
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 from celery import Celery
 from kombu import Queue
 
-from workers.settings import QUEUES, WorkerSettings
+from workers.infra.settings import QUEUES, WorkerSettings
 
 TRIAL_TASK = "workers.tasks.run_trial"
 
@@ -63,7 +63,7 @@ def configure(app: Celery, s: WorkerSettings) -> None:
         broker_url=s.broker_url,
         broker_transport_options=transport_options,
         # A broker outage is waited out, at start and after a lost connection, however long it lasts
-        # (Celery's default gives up after 100 tries); a late ack it misses is handled in workers.acks.
+        # (Celery's default gives up after 100 tries); a late ack it misses is handled in workers.infra.acks.
         broker_connection_retry_on_startup=True,
         broker_connection_retry=True,
         broker_connection_max_retries=None,
@@ -81,7 +81,7 @@ def configure(app: Celery, s: WorkerSettings) -> None:
         task_acks_on_failure_or_timeout=True,
         worker_prefetch_multiplier=1,
         worker_max_tasks_per_child=1,
-        worker_pool="workers.pool:TaskPool",  # prefork, safe against an idle child killed (workers.pool)
+        worker_pool="workers.infra.pool:TaskPool",  # prefork, safe against an idle child killed (workers.infra.pool)
         task_soft_time_limit=s.soft_time_limit_s,
         task_time_limit=s.time_limit_s,
         task_queues=tuple(Queue(q, routing_key=q) for q in QUEUES),
@@ -97,7 +97,7 @@ def configure(app: Celery, s: WorkerSettings) -> None:
     )
 
 
-app = Celery("cbslab", include=["workers.tasks"])
+app = Celery("cbslab", include=["workers.trials.tasks"])
 configure(app, WorkerSettings.from_env())
 
 

@@ -1,12 +1,12 @@
 """The keeper of a study lock: renews the ledger's lock of one study while a runner pass holds it
-(:mod:`workers.runner`, :mod:`workers.delete`)."""
+(:mod:`workers.studies.runner`, :mod:`workers.studies.delete`)."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from workers.ledger import Ledger
+from workers.studies.ledger import Ledger
 
 
 class LockKeeper:

@@ -1,7 +1,7 @@
-"""The worker process's side of the Celery app (``celery -A workers.celery_app``): the worker's
+"""The worker process's side of the Celery app (``celery -A workers.trials.celery_app``): the worker's
 presence in the ledger, the preload of MLflow and the trainer in a CPU worker's parent, device
 pinning in each pool child, and the shutdown that checkpoints running trials back to the queue.
-The app itself and its configuration are :mod:`workers.broker` (re-exported here).
+The app itself and its configuration are :mod:`workers.infra.broker` (re-exported here).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 
 from celery import signals
 
-from workers.broker import TRIAL_TASK, app, configure, reconfigure  # noqa: F401 (the app celery -A loads)
-from workers.settings import WorkerSettings
+from workers.infra.broker import TRIAL_TASK, app, configure, reconfigure  # noqa: F401 (the app celery -A loads)
+from workers.infra.settings import WorkerSettings
 
 
 # ---------------------------------------------------------------------------- worker presence
@@ -41,7 +41,7 @@ class _Presence:
         self.nodename = ""  # a child never unregisters its parent
 
     def start(self, nodename: str, concurrency: int) -> None:
-        from workers.ledger import Ledger, WorkerRow, host_id
+        from workers.studies.ledger import Ledger, WorkerRow, host_id
 
         s = WorkerSettings.from_env()
         self.nodename = nodename
@@ -65,7 +65,7 @@ class _Presence:
         self.thread.start()
 
     def end(self) -> None:
-        from workers.ledger import Ledger
+        from workers.studies.ledger import Ledger
 
         self.stop.set()
         if self.nodename:
@@ -91,14 +91,14 @@ def _preload(**_: object) -> None:
 
     if os.environ.get("CBS_WORKER_DEVICE") == "cpu":
         import cbscore.train  # noqa: F401
-        import workers.trial  # noqa: F401
+        import workers.trials.trial  # noqa: F401
 
 
 @signals.worker_process_init.connect
 def _pin_devices(**_: object) -> None:
     """In each pool child of a GPU worker: narrow ``CUDA_VISIBLE_DEVICES`` to the child's own GPU
     group before anything touches CUDA (``cbs worker --gpus … --devices-per-trial K``)."""
-    from workers.devices import pin_child
+    from workers.trials.devices import pin_child
 
     pin_child()
 
@@ -113,7 +113,7 @@ def _worker_shutting_down(sender=None, **_: object) -> None:
     """A shutdown began (in the parent): ask this worker's running trials to stop at a checkpoint
     and go back to the queue, so a warm shutdown (SIGTERM) ends in seconds, not when the trials
     end, and costs them no attempt. (A cold shutdown may kill them first: they are then lost.)"""
-    from workers.ledger import Ledger
+    from workers.studies.ledger import Ledger
 
     try:
         Ledger(WorkerSettings.from_env().ledger_url).interrupt_worker(str(sender))

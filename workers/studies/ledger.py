@@ -20,7 +20,7 @@ when ``CBS_OPTUNA_STORAGE`` is set (tables ``cbs_trial_leases``, ``cbs_workers``
 
 A study's token store is pinned here by the first trial that has it ready (``cbs_study_stores``:
 where it was, its content digest, which host): every later attempt, on any host, trains on a store
-with that digest or gives its attempt back (:mod:`workers.stores`).
+with that digest or gives its attempt back (:mod:`workers.studies.stores`).
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def engine(url: str) -> sa.Engine:
                     conn.exec_driver_sql("PRAGMA journal_mode=WAL")
             else:
                 eng = sa.create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=2)
-            from workers.schema_lock import schema_lock
+            from workers.infra.schema_lock import schema_lock
 
             with schema_lock(url, "ledger"):
                 _META.create_all(eng, checkfirst=True)
@@ -396,7 +396,7 @@ class Ledger:
     # ------------------------------------------------------------------ deleting a study
     def forget_study(self, study: str) -> int:
         """Delete ``study``'s leases (with their outcomes) and its pinned token store; returns the
-        leases deleted. For deleting a study (:mod:`workers.delete`), never for ending one: a lease
+        leases deleted. For deleting a study (:mod:`workers.studies.delete`), never for ending one: a lease
         is how the runner knows a trial ran. Idempotent."""
         with self.engine.begin() as conn:
             n = conn.execute(LEASES.delete().where(LEASES.c.study == study)).rowcount

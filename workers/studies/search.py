@@ -49,7 +49,7 @@ def storage(url: str) -> optuna.storages.RDBStorage:
             if url.startswith("sqlite:///"):
                 Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
                 kwargs = {"connect_args": {"timeout": 30}}
-            from workers.schema_lock import schema_lock
+            from workers.infra.schema_lock import schema_lock
 
             with schema_lock(url, "optuna"):
                 found = _STORAGES[key] = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
@@ -127,3 +127,16 @@ class CellSearch:
         except KeyError:
             return []
         return study.get_trials(deepcopy=False)
+
+
+def tell_outcome(s, study: str, tags: dict, outcome: str, result) -> None:
+    """Tell the trial's Optuna study how it ended (Optuna trials only: a grid trial has no
+    ``search_number`` tag). ``s``: the :class:`~workers.infra.settings.WorkerSettings`; ``result``: its
+    :class:`~cbscore.trial_result.TrialResult`, or ``None``."""
+    if not tags.get("search_number"):
+        return
+    CellSearch(s.optuna_storage, study).tell(
+        tags["cell"], int(tags["search_number"]), outcome,
+        steps_to_target=getattr(result, "steps_to_target", None),
+        budget_steps=getattr(result, "total_steps", None),
+        final_eval_loss=getattr(result, "final_eval_loss", None))

@@ -9,9 +9,9 @@ finished by running it again:
    and its parent run's ``status`` becomes ``deleting``;
 2. **files**: every trial's checkpoint folder (``<checkpoint root>/<study>.*``: ``CBS_CHECKPOINT_DIR``,
    else ``$CBS_HOME/checkpoints``; removed even with ``CBS_KEEP_CHECKPOINTS``), the study's kept
-   artifacts (a local study's base-run snapshots, :func:`workers.local_study.delete_study_artifacts`)
+   artifacts (a local study's base-run snapshots, :func:`workers.studies.local_study.delete_study_artifacts`)
    and this host's read caches of its runs (``$CBS_HOME/cache``);
-3. its **Optuna** studies (``{study}/{cell}``, :mod:`workers.search`), where it has any;
+3. its **Optuna** studies (``{study}/{cell}``, :mod:`workers.studies.search`), where it has any;
 4. its **ledger** rows: the trials' leases (with their outcomes) and the pinned token store;
 5. its **MLflow runs**, the trial runs and then the parent run, with MLflow's ``delete_run``: a
    *soft* delete (the runs, their metrics and artifacts stay in the store, marked deleted, until
@@ -29,12 +29,12 @@ drops it), and other hosts' read caches.
 
 **Trials in flight.** A study with trials queued or running (a lease not done, or a trial run
 ``SCHEDULED``/``RUNNING`` in MLflow) is refused with :class:`StudyInFlight`, naming the study and how
-many. ``force=True`` first cancels it (:meth:`workers.runner.Runner.cancel_study`: queued trials end
+many. ``force=True`` first cancels it (:meth:`workers.studies.runner.Runner.cancel_study`: queued trials end
 at once, running ones stop at their next heartbeat), then waits until none is left in flight,
-repairing what a lost holder left (:meth:`~workers.runner.Runner.repair_ended`), for at most
+repairing what a lost holder left (:meth:`~workers.studies.runner.Runner.repair_ended`), for at most
 ``wait_s``; past that it stops with nothing deleted.
 
-**Trials other studies reused** (:mod:`workers.reuse`). A reused trial is a *copy*: a run of the
+**Trials other studies reused** (:mod:`workers.studies.reuse`). A reused trial is a *copy*: a run of the
 other study holding every metric history and result tag of the source, tagged ``reused_from``
 (the source run) and ``reused_from_study``. So deleting the source study takes nothing from the
 studies that reused its trials: they keep their own copies, their tables and fits do not change,
@@ -57,8 +57,8 @@ from pathlib import Path
 
 from cbscore import paths
 from cbscore.errors import CbsError, ConfigError
-from workers.ledger import Ledger, this_process
-from workers.settings import WorkerSettings
+from workers.studies.ledger import Ledger, this_process
+from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 #: Tags of a study's experiment: a study (``1``) or one being deleted (``deleting``), and its name.
@@ -162,7 +162,7 @@ def _in_flight(tracker: Tracker, ledger: Ledger, name: str, experiment_id: str) 
 
 
 def _dependants(tracker: Tracker, name: str, experiment_id: str) -> tuple[str, ...]:
-    """Other studies whose trial runs are copies of this study's runs (:mod:`workers.reuse`)."""
+    """Other studies whose trial runs are copies of this study's runs (:mod:`workers.studies.reuse`)."""
     ours = {r.info.run_id for r in _runs(tracker, experiment_id, deleted_too=True)}
     others, token = [], None
     while True:
@@ -229,8 +229,8 @@ def delete_study(name: str, *, force: bool = False, wait_s: float | None = None,
     owner = f"{this_process()}:delete"  # not the runner's owner id: a runner in this process is shut out too
     _take_lock(ledger, name, owner, s)
     try:
-        from workers.runner import Runner
-        from workers.study_lock import LockKeeper
+        from workers.studies.runner import Runner
+        from workers.studies.study_lock import LockKeeper
 
         with LockKeeper(ledger, name, owner, Runner.lock_ttl_s):
             report = _delete_locked(tracker, ledger, s, name, exp, force=force, wait_s=wait_s)
@@ -244,7 +244,7 @@ def delete_study(name: str, *, force: bool = False, wait_s: float | None = None,
 def _take_lock(ledger: Ledger, name: str, owner: str, s: WorkerSettings) -> None:
     """The study's advance lock: a runner pass that holds it ends within seconds (it is renewed
     while a pass runs, and lapses 30 s after a runner died holding it)."""
-    from workers.runner import Runner
+    from workers.studies.runner import Runner
 
     deadline = time.monotonic() + 2 * Runner.lock_ttl_s + 5
     while not ledger.try_lock(name, owner, now_s=time.time(), ttl_s=Runner.lock_ttl_s):
@@ -255,7 +255,7 @@ def _take_lock(ledger: Ledger, name: str, owner: str, s: WorkerSettings) -> None
 
 
 def _release_lock(ledger: Ledger, name: str, owner: str) -> None:
-    from workers.runner import Runner
+    from workers.studies.runner import Runner
 
     try:
         ledger.try_lock(name, owner, now_s=time.time(), ttl_s=Runner.lock_ttl_s)  # clears a pass asked for meanwhile
@@ -273,7 +273,7 @@ def _delete_locked(tracker: Tracker, ledger: Ledger, s: WorkerSettings, name: st
     if in_flight:
         if not force:
             raise StudyInFlight(name, in_flight)
-        from workers.runner import Runner
+        from workers.studies.runner import Runner
 
         runner = Runner(s)
         cancelled = runner.cancel_study(name)
@@ -285,7 +285,7 @@ def _delete_locked(tracker: Tracker, ledger: Ledger, s: WorkerSettings, name: st
 
     _mark(tracker, exp, name)
     checkpoints = _remove_checkpoints(name, trial_ids)
-    from workers.local_study import delete_study_artifacts
+    from workers.studies.local_study import delete_study_artifacts
 
     artifacts = delete_study_artifacts(name)
     _remove_caches(tracker, exp, all_runs)
@@ -359,7 +359,7 @@ def _delete_optuna(url: str, name: str) -> int:
         return 0
     import optuna
 
-    from workers.search import storage
+    from workers.studies.search import storage
 
     store = storage(url)
     names = [n for n in optuna.get_all_study_names(storage=store) if n.startswith(f"{name}/")]

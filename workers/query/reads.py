@@ -1,4 +1,4 @@
-"""The workers' public API for the app and the CLI (docs/ARCHITECTURE.md, "Workers public API").
+"""The reads of the workers' public API (:mod:`workers.query.api` re-exports every public name).
 
 Every read comes from MLflow (the record) and the ledger (who runs what now); nothing here
 imports torch. Reads are cheap enough for pages that refresh every few seconds: one
@@ -13,13 +13,12 @@ import math
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping
 
 from cbscore.errors import ConfigError
-from cbscore.study import TERMINAL, StudySpec, TrialRecord, load_preset
-from workers.parse import as_float, as_int
-from workers.settings import WorkerSettings
+from cbscore.study import TERMINAL, StudySpec, TrialRecord
+from workers.infra.parse import as_float, as_int
+from workers.infra.settings import WorkerSettings
 
 #: Columns of :func:`study_table`: the ``cbs fit`` CSV first, then what the app links and colours by.
 TABLE_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome",
@@ -108,157 +107,28 @@ class StudyStatus:
         return max(0, self.grid_tokens - self.tokens_spent)
 
 
-def _settings() -> WorkerSettings:
+def worker_settings() -> WorkerSettings:
+    """The workers' settings from this process's environment (``CBS_*``)."""
     return WorkerSettings.from_env()
 
 
-def _tracker():
+def open_tracker():
+    """The tracking client of :func:`worker_settings` (MLflow through :mod:`workers.tracking`)."""
     from workers.tracking import Tracker
 
-    s = _settings()
+    s = worker_settings()
     return Tracker(s.tracking_uri, s.artifact_root)
 
 
-def _ledger():
-    from workers.ledger import Ledger
+def open_ledger():
+    """The ledger of :func:`worker_settings` (leases: who runs what now)."""
+    from workers.studies.ledger import Ledger
 
-    return Ledger(_settings().ledger_url)
-
-
-def resolve_spec(spec: StudySpec | Mapping | str) -> StudySpec:
-    """A StudySpec from a spec, a dict, YAML text, a ``.yaml`` path or a preset name."""
-    if isinstance(spec, StudySpec):
-        return spec
-    if isinstance(spec, Mapping):
-        return StudySpec.from_dict(spec)
-    if isinstance(spec, str):
-        from cbscore.study import PRESET_NAMES
-
-        if spec in PRESET_NAMES:
-            return load_preset(spec)
-        if "\n" not in spec and spec.endswith((".yaml", ".yml", ".json")):
-            return StudySpec.from_yaml(Path(spec))  # a file named on the command line
-        return StudySpec.from_yaml(spec)
-    raise ConfigError("spec", spec, "must be a StudySpec, a mapping, YAML text, a .yaml path or a preset name")
+    return Ledger(worker_settings().ledger_url)
 
 
-# ---------------------------------------------------------------------------- writes
-def launch_study(spec: StudySpec | Mapping | str, *, force: bool = False, owner: str = "") -> str:
-    """Validate ``spec``, create the study's experiment and parent run, enqueue its first trials.
-
-    Returns the study name. Bad input raises :class:`ConfigError` (field and value) with nothing
-    created or enqueued; a study that exists with the same spec is resumed. ``owner`` is recorded
-    as the study's ``owner`` tag (the app checks who may cancel against it).
-    """
-    from workers.runner import Runner
-
-    spec, _ = apply_forecast_from(resolve_spec(spec))
-    return Runner().launch(spec, force=force, owner=owner)
-
-
-def study_owner(name: str) -> str:
-    """Who launched ``name`` (its ``owner`` tag; ``""`` for a study launched before owners were kept)."""
-    return _parent(_tracker(), name).data.tags.get("owner", "")
-
-
-def apply_forecast_from(spec: StudySpec):
-    """``(spec, ForecastRange | None)``: with ``forecast_from: OTHER``, the spec's batch sizes
-    chosen around OTHER's calibrated noise-scale forecast (:mod:`workers.forecast`); an unknown
-    or uncalibrated OTHER is a :class:`ConfigError` naming the field and the value."""
-    if spec.forecast_from is None:
-        return spec, None
-    from workers.forecast import forecast_spec
-
-    tracker = _tracker()
-    if tracker.study_run(spec.forecast_from) is None:
-        raise ConfigError("forecast_from", spec.forecast_from, "names no study in the tracking store")
-    from cbscore.errors import FitError
-
-    try:
-        source = study_forecast(spec.forecast_from, with_fit=True)
-    except FitError as exc:
-        raise ConfigError("forecast_from", spec.forecast_from, f"cannot be fitted yet ({exc})") from None
-    return forecast_spec(spec, source)
-
-
-def extend_study(name: str, patch: Mapping | str, *, author: str = "", force: bool = False) -> tuple[StudySpec, list[str]]:
-    """Grow study ``name`` by ``patch`` (a mapping, YAML text or a ``.yaml`` path; the rules are
-    :mod:`cbscore.study.extend`): only new cells and trials run; returns the new spec and the
-    changes in words. Bad input raises ``ConfigError`` naming the field, with nothing changed."""
-    from workers.runner import Runner
-
-    if isinstance(patch, str):
-        from cbscore.safe_yaml import load_yaml
-
-        text = patch
-        if patch.endswith((".yaml", ".yml")) and "\n" not in patch:
-            path = Path(patch)
-            if not path.is_file():
-                raise ConfigError("patch", patch, "file does not exist")
-            text = path.read_text()
-        patch = load_yaml(text)
-    return Runner().extend(name, patch, author=author, force=force)
-
-
-def launch_local_warmup(name: str, *, rule: str = "merrill", author: str = "", force: bool = False):
-    """Train local study ``name``'s fitted warm-up beside its small- and large-batch controls
-    (:func:`workers.local_warmup.launch_warmup`); returns ``(new spec, changes)``."""
-    from workers.local_warmup import launch_warmup
-
-    return launch_warmup(name, rule=rule, author=author, force=force)
-
-
-def retry_study(name: str, *, failed: bool = True, censored: bool = False, budget_factor: float = 2.0,
-                author: str = "") -> list[str]:
-    """Run ``name``'s failed trials again, and its censored cells at ``budget_factor``× their cap
-    (:meth:`workers.runner.Runner.retry`); returns the new trial ids."""
-    from workers.runner import Runner
-
-    return Runner().retry(name, failed=failed, censored=censored, budget_factor=budget_factor, author=author)
-
-
-def cancel_study(name: str) -> int:
-    """Cancel every unfinished trial of ``name`` and end the study; returns how many were stopped."""
-    from workers.runner import Runner
-
-    return Runner().cancel_study(name)
-
-
-def cancel_trial(trial_id: str) -> str:
-    """Stop one trial (``stopped`` if it was queued; ``stopping`` if running: it stops within a heartbeat)."""
-    from workers.runner import Runner
-
-    return Runner().cancel_trial(trial_id)
-
-
-def delete_study(name: str, *, force: bool = False, wait_s: float | None = None):
-    """Delete study ``name`` as a whole: its MLflow runs (soft-deleted), ledger rows, Optuna
-    studies, checkpoints and kept artifacts; refused while trials are queued or running unless
-    ``force`` (which cancels it and waits for them to stop). Re-running finishes a half-done
-    delete; studies that reused its trials keep their copies. :func:`workers.delete.delete_study`
-    (who may is the caller's check); returns its :class:`~workers.delete.DeletionReport`."""
-    from workers.delete import delete_study as delete
-
-    return delete(name, force=force, wait_s=wait_s)
-
-
-def deletion_preview(name: str):
-    """What deleting ``name`` would delete, and the trials in flight that stand in the way
-    (:class:`workers.delete.DeletionPreview`; nothing changes)."""
-    from workers.delete import deletion_preview as preview
-
-    return preview(name)
-
-
-def advance_study(name: str):
-    """One idempotent runner pass over ``name`` (:meth:`workers.runner.Runner.advance`)."""
-    from workers.runner import Runner
-
-    return Runner().advance(name)
-
-
-# ---------------------------------------------------------------------------- reads
-def _parent(tracker, name: str):
+def study_parent(tracker, name: str):
+    """The study's parent run; a :class:`ConfigError` naming ``name`` when there is none."""
     parent = tracker.study_run(name)
     if parent is None:
         raise ConfigError("name", name, "names no study")
@@ -268,8 +138,8 @@ def _parent(tracker, name: str):
 def list_studies() -> list[StudySummary]:
     """Every study, newest first, with its counts by status and tokens spent (as of the runner's
     last pass over it: at most ``CBS_WATCH_PERIOD_S`` old while a runner watches)."""
-    tracker = _tracker()
-    ledger = _ledger()
+    tracker = open_tracker()
+    ledger = open_ledger()
     out = []
     for exp, parent in tracker.studies():
         if parent is None:
@@ -295,7 +165,7 @@ def list_studies() -> list[StudySummary]:
 
 
 def _records(tracker, ledger, name: str, parent, *, with_history: bool | None = None) -> list[TrialRecord]:
-    from workers.records import build_records, in_spec
+    from workers.studies.records import build_records, in_spec
 
     runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
     spec = StudySpec.from_dict(tracker.study_spec(parent))  # cells an extension dropped are hidden
@@ -304,19 +174,19 @@ def _records(tracker, ledger, name: str, parent, *, with_history: bool | None = 
 
 def study_spec(name: str) -> StudySpec:
     """The spec a study was launched with."""
-    tracker = _tracker()
-    return StudySpec.from_dict(tracker.study_spec(_parent(tracker, name)))
+    tracker = open_tracker()
+    return StudySpec.from_dict(tracker.study_spec(study_parent(tracker, name)))
 
 
 def study_records(name: str) -> list[TrialRecord]:
     """One TrialRecord per trial of ``name``, from MLflow (eval curves of reference and running trials)."""
-    tracker = _tracker()
-    return _records(tracker, _ledger(), name, _parent(tracker, name))
+    tracker = open_tracker()
+    return _records(tracker, open_ledger(), name, study_parent(tracker, name))
 
 
 def trial_curve(run_id: str) -> dict[str, tuple[list[float], list[float]]]:
     """Metric histories of one trial run: ``{"eval/loss_ewa": (steps, values), "train/loss": ...}``."""
-    return {k: (list(s), list(v)) for k, (s, v) in _tracker().curves(run_id).items()}
+    return {k: (list(s), list(v)) for k, (s, v) in open_tracker().curves(run_id).items()}
 
 
 def study_table(name: str) -> list[dict]:
@@ -328,13 +198,13 @@ def study_table(name: str) -> list[dict]:
     """
     from cbscore.analysis import first_crossing
     from cbscore.study.targets import setting_targets
-    from workers.records import build_records, in_spec
+    from workers.studies.records import build_records, in_spec
 
-    tracker = _tracker()
-    parent = _parent(tracker, name)
+    tracker = open_tracker()
+    parent = study_parent(tracker, name)
     runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
     spec = StudySpec.from_dict(tracker.study_spec(parent))
-    records = in_spec(spec, build_records(runs, _ledger().leases(name), tracker))
+    records = in_spec(spec, build_records(runs, open_ledger().leases(name), tracker))
     runs_by_id = {r.info.run_id: r for r in runs}
     # The planner's own targets, exact (the parent's target/ tags are for people browsing MLflow).
     targets, _ = setting_targets(spec, records)
@@ -406,11 +276,11 @@ def study_status(name: str) -> StudyStatus:
     from cbscore.study import ended_trials, grid_tokens, grid_trials, plan, status_counts
     from cbscore.study.costs import study_costs
 
-    tracker = _tracker()
-    parent = _parent(tracker, name)
+    tracker = open_tracker()
+    parent = study_parent(tracker, name)
     spec = StudySpec.from_dict(tracker.study_spec(parent))
-    records = _records(tracker, _ledger(), name, parent)
-    s = _settings()
+    records = _records(tracker, open_ledger(), name, parent)
+    s = worker_settings()
     p = plan(spec, records, time.time(), stale_after_s=s.stale_after_s, max_attempts=s.max_attempts)
     counts = status_counts(records, p)
     # Planned trials from the planner's cells: re-runs and rates added past a grid edge included.
@@ -429,18 +299,18 @@ def study_status(name: str) -> StudyStatus:
 
 
 def study_forecast(name: str, *, with_fit: bool = True, analysis=None, bootstrap: int = 1000, seed: int = 0):
-    """:class:`workers.forecast.StudyForecast` of ``name``: the noise-scale forecast per setting from
+    """:class:`workers.studies.forecast.StudyForecast` of ``name``: the noise-scale forecast per setting from
     its best reference run, calibrated against the study's own fit (``with_fit``; ``analysis``
     reuses one already computed)."""
-    from workers.forecast import study_forecast as build
+    from workers.studies.forecast import study_forecast as build
 
-    tracker = _tracker()
-    parent = _parent(tracker, name)
+    tracker = open_tracker()
+    parent = study_parent(tracker, name)
     spec = StudySpec.from_dict(tracker.study_spec(parent))
     runs = {r.info.run_id: r for r in tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)}
-    from workers.records import build_records, in_spec
+    from workers.studies.records import build_records, in_spec
 
-    records = in_spec(spec, build_records(list(runs.values()), _ledger().leases(name), tracker))
+    records = in_spec(spec, build_records(list(runs.values()), open_ledger().leases(name), tracker))
     if with_fit and analysis is None:
         from cbscore.errors import FitError
 
@@ -462,14 +332,14 @@ def study_histories(name: str) -> dict:
     history read per trial."""
     from cbscore.analysis import EvalHistory
     from cbscore.study.budgets import RERUN_TAG
-    from workers.records import build_records, in_spec
+    from workers.studies.records import build_records, in_spec
 
-    tracker = _tracker()
-    parent = _parent(tracker, name)
+    tracker = open_tracker()
+    parent = study_parent(tracker, name)
     runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
     spec = StudySpec.from_dict(tracker.study_spec(parent))
     out: dict[str, list] = {}
-    for rec in in_spec(spec, build_records(runs, _ledger().leases(name), tracker, with_history=True)):
+    for rec in in_spec(spec, build_records(runs, open_ledger().leases(name), tracker, with_history=True)):
         if rec.status in TERMINAL and rec.eval_steps:
             # A reference run re-run on to the target (planner.RERUN_TAG) is measured like a trial:
             # it does not set the target.
@@ -482,8 +352,8 @@ def study_histories(name: str) -> dict:
 
 def study_local_fit(name: str) -> dict:
     """A ``local`` study's readout: local CBS per checkpoint by both rules, their power law over
-    tokens and the warm-up (:func:`workers.local_fit.local_fit`; the JSON of ``cbs study fit``)."""
-    from workers.local_fit import local_fit
+    tokens and the warm-up (:func:`workers.studies.local_fit.local_fit`; the JSON of ``cbs study fit``)."""
+    from workers.studies.local_fit import local_fit
 
     return local_fit(name)
 
@@ -511,8 +381,8 @@ def study_fit(name: str, *, bootstrap: int = 1000, seed: int = 0, free_alpha: bo
 
 def alive_workers() -> list[WorkerInfo]:
     """Workers whose heartbeat in the ledger is fresh, with the trials they run (works with any broker)."""
-    s = _settings()
-    ledger = _ledger()
+    s = worker_settings()
+    ledger = open_ledger()
     out = []
     for w in ledger.workers(now_s=time.time(), stale_after_s=s.stale_after_s):
         trials = tuple(sorted(lease.trial_id for lease in ledger.running_on(w.nodename)))
@@ -529,7 +399,7 @@ def tracking_ui_base() -> str:
     (default ``http://127.0.0.1:5000``)."""
     import os
 
-    s = _settings()
+    s = worker_settings()
     if s.tracking_uri.startswith(("http://", "https://")):
         return s.tracking_uri.rstrip("/")
     return (os.environ.get("CBS_TRACKING_UI_URL") or "http://127.0.0.1:5000").rstrip("/")
@@ -556,6 +426,6 @@ def run_url(run_id: str) -> str | None:
     base = tracking_ui_url()
     if base is None or not run_id:
         return None
-    run = _tracker().get_run(run_id)
+    run = open_tracker().get_run(run_id)
     return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
 

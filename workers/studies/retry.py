@@ -1,5 +1,5 @@
 """``cbs study retry``: failed trials and censored cells run again as new trials beside the old
-ones (issue 25), through the runner that starts them (:meth:`workers.runner.Runner.retry`)."""
+ones (issue 25), through the runner that starts them (:meth:`workers.studies.runner.Runner.retry`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 from cbscore.errors import ConfigError
 from cbscore.study import StudySpec, TrialRecord
-from workers.records import build_records, in_spec
+from workers.studies.records import build_records, in_spec
 
 
 def retry_study(runner, study: str, *, failed: bool = True, censored: bool = False, budget_factor: float = 2.0,
@@ -20,7 +20,7 @@ def retry_study(runner, study: str, *, failed: bool = True, censored: bool = Fal
     reason and who asked are the new runs' ``retry_of``/``retry_reason``/``retried_by`` tags.
     A done study runs again. Returns the new trial ids."""
     from cbscore.train_config import TrainConfig
-    from workers.records import trial_spec
+    from workers.studies.records import trial_spec
 
     if not (failed or censored):
         raise ConfigError("retry", "nothing", "name what to retry: failed trials, censored cells, or both")

@@ -20,7 +20,7 @@ Everything has a default that runs on one machine with no server (DESIGN.md §2,
 ``CBS_TRIAL_SOFT_TIME_LIMIT_S`` Soft time limit of one trial, seconds (unset = none): the trial ends
                                ``failed`` with a message.
 ``CBS_TRIAL_TIME_LIMIT_S``     Hard time limit (the child is killed), seconds (unset = derived from each
-                               trial's budget: ``workers.time_limits``); set, it replaces the derived one.
+                               trial's budget: ``workers.infra.time_limits``); set, it replaces the derived one.
 ``CBS_WORKER_REMOTE_CONTROL``  ``1`` turns on Celery's remote control (``celery inspect``/``control``:
                                anyone who can write to the broker could then shut workers down); off
                                by default. The lab needs none (presence lives in the ledger).
@@ -35,7 +35,7 @@ Everything has a default that runs on one machine with no server (DESIGN.md §2,
 ``CBS_STORE_DIR``              Root of the token stores, and a data root in place of ``$CBS_HOME/data``
                                (the default); with several hosts, a folder every host mounts: a
                                study's trials all train on the one store its first trial prepared,
-                               and a host that cannot see it gives the attempt back (``workers.stores``).
+                               and a host that cannot see it gives the attempt back (``workers.studies.stores``).
 =============================  =====================================================================
 
 Read elsewhere: ``CBS_CHECKPOINT_EVERY_S`` (a running trial's checkpoint period, 300 s),

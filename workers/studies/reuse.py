@@ -5,7 +5,7 @@ Why it is exact: a trial is a pure function of its trainer config and its data. 
 config (model, batch size, learning rate, β2 and the τ, schedule, warm-up, budget, step cap,
 target, seed, evaluation settings: :func:`cbscore.study.build_train_config`) and the content
 digest of the token store it reads (:func:`cbscore.data.store.content_digest`, pinned per study by
-:mod:`workers.stores`) make the **config key**; the lab's trainer is deterministic on a device kind
+:mod:`workers.studies.stores`) make the **config key**; the lab's trainer is deterministic on a device kind
 (a resumed trial ends bit-identical: ``tests/workers/test_worker_process.py``), so two trials with
 one key train the same steps to the same losses. A budget or a cap that differs is another key:
 a longer budget could have crossed a target the shorter one did not.

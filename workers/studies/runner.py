@@ -26,19 +26,19 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from cbscore.errors import CbsError, ConfigError
-from cbscore.study import TERMINAL, StudySpec, TrialSpec, plan, status_counts, trial_from_ask
-from workers.checkpoints import remove_checkpoint, sweep
-from workers.launch_checks import check_spec
-from workers.ledger import Ledger, owner_is_alive_here, owner_is_dead, this_process
-from workers.broker_queues import queue_depth
-from workers.records import build_records, in_spec
-from workers.settings import QUEUES, WorkerSettings
-from workers.study_lock import LockKeeper
-from workers.time_limits import trial_time_limit_s
-from workers.tracking import Tracker, is_transient, result_tags, trial_params
+from cbscore.study import StudySpec, TrialSpec, plan, status_counts, trial_from_ask
+from workers.infra.checkpoints import remove_checkpoint
+from workers.studies.launch_checks import check_spec
+from workers.studies.ledger import Ledger, owner_is_alive_here, owner_is_dead, this_process
+from workers.studies.records import build_records, in_spec
+from workers.infra.settings import QUEUES, WorkerSettings
+from workers.studies.study_lock import LockKeeper
+from workers.infra.time_limits import trial_time_limit_s
+from workers.studies import repair
+from workers.studies.search import tell_outcome as tell
+from workers.tracking import Tracker, is_transient, trial_params
 
 #: How long a study lock holds unrenewed. A pass renews it every third of this (``LockKeeper``), so
 #: only a runner killed mid-pass lets it lapse, and that shuts the study's other runners out for at
@@ -113,7 +113,7 @@ class Runner:
         return spec.name
 
     def _check_broker(self) -> None:
-        from workers.broker import app
+        from workers.infra.broker import app
 
         try:
             with app.connection_for_write() as conn:
@@ -196,11 +196,11 @@ class Runner:
         runs_by_trial = {r.data.tags.get("trial_id"): r for r in runs}
         now = time.time()
 
-        repaired = self._repair_runs(study, leases, runs_by_trial)
+        repaired = repair.repair_runs(self, study, leases, runs_by_trial)
 
         snapshots = None
         if spec.kind == "local":  # which base snapshots exist: the pure planner reads no disk
-            from workers.local_study import local_snapshots
+            from workers.studies.local_study import local_snapshots
 
             snapshots = local_snapshots(spec, records)
         p = plan(spec, records, now, snapshots=snapshots, stale_after_s=s.stale_after_s, max_attempts=s.max_attempts)
@@ -243,7 +243,7 @@ class Runner:
             if self._start(ts, exp_id, parent_id):
                 started.append(ts.trial_id)
         if p.ask:
-            from workers.search import CellSearch
+            from workers.studies.search import CellSearch
 
             search = CellSearch(s.optuna_storage, study)
             for ask in p.ask:
@@ -256,7 +256,7 @@ class Runner:
                     if self._start(ts, exp_id, parent_id):
                         started.append(ts.trial_id)
 
-        resent = self._resend(study, now) + self._recover_creating(study, now, runs_by_trial)
+        resent = repair.resend(self, study, now) + repair.recover_creating(self, study, now, runs_by_trial)
 
         tags = {f"target/{k}": repr(float(v)) for k, v in p.targets.items()}  # exact: it round-trips
         tags["errors"] = json.dumps(list(p.errors))[:7900] if p.errors else ""
@@ -285,63 +285,10 @@ class Runner:
         return (owner_is_alive_here(lease.owner)
                 and (lease.heartbeat_s or 0.0) > now - _LOCAL_HUNG_FACTOR * self.settings.stale_after_s)
 
-    # ------------------------------------------------------------------ repair
-    def _repair_runs(self, study: str, leases: dict, runs_by_trial: dict) -> list[str]:
-        """A lease ended but its run was not (the process died in between): end the run as the
-        lease says, with the full tag set of the result its checkpoint holds (``target_tau``,
-        ``beta2``, ``ewa_taus``: the steps table reads them), and tell Optuna. Checkpoints of
-        ended trials still on disk are removed afterwards (:mod:`workers.checkpoints`)."""
-        repaired = []
-        for tid, lease in leases.items():
-            run = runs_by_trial.get(tid)
-            if (lease.state == "done" and run is not None and run.data.tags.get("status") not in TERMINAL
-                    and run.info.status not in ("FINISHED", "FAILED", "KILLED")):
-                outcome, result = lease.outcome or "failed", _checkpoint_result(tid)
-                self.tracker.end_trial(run.info.run_id, outcome, **({} if result is None else result_tags(result)))
-                tell(self.settings, study, run.data.tags, outcome, result)
-                repaired.append(tid)
-        sweep(tid for tid, lease in leases.items() if lease.state == "done")
-        return repaired
-
+    # ------------------------------------------------------------------ repair (workers.studies.repair)
     def repair_ended(self, study: str) -> list[str]:
-        """Loose ends of a study that is no longer running (cancelled, done): a trial whose holder
-        was lost after the cancel ends ``stopped``, a queued one too, and a run left open by a
-        crash between the ledger and MLflow is ended. Returns the trials repaired.
-
-        Cheap when there is nothing to do: MLflow is read only when a lease is still open or one
-        ended since the last clean repair (the parent's ``repaired_s`` tag).
-        """
-        parent = self.tracker.study_run(study)
-        if parent is None or parent.data.tags.get("status") == "running":
-            return []
-        leases = self.ledger.leases(study)
-        since = float(parent.data.tags.get("repaired_s") or 0.0)
-        if all(lease.state == "done" and lease.updated_s < since for lease in leases.values()):
-            return []
-        now = time.time()
-        stale_before = now - self.settings.stale_after_s
-        repaired = []
-        for tid, lease in leases.items():
-            if lease.state in ("queued", "creating"):
-                if self.ledger.end_queued(tid, outcome="stopped", now_s=now) and lease.run_id:
-                    self.tracker.end_trial(lease.run_id, "stopped", stop_reason="cancelled")
-                    self._tell(study, lease.run_id, "stopped")
-                    repaired.append(tid)
-            elif lease.state == "running":
-                dead = lease.owner if owner_is_dead(lease.owner) else None
-                if self.ledger.fail_lost(tid, lease.attempt, now_s=now, stale_before_s=stale_before, dead_owner=dead,
-                                         outcome="stopped") and lease.run_id:
-                    self.tracker.end_trial(lease.run_id, "stopped",
-                                           stop_reason=f"lost its worker after the study was {parent.data.tags.get('status')}")
-                    self._tell(study, lease.run_id, "stopped")
-                    remove_checkpoint(tid)
-                    repaired.append(tid)
-        exp_id, parent_id = parent.info.experiment_id, parent.info.run_id
-        runs_by_trial = {r.data.tags.get("trial_id"): r for r in self.tracker.trial_runs(exp_id, parent_id)}
-        repaired += self._repair_runs(study, self.ledger.leases(study), runs_by_trial)
-        if all(lease.state == "done" for lease in self.ledger.leases(study).values()):
-            self.tracker.set_tags(parent_id, {"repaired_s": f"{now:.3f}"})
-        return repaired
+        """Loose ends of a study that is no longer running (:func:`workers.studies.repair.repair_ended`)."""
+        return repair.repair_ended(self, study)
 
     def _tell(self, study: str, run_id: str, outcome: str) -> None:
         """Tell Optuna of an ending decided here (a cancel, a loss after the study ended)."""
@@ -376,8 +323,8 @@ class Runner:
             run_id = self.tracker.create_trial(exp_id, parent_id, trial_id=ts.trial_id, tags=tags,
                                                params=trial_params(ts.train_config))
         source = self._reusable(ts, key, exp_id)
-        if source is not None:  # trained already, by this very config: copied, not trained (workers.reuse)
-            from workers.reuse import copy_result
+        if source is not None:  # trained already, by this very config: copied, not trained (workers.studies.reuse)
+            from workers.studies.reuse import copy_result
 
             outcome = copy_result(self.tracker, source, run_id)
             if self.ledger.mark_queued(ts.trial_id, run_id=run_id, owner=self.owner, now_s=time.time()):
@@ -390,10 +337,10 @@ class Runner:
         return True
 
     def _config_key(self, ts: TrialSpec) -> str | None:
-        """The trial's reuse key (:func:`workers.reuse.config_key`): its trainer config and the
+        """The trial's reuse key (:func:`workers.studies.reuse.config_key`): its trainer config and the
         digest of its study's token store (pinned, or the store this host would use), ``None``
         while neither is known (the study's first trials on a host without the store)."""
-        from workers.reuse import config_key
+        from workers.studies.reuse import config_key
 
         digests = self.__dict__.setdefault("_store_digests", {})  # a pinned digest never changes
         digest = digests.get(ts.study)
@@ -427,7 +374,7 @@ class Runner:
         _, enabled, experiments = memo[ts.study]
         if not enabled:
             return None
-        from workers.reuse import find_reusable
+        from workers.studies.reuse import find_reusable
 
         return find_reusable(self.tracker, key, experiment_ids=experiments)
 
@@ -444,8 +391,8 @@ class Runner:
     def send(self, study: str, trial_id: str, attempt: int, queue: str, *, countdown_s: float | None = None,
              time_limit_s: float | None = None) -> None:
         """Send the task ``{trial_id}-a{attempt}`` (a duplicate is harmless: one claim wins) with the
-        trial's hard time limit (:mod:`workers.time_limits`; read from its run when not given)."""
-        from workers.broker import TRIAL_TASK, app
+        trial's hard time limit (:mod:`workers.infra.time_limits`; read from its run when not given)."""
+        from workers.infra.broker import TRIAL_TASK, app
 
         if time_limit_s is None:
             time_limit_s = self._time_limit(trial_id, queue)
@@ -473,44 +420,6 @@ class Runner:
             return None
         config = json.loads(run.data.tags.get("trial_spec") or "{}").get("train_config") if run else None
         return trial_time_limit_s(self.settings, config, queue)
-
-    def _recover_creating(self, study: str, now: float, runs_by_trial: dict) -> list[str]:
-        """Finish the start of trials whose lease a process left ``creating`` after their run
-        existed (it died, or raised, before ``mark_queued``): the planner sees the run and never
-        starts such a trial again, so without this it waited forever (seen once in the issue-27
-        run). Once the lease is stale it is taken over, queued and its task sent."""
-        out = []
-        for tid, lease in self.ledger.leases(study).items():
-            run = runs_by_trial.get(tid)
-            if lease.state != "creating" or run is None or lease.updated_s >= now - self.settings.stale_after_s:
-                continue  # (no run yet: the planner starts the trial again, and create() takes the lease over)
-            queue = lease.queue or "cpu"
-            if not (self.ledger.create(tid, study, queue, owner=self.owner, now_s=now,
-                                       stale_after_s=self.settings.stale_after_s)
-                    and self.ledger.mark_queued(tid, run_id=run.info.run_id, owner=self.owner, now_s=now)):
-                continue
-            from workers.records import trial_spec
-
-            self.send(study, tid, 1, queue, time_limit_s=trial_time_limit_s(self.settings,
-                                                                            trial_spec(run).train_config, queue))
-            out.append(tid)
-        return out
-
-    def _resend(self, study: str, now: float) -> list[str]:
-        """Send again the tasks of queued leases whose message is gone (module docstring)."""
-        old = [lease for lease in self.ledger.leases(study).values()
-               if lease.state == "queued" and (lease.sent_s or 0) < now - self.settings.stale_after_s]
-        if not old:
-            return []
-        out = []
-        for queue in {lease.queue or "cpu" for lease in old}:
-            if queue_depth(queue) > 0:
-                continue
-            for lease in old:
-                if (lease.queue or "cpu") == queue and self.ledger.mark_sent(lease.trial_id, lease.attempt, now):
-                    self.send(study, lease.trial_id, lease.attempt, queue)
-                    out.append(lease.trial_id)
-        return out
 
     # ------------------------------------------------------------------ cancel
     def cancel_trial(self, trial_id: str, *, reason: str = "cancelled") -> str:
@@ -567,8 +476,8 @@ class Runner:
     def retry(self, study: str, *, failed: bool = True, censored: bool = False, budget_factor: float = 2.0,
               author: str = "") -> list[str]:
         """Failed trials and censored cells of ``study`` run again as new trials
-        (:func:`workers.retry.retry_study`); returns the new trial ids."""
-        from workers.retry import retry_study
+        (:func:`workers.studies.retry.retry_study`); returns the new trial ids."""
+        from workers.studies.retry import retry_study
 
         return retry_study(self, study, failed=failed, censored=censored, budget_factor=budget_factor, author=author)
 
@@ -620,31 +529,3 @@ class Runner:
             n += 1
             if passes is None or n < passes:
                 time.sleep(max(0.0, wait - (time.time() - t0)))
-
-
-def _checkpoint_result(trial_id: str):
-    """The :class:`TrialResult` the trial's checkpoint holds (``None``: no checkpoint here, or one
-    of a trial that had not ended)."""
-    from cbscore.checkpoint import load_checkpoint
-    from cbscore.trial_result import TrialResult
-    from workers.checkpoints import checkpoint_dir
-
-    try:
-        ckpt = load_checkpoint(checkpoint_dir(trial_id))
-    except Exception as exc:  # noqa: BLE001 - an unreadable checkpoint: end the run with the outcome alone
-        print(f"cbs study watch: the checkpoint of {trial_id} cannot be read: {exc}", flush=True)
-        return None
-    return None if ckpt is None or ckpt.get("result") is None else TrialResult.from_dict(ckpt["result"])
-
-
-def tell(s: WorkerSettings, study: str, tags: dict, outcome: str, result: Any) -> None:
-    """Tell the trial's Optuna study how it ended (Optuna trials only; :mod:`workers.search`)."""
-    if not tags.get("search_number"):
-        return
-    from workers.search import CellSearch
-
-    CellSearch(s.optuna_storage, study).tell(
-        tags["cell"], int(tags["search_number"]), outcome,
-        steps_to_target=getattr(result, "steps_to_target", None),
-        budget_steps=getattr(result, "total_steps", None),
-        final_eval_loss=getattr(result, "final_eval_loss", None))

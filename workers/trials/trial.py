@@ -20,11 +20,11 @@ trial's fault, nor is a full disk (:func:`workers.tracking.is_out_of_resources`)
 tracker's own retries (:func:`workers.tracking.retrying`) the holder gives the *same* attempt back
 to the queue (``release``; the run's ``given_back`` tag says why) and a later attempt resumes from the
 checkpoint, which holds the result when training had already ended. So is a host that cannot see
-the study's token store, or holds another copy of it (:mod:`workers.stores`): the attempt goes back
+the study's token store, or holds another copy of it (:mod:`workers.studies.stores`): the attempt goes back
 without counting against ``CBS_MAX_GIVE_BACKS``, for a host that has the store. A task killed at the hard
 time limit (``CBS_TRIAL_TIME_LIMIT_S``) ends ``failed`` from the worker's parent
 (:func:`end_after_time_limit`) instead of looking like a lost worker. Every terminal transition
-removes the trial's checkpoint folder (:mod:`workers.checkpoints`). A shutdown is not a failure: SIGTERM (or the
+removes the trial's checkpoint folder (:mod:`workers.infra.checkpoints`). A shutdown is not a failure: SIGTERM (or the
 worker's shutdown hook, through the lease) stops the trainer at the next step with a checkpoint
 and the same attempt goes back to the queue; a harder interrupt (SystemExit, KeyboardInterrupt)
 puts it back too, to resume from the last periodic checkpoint.
@@ -39,10 +39,10 @@ import time
 import traceback
 
 from cbscore.callbacks import Callback, TrainState
-from workers.checkpoints import checkpoint_dir, remove_checkpoint
-from workers.ledger import INTERRUPTED, Ledger, owner_is_dead, this_process
-from workers.settings import WorkerSettings
-from workers.stores import StoreUnavailable, hold_slot, ready_store
+from workers.infra.checkpoints import checkpoint_dir, remove_checkpoint
+from workers.studies.ledger import INTERRUPTED, Ledger, owner_is_dead, this_process
+from workers.infra.settings import WorkerSettings
+from workers.studies.stores import StoreUnavailable, hold_slot, ready_store
 from workers.tracking import (MlflowCallback, Tracker, is_out_of_resources, is_transient, result_tags,
                               wait_out)
 
@@ -138,9 +138,9 @@ class StopWatch(Callback):
 def _operational(trial_id: str, train_config: dict, study: str = "") -> dict:
     """Fields that change how the trial runs here, not what it computes (the checkpoint allows them):
     the checkpoint folder and period, the device, threads, this worker's devices per trial, and a
-    local study's snapshot folders on this host (:func:`workers.local_study.host_paths`)."""
-    from workers.devices import trial_devices
-    from workers.local_study import host_paths
+    local study's snapshot folders on this host (:func:`workers.studies.local_study.host_paths`)."""
+    from workers.trials.devices import trial_devices
+    from workers.studies.local_study import host_paths
 
     out: dict = {**trial_devices(train_config), **(host_paths(study, train_config) if study else {}),
                  "checkpoint_dir": checkpoint_dir(trial_id),
@@ -193,7 +193,7 @@ def _fail_at_cap(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, l
 
 def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,
                  worker: str, run_id: str) -> dict:
-    from workers.records import trial_spec
+    from workers.studies.records import trial_spec
 
     # Beat from the claim on: reading the run and importing the trainer can take longer than the
     # staleness limit on a loaded machine.
@@ -273,7 +273,7 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     # calls the trial done and the checkpoint goes. A crash or an outage in between leaves a lease
     # that is not done and a checkpoint holding the result: the next attempt ends it the same way
     # (ending and telling twice change nothing). Until the ledger is done the planner counts the
-    # trial as in flight (workers.records.trial_status), so an Optuna cell asks for its next trial
+    # trial as in flight (workers.studies.records.trial_status), so an Optuna cell asks for its next trial
     # only once the sampler knows how this one ended: the proposals do not depend on timing.
     try:
         tracker.end_trial(run_id, outcome, **result_tags(result), **_late_config_key(ledger, study, run))
@@ -294,15 +294,15 @@ def _late_config_key(ledger, study: str, run) -> dict[str, str]:
     """``{"config_key": ...}`` for a run created before its study's token store was pinned (the
     study's first trials, which prepare the store, get no key at their start: the runner cannot
     read a store that does not exist yet), from the pin this trial trained on, so that a later
-    study can reuse it too (:mod:`workers.reuse`); ``{}`` where the run has its key or nothing is
+    study can reuse it too (:mod:`workers.studies.reuse`); ``{}`` where the run has its key or nothing is
     pinned."""
     if run.data.tags.get("config_key"):
         return {}
     pin = ledger.store_pin(study)
     if pin is None:
         return {}
-    from workers.records import trial_spec
-    from workers.reuse import config_key
+    from workers.studies.records import trial_spec
+    from workers.studies.reuse import config_key
 
     return {"config_key": config_key(trial_spec(run).train_config, pin.digest)}
 
@@ -313,7 +313,7 @@ def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, att
     the same attempt back in the queue (it costs no attempt) and send it again after a pause; the
     checkpoint (with the result, if training ended) is kept. Nothing is written into the checkpoint
     folder before ``release`` (on a full disk that write fails, and the lease would be stranded).
-    A host without the store holds its slot for the pause (:func:`workers.stores.hold_slot`), so
+    A host without the store holds its slot for the pause (:func:`workers.studies.stores.hold_slot`), so
     the trial goes to a host that has it."""
     reason = f"{type(exc).__name__}: {str(exc)[:300]}"
     no_store = isinstance(exc, StoreUnavailable)
@@ -344,7 +344,7 @@ def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, att
                                                                   given_back=reason[:250])
     except Exception as tag_exc:  # noqa: BLE001 - the store is down: the runner's pass re-tags it
         print(f"cbs trial {trial_id}: could not tag the run: {tag_exc}", flush=True)
-    from workers.runner import Runner
+    from workers.studies.runner import Runner
 
     queue = (run.data.tags.get("queue") if run is not None else None) or "cpu"
     # Back off: 15 s, 30 s, ... up to 10 min between tries of a store that stays down.
@@ -397,7 +397,7 @@ def end_after_time_limit(study: str, trial_id: str, worker: str, limit_s: float 
         return False
     if not ledger.finish(trial_id, lease.attempt, owner=lease.owner, outcome="failed", now_s=time.time()):
         return False
-    if limit_s and s.time_limit_s is None:  # derived from the trial's budget (workers.time_limits)
+    if limit_s and s.time_limit_s is None:  # derived from the trial's budget (workers.infra.time_limits)
         reason = (f"exceeded the hard time limit of {limit_s:g} s derived from its budget (set "
                   "CBS_TRIAL_TIME_LIMIT_S on the workers to raise it)")
     else:
@@ -444,19 +444,19 @@ def _lose_attempt(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, 
 def _send_again(s: WorkerSettings, study: str, trial_id: str, attempt: int, run) -> None:
     """A new message for the released attempt, due in a few seconds: the worker shutting down may
     still fetch it, but then holds it unstarted and hands it back to the broker as it exits."""
-    from workers.runner import Runner
+    from workers.studies.runner import Runner
 
     Runner(s).send(study, trial_id, attempt, run.data.tags.get("queue") or "cpu",
                    countdown_s=max(10.0, 2 * s.heartbeat_s))
 
 
 def _advance(study: str) -> None:
-    from workers.runner import Runner
+    from workers.studies.runner import Runner
 
     Runner().advance(study)
 
 
 def tell(s: WorkerSettings, study: str, tags: dict, outcome: str, result) -> None:
-    from workers import runner
+    from workers.studies.search import tell_outcome
 
-    runner.tell(s, study, tags, outcome, result)
+    tell_outcome(s, study, tags, outcome, result)

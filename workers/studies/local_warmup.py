@@ -1,7 +1,7 @@
 """Launch the schedule: a local study's fitted warm-up trained beside its two controls (issue 24).
 
 ``cbs study warmup NAME`` and the Local CBS page's *Launch the schedule* read the warm-up off the
-study's fitted curve (``warmup.<rule>.batch_schedule`` of :func:`workers.local_fit.local_readout`:
+study's fitted curve (``warmup.<rule>.batch_schedule`` of :func:`workers.studies.local_fit.local_readout`:
 the batch doubles where the local CBS passes twice the current batch, the learning rate ×√2 each
 time; Merrill et al. 2025, arXiv 2505.23971, §5), move each switch onto the equal-token grid
 (:func:`cbscore.local.on_equal_token_grid`), and extend the study with ``local.warmup_run: true``
@@ -70,8 +70,8 @@ def launch_warmup(name: str, *, rule: str = "merrill", author: str = "", force: 
     """Extend local study ``name`` with its warm-up and both controls by ``rule``'s curve (fitted
     from MLflow now); returns ``(new spec, changes)``. Bad input raises ConfigError with nothing
     changed."""
-    from workers.local_fit import local_fit
-    from workers.runner import Runner
+    from workers.studies.local_fit import local_fit
+    from workers.studies.runner import Runner
 
     patch = warmup_patch(local_fit(name), rule)
     return Runner().extend(name, patch, author=author, force=force)

@@ -2,7 +2,7 @@
 
 A base run writes a read-only snapshot at each checkpoint (``TrainConfig.snapshot_dir``); the
 branches start from them. They are the study's artifacts, not a trial's checkpoint: a trial's
-checkpoint folder (``<checkpoint root>/<trial_id>``, :mod:`workers.checkpoints`) is removed when
+checkpoint folder (``<checkpoint root>/<trial_id>``, :mod:`workers.infra.checkpoints`) is removed when
 the trial ends, and a snapshot there would vanish under the branches still to run. So they live
 under :func:`cbscore.paths.snapshot_root` (``CBS_SNAPSHOT_DIR`` on a filesystem every host
 mounts, else ``$CBS_HOME/artifacts``) as ``<root>/<study>/snapshots/s<seed>/tokens-<t>/``, kept

@@ -4,7 +4,7 @@ With several hosts (docs/operating.md, "Scaling out") the stores live on a files
 ``CBS_STORE_DIR`` (the store root: a store is ``<CBS_STORE_DIR>/<key>``), or a spec's
 ``data.store_dir`` inside a shared ``CBS_DATA_ROOTS`` folder. The first trial of a study that has
 its store ready (prepared by it, or found up to date) pins the store's content digest in the
-ledger (:meth:`workers.ledger.Ledger.pin_store`). From then on no host prepares that study's
+ledger (:meth:`workers.studies.ledger.Ledger.pin_store`). From then on no host prepares that study's
 store again: before it trains, an attempt checks that the store is at its folder on this host,
 holds the pinned digest, and is one :func:`cbscore.data.prepare` reuses untouched. A host that
 cannot see the store (a mount missing: an empty local folder where the shared one should be), or
@@ -15,7 +15,7 @@ its own (a resumed trial would silently change data; a second store would mean t
 That is a fault of the host, not of the trial: the attempt is given back (it costs no attempt and
 does not count against ``CBS_MAX_GIVE_BACKS``), and the host's slot is held for the give-back's
 wait (:func:`hold_slot`), so the trial goes to a host that can see the store instead of bouncing
-on this one (:func:`workers.trial._give_back`).
+on this one (:func:`workers.trials.trial._give_back`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 
 from cbscore.data import DataConfig
 from cbscore.errors import DataError
-from workers.ledger import Ledger, StorePin, host_id
+from workers.studies.ledger import Ledger, StorePin, host_id
 
 
 #: How a give-back for a store this host cannot use begins (the trial's note; the Studies page's banner).

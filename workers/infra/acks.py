@@ -15,7 +15,7 @@ holds the slot the same way.
 :class:`LateAckRequest` tries once more (on a fresh connection) and, when the broker still cannot
 be told, frees the slot locally. The message then stays unacknowledged in the broker and comes
 back after the visibility timeout; its task finds the trial's lease ended, or held, and exits
-without training (:mod:`workers.trial`), so nothing runs twice. Kombu's own reconnection then does the rest: the freed slot puts the
+without training (:mod:`workers.trials.trial`), so nothing runs twice. Kombu's own reconnection then does the rest: the freed slot puts the
 connection back in the poll, its loss is seen, and the consumer reconnects, waiting out the
 outage (``broker_connection_max_retries=None``).
 """

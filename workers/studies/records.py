@@ -19,8 +19,8 @@ import json
 from typing import Any, Mapping
 
 from cbscore.study import TERMINAL, TrialRecord, TrialSpec
-from workers.parse import as_float, as_int
-from workers.ledger import Lease, owner_is_dead
+from workers.infra.parse import as_float, as_int
+from workers.studies.ledger import Lease, owner_is_dead
 from workers.tracking import Tracker
 
 

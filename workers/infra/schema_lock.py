@@ -23,7 +23,7 @@ def schema_lock(url: str, what: str):
         return
     import sqlalchemy as sa
 
-    from workers.settings import with_driver
+    from workers.infra.settings import with_driver
 
     url = with_driver(url)
     key = int.from_bytes(hashlib.sha1(f"cbs-schema:{what}".encode()).digest()[:8], "big", signed=True)

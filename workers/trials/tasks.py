@@ -8,28 +8,28 @@ from __future__ import annotations
 
 from celery import Task
 
-from workers.broker import app
+from workers.infra.broker import app
 
 
 class TrialTask(Task):
     """Ends a trial killed at the hard time limit ``failed`` (in the worker's parent, where
     Celery reports the timeout) instead of leaving it to look like a lost worker. Its late ack
-    survives a broker outage (:mod:`workers.acks`)."""
+    survives a broker outage (:mod:`workers.infra.acks`)."""
 
-    Request = "workers.acks:LateAckRequest"
+    Request = "workers.infra.acks:LateAckRequest"
 
     def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
         from celery.exceptions import TimeLimitExceeded
 
         if isinstance(exc, TimeLimitExceeded) and len(args) >= 2:
-            from workers.trial import end_after_time_limit
+            from workers.trials.trial import end_after_time_limit
 
             try:
                 limit = float(exc.args[0]) if exc.args else None
             except (TypeError, ValueError):
                 limit = None
             try:
-                from workers.celery_app import worker_nodename
+                from workers.trials.celery_app import worker_nodename
 
                 end_after_time_limit(args[0], args[1], worker_nodename(), limit)
             except Exception as err:  # noqa: BLE001 - the runner then sees it as lost, as before
@@ -38,7 +38,7 @@ class TrialTask(Task):
 
 @app.task(name="workers.tasks.run_trial", bind=True, base=TrialTask)
 def run_trial(self, study: str, trial_id: str, attempt: int) -> dict:
-    """Run one attempt of one trial (task id ``{trial_id}-a{attempt}``); see :mod:`workers.trial`."""
-    from workers.trial import run_trial_attempt
+    """Run one attempt of one trial (task id ``{trial_id}-a{attempt}``); see :mod:`workers.trials.trial`."""
+    from workers.trials.trial import run_trial_attempt
 
     return run_trial_attempt(study, trial_id, int(attempt), worker=self.request.hostname or "")

@@ -25,7 +25,7 @@ def check_spec(spec: StudySpec, *, force: bool = False) -> None:
 
     check_data_location(DataConfig.from_dict(dict(spec.data)))
     if spec.kind == "local":  # a base run and its branches, not a grid of cells
-        from workers.local_study import largest_trial
+        from workers.studies.local_study import largest_trial
 
         _check_store_holds(spec, *largest_trial(spec))
         return

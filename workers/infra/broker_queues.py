@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def queue_depth(queue: str) -> int:
     """Messages waiting in ``queue`` (works for the filesystem transport, Redis and AMQP)."""
-    from workers.broker import app
+    from workers.infra.broker import app
 
     with app.connection_for_read() as conn:
         channel = conn.default_channel  # a broker that is away raises here: the pass fails, no send

@@ -1,0 +1,210 @@
+"""The workers' public API for the app and the CLI (docs/ARCHITECTURE.md, "Workers public API").
+
+The writes (launch, extend, retry, cancel, delete, one runner pass) live here; the reads (studies,
+their records, tables, status, fits, forecasts, workers, links) in :mod:`workers.query.reads`, and
+every public name of both is reachable as ``api.NAME``. Bad input raises
+:class:`~cbscore.errors.ConfigError` naming the field and the value, with nothing written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from cbscore.errors import ConfigError
+from cbscore.study import StudySpec, load_preset
+from workers.query.reads import (  # re-exported: the pages and the CLI read them as api.NAME
+    FIT_COLUMNS,
+    StudyStatus,
+    StudySummary,
+    TABLE_COLUMNS,
+    WorkerInfo,
+    alive_workers,
+    list_studies,
+    open_ledger,
+    open_tracker,
+    run_url,
+    study_fit,
+    study_forecast,
+    study_histories,
+    study_local_fit,
+    study_parent,
+    study_records,
+    study_spec,
+    study_status,
+    study_table,
+    tracking_ui_base,
+    tracking_ui_url,
+    trial_curve,
+    worker_settings,
+)
+
+
+__all__ = [
+    "FIT_COLUMNS",
+    "StudyStatus",
+    "StudySummary",
+    "TABLE_COLUMNS",
+    "WorkerInfo",
+    "advance_study",
+    "alive_workers",
+    "apply_forecast_from",
+    "cancel_study",
+    "cancel_trial",
+    "delete_study",
+    "deletion_preview",
+    "extend_study",
+    "launch_local_warmup",
+    "launch_study",
+    "list_studies",
+    "open_ledger",
+    "open_tracker",
+    "resolve_spec",
+    "retry_study",
+    "run_url",
+    "study_fit",
+    "study_forecast",
+    "study_histories",
+    "study_local_fit",
+    "study_owner",
+    "study_parent",
+    "study_records",
+    "study_spec",
+    "study_status",
+    "study_table",
+    "tracking_ui_base",
+    "tracking_ui_url",
+    "trial_curve",
+    "worker_settings",
+]
+
+
+def resolve_spec(spec: StudySpec | Mapping | str) -> StudySpec:
+    """A StudySpec from a spec, a dict, YAML text, a ``.yaml`` path or a preset name."""
+    if isinstance(spec, StudySpec):
+        return spec
+    if isinstance(spec, Mapping):
+        return StudySpec.from_dict(spec)
+    if isinstance(spec, str):
+        from cbscore.study import PRESET_NAMES
+
+        if spec in PRESET_NAMES:
+            return load_preset(spec)
+        if "\n" not in spec and spec.endswith((".yaml", ".yml", ".json")):
+            return StudySpec.from_yaml(Path(spec))  # a file named on the command line
+        return StudySpec.from_yaml(spec)
+    raise ConfigError("spec", spec, "must be a StudySpec, a mapping, YAML text, a .yaml path or a preset name")
+
+
+def launch_study(spec: StudySpec | Mapping | str, *, force: bool = False, owner: str = "") -> str:
+    """Validate ``spec``, create the study's experiment and parent run, enqueue its first trials.
+
+    Returns the study name. Bad input raises :class:`ConfigError` (field and value) with nothing
+    created or enqueued; a study that exists with the same spec is resumed. ``owner`` is recorded
+    as the study's ``owner`` tag (the app checks who may cancel against it).
+    """
+    from workers.studies.runner import Runner
+
+    spec, _ = apply_forecast_from(resolve_spec(spec))
+    return Runner().launch(spec, force=force, owner=owner)
+
+
+def study_owner(name: str) -> str:
+    """Who launched ``name`` (its ``owner`` tag; ``""`` for a study launched before owners were kept)."""
+    return study_parent(open_tracker(), name).data.tags.get("owner", "")
+
+
+def apply_forecast_from(spec: StudySpec):
+    """``(spec, ForecastRange | None)``: with ``forecast_from: OTHER``, the spec's batch sizes
+    chosen around OTHER's calibrated noise-scale forecast (:mod:`workers.studies.forecast`); an unknown
+    or uncalibrated OTHER is a :class:`ConfigError` naming the field and the value."""
+    if spec.forecast_from is None:
+        return spec, None
+    from workers.studies.forecast import forecast_spec
+
+    tracker = open_tracker()
+    if tracker.study_run(spec.forecast_from) is None:
+        raise ConfigError("forecast_from", spec.forecast_from, "names no study in the tracking store")
+    from cbscore.errors import FitError
+
+    try:
+        source = study_forecast(spec.forecast_from, with_fit=True)
+    except FitError as exc:
+        raise ConfigError("forecast_from", spec.forecast_from, f"cannot be fitted yet ({exc})") from None
+    return forecast_spec(spec, source)
+
+
+def extend_study(name: str, patch: Mapping | str, *, author: str = "", force: bool = False) -> tuple[StudySpec, list[str]]:
+    """Grow study ``name`` by ``patch`` (a mapping, YAML text or a ``.yaml`` path; the rules are
+    :mod:`cbscore.study.extend`): only new cells and trials run; returns the new spec and the
+    changes in words. Bad input raises ``ConfigError`` naming the field, with nothing changed."""
+    from workers.studies.runner import Runner
+
+    if isinstance(patch, str):
+        from cbscore.safe_yaml import load_yaml
+
+        text = patch
+        if patch.endswith((".yaml", ".yml")) and "\n" not in patch:
+            path = Path(patch)
+            if not path.is_file():
+                raise ConfigError("patch", patch, "file does not exist")
+            text = path.read_text()
+        patch = load_yaml(text)
+    return Runner().extend(name, patch, author=author, force=force)
+
+
+def launch_local_warmup(name: str, *, rule: str = "merrill", author: str = "", force: bool = False):
+    """Train local study ``name``'s fitted warm-up beside its small- and large-batch controls
+    (:func:`workers.studies.local_warmup.launch_warmup`); returns ``(new spec, changes)``."""
+    from workers.studies.local_warmup import launch_warmup
+
+    return launch_warmup(name, rule=rule, author=author, force=force)
+
+
+def retry_study(name: str, *, failed: bool = True, censored: bool = False, budget_factor: float = 2.0,
+                author: str = "") -> list[str]:
+    """Run ``name``'s failed trials again, and its censored cells at ``budget_factor``× their cap
+    (:meth:`workers.studies.runner.Runner.retry`); returns the new trial ids."""
+    from workers.studies.runner import Runner
+
+    return Runner().retry(name, failed=failed, censored=censored, budget_factor=budget_factor, author=author)
+
+
+def cancel_study(name: str) -> int:
+    """Cancel every unfinished trial of ``name`` and end the study; returns how many were stopped."""
+    from workers.studies.runner import Runner
+
+    return Runner().cancel_study(name)
+
+
+def cancel_trial(trial_id: str) -> str:
+    """Stop one trial (``stopped`` if it was queued; ``stopping`` if running: it stops within a heartbeat)."""
+    from workers.studies.runner import Runner
+
+    return Runner().cancel_trial(trial_id)
+
+
+def delete_study(name: str, *, force: bool = False, wait_s: float | None = None):
+    """Delete study ``name`` as a whole: its MLflow runs (soft-deleted), ledger rows, Optuna
+    studies, checkpoints and kept artifacts; refused while trials are queued or running unless
+    ``force`` (which cancels it and waits for them to stop). Re-running finishes a half-done
+    delete; studies that reused its trials keep their copies. :func:`workers.studies.delete.delete_study`
+    (who may is the caller's check); returns its :class:`~workers.studies.delete.DeletionReport`."""
+    from workers.studies.delete import delete_study as delete
+
+    return delete(name, force=force, wait_s=wait_s)
+
+
+def deletion_preview(name: str):
+    """What deleting ``name`` would delete, and the trials in flight that stand in the way
+    (:class:`workers.studies.delete.DeletionPreview`; nothing changes)."""
+    from workers.studies.delete import deletion_preview as preview
+
+    return preview(name)
+
+
+def advance_study(name: str):
+    """One idempotent runner pass over ``name`` (:meth:`workers.studies.runner.Runner.advance`)."""
+    from workers.studies.runner import Runner
+
+    return Runner().advance(name)
