@@ -69,6 +69,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     simulate.add_argument("--curves", metavar="CURVES.json", default=None,
                           help="the lab's own curve shapes (benchmarks/calibrate_equal_tokens.py --templates): "
                                "what trials stopped at equal tokens are compared and projected on")
+    simulate.add_argument("--order", choices=("predicted", "grid"), default=None,
+                          help="override the spec's search.order (the order a cell starts its rates in)")
     simulate.add_argument("--predict", choices=("on", "off"), default=None,
                           help="override the spec's search.predict (learning rates predicted per cell)")
     simulate.add_argument("--prune-at-equal-tokens", choices=("on", "off"), default=None,
@@ -206,6 +208,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     from workers.query import api
 
     spec = api.resolve_spec(args.spec)
+    if args.order is not None:
+        spec = spec.replace(search=dataclasses.replace(spec.search, order=args.order))
     if args.predict is not None:
         spec = spec.replace(search=dataclasses.replace(spec.search, predict=args.predict == "on"))
     if args.prune_at_equal_tokens is not None:

@@ -117,6 +117,13 @@ def _geo_mean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def _best_key(t: TrialSteps) -> tuple[float, float]:
+    """A cell's best trial: fewest steps, and of rates that tie (exactly, as noiseless simulated
+    rates a factor apart on each side of the optimum do) the smallest, whatever order the trials
+    come in (a study and its full grid list them in different orders)."""
+    return (t.steps, t.lr if t.lr is not None else 0.0)
+
+
 def window_rates(tried: Sequence[float], best: float, span: float | None = None) -> tuple[float, ...]:
     """The rates a cell's fit reads: of the rates ``tried`` (pruned and censored ones count), the
     best one, its next neighbour on each side, and the rates up to :data:`FIT_NEIGHBOURS` places
@@ -135,7 +142,7 @@ def fit_window(reached: list[TrialSteps], tried: Sequence[float]) -> list[TrialS
     that needed at most :data:`FIT_MAX_STEPS_RATIO` times the best's steps: what the fit reads of
     one cell (and so what any rule must measure there, to the crossing or by a projection exact
     enough, to leave the fit where the full grid puts it)."""
-    best = min(reached, key=lambda t: t.steps)
+    best = min(reached, key=_best_key)
     keep = set(window_rates(tried, best.lr))
     return [t for t in reached if t.lr in keep and t.steps <= FIT_MAX_STEPS_RATIO * best.steps]
 
@@ -183,7 +190,7 @@ def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
     out: dict[tuple, _CellFit] = {}
     rows: list[tuple[tuple, np.ndarray, np.ndarray]] = []  # (cell, u (n,), log S (n,))
     for key, reached in cells.items():
-        best = min(reached, key=lambda t: t.steps)
+        best = min(reached, key=_best_key)
         out[key] = _CellFit(steps=best.steps, lr=best.lr, fitted=False)
         if any(t.lr is None for t in reached):
             continue
@@ -256,14 +263,14 @@ def measure_points(
         for s, low in zip(reached_seeds, seed_min):
             cell = fits.get((batch_size, s))
             if cell is None:
-                cell = _CellFit(steps=low, lr=min(cells[(batch_size, s)], key=lambda t: t.steps).lr, fitted=False)
+                cell = _CellFit(steps=low, lr=min(cells[(batch_size, s)], key=_best_key).lr, fitted=False)
             seed_est.append(cell.steps)
             seed_lr.append(cell.lr)
             fitted = fitted and cell.fitted
         at_edge = False
         for s in reached_seeds:
             tried = [t.lr for t in group if t.seed == s and t.lr is not None]
-            best = min(cells[(batch_size, s)], key=lambda t: t.steps)
+            best = min(cells[(batch_size, s)], key=_best_key)
             if best.lr is not None and len(set(tried)) >= 2 and best.lr in (min(tried), max(tried)):
                 at_edge = True
         n_censored = sum(t.outcome == CENSORED for t in group)

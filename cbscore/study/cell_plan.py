@@ -118,8 +118,10 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
         if best is None and all(r.status in ended_short for r in first):
             rerun = [r for r in first if r.status == "censored"]
         else:
-            # A neighbour pruned before the best settled (a later rate won) is run again too.
-            near = best_neighbours(first, target, rates)
+            # A neighbour pruned before the best settled (a later rate won) is run again too. The
+            # best is read off every crossing, re-runs' too (a rate past an edge, added once a
+            # re-run crossed, is a neighbour of that crossing).
+            near = best_neighbours(recs, target, rates)
             # (Stopped at equal tokens, a neighbour's steps are projected from its curve: no re-run.)
             again = ("censored",) if spec.prune_at_equal_tokens else ("censored", "pruned")
             rerun = [r for r in first if r.status in again and (r.seed, r.lr) in near]
@@ -128,7 +130,7 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
         # rate that had not crossed the cell's target by then is run again to twice that,
         # stopping at the target, so that S(B_ref) is read off the same window as any cell's
         # (left out, the window keeps only the lucky neighbours: S(B_ref) 3% low at σ = 0.1).
-        near = best_neighbours(first, target, rates)
+        near = best_neighbours(recs, target, rates)
         rerun = [r for r in first if r.status in ("finished", "censored") and (r.seed, r.lr) in near
                  and record_crossing(r, target) is None]
     n_cell += len(rerun)
@@ -151,8 +153,9 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
         present = {r.trial_id for r in recs}
         if grid:
             keep: set[tuple[int, float]] | None = None
-            # Nearest the predicted optimum first: trials stopped at equal tokens are compared
-            # with the leader, which should be running before them.
+            # Nearest the predicted optimum first (search.order): the best crosses early, so the
+            # far rates, started later, stop at the prune margin past it; and trials stopped at
+            # equal tokens are compared with the leader, which should be running before them.
             order = (sorted(rates, key=lambda v: abs(math.log(v / predicted))) if predicted is not None
                      else rates)
             for lr in order:

@@ -27,12 +27,16 @@ def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
     brackets it from above. Returns ``(rates ascending, pending)``: ``pending`` is True while
     the cell may still add a rate (its trials have not all ended).
     """
-    recs = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]  # re-runs add no rate
+    # Re-runs add no rate, but their crossings count for the best: a cell whose first attempts all
+    # ended censored at a cap and crossed when re-run still extends past an edge its best sits at,
+    # as the full grid does.
+    every = list(recs)
+    recs = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
     if spec.search.kind == "grid" and spec.search.predict:
         return _predicted_cell_rates(spec, recs, role, predicted)
     base = sorted(spec.search.lrs)
     rates = sorted(set(base) | {r.lr for r in recs})
-    complete = len(recs) >= len(rates) * len(spec.seeds) and all(r.terminal for r in recs)
+    complete = len(recs) >= len(rates) * len(spec.seeds) and all(r.terminal for r in every)
     if spec.search.kind != "grid" or spec.search.lr_extensions == 0 or not recs or not complete:
         return tuple(rates), not complete
     below = sum(1 for v in rates if v < base[0])
@@ -40,7 +44,7 @@ def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
     low_ratio = base[1] / base[0] if len(base) > 1 else 2.0
     high_ratio = base[-1] / base[-2] if len(base) > 1 else 2.0
     extra: set[float] = set()
-    for best_lr in (_seed_best_rates(recs, role) if len(rates) >= 2 else ()):
+    for best_lr in (_seed_best_rates(every, role) if len(rates) >= 2 else ()):
         if best_lr == rates[0] and below < spec.search.lr_extensions:
             extra.add(float(f"{rates[0] / low_ratio:.3g}"))
         if best_lr == rates[-1] and above < spec.search.lr_extensions:

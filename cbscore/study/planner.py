@@ -73,9 +73,11 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
     lost_set = frozenset(lost)
     targets, target_errors = setting_targets(spec, records, by_cell=by_cell)
     errors.extend(target_errors)
-    # Each setting's measured best rates, once per call, where a rule predicts from them.
+    # Each setting's measured best rates, once per call, where a rule predicts from them (the
+    # order cells start their rates in, search.order, is one).
     best_rates = ({s.setting_id: setting_best_rates(spec, s, by_cell) for s in spec.resolve_settings()}
-                  if grid and (spec.search.predict or spec.prune_at_equal_tokens) else None)
+                  if grid and (spec.search.predict or spec.prune_at_equal_tokens or spec.search.order == "predicted")
+                  else None)
     if grid and spec.target_losses is None:
         # A reference cell that may still add a learning rate has no target yet: the target comes
         # from the whole cell (DESIGN.md §1), so every cell is measured against the same one.

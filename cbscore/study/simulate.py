@@ -61,9 +61,11 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
     for _ in range(100_000):
         snapshot = [records[k] if k not in running else run_record(running[k], now) for k in records]
         p = plan(spec, snapshot, now, stale_after_s=math.inf)
+        stopped_now = False
         for tid, reason in p.stop:
             if tid in running:
                 records[tid] = run_record(running.pop(tid), now, reason)
+                stopped_now = True
         for t in p.start:
             if t.trial_id not in records:
                 records[t.trial_id] = TrialRecord(trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id,
@@ -77,7 +79,13 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
             records[t.trial_id] = run_record(run, now)
             started += 1
             heapq.heappush(events, run.end())
-        if p.done or (not running and not queue):
+        if p.done:
+            break
+        if not running and not queue:
+            if stopped_now:
+                # The planner decided on records from before these stops: asked again, it may
+                # add a rate (an extension past an edge) or a re-run; the runner's next pass would.
+                continue
             break
         # Pruning happens at evaluations: wake up at each running trial's first evaluation past
         # (1 + margin)·best of its seed in its cell, where a best is known.
@@ -132,5 +140,6 @@ def simulate(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimConfig
     runs = tuple(runs)
     settings = spec.resolve_settings()
     return SimulationReport(spec_name=spec.name, config=config, seeds=runs, grid_tokens=grid_tokens(spec),
-                            predict=spec.search.predict, prune_at_equal_tokens=spec.prune_at_equal_tokens,
+                            predict=spec.search.predict, order=spec.search.order,
+                            prune_at_equal_tokens=spec.prune_at_equal_tokens,
                             grid_flops=float(sum(setting_grid_tokens(spec, s) * s.flops_per_token for s in settings)))

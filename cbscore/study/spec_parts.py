@@ -12,6 +12,8 @@ from typing import Any, Mapping
 from cbscore.errors import ConfigError
 
 SEARCH_KINDS = ("grid", "optuna")
+#: Orders a grid cell may start its rates in (:attr:`SearchSpec.order`).
+SEARCH_ORDERS = ("predicted", "grid")
 
 #: The paper's learning-rate grid (Zhang et al. 2025, §3.1).
 PAPER_LRS = (1e-3, 3.16e-3, 6.32e-3, 1e-2, 3.16e-2)
@@ -63,6 +65,14 @@ class SearchSpec:
     best rates of the setting's measured cells fitted in log B, Adam's √B rule before two are
     known), its neighbours next, and add no rate once the optimum is bracketed and the fit's window
     around it is run. ``lrs`` (with ``lr_extensions``) stays the set of allowed rates."""
+    order: str = "predicted"
+    """Grid search: the order a cell starts its rates in. ``predicted`` (the default): nearest the
+    rate predicted from the setting's measured cells first (``cbscore.study.lr_predict``), so the
+    cell's best crosses early and the far rates, started later, stop at the prune margin past it
+    instead of running to their own crossing; every rate still runs and the fit reads the same
+    crossings (simulated: 9-11% fewer tokens, B* on the full grid, docs/results/cheaper-search/).
+    ``grid``: ascending, as the spec lists them. ``predict`` and ``prune_at_equal_tokens`` always
+    order by the prediction."""
 
     def __post_init__(self) -> None:
         if self.kind not in SEARCH_KINDS:
@@ -81,6 +91,8 @@ class SearchSpec:
             raise ConfigError("search.lr_extensions", ext, "must be an integer in [0, 8]")
         if not isinstance(self.predict, bool):
             raise ConfigError("search.predict", self.predict, "must be true or false")
+        if self.order not in SEARCH_ORDERS:
+            raise ConfigError("search.order", self.order, f"must be one of {', '.join(SEARCH_ORDERS)}")
         _positive_float("search.lr_min", self.lr_min)
         _positive_float("search.lr_max", self.lr_max)
         if self.lr_min >= self.lr_max:

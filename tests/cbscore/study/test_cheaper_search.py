@@ -148,8 +148,9 @@ def test_prediction_lowers_the_study_to_oracle_ratio_and_leaves_b_star_at_zero_n
     assert d_off["ratio_to_oracle_median"] >= 1.0 and d_on["ratio_to_oracle_median"] >= 1.0
     s_off, s_on = off.summary()[0], on.summary()[0]
     # (The grid's curvature is shared over the setting's windows: rates the study never ran move it
-    # by a few parts in 10⁴.)
-    assert s_on["cbs_study_median"] == pytest.approx(s_on["cbs_grid_median"], rel=1e-3)
+    # by about a part in 10³; at σ = 0 two rates a factor apart on each side of the optimum tie
+    # exactly, and the window is centred on the smaller.)
+    assert s_on["cbs_study_median"] == pytest.approx(s_on["cbs_grid_median"], rel=2e-3)
     assert s_on["cbs_study_median"] == pytest.approx(s_off["cbs_study_median"], rel=0.02)
     assert d_on["predict"] and d_on["prune_at_equal_tokens"] and not d_off["predict"]
 
@@ -197,4 +198,29 @@ def test_the_lab_curves_file_is_checked_and_shapes_the_equal_token_decisions(tmp
     assert lab.to_json_dict()["curves"] == str(path)
     # Power-law curves (one shape, a factor apart in time): projections are exact, B* stays on the grid.
     assert same["cbs_study_median"] == pytest.approx(same["cbs_grid_median"], rel=1e-3)
-    assert lab.summary()[0]["cbs_study_median"] != pytest.approx(lab.summary()[0]["cbs_grid_median"], rel=1e-3)
+    # (By 0.09% here: the projections are off, and the fit's parabola absorbs most of it.)
+    assert lab.summary()[0]["cbs_study_median"] != pytest.approx(lab.summary()[0]["cbs_grid_median"], rel=5e-4)
+
+
+def test_search_order_is_checked_and_named():
+    with pytest.raises(ConfigError, match="search.order"):
+        spec_with(search={"kind": "grid", "lrs": list(GRID), "order": "random"})
+    assert spec_with().search.order == "predicted"
+    assert spec_with(search={"kind": "grid", "lrs": list(GRID), "order": "grid"}).search.order == "grid"
+
+
+@pytest.mark.parametrize("optimum", [None, 0.05])  # the grid's middle; near its top edge (extended past it)
+def test_starting_cells_at_the_predicted_rate_saves_tokens_and_leaves_b_star_on_the_grid(optimum):
+    """Every rate still runs; the far ones, started after the best crossed, stop at the prune margin."""
+    truth = {spec_with().resolve_settings()[0].setting_id: TruthCurve(s_min=100.0, b_noise=64.0)}
+    config = SimConfig(noise_sigma=0.1, lr_optimum_ref=optimum)
+    runs = {order: simulate(spec_with(search={"kind": "grid", "lrs": list(GRID), "order": order}), truth, config,
+                            seeds=3)
+            for order in ("grid", "predicted")}
+    for order, report in runs.items():
+        for seed in report.seeds:
+            s = seed.settings[0]
+            assert s.cbs_study == pytest.approx(s.cbs_grid, rel=1e-6), (order, seed.seed)
+    grid, predicted = (runs[o].to_json_dict() for o in ("grid", "predicted"))
+    assert predicted["tokens_study_mean"] < 0.97 * grid["tokens_study_mean"]
+    assert predicted["order"] == "predicted" and grid["order"] == "grid"
