@@ -134,7 +134,11 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
         rerun = [r for r in first if r.status in ("finished", "censored") and (r.seed, r.lr) in near
                  and record_crossing(r, target) is None]
     n_cell += len(rerun)
-    complete = (len(recs) >= n_cell and all(r.terminal for r in recs) and not pending)
+    # Complete only once every re-run it asks for exists: counting is not enough (the re-runs of
+    # an all-censored cell outnumber the neighbours a later best asks for).
+    have = {r.trial_id for r in recs}
+    reruns_started = all(r.trial_id + "." + RERUN_TAG in have for r in rerun)
+    complete = (len(recs) >= n_cell and all(r.terminal for r in recs) and not pending and reruns_started)
     if (best is None and complete and target is not None
             and all(r.status in ("censored", "diverged") for r in recs)):
         # Every learning rate either diverged or trained this many tokens without reaching the

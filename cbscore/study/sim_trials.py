@@ -153,7 +153,6 @@ class SimTrials:
     truth: Mapping[str, TruthCurve]
     config: SimConfig
     seed: int
-    rng: np.random.Generator
     settings: dict[str, Setting] = field(default_factory=dict)
     draws: dict[tuple[str, int, float, int], float] = field(default_factory=dict)
     readings: dict[tuple, tuple[float, float] | None] = field(default_factory=dict)
@@ -164,9 +163,13 @@ class SimTrials:
         return ref * (batch_size / self.spec.b_ref) ** self.config.lr_optimum_exponent
 
     def noise(self, key: tuple[str, int, float, int]) -> float:
-        """One draw per trial (setting, B, η, seed): the study and the full grid share it."""
+        """One draw per trial (setting, B, η, seed), seeded by the study's seed and the trial's key:
+        the study and the full grid share it, and so do two studies of the same seed whatever order
+        their rules start trials in (common random numbers: a rule's effect is not mixed with
+        another draw of the noise)."""
         if key not in self.draws:
-            self.draws[key] = math.exp(self.config.noise_sigma * float(self.rng.standard_normal()))
+            rng = np.random.default_rng([self.seed, 1, zlib.crc32(repr(key).encode())])
+            self.draws[key] = math.exp(self.config.noise_sigma * float(rng.standard_normal()))
         return self.draws[key]
 
     def multiplier(self, batch_size: int, lr: float) -> float | None:

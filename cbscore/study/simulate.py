@@ -18,7 +18,6 @@ import math
 from collections import deque
 from typing import Callable, Mapping
 
-import numpy as np
 
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study.budgets import grid_tokens, setting_grid_tokens
@@ -47,7 +46,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
         raise ConfigError("search.kind", spec.search.kind, "the simulator runs grid searches only")
     if spec.target_losses is not None:
         raise ConfigError("target_losses", "given", "the simulator sets targets from reference runs")
-    sim = SimTrials(spec=spec, truth=truth, config=config, seed=seed, rng=np.random.default_rng(seed))
+    sim = SimTrials(spec=spec, truth=truth, config=config, seed=seed)
     sim.settings = {s.setting_id: s for s in spec.resolve_settings()}
     for setting in sim.settings.values():
         if all(sim.multiplier(spec.b_ref, lr) is None for lr in spec.search.lrs):

@@ -224,3 +224,17 @@ def test_starting_cells_at_the_predicted_rate_saves_tokens_and_leaves_b_star_on_
     grid, predicted = (runs[o].to_json_dict() for o in ("grid", "predicted"))
     assert predicted["tokens_study_mean"] < 0.97 * grid["tokens_study_mean"]
     assert predicted["order"] == "predicted" and grid["order"] == "grid"
+
+
+def test_a_cell_asks_for_every_re_run_before_it_is_done():
+    """paper-fixed-d, seed 35, σ = 0.1: the largest cell's first attempts all end censored at their
+    cap and are re-run; a re-run's crossing then makes the rate past the edge a neighbour of the
+    best, and its re-run is asked for. The cell (and the study) is done only once that one ran,
+    which leaves B* on the full grid."""
+    from cbscore.study.presets import load_preset
+    from cbscore.study.simulate import paper_truth
+
+    spec = load_preset("paper-fixed-d")
+    report = simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.1), seeds=1, first_seed=35)
+    s = report.seeds[0].settings[0]
+    assert s.cbs_study == pytest.approx(s.cbs_grid, rel=1e-9)

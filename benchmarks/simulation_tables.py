@@ -1,0 +1,107 @@
+"""Re-run the committed simulations and print their tables (``docs/results/simulate-paper/``,
+``docs/results/cheaper-search/order/``).
+
+    python benchmarks/simulation_tables.py paper [--write]   # the three paper presets at σ = 0, 0.1, 0.25 (200 seeds)
+    python benchmarks/simulation_tables.py order [--write]   # search.order grid against predicted, σ = 0.1
+
+Each run is ``cbs study simulate PRESET --truth paper --noise σ --seeds N`` (in-process, the same
+code); ``--write`` stores its JSON and text report under the results folder, as the READMEs there
+name them. The table is printed as Markdown. Simulation only; nothing is trained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = ("paper-chinchilla", "paper-fixed-d", "paper-fixed-n")
+
+
+def run(preset: str, noise: float, seeds: int, order: str | None = None) -> dict:
+    """One ``cbs study simulate`` as JSON."""
+    from cbscore.study import simulate as sim
+    from cbscore.study.presets import load_preset
+    from cbscore.study.sim_trials import SimConfig
+
+    spec = load_preset(preset)
+    if order is not None:
+        spec = spec.replace(search=dataclasses.replace(spec.search, order=order))
+    return sim.simulate(spec, sim.paper_truth(spec), SimConfig(noise_sigma=noise), seeds=seeds).to_json_dict()
+
+
+def _keep(folder: Path, stem: str, d: dict) -> None:
+    from cbscore.study.simulate import format_report
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{stem}.json").write_text(json.dumps(d, indent=1) + "\n")
+    (folder / f"{stem}.txt").write_text(format_report(d) + "\n")
+
+
+def pct(v: float | None) -> str:
+    return "—" if v is None else f"{v:+.1%}"
+
+
+def paper_table(write: bool) -> None:
+    folder = ROOT / "docs/results/simulate-paper"
+    runs = {}
+    for preset in PRESETS:
+        # 200 seeds: the median of 50 has a sampling error of about 1.2% at σ = 0.1, too close to
+        # the ±2% it is held to (a second draw of the noise moved settings from +1.4% to +2.9%).
+        for noise, seeds in ((0.0, 1), (0.1, 200), (0.25, 200)):
+            d = runs[(preset, noise)] = run(preset, noise, seeds)
+            if write:
+                _keep(folder, f"{preset}-noise{noise:g}", d)
+    print("| preset | setting | B* truth | σ = 0 vs truth | σ = 0.1 vs truth (fit / min) | σ = 0.1 seeds > 2% off grid "
+          "| σ = 0.1 p95 \\|off\\| | σ = 0.25 vs truth (fit / min) | σ = 0.25 seeds > 2% off | σ = 0.25 p95 \\|off\\| |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for preset in PRESETS:
+        rows = [{s["setting"]: s for s in runs[(preset, n)]["settings"]} for n in (0.0, 0.1, 0.25)]
+        for name, s0 in rows[0].items():
+            s1, s2 = rows[1][name], rows[2][name]
+            print(f"| {preset} | {name} | {s0['cbs_truth']:.0f} | {pct(s0['bias_vs_truth'])} | "
+                  f"{pct(s1['bias_vs_truth'])} / {pct(s1['bias_vs_truth_min'])} | {s1['share_off_grid_2pct']:.0%} | "
+                  f"{s1['p95_abs_vs_grid']:.1%} | {pct(s2['bias_vs_truth'])} / {pct(s2['bias_vs_truth_min'])} | "
+                  f"{s2['share_off_grid_2pct']:.0%} | {s2['p95_abs_vs_grid']:.1%} |")
+    for (preset, noise), d in runs.items():
+        if noise:
+            print(f"- {preset} σ = {noise:g}: study {d['tokens_share_of_fixed_budget_grid']:.1%} of the fixed-budget grid, "
+                  f"{d['tokens_study_mean'] / d['tokens_grid_to_target_mean']:.0%} of the grid run to target, "
+                  f"study/oracle {d['ratio_to_oracle_median']:.2f}×")
+
+
+def order_table(write: bool) -> None:
+    folder = ROOT / "docs/results/cheaper-search/order"
+    print("| preset | search.order | seeds | study/oracle (median, worst) | fit-window floor/oracle | median B* vs truth "
+          "(range over settings) | seeds > 2% off grid (worst setting) | worst \\|study/grid − 1\\| |")
+    print("|---|---|---|---|---|---|---|---|")
+    for seeds in (50, 200):
+        for preset in PRESETS:
+            for order in ("grid", "predicted"):
+                d = run(preset, 0.1, seeds, order)
+                if write:
+                    _keep(folder, f"{preset}-order-{order}" + ("" if seeds == 50 else f"-{seeds}seeds"), d)
+                s = d["settings"]
+                worst = max((abs(x["worst_vs_grid"]) for x in s if x["worst_vs_grid"] is not None), default=0.0)
+                print(f"| {preset} | {order} | {seeds} | {d['ratio_to_oracle_median']:.2f}× ({d['ratio_to_oracle_max']:.2f}×) | "
+                      f"{d['fit_window_to_oracle_median']:.2f}× | {min(x['bias_vs_truth'] for x in s):+.1%} to "
+                      f"{max(x['bias_vs_truth'] for x in s):+.1%} | {max(x['share_off_grid_2pct'] for x in s):.0%} | "
+                      f"{worst:.1%} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("table", choices=("paper", "order"))
+    ap.add_argument("--write", action="store_true", help="store each run's JSON and text report")
+    args = ap.parse_args(argv)
+    (paper_table if args.table == "paper" else order_table)(args.write)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
