@@ -14,7 +14,7 @@ Two measurements behind ``docs/results/cheaper-search/floor/``:
    extrapolated to the target from a straight line in ``ln step`` through its last three
    evaluations before a fraction f of its own steps (the time-stretch projection the planner uses
    is measured by ``calibrate_equal_tokens.py``).
-3. ``--breakdown PRESET``: where a rules-off study's tokens go (the best trial, the rest of the fit's
+3. ``--breakdown PRESET``: where a default study's tokens go (search.predict and prune_at_equal_tokens off) (the best trial, the rest of the fit's
    window, the reference cell, rates outside the window by outcome, re-runs), read from the
    simulated records of ``--seeds`` seeds.
 
@@ -96,7 +96,7 @@ def projection_rows(curves_path: Path) -> list[dict]:
 
 
 def breakdown(name: str, seeds: int) -> dict[str, float]:
-    """Shares of the oracle a rules-off study of ``name`` spends, by what each trial was."""
+    """Shares of the oracle a study of ``name`` with its preset's defaults spends, by what each trial was."""
     from cbscore.analysis import TrialSteps, fit_window
     from cbscore.study import simulate as sim
     from cbscore.study.budgets import RERUN_TAG
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--neighbours", type=int, nargs="+", default=[2, 1])
     ap.add_argument("--curves", type=Path, default=DEFAULT_CURVES)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--breakdown", metavar="PRESET", help="where a rules-off study's tokens go, instead")
+    ap.add_argument("--breakdown", metavar="PRESET", help="where a default study's tokens go (search.predict and prune_at_equal_tokens off), instead")
     args = ap.parse_args(argv)
     if args.breakdown:
         shares = breakdown(args.breakdown, args.seeds)
