@@ -14,9 +14,9 @@ Two measurements behind ``docs/results/cheaper-search/floor/``:
    extrapolated to the target from a straight line in ``ln step`` through its last three
    evaluations before a fraction f of its own steps (the time-stretch projection the planner uses
    is measured by ``calibrate_equal_tokens.py``).
-3. ``--breakdown PRESET``: where a default study's tokens go (search.predict and prune_at_equal_tokens off) (the best trial, the rest of the fit's
-   window, the reference cell, rates outside the window by outcome, re-runs), read from the
-   simulated records of ``--seeds`` seeds.
+3. ``--breakdown PRESET``: where a study with the preset's defaults spends its tokens (the best
+   trial, the rest of the fit's window, the reference cell, rates outside the window by outcome,
+   re-runs), read from the simulated records of ``--seeds`` seeds.
 
 Usage:
 
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--neighbours", type=int, nargs="+", default=[2, 1])
     ap.add_argument("--curves", type=Path, default=DEFAULT_CURVES)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--breakdown", metavar="PRESET", help="where a default study's tokens go (search.predict and prune_at_equal_tokens off), instead")
+    ap.add_argument("--breakdown", metavar="PRESET", help="where a study with the preset's defaults spends its tokens, instead")
     args = ap.parse_args(argv)
     if args.breakdown:
         shares = breakdown(args.breakdown, args.seeds)

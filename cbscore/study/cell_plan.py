@@ -136,8 +136,8 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
     n_cell += len(rerun)
     # Complete only once every re-run it asks for exists: counting is not enough (the re-runs of
     # an all-censored cell outnumber the neighbours a later best asks for).
-    have = {r.trial_id for r in recs}
-    reruns_started = all(r.trial_id + "." + RERUN_TAG in have for r in rerun)
+    present = {r.trial_id for r in recs}
+    reruns_started = all(r.trial_id + "." + RERUN_TAG in present for r in rerun)
     complete = (len(recs) >= n_cell and all(r.terminal for r in recs) and not pending and reruns_started)
     if (best is None and complete and target is not None
             and all(r.status in ("censored", "diverged") for r in recs)):
@@ -154,7 +154,6 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
     for r in recs:
         counts[r.status] = counts.get(r.status, 0) + 1
     if released:
-        present = {r.trial_id for r in recs}
         if grid:
             keep: set[tuple[int, float]] | None = None
             # Nearest the predicted optimum first (search.order): the best crosses early, so the
