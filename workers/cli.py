@@ -73,6 +73,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="override the spec's search.order (the order a cell starts its rates in)")
     simulate.add_argument("--predict", choices=("on", "off"), default=None,
                           help="override the spec's search.predict (learning rates predicted per cell)")
+    simulate.add_argument("--stop-far-rates", choices=("on", "off"), default=None,
+                          help="override the spec's stop_far_rates (rates outside the leader's fit window "
+                               "stopped at equal tokens; nothing projected)")
+    simulate.add_argument("--far-rate-margin", type=float, default=None,
+                          help="override the spec's far_rate_margin (nats)")
+    simulate.add_argument("--far-rate-fraction", type=float, default=None,
+                          help="override the spec's far_rate_fraction")
     simulate.add_argument("--prune-at-equal-tokens", choices=("on", "off"), default=None,
                           help="override the spec's prune_at_equal_tokens (losing trials stopped at equal tokens)")
     simulate.add_argument("--equal-token-fraction", type=float, default=None, metavar="F",
@@ -212,6 +219,12 @@ def run_simulate(args: argparse.Namespace) -> int:
         spec = spec.replace(search=dataclasses.replace(spec.search, order=args.order))
     if args.predict is not None:
         spec = spec.replace(search=dataclasses.replace(spec.search, predict=args.predict == "on"))
+    if args.stop_far_rates is not None:
+        spec = spec.replace(stop_far_rates=args.stop_far_rates == "on")
+    if args.far_rate_margin is not None:
+        spec = spec.replace(far_rate_margin=args.far_rate_margin)
+    if args.far_rate_fraction is not None:
+        spec = spec.replace(far_rate_fraction=args.far_rate_fraction)
     if args.prune_at_equal_tokens is not None:
         spec = spec.replace(prune_at_equal_tokens=args.prune_at_equal_tokens == "on")
     if args.equal_token_fraction is not None:

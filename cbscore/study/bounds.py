@@ -61,6 +61,8 @@ RANGES: dict[str, Range] = {
     "budget_margin": Range(0, 10),
     "prune_margin": Range(0, 10),
     "equal_token_margin": Range(0, 10),
+    "far_rate_margin": Range(0, 10),
+    "far_rate_fraction": Range(0, 1),
     "warmup_fraction": Range(0, 1, hi_open=True),
     "beta1": Range(0, 1, hi_open=True),
     "beta2": Range(0, 1, hi_open=True),

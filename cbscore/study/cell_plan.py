@@ -113,8 +113,9 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
     rerun: list[TrialRecord] = []
     first_done = len(first) >= n_cell and all(r.terminal for r in first) and not pending
     if grid and role == "trial" and first_done and target is not None:
-        # (Trials stopped at equal tokens trailed one of these: their projections need its crossing.)
-        ended_short = ("censored", "diverged", "pruned") if spec.prune_at_equal_tokens else ("censored", "diverged")
+        # (Trials stopped at equal tokens trailed one of these: their projections need its
+        # crossing, and a far rate's stop says nothing of a cell no rate reached.)
+        ended_short = ("censored", "diverged", "pruned") if spec.compares_at_equal_tokens else ("censored", "diverged")
         if best is None and all(r.status in ended_short for r in first):
             rerun = [r for r in first if r.status == "censored"]
         else:
@@ -200,24 +201,38 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
                     stop.append((r.trial_id, "pruned"))
         # Stop at equal tokens: a trial that trails the cell's leader at its own step by more than
         # the margin, before the best has crossed (cbscore.study.equal_tokens); never the fit's
-        # window around the best crossing so far.
-        if role == "trial" and spec.prune_at_equal_tokens and any(r.status == "running" for r in recs):
+        # window around the best crossing so far. With stop_far_rates alone, a stopped rate that
+        # a later best makes its neighbour is run again above (again: "pruned").
+        if role == "trial" and spec.compares_at_equal_tokens and any(r.status == "running" for r in recs):
             from cbscore.study.equal_tokens import equal_token_stops, projectable_stops
 
             keep = best_neighbours(recs, target, rates if grid else ()) if seed_best else set()
             stopping = {tid for tid, _ in stop}
-            for tid in equal_token_stops(recs, margin_nats=spec.equal_token_margin, protected=keep,
-                                         skip=lost_set | stopping):
-                stop.append((tid, "pruned"))
-                stopping.add(tid)
-            # The fit's own rates: stopped once their steps to target can be projected.
+            # The cell's expected steps: its best crossing so far, else the next smaller batch
+            # size's S, else its budget's share (what the trials were planned for).
             expected = best if best is not None else prev_best
             if expected is None:
                 steps_budget = cell_budget_tokens(spec, setting, b, role, cap) // (b * spec.context_tokens)
                 expected = steps_budget / (1 + spec.budget_margin)
-            for tid in projectable_stops(recs, fraction=spec.equal_token_fraction, expected_steps=expected,
-                                         skip=lost_set | stopping):
+            not_judged = lost_set | stopping
+            if spec.prune_at_equal_tokens:
+                far_margin, judge_from = spec.equal_token_margin, 0.0
+            else:
+                # stop_far_rates: only once the curves stopped crossing over (far_rate_fraction),
+                # and never a re-run: it is the last attempt, and a stopped re-run that a later
+                # best makes its neighbour would leave the fit's window short.
+                far_margin, judge_from = spec.far_rate_margin, spec.far_rate_fraction * expected
+                not_judged = not_judged | {r.trial_id for r in recs if r.trial_id.endswith("." + RERUN_TAG)}
+            for tid in equal_token_stops(recs, margin_nats=far_margin, protected=keep,
+                                         skip=not_judged, min_step=judge_from, rates=rates):
                 stop.append((tid, "pruned"))
+                stopping.add(tid)
+            if spec.prune_at_equal_tokens:
+                # The fit's own rates: stopped once their steps to target can be projected
+                # (with stop_far_rates alone they run to their crossing).
+                for tid in projectable_stops(recs, fraction=spec.equal_token_fraction, expected_steps=expected,
+                                             skip=lost_set | stopping):
+                    stop.append((tid, "pruned"))
     resolved = complete or (role == "trial" and best is not None)
     if role == "reference":  # S(B_ref) is known once the first runs ended; re-runs refine the fit
         resolved = (complete or first_done) and target is not None

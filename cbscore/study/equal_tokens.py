@@ -50,14 +50,18 @@ def loss_at_step(steps: Sequence[float], losses: Sequence[float], at: float) -> 
 
 
 def equal_token_stops(recs: Sequence[TrialRecord], *, margin_nats: float, protected: Collection[tuple[int, float]],
-                      skip: Collection[str] = ()) -> list[str]:
+                      skip: Collection[str] = (), min_step: float = 0.0, rates: Collection[float] = ()) -> list[str]:
     """Trial ids of the running trials of one cell to stop (module docstring). ``protected``:
     ``(seed, rate)`` never stopped (the fit's window around the best crossing); ``skip``: trial
-    ids not to judge now (a lost trial about to be run again)."""
+    ids not to judge now (a lost trial about to be run again); ``min_step``: trials whose last
+    evaluation is earlier are not judged yet (``far_rate_fraction`` of the expected steps);
+    ``rates``: the cell's planned rates, not all started yet (the window is over them too)."""
     out = []
-    tried = sorted({r.lr for r in recs})
+    tried = sorted({r.lr for r in recs} | set(rates))
     for r in recs:
         if r.status != "running" or not r.eval_steps or r.trial_id in skip or (r.seed, r.lr) in protected:
+            continue
+        if r.eval_steps[-1] < min_step:
             continue
         t, mine = r.eval_steps[-1], r.eval_losses[-1]
         if not math.isfinite(mine):

@@ -37,8 +37,10 @@ def _analyse(trials: Sequence[TrialSteps], spec: StudySpec, estimator: str) -> t
     return float(cbs_closed_form(fit.b_noise, b_ref=spec.b_ref, overhead=spec.overhead)), None, edge
 
 
-def _study_trials(records: Mapping[str, TrialRecord], sid: str, target: float | None) -> list[TrialSteps]:
-    """The steps table of one setting, as ``cbs study fit`` builds it from MLflow."""
+def _study_trials(records: Mapping[str, TrialRecord], sid: str, target: float | None,
+                  project: bool) -> list[TrialSteps]:
+    """The steps table of one setting, as ``cbs study fit`` builds it from MLflow; ``project``: the
+    spec's ``prune_at_equal_tokens`` (the only rule whose stopped trials stand in by projection)."""
     out = []
     for r in records.values():
         if r.setting_id != sid or r.status not in TERMINAL:
@@ -60,7 +62,7 @@ def _study_trials(records: Mapping[str, TrialRecord], sid: str, target: float | 
             out.append(TrialSteps(batch_size=r.batch_size, outcome=r.status, lr=r.lr, seed=r.seed))
     # Trials stopped at equal tokens: steps to target projected from their curves against the
     # cell's leader, as `cbs study fit` does from MLflow's histories.
-    if any(t.outcome == "pruned" for t in out):
+    if project and any(t.outcome == "pruned" for t in out):
         histories = [EvalHistory(batch_size=r.batch_size, steps=r.eval_steps, losses=r.eval_losses, lr=r.lr,
                                  seed=r.seed, outcome=r.status, role=r.role)
                      for r in records.values() if r.setting_id == sid and r.status in ("reached", "pruned")
@@ -144,7 +146,7 @@ def setting_outcomes(spec: StudySpec, sim: SimTrials, records: Mapping[str, Tria
         truth = sim.truth[sid]
         cbs_truth = float(cbs_closed_form(truth.b_noise, b_ref=spec.b_ref, overhead=spec.overhead))
         target = p.targets.get(sid)
-        study = _study_trials(records, sid, target)
+        study = _study_trials(records, sid, target, spec.prune_at_equal_tokens)
         cbs_study, error, edge = _analyse(study, spec, sim.config.estimator)
         cbs_study_min = _analyse(study, spec, "min")[0]
         censored = tuple(sorted({t.batch_size for t in study if t.outcome == "censored"}

@@ -87,6 +87,8 @@ class SimulationReport:
     """The spec's ``search.order``."""
     prune_at_equal_tokens: bool = False
     """The spec's ``prune_at_equal_tokens``."""
+    stop_far_rates: bool = False
+    """The spec's ``stop_far_rates``."""
 
     def summary(self) -> list[dict]:
         """Per setting: truth, full-grid and study B* (median and spread over seeds), the bias of the
@@ -138,6 +140,7 @@ class SimulationReport:
             "predict": self.predict,
             "order": self.order,
             "prune_at_equal_tokens": self.prune_at_equal_tokens,
+            "stop_far_rates": self.stop_far_rates,
             "noise_sigma": self.config.noise_sigma,
             "lr_penalty": self.config.lr_penalty,
             "eval_noise": self.config.eval_noise,
@@ -221,7 +224,8 @@ def format_report(report: SimulationReport | Mapping) -> str:
                      f"target/oracle {d['tokens_grid_to_target_mean'] / d['tokens_oracle_mean']:.2f}×; "
                      f"fit-window floor/oracle {d.get('fit_window_to_oracle_median', math.nan):.2f}× (the crossings "
                      f"the full grid's fit reads: less means projecting some of them); "
-                     f"rules: search.order {d.get('order', 'grid')}, search.predict {'on' if d.get('predict') else 'off'}, prune_at_equal_tokens "
+                     f"rules: search.order {d.get('order', 'grid')}, search.predict {'on' if d.get('predict') else 'off'}, "
+                     f"stop_far_rates {'on' if d.get('stop_far_rates') else 'off'}, prune_at_equal_tokens "
                      f"{'on' if d.get('prune_at_equal_tokens') else 'off'}; curves compared at equal tokens: "
                      f"{d.get('curves', 'power law')}")
     lines.append(f"GPU-hours ({d['gpu_hours_note']}): study {d['gpu_hours_study']:.4g}, "

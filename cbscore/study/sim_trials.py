@@ -135,7 +135,7 @@ class SimRun:
     """A reference run's evaluations (steps, losses): the target comes from them."""
     curve: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
     """Any other run's evaluations every ``eval_every`` steps to its stop: the planner compares
-    running trials at equal tokens with them (``prune_at_equal_tokens``)."""
+    running trials at equal tokens with them (``stop_far_rates``, ``prune_at_equal_tokens``)."""
 
     def step_at(self, now: float) -> float:
         return min(self.steps, (now - self.start) / self.batch_tokens)
@@ -289,9 +289,9 @@ class SimTrials:
                           history=self.history(setting, t.lr, t.seed, budget, eval_every))
         crossing, stop = self.reading(setting, t.batch_size, t.lr, t.seed, t.target_loss)
         if stop <= budget:
-            curve = self.curve(setting, t, stop, eval_every, crossing, stop) if self.spec.prune_at_equal_tokens else ((), ())
+            curve = self.curve(setting, t, stop, eval_every, crossing, stop) if self.spec.compares_at_equal_tokens else ((), ())
             return SimRun(t, now, stop, "reached", crossing, eval_every, batch_tokens, curve=curve)
-        curve = self.curve(setting, t, budget, eval_every, None, math.inf) if self.spec.prune_at_equal_tokens else ((), ())
+        curve = self.curve(setting, t, budget, eval_every, None, math.inf) if self.spec.compares_at_equal_tokens else ((), ())
         return SimRun(t, now, budget, "censored", None, eval_every, batch_tokens, curve=curve)
 
 

@@ -35,7 +35,7 @@ __all__ = ["PAPER_CHINCHILLA_LAW", "PAPER_FIXED_D_LAW", "PAPER_FIXED_N_EXPONENT"
            "TruthCurve", "format_report", "paper_truth", "read_truth", "simulate", "simulate_once", "write_truth_csv"]
 
 
-#: With ``prune_at_equal_tokens``, the simulated runner looks at a trial every this many of its
+#: With ``stop_far_rates`` or ``prune_at_equal_tokens``, the simulated runner looks at a trial every this many of its
 #: evaluations (the real one looks every ``CBS_RUNNER_INTERVAL_S``, several evaluations apart).
 EQUAL_TOKEN_WAKE = 4
 
@@ -101,7 +101,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
             at = run.start + k * run.eval_every * run.batch_tokens
             if k * run.eval_every <= run.steps and at > now:
                 heapq.heappush(events, at)
-        if spec.prune_at_equal_tokens:
+        if spec.compares_at_equal_tokens:
             # Stopping at equal tokens is decided at evaluations: wake at every EQUAL_TOKEN_WAKE-th
             # evaluation of each running trial (each wake re-plans the study: every one is slow).
             for run in running.values():
@@ -140,5 +140,5 @@ def simulate(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimConfig
     settings = spec.resolve_settings()
     return SimulationReport(spec_name=spec.name, config=config, seeds=runs, grid_tokens=grid_tokens(spec),
                             predict=spec.search.predict, order=spec.search.order,
-                            prune_at_equal_tokens=spec.prune_at_equal_tokens,
+                            prune_at_equal_tokens=spec.prune_at_equal_tokens, stop_far_rates=spec.stop_far_rates,
                             grid_flops=float(sum(setting_grid_tokens(spec, s) * s.flops_per_token for s in settings)))

@@ -80,6 +80,22 @@ class StudySpec:
     """Stop a trial as ``pruned`` before the cell's best has crossed when, at the same step, its
     held-out loss trails the cell's leader by more than ``equal_token_margin`` nats (never the
     rates the fit reads, ``cbscore.study.equal_tokens``)."""
+    stop_far_rates: bool = False
+    """Stop a running trial as ``pruned`` before the cell's best has crossed when, at the same step,
+    its held-out loss trails its seed's leader by more than ``equal_token_margin`` nats and its rate
+    lies outside the leader's fit window (``cbscore.analysis.window_rates``). Unlike
+    ``prune_at_equal_tokens`` nothing is projected: every rate the fit reads runs to its crossing,
+    and a stopped rate that turns out to neighbour the cell's best is run again
+    (``cbscore.study.equal_tokens``)."""
+    far_rate_fraction: float = 0.25
+    """With ``stop_far_rates``: a trial is judged only once it trained this fraction of the cell's
+    expected steps (the best crossing so far, else the next smaller batch size's S). Earlier, the
+    lab's curves cross over: a rate that reached the target first trailed by up to 1.1 nats at a
+    tenth of its steps (docs/results/cheaper-search/calibration.txt)."""
+    far_rate_margin: float = 0.3
+    """With ``stop_far_rates``: the loss gap (nats, EWA held-out loss at equal tokens) past which a
+    rate outside the leader's window stops. On the lab's curves a winner trailed by at most 0.19
+    nats from a quarter of its steps on (calibration.txt)."""
     equal_token_fraction: float = 0.25
     """With ``prune_at_equal_tokens``: a trial the cell's fit reads stops once it trained this
     fraction of the cell's expected steps (the best crossing so far, else the next smaller batch
@@ -218,9 +234,17 @@ class StudySpec:
             raise ConfigError("prune_margin", self.prune_margin, "must be a number in [0, 10]")
         if not isinstance(self.prune_at_equal_tokens, bool):
             raise ConfigError("prune_at_equal_tokens", self.prune_at_equal_tokens, "must be true or false")
+        if not isinstance(self.stop_far_rates, bool):
+            raise ConfigError("stop_far_rates", self.stop_far_rates, "must be true or false")
         if isinstance(self.equal_token_fraction, bool) or not (isinstance(self.equal_token_fraction, (int, float))
                                                                   and 0 < self.equal_token_fraction <= 1):
             raise ConfigError("equal_token_fraction", self.equal_token_fraction, "must be a number in (0, 1]")
+        if isinstance(self.far_rate_fraction, bool) or not (isinstance(self.far_rate_fraction, (int, float))
+                                                            and 0 <= self.far_rate_fraction <= 1):
+            raise ConfigError("far_rate_fraction", self.far_rate_fraction, "must be a number in [0, 1]")
+        if isinstance(self.far_rate_margin, bool) or not (isinstance(self.far_rate_margin, (int, float))
+                                                          and 0 < self.far_rate_margin <= 10):
+            raise ConfigError("far_rate_margin", self.far_rate_margin, "must be a number in (0, 10] (nats)")
         if isinstance(self.equal_token_margin, bool) or not (isinstance(self.equal_token_margin, (int, float))
                                                                 and 0 < self.equal_token_margin <= 10):
             raise ConfigError("equal_token_margin", self.equal_token_margin, "must be a number in (0, 10] (nats)")
@@ -297,6 +321,12 @@ class StudySpec:
         from cbscore.study.bounds import check_numbers
 
         check_numbers(self)  # and every number finite, in its stated range (the checks above name types and signs)
+
+    @property
+    def compares_at_equal_tokens(self) -> bool:
+        """Whether running trials are compared with their leader at equal tokens
+        (``stop_far_rates`` or ``prune_at_equal_tokens``): the planner needs their curves."""
+        return self.stop_far_rates or self.prune_at_equal_tokens
 
     def gns_batch_sizes(self) -> tuple[int, ...]:
         """Batch sizes whose trials get the ``gns_micro_batch_size`` split (none without it)."""

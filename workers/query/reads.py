@@ -238,7 +238,8 @@ def study_table(name: str) -> list[dict]:
             "budget_steps": rec.last_step if outcome == "censored" else "",
             "steps_projected": "",
         })
-    _project_pruned_rows(rows, records, runs_by_id, tracker)
+    if spec.prune_at_equal_tokens:  # the only rule whose stopped trials stand in by projection
+        _project_pruned_rows(rows, records, runs_by_id, tracker)
     return rows
 
 

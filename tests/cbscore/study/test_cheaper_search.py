@@ -238,3 +238,90 @@ def test_a_cell_asks_for_every_re_run_before_it_is_done():
     report = simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.1), seeds=1, first_seed=35)
     s = report.seeds[0].settings[0]
     assert s.cbs_study == pytest.approx(s.cbs_grid, rel=1e-9)
+
+
+def test_far_rates_are_judged_only_from_their_fraction_and_only_outside_the_leaders_window():
+    steps = (100.0, 200.0, 300.0)
+    recs = [_rec(0.008, "running", steps, (3.5, 3.3, 3.2)),     # the leader
+            _rec(0.064, "running", steps, (3.9, 3.7, 3.6)),     # 0.4 nats behind, 8× away
+            _rec(0.016, "running", steps, (3.9, 3.7, 3.6))]     # as far behind, but the leader's neighbour
+    assert equal_token_stops(recs, margin_nats=0.3, protected=set(), min_step=300.0) == ["t0.064.s0"]
+    # Before min_step (far_rate_fraction of the cell's expected steps) nobody is judged.
+    assert equal_token_stops(recs, margin_nats=0.3, protected=set(), min_step=301.0) == []
+    assert equal_token_stops(recs, margin_nats=0.5, protected=set(), min_step=0.0) == []
+
+
+def _far_cell(spec, trials):
+    """A cell of ``spec`` at B = 64 with its reference cell done; ``trials``: (lr, status, losses,
+    crossing, trial-id suffix)."""
+    sid = spec.resolve_settings()[0].setting_id
+    d = spec.resolve_settings()[0].tokens
+    ref_steps = d // (16 * spec.context_tokens)
+    evals = tuple(float(ref_steps * k / 10) for k in range(1, 13))
+    from cbscore.study.trials import lr_tag
+
+    def tid(b, lr, suffix=""):
+        return f"{spec.name}.{sid}.b{b}.{lr_tag(lr)}.s0{suffix}"
+
+    recs = [TrialRecord(trial_id=tid(16, lr), cell_id=f"{sid}.b16", setting_id=sid, role="reference", batch_size=16,
+                        lr=lr, status="finished", seed=0, eval_steps=evals,
+                        eval_losses=tuple(4.0 - 0.5 * math.log(s) / math.log(ref_steps) for s in evals),
+                        last_step=int(evals[-1]), tokens=int(1.25 * d))
+            for lr in GRID]
+    for b in (32,):
+        recs += [TrialRecord(trial_id=tid(b, lr), cell_id=f"{sid}.b{b}", setting_id=sid, role="trial", batch_size=b,
+                             lr=lr, status="reached", seed=0, steps_to_target=ref_steps * 0.6, eval_steps=(1.0,),
+                             eval_losses=(3.0,), last_step=int(ref_steps * 0.6)) for lr in GRID]
+    steps = (40.0, 80.0, 120.0)
+    for lr, status, losses, crossing, suffix in trials:
+        recs.append(TrialRecord(trial_id=tid(64, lr, suffix), cell_id=f"{sid}.b64",
+                                setting_id=sid, role="trial", batch_size=64, lr=lr, status=status, seed=0,
+                                eval_steps=steps, eval_losses=losses, steps_to_target=crossing, last_step=120))
+    return recs
+
+
+def test_the_planner_stops_far_rates_only_with_the_switch_and_never_a_re_run():
+    spec = spec_with(batch_sizes=[16, 32, 64], stop_far_rates=True, far_rate_fraction=0.0)
+    lead = (4.0, 3.9, 3.8)  # above the target (about 3.5, from the reference cell) throughout
+    far = (4.6, 4.5, 4.4)  # 0.6 nats behind at equal steps
+    recs = _far_cell(spec, [(0.008, "running", lead, None, ""), (0.064, "running", far, None, "")])
+    stops = [tid for tid, why in plan(spec, recs, 0.0).stop if why == "pruned"]
+    assert stops == [f"{spec.name}.{spec.resolve_settings()[0].setting_id}.b64.lr6.4e-2.s0"]
+    assert not [s for s in plan(spec.replace(stop_far_rates=False), recs, 0.0).stop if ".b64." in s[0]]
+    # A re-run is the last attempt: it is never stopped at equal tokens.
+    rerun = _far_cell(spec, [(0.008, "running", lead, None, ""), (0.064, "running", far, None, ".x2")])
+    assert not [s for s in plan(spec, rerun, 0.0).stop if ".b64." in s[0]]
+    # Judged only from far_rate_fraction of the cell's expected steps (S of B = 32 here, about 140).
+    late = spec.replace(far_rate_fraction=1.0)
+    assert not [s for s in plan(late, recs, 0.0).stop if ".b64." in s[0]]
+
+
+def test_the_far_rate_switches_are_checked_by_name():
+    with pytest.raises(ConfigError, match="stop_far_rates"):
+        spec_with(stop_far_rates="yes")
+    with pytest.raises(ConfigError, match="far_rate_margin"):
+        spec_with(far_rate_margin=0)
+    with pytest.raises(ConfigError, match="far_rate_fraction"):
+        spec_with(far_rate_fraction=1.5)
+
+
+@pytest.mark.parametrize("preset,seed", [("paper-chinchilla", 0), ("paper-chinchilla", 18)])
+def test_stopping_far_rates_saves_tokens_and_leaves_b_star_on_the_grid(preset, seed):
+    """σ = 0.1 on the paper's truth and the lab's curve shapes. Seed 0: every rate of the largest
+    cell ends censored or stopped, and the censored ones are re-run (a stopped far rate says
+    nothing of a cell no rate reached). Seed 18: a re-run that a later best made a neighbour was
+    stopped at equal tokens and cut the fit's window (re-runs are never judged now)."""
+    from pathlib import Path
+
+    from cbscore.study.presets import load_preset
+    from cbscore.study.simulate import paper_truth
+
+    curves = str(Path(__file__).resolve().parents[3] / "docs/results/cheaper-search/lab-curves.json")
+    spec = load_preset(preset)
+    config = SimConfig(noise_sigma=0.1, curves=curves)
+    off = simulate(spec, paper_truth(spec), config, seeds=1, first_seed=seed)
+    on = simulate(spec.replace(stop_far_rates=True), paper_truth(spec), config, seeds=1, first_seed=seed)
+    for s in on.seeds[0].settings:
+        assert s.cbs_study == pytest.approx(s.cbs_grid, rel=1e-6), s.setting_id
+    assert on.seeds[0].tokens_study < 0.95 * off.seeds[0].tokens_study
+    assert on.to_json_dict()["stop_far_rates"] and not off.to_json_dict()["stop_far_rates"]
