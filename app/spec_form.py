@@ -42,6 +42,7 @@ LABELS = {
     "prune_margin": "Prune margin",
     "search.predict": "Predict learning rates",
     "prune_at_equal_tokens": "Stop at equal tokens",
+    "stop_far_rates": "Stop far rates",
     "seeds": "Seeds",
     "max_trials": "Max trials",
     "max_total_tokens": "Max total tokens",
@@ -214,6 +215,7 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "prune_margin": float(spec.get("prune_margin", 0.1)),
         "search.predict": bool(search.get("predict", False)),
         "prune_at_equal_tokens": bool(spec.get("prune_at_equal_tokens", False)),
+        "stop_far_rates": bool(spec.get("stop_far_rates", True)),
         "seeds": format_list(spec.get("seeds") or [0]),
         "max_trials": int(spec.get("max_trials", 2000)),
         "data.source": str((spec.get("data") or {}).get("source", "builtin")),
@@ -265,6 +267,8 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
         d["search"]["predict"] = bool(values["search.predict"])
     if "prune_at_equal_tokens" in values:
         d["prune_at_equal_tokens"] = bool(values["prune_at_equal_tokens"])
+    if "stop_far_rates" in values:
+        d["stop_far_rates"] = bool(values["stop_far_rates"])
     d["seeds"] = parse_ints("seeds", values["seeds"])
     d["data"] = {**(base.get("data") or {}), "source": str(values["data.source"]).strip()}
     d["schedule"] = values["schedule"]

@@ -1,8 +1,9 @@
 """Re-run the committed simulations and print their tables (``docs/results/simulate-paper/``,
-``docs/results/cheaper-search/order/``).
+``docs/results/cheaper-search/order/``, ``docs/results/cheaper-search/far-rates/``).
 
     python benchmarks/simulation_tables.py paper [--write]   # the three paper presets at σ = 0, 0.1, 0.25 (200 seeds)
     python benchmarks/simulation_tables.py order [--write]   # search.order grid against predicted, σ = 0.1
+    python benchmarks/simulation_tables.py far [--write]     # stop_far_rates off and on, power-law and lab curves
 
 Each run is ``cbs study simulate PRESET --truth paper --noise σ --seeds N`` (in-process, the same
 code); ``--write`` stores its JSON and text report under the results folder, as the READMEs there
@@ -23,8 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ("paper-chinchilla", "paper-fixed-d", "paper-fixed-n")
 
 
-def run(preset: str, noise: float, seeds: int, order: str | None = None) -> dict:
-    """One ``cbs study simulate`` as JSON."""
+LAB_CURVES = ROOT / "docs/results/cheaper-search/lab-curves.json"
+
+
+def run(preset: str, noise: float, seeds: int, order: str | None = None, far: bool | None = None,
+        curves: Path | None = None) -> dict:
+    """One ``cbs study simulate`` as JSON (``--order``, ``--stop-far-rates``, ``--curves``)."""
     from cbscore.study import simulate as sim
     from cbscore.study.presets import load_preset
     from cbscore.study.sim_trials import SimConfig
@@ -32,7 +37,10 @@ def run(preset: str, noise: float, seeds: int, order: str | None = None) -> dict
     spec = load_preset(preset)
     if order is not None:
         spec = spec.replace(search=dataclasses.replace(spec.search, order=order))
-    return sim.simulate(spec, sim.paper_truth(spec), SimConfig(noise_sigma=noise), seeds=seeds).to_json_dict()
+    if far is not None:
+        spec = spec.replace(stop_far_rates=far)
+    config = SimConfig(noise_sigma=noise, curves=None if curves is None else str(curves))
+    return sim.simulate(spec, sim.paper_truth(spec), config, seeds=seeds).to_json_dict()
 
 
 def _keep(folder: Path, stem: str, d: dict) -> None:
@@ -83,7 +91,7 @@ def order_table(write: bool) -> None:
     for seeds in (50, 200):
         for preset in PRESETS:
             for order in ("grid", "predicted"):
-                d = run(preset, 0.1, seeds, order)
+                d = run(preset, 0.1, seeds, order, far=False)  # the table of order alone (stop_far_rates: off)
                 if write:
                     _keep(folder, f"{preset}-order-{order}" + ("" if seeds == 50 else f"-{seeds}seeds"), d)
                 s = d["settings"]
@@ -94,12 +102,33 @@ def order_table(write: bool) -> None:
                       f"{worst:.1%} |")
 
 
+def far_table(write: bool) -> None:
+    """stop_far_rates off and on at σ = 0.1: 50 seeds on both curve models, 200 on the lab's."""
+    folder = ROOT / "docs/results/cheaper-search/far-rates"
+    print("| preset | stop_far_rates | curves | seeds | study/oracle (median, worst) | fit-window floor/oracle | "
+          "median B* vs truth (range over settings) | seeds > 2% off grid (worst setting) | worst \\|study/grid − 1\\| |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for preset in PRESETS:
+        for far, curves, seeds in ((False, None, 50), (True, None, 50), (True, LAB_CURVES, 50), (True, LAB_CURVES, 200)):
+            d = run(preset, 0.1, seeds, far=far, curves=curves)
+            name = "lab" if curves is not None else "power-law"
+            if write:
+                _keep(folder, f"{preset}-far-{'on' if far else 'off'}-{name}-{seeds}seeds", d)
+            s = d["settings"]
+            worst = max((abs(x["worst_vs_grid"]) for x in s if x["worst_vs_grid"] is not None), default=0.0)
+            print(f"| {preset} | {'on' if far else 'off'} | {name if far else '—'} | {seeds} | "
+                  f"{d['ratio_to_oracle_median']:.2f}× ({d['ratio_to_oracle_max']:.2f}×) | "
+                  f"{d['fit_window_to_oracle_median']:.2f}× | {min(x['bias_vs_truth'] for x in s):+.1%} to "
+                  f"{max(x['bias_vs_truth'] for x in s):+.1%} | {max(x['share_off_grid_2pct'] for x in s):.1%} | "
+                  f"{worst:.1%} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("table", choices=("paper", "order"))
+    ap.add_argument("table", choices=("paper", "order", "far"))
     ap.add_argument("--write", action="store_true", help="store each run's JSON and text report")
     args = ap.parse_args(argv)
-    (paper_table if args.table == "paper" else order_table)(args.write)
+    {"paper": paper_table, "order": order_table, "far": far_table}[args.table](args.write)
     return 0
 
 

@@ -239,7 +239,7 @@ with st.form("launch", border=True):
                             "the server's data roots: `$CBS_HOME/corpora` (where the operator puts corpora) or a "
                             "folder of `CBS_DATA_ROOTS`.")
 
-    cols = st.columns(2)
+    cols = st.columns(3)
     cols[0].checkbox("Predict learning rates", key=K + "search.predict",
                      help="search.predict: each cell starts at its predicted best rate and its neighbours and adds "
                           "rates only until the optimum is bracketed. Simulated: about 4.3× the oracle instead of "
@@ -250,6 +250,11 @@ with st.form("launch", border=True):
                           "fit reads their projected steps to target. Simulated: about 3× the oracle with B* on the "
                           "full grid for power-law curves, off the grid for the lab's own curves (warm-up shapes "
                           "differ by rate); off by default (docs/results/cheaper-search).")
+    cols[2].checkbox("Stop far rates", key=K + "stop_far_rates",
+                     help="stop_far_rates: a rate outside its cell leader's fit window that trails the leader by "
+                          "far_rate_margin nats (0.3) once it trained far_rate_fraction (half) of the cell's "
+                          "steps stops; nothing is projected, so every rate the fit reads still runs to its "
+                          "crossing (docs/results/cheaper-search/far-rates).")
 
     with st.expander("Recipe (paper defaults)"):
         cols = st.columns(5)

@@ -76,7 +76,7 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
     # Each setting's measured best rates, once per call, where a rule predicts from them (the
     # order cells start their rates in, search.order, is one).
     best_rates = ({s.setting_id: setting_best_rates(spec, s, by_cell) for s in spec.resolve_settings()}
-                  if grid and (spec.search.predict or spec.compares_at_equal_tokens or spec.search.order == "predicted")
+                  if grid and (spec.search.predict or spec.prune_at_equal_tokens or spec.search.order == "predicted")
                   else None)
     if grid and spec.target_losses is None:
         # A reference cell that may still add a learning rate has no target yet: the target comes

@@ -89,6 +89,10 @@ class SimulationReport:
     """The spec's ``prune_at_equal_tokens``."""
     stop_far_rates: bool = False
     """The spec's ``stop_far_rates``."""
+    far_rate_margin: float = 0.3
+    """The spec's ``far_rate_margin`` (nats)."""
+    far_rate_fraction: float = 0.5
+    """The spec's ``far_rate_fraction``."""
 
     def summary(self) -> list[dict]:
         """Per setting: truth, full-grid and study B* (median and spread over seeds), the bias of the
@@ -141,6 +145,8 @@ class SimulationReport:
             "order": self.order,
             "prune_at_equal_tokens": self.prune_at_equal_tokens,
             "stop_far_rates": self.stop_far_rates,
+            "far_rate_margin": self.far_rate_margin,
+            "far_rate_fraction": self.far_rate_fraction,
             "noise_sigma": self.config.noise_sigma,
             "lr_penalty": self.config.lr_penalty,
             "eval_noise": self.config.eval_noise,
@@ -225,10 +231,17 @@ def format_report(report: SimulationReport | Mapping) -> str:
                      f"fit-window floor/oracle {d.get('fit_window_to_oracle_median', math.nan):.2f}× (the crossings "
                      f"the full grid's fit reads: less means projecting some of them); "
                      f"rules: search.order {d.get('order', 'grid')}, search.predict {'on' if d.get('predict') else 'off'}, "
-                     f"stop_far_rates {'on' if d.get('stop_far_rates') else 'off'}, prune_at_equal_tokens "
+                     f"stop_far_rates {_far_rates(d)}, prune_at_equal_tokens "
                      f"{'on' if d.get('prune_at_equal_tokens') else 'off'}; curves compared at equal tokens: "
                      f"{d.get('curves', 'power law')}")
     lines.append(f"GPU-hours ({d['gpu_hours_note']}): study {d['gpu_hours_study']:.4g}, "
                  f"fixed-budget grid {d['gpu_hours_fixed_budget_grid']:.4g}; the largest trial trains "
                  f"{d['max_trial_tokens']:.4g} tokens (a single-pass corpus must hold them)")
     return "\n".join(lines)
+
+
+def _far_rates(d: dict) -> str:
+    """``stop_far_rates`` as the report prints it: ``off``, or on with its margin and fraction."""
+    if not d.get("stop_far_rates"):
+        return "off"
+    return f"on ({d.get('far_rate_margin', 0.3):g} nats from {d.get('far_rate_fraction', 0.5):g}·S)"

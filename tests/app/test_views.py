@@ -37,12 +37,16 @@ def test_form_round_trip_gives_back_every_preset(preset):
 
 def test_the_cheaper_search_switches_go_from_the_form_into_the_spec():
     base = load_preset("demo").to_dict()
-    values = {**spec_form.form_values(base), "search.predict": True, "prune_at_equal_tokens": True}
+    values = {**spec_form.form_values(base), "search.predict": True, "prune_at_equal_tokens": True,
+              "stop_far_rates": True}
     spec = spec_form.build_spec(base, values)
-    assert spec.search.predict and spec.prune_at_equal_tokens
+    assert spec.search.predict and spec.prune_at_equal_tokens and spec.stop_far_rates
     assert spec_form.form_values(spec.to_dict())["search.predict"] is True
-    off = spec_form.build_spec(base, spec_form.form_values(base))
-    assert not off.search.predict and not off.prune_at_equal_tokens
+    assert spec_form.form_values(spec.to_dict())["stop_far_rates"] is True
+    default = spec_form.build_spec(base, spec_form.form_values(base))
+    assert not default.search.predict and not default.prune_at_equal_tokens and default.stop_far_rates
+    off = spec_form.build_spec(base, {**spec_form.form_values(base), "stop_far_rates": False})
+    assert not off.stop_far_rates
 
 
 def test_planned_cells_add_up_to_the_estimate():
