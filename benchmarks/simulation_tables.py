@@ -3,7 +3,7 @@
 
     python benchmarks/simulation_tables.py paper [--write]   # the three paper presets at σ = 0, 0.1, 0.25 (200 seeds)
     python benchmarks/simulation_tables.py order [--write]   # search.order grid against predicted, σ = 0.1
-    python benchmarks/simulation_tables.py far [--write]     # stop_far_rates off and on, power-law and lab curves
+    python benchmarks/simulation_tables.py far [--write] [--fraction F]   # stop_far_rates off and on, both curve models
 
 Each run is ``cbs study simulate PRESET --truth paper --noise σ --seeds N`` (in-process, the same
 code); ``--write`` stores its JSON and text report under the results folder, as the READMEs there
@@ -28,8 +28,9 @@ LAB_CURVES = ROOT / "docs/results/cheaper-search/lab-curves.json"
 
 
 def run(preset: str, noise: float, seeds: int, order: str | None = None, far: bool | None = None,
-        curves: Path | None = None) -> dict:
-    """One ``cbs study simulate`` as JSON (``--order``, ``--stop-far-rates``, ``--curves``)."""
+        curves: Path | None = None, fraction: float | None = None) -> dict:
+    """One ``cbs study simulate`` as JSON (``--order``, ``--stop-far-rates``, ``--curves``,
+    ``--far-rate-fraction``)."""
     from cbscore.study import simulate as sim
     from cbscore.study.presets import load_preset
     from cbscore.study.sim_trials import SimConfig
@@ -39,6 +40,8 @@ def run(preset: str, noise: float, seeds: int, order: str | None = None, far: bo
         spec = spec.replace(search=dataclasses.replace(spec.search, order=order))
     if far is not None:
         spec = spec.replace(stop_far_rates=far)
+    if fraction is not None:
+        spec = spec.replace(far_rate_fraction=fraction)
     config = SimConfig(noise_sigma=noise, curves=None if curves is None else str(curves))
     return sim.simulate(spec, sim.paper_truth(spec), config, seeds=seeds).to_json_dict()
 
@@ -102,15 +105,18 @@ def order_table(write: bool) -> None:
                       f"{worst:.1%} |")
 
 
-def far_table(write: bool) -> None:
-    """stop_far_rates off and on at σ = 0.1: 50 seeds on both curve models, 200 on the lab's."""
+def far_table(write: bool, fraction: float | None = None) -> None:
+    """stop_far_rates off and on at σ = 0.1: 50 seeds on both curve models, 200 on the lab's;
+    ``fraction``: ``far_rate_fraction`` (the spec's default when ``None``; files are written for
+    the default only)."""
     folder = ROOT / "docs/results/cheaper-search/far-rates"
+    write = write and fraction is None
     print("| preset | stop_far_rates | curves | seeds | study/oracle (median, worst) | fit-window floor/oracle | "
           "median B* vs truth (range over settings) | seeds > 2% off grid (worst setting) | worst \\|study/grid − 1\\| |")
     print("|---|---|---|---|---|---|---|---|---|")
     for preset in PRESETS:
         for far, curves, seeds in ((False, None, 50), (True, None, 50), (True, LAB_CURVES, 50), (True, LAB_CURVES, 200)):
-            d = run(preset, 0.1, seeds, far=far, curves=curves)
+            d = run(preset, 0.1, seeds, far=far, curves=curves, fraction=fraction)
             name = "lab" if curves is not None else "power-law"
             if write:
                 _keep(folder, f"{preset}-far-{'on' if far else 'off'}-{name}-{seeds}seeds", d)
@@ -127,8 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("table", choices=("paper", "order", "far"))
     ap.add_argument("--write", action="store_true", help="store each run's JSON and text report")
+    ap.add_argument("--fraction", type=float, default=None,
+                    help="far: far_rate_fraction instead of the spec's default (nothing is written)")
     args = ap.parse_args(argv)
-    {"paper": paper_table, "order": order_table, "far": far_table}[args.table](args.write)
+    if args.table == "far":
+        far_table(args.write, args.fraction)
+    else:
+        {"paper": paper_table, "order": order_table}[args.table](args.write)
     return 0
 
 

@@ -175,7 +175,7 @@ def loss_curves(name: str) -> None:
                                             outcomes=outcomes)
         st.caption(f"{len(chosen)} trial(s): held-out loss of the averaged weights against training tokens"
                    + (f" (the first {study_view.MAX_OVERLAY})" if len(chosen) == study_view.MAX_OVERLAY else "")
-                   + (f"; dashed: the setting's target." if one else "."))
+                   + ("; dashed: the setting's target." if one else "."))
         curves = []
         for r in chosen:
             curve = study_view.loss_curve(r, spec.context_tokens, None if r.eval_steps else sources.curve(r.run_id))

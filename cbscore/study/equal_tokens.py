@@ -1,10 +1,15 @@
-"""Stopping losing trials at equal tokens (``prune_at_equal_tokens``, issue 20).
+"""Stopping losing trials at equal tokens (``stop_far_rates`` and ``prune_at_equal_tokens``, issue 20).
 
 Within a cell every trial has the same batch size, so equal tokens are equal steps. At a running
 trial's last evaluation, step ``t``, its held-out loss (EWA weights, best τ) is compared with the
 lowest loss any other trial of its seed had at ``t`` (read off that trial's evaluations, linear in
-``ln t`` between the two around it). A trial that trails that leader by more than
-``equal_token_margin`` nats stops as ``pruned``, before the cell's best has crossed the target.
+``ln t`` between the two around it). A trial outside that leader's fit window that trails it by
+more than a margin stops as ``pruned``, before the cell's best has crossed the target:
+``far_rate_margin`` from ``far_rate_fraction`` of the cell's expected steps on, never a re-run,
+with ``stop_far_rates`` alone (the curves cross over earlier in a run; nothing is projected, and
+a stopped rate that a later best makes its neighbour is run again by the planner);
+``equal_token_margin`` at any step with ``prune_at_equal_tokens``, which also stops the fit's own
+rates as below.
 
 Near the target a held-out loss falls about linearly in ``ln t`` (a local power law, Kaplan et al.
 2020, arXiv 2001.08361, eq. 5.6), so a gap of ``δ`` nats at equal steps is a factor of about

@@ -104,12 +104,22 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
         if spec.compares_at_equal_tokens:
             # Stopping at equal tokens is decided at evaluations: wake at every EQUAL_TOKEN_WAKE-th
             # evaluation of each running trial (each wake re-plans the study: every one is slow).
+            # stop_far_rates alone judges a trial only from far_rate_fraction of its cell's expected
+            # steps (the best crossing, else its planned steps, as cell_plan reads them): no wake before.
             for run in running.values():
-                if run.spec.role == "trial":
-                    k = (math.floor(run.step_at(now) / run.eval_every) // EQUAL_TOKEN_WAKE + 1) * EQUAL_TOKEN_WAKE
-                    at = run.start + k * run.eval_every * run.batch_tokens
-                    if k * run.eval_every <= run.steps and at > now:
-                        heapq.heappush(events, at)
+                if run.spec.role != "trial":
+                    continue
+                k = (math.floor(run.step_at(now) / run.eval_every) // EQUAL_TOKEN_WAKE + 1) * EQUAL_TOKEN_WAKE
+                if not spec.prune_at_equal_tokens:
+                    b = best.get((run.spec.cell_id, run.spec.seed))
+                    planned = run.spec.max_tokens // run.batch_tokens
+                    if run.spec.max_steps is not None:
+                        planned = min(planned, run.spec.max_steps)
+                    expected = b if b is not None else planned / (1 + spec.budget_margin)
+                    k = max(k, math.ceil(spec.far_rate_fraction * expected / run.eval_every))
+                at = run.start + k * run.eval_every * run.batch_tokens
+                if k * run.eval_every <= run.steps and at > now:
+                    heapq.heappush(events, at)
         while events and events[0] <= now:
             heapq.heappop(events)
         now = heapq.heappop(events)

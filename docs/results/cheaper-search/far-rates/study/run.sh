@@ -4,6 +4,7 @@
 # Stop the worker and the runner afterwards by this script's process group (kill -INT -- -PGID).
 set -u
 SPEC=${1:?usage: run.sh PATH/TO/spec.yaml}
+NAME=$(sed -n "s/^name: //p" "$SPEC")
 export CBS_HOME=$PWD/.cbs/home
 mkdir -p "$CBS_HOME/mlflow"
 export CBS_TRACKING_URI=sqlite:///$CBS_HOME/mlflow/mlflow.db
@@ -15,7 +16,7 @@ $CBS worker --concurrency 1 > .cbs/worker.log 2>&1 &
 $CBS study watch > .cbs/watch.log 2>&1 &
 sleep 20
 $CBS study launch "$SPEC"
-while ! $CBS study status far-rates 2>/dev/null | grep -q "^study .*: done"; do sleep 30; done
+while ! $CBS study status "$NAME" 2>/dev/null | grep -q "^study .*: done"; do sleep 30; done
 date -u +"done %FT%TZ"
-$CBS study status far-rates
-$CBS study report far-rates --out .cbs/study-far-rates
+$CBS study status "$NAME"
+$CBS study report "$NAME" --out ".cbs/study-$NAME"
