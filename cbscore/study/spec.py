@@ -81,9 +81,10 @@ class StudySpec:
     held-out loss trails the cell's leader by more than ``equal_token_margin`` nats (never the
     rates the fit reads, ``cbscore.study.equal_tokens``)."""
     stop_far_rates: bool = True
-    """Stop a running trial as ``pruned`` before the cell's best has crossed when, at the same step,
-    its held-out loss trails its seed's leader by more than ``equal_token_margin`` nats and its rate
-    lies outside the leader's fit window (``cbscore.analysis.window_rates``). Unlike
+    """Stop a running first attempt as ``pruned`` before the cell's best has crossed when, at the
+    same step, its held-out loss trails its seed's leader by more than ``far_rate_margin`` nats,
+    it trained ``far_rate_fraction`` of the cell's expected steps, and its rate lies outside the
+    leader's fit window (``cbscore.analysis.window_rates``). Unlike
     ``prune_at_equal_tokens`` nothing is projected: every rate the fit reads runs to its crossing,
     and a stopped rate that turns out to neighbour the cell's best is run again
     (``cbscore.study.equal_tokens``)."""

@@ -291,7 +291,7 @@ def test_the_planner_stops_far_rates_only_with_the_switch_and_never_a_re_run():
     # A re-run is the last attempt: it is never stopped at equal tokens.
     rerun = _far_cell(spec, [(0.008, "running", lead, None, ""), (0.064, "running", far, None, ".x2")])
     assert not [s for s in plan(spec, rerun, 0.0).stop if ".b64." in s[0]]
-    # Judged only from far_rate_fraction of the cell's expected steps (S of B = 32 here, about 140).
+    # Judged only from far_rate_fraction of the cell's expected steps (S of B = 32 here, about 586).
     late = spec.replace(far_rate_fraction=1.0)
     assert not [s for s in plan(late, recs, 0.0).stop if ".b64." in s[0]]
 
