@@ -8,7 +8,11 @@ the fixed-budget grid and the full grid run to target.
 
 Measured 2026-12-01 on two quiet cores (issue 19's planner and estimator, cells memoised):
 18.2 / 12.9 / 15.3 s in-process (chinchilla / fixed-d / fixed-n), about 0.3 s per simulated study,
-over the 10 s goal; before the memo 33.4 / 36.7 / 35.6 s.
+over the 10 s goal; before the memo 33.4 / 36.7 / 35.6 s. With ``stop_far_rates`` on by default
+(stop 34): 53.8 / 42.7 / 45.9 s. Since stop 35 (the planner keeps what it read off unchanged
+cells, settings and targets; the simulator skips the equal-token wakes at which no trial trails
+by the margin; every plan unchanged): 18.5 / 17.1 / 20.2 s in-process, 17.9 / 18.8 / 19.4 s as
+the CLI, 2026-12-04 on two quiet cores, still over the 10 s goal.
 """
 
 from __future__ import annotations

@@ -8,8 +8,7 @@ import math
 from typing import Mapping, Sequence
 
 from cbscore.study.budgets import RERUN_TAG
-from cbscore.study.cell_trials import cell_id
-from cbscore.study.spec import Setting, StudySpec
+from cbscore.study.spec import StudySpec
 from cbscore.study.trials import TrialRecord
 
 
@@ -92,21 +91,16 @@ def _predicted_cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: st
     return rates, len(rates) > len(tried)
 
 
-def setting_best_rates(spec: StudySpec, setting: Setting,
-                       by_cell: Mapping[str, Sequence[TrialRecord]]) -> dict[int, float]:
-    """``{batch size: best rate}`` of the setting's cells whose trials all ended with a best (the
-    geometric mean over seeds): what :func:`cbscore.study.lr_predict.predict_lr` fits."""
-    out: dict[int, float] = {}
-    for b in spec.batch_sizes:
-        recs = [r for r in by_cell.get(cell_id(setting.setting_id, b), [])
-                if not r.trial_id.endswith("." + RERUN_TAG)]
-        if not recs or not all(r.terminal for r in recs):
-            continue
-        role = "reference" if (b == spec.b_ref and spec.target_losses is None) else "trial"
-        best = _seed_optima(recs, role)
-        if best:
-            out[b] = math.exp(sum(math.log(v) for v in best) / len(best))
-    return out
+def cell_best_rate(spec: StudySpec, batch_size: int, recs: Sequence[TrialRecord]) -> float | None:
+    """A cell's measured best rate, what :func:`cbscore.study.lr_predict.predict_lr` fits over a
+    setting's cells: the geometric mean over seeds of each seed's optimal rate once every first
+    attempt ended, else ``None``."""
+    recs = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
+    if not recs or not all(r.terminal for r in recs):
+        return None
+    role = "reference" if (batch_size == spec.b_ref and spec.target_losses is None) else "trial"
+    best = _seed_optima(recs, role)
+    return math.exp(sum(math.log(v) for v in best) / len(best)) if best else None
 
 
 def _seed_optima(recs: Sequence[TrialRecord], role: str) -> list[float]:

@@ -10,8 +10,8 @@ from cbscore.analysis import first_crossing, window_rates
 from cbscore.study.trials import TrialRecord
 
 
-#: Crossings of ended trials read off their evaluations, by (trial, its state, target): the planner
-#: asks again at every call, and an ended record never changes.
+#: Crossings read off trials' evaluations, by (trial, its state or evaluations so far, target): the
+#: planner asks again at every call.
 _CROSSINGS: dict[tuple, float | None] = {}
 
 
@@ -22,9 +22,12 @@ def record_crossing(record: TrialRecord, target: float) -> float | None:
         return record.steps_to_target
     if record.status in ("diverged", "failed") or not record.eval_steps:
         return None
-    if not record.terminal:
-        return first_crossing(record.eval_steps, record.eval_losses, target)
-    key = (record.trial_id, record.status, record.last_step, len(record.eval_steps), record.eval_losses[-1], target)
+    # A running trial's evaluations only grow: its count and its last one name what it has so far
+    # (with its attempt, since a lost trial resumes from a checkpoint). An ended one never changes.
+    key = ((record.trial_id, record.status, record.last_step, len(record.eval_steps), record.eval_losses[-1], target)
+           if record.terminal else
+           (record.trial_id, "running", record.attempt, len(record.eval_steps), record.eval_steps[-1],
+            record.eval_losses[-1], target))
     if key not in _CROSSINGS:
         if len(_CROSSINGS) >= 100_000:
             _CROSSINGS.clear()

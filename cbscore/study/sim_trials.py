@@ -19,6 +19,7 @@ near); it is censored past its budget and pruned when the planner says so.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import zlib
@@ -302,11 +303,11 @@ def run_record(run: SimRun, now: float, status: str | None = None) -> TrialRecor
     done = status is not None
     if run.history[0]:
         # A reference run: its evaluations so far (all of them once it ended).
-        n = len(run.history[0]) if done else sum(1 for s in run.history[0] if s <= step)
+        n = len(run.history[0]) if done else bisect.bisect_right(run.history[0], step)  # (steps ascending)
         evals, losses = run.history[0][:n], run.history[1][:n]
     elif run.curve[0]:
         # Its evaluations so far: the planner compares trials at equal tokens.
-        n = len(run.curve[0]) if done else sum(1 for s in run.curve[0] if s <= step)
+        n = len(run.curve[0]) if done else bisect.bisect_right(run.curve[0], step)
         evals, losses = run.curve[0][:n], run.curve[1][:n]
     else:
         # The planner reads the last evaluation (pruning) and whether any crossed (none has before

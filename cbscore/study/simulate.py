@@ -55,43 +55,52 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
     records: dict[str, TrialRecord] = {}
     running: dict[str, SimRun] = {}
     queue: deque[TrialSpec] = deque()
-    events: list[float] = []  # times at which to ask the planner again (trial ends, evaluations past a limit)
+    # (time, kind) at which to ask the planner again: kind 0 for trial ends and evaluations past a limit,
+    # 1 for a wake to compare trials at equal tokens.
+    events: list[tuple[float, int]] = []
     now, started = 0.0, 0
+    # Each (cell, seed)'s fewest steps to target among ended trials: the prune margin's wakes read it.
+    best: dict[tuple[str, int], float] = {}
+    # Whether the event now is only a wake to compare trials at equal tokens: then the planner can
+    # change nothing unless a running trial trails another of its cell and seed by the margin (a wake
+    # adds no trial, and the prune margin's stops have wakes of their own), so it is not asked.
+    wake_only = stopped_now = False
+    members: dict[str, list[str]] = {}  # trial ids by cell, as they are queued
     for _ in range(100_000):
-        snapshot = [records[k] if k not in running else run_record(running[k], now) for k in records]
-        p = plan(spec, snapshot, now, stale_after_s=math.inf)
-        stopped_now = False
-        for tid, reason in p.stop:
-            if tid in running:
-                records[tid] = run_record(running.pop(tid), now, reason)
-                stopped_now = True
-        for t in p.start:
-            if t.trial_id not in records:
-                records[t.trial_id] = TrialRecord(trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id,
-                                                  role=t.role, batch_size=t.batch_size, lr=t.lr, status="queued",
-                                                  max_steps=t.max_steps, seed=t.seed)
-                queue.append(t)
-        while queue and len(running) < config.workers:
-            t = queue.popleft()
-            run = sim.start(t, now)
-            running[t.trial_id] = run
-            records[t.trial_id] = run_record(run, now)
-            started += 1
-            heapq.heappush(events, run.end())
-        if p.done:
-            break
-        if not running and not queue:
-            if stopped_now:
-                # The planner decided on records from before these stops: asked again, it may
-                # add a rate (an extension past an edge) or a re-run; the runner's next pass would.
-                continue
-            break
+        if wake_only and not _may_stop_far_rate(spec, records, running, members, now):
+            stopped_now = False
+        else:
+            snapshot = [records[k] if k not in running else run_record(running[k], now) for k in records]
+            p = plan(spec, snapshot, now, stale_after_s=math.inf)
+            stopped_now = False
+            for tid, reason in p.stop:
+                if tid in running:
+                    records[tid] = run_record(running.pop(tid), now, reason)
+                    stopped_now = True
+            for t in p.start:
+                if t.trial_id not in records:
+                    records[t.trial_id] = TrialRecord(trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id,
+                                                      role=t.role, batch_size=t.batch_size, lr=t.lr, status="queued",
+                                                      max_steps=t.max_steps, seed=t.seed)
+                    members.setdefault(t.cell_id, []).append(t.trial_id)
+                    queue.append(t)
+            while queue and len(running) < config.workers:
+                t = queue.popleft()
+                run = sim.start(t, now)
+                running[t.trial_id] = run
+                records[t.trial_id] = run_record(run, now)
+                started += 1
+                heapq.heappush(events, (run.end(), 0))
+            if p.done:
+                break
+            if not running and not queue:
+                if stopped_now:
+                    # The planner decided on records from before these stops: asked again, it may
+                    # add a rate (an extension past an edge) or a re-run; the runner's next pass would.
+                    continue
+                break
         # Pruning happens at evaluations: wake up at each running trial's first evaluation past
-        # (1 + margin)·best of its seed in its cell, where a best is known.
-        best: dict[tuple[str, int], float] = {}
-        for r in snapshot:
-            if r.status == "reached" and r.steps_to_target is not None and r.role == "trial":
-                best[(r.cell_id, r.seed)] = min(best.get((r.cell_id, r.seed), math.inf), r.steps_to_target)
+        # (1 + margin)·best of its seed in its cell, where a best is known (`best`, kept as trials end).
         for run in running.values():
             b = best.get((run.spec.cell_id, run.spec.seed))
             if b is None or run.spec.role != "trial":
@@ -100,7 +109,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
             k = math.floor(limit / run.eval_every) + 1
             at = run.start + k * run.eval_every * run.batch_tokens
             if k * run.eval_every <= run.steps and at > now:
-                heapq.heappush(events, at)
+                heapq.heappush(events, (at, 0))
         if spec.compares_at_equal_tokens:
             # Stopping at equal tokens is decided at evaluations: wake at every EQUAL_TOKEN_WAKE-th
             # evaluation of each running trial (each wake re-plans the study: every one is slow).
@@ -119,19 +128,54 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
                     k = max(k, math.ceil(spec.far_rate_fraction * expected / run.eval_every))
                 at = run.start + k * run.eval_every * run.batch_tokens
                 if k * run.eval_every <= run.steps and at > now:
-                    heapq.heappush(events, at)
-        while events and events[0] <= now:
+                    heapq.heappush(events, (at, 1))
+        while events and events[0][0] <= now:
             heapq.heappop(events)
-        now = heapq.heappop(events)
+        now, kind = heapq.heappop(events)
+        while events and events[0][0] <= now:
+            kind = min(kind, heapq.heappop(events)[1])
+        # (A plan that stopped trials was made on the records from before the stops: the next one may
+        # start a re-run, or a rate past an edge, as the runner's next pass would.)
+        wake_only = kind == 1 and not spec.prune_at_equal_tokens and not stopped_now
         for tid in [k for k, r in running.items() if r.end() <= now + 1e-9]:
             run = running.pop(tid)
-            records[tid] = run_record(run, run.end(), run.outcome)
+            wake_only = False
+            r = records[tid] = run_record(run, run.end(), run.outcome)
+            if r.status == "reached" and r.steps_to_target is not None and r.role == "trial":
+                best[(r.cell_id, r.seed)] = min(best.get((r.cell_id, r.seed), math.inf), r.steps_to_target)
     else:  # pragma: no cover - a planner that never finishes is a bug worth a clear message
         raise CbsError(f"the simulated study {spec.name!r} did not finish in 100,000 planner calls")
     return StudyOutcome(seed=seed, settings=tuple(setting_outcomes(spec, sim, records, p)),
                         tokens_study=sum(r.tokens for r in records.values()),
                         flops_study=sum(r.tokens * sim.settings[r.setting_id].flops_per_token for r in records.values()),
                         trials=started, max_trial_tokens=max((r.tokens for r in records.values()), default=0))
+
+
+def _may_stop_far_rate(spec: StudySpec, records: Mapping[str, TrialRecord], running: Mapping[str, SimRun],
+                       members: Mapping[str, list[str]], now: float) -> bool:
+    """Whether some running trial's last evaluation trails another trial of its cell and seed by more
+    than ``far_rate_margin`` at equal steps: a necessary condition of every stop at equal tokens that
+    ``stop_far_rates`` makes (:func:`cbscore.study.equal_tokens.equal_token_stops`, without its other
+    conditions), so a wake where it fails would plan nothing new."""
+    from cbscore.study.equal_tokens import loss_at_step
+
+    for tid, run in running.items():
+        if run.spec.role != "trial" or not run.curve[0]:
+            continue
+        mine = run_record(run, now)
+        if not mine.eval_steps or not math.isfinite(mine.eval_losses[-1]):
+            continue
+        t, level = mine.eval_steps[-1], mine.eval_losses[-1] - spec.far_rate_margin
+        for other in members.get(run.spec.cell_id, ()):
+            if other == tid:
+                continue
+            o = run_record(running[other], now) if other in running else records[other]
+            if o.seed != mine.seed or o.status in ("diverged", "failed") or not o.eval_steps:
+                continue
+            got = loss_at_step(o.eval_steps, o.eval_losses, t)
+            if got is not None and got < level:
+                return True
+    return False
 
 
 def simulate(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimConfig | None = None, *,

@@ -136,3 +136,39 @@ def test_cli_prints_the_table_and_json(capsys, tmp_path, monkeypatch):
     assert len(d["settings"]) == 5 and np.isfinite(d["tokens_study_mean"])
     assert main(["study", "simulate", "paper-fixed-d", "--truth", str(tmp_path / "nope.csv")]) != 0
     assert "--truth" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("curves", [None, "lab"])
+def test_the_planners_memos_never_change_a_plan(monkeypatch, curves):
+    """The planner keeps what it read off unchanged cells, settings and reference cells between calls
+    (the simulator passes the same ended records again at every call). Every plan of a simulated
+    study, with stop_far_rates comparing running trials at equal tokens, equals the plan of a
+    planner that remembers nothing."""
+    from pathlib import Path
+
+    import cbscore.study.planner as planner_module
+    import cbscore.study.simulate as simulate_module
+    from cbscore.study import cell_plan, crossings
+
+    def forget() -> None:
+        for memo in (planner_module._CELL_PLANS, planner_module._CELL_BEST, planner_module._CELL_PREDICTED,
+                     planner_module._LAST_CELLS, planner_module._LAST_TARGETS, planner_module._CELL_IDS,
+                     planner_module._LAST_SETTINGS, cell_plan._ENDED_KEYS, crossings._CROSSINGS):
+            memo.clear()
+
+    calls = {"n": 0, "stops": 0}
+
+    def checked(spec, records, now, **kw):
+        got = planner_module.plan(spec, records, now, **kw)
+        calls["n"] += 1
+        calls["stops"] += bool(got.stop)
+        if calls["n"] % 7 == 0 or got.stop or got.start:
+            forget()
+            assert planner_module.plan(spec, list(records), now, **kw) == got
+        return got
+
+    monkeypatch.setattr(simulate_module, "plan", checked)
+    path = None if curves is None else str(Path(__file__).resolve().parents[3] / "docs/results/cheaper-search/lab-curves.json")
+    spec = load_preset("paper-fixed-n")
+    simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.1, curves=path), seeds=1)
+    assert calls["n"] > 100 and calls["stops"] > 5  # the memos were exercised, stops among them
