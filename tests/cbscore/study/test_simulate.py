@@ -151,10 +151,9 @@ def test_the_planners_memos_never_change_a_plan(monkeypatch, curves):
     from cbscore.study import cell_plan, crossings
 
     def forget() -> None:
-        for memo in (planner_module._CELL_PLANS, planner_module._CELL_BEST, planner_module._CELL_PREDICTED,
-                     planner_module._LAST_CELLS, planner_module._LAST_TARGETS, planner_module._CELL_IDS,
-                     planner_module._LAST_SETTINGS, cell_plan._ENDED_KEYS, crossings._CROSSINGS):
-            memo.clear()
+        planner_module._MEMO.clear()
+        cell_plan._ENDED_KEYS.clear()
+        crossings._CROSSINGS.clear()
 
     calls = {"n": 0, "stops": 0}
 
