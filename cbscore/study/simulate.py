@@ -13,10 +13,11 @@ report over seeds in :mod:`cbscore.study.sim_report`. This module drives the pla
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 
 from cbscore.errors import CbsError, ConfigError
@@ -159,20 +160,38 @@ def _may_stop_far_rate(spec: StudySpec, records: Mapping[str, TrialRecord], runn
     conditions), so a wake where it fails would plan nothing new."""
     from cbscore.study.equal_tokens import loss_at_step
 
+    def evals(run: SimRun) -> tuple[Sequence[float], Sequence[float]]:
+        """A running trial's evaluations so far (as :func:`run_record` gives them)."""
+        n = bisect.bisect_right(run.curve[0], run.step_at(now))
+        return run.curve[0][:n], run.curve[1][:n]
+
     for tid, run in running.items():
         if run.spec.role != "trial" or not run.curve[0]:
             continue
-        mine = run_record(run, now)
-        if not mine.eval_steps or not math.isfinite(mine.eval_losses[-1]):
+        steps, losses = evals(run)
+        if not steps or not math.isfinite(losses[-1]):
             continue
-        t, level = mine.eval_steps[-1], mine.eval_losses[-1] - spec.far_rate_margin
+        t, level = steps[-1], losses[-1] - spec.far_rate_margin
         for other in members.get(run.spec.cell_id, ()):
             if other == tid:
                 continue
-            o = run_record(running[other], now) if other in running else records[other]
-            if o.seed != mine.seed or o.status in ("diverged", "failed") or not o.eval_steps:
+            if other in running:
+                o = running[other]
+                if o.spec.seed != run.spec.seed:
+                    continue
+                if o.curve[0]:
+                    o_steps, o_losses = evals(o)
+                else:  # (a diverging or reference run: its record's evaluations)
+                    rec = run_record(o, now)
+                    o_steps, o_losses = rec.eval_steps, rec.eval_losses
+            else:
+                r = records[other]
+                if r.seed != run.spec.seed or r.status in ("diverged", "failed"):
+                    continue
+                o_steps, o_losses = r.eval_steps, r.eval_losses
+            if not o_steps:
                 continue
-            got = loss_at_step(o.eval_steps, o.eval_losses, t)
+            got = loss_at_step(o_steps, o_losses, t)
             if got is not None and got < level:
                 return True
     return False

@@ -171,3 +171,29 @@ def test_the_planners_memos_never_change_a_plan(monkeypatch, curves):
     spec = load_preset("paper-fixed-n")
     simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.1, curves=path), seeds=1)
     assert calls["n"] > 100 and calls["stops"] > 5  # the memos were exercised, stops among them
+
+
+def test_skipping_the_wakes_where_nothing_trails_changes_no_study(monkeypatch):
+    """The simulator does not ask the planner at an equal-token wake where no running trial trails
+    another of its cell and seed by far_rate_margin (nothing can be stopped there). On the lab's curves,
+    where stop_far_rates stops trials, the studies are those of a simulator that asks at every wake."""
+    from pathlib import Path
+
+    import cbscore.study.simulate as simulate_module
+
+    curves = str(Path(__file__).resolve().parents[3] / "docs/results/cheaper-search/lab-curves.json")
+    spec = load_preset("paper-fixed-n")
+    config = SimConfig(noise_sigma=0.1, curves=curves)
+    skipped = simulate(spec, paper_truth(spec), config, seeds=2, first_seed=3).to_json_dict()
+    calls = {"n": 0}
+
+    def always(*args):
+        calls["n"] += 1
+        return True
+
+    monkeypatch.setattr(simulate_module, "_may_stop_far_rate", always)
+    every = simulate(spec, paper_truth(spec), config, seeds=2, first_seed=3).to_json_dict()
+    assert calls["n"] > 100  # the wakes it skips are many
+    assert skipped["tokens_study_mean"] == every["tokens_study_mean"]
+    assert [s["cbs_study_median"] for s in skipped["settings"]] == [s["cbs_study_median"] for s in every["settings"]]
+    assert skipped["settings"] == every["settings"]
