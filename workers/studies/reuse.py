@@ -6,8 +6,12 @@ config (model, batch size, learning rate, β2 and the τ, schedule, warm-up, bud
 target, seed, evaluation settings: :func:`cbscore.study.build_train_config`) and the content
 digest of the token store it reads (:func:`cbscore.data.store.content_digest`, pinned per study by
 :mod:`workers.studies.stores`) make the **config key**; the lab's trainer is deterministic on a device kind
-(a resumed trial ends bit-identical: ``tests/workers/test_worker_process.py``), so two trials with
-one key train the same steps to the same losses. A budget or a cap that differs is another key:
+and thread count (a resumed trial ends bit-identical: ``tests/workers/test_worker_process.py``), so two
+trials with one key train the same steps to the same losses. The thread count is not in the key: on a
+CPU it changes the last digits of the floats (tiny-0.1M, B = 8, 40k tokens: a final loss of
+6.106189727783203 at one thread and 6.106190204620361 at two, each twice), which can grow along a
+run; a copy is what its source trained, and the run's ``device`` tag says with how many threads
+(``cpu (2 threads)``). A budget or a cap that differs is another key:
 a longer budget could have crossed a target the shorter one did not.
 
 Reusable outcomes are those the trial decides alone: ``finished``, ``reached``, ``censored`` and
