@@ -145,7 +145,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
             if r.status == "reached" and r.steps_to_target is not None and r.role == "trial":
                 best[(r.cell_id, r.seed)] = min(best.get((r.cell_id, r.seed), math.inf), r.steps_to_target)
     else:  # pragma: no cover - a planner that never finishes is a bug worth a clear message
-        raise CbsError(f"the simulated study {spec.name!r} did not finish in 100,000 planner calls")
+        raise CbsError(f"the simulated study {spec.name!r} did not finish in 100,000 events")
     return StudyOutcome(seed=seed, settings=tuple(setting_outcomes(spec, sim, records, p)),
                         tokens_study=sum(r.tokens for r in records.values()),
                         flops_study=sum(r.tokens * sim.settings[r.setting_id].flops_per_token for r in records.values()),
