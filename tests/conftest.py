@@ -26,7 +26,9 @@ for _name, _value in {
     os.environ.setdefault(_name, _value)
 
 # Run-time state of the product under test: one folder per test session, never the user's .cbs/.
-os.environ.setdefault("CBS_HOME", str(CACHE / "cbs-home-tests"))
+# (Under pytest-xdist each worker process is a session of its own: its own folder.)
+os.environ.setdefault("CBS_HOME", str(CACHE / ("cbs-home-tests" + (f"-{os.environ['PYTEST_XDIST_WORKER']}"
+                                                                   if os.environ.get("PYTEST_XDIST_WORKER") else ""))))
 # Tests build throw-away stores in pytest's temporary folders and shared ones under .cache/: allow
 # them as data roots (the product allows only $CBS_HOME unless the operator sets this; tests of
 # that rule unset it).
@@ -37,7 +39,12 @@ pytest_plugins = ["tests.data_fixtures"]
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip ``gpu`` tests where CUDA is missing (they are also deselected by default)."""
+    """Skip ``gpu`` tests where CUDA is missing (they are also deselected by default). Under
+    pytest-xdist (``-n 2 --dist loadgroup``), every ``services`` test runs on one worker: they share
+    the local Redis database and its queue."""
+    for item in items:
+        if "services" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("services"))
     try:
         import torch
 
