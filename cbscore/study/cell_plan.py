@@ -48,31 +48,14 @@ class CellPlan:
 
 
 def record_key(r: TrialRecord, lost_set: frozenset) -> tuple:
-    """Everything of a record that :func:`plan_cell` reads (an ended record's evaluations never change)."""
-    if r.terminal:
-        # An ended record is passed again, unchanged, at every later call (the simulator holds it;
-        # TrialRecord is frozen): its key is built once. Held by id with the record itself, so an
-        # id reused after the record is gone never matches.
-        held = _ENDED_KEYS.get(id(r))
-        if held is not None and held[0] is r:
-            return held[1] if r.trial_id not in lost_set else held[1] + (True,)
-        if len(_ENDED_KEYS) >= 50_000:
-            _ENDED_KEYS.clear()
-        key = _ENDED_KEYS[id(r)] = (r, _record_key(r))
-        return key[1] if r.trial_id not in lost_set else key[1] + (True,)
-    # A running trial's steps and tokens since its last evaluation are not read (pruning and the
-    # comparisons at equal tokens read evaluations only): between two evaluations it plans the same.
-    return _record_key(r, running=True) + ((True,) if r.trial_id in lost_set else ())
-
-
-def _record_key(r: TrialRecord, running: bool = False) -> tuple:
+    """Everything of a record that :func:`plan_cell` reads (an ended record's evaluations never change).
+    A running trial's steps and tokens since its last evaluation are left out: pruning and the
+    comparisons at equal tokens read evaluations only, so between two evaluations it plans the same."""
+    running = not r.terminal
     return (r.trial_id, r.status, r.attempt, r.steps_to_target, None if running else r.last_step,
             None if running else r.tokens, r.max_steps, r.final_eval_loss, len(r.eval_steps),
-            r.eval_steps[-1] if r.eval_steps else None, r.eval_losses[-1] if r.eval_losses else None)
-
-
-#: record_key's keys of ended records, by id (with the record, which keeps the id from being reused).
-_ENDED_KEYS: dict[int, tuple[TrialRecord, tuple]] = {}
+            r.eval_steps[-1] if r.eval_steps else None, r.eval_losses[-1] if r.eval_losses else None,
+            r.trial_id in lost_set)
 
 
 def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRecord], target: float | None,

@@ -149,18 +149,7 @@ def cell_prediction(spec: StudySpec, setting_id: str, best_rates: Mapping[str, M
         others = [v[spec.b_ref] for v in best_rates.values() if spec.b_ref in v]
         if others:
             measured = {spec.b_ref: math.exp(sum(math.log(v) for v in others) / len(others))}
-    key = (tuple(spec.search.lrs), batch_size, tuple(sorted(measured.items())))
-    got = _PREDICTIONS.get(key)
-    if got is None:
-        if len(_PREDICTIONS) >= 20_000:
-            _PREDICTIONS.clear()
-        got = _PREDICTIONS[key] = predict_lr(spec.search.lrs, measured, batch_size)
-    return got
-
-
-#: cell_prediction's answers by (grid, batch size, measured best rates): the planner asks for every
-#: cell at every call, and the measured rates change only when a cell ends (predict_lr is pure).
-_PREDICTIONS: dict[tuple, float] = {}
+    return predict_lr(spec.search.lrs, measured, batch_size)
 
 
 def cell_rates_note(spec: StudySpec, recs: Sequence[TrialRecord], role: str, rates: Sequence[float],

@@ -55,8 +55,7 @@ class CellSeen:
     """A reference cell's predicted rate and whether it may still add a rate, at the last call."""
 
     def same(self, recs: Sequence[TrialRecord], lost: frozenset) -> bool:
-        return (len(recs) == len(self.recs) and lost == self.lost
-                and all(a is b for a, b in zip(recs, self.recs)))
+        return lost == self.lost and _same_objects(recs, self.recs)
 
 
 def _same_objects(a: Sequence, b: Sequence) -> bool:

@@ -148,11 +148,10 @@ def test_the_planners_memos_never_change_a_plan(monkeypatch, curves):
 
     import cbscore.study.planner as planner_module
     import cbscore.study.simulate as simulate_module
-    from cbscore.study import cell_plan, crossings
+    from cbscore.study import crossings
 
     def forget() -> None:
         planner_module._MEMO.clear()
-        cell_plan._ENDED_KEYS.clear()
         crossings._CROSSINGS.clear()
 
     calls = {"n": 0, "stops": 0}
