@@ -1,9 +1,11 @@
 """Re-run the committed simulations and print their tables (``docs/results/simulate-paper/``,
-``docs/results/cheaper-search/order/``, ``docs/results/cheaper-search/far-rates/``).
+``docs/results/cheaper-search/order/``, ``docs/results/cheaper-search/far-rates/``,
+``docs/results/cheaper-search/prior/``).
 
     python benchmarks/simulation_tables.py paper [--write]   # the three paper presets at σ = 0, 0.1, 0.25 (200 seeds)
     python benchmarks/simulation_tables.py order [--write]   # search.order grid against predicted, σ = 0.1
     python benchmarks/simulation_tables.py far [--write] [--fraction F]   # stop_far_rates off and on, both curve models
+    python benchmarks/simulation_tables.py prior [--write]   # search.lr_prior off and on, truth at the grid middle or the prior
 
 Each run is ``cbs study simulate PRESET --truth paper --noise σ --seeds N`` (in-process, the same
 code); ``--write`` stores its JSON and text report under the results folder, as the READMEs there
@@ -27,10 +29,14 @@ PRESETS = ("paper-chinchilla", "paper-fixed-d", "paper-fixed-n")
 LAB_CURVES = ROOT / "docs/results/cheaper-search/lab-curves.json"
 
 
+_SPEC = object()  # "the spec's own value" where None is a value (lr_prior)
+
+
 def run(preset: str, noise: float, seeds: int, order: str | None = None, far: bool | None = None,
-        curves: Path | None = None, fraction: float | None = None) -> dict:
+        curves: Path | None = None, fraction: float | None = None, predict: bool | None = None,
+        prior: float | None | object = _SPEC, optimum: float | None = None) -> dict:
     """One ``cbs study simulate`` as JSON (``--order``, ``--stop-far-rates``, ``--curves``,
-    ``--far-rate-fraction``)."""
+    ``--far-rate-fraction``, ``--predict``, ``--lr-prior``, ``--lr-optimum``)."""
     from cbscore.study import simulate as sim
     from cbscore.study.presets import load_preset
     from cbscore.study.sim_trials import SimConfig
@@ -42,7 +48,11 @@ def run(preset: str, noise: float, seeds: int, order: str | None = None, far: bo
         spec = spec.replace(stop_far_rates=far)
     if fraction is not None:
         spec = spec.replace(far_rate_fraction=fraction)
-    config = SimConfig(noise_sigma=noise, curves=None if curves is None else str(curves))
+    if predict is not None:
+        spec = spec.replace(search=dataclasses.replace(spec.search, predict=predict))
+    if prior is not _SPEC:
+        spec = spec.replace(search=dataclasses.replace(spec.search, lr_prior=prior))
+    config = SimConfig(noise_sigma=noise, curves=None if curves is None else str(curves), lr_optimum_ref=optimum)
     return sim.simulate(spec, sim.paper_truth(spec), config, seeds=seeds).to_json_dict()
 
 
@@ -129,9 +139,39 @@ def far_table(write: bool, fraction: float | None = None) -> None:
                   f"{worst:.1%} |", flush=True)
 
 
+def prior_table(write: bool) -> None:
+    """``search.lr_prior`` (the paper presets' 0.00316) against the grid's middle, at σ = 0.1 and 50
+    seeds: with the simulated truth's η* at the grid's middle (the prior one grid step off) and at
+    the prior itself, with ``search.predict`` off (the default) and on (where the first cell runs
+    only three rates around it)."""
+    folder = ROOT / "docs/results/cheaper-search/prior"
+    print("| preset | η* at B_ref (truth) | search.predict | first prediction | study/oracle (median, worst) | "
+          "tokens vs the grid middle | median B* vs truth (range over settings) | seeds > 2% off grid (worst setting) | "
+          "worst \\|study/grid − 1\\| |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for preset in PRESETS:
+        for optimum in (None, 0.00316):
+            for predict in (False, True):
+                base = None
+                for prior in (None, 0.00316):
+                    d = run(preset, 0.1, 50, predict=predict, prior=prior, optimum=optimum)
+                    if write:
+                        _keep(folder, f"{preset}-truth-{'middle' if optimum is None else optimum}-predict-"
+                                      f"{'on' if predict else 'off'}-prior-{'middle' if prior is None else prior}", d)
+                    base = base or d["tokens_study_mean"]
+                    s = d["settings"]
+                    worst = max((abs(x["worst_vs_grid"]) for x in s if x["worst_vs_grid"] is not None), default=0.0)
+                    print(f"| {preset} | {'grid middle' if optimum is None else optimum} | {'on' if predict else 'off'} | "
+                          f"{'grid middle' if prior is None else f'lr_prior {prior}'} | "
+                          f"{d['ratio_to_oracle_median']:.2f}× ({d['ratio_to_oracle_max']:.2f}×) | "
+                          f"{d['tokens_study_mean'] / base:.3f}× | {min(x['bias_vs_truth'] for x in s):+.1%} to "
+                          f"{max(x['bias_vs_truth'] for x in s):+.1%} | {max(x['share_off_grid_2pct'] for x in s):.0%} | "
+                          f"{worst:.1%} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("table", choices=("paper", "order", "far"))
+    ap.add_argument("table", choices=("paper", "order", "far", "prior"))
     ap.add_argument("--write", action="store_true", help="store each run's JSON and text report")
     ap.add_argument("--fraction", type=float, default=None,
                     help="far: far_rate_fraction instead of the spec's default (nothing is written)")
@@ -139,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table == "far":
         far_table(args.write, args.fraction)
     else:
-        {"paper": paper_table, "order": order_table}[args.table](args.write)
+        {"paper": paper_table, "order": order_table, "prior": prior_table}[args.table](args.write)
     return 0
 
 

@@ -84,6 +84,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="override the spec's prune_at_equal_tokens (losing trials stopped at equal tokens)")
     simulate.add_argument("--equal-token-fraction", type=float, default=None, metavar="F",
                           help="override the spec's equal_token_fraction")
+    simulate.add_argument("--lr-prior", default=None, metavar="ETA|none",
+                          help="override the spec's search.lr_prior (the first cell's predicted best rate; "
+                               "'none': the grid's geometric middle)")
+    simulate.add_argument("--lr-optimum", type=float, default=None, metavar="ETA",
+                          help="the simulated truth's best rate at B_ref (default: the grid's geometric middle); "
+                               "it moves as √B")
     simulate.add_argument("--json", action="store_true")
     simulate.set_defaults(handler=run_simulate)
     status = sub.add_parser("status", help="cells, trials by outcome, progress and tokens")
@@ -229,11 +235,14 @@ def run_simulate(args: argparse.Namespace) -> int:
         spec = spec.replace(prune_at_equal_tokens=args.prune_at_equal_tokens == "on")
     if args.equal_token_fraction is not None:
         spec = spec.replace(equal_token_fraction=args.equal_token_fraction)
+    if args.lr_prior is not None:
+        spec = spec.replace(search=dataclasses.replace(spec.search, lr_prior=_lr_prior_arg(args.lr_prior)))
     truth = paper_truth(spec) if args.truth == "paper" else read_truth(args.truth, spec)
     if isinstance(args.seeds, bool) or args.seeds < 1:
         raise ConfigError("--seeds", args.seeds, "must be a positive integer")
     config = SimConfig(noise_sigma=args.noise, lr_penalty=args.lr_penalty, workers=args.workers,
-                       eval_noise=args.eval_noise, estimator=args.estimator, curves=args.curves)
+                       eval_noise=args.eval_noise, estimator=args.estimator, curves=args.curves,
+                       lr_optimum_ref=args.lr_optimum)
 
     def progress(done: int, total: int) -> None:
         if sys.stderr.isatty() and total > 1:
@@ -243,6 +252,16 @@ def run_simulate(args: argparse.Namespace) -> int:
     report = simulate(spec, truth, config, seeds=args.seeds, progress=progress)
     print(json.dumps(report.to_json_dict(), indent=2) if args.json else format_report(report))
     return 0
+
+
+def _lr_prior_arg(value: str) -> float | None:
+    """``--lr-prior``: a rate, or ``none`` for the grid's geometric middle."""
+    if value.strip().lower() == "none":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError("--lr-prior", value, "must be a learning rate or 'none'") from None
 
 
 def describe_plan(spec, tokens_per_s: float | None = None, *, n_workers: int = 1) -> str:
@@ -343,10 +362,13 @@ def run_status(args: argparse.Namespace) -> int:
              else "the saving is known when the study is done")
     print(f"tokens: {_human(st.tokens_spent)} spent; the fixed-budget grid would spend {_human(st.grid_tokens)}; {saved}")
     if st.costs is not None:
-        from cbscore.study.costs import format_costs
+        from cbscore.study.costs import format_costs, format_pruned
 
         print(format_costs(st.costs, _human)
               + ("" if st.costs.stop_at_target_exact else " (≥: trials stopped before the target count what they trained)"))
+        if st.costs.pruned_tokens_by_rule:
+            print(format_pruned(st.costs.pruned_tokens_by_rule, st.costs.spent_tokens, _human)
+                  + " (of the tokens spent; the rules: docs/user-guide.md, \"What a study costs\")")
     for setting, target in st.targets.items():
         print(f"target {setting}: {target:.4f} nats")
     print(f"{'cell':<34} {'role':<9} {'state':<9} {'trials':>6} {'S(B)':>9} {'cap':>6}  outcomes")

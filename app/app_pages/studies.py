@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from app import auth, charts, failures, gns_panels, panels, sources, study_view, units
+from cbscore.study.costs import format_pruned
 
 #: Seconds between refreshes of the selected study (its records are read again each time).
 REFRESH_S = sources.LIVE_TTL_S
@@ -67,13 +68,16 @@ def live(name: str) -> None:
                 f"{units.count(c.fixed_budget_grid_tokens)} · grid stopped at the target {at}"
                 f"{units.count(c.stop_at_target_grid_tokens)} · oracle {units.count(c.oracle_tokens)} "
                 f"(each cell's best trial to its target, D per seed at B_ref) · **study/oracle "
-                f"{c.ratio_to_oracle:.2f}×**",
+                f"{c.ratio_to_oracle:.2f}×**"
+                + (f" · {format_pruned(c.pruned_tokens_by_rule, c.spent_tokens, units.count)}"
+                   if c.pruned_tokens_by_rule else ""),
                 help="The oracle is what a study would spend if it knew each cell's best learning rate in "
                      "advance; 1× is the floor. '≥' marks a grid figure in which trials stopped before the "
                      "target count what they trained. docs/user-guide.md, \"What a study costs\", explains the "
                      "rules that lower the ratio (search.order, stop_far_rates, search.predict, "
                      "prune_at_equal_tokens) and the fit-window floor no rule that reads every crossing "
-                     "goes below (3.4-3.5x on the paper presets).")
+                     "goes below (3.4-3.5x on the paper presets). 'Pruned trials' splits what stopped "
+                     "trials trained by the rule that stopped them (prune_margin, stop_far_rates, ...).")
         st.progress(view.progress, text=f"{view.progress:.0%} of the planned trials have an outcome")
         for error in view.errors:
             st.warning(error, icon=":material/warning:")

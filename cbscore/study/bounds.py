@@ -83,6 +83,7 @@ RANGES: dict[str, Range] = {
     "search.n_trials": Range(1, 10_000, integer=True),
     "search.parallel_per_cell": Range(1, 1024, integer=True),
     "search.lr_extensions": Range(0, 8, integer=True),
+    "search.lr_prior": Range(0, 10, lo_open=True),
 }
 
 

@@ -40,6 +40,8 @@ class CellPlan:
     start: tuple = ()
     ask: tuple = ()
     stop: tuple = ()
+    stopped_by: tuple = ()
+    """``(trial_id, rule)`` for each of ``stop`` (``plan_result.STOP_RULES``)."""
     incomplete: bool = False
     skipped: bool = False
     prev_resolved: bool = True
@@ -69,6 +71,7 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
     start: list[TrialSpec] = []
     asks: list[AskRequest] = []
     stop: list[tuple[str, str]] = []
+    rule: dict[str, str] = {}  # which rule asks each stop (plan_result.STOP_RULES)
     role = "reference" if (b == spec.b_ref and spec.target_losses is None) else "trial"
     cell_target = None if role == "reference" else target
     # Every cell's crossings of the target, the reference cell's too (S(B_ref) is measured
@@ -203,6 +206,7 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
                 last_eval = r.eval_steps[-1] if r.eval_steps else 0.0
                 if r.status == "running" and last_eval > (1 + margin) * own and r.trial_id not in lost_set:
                     stop.append((r.trial_id, "pruned"))
+                    rule[r.trial_id] = "prune_margin"
         # Stop at equal tokens: a trial that trails the cell's leader at its own step by more than
         # the margin, before the best has crossed (cbscore.study.equal_tokens); never the fit's
         # window around the best crossing so far. With stop_far_rates alone, a stopped rate that
@@ -230,6 +234,7 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
             for tid in equal_token_stops(recs, margin_nats=far_margin, protected=keep,
                                          skip=not_judged, min_step=judge_from, rates=rates):
                 stop.append((tid, "pruned"))
+                rule[tid] = "equal_token_margin" if spec.prune_at_equal_tokens else "stop_far_rates"
                 stopping.add(tid)
             if spec.prune_at_equal_tokens:
                 # The fit's own rates: stopped once their steps to target can be projected
@@ -237,6 +242,7 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
                 for tid in projectable_stops(recs, fraction=spec.equal_token_fraction, expected_steps=expected,
                                              skip=lost_set | stopping):
                     stop.append((tid, "pruned"))
+                    rule[tid] = "equal_token_fraction"
     resolved = complete or (role == "trial" and best is not None)
     if role == "reference":  # S(B_ref) is known once the first runs ended; re-runs refine the fit
         resolved = (complete or first_done) and target is not None
@@ -246,5 +252,6 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
                      rates_note=(cell_rates_note(spec, recs, role, rates, predicted) if grid and spec.search.predict
                                  else ""))
     return CellPlan(cell=cell, start=tuple(start), ask=tuple(asks), stop=tuple(stop),
+                    stopped_by=tuple((tid, rule[tid]) for tid, _ in stop),
                     incomplete=not complete and not setting_failed, prev_resolved=resolved,
                     prev_best=best if best is not None else prev_best, at_least=at_least)

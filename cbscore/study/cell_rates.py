@@ -78,7 +78,9 @@ def _predicted_cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: st
 
     allowed = allowed_rates(spec.search.lrs, spec.search.lr_extensions)
     if not recs:
-        guess = predicted if predicted is not None else predict_lr(spec.search.lrs, {}, spec.b_ref)
+        guess = predicted
+        if guess is None:
+            guess = predict_lr(spec.search.lrs, {}, spec.b_ref, spec.search.lr_prior)
         return first_rates(allowed, guess), True
     tried = sorted({r.lr for r in recs})
     complete = len(recs) >= len(tried) * len(spec.seeds) and all(r.terminal for r in recs)
@@ -149,7 +151,7 @@ def cell_prediction(spec: StudySpec, setting_id: str, best_rates: Mapping[str, M
         others = [v[spec.b_ref] for v in best_rates.values() if spec.b_ref in v]
         if others:
             measured = {spec.b_ref: math.exp(sum(math.log(v) for v in others) / len(others))}
-    return predict_lr(spec.search.lrs, measured, batch_size)
+    return predict_lr(spec.search.lrs, measured, batch_size, spec.search.lr_prior)
 
 
 def cell_rates_note(spec: StudySpec, recs: Sequence[TrialRecord], role: str, rates: Sequence[float],

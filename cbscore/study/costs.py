@@ -16,8 +16,8 @@ bound (``stop_at_target_exact`` is False); the simulator knows it exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 from cbscore.study.spec import StudySpec
 from cbscore.study.trials import TrialRecord
@@ -39,6 +39,9 @@ class StudyCosts:
     """The best trial of every cell and seed, run to its target; D per seed at B_ref."""
     oracle_cells: int
     """Cells counted in the oracle (cells still without a crossing count as censored)."""
+    pruned_tokens_by_rule: Mapping[str, int] = field(default_factory=dict)
+    """Tokens of ``pruned`` trials by the rule that stopped them (``plan_result.STOP_RULES``;
+    ``unknown`` for runs pruned before the ``stopped_by`` tag existed), largest first."""
 
     @property
     def ratio_to_oracle(self) -> float | None:
@@ -49,7 +52,8 @@ class StudyCosts:
         return {"tokens_spent": self.spent_tokens, "tokens_fixed_budget_grid": self.fixed_budget_grid_tokens,
                 "tokens_stop_at_target_grid": self.stop_at_target_grid_tokens,
                 "stop_at_target_exact": self.stop_at_target_exact, "tokens_oracle": self.oracle_tokens,
-                "oracle_cells": self.oracle_cells, "ratio_to_oracle": self.ratio_to_oracle}
+                "oracle_cells": self.oracle_cells, "ratio_to_oracle": self.ratio_to_oracle,
+                "tokens_pruned_by_rule": dict(self.pruned_tokens_by_rule)}
 
 
 def _crossing_tokens(r: TrialRecord, context_tokens: int) -> int | None:
@@ -106,7 +110,26 @@ def study_costs(spec: StudySpec, records: Sequence[TrialRecord]) -> StudyCosts:
                 oracle += min(ended) if ended else 0
     return StudyCosts(spent_tokens=sum(r.tokens for r in records), fixed_budget_grid_tokens=grid_tokens(spec),
                       stop_at_target_grid_tokens=grid, stop_at_target_exact=exact, oracle_tokens=oracle,
-                      oracle_cells=cells)
+                      oracle_cells=cells, pruned_tokens_by_rule=pruned_tokens_by_rule(records))
+
+
+def pruned_tokens_by_rule(records: Sequence[TrialRecord]) -> dict[str, int]:
+    """Tokens of the ``pruned`` trials by the rule that stopped them (``TrialRecord.stopped_by``),
+    largest first."""
+    out: dict[str, int] = {}
+    for r in records:
+        if r.status == "pruned":
+            rule = r.stopped_by or "unknown"
+            out[rule] = out.get(rule, 0) + r.tokens
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def format_pruned(by_rule: Mapping[str, int], spent: int, human=lambda n: f"{n:.3g}") -> str:
+    """``pruned trials: 1.2M by prune_margin (8%), ...`` (empty when nothing was pruned)."""
+    if not by_rule:
+        return ""
+    return "pruned trials: " + ", ".join(
+        f"{human(t)} by {rule}" + (f" ({t / spent:.0%})" if spent else "") for rule, t in by_rule.items())
 
 
 def format_costs(c: StudyCosts, human=lambda n: f"{n:.3g}") -> str:

@@ -12,7 +12,8 @@ The prediction (:func:`predict_lr`): the best rates of the setting's measured ce
 ``ln B``; the optimum of Adam moves as ``√B`` (Malladi et al. 2022, arXiv 2205.10287, the
 square-root scaling rule), the slope used until three batch sizes are measured and the prior the
 fitted slope is clipped around (``[0, 1]``). Before any cell of the setting is measured: the
-geometric middle of the grid (the full grid's own centre).
+spec's ``search.lr_prior`` where it names one (the paper presets: the paper's released rate), else
+the geometric middle of the grid (the full grid's own centre).
 """
 
 from __future__ import annotations
@@ -44,10 +45,14 @@ def allowed_rates(lrs: Sequence[float], extensions: int) -> tuple[float, ...]:
     return tuple(out)
 
 
-def predict_lr(lrs: Sequence[float], measured: Mapping[int, float], batch_size: int) -> float:
+def predict_lr(lrs: Sequence[float], measured: Mapping[int, float], batch_size: int,
+               prior: float | None = None) -> float:
     """Predicted best learning rate at ``batch_size`` from the best rates of measured cells
-    (``{batch size: best rate}``), module docstring."""
+    (``{batch size: best rate}``), module docstring; ``prior`` (``search.lr_prior``) is the answer
+    while nothing is measured."""
     if not measured:
+        if prior is not None:
+            return prior
         return math.exp(sum(math.log(v) for v in lrs) / len(lrs))
     xs = [math.log(b) for b in measured]
     ys = [math.log(v) for v in measured.values()]

@@ -9,6 +9,17 @@ from typing import Iterable, Mapping
 from cbscore.study.trials import TERMINAL, TrialRecord, TrialSpec
 
 
+#: The rules that stop a running trial as ``pruned``, as :attr:`Plan.stopped_by` and the ``stopped_by``
+#: tag name them: the spec field each is set by.
+STOP_RULES = {
+    "prune_margin": "still above the target at an evaluation past (1 + prune_margin)·the best crossing of its seed",
+    "stop_far_rates": "outside the fit's window, trailing its seed's leader at equal steps by far_rate_margin",
+    "equal_token_margin": "prune_at_equal_tokens: trailing its seed's leader at equal steps by equal_token_margin",
+    "equal_token_fraction": "prune_at_equal_tokens: a rate the fit reads, stopped at equal_token_fraction of the "
+                            "cell's steps and projected",
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class AskRequest:
     """Ask the cell's Optuna sampler for ``count`` more trials, then build each with
@@ -66,6 +77,9 @@ class Plan:
     """Optuna cells that need more trials now."""
     stop: tuple[tuple[str, str], ...] = ()
     """``(trial_id, reason)`` of running trials to stop (reason ``pruned``)."""
+    stopped_by: Mapping[str, str] = field(default_factory=dict)
+    """Which rule asks each of ``stop`` (:data:`STOP_RULES`), by trial id: the runner tags the run
+    with it (``stopped_by``) and reports split what pruned trials spent by rule."""
     lost: tuple[str, ...] = ()
     """Running trials whose heartbeat went stale: enqueue again (attempt + 1, resume)."""
     fail: tuple[str, ...] = ()

@@ -59,6 +59,7 @@ def _plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
     start: list[TrialSpec] = []
     asks: list[AskRequest] = []
     stop: list[tuple[str, str]] = []
+    stopped_by: dict[str, str] = {}
     cells: list[CellState] = []
     errors: list[str] = []
     all_done = True
@@ -113,10 +114,12 @@ def _plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
         start.extend(planned[1])
         asks.extend(planned[2])
         stop.extend(planned[3])
+        stopped_by.update(planned[5])
         if planned[4]:
             all_done = False
 
-    return Plan(start=tuple(start), ask=tuple(asks), stop=tuple(stop), lost=tuple(lost), fail=tuple(fail),
+    return Plan(start=tuple(start), ask=tuple(asks), stop=tuple(stop), stopped_by=stopped_by,
+                lost=tuple(lost), fail=tuple(fail),
                 targets=targets, cells=tuple(cells), errors=tuple(errors),
                 done=all_done and not lost)
 
@@ -124,13 +127,15 @@ def _plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
 def _plan_setting(spec: StudySpec, setting: Setting, by_cell: dict[str, list[TrialRecord]],
                   seen: dict[str, CellSeen], target: float | None, setting_failed: bool, lost_set: frozenset,
                   predicted_rate: Callable[[str, int], float | None]
-                  ) -> tuple[list[CellState], list[TrialSpec], list[AskRequest], list[tuple[str, str]], bool]:
+                  ) -> tuple[list[CellState], list[TrialSpec], list[AskRequest], list[tuple[str, str]], bool,
+                             dict[str, str]]:
     """One setting's cells in increasing batch size, each handing its chain state to the next:
-    ``(cells, trials to start, asks, stops, whether any cell is incomplete)``."""
+    ``(cells, trials to start, asks, stops, whether any cell is incomplete, the rule of each stop)``."""
     cells: list[CellState] = []
     start: list[TrialSpec] = []
     asks: list[AskRequest] = []
     stop: list[tuple[str, str]] = []
+    stopped_by: dict[str, str] = {}
     incomplete = False
     prev_resolved = True
     # Fewest steps to target of the nearest smaller batch size that has one (its own
@@ -158,6 +163,7 @@ def _plan_setting(spec: StudySpec, setting: Setting, by_cell: dict[str, list[Tri
         start.extend(out.start)
         asks.extend(out.ask)
         stop.extend(out.stop)
+        stopped_by.update(out.stopped_by)
         incomplete = incomplete or out.incomplete
         prev_resolved, prev_best, at_least = out.prev_resolved, out.prev_best, out.at_least
-    return cells, start, asks, stop, incomplete
+    return cells, start, asks, stop, incomplete, stopped_by

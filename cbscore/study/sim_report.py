@@ -5,7 +5,7 @@ with its summary, its JSON and the text of ``cbs study simulate``."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
@@ -68,6 +68,8 @@ class StudyOutcome:
     """Trials started."""
     max_trial_tokens: int
     """Tokens of the largest single trial (what a single-pass corpus must hold)."""
+    pruned_tokens_by_rule: Mapping[str, int] = field(default_factory=dict)
+    """Tokens of the pruned trials by the rule that stopped them (``plan_result.STOP_RULES``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +87,8 @@ class SimulationReport:
     """The spec's ``search.predict``."""
     order: str = "predicted"
     """The spec's ``search.order``."""
+    lr_prior: float | None = None
+    """The spec's ``search.lr_prior`` (``None``: the grid's geometric middle)."""
     prune_at_equal_tokens: bool = False
     """The spec's ``prune_at_equal_tokens``."""
     stop_far_rates: bool = False
@@ -143,6 +147,8 @@ class SimulationReport:
             "seeds": len(self.seeds),
             "predict": self.predict,
             "order": self.order,
+            "lr_prior": self.lr_prior,
+            "lr_optimum_ref": self.config.lr_optimum_ref,
             "prune_at_equal_tokens": self.prune_at_equal_tokens,
             "stop_far_rates": self.stop_far_rates,
             "far_rate_margin": self.far_rate_margin,
@@ -166,6 +172,10 @@ class SimulationReport:
             "ratio_to_oracle_max": float(np.max(ratios)),
             "tokens_fit_window_mean": float(np.mean(floor)),
             "fit_window_to_oracle_median": float(np.median(floor / np.maximum(oracle, 1.0))),
+            # Mean over seeds of what each stopping rule's pruned trials trained, as a share of the study.
+            "tokens_pruned_by_rule_mean": {rule: float(np.mean([s.pruned_tokens_by_rule.get(rule, 0)
+                                                                for s in self.seeds]))
+                                           for rule in sorted({k for s in self.seeds for k in s.pruned_tokens_by_rule})},
             "max_trial_tokens": max(s.max_trial_tokens for s in self.seeds),
             "gpu_hours_study": flops / GPU_FLOPS / 3600.0,
             "gpu_hours_fixed_budget_grid": self.grid_flops / GPU_FLOPS / 3600.0,
@@ -230,14 +240,28 @@ def format_report(report: SimulationReport | Mapping) -> str:
                      f"target/oracle {d['tokens_grid_to_target_mean'] / d['tokens_oracle_mean']:.2f}×; "
                      f"fit-window floor/oracle {d.get('fit_window_to_oracle_median', math.nan):.2f}× (the crossings "
                      f"the full grid's fit reads: less means projecting some of them); "
-                     f"rules: search.order {d.get('order', 'grid')}, search.predict {'on' if d.get('predict') else 'off'}, "
+                     f"rules: search.order {d.get('order', 'grid')} from {_lr_prior(d)}, "
+                     f"search.predict {'on' if d.get('predict') else 'off'}, "
                      f"stop_far_rates {_far_rates(d)}, prune_at_equal_tokens "
                      f"{'on' if d.get('prune_at_equal_tokens') else 'off'}; curves compared at equal tokens: "
                      f"{d.get('curves', 'power law')}")
+    pruned = d.get("tokens_pruned_by_rule_mean") or {}
+    if pruned and d["tokens_study_mean"]:
+        lines.append("pruned trials (mean tokens over seeds, share of the study): " + ", ".join(
+            f"{rule} {t:.4g} ({t / d['tokens_study_mean']:.1%})"
+            for rule, t in sorted(pruned.items(), key=lambda kv: -kv[1])))
     lines.append(f"GPU-hours ({d['gpu_hours_note']}): study {d['gpu_hours_study']:.4g}, "
                  f"fixed-budget grid {d['gpu_hours_fixed_budget_grid']:.4g}; the largest trial trains "
                  f"{d['max_trial_tokens']:.4g} tokens (a single-pass corpus must hold them)")
     return "\n".join(lines)
+
+
+def _lr_prior(d: dict) -> str:
+    """Where the first cell's prediction comes from, and where the simulated truth puts η*."""
+    prior = d.get("lr_prior")
+    opt = d.get("lr_optimum_ref")
+    return (f"{'lr_prior ' + format(prior, 'g') if prior else 'the grid middle'} "
+            f"(simulated η* at B_ref: {format(opt, 'g') if opt else 'the grid middle'})")
 
 
 def _far_rates(d: dict) -> str:

@@ -296,8 +296,9 @@ class SimTrials:
         return SimRun(t, now, budget, "censored", None, eval_every, batch_tokens, curve=curve)
 
 
-def run_record(run: SimRun, now: float, status: str | None = None) -> TrialRecord:
-    """The record the planner sees of ``run`` at ``now`` (``status`` once it ended)."""
+def run_record(run: SimRun, now: float, status: str | None = None, stopped_by: str = "") -> TrialRecord:
+    """The record the planner sees of ``run`` at ``now`` (``status`` once it ended; ``stopped_by``: the
+    rule that pruned it)."""
     t = run.spec
     step = run.step_at(now)
     done = status is not None
@@ -321,4 +322,4 @@ def run_record(run: SimRun, now: float, status: str | None = None) -> TrialRecor
         lr=t.lr, status=status or "running", steps_to_target=run.crossing if status == "reached" else None,
         final_eval_loss=final, last_step=int(step),
         tokens=int(step) * run.batch_tokens, heartbeat_s=now, eval_steps=evals, eval_losses=losses,
-        max_steps=t.max_steps, seed=t.seed)
+        max_steps=t.max_steps, seed=t.seed, stopped_by=stopped_by if status == "pruned" else "")

@@ -22,6 +22,7 @@ from typing import Callable, Mapping, Sequence
 
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study.budgets import grid_tokens, setting_grid_tokens
+from cbscore.study.costs import pruned_tokens_by_rule
 from cbscore.study.planner import plan
 from cbscore.study.sim_outcomes import setting_outcomes
 from cbscore.study.sim_report import SimulationReport, StudyOutcome, format_report
@@ -76,7 +77,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
             stopped_now = False
             for tid, reason in p.stop:
                 if tid in running:
-                    records[tid] = run_record(running.pop(tid), now, reason)
+                    records[tid] = run_record(running.pop(tid), now, reason, p.stopped_by.get(tid, ""))
                     stopped_now = True
             for t in p.start:
                 if t.trial_id not in records:
@@ -149,7 +150,8 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
     return StudyOutcome(seed=seed, settings=tuple(setting_outcomes(spec, sim, records, p)),
                         tokens_study=sum(r.tokens for r in records.values()),
                         flops_study=sum(r.tokens * sim.settings[r.setting_id].flops_per_token for r in records.values()),
-                        trials=started, max_trial_tokens=max((r.tokens for r in records.values()), default=0))
+                        trials=started, max_trial_tokens=max((r.tokens for r in records.values()), default=0),
+                        pruned_tokens_by_rule=pruned_tokens_by_rule(list(records.values())))
 
 
 def _may_stop_far_rate(spec: StudySpec, records: Mapping[str, TrialRecord], running: Mapping[str, SimRun],
@@ -212,7 +214,7 @@ def simulate(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimConfig
     runs = tuple(runs)
     settings = spec.resolve_settings()
     return SimulationReport(spec_name=spec.name, config=config, seeds=runs, grid_tokens=grid_tokens(spec),
-                            predict=spec.search.predict, order=spec.search.order,
+                            predict=spec.search.predict, order=spec.search.order, lr_prior=spec.search.lr_prior,
                             prune_at_equal_tokens=spec.prune_at_equal_tokens, stop_far_rates=spec.stop_far_rates,
                             far_rate_margin=spec.far_rate_margin, far_rate_fraction=spec.far_rate_fraction,
                             grid_flops=float(sum(setting_grid_tokens(spec, s) * s.flops_per_token for s in settings)))

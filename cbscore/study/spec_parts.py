@@ -65,6 +65,13 @@ class SearchSpec:
     best rates of the setting's measured cells fitted in log B, Adam's √B rule before two are
     known), its neighbours next, and add no rate once the optimum is bracketed and the fit's window
     around it is run. ``lrs`` (with ``lr_extensions``) stays the set of allowed rates."""
+    lr_prior: float | None = None
+    """Grid search: the best rate predicted for a cell before any cell of its setting (or any
+    study's reference cell) is measured; ``None`` takes the grid's geometric middle. The paper
+    presets set 0.00316, the single rate of the paper's released sweep configs at every batch size
+    (Zhang et al. 2025, github.com/hlzhang109/critical-batch-size, ``configs/critical-bs/``:
+    ``optimizer.learning_rate: 3.16e-3`` with β2 and τ from its table, ``recipe: paper_table``).
+    Orders the first cell's rates (``order: predicted``) and picks ``predict``'s first three."""
     order: str = "predicted"
     """Grid search: the order a cell starts its rates in. ``predicted`` (the default): nearest the
     rate predicted from the setting's measured cells first (``cbscore.study.lr_predict``), so the
@@ -91,6 +98,16 @@ class SearchSpec:
             raise ConfigError("search.lr_extensions", ext, "must be an integer in [0, 8]")
         if not isinstance(self.predict, bool):
             raise ConfigError("search.predict", self.predict, "must be true or false")
+        if self.lr_prior is not None:
+            _positive_float("search.lr_prior", self.lr_prior)
+            if self.kind == "grid" and self.lrs:
+                from cbscore.study.lr_predict import allowed_rates
+
+                allowed = allowed_rates(self.lrs, self.lr_extensions)
+                if not allowed[0] <= self.lr_prior <= allowed[-1]:
+                    raise ConfigError("search.lr_prior", self.lr_prior,
+                                      f"must lie within the allowed rates [{allowed[0]:g}, {allowed[-1]:g}] "
+                                      "(search.lrs and search.lr_extensions past each edge)")
         if self.order not in SEARCH_ORDERS:
             raise ConfigError("search.order", self.order, f"must be one of {', '.join(SEARCH_ORDERS)}")
         _positive_float("search.lr_min", self.lr_min)

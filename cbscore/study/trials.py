@@ -111,6 +111,10 @@ class TrialRecord:
     note: str = ""
     """Why the trial is where it is, for people: its stop reason once ended, or why its attempt
     went back to the queue (a store down, a disk full) while it waits."""
+    stopped_by: str = ""
+    """The rule that stopped a ``pruned`` trial (``cbscore.study.plan_result.STOP_RULES``: the plan
+    that asked the stop names it, the runner tags the run); ``""`` for any other trial, and for
+    trials pruned before the tag existed."""
     reused_from: str = ""
     """``study/run id`` of the finished trial this one's result was copied from (the same trainer
     config on the same store: ``workers.studies.reuse``); ``""`` = trained in this study."""

@@ -193,6 +193,26 @@ def test_a_stop_asked_through_the_lease_ends_the_trial_killed(worker_env, token_
     assert (run.info.status, run.data.tags["outcome"], run.data.tags["stop_reason"]) == ("KILLED", outcome, reason)
 
 
+def test_a_pruned_trial_says_which_rule_stopped_it_and_the_costs_split_by_rule(worker_env, token_store):
+    from workers.trials.trial import run_trial_attempt
+
+    api.launch_study(tiny_spec("s8", batch_sizes=[8]))
+    [record] = api.study_records("s8")
+    runner = Runner()
+    assert runner.request_stops([(record.trial_id, "pruned")], {record.trial_id: "stop_far_rates"},
+                                {record.trial_id: record.run_id}) == [record.trial_id]
+    out = run_trial_attempt("s8", record.trial_id, 1, worker="test")
+    assert out["outcome"] == "pruned"
+    run = Tracker(WorkerSettings.from_env().tracking_uri).get_run(record.run_id)
+    assert (run.data.tags["stop_requested"], run.data.tags["stopped_by"]) == ("pruned", "stop_far_rates")
+    [ended] = api.study_records("s8")
+    assert (ended.status, ended.stopped_by) == ("pruned", "stop_far_rates")
+    costs = api.study_status("s8").costs
+    assert dict(costs.pruned_tokens_by_rule) == {"stop_far_rates": ended.tokens}
+    # A second ask of the same stop is not taken again (the lease already holds it).
+    assert runner.request_stops([(record.trial_id, "pruned")], {}, {record.trial_id: record.run_id}) == []
+
+
 def test_a_redelivered_task_at_the_attempt_cap_ends_failed_instead_of_looping(worker_env, monkeypatch):
     """A trial that kills its child every time: Celery redelivers the message each time; at the
     cap the redelivered task ends the trial ``failed`` (and acks) instead of training again."""

@@ -22,7 +22,8 @@ from workers.infra.settings import WorkerSettings
 
 #: Columns of :func:`study_table`: the ``cbs fit`` CSV first, then what the app links and colours by.
 TABLE_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome",
-                 "trial_id", "role", "lr", "beta2", "tau", "seed", "run_id", "budget_steps", "steps_projected")
+                 "trial_id", "role", "lr", "beta2", "tau", "seed", "run_id", "budget_steps", "steps_projected",
+                 "stopped_by")
 #: The columns ``cbs fit`` reads (``cbs study export``).
 FIT_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome", "seed", "budget_steps",
                "lr", "steps_projected")
@@ -237,6 +238,8 @@ def study_table(name: str) -> list[dict]:
             # A censored trial is a lower bound: S > the steps it trained without reaching the target.
             "budget_steps": rec.last_step if outcome == "censored" else "",
             "steps_projected": "",
+            # Which rule pruned it (cbscore.study.plan_result.STOP_RULES); blank for other outcomes.
+            "stopped_by": rec.stopped_by,
         })
     if spec.prune_at_equal_tokens:  # the only rule whose stopped trials stand in by projection
         _project_pruned_rows(rows, records, runs_by_id, tracker)

@@ -96,6 +96,7 @@ def record_from_run(run, lease: Lease | None, tracker: Tracker, *, with_history:
         note=tags.get("stop_reason", "") if status in TERMINAL else
         (tags.get("given_back", "") if status == "queued" else ""),
         reused_from=f"{tags['reused_from_study']}/{tags['reused_from']}" if tags.get("reused_from") else "",
+        stopped_by=tags.get("stopped_by", "") if status == "pruned" else "",
     )
 
 

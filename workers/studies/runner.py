@@ -179,6 +179,20 @@ class Runner:
                                          outage=is_transient(exc)))
         return out
 
+    def request_stops(self, stops, stopped_by, run_ids) -> list[str]:
+        """Ask each ``(trial id, reason)`` of a plan's stops through its lease (the holder stops at its
+        next heartbeat) and tag its run ``stop_requested`` and ``stopped_by`` (the rule that asked,
+        ``cbscore.study.plan_result.STOP_RULES``); the trial ids whose stop was taken."""
+        stopped = []
+        for tid, reason in stops:
+            if self.ledger.request_stop(tid, reason):
+                tags = {"stop_requested": reason}
+                if tid in stopped_by:
+                    tags["stopped_by"] = stopped_by[tid]
+                self.tracker.set_tags(run_ids[tid], tags)
+                stopped.append(tid)
+        return stopped
+
     def _advance_once(self, study: str) -> AdvanceReport:
         s = self.settings
         parent = self.tracker.study_run(study)
@@ -232,11 +246,7 @@ class Runner:
                 self.send(study, tid, attempt, lease.queue or self._queue())
                 requeued.append(tid)
 
-        stopped = []
-        for tid, reason in p.stop:
-            if self.ledger.request_stop(tid, reason):
-                self.tracker.set_tags(by_id[tid].run_id, {"stop_requested": reason})
-                stopped.append(tid)
+        stopped = self.request_stops(p.stop, p.stopped_by, {tid: r.run_id for tid, r in by_id.items()})
 
         started = []
         for ts in p.start:

@@ -4,6 +4,7 @@ oracle every cost is measured against."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from cbscore.study.lr_predict import allowed_rates, first_rates, predict_lr, rat
 from cbscore.study.simulate import SimConfig, TruthCurve, simulate
 
 GRID = (0.002, 0.004, 0.008, 0.016, 0.032, 0.064)
+LAB_CURVES = Path(__file__).resolve().parents[3] / "docs/results/cheaper-search/lab-curves.json"
 
 
 def spec_with(**changes) -> StudySpec:
@@ -116,6 +118,31 @@ def test_a_trial_trailing_the_leader_at_equal_tokens_stops_unless_the_fit_reads_
     assert equal_token_stops(recs, margin_nats=0.05, protected=set()) == ["t0.064.s0"]
 
 
+def test_pruned_tokens_are_split_by_the_rule_that_stopped_them():
+    from cbscore.study.costs import format_pruned, pruned_tokens_by_rule
+
+    recs = [TrialRecord(trial_id=f"t{i}", cell_id="c", setting_id="s", role="trial", batch_size=16, lr=0.01,
+                        status=status, tokens=tokens, stopped_by=rule)
+            for i, (status, tokens, rule) in enumerate([("pruned", 300, "prune_margin"), ("pruned", 500, "stop_far_rates"),
+                                                        ("pruned", 100, "prune_margin"), ("pruned", 50, ""),
+                                                        ("reached", 900, "")])]
+    by_rule = pruned_tokens_by_rule(recs)
+    assert list(by_rule.items()) == [("stop_far_rates", 500), ("prune_margin", 400), ("unknown", 50)]
+    assert format_pruned(by_rule, 1850, str) == ("pruned trials: 500 by stop_far_rates (27%), 400 by prune_margin "
+                                                 "(22%), 50 by unknown (3%)")
+    assert format_pruned({}, 1850) == ""
+
+
+def test_the_simulator_splits_pruned_tokens_by_rule_and_they_add_up():
+    truth = {spec_with().resolve_settings()[0].setting_id: TruthCurve(s_min=100.0, b_noise=64.0)}
+    report = simulate(spec_with(stop_far_rates=True), truth, SimConfig(noise_sigma=0.1,
+                      curves=str(LAB_CURVES)), seeds=2)
+    d = report.to_json_dict()
+    assert set(d["tokens_pruned_by_rule_mean"]) <= {"prune_margin", "stop_far_rates"}
+    assert d["tokens_pruned_by_rule_mean"].get("prune_margin", 0) > 0
+    assert 0 < sum(d["tokens_pruned_by_rule_mean"].values()) < d["tokens_study_mean"]
+
+
 def test_costs_count_the_oracle_as_each_cells_best_trial_to_its_target():
     spec = spec_with(batch_sizes=[16, 32], search={"kind": "grid", "lrs": [0.004, 0.008]})
     d = spec.resolve_settings()[0].tokens
@@ -200,6 +227,38 @@ def test_the_lab_curves_file_is_checked_and_shapes_the_equal_token_decisions(tmp
     assert same["cbs_study_median"] == pytest.approx(same["cbs_grid_median"], rel=1e-3)
     # (By 0.09% here: the projections are off, and the fit's parabola absorbs most of it.)
     assert lab.summary()[0]["cbs_study_median"] != pytest.approx(lab.summary()[0]["cbs_grid_median"], rel=5e-4)
+
+
+def test_the_first_cell_starts_at_the_specs_prior_rate_and_measured_cells_take_over():
+    # Nothing measured: lr_prior is the prediction at any batch size; the grid's middle without it.
+    assert predict_lr(GRID, {}, 64, prior=0.004) == 0.004
+    assert predict_lr(GRID, {16: 0.01}, 64, prior=0.004) == pytest.approx(0.02)
+    with_prior = spec_with(search={"kind": "grid", "lrs": list(GRID), "predict": True, "lr_prior": 0.004})
+    assert sorted(t.lr for t in plan(with_prior, [], 0.0).start) == [0.002, 0.004, 0.008]
+    ordered = plan(spec_with(search={"kind": "grid", "lrs": list(GRID), "lr_prior": 0.064}), [], 0.0)
+    # search.order predicted: every rate, the prior's first (the grid's top edge here).
+    assert [t.lr for t in ordered.start][0] == 0.064 and sorted(t.lr for t in ordered.start) == list(GRID)
+    middle = plan(spec_with(search={"kind": "grid", "lrs": list(GRID)}), [], 0.0)
+    assert [t.lr for t in middle.start][0] in (0.008, 0.016)
+
+
+def test_a_prior_outside_the_allowed_rates_is_named_with_the_range():
+    with pytest.raises(ConfigError, match=r"search.lr_prior.*\[0.0005, 0.256\].*got 0.5"):
+        spec_with(search={"kind": "grid", "lrs": list(GRID), "lr_prior": 0.5})
+    with pytest.raises(ConfigError, match="search.lr_prior"):
+        spec_with(search={"kind": "grid", "lrs": list(GRID), "lr_prior": -0.01})
+    with pytest.raises(ConfigError, match="search.lr_prior"):
+        spec_with(search={"kind": "grid", "lrs": list(GRID), "lr_prior": "3e-3"})
+
+
+@pytest.mark.parametrize("preset", ["paper-chinchilla", "paper-fixed-d", "paper-fixed-n"])
+def test_the_paper_presets_start_at_the_papers_released_rate(preset):
+    from cbscore.study.presets import load_preset
+
+    spec = load_preset(preset)
+    assert spec.search.lr_prior == 0.00316
+    first = plan(spec, [], 0.0).start
+    assert {t.batch_size for t in first} == {spec.b_ref} and first[0].lr == 0.00316
 
 
 def test_search_order_is_checked_and_named():
@@ -287,6 +346,10 @@ def test_the_planner_stops_far_rates_only_with_the_switch_and_never_a_re_run():
     recs = _far_cell(spec, [(0.008, "running", lead, None, ""), (0.064, "running", far, None, "")])
     stops = [tid for tid, why in plan(spec, recs, 0.0).stop if why == "pruned"]
     assert stops == [f"{spec.name}.{spec.resolve_settings()[0].setting_id}.b64.lr6.4e-2.s0"]
+    assert dict(plan(spec, recs, 0.0).stopped_by) == {stops[0]: "stop_far_rates"}
+    # The same stop under prune_at_equal_tokens is that rule's margin.
+    equal = spec.replace(stop_far_rates=False, prune_at_equal_tokens=True)
+    assert dict(plan(equal, recs, 0.0).stopped_by) == {stops[0]: "equal_token_margin"}
     assert not [s for s in plan(spec.replace(stop_far_rates=False), recs, 0.0).stop if ".b64." in s[0]]
     # A re-run is the last attempt: it is never stopped at equal tokens.
     rerun = _far_cell(spec, [(0.008, "running", lead, None, ""), (0.064, "running", far, None, ".x2")])
@@ -343,6 +406,24 @@ def test_the_cli_switches_far_rates_and_names_a_bad_margin(capsys, tmp_path, mon
                  "--far-rate-margin", "0"]) != 0
     err = capsys.readouterr().err
     assert "far_rate_margin" in err and "0" in err
+
+
+def test_the_cli_overrides_the_prior_and_the_simulated_optimum_and_names_a_bad_prior(capsys, tmp_path, monkeypatch):
+    import json
+
+    from cbscore.cli import main
+
+    monkeypatch.setenv("CBS_HOME", str(tmp_path))
+    assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--seeds", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["lr_prior"] == 0.00316 and d["lr_optimum_ref"] is None
+    assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--seeds", "1", "--lr-prior", "none",
+                 "--lr-optimum", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "search.order predicted from the grid middle (simulated η* at B_ref: 0.01)" in out
+    assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--lr-prior", "fast"]) != 0
+    err = capsys.readouterr().err
+    assert "--lr-prior" in err and "fast" in err
 
 
 def test_far_rates_are_judged_from_half_the_steps_because_a_quarter_can_stop_the_true_best():

@@ -108,6 +108,8 @@ def test_reach_prunes_slow_trials_and_releases_next_cell_with_cap():
     assert near.trial_id not in dict(p.stop)
     assert (slow.trial_id, "pruned") in p.stop
     assert len(p.stop) == len(cell16) - 1 - FIT_NEIGHBOURS
+    # Each stop names its rule (the runner tags the run with it; reports split pruned tokens by it).
+    assert dict(p.stopped_by) == {tid: "prune_margin" for tid, _ in p.stop}
     b32 = [t for t in p.start if t.batch_size == 32]
     assert len(b32) == 5 and {t.max_steps for t in b32} == {250}  # ceil(1.25 × 200)
 
