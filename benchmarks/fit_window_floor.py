@@ -95,8 +95,9 @@ def projection_rows(curves_path: Path) -> list[dict]:
     return out
 
 
-def breakdown(name: str, seeds: int) -> dict[str, float]:
-    """Shares of the oracle a study of ``name`` with its preset's defaults spends, by what each trial was."""
+def breakdown(name: str, seeds: int, budget_margin: float | None = None) -> dict[str, float]:
+    """Shares of the oracle a study of ``name`` with its preset's defaults (``budget_margin``: that
+    field instead) spends, by what each trial was."""
     from cbscore.analysis import TrialSteps, fit_window
     from cbscore.study import simulate as sim
     from cbscore.study.budgets import RERUN_TAG
@@ -111,6 +112,8 @@ def breakdown(name: str, seeds: int) -> dict[str, float]:
         return original(spec, simulated, records, p)
 
     spec = load_preset(name)
+    if budget_margin is not None:
+        spec = spec.replace(budget_margin=budget_margin)
     totals: dict[str, float] = {}
     sim.setting_outcomes = keep
     try:
@@ -146,9 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--curves", type=Path, default=DEFAULT_CURVES)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--breakdown", metavar="PRESET", help="where a study with the preset's defaults spends its tokens, instead")
+    ap.add_argument("--budget-margin", type=float, default=None,
+                    help="--breakdown: the preset with this budget_margin instead of its own")
     args = ap.parse_args(argv)
     if args.breakdown:
-        shares = breakdown(args.breakdown, args.seeds)
+        shares = breakdown(args.breakdown, args.seeds, args.budget_margin)
         if args.json:
             print(json.dumps(shares, indent=1))
         else:

@@ -1,11 +1,12 @@
 """Re-run the committed simulations and print their tables (``docs/results/simulate-paper/``,
 ``docs/results/cheaper-search/order/``, ``docs/results/cheaper-search/far-rates/``,
-``docs/results/cheaper-search/prior/``).
+``docs/results/cheaper-search/prior/``, ``docs/results/cheaper-search/budget-margin/``).
 
     python benchmarks/simulation_tables.py paper [--write]   # the three paper presets at σ = 0, 0.1, 0.25 (200 seeds)
     python benchmarks/simulation_tables.py order [--write]   # search.order grid against predicted, σ = 0.1
     python benchmarks/simulation_tables.py far [--write] [--fraction F]   # stop_far_rates off and on, both curve models
     python benchmarks/simulation_tables.py prior [--write]   # search.lr_prior off and on, truth at the grid middle or the prior
+    python benchmarks/simulation_tables.py margin [--write]  # budget_margin 0.25 against the paper presets' 0.5
 
 Each run is ``cbs study simulate PRESET --truth paper --noise σ --seeds N`` (in-process, the same
 code); ``--write`` stores its JSON and text report under the results folder, as the READMEs there
@@ -34,7 +35,7 @@ _SPEC = object()  # "the spec's own value" where None is a value (lr_prior)
 
 def run(preset: str, noise: float, seeds: int, order: str | None = None, far: bool | None = None,
         curves: Path | None = None, fraction: float | None = None, predict: bool | None = None,
-        prior: float | None | object = _SPEC, optimum: float | None = None) -> dict:
+        prior: float | None | object = _SPEC, optimum: float | None = None, margin: float | None = None) -> dict:
     """One ``cbs study simulate`` as JSON (``--order``, ``--stop-far-rates``, ``--curves``,
     ``--far-rate-fraction``, ``--predict``, ``--lr-prior``, ``--lr-optimum``)."""
     from cbscore.study import simulate as sim
@@ -50,6 +51,8 @@ def run(preset: str, noise: float, seeds: int, order: str | None = None, far: bo
         spec = spec.replace(far_rate_fraction=fraction)
     if predict is not None:
         spec = spec.replace(search=dataclasses.replace(spec.search, predict=predict))
+    if margin is not None:
+        spec = spec.replace(budget_margin=margin)
     if prior is not _SPEC:
         spec = spec.replace(search=dataclasses.replace(spec.search, lr_prior=prior))
     config = SimConfig(noise_sigma=noise, curves=None if curves is None else str(curves), lr_optimum_ref=optimum)
@@ -169,9 +172,35 @@ def prior_table(write: bool) -> None:
                           f"{worst:.1%} |", flush=True)
 
 
+def margin_table(write: bool) -> None:
+    """``budget_margin`` 0.25 (the spec default) against 0.5 (the paper presets' since stop 36): at
+    σ = 0.1 on 200 seeds of power-law curves and 50 of the lab's, and at σ = 0.25 on 50."""
+    folder = ROOT / "docs/results/cheaper-search/budget-margin"
+    print("| preset | σ | curves | seeds | budget_margin | study/oracle (median, worst) | tokens vs 0.25 | "
+          "median B* vs truth (range over settings) | seeds > 2% off grid (worst setting) | "
+          "p95 \\|study/grid − 1\\| (worst setting) | worst \\|study/grid − 1\\| |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for preset in PRESETS:
+        for noise, curves, seeds in ((0.1, None, 200), (0.1, LAB_CURVES, 50), (0.25, None, 50)):
+            base = None
+            for margin in (0.25, 0.5):
+                d = run(preset, noise, seeds, curves=curves, margin=margin)
+                name = "lab" if curves is not None else "power-law"
+                if write:
+                    _keep(folder, f"{preset}-noise{noise:g}-{name}-{seeds}seeds-margin{margin:g}", d)
+                base = base or d["tokens_study_mean"]
+                s = d["settings"]
+                worst = max((abs(x["worst_vs_grid"]) for x in s if x["worst_vs_grid"] is not None), default=0.0)
+                print(f"| {preset} | {noise:g} | {name} | {seeds} | {margin:g} | "
+                      f"{d['ratio_to_oracle_median']:.2f}× ({d['ratio_to_oracle_max']:.2f}×) | "
+                      f"{d['tokens_study_mean'] / base:.3f}× | {min(x['bias_vs_truth'] for x in s):+.1%} to "
+                      f"{max(x['bias_vs_truth'] for x in s):+.1%} | {max(x['share_off_grid_2pct'] for x in s):.0%} | "
+                      f"{max(x['p95_abs_vs_grid'] for x in s):.1%} | {worst:.1%} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("table", choices=("paper", "order", "far", "prior"))
+    ap.add_argument("table", choices=("paper", "order", "far", "prior", "margin"))
     ap.add_argument("--write", action="store_true", help="store each run's JSON and text report")
     ap.add_argument("--fraction", type=float, default=None,
                     help="far: far_rate_fraction instead of the spec's default (nothing is written)")
@@ -179,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table == "far":
         far_table(args.write, args.fraction)
     else:
-        {"paper": paper_table, "order": order_table, "prior": prior_table}[args.table](args.write)
+        {"paper": paper_table, "order": order_table, "prior": prior_table, "margin": margin_table}[args.table](args.write)
     return 0
 
 

@@ -75,6 +75,19 @@ def test_noise_spreads_b_star_and_the_study_matches_the_full_grid_seed_by_seed()
     assert all(0 <= s["share_off_grid_2pct"] <= 1 and s["p95_abs_vs_grid"] >= 0 for s in rows)
 
 
+def test_the_paper_presets_wider_caps_spend_less_and_leave_b_star_on_the_full_grid():
+    """budget_margin 0.5 (the paper presets') against the spec default 0.25, same draws: fewer
+    censored first attempts and re-runs, so fewer tokens, and B* equal to the full grid in every seed."""
+    spec = load_preset("paper-fixed-d")
+    assert spec.budget_margin == 0.5
+    runs = {m: simulate(spec.replace(budget_margin=m), paper_truth(spec), SimConfig(noise_sigma=0.1), seeds=4)
+            for m in (0.25, 0.5)}
+    for run in runs[0.5].seeds:
+        for o in run.settings:
+            assert o.cbs_study == pytest.approx(o.cbs_grid, rel=1e-6), (run.seed, o.setting_id)
+    assert runs[0.5].to_json_dict()["tokens_study_mean"] < 0.99 * runs[0.25].to_json_dict()["tokens_study_mean"]
+
+
 def test_a_tight_budget_margin_censors_cells_and_says_so():
     """With no slack, noise puts some cells past their cap: they are reported as lower bounds."""
     spec = load_preset("paper-chinchilla").replace(budget_margin=0.0)
