@@ -71,6 +71,27 @@ def pct(v: float | None) -> str:
     return "—" if v is None else f"{v:+.1%}"
 
 
+def _ratio(d: dict) -> str:
+    """Study/oracle: the median over seeds and the worst seed."""
+    return f"{d['ratio_to_oracle_median']:.2f}× ({d['ratio_to_oracle_max']:.2f}×)"
+
+
+def _bias(d: dict) -> str:
+    """The range over settings of the median B* against the truth."""
+    s = d["settings"]
+    return f"{min(x['bias_vs_truth'] for x in s):+.1%} to {max(x['bias_vs_truth'] for x in s):+.1%}"
+
+
+def _off(d: dict) -> str:
+    """The worst setting's share of seeds more than 2% off the full grid."""
+    return f"{max(x['share_off_grid_2pct'] for x in d['settings']):.0%}"
+
+
+def _worst(d: dict) -> str:
+    """The worst seed's |study/grid − 1| over every setting."""
+    return f"{max((abs(x['worst_vs_grid']) for x in d['settings'] if x['worst_vs_grid'] is not None), default=0.0):.1%}"
+
+
 def paper_table(write: bool) -> None:
     folder = ROOT / "docs/results/simulate-paper"
     runs = {}
@@ -162,14 +183,9 @@ def prior_table(write: bool) -> None:
                         _keep(folder, f"{preset}-truth-{'middle' if optimum is None else optimum}-predict-"
                                       f"{'on' if predict else 'off'}-prior-{'middle' if prior is None else prior}", d)
                     base = base or d["tokens_study_mean"]
-                    s = d["settings"]
-                    worst = max((abs(x["worst_vs_grid"]) for x in s if x["worst_vs_grid"] is not None), default=0.0)
                     print(f"| {preset} | {'grid middle' if optimum is None else optimum} | {'on' if predict else 'off'} | "
-                          f"{'grid middle' if prior is None else f'lr_prior {prior}'} | "
-                          f"{d['ratio_to_oracle_median']:.2f}× ({d['ratio_to_oracle_max']:.2f}×) | "
-                          f"{d['tokens_study_mean'] / base:.3f}× | {min(x['bias_vs_truth'] for x in s):+.1%} to "
-                          f"{max(x['bias_vs_truth'] for x in s):+.1%} | {max(x['share_off_grid_2pct'] for x in s):.0%} | "
-                          f"{worst:.1%} |", flush=True)
+                          f"{'grid middle' if prior is None else f'lr_prior {prior}'} | {_ratio(d)} | "
+                          f"{d['tokens_study_mean'] / base:.3f}× | {_bias(d)} | {_off(d)} | {_worst(d)} |", flush=True)
 
 
 def margin_table(write: bool) -> None:
@@ -189,13 +205,10 @@ def margin_table(write: bool) -> None:
                 if write:
                     _keep(folder, f"{preset}-noise{noise:g}-{name}-{seeds}seeds-margin{margin:g}", d)
                 base = base or d["tokens_study_mean"]
-                s = d["settings"]
-                worst = max((abs(x["worst_vs_grid"]) for x in s if x["worst_vs_grid"] is not None), default=0.0)
-                print(f"| {preset} | {noise:g} | {name} | {seeds} | {margin:g} | "
-                      f"{d['ratio_to_oracle_median']:.2f}× ({d['ratio_to_oracle_max']:.2f}×) | "
-                      f"{d['tokens_study_mean'] / base:.3f}× | {min(x['bias_vs_truth'] for x in s):+.1%} to "
-                      f"{max(x['bias_vs_truth'] for x in s):+.1%} | {max(x['share_off_grid_2pct'] for x in s):.0%} | "
-                      f"{max(x['p95_abs_vs_grid'] for x in s):.1%} | {worst:.1%} |", flush=True)
+                p95 = max(x["p95_abs_vs_grid"] for x in d["settings"])
+                print(f"| {preset} | {noise:g} | {name} | {seeds} | {margin:g} | {_ratio(d)} | "
+                      f"{d['tokens_study_mean'] / base:.3f}× | {_bias(d)} | {_off(d)} | {p95:.1%} | {_worst(d)} |",
+                      flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
