@@ -87,6 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     simulate.add_argument("--lr-prior", default=None, metavar="ETA|none",
                           help="override the spec's search.lr_prior (the first cell's predicted best rate; "
                                "'none': the grid's geometric middle)")
+    simulate.add_argument("--budget-margin", type=float, default=None, metavar="M",
+                          help="override the spec's budget_margin (step caps at (1 + M)·S of the next smaller B)")
     simulate.add_argument("--lr-optimum", type=float, default=None, metavar="ETA",
                           help="the simulated truth's best rate at B_ref (default: the grid's geometric middle); "
                                "it moves as √B")
@@ -235,6 +237,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         spec = spec.replace(prune_at_equal_tokens=args.prune_at_equal_tokens == "on")
     if args.equal_token_fraction is not None:
         spec = spec.replace(equal_token_fraction=args.equal_token_fraction)
+    if args.budget_margin is not None:
+        spec = spec.replace(budget_margin=args.budget_margin)
     if args.lr_prior is not None:
         spec = spec.replace(search=dataclasses.replace(spec.search, lr_prior=_lr_prior_arg(args.lr_prior)))
     truth = paper_truth(spec) if args.truth == "paper" else read_truth(args.truth, spec)

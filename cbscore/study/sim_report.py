@@ -89,6 +89,8 @@ class SimulationReport:
     """The spec's ``search.order``."""
     lr_prior: float | None = None
     """The spec's ``search.lr_prior`` (``None``: the grid's geometric middle)."""
+    budget_margin: float = 0.25
+    """The spec's ``budget_margin`` (step caps at ``(1 + budget_margin)·S`` of the next smaller B)."""
     prune_at_equal_tokens: bool = False
     """The spec's ``prune_at_equal_tokens``."""
     stop_far_rates: bool = False
@@ -148,6 +150,7 @@ class SimulationReport:
             "predict": self.predict,
             "order": self.order,
             "lr_prior": self.lr_prior,
+            "budget_margin": self.budget_margin,
             "lr_optimum_ref": self.config.lr_optimum_ref,
             "prune_at_equal_tokens": self.prune_at_equal_tokens,
             "stop_far_rates": self.stop_far_rates,
@@ -234,13 +237,15 @@ def format_report(report: SimulationReport | Mapping) -> str:
                  f"{d['tokens_fixed_budget_grid']:.4g} ({d['tokens_share_of_fixed_budget_grid']:.1%} of it); "
                  f"full grid run to each trial's target {d['tokens_grid_to_target_mean']:.4g}")
     if d.get("tokens_oracle_mean"):
+        margin = f"budget_margin {d['budget_margin']:g}, " if "budget_margin" in d else ""  # (older reports lack it)
         lines.append(f"oracle (each cell's best trial to its target, D per seed at B_ref) "
                      f"{d['tokens_oracle_mean']:.4g}: study/oracle {d['ratio_to_oracle_median']:.2f}× median over "
                      f"seeds, p95 {d['ratio_to_oracle_p95']:.2f}×, worst {d['ratio_to_oracle_max']:.2f}×; full grid to "
                      f"target/oracle {d['tokens_grid_to_target_mean'] / d['tokens_oracle_mean']:.2f}×; "
                      f"fit-window floor/oracle {d.get('fit_window_to_oracle_median', math.nan):.2f}× (the crossings "
                      f"the full grid's fit reads: less means projecting some of them); "
-                     f"rules: search.order {d.get('order', 'grid')} from {_lr_prior(d)}, "
+                     f"rules: {margin}"
+                     f"search.order {d.get('order', 'grid')} from {_lr_prior(d)}, "
                      f"search.predict {'on' if d.get('predict') else 'off'}, "
                      f"stop_far_rates {_far_rates(d)}, prune_at_equal_tokens "
                      f"{'on' if d.get('prune_at_equal_tokens') else 'off'}; curves compared at equal tokens: "

@@ -215,6 +215,7 @@ def simulate(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimConfig
     settings = spec.resolve_settings()
     return SimulationReport(spec_name=spec.name, config=config, seeds=runs, grid_tokens=grid_tokens(spec),
                             predict=spec.search.predict, order=spec.search.order, lr_prior=spec.search.lr_prior,
+                            budget_margin=spec.budget_margin,
                             prune_at_equal_tokens=spec.prune_at_equal_tokens, stop_far_rates=spec.stop_far_rates,
                             far_rate_margin=spec.far_rate_margin, far_rate_fraction=spec.far_rate_fraction,
                             grid_flops=float(sum(setting_grid_tokens(spec, s) * s.flops_per_token for s in settings)))

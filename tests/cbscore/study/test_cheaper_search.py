@@ -417,7 +417,12 @@ def test_the_cli_overrides_the_prior_and_the_simulated_optimum_and_names_a_bad_p
     monkeypatch.setenv("CBS_HOME", str(tmp_path))
     assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--seeds", "1", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["lr_prior"] == 0.00316 and d["lr_optimum_ref"] is None
+    assert d["lr_prior"] == 0.00316 and d["lr_optimum_ref"] is None and d["budget_margin"] == 0.5
+    assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--seeds", "1", "--budget-margin", "0.25",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["budget_margin"] == 0.25
+    assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--budget-margin", "-1"]) != 0
+    assert "budget_margin" in capsys.readouterr().err
     assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--seeds", "1", "--lr-prior", "none",
                  "--lr-optimum", "0.01"]) == 0
     out = capsys.readouterr().out
