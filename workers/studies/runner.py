@@ -246,7 +246,7 @@ class Runner:
                 self.send(study, tid, attempt, lease.queue or self._queue())
                 requeued.append(tid)
 
-        stopped = self.request_stops(p.stop, p.stopped_by, {tid: r.run_id for tid, r in by_id.items()})
+        stopped = self.request_stops(p.stop, p.stopped_by, {tid: by_id[tid].run_id for tid, _ in p.stop})
 
         started = []
         for ts in p.start:
