@@ -2,9 +2,11 @@
 
 ``S(B)`` is a minimum over learning rates, not a mean over repeats, so the learning rates of a
 cell are never resampled (that measures how coarse the grid is, and can only raise ``S``).
-Each batch size's ``S`` is redrawn by residuals of the log-space fit, or by seeds where the cell
-ran several, and, where the trials' evaluation histories are known, shifted by what a redrawn
-target does to every crossing (``log_shifts``; DESIGN.md §1, "Intervals").
+Where two or more seeds ran, a seed is a cluster across every batch size (DESIGN.md §1,
+"Intervals"; :mod:`._seeds`): its common shift is held and the seed × cell residuals of the
+two-way table are redrawn. With one seed, each batch size's ``S`` is redrawn by residuals of the
+log-space fit. Where the trials' evaluation histories are known, every resample is also shifted
+by what a redrawn target does to every crossing (``log_shifts``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from cbscore.analysis._cbs import (
 from cbscore.analysis._interval import LEVEL, percentile_interval
 from cbscore.analysis._logfit import fit_log_linear
 from cbscore.analysis._points import MeasuredPoint
+from cbscore.analysis._seeds import SeedTable
 from cbscore.analysis._steps_fit import StepsFit
 from cbscore.errors import ConfigError, FitError
 
@@ -55,16 +58,17 @@ class BootstrapResult:
     level: float
     """Two-sided level of the intervals (0.95)."""
     dof: int
-    """Residual degrees of freedom of the fit (batch sizes - 2): the intervals are expanded
-    percentile intervals for it (see :func:`percentile_interval`)."""
+    """Degrees of freedom of the noise estimate the resamples draw from: the seed table's
+    (observed cells − K − seeds + 1) with several seeds, else the fit's (batch sizes − 2). The
+    intervals are expanded percentile intervals for it (see :func:`percentile_interval`)."""
     overhead: float
     """``r`` of :attr:`cbs_samples`."""
     b_ref: float
     """``B_ref`` of :attr:`cbs_samples` (sequences)."""
     methods: tuple[str, ...]
-    """Per fitted batch size, ascending: ``"seeds"`` (its seeds resampled, ``S`` = their geometric
-    mean) where two or more seeds reached, else ``"residuals"`` (fitted ``log S`` plus a
-    resampled residual)."""
+    """Per fitted batch size, ascending: ``"seeds"`` (the seed × cell residuals of the setting's
+    two-way table redrawn, seeds held as clusters) where the table has a residual degree of
+    freedom, else ``"residuals"`` (fitted ``log S`` plus a resampled residual of the fit)."""
     s_min_samples: np.ndarray
     """(R,) ``S_min`` of every resample."""
     b_noise_samples: np.ndarray
@@ -136,15 +140,20 @@ def bootstrap_steps_fit(
 ) -> BootstrapResult:
     """Resample one setting's measurements and refit ``S(B) = a + b/B`` on ``log S`` each time.
 
-    At a batch size with one seed (or none recorded), ``S(B)`` is the fitted value times
-    ``exp(e)``, ``e`` drawn from the fit's log residuals, leverage-adjusted and centred
-    (Davison & Hinkley 1997, §6.2.3, eq. 6.9). Several learning rates at one seed are one
-    measurement, never resampled. At a batch size where two or more seeds reached, the seeds are
-    drawn with replacement and ``log S`` is their mean, each seed's deviation from the mean
-    scaled by ``sqrt(n/(n-1))`` (the bootstrap variance of a mean of ``n`` is ``(n-1)/n`` of the
-    unbiased one; Efron & Tibshirani 1993, ch. 5). All resamples are fitted at once
-    (:mod:`._logfit`); intervals are expanded percentile intervals for ``K - 2`` degrees of
-    freedom (:func:`percentile_interval`).
+    Several seeds (a :class:`SeedTable` with a residual degree of freedom): ``ln S[s, B] = μ_B +
+    γ_s + ε[s, B]``; each resample draws every observed ``ε`` anew from the table's residuals
+    (scaled by ``sqrt(n_obs/dof)``) and sets ``log S(B)`` to the point's value plus the mean of
+    its seeds' drawn residuals. The seed-common shift ``γ`` is not redrawn: it multiplies every
+    ``S(B)`` alike and cancels in ``B_noise`` (redrawing it per batch size, as independent noise,
+    made the interval of a setting whose seeds differ by a large common shift several times too
+    wide, issue 38). Intervals are expanded percentile intervals for the table's own degrees of
+    freedom (``(n − 1)(K − 1)`` when complete: 3 for 2 seeds at 4 batch sizes).
+
+    One seed (or none recorded): ``S(B)`` is the fitted value times ``exp(e)``, ``e`` drawn from
+    the fit's log residuals, leverage-adjusted and centred (Davison & Hinkley 1997, §6.2.3,
+    eq. 6.9), and the interval is expanded for ``K - 2`` degrees of freedom; these residuals mix
+    the noise with the curve's misfit. Several learning rates at one seed are one measurement,
+    never resampled. All resamples are fitted at once (:mod:`._logfit`).
 
     Args:
         points: the measured points ``fit`` was fitted to (those with ``steps``), any order.
@@ -167,22 +176,25 @@ def bootstrap_steps_fit(
         raise FitError("the bootstrap needs the same points the fit was fitted to")
     rng = np.random.default_rng(seed)
     k = len(measured)
-    residuals = _modified_residuals(fit)
-    log_fitted = np.log(np.asarray(fit.fitted))  # (K,)
+    table = SeedTable.from_points(measured)
     log_s = np.empty((n_resamples, k))  # (R, K)
-    methods = []
-    for j, point in enumerate(measured):
-        if len(point.seed_steps) >= 2:
-            log_seeds = np.log(np.asarray(point.seed_steps))  # (n,)
-            n = len(log_seeds)
-            mean = float(log_seeds.mean())
-            deviations = (log_seeds - mean) * np.sqrt(n / (n - 1.0))  # (n,)
-            draws = rng.integers(0, n, size=(n_resamples, n))  # (R, n)
-            log_s[:, j] = mean + deviations[draws].mean(axis=1)
-            methods.append(SEEDS)
-        else:
-            log_s[:, j] = log_fitted[j] + residuals[rng.integers(0, k, size=n_resamples)]
-            methods.append(RESIDUALS)
+    if table.dof >= 1:
+        # Seeds as clusters: each seed's common shift is held (it scales every S(B) alike and
+        # leaves B_noise unchanged); the seed × cell residuals are redrawn, and each batch size's
+        # log S is its observed seeds' mean, as the point is.
+        pool = table.scaled_residuals()  # (n_obs,)
+        observed = np.isfinite(table.log_steps)  # (n, K)
+        draws = pool[rng.integers(0, pool.size, size=(n_resamples,) + observed.shape)]  # (R, n, K)
+        draws = np.where(observed[None], draws, 0.0)
+        log_s[:] = np.log([p.steps for p in measured])[None, :] + draws.sum(axis=1) / observed.sum(axis=0)[None, :]
+        methods = [SEEDS] * k
+        dof = table.dof
+    else:
+        residuals = _modified_residuals(fit)
+        log_fitted = np.log(np.asarray(fit.fitted))  # (K,)
+        log_s[:] = log_fitted[None, :] + residuals[rng.integers(0, k, size=(n_resamples, k))]
+        methods = [RESIDUALS] * k
+        dof = k - 2
     if log_shifts is not None:
         log_shifts = np.asarray(log_shifts, dtype=float)
         if log_shifts.shape != log_s.shape:
@@ -195,14 +207,14 @@ def bootstrap_steps_fit(
         n_resamples=int(n_resamples),
         seed=seed,
         level=level,
-        dof=k - 2,
+        dof=dof,
         overhead=float(overhead),
         b_ref=float(b_ref),
         methods=tuple(methods),
         s_min_samples=_frozen(a),
         b_noise_samples=_frozen(b_noise),
-        s_min_ci=percentile_interval(a, level, k - 2),
-        b_noise_ci=percentile_interval(b_noise, level, k - 2),
+        s_min_ci=percentile_interval(a, level, dof),
+        b_noise_ci=percentile_interval(b_noise, level, dof),
         log_s_samples=_frozen(log_s),
         batch_sizes=tuple(float(v) for v in batch_sizes),
         target_redrawn=log_shifts is not None,

@@ -69,6 +69,10 @@ class MeasuredPoint:
     """Where reached trials carry two or more distinct seeds: ``S`` of each such seed (same
     estimator), in seed order; the bootstrap resamples these. Empty when one seed (or none
     recorded) reached."""
+    seed_cells: tuple[tuple[object, float], ...] = ()
+    """``(seed, S)`` of every seed that reached here (same estimator; one entry when one seed
+    reached), in seed order. A seed is a cluster across every batch size of the setting
+    (:class:`cbscore.analysis.SeedTable` pairs them up)."""
     n_seeds_unreached: int = 0
     """Seeds with trials here none of which reached (left out of the mean over seeds)."""
     steps_lower_bound: float | None = None
@@ -147,13 +151,31 @@ def fit_window(reached: list[TrialSteps], tried: Sequence[float]) -> list[TrialS
     return [t for t in reached if t.lr in keep and t.steps <= FIT_MAX_STEPS_RATIO * best.steps]
 
 
-def _shared_curvature(rows: Sequence[tuple[tuple, np.ndarray, np.ndarray]]) -> float | None:
-    """``k`` of one least-squares solve of ``log S = α_c + β_c·u + k·u²`` over ``rows``
-    (design (n_obs, 2·cells + 1): per-cell intercept and slope, then the shared ``u²`` column);
+@dataclass(frozen=True)
+class RateFit:
+    """The fit across learning rates of one setting: its shared curvature and what it leaves."""
+
+    curvature: float | None
+    """``k`` of ``log S = α_c + β_c·u + k·u²`` (``u = ln η − ln η_best``), shared by the cells;
     ``None`` without a residual degree of freedom or a positive curvature."""
+    residual_ss: float
+    """Sum of squared residuals of ``log S`` about the parabolas (rate-level noise)."""
+    dof: int
+    """Residual degrees of freedom: observations − 2·cells − 1 (0 when not fitted)."""
+
+
+def _shared_curvature(rows: Sequence[tuple[tuple, np.ndarray, np.ndarray]]) -> float | None:
+    """``k`` of :func:`_rate_fit` over ``rows``, or ``None``."""
+    return _rate_fit(rows).curvature
+
+
+def _rate_fit(rows: Sequence[tuple[tuple, np.ndarray, np.ndarray]]) -> RateFit:
+    """One least-squares solve of ``log S = α_c + β_c·u + k·u²`` over ``rows`` (design
+    (n_obs, 2·cells + 1): per-cell intercept and slope, then the shared ``u²`` column)."""
     n_obs = sum(len(u) for _, u, _ in rows)
-    if not rows or n_obs - 2 * len(rows) - 1 < 1:
-        return None
+    dof = n_obs - 2 * len(rows) - 1
+    if not rows or dof < 1:
+        return RateFit(curvature=None, residual_ss=0.0, dof=0)
     design = np.zeros((n_obs, 2 * len(rows) + 1))
     y = np.empty(n_obs)
     at = 0
@@ -166,7 +188,9 @@ def _shared_curvature(rows: Sequence[tuple[tuple, np.ndarray, np.ndarray]]) -> f
         at += n
     coef, *_ = np.linalg.lstsq(design, y, rcond=None)
     k = float(coef[-1])
-    return k if math.isfinite(k) and k > 0 else None
+    if not (math.isfinite(k) and k > 0):
+        return RateFit(curvature=None, residual_ss=0.0, dof=0)
+    return RateFit(curvature=k, residual_ss=float(np.sum((y - design @ coef) ** 2)), dof=dof)
 
 
 def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
@@ -187,6 +211,23 @@ def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
     (:func:`cbscore.analysis.project_pruned`, as ``reached`` stand-ins): they join the window where
     their rate is in it, never as its best.
     """
+    out, rows = _window_rows(cells, tried, projected)
+    k = _shared_curvature([r for r in rows if len(r[1]) >= 3])
+    if k is None:
+        return out
+    for key, u, log_s in rows:
+        # With k known, (α_c, β_c) by least squares on log S − k·u² (exact for two rates).
+        a_mat = np.stack([np.ones_like(u), u], axis=1)  # (n, 2)
+        (alpha, beta), *_ = np.linalg.lstsq(a_mat, log_s - k * u * u, rcond=None)
+        u_star = min(max(-float(beta) / (2.0 * k), float(u.min())), float(u.max()))
+        level = float(alpha) + float(beta) * u_star + k * u_star * u_star
+        out[key] = _CellFit(steps=math.exp(level), lr=out[key].lr * math.exp(u_star), fitted=True)
+    return out
+
+
+def _window_rows(cells, tried, projected) -> tuple[dict[tuple, _CellFit], list[tuple[tuple, np.ndarray, np.ndarray]]]:
+    """Each cell's minimum (the fallback) and the ``(cell, u (n,), log S (n,))`` rows of the cells
+    whose window holds two or more rates (:func:`fit_across_rates`)."""
     out: dict[tuple, _CellFit] = {}
     rows: list[tuple[tuple, np.ndarray, np.ndarray]] = []  # (cell, u (n,), log S (n,))
     for key, reached in cells.items():
@@ -207,17 +248,21 @@ def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
             continue
         u = np.array([math.log(t.lr / best.lr) for t in window])
         rows.append((key, u, np.log([t.steps for t in window])))
-    k = _shared_curvature([r for r in rows if len(r[1]) >= 3])
-    if k is None:
-        return out
-    for key, u, log_s in rows:
-        # With k known, (α_c, β_c) by least squares on log S − k·u² (exact for two rates).
-        a_mat = np.stack([np.ones_like(u), u], axis=1)  # (n, 2)
-        (alpha, beta), *_ = np.linalg.lstsq(a_mat, log_s - k * u * u, rcond=None)
-        u_star = min(max(-float(beta) / (2.0 * k), float(u.min())), float(u.max()))
-        level = float(alpha) + float(beta) * u_star + k * u_star * u_star
-        out[key] = _CellFit(steps=math.exp(level), lr=out[key].lr * math.exp(u_star), fitted=True)
-    return out
+    return out, rows
+
+
+def rate_fit(trials: Iterable[TrialSteps]) -> RateFit:
+    """The shared learning-rate curvature of one setting's trials and the rate-level residuals
+    about it (the windows of three or more rates, as :func:`fit_across_rates` fits them)."""
+    cells: dict[tuple[int, int | None], list[TrialSteps]] = {}
+    tried: dict[tuple[int, int | None], list[float]] = {}
+    for t in trials:
+        if t.outcome == REACHED:
+            cells.setdefault((t.batch_size, t.seed), []).append(t)
+        if t.lr is not None:
+            tried.setdefault((t.batch_size, t.seed), []).append(t.lr)
+    _, rows = _window_rows(cells, tried, None)
+    return _rate_fit([r for r in rows if len(r[1]) >= 3])
 
 
 def measure_points(
@@ -293,6 +338,7 @@ def measure_points(
                 n_diverged=n_diverged,
                 n_other=len(group) - len(reached) - n_censored - n_diverged,
                 seed_steps=tuple(seed_est) if len(seed_est) >= 2 else (),
+                seed_cells=tuple(zip(reached_seeds, seed_est)),
                 n_seeds_unreached=(len(seeds) - len(reached_seeds)) if reached else 0,
                 steps_lower_bound=min(budgets) if budgets and not reached else None,
                 steps_min=_geo_mean(seed_min) if seed_min else None,

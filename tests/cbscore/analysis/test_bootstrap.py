@@ -59,25 +59,43 @@ def _seeded_points(batch_sizes, seed_lists):
         MeasuredPoint(
             batch_size=int(b), steps=float(np.exp(np.mean(np.log(s)))), trial_steps=tuple(sorted(s)),
             n_trials=len(s), n_censored=0, n_diverged=0, n_other=0, seed_steps=tuple(s),
+            seed_cells=tuple(enumerate(s)),
         )
         for b, s in zip(batch_sizes, seed_lists)
     ]
 
 
-def test_seeds_are_resampled_where_a_cell_ran_several():
-    # Three seeds at every batch size, each the clean curve times exp(±0.1) or 1: log S(B) is
-    # the clean value; each resample's log S(B) is the mean of three drawn deviations, scaled by
-    # sqrt(3/2), so its standard deviation is sqrt(3/2)·sqrt(2/3·0.01)/sqrt(3) = 0.1/sqrt(3).
+def test_a_shift_common_to_a_seed_across_every_batch_size_leaves_b_noise_exact():
+    # Three seeds, each the clean curve times exp(-0.1), 1 or exp(0.1) at EVERY batch size: a
+    # seed-common shift scales all S(B) alike, so B_noise = b/a is the same whichever seeds are
+    # drawn. Redrawn independently per batch size (the old bootstrap) it gave a wide interval.
     clean = curve(PAPER_BATCH_SIZES, 1000.0, 500.0)
     seeds = [[s * np.exp(-0.1), s, s * np.exp(0.1)] for s in clean]
     points = _seeded_points(PAPER_BATCH_SIZES, seeds)
     fit = fit_steps(PAPER_BATCH_SIZES, [p.steps for p in points])
     assert fit.s_min == pytest.approx(1000.0) and fit.b_noise == pytest.approx(500.0)
-    boot = bootstrap_steps_fit(points, fit, n_resamples=2000, seed=0)
+    boot = bootstrap_steps_fit(points, fit, n_resamples=500, seed=0)
     assert boot.methods == ("seeds",) * 9
-    lo, hi = boot.b_noise_ci
-    assert lo < 500.0 < hi and hi - lo > 50.0  # a real interval, not the zero-width residual one
-    assert np.median(boot.s_min_samples) == pytest.approx(1000.0, rel=0.02)
+    assert boot.dof == (3 - 1) * (9 - 1)
+    assert boot.b_noise_ci == pytest.approx((500.0, 500.0), rel=1e-6)
+
+
+def test_seed_by_cell_noise_is_redrawn_with_the_tables_degrees_of_freedom():
+    # Two seeds with a common shift of 0.3 and independent cell noise: each resample's log S(B)
+    # moves by the mean of two draws from the table's residuals scaled by sqrt(n_obs/dof), so its
+    # variance is (residual SS / dof)/2, whatever the common shift.
+    rng = np.random.default_rng(3)
+    clean = curve(PAPER_BATCH_SIZES, 1000.0, 500.0)
+    cells = 0.05 * rng.standard_normal((9, 2))
+    seeds = [[s * np.exp(0.3 + c[0]), s * np.exp(c[1])] for s, c in zip(clean, cells)]
+    points = _seeded_points(PAPER_BATCH_SIZES, seeds)
+    fit = fit_steps(PAPER_BATCH_SIZES, [p.steps for p in points])
+    boot = bootstrap_steps_fit(points, fit, n_resamples=20_000, seed=0)
+    assert boot.dof == 8
+    diff = cells[:, 0] - cells[:, 1]
+    residual_ss = float(np.sum((diff - diff.mean()) ** 2)) / 2.0  # two-way residuals of 2 seeds: ±(d − d̄)/2
+    expected = (residual_ss / 8) / 2.0
+    assert np.var(boot.log_s_samples, axis=0) == pytest.approx(np.full(9, expected), rel=0.05)
 
 
 def test_measured_points_average_seeds_and_take_the_minimum_over_learning_rates():

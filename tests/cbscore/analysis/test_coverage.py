@@ -32,7 +32,36 @@ def _point(batch_size, steps, seed_steps=()):
     return MeasuredPoint(
         batch_size=int(batch_size), steps=float(steps), trial_steps=tuple(sorted(seed_steps or (steps,))),
         n_trials=max(1, len(seed_steps)), n_censored=0, n_diverged=0, n_other=0, seed_steps=tuple(seed_steps),
+        seed_cells=tuple(enumerate(seed_steps)) if seed_steps else ((None, float(steps)),),
     )
+
+
+#: The lab's measured noise of ln S (issue 38, docs/results/reproduce/README.md, "Noise"): a shift
+#: common to a seed across every batch size, and seed × cell noise.
+LAB_SEED_COMMON, LAB_SEED_CELL = 0.071, 0.033
+
+
+@pytest.mark.parametrize("n_seeds,batch_sizes", [(2, (4, 8, 16, 32)), (3, (4, 8, 16, 32)), (2, PAPER_BATCH_SIZES)])
+def test_b_star_interval_covers_the_truth_under_the_labs_seed_clustered_noise(n_seeds, batch_sizes):
+    # ln S[s, B] = ln S_true(B) + γ_s + ε[s, B], γ ~ N(0, 0.071²) shared by every B of a seed,
+    # ε ~ N(0, 0.033²): a nominal 95% interval of B* must cover the truth 90-98% of the time, and
+    # the common shift must not widen it (it cancels in B_noise).
+    b = np.asarray(batch_sizes, dtype=float)
+    b_ref, b_noise = b[0], 3.0 * b[0]
+    true_cbs = (1 + R) * b_ref + R * b_noise
+    clean = curve(b, 100.0, b_noise)
+    covered = 0
+    for case in range(CASES):
+        rng = np.random.default_rng(40_000 + case)
+        gamma = LAB_SEED_COMMON * rng.standard_normal(n_seeds)
+        seeds = clean[:, None] * np.exp(gamma[None, :] + LAB_SEED_CELL * rng.standard_normal((len(b), n_seeds)))
+        steps = np.exp(np.log(seeds).mean(axis=1))
+        fit = fit_steps(b, steps)
+        points = [_point(bb, s, tuple(row)) for bb, s, row in zip(b, steps, seeds)]
+        boot = bootstrap_steps_fit(points, fit, n_resamples=RESAMPLES, seed=case, b_ref=b_ref, overhead=R)
+        lo, hi = boot.cbs_ci
+        covered += lo <= true_cbs <= hi
+    assert 0.9 * CASES <= covered <= 0.98 * CASES, covered
 
 
 def test_setting_interval_covers_b_noise_and_b_star_in_90_percent_of_200_noisy_curves():
@@ -55,7 +84,7 @@ def test_setting_interval_covers_b_noise_and_b_star_in_90_percent_of_200_noisy_c
 
 def test_setting_interval_covers_b_noise_when_every_cell_ran_three_seeds():
     # Each seed's S(B) is the clean curve times exp(0.1·z); S(B) is their geometric mean and the
-    # bootstrap resamples the seeds of each cell.
+    # bootstrap redraws the seed × cell residuals of the two-way table.
     clean = curve(PAPER_BATCH_SIZES, S_MIN, B_NOISE)
     covered = 0
     for case in range(CASES):
