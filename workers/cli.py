@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 
 from cbscore.errors import ConfigError
 from workers.cli_processes import run_tracking, run_worker
@@ -54,11 +55,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     simulate.add_argument("--truth", required=True, metavar="CURVES.csv|paper",
                           help="S(B) per setting: a cbs fit CSV, a setting,s_min,b_noise CSV, or 'paper' "
                                "(the paper's published laws, for the paper-* presets)")
-    simulate.add_argument("--noise", type=float, default=0.0, metavar="SIGMA",
-                          help="log-normal noise σ on each trial's steps to target (default 0)")
+    simulate.add_argument("--truth-shape", default=None, metavar="penalty:P0[,GAMMA]",
+                          help="multiply every truth by a small-batch penalty 1 + p·max(0, log2(2·B_ref/B)), "
+                               "p = P0·(D/D0)^GAMMA with D0 the spec's smallest D (the lab's first-doubling shape)")
+    simulate.add_argument("--noise", default="0", metavar="SIGMA|lab",
+                          help="log-normal noise σ on each trial's steps to target (default 0), or 'lab': the lab's "
+                               "measured parts (seed-common 0.071, seed × batch size 0.033, per trial 0.029 in ln S; "
+                               "lr penalty 0.19)")
+    simulate.add_argument("--seed-common-sigma", type=float, default=None, metavar="SIGMA",
+                          help="σ of a shift of ln S shared by one training seed at every batch size (default 0; "
+                               "0.071 with --noise lab)")
+    simulate.add_argument("--seed-cell-sigma", type=float, default=None, metavar="SIGMA",
+                          help="σ of a shift of ln S per training seed × batch size (default 0; 0.033 with --noise lab)")
+    simulate.add_argument("--train-seeds", type=int, default=None, metavar="N",
+                          help="override the spec's seeds with 0..N-1 (training seeds per learning rate)")
+    simulate.add_argument("--lr-law", default=None, metavar="GAMMA|peak[:B_PEAK[,FALL]]",
+                          help="η*(B) ∝ B^GAMMA (default 0.5; e.g. 0.3, 0.7), or 'peak': ∝ B^0.5 up to B_PEAK "
+                               "(default 4·B_ref), then ∝ B^FALL (default -0.3)")
+    simulate.add_argument("--coverage", type=int, nargs="?", const=200, default=0, metavar="R",
+                          help="also analyse each study with R bootstrap resamples (default 200) and report how often "
+                               "the 95%% intervals of B* and of the laws' exponents cover the truth")
     simulate.add_argument("--seeds", type=int, default=1, metavar="K", help="simulated studies (default 1)")
-    simulate.add_argument("--lr-penalty", type=float, default=0.1, metavar="K",
-                          help="k of m(η) = 1 + k·ln²(η/η*): the cost of a learning rate off its optimum")
+    simulate.add_argument("--lr-penalty", type=float, default=None, metavar="K",
+                          help="k of m(η) = 1 + k·ln²(η/η*): the cost of a learning rate off its optimum "
+                               "(default 0.1; 0.19 with --noise lab)")
     simulate.add_argument("--workers", type=int, default=4, help="trials running at once (default 4)")
     simulate.add_argument("--eval-noise", type=float, default=0.0, metavar="NATS",
                           help="σ of each held-out evaluation's noise in nats (default 0): crossings and the "
@@ -219,7 +239,7 @@ def run_launch(args: argparse.Namespace) -> int:
 
 def run_simulate(args: argparse.Namespace) -> int:
     """``cbs study simulate``: the planner against a known truth (``cbscore.study.simulate``)."""
-    from cbscore.study.simulate import SimConfig, format_report, paper_truth, read_truth, simulate
+    from cbscore.study.simulate import SimConfig, apply_truth_shape, format_report, paper_truth, read_truth, simulate
     from workers.query import api
 
     spec = api.resolve_spec(args.spec)
@@ -241,12 +261,18 @@ def run_simulate(args: argparse.Namespace) -> int:
         spec = spec.replace(budget_margin=args.budget_margin)
     if args.lr_prior is not None:
         spec = spec.replace(search=dataclasses.replace(spec.search, lr_prior=_lr_prior_arg(args.lr_prior)))
+    if args.train_seeds is not None:
+        if args.train_seeds < 1:
+            raise ConfigError("--train-seeds", args.train_seeds, "must be a positive integer")
+        spec = spec.replace(seeds=tuple(range(args.train_seeds)))
     truth = paper_truth(spec) if args.truth == "paper" else read_truth(args.truth, spec)
+    if args.truth_shape is not None:
+        truth = apply_truth_shape(truth, spec, args.truth_shape)
     if isinstance(args.seeds, bool) or args.seeds < 1:
         raise ConfigError("--seeds", args.seeds, "must be a positive integer")
-    config = SimConfig(noise_sigma=args.noise, lr_penalty=args.lr_penalty, workers=args.workers,
-                       eval_noise=args.eval_noise, estimator=args.estimator, curves=args.curves,
-                       lr_optimum_ref=args.lr_optimum)
+    config = SimConfig(**_noise_arg(args), workers=args.workers, eval_noise=args.eval_noise,
+                       estimator=args.estimator, curves=args.curves, lr_optimum_ref=args.lr_optimum,
+                       bootstrap=args.coverage, **_lr_law_arg(args.lr_law, spec.b_ref))
 
     def progress(done: int, total: int) -> None:
         if sys.stderr.isatty() and total > 1:
@@ -256,6 +282,43 @@ def run_simulate(args: argparse.Namespace) -> int:
     report = simulate(spec, truth, config, seeds=args.seeds, progress=progress)
     print(json.dumps(report.to_json_dict(), indent=2) if args.json else format_report(report))
     return 0
+
+
+def _noise_arg(args: argparse.Namespace) -> dict:
+    """``--noise SIGMA|lab`` with ``--seed-common-sigma``, ``--seed-cell-sigma`` and ``--lr-penalty``
+    (each, when given, overrides its part) as :class:`SimConfig` fields."""
+    from cbscore.study.simulate import LAB_NOISE
+
+    if args.noise.strip().lower() == "lab":
+        parts = dict(LAB_NOISE)
+    else:
+        try:
+            parts = {"noise_sigma": float(args.noise)}
+        except ValueError:
+            raise ConfigError("--noise", args.noise, "must be a number (σ of ln S per trial) or 'lab'") from None
+    for field, value in (("seed_common_sigma", args.seed_common_sigma), ("seed_cell_sigma", args.seed_cell_sigma),
+                         ("lr_penalty", args.lr_penalty)):
+        if value is not None:
+            parts[field] = value
+    return parts
+
+
+def _lr_law_arg(value: str | None, b_ref: int) -> dict:
+    """``--lr-law GAMMA|peak[:B_PEAK[,FALL]]`` as :class:`SimConfig` fields (none: the default √B)."""
+    if value is None:
+        return {}
+    text = value.strip().lower()
+    try:
+        if text.startswith("peak"):
+            rest = text[len("peak"):].lstrip(":")
+            parts = [float(x) for x in rest.split(",")] if rest else []
+            if len(parts) > 2:
+                raise ValueError
+            return {"lr_peak_batch": parts[0] if parts else 4.0 * b_ref,
+                    **({"lr_fall_exponent": parts[1]} if len(parts) == 2 else {})}
+        return {"lr_optimum_exponent": float(text)}
+    except ValueError:
+        raise ConfigError("--lr-law", value, "must be an exponent (0.3, 0.5, 0.7) or peak[:B_PEAK[,FALL]]") from None
 
 
 def _lr_prior_arg(value: str) -> float | None:
@@ -449,12 +512,24 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _patch_text(patch: str) -> str:
+    """The text of ``cbs study extend``'s PATCH: the file it names when it is one line ending in
+    ``.yaml``/``.yml`` (read here, on the operator's host: the API takes text only), else itself."""
+    if "\n" in patch or not patch.endswith((".yaml", ".yml")):
+        return patch
+    path = Path(patch)
+    if not path.is_file():
+        raise ConfigError("patch", patch, "names no file")
+    return path.read_text()
+
+
 def run_extend(args: argparse.Namespace) -> int:
     import getpass
 
     from workers.query import api
 
-    spec, changes = api.extend_study(args.name, args.patch, author=f"cli:{getpass.getuser()}", force=args.force)
+    spec, changes = api.extend_study(args.name, _patch_text(args.patch), author=f"cli:{getpass.getuser()}",
+                                     force=args.force)
     print(f"cbs study: extended {args.name!r}:")
     for line in changes:
         print(f"  {line}")

@@ -4,9 +4,13 @@ After the study, ``S(B)`` per batch size is read off its trials by :attr:`SimCon
 <cbscore.study.sim_trials.SimConfig.estimator>` (the paper's minimum over rates beside) and fitted
 as the pages fit it.
 
-Three B* are reported per setting: the **truth** (closed form on the truth curve), the **full
-grid** (every learning rate at every batch size run to its own crossing, no budget, no pruning:
+Three B* are reported per setting: the **truth** (the paper's rule on the truth curve,
+:meth:`cbscore.study.sim_truth.Truth.cbs`), the **full grid** (every learning rate at every batch size run to its own crossing, no budget, no pruning:
 what the savings are measured against) and the **study** (what the planner's rules give).
+With :attr:`SimConfig.bootstrap <cbscore.study.sim_trials.SimConfig.bootstrap>` the study's trials
+also go through the public analysis (:func:`cbscore.analysis.analyze_setting`, seeds included, and
+:func:`cbscore.analysis.fit_scaling_laws` across settings, as ``cbs fit`` calls them): whether each
+95% interval covers the truth is what the report counts.
 """
 
 from __future__ import annotations
@@ -14,11 +18,11 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from cbscore.analysis import (EvalHistory, TrialSteps, cbs_closed_form, first_crossing, fit_steps, fit_window,
-                              measure_points, project_pruned)
+from cbscore.analysis import (EvalHistory, SettingAnalysis, TrialSteps, analyze_setting, cbs_closed_form,
+                              first_crossing, fit_scaling_laws, fit_steps, fit_window, measure_points, project_pruned)
 from cbscore.errors import FitError
 from cbscore.study.plan_result import skipped_cells
-from cbscore.study.sim_report import SettingOutcome
+from cbscore.study.sim_report import LawOutcome, SettingOutcome
 from cbscore.study.sim_trials import SimTrials
 from cbscore.study.spec import Setting, StudySpec
 from cbscore.study.trials import TERMINAL, TrialRecord
@@ -139,14 +143,26 @@ def _grid_trials(spec: StudySpec, sim: SimTrials, setting: Setting, target: floa
     return out, tokens, oracle, floor
 
 
-def setting_outcomes(spec: StudySpec, sim: SimTrials, records: Mapping[str, TrialRecord], p) -> list[SettingOutcome]:
-    """Each setting's B* of the truth, the full grid and the study, once the study ``p`` is done."""
+def setting_outcomes(spec: StudySpec, sim: SimTrials, records: Mapping[str, TrialRecord], p
+                     ) -> tuple[list[SettingOutcome], tuple[LawOutcome, ...]]:
+    """Each setting's B* of the truth, the full grid and the study, once the study ``p`` is done;
+    with :attr:`SimConfig.bootstrap` also each setting's interval and the scaling laws' exponents
+    against the truth's (:func:`law_outcomes`)."""
     out = []
+    analyses: dict[str, SettingAnalysis] = {}
     for sid, setting in sim.settings.items():
-        truth = sim.truth[sid]
-        cbs_truth = float(cbs_closed_form(truth.b_noise, b_ref=spec.b_ref, overhead=spec.overhead))
+        cbs_truth = sim.truth[sid].cbs(spec.b_ref, spec.overhead)
         target = p.targets.get(sid)
         study = _study_trials(records, sid, target, spec.prune_at_equal_tokens)
+        cbs_ci = None
+        if sim.config.bootstrap:
+            # The public analysis of the study's trials, seeds included, as `cbs fit` runs it on a
+            # steps table (the target held fixed: the simulated non-reference runs keep no histories).
+            analyses[sid] = analyze_setting(sid, study, n_params=setting.n_params, tokens=setting.tokens,
+                                            context=spec.context_tokens, b_ref=spec.b_ref, overhead=spec.overhead,
+                                            bootstrap=sim.config.bootstrap, seed=sim.seed,
+                                            estimator=sim.config.estimator)
+            cbs_ci = analyses[sid].cbs_ci
         cbs_study, error, edge = _analyse(study, spec, sim.config.estimator)
         cbs_study_min = _analyse(study, spec, "min")[0]
         censored = tuple(sorted({t.batch_size for t in study if t.outcome == "censored"}
@@ -163,5 +179,41 @@ def setting_outcomes(spec: StudySpec, sim: SimTrials, records: Mapping[str, Tria
             tokens_study=sum(r.tokens for r in records.values() if r.setting_id == sid),
             tokens_grid_to_target=grid_tokens_to_target, tokens_oracle=oracle, tokens_fit_window=floor,
             censored_cells=censored,
-            skipped_cells=skipped_cells(p).get(sid, ()), edge=edge))
-    return out
+            skipped_cells=skipped_cells(p).get(sid, ()), edge=edge, cbs_ci=cbs_ci))
+    return out, law_outcomes(spec, sim, analyses)
+
+
+def law_outcomes(spec: StudySpec, sim: SimTrials, analyses: Mapping[str, SettingAnalysis]) -> tuple[LawOutcome, ...]:
+    """Every scaling law that :func:`cbscore.analysis.fit_scaling_laws` fits across the settings the
+    study's analysis fitted (from each setting's B* and bootstrap draws, as ``analyze_table`` calls
+    it), beside the same law fitted to those settings' true B*: its exponent is the truth the
+    interval should cover."""
+    fitted = [(sid, a) for sid, a in analyses.items() if a.cbs is not None and a.bootstrap is not None]
+    if len(fitted) < 2:
+        return ()
+    names = [sid for sid, _ in fitted]
+    n_params = [sim.settings[sid].n_params for sid in names]
+    tokens = [sim.settings[sid].tokens for sid in names]
+    laws = fit_scaling_laws(names, n_params, tokens, [a.cbs for _, a in fitted],
+                            [a.bootstrap.cbs_samples for _, a in fitted], n_draws=sim.config.bootstrap, seed=sim.seed)
+    true = fit_scaling_laws(names, n_params, tokens, [sim.truth[sid].cbs(spec.b_ref, spec.overhead) for sid in names])
+    out = []
+    for law, exact in zip(laws.laws, true.laws):
+        if law.settings != exact.settings:  # (the same settings give the same groups, in the same order)
+            continue
+        out.append(LawOutcome(law=_law_name(law), exponent_truth=float(exact.exponent), exponent=float(law.exponent),
+                              exponent_ci=law.exponent_ci))
+    if laws.joint is not None and true.joint is not None:
+        for var, est, ci, exact in (("N", laws.joint.exponent_n, laws.joint.exponent_n_ci, true.joint.exponent_n),
+                                    ("D", laws.joint.exponent_d, laws.joint.exponent_d_ci, true.joint.exponent_d)):
+            out.append(LawOutcome(law=f"joint B* ∝ N^α·D^β: exponent of {var}", exponent_truth=float(exact),
+                                  exponent=float(est), exponent_ci=ci))
+    return tuple(out)
+
+
+def _law_name(law) -> str:
+    """A one-variable law in words: its variable and what its settings share."""
+    var = "N" if law.variable == "n" else "D"
+    fixed = {"tokens": "D", "n_params": "N", "tokens_per_param": "D/N"}.get(law.fixed_name)
+    at = f" at {fixed} = {law.fixed_value:.4g}" if fixed and law.fixed_value is not None else ""
+    return f"B* ∝ {var}^exponent{at}"

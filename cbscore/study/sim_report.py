@@ -23,7 +23,7 @@ class SettingOutcome:
 
     setting_id: str
     cbs_truth: float
-    """B* of the truth curve (closed form, DESIGN.md §1)."""
+    """B* of the truth curve by the paper's rule (:meth:`cbscore.study.sim_truth.Truth.cbs`)."""
     cbs_grid: float | None
     """B* fitted to the full grid's S(B) (every learning rate run to its crossing), with the
     configured estimator."""
@@ -52,6 +52,23 @@ class SettingOutcome:
     """Batch sizes the planner never ran."""
     edge: bool = False
     """Whether a cell's best rate was still at an edge of the (extended) grid."""
+    cbs_ci: tuple[float, float] | None = None
+    """The 95% interval of the study's B* from ``cbscore.analysis.analyze_setting`` (with
+    :attr:`SimConfig.bootstrap`); ``None`` without one."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LawOutcome:
+    """One scaling law of one simulated study against the same law fitted to the true B*."""
+
+    law: str
+    """The law in words (its variable and what its settings share)."""
+    exponent_truth: float
+    """The exponent of the law fitted to the settings' true B*."""
+    exponent: float
+    """The exponent the study's analysis found."""
+    exponent_ci: tuple[float, float] | None
+    """Its interval (``None`` where the analysis gives none, e.g. two settings)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +87,8 @@ class StudyOutcome:
     """Tokens of the largest single trial (what a single-pass corpus must hold)."""
     pruned_tokens_by_rule: Mapping[str, int] = field(default_factory=dict)
     """Tokens of the pruned trials by the rule that stopped them (``plan_result.STOP_RULES``)."""
+    laws: tuple[LawOutcome, ...] = ()
+    """The scaling laws against the truth's (with :attr:`SimConfig.bootstrap`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +102,8 @@ class SimulationReport:
     """Tokens of the fixed-budget grid (every trial its whole planned budget): the upper bound the
     dry run prints."""
     grid_flops: float
+    truth: str = ""
+    """The truths' shapes in words (:attr:`cbscore.study.sim_truth.Truth.kind`)."""
     predict: bool = False
     """The spec's ``search.predict``."""
     order: str = "predicted"
@@ -111,6 +132,7 @@ class SimulationReport:
             grid = _finite([r.cbs_grid for r in rows])
             study_min = _finite([r.cbs_study_min for r in rows])
             rel = study / first.cbs_truth - 1.0
+            cis = [(r.cbs_ci, r.cbs_truth) for r in rows if r.cbs_ci is not None]
             vs_grid = np.array([r.cbs_study / r.cbs_grid - 1.0 for r in rows
                                 if r.cbs_study is not None and r.cbs_grid is not None])
             worst = float(vs_grid[np.argmax(np.abs(vs_grid))]) if vs_grid.size else None
@@ -129,12 +151,41 @@ class SimulationReport:
                 "p95_abs_vs_grid": float(np.percentile(np.abs(vs_grid), 95)) if vs_grid.size else None,
                 "worst_vs_grid": worst,
                 "spread_rel_sd": float(np.std(np.log(study))) if study.size > 1 else 0.0,
+                # RMSE of ln B* against the truth over seeds: bias and spread together.
+                "rmse_ln_cbs_study": _rmse_log(study, first.cbs_truth),
+                "rmse_ln_cbs_grid": _rmse_log(grid, first.cbs_truth),
+                "intervals": len(cis),
+                "coverage": float(np.mean([lo <= t <= hi for (lo, hi), t in cis])) if cis else None,
+                "ci_log_width_median": (float(np.median([math.log(hi / lo) for (lo, hi), _ in cis]))
+                                        if cis else None),
                 "fit_failures": sum(1 for r in rows if r.cbs_study is None),
                 "edge_seeds": sum(1 for r in rows if r.edge),
                 "tokens_study_mean": float(np.mean([r.tokens_study for r in rows])),
                 "tokens_grid_to_target_mean": float(np.mean([r.tokens_grid_to_target for r in rows])),
                 "censored_cells": sorted({b for r in rows for b in r.censored_cells}),
                 "skipped_cells": sorted({b for r in rows for b in r.skipped_cells}),
+            })
+        return out
+
+    def law_summary(self) -> list[dict]:
+        """Per scaling law (over the seeds whose analysis fitted it): the truth's exponent, the median
+        found, the share of 95% intervals that cover the truth's exponent and their median width."""
+        by_law: dict[str, list[LawOutcome]] = {}
+        for s in self.seeds:
+            for law in s.laws:
+                by_law.setdefault(law.law, []).append(law)
+        out = []
+        for name, laws in by_law.items():
+            cis = [(x.exponent_ci, x.exponent_truth) for x in laws
+                   if x.exponent_ci is not None and all(math.isfinite(v) for v in x.exponent_ci)]
+            out.append({
+                "law": name,
+                "exponent_truth": float(np.median([x.exponent_truth for x in laws])),
+                "exponent_median": float(np.median([x.exponent for x in laws])),
+                "fits": len(laws),
+                "intervals": len(cis),
+                "coverage": float(np.mean([lo <= t <= hi for (lo, hi), t in cis])) if cis else None,
+                "ci_width_median": float(np.median([hi - lo for (lo, hi), _ in cis])) if cis else None,
             })
         return out
 
@@ -156,13 +207,19 @@ class SimulationReport:
             "stop_far_rates": self.stop_far_rates,
             "far_rate_margin": self.far_rate_margin,
             "far_rate_fraction": self.far_rate_fraction,
+            "truth": self.truth,
             "noise_sigma": self.config.noise_sigma,
+            "seed_common_sigma": self.config.seed_common_sigma,
+            "seed_cell_sigma": self.config.seed_cell_sigma,
+            "lr_law": self.config.lr_law(),
+            "bootstrap": self.config.bootstrap,
             "lr_penalty": self.config.lr_penalty,
             "eval_noise": self.config.eval_noise,
             "estimator": self.config.estimator,
             "curves": self.config.curves or "power law",
             "workers": self.config.workers,
             "settings": self.summary(),
+            "laws": self.law_summary(),
             "tokens_study_mean": tokens,
             "tokens_fixed_budget_grid": self.grid_tokens,
             "tokens_share_of_fixed_budget_grid": tokens / self.grid_tokens if self.grid_tokens else None,
@@ -194,6 +251,11 @@ def _median(values: np.ndarray) -> float | None:
     return float(np.median(values)) if values.size else None
 
 
+def _rmse_log(values: np.ndarray, truth: float) -> float | None:
+    """``sqrt(mean(ln(B*/B*_truth)²))`` over seeds."""
+    return float(np.sqrt(np.mean(np.log(values / truth) ** 2))) if values.size and math.isfinite(truth) else None
+
+
 def setting_notes(summary_row: Mapping) -> str:
     """What a row of :meth:`SimulationReport.summary` needs said beside its B*: refused fits,
     censored cells (lower bounds) and skipped cells."""
@@ -217,6 +279,10 @@ def format_report(report: SimulationReport | Mapping) -> str:
     lines = [f"simulated study {d['spec']!r}: {d['seeds']} seed(s), noise σ = {d['noise_sigma']:g}, "
              f"evaluation noise {d['eval_noise']:g} nats, learning-rate penalty k = {d['lr_penalty']:g}, "
              f"{d['workers']} trials at once, S(B) per cell by {d['estimator']!r}"]
+    if "seed_common_sigma" in d:  # (older reports lack the parts)
+        lines.append(f"noise (sd of ln S): per seed across every B {d['seed_common_sigma']:g}, per seed × batch "
+                     f"size {d['seed_cell_sigma']:g}, per trial {d['noise_sigma']:g}; {d['lr_law']}; truth: "
+                     f"{d['truth'] or '—'}")
     lines.append(f"{'setting':<24} {'B* truth':>9} {'full grid':>9} {'study':>9} {'vs truth':>9} {'(min)':>7} "
                  f"{'vs grid':>8} {'>2% off':>8} {'p95 |off|':>9} {'worst':>7} {'5-95% of seeds':>17}  notes")
 
@@ -233,6 +299,7 @@ def format_report(report: SimulationReport | Mapping) -> str:
                      f"{spread:>17}  {setting_notes(s)}")
     lines.append("vs truth: median of study/truth − 1 over seeds; (min): the same with the paper's minimum over "
                  "rates per cell; vs grid, >2% off, p95 |off|, worst: study against the full grid seed by seed")
+    lines += _truth_lines(d)
     lines.append(f"tokens: study {d['tokens_study_mean']:.4g} (mean over seeds); fixed-budget grid "
                  f"{d['tokens_fixed_budget_grid']:.4g} ({d['tokens_share_of_fixed_budget_grid']:.1%} of it); "
                  f"full grid run to each trial's target {d['tokens_grid_to_target_mean']:.4g}")
@@ -259,6 +326,36 @@ def format_report(report: SimulationReport | Mapping) -> str:
                  f"fixed-budget grid {d['gpu_hours_fixed_budget_grid']:.4g}; the largest trial trains "
                  f"{d['max_trial_tokens']:.4g} tokens (a single-pass corpus must hold them)")
     return "\n".join(lines)
+
+
+def _truth_lines(d: Mapping) -> list[str]:
+    """Against the truth, per setting: median bias of study and full grid, RMSE of ln B*, and with
+    intervals the share of studies whose 95% interval covers the true B*; then per law, the same
+    for its exponent."""
+    rows = d["settings"]
+    if not rows or "rmse_ln_cbs_study" not in rows[0]:  # (older reports)
+        return []
+
+    def num(x, fmt):
+        return "—" if x is None else fmt.format(x)
+
+    lines = [f"{'against the truth':<24} {'bias study':>10} {'bias grid':>10} {'RMSE ln B*':>11} {'(grid)':>7} "
+             f"{'95% covers':>11} {'median ×width':>13}"]
+    for s in rows:
+        cover = f"{s['coverage']:.0%} of {s['intervals']}" if s.get("intervals") else "—"
+        width = "—" if s.get("ci_log_width_median") is None else f"×{math.exp(s['ci_log_width_median']):.2f}"
+        lines.append(f"{s['setting']:<24} {num(s['bias_vs_truth'], '{:+.1%}'):>10} "
+                     f"{num(s['bias_vs_truth_grid'], '{:+.1%}'):>10} {num(s['rmse_ln_cbs_study'], '{:.3f}'):>11} "
+                     f"{num(s['rmse_ln_cbs_grid'], '{:.3f}'):>7} {cover:>11} {width:>13}")
+    for law in d.get("laws") or ():
+        cover = f"{law['coverage']:.0%} of {law['intervals']}" if law["intervals"] else "no interval"
+        lines.append(f"  {law['law']}: truth {law['exponent_truth']:+.3f}, median found {law['exponent_median']:+.3f}, "
+                     f"95% interval covers the truth in {cover}"
+                     + (f" (median width {law['ci_width_median']:.3f})" if law["ci_width_median"] is not None else ""))
+    if d.get("bootstrap"):
+        lines.append(f"intervals: cbscore.analysis on each study's trials, seeds included, {d['bootstrap']} resamples; "
+                     "the target held fixed (a nominal 95% interval should cover the truth 90–98% of the time)")
+    return lines
 
 
 def _lr_prior(d: dict) -> str:

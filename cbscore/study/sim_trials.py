@@ -5,10 +5,14 @@ The truth of a setting is a curve ``S(B) = S_min·(1 + B_noise/B)`` (McCandlish 
 eq. 2.11; Zhang et al. 2025 fit the same ``a + b/B``). A simulated trial at learning rate η and
 batch size B reaches the target after
 
-    S_trial = S(B) · m(η, B) · exp(σ·z),   m = 1 + k·ln²(η/η*(B)),   η*(B) = η*_ref·(B/B_ref)^γ
+    S_trial = S(B) · m(η, B) · exp(σ_c·z_seed + σ_x·z_seed,B + σ·z_trial),
+    m = 1 + k·ln²(η/η*(B)),   η*(B) = η*_ref·(B/B_ref)^γ
 
-steps (z standard normal; the optimum η* moves with B, by default as the square root of B, the
-rule for Adam of Malladi et al. 2022, arXiv 2205.10287), and diverges when η exceeds
+steps (z standard normal: one draw per training seed shared by every batch size of the setting,
+reference runs included; one per seed × batch size shared by its learning rates; one per trial —
+the variance components of ln S the lab measures, :data:`LAB_NOISE`; the optimum η* moves with B,
+by default as the square root of B, the rule for Adam of Malladi et al. 2022, arXiv 2205.10287, or
+by another law, :meth:`SimConfig.lr_optimum_factor`), and diverges when η exceeds
 ``divergence_ratio·η*(B)``. The reference runs at B_ref set the target exactly as real ones do:
 the best of them reaches it at the last step of its D tokens, so each setting's truth is scaled
 to put its best reference trial there (a scale of S leaves B_noise, and so B*, unchanged).
@@ -31,7 +35,7 @@ import numpy as np
 
 from cbscore.analysis import DEFAULT_ESTIMATOR, ESTIMATORS, first_crossing
 from cbscore.errors import ConfigError
-from cbscore.study.sim_truth import TruthCurve
+from cbscore.study.sim_truth import Truth
 from cbscore.study.spec import Setting, StudySpec
 from cbscore.study.trials import TrialRecord, TrialSpec
 
@@ -48,6 +52,12 @@ LOSS_SLOPE = 0.2
 #: Evaluations near the crossing: one every ``need/EVALS_NEAR_TARGET`` steps, about 8 in the
 #: last quarter of the steps to target (the trainer's dense phase, cbscore.eval_schedule).
 EVALS_NEAR_TARGET = 32
+#: The lab's measured noise, as :class:`SimConfig` fields (``SimConfig(**LAB_NOISE)``,
+#: ``--noise lab``): standard deviations of ln S from a variance decomposition of the two-seed
+#: ``docs/results/reproduce`` study (issue 38) — a shift shared by every batch size of one seed
+#: (0.071), seed × cell (0.033) and between the rates of one cell (0.029) — and the measured
+#: learning-rate curvature k of ``1 + k·ln²(η/η*)`` (0.16–0.22 across its cells; 0.19).
+LAB_NOISE = {"seed_common_sigma": 0.071, "seed_cell_sigma": 0.033, "noise_sigma": 0.029, "lr_penalty": 0.19}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,14 +65,28 @@ class SimConfig:
     """How simulated trials behave."""
 
     noise_sigma: float = 0.0
-    """σ of the multiplicative log-normal noise on each trial's steps to target."""
+    """σ of the multiplicative log-normal noise on each trial's steps to target (sd of ln S, one draw
+    per trial: the rate-level part; the lab's 0.029, :data:`LAB_NOISE`)."""
+    seed_common_sigma: float = 0.0
+    """σ of a shift of ln S shared by every trial of one training seed at every batch size of a
+    setting, reference runs included (sd of ln S; the lab's 0.071). It cancels in ``B_noise`` but
+    not in a bootstrap that resamples seeds per batch size."""
+    seed_cell_sigma: float = 0.0
+    """σ of a shift of ln S per training seed × batch size, shared by the rates of that cell (sd of
+    ln S; the lab's 0.033)."""
     lr_penalty: float = 0.1
     """k of ``m(η) = 1 + k·ln²(η/η*)``: a learning rate a factor 2 off needs ``1 + 0.48·k`` times
     the steps."""
     lr_optimum_ref: float | None = None
     """η* at B_ref; ``None`` = the geometric middle of the spec's grid."""
     lr_optimum_exponent: float = 0.5
-    """γ of ``η*(B) ∝ B^γ`` (square-root scaling for Adam, Malladi et al. 2022)."""
+    """γ of ``η*(B) ∝ B^γ`` (square-root scaling for Adam, Malladi et al. 2022), up to
+    :attr:`lr_peak_batch`."""
+    lr_peak_batch: float | None = None
+    """Batch size (sequences) above which η* falls again as ``B^lr_fall_exponent`` (the surge of
+    Adam's best rate, Li et al. 2024, arXiv 2405.14578); ``None``: it never falls."""
+    lr_fall_exponent: float = -0.3
+    """Exponent of ``η*(B)`` above :attr:`lr_peak_batch`."""
     divergence_ratio: float = 4.0
     """A learning rate above this multiple of η*(B) diverges (during warm-up)."""
     workers: int = 4
@@ -80,9 +104,26 @@ class SimConfig:
     trial the measured curve of the rate nearest its ``η/η*``, scaled to its own crossing, warm-up
     and all."""
 
+    bootstrap: int = 0
+    """Bootstrap resamples per setting for the intervals whose coverage of the truth the report
+    counts (``cbscore.analysis.analyze_setting(..., bootstrap=R)``); 0: no intervals."""
+
     def __post_init__(self) -> None:
         if not (math.isfinite(self.noise_sigma) and self.noise_sigma >= 0):
             raise ConfigError("noise", self.noise_sigma, "must be a non-negative number")
+        for name in ("seed_common_sigma", "seed_cell_sigma"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+                raise ConfigError(name, value, "must be a non-negative number (sd of ln S)")
+        if not (isinstance(self.lr_optimum_exponent, (int, float)) and math.isfinite(self.lr_optimum_exponent)):
+            raise ConfigError("lr_optimum_exponent", self.lr_optimum_exponent, "must be a finite number")
+        if self.lr_peak_batch is not None and not (isinstance(self.lr_peak_batch, (int, float))
+                                                   and math.isfinite(self.lr_peak_batch) and self.lr_peak_batch > 0):
+            raise ConfigError("lr_peak_batch", self.lr_peak_batch, "must be a positive batch size (sequences) or None")
+        if not (isinstance(self.lr_fall_exponent, (int, float)) and math.isfinite(self.lr_fall_exponent)):
+            raise ConfigError("lr_fall_exponent", self.lr_fall_exponent, "must be a finite number")
+        if isinstance(self.bootstrap, bool) or not isinstance(self.bootstrap, int) or self.bootstrap < 0:
+            raise ConfigError("bootstrap", self.bootstrap, "must be a non-negative integer")
         if not (math.isfinite(self.lr_penalty) and self.lr_penalty >= 0):
             raise ConfigError("lr_penalty", self.lr_penalty, "must be a non-negative number")
         if self.lr_optimum_ref is not None and not (math.isfinite(self.lr_optimum_ref) and self.lr_optimum_ref > 0):
@@ -97,6 +138,23 @@ class SimConfig:
             raise ConfigError("estimator", self.estimator, f"must be one of {', '.join(ESTIMATORS)}")
         if self.curves is not None:
             lab_curves(self.curves)  # refused here, named, if it cannot be read
+
+    def lr_optimum_factor(self, batch_size: float, b_ref: float) -> float:
+        """``η*(B)/η*(B_ref)``: ``B^γ`` up to :attr:`lr_peak_batch` and ``B^lr_fall_exponent`` past it,
+        continuous at the peak (Malladi et al. 2022 for γ = 0.5; Li et al. 2024 for the fall)."""
+        def shape(b: float) -> float:
+            if self.lr_peak_batch is None:
+                return b ** self.lr_optimum_exponent
+            peak = self.lr_peak_batch
+            return min(b, peak) ** self.lr_optimum_exponent * (max(b, peak) / peak) ** self.lr_fall_exponent
+        return shape(batch_size) / shape(b_ref)
+
+    def lr_law(self) -> str:
+        """The law of η*(B) in words (the report's)."""
+        law = f"η* ∝ B^{self.lr_optimum_exponent:g}"
+        if self.lr_peak_batch is not None:
+            law += f" to B = {self.lr_peak_batch:g}, then ∝ B^{self.lr_fall_exponent:g}"
+        return law
 
 
 _LAB_CURVES: dict[str, tuple] = {}
@@ -151,7 +209,7 @@ class SimTrials:
     the study and its full grid) and what each trial reads off its evaluations."""
 
     spec: StudySpec
-    truth: Mapping[str, TruthCurve]
+    truth: Mapping[str, Truth]
     config: SimConfig
     seed: int
     settings: dict[str, Setting] = field(default_factory=dict)
@@ -161,17 +219,28 @@ class SimTrials:
     def lr_optimum(self, batch_size: int) -> float:
         lrs = self.spec.search.lrs
         ref = self.config.lr_optimum_ref or math.exp(float(np.mean(np.log(lrs))))
-        return ref * (batch_size / self.spec.b_ref) ** self.config.lr_optimum_exponent
+        return ref * self.config.lr_optimum_factor(batch_size, self.spec.b_ref)
 
     def noise(self, key: tuple[str, int, float, int]) -> float:
-        """One draw per trial (setting, B, η, seed), seeded by the study's seed and the trial's key:
-        the study and the full grid share it, and so do two studies of the same seed whatever order
-        their rules start trials in (common random numbers: a rule's effect is not mixed with
-        another draw of the noise)."""
+        """The noise factor of one trial (setting, B, η, seed): ``exp`` of its own draw, its seed ×
+        batch size's and its seed's (:class:`SimConfig`), each seeded by the study's seed and the
+        part's key: the study and the full grid share them, and so do two studies of the same seed
+        whatever order their rules start trials in (common random numbers: a rule's effect is not
+        mixed with another draw of the noise)."""
         if key not in self.draws:
-            rng = np.random.default_rng([self.seed, 1, zlib.crc32(repr(key).encode())])
-            self.draws[key] = math.exp(self.config.noise_sigma * float(rng.standard_normal()))
+            sid, batch_size, _, seed = key
+            c = self.config
+            z = c.noise_sigma * self._normal(1, key)
+            if c.seed_cell_sigma:
+                z += c.seed_cell_sigma * self._normal(3, (sid, batch_size, seed))
+            if c.seed_common_sigma:
+                z += c.seed_common_sigma * self._normal(2, (sid, seed))
+            self.draws[key] = math.exp(z)
         return self.draws[key]
+
+    def _normal(self, part: int, key: tuple) -> float:
+        """One standard normal of noise part ``part`` (1 trial, 2 seed, 3 seed × batch size) at ``key``."""
+        return float(np.random.default_rng([self.seed, part, zlib.crc32(repr(key).encode())]).standard_normal())
 
     def multiplier(self, batch_size: int, lr: float) -> float | None:
         """``m(η, B)``, or ``None`` where η diverges."""

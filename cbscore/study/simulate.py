@@ -26,15 +26,17 @@ from cbscore.study.costs import pruned_tokens_by_rule
 from cbscore.study.planner import plan
 from cbscore.study.sim_outcomes import setting_outcomes
 from cbscore.study.sim_report import SimulationReport, StudyOutcome, format_report
-from cbscore.study.sim_trials import SimConfig, SimRun, SimTrials, run_record
-from cbscore.study.sim_truth import (PAPER_CHINCHILLA_LAW, PAPER_FIXED_D_LAW, PAPER_FIXED_N_EXPONENT, TruthCurve,
-                                     paper_truth, read_truth, write_truth_csv)
+from cbscore.study.sim_trials import LAB_NOISE, SimConfig, SimRun, SimTrials, run_record
+from cbscore.study.sim_truth import (PAPER_CHINCHILLA_LAW, PAPER_FIXED_D_LAW, PAPER_FIXED_N_EXPONENT, PenaltyTruth,
+                                     TableTruth, Truth, TruthCurve, apply_truth_shape, paper_truth, read_truth,
+                                     write_truth_csv)
 from cbscore.study.spec import StudySpec
 from cbscore.study.trials import TrialRecord, TrialSpec
 
 # What importers read from here: the entry point, its config and report, and the truths.
-__all__ = ["PAPER_CHINCHILLA_LAW", "PAPER_FIXED_D_LAW", "PAPER_FIXED_N_EXPONENT", "SimConfig", "SimulationReport",
-           "TruthCurve", "format_report", "paper_truth", "read_truth", "simulate", "simulate_once", "write_truth_csv"]
+__all__ = ["LAB_NOISE", "PAPER_CHINCHILLA_LAW", "PAPER_FIXED_D_LAW", "PAPER_FIXED_N_EXPONENT", "PenaltyTruth",
+           "SimConfig", "SimulationReport", "TableTruth", "Truth", "TruthCurve", "apply_truth_shape", "format_report",
+           "paper_truth", "read_truth", "simulate", "simulate_once", "write_truth_csv"]
 
 
 #: With ``stop_far_rates`` or ``prune_at_equal_tokens``, the simulated runner looks at a trial every this many of its
@@ -42,7 +44,7 @@ __all__ = ["PAPER_CHINCHILLA_LAW", "PAPER_FIXED_D_LAW", "PAPER_FIXED_N_EXPONENT"
 EQUAL_TOKEN_WAKE = 4
 
 
-def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimConfig, seed: int) -> StudyOutcome:
+def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig, seed: int) -> StudyOutcome:
     """Run the planner against simulated trials until the study is done."""
     if spec.search.kind != "grid":
         raise ConfigError("search.kind", spec.search.kind, "the simulator runs grid searches only")
@@ -147,7 +149,8 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimC
                 best[(r.cell_id, r.seed)] = min(best.get((r.cell_id, r.seed), math.inf), r.steps_to_target)
     else:  # pragma: no cover - a planner that never finishes is a bug worth a clear message
         raise CbsError(f"the simulated study {spec.name!r} did not finish in 100,000 events")
-    return StudyOutcome(seed=seed, settings=tuple(setting_outcomes(spec, sim, records, p)),
+    settings, laws = setting_outcomes(spec, sim, records, p)
+    return StudyOutcome(seed=seed, settings=tuple(settings), laws=laws,
                         tokens_study=sum(r.tokens for r in records.values()),
                         flops_study=sum(r.tokens * sim.settings[r.setting_id].flops_per_token for r in records.values()),
                         trials=started, max_trial_tokens=max((r.tokens for r in records.values()), default=0),
@@ -199,7 +202,7 @@ def _may_stop_far_rate(spec: StudySpec, records: Mapping[str, TrialRecord], runn
     return False
 
 
-def simulate(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimConfig | None = None, *,
+def simulate(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig | None = None, *,
              seeds: int = 1, first_seed: int = 0,
              progress: Callable[[int, int], None] | None = None) -> SimulationReport:
     """``seeds`` simulated studies of ``spec`` against ``truth``; ``progress(done, total)`` after each."""
@@ -214,7 +217,7 @@ def simulate(spec: StudySpec, truth: Mapping[str, TruthCurve], config: SimConfig
     runs = tuple(runs)
     settings = spec.resolve_settings()
     return SimulationReport(spec_name=spec.name, config=config, seeds=runs, grid_tokens=grid_tokens(spec),
-                            predict=spec.search.predict, order=spec.search.order, lr_prior=spec.search.lr_prior,
+                            truth=", ".join(sorted({c.kind for c in truth.values()})), predict=spec.search.predict, order=spec.search.order, lr_prior=spec.search.lr_prior,
                             budget_margin=spec.budget_margin,
                             prune_at_equal_tokens=spec.prune_at_equal_tokens, stop_far_rates=spec.stop_far_rates,
                             far_rate_margin=spec.far_rate_margin, far_rate_fraction=spec.far_rate_fraction,
