@@ -14,7 +14,7 @@ from typing import Iterator
 
 import streamlit as st
 
-from cbscore.errors import CbsError, ConfigError
+from cbscore.errors import CbsError, ConfigError, shown
 
 log = logging.getLogger("cbslab.app")
 
@@ -34,7 +34,7 @@ def explain(exc: BaseException) -> str:
     if isinstance(exc, ConfigError):
         from app.spec_form import label_of
 
-        return f"**{label_of(exc.field)}** (`{exc.field}`): {exc.reason}, but got `{exc.value!r}`."
+        return f"**{label_of(exc.field)}** (`{exc.field}`): {exc.reason}, but got `{shown(exc.value)}`."
     if isinstance(exc, CbsError):
         return str(exc)
     if isinstance(exc, ModuleNotFoundError):

@@ -1,6 +1,19 @@
 """Errors that carry a message meant for the user (the CLI prints them without a traceback)."""
 
 
+#: Longest value (its ``repr``) an error message shows: a message goes to a page and a log, and a
+#: value can be a whole pasted text; the rest is cut, so a message never echoes a document.
+SHOWN_CHARS = 80
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters (ending in ``…`` and the length it had when cut)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
+
+
 class CbsError(Exception):
     """Base of every error whose message is shown to the user as is."""
 
@@ -12,7 +25,7 @@ class ConfigError(CbsError, ValueError):
         self.field = field
         self.value = value
         self.reason = reason
-        super().__init__(f"{field}: {reason}, but got {value!r}.")
+        super().__init__(f"{field}: {reason}, but got {shown(value)}.")
 
 
 class DataError(CbsError):

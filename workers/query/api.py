@@ -135,21 +135,18 @@ def apply_forecast_from(spec: StudySpec):
 
 
 def extend_study(name: str, patch: Mapping | str, *, author: str = "", force: bool = False) -> tuple[StudySpec, list[str]]:
-    """Grow study ``name`` by ``patch`` (a mapping, YAML text or a ``.yaml`` path; the rules are
+    """Grow study ``name`` by ``patch`` (a mapping or YAML text; the rules are
     :mod:`cbscore.study.extend`): only new cells and trials run; returns the new spec and the
-    changes in words. Bad input raises ``ConfigError`` naming the field, with nothing changed."""
+    changes in words. Bad input raises ``ConfigError`` naming the field, with nothing changed.
+
+    A string is always the patch's text, never a path: the web app passes what a user typed here,
+    and a file is read only by the command line (``cbs study extend NAME PATCH.yaml``)."""
     from workers.studies.runner import Runner
 
     if isinstance(patch, str):
         from cbscore.safe_yaml import load_yaml
 
-        text = patch
-        if patch.endswith((".yaml", ".yml")) and "\n" not in patch:
-            path = Path(patch)
-            if not path.is_file():
-                raise ConfigError("patch", patch, "file does not exist")
-            text = path.read_text()
-        patch = load_yaml(text)
+        patch = load_yaml(patch, field="patch")
     return Runner().extend(name, patch, author=author, force=force)
 
 

@@ -1,0 +1,47 @@
+"""Issue 41: what a signed-in user types on a page is never a path to a server file, and an error
+never shows more of a value than a line of it (through AppTest, on a real MLflow store)."""
+
+from __future__ import annotations
+
+from cbscore.errors import shown
+from tests.app.conftest import STUDY
+
+SECRET = "gho_" + "s3cr3t" * 6
+
+
+def _texts(at) -> list[str]:
+    return [e.value for kind in (at.error, at.warning, at.info, at.success, at.markdown, at.code) for e in kind]
+
+
+def _extend(at, patch: str) -> list[str]:
+    at.text_area(key=f"studies.extend.{STUDY}").set_value(patch).run()
+    at.button(key="studies.extend_go").click().run()
+    assert not at.exception, at.exception
+    return [e.value for e in at.error]
+
+
+def test_extend_reads_a_typed_path_as_text_and_never_shows_the_file_or_whether_it_exists(app_test, app_env,
+                                                                                       tmp_path):
+    hosts = tmp_path / "hosts.yml"
+    hosts.write_text(f"github.com:\n  oauth_token: {SECRET}\n  user: someone\n")
+    at = app_test.run()
+    at.switch_page("app_pages/studies.py")
+    at.run()
+    there = _extend(at, str(hosts))
+    assert there == [f"**patch** (`patch`): must be a mapping of the study fields to change (for example "
+                     f"batch_sizes: [...] or seeds: [...]), but got `{shown(str(hosts))}`."], there
+    assert not any(SECRET in text or "oauth_token" in text for text in _texts(at))
+    # a path that names no file gets the same answer: the page is no oracle of what exists
+    missing = _extend(at, str(tmp_path / "nowhere.yml"))
+    assert missing == [there[0].replace(shown(str(hosts)), shown(str(tmp_path / "nowhere.yml")))]
+
+
+def test_an_error_on_a_page_shows_at_most_80_characters_of_the_value(app_test, app_env):
+    at = app_test.run()
+    at.switch_page("app_pages/studies.py")
+    at.run()
+    long_value = "x" * 5000
+    (error,) = _extend(at, f"b_ref: {long_value}\n")
+    assert error.startswith("**Reference batch size B_ref** (`b_ref`): ")
+    assert error.endswith(f"but got `'{'x' * 79}… (5,002 characters)`."), error[-120:]
+    assert long_value not in error and len(error) < 400
