@@ -211,3 +211,44 @@ def test_skipping_the_wakes_where_nothing_trails_changes_no_study(monkeypatch):
     assert skipped["tokens_study_mean"] == every["tokens_study_mean"]
     assert [s["cbs_study_median"] for s in skipped["settings"]] == [s["cbs_study_median"] for s in every["settings"]]
     assert skipped["settings"] == every["settings"]
+
+
+def test_cli_noise_lab_truth_shape_lr_law_and_coverage(capsys, tmp_path, monkeypatch):
+    """``--noise lab`` selects the measured parts (each flag overrides its part), ``--truth-shape``,
+    ``--lr-law``, ``--train-seeds`` and ``--coverage`` reach the report; ``--noise SIGMA`` is the
+    per-trial σ alone, as before."""
+    from cbscore.cli import main
+
+    monkeypatch.setenv("CBS_HOME", str(tmp_path))
+    assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--noise", "lab", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["seed_common_sigma"], d["seed_cell_sigma"], d["noise_sigma"], d["lr_penalty"]) == (0.071, 0.033, 0.029, 0.19)
+    assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--noise", "lab", "--seed-common-sigma", "0",
+                 "--lr-penalty", "0.1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["seed_common_sigma"], d["seed_cell_sigma"], d["lr_penalty"]) == (0.0, 0.033, 0.1)
+    assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--noise", "0.05", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["seed_common_sigma"], d["seed_cell_sigma"], d["noise_sigma"], d["lr_penalty"]) == (0.0, 0.0, 0.05, 0.1)
+    assert d["lr_law"] == "η* ∝ B^0.5" and d["truth"] == "S_min·(1 + B_noise/B)" and d["laws"] == []
+    assert main(["study", "simulate", "demo", "--truth", str(_demo_truth(tmp_path)),
+                 "--noise", "lab", "--seeds", "2", "--train-seeds", "2", "--coverage", "30",
+                 "--truth-shape", "penalty:0.5,0.5", "--lr-law", "peak:8,-0.3"]) == 0
+    out = capsys.readouterr().out
+    assert "per seed across every B 0.071, per seed × batch size 0.033, per trial 0.029" in out
+    assert "η* ∝ B^0.5 to B = 8, then ∝ B^-0.3" in out and "(1 + p·max(0, log2(2·B_ref/B)))" in out
+    assert "95% covers" in out and "of 2" in out and "30 resamples" in out
+    for bad, name in ((["--noise", "loud"], "--noise"), (["--lr-law", "steep"], "--lr-law"),
+                      (["--truth-shape", "penalty:x"], "--truth-shape"), (["--train-seeds", "0"], "--train-seeds"),
+                      (["--seed-cell-sigma", "-1"], "seed_cell_sigma")):
+        assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", *bad]) != 0
+        assert name in capsys.readouterr().err
+
+
+def _demo_truth(tmp_path):
+    """One B_noise for each of the demo preset's settings, as ``setting,s_min,b_noise`` rows."""
+    spec = load_preset("demo")
+    path = tmp_path / "demo-truth.csv"
+    write_truth_csv({s.setting_id: TruthCurve(s_min=100.0, b_noise=4.0 * (i + 1))
+                     for i, s in enumerate(spec.resolve_settings())}, spec, path)
+    return path
