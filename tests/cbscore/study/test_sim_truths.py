@@ -220,3 +220,37 @@ def test_coverage_reads_the_public_analysis_intervals_against_the_truth():
     d = json.loads(json.dumps(report.to_json_dict()))
     assert d["seed_common_sigma"] == 0.071 and d["bootstrap"] == 40 and d["laws"]
 
+
+
+def documented_simulate_lines() -> list[list[str]]:
+    """The ``cbs study simulate`` lines of docs/cli.md's simulator section, as argument lists."""
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs/cli.md").read_text()
+    section = text.split("### `cbs study simulate`", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [shlex.split(line)[1:] for line in section.replace("\\\n", " ").splitlines() if line.startswith("cbs ")]
+
+
+@pytest.mark.parametrize("argv", documented_simulate_lines(), ids=lambda a: a[2])
+def test_the_documented_simulate_lines_run_and_report_against_the_truth(argv, capsys, tmp_path, monkeypatch):
+    """Each line runs from the repository root; its truth is what the flags say: the paper's
+    Chinchilla law (exponent 0.47 exactly), or the reproduce table times the penalty."""
+    from pathlib import Path
+
+    from cbscore.cli import main
+
+    monkeypatch.setenv("CBS_HOME", str(tmp_path))
+    monkeypatch.chdir(Path(__file__).resolve().parents[3])
+    assert main([*argv, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["seed_common_sigma"] == 0.071 and d["bootstrap"] == 200 and d["seeds"] == 5
+    assert all(s["intervals"] == 5 and 0 <= s["coverage"] <= 1 for s in d["settings"])
+    if argv[2] == "paper-chinchilla":
+        (law,) = d["laws"]
+        assert law["exponent_truth"] == pytest.approx(0.47, abs=1e-9) and law["intervals"] == 5
+    else:
+        spec = load_preset("reproduce")
+        truth = apply_truth_shape(read_truth("docs/results/reproduce/steps.csv", spec), spec, "penalty:0.3,0.5")
+        assert [s["cbs_truth"] for s in d["settings"]] == [truth[s["setting"]].cbs(4, 0.2) for s in d["settings"]]
+        assert "η* ∝ B^0.5 to B = 16, then ∝ B^-0.3" == d["lr_law"]
