@@ -189,6 +189,19 @@ def test_the_peaked_law_rises_as_root_b_then_falls():
     assert below.lr_optimum_factor(16, 16) == 1.0 and below.lr_optimum_factor(64, 16) == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize("law", [{"lr_optimum_exponent": 0.3}, {}, {"lr_optimum_exponent": 0.7},
+                                 {"lr_peak_batch": 1024}], ids=["B^0.3", "B^0.5", "B^0.7", "peak"])
+def test_no_structural_bias_at_zero_noise_under_every_learning_rate_law(law):
+    """DESIGN.md §1, budgets criterion (1): at zero noise and the lab's curvature, on the fitted form,
+    B* within 0.5% of the truth under each law of η*(B), and the study exactly on its full grid."""
+    from cbscore.study.simulate import paper_truth
+
+    spec = load_preset("paper-fixed-d")
+    for s in simulate(spec, paper_truth(spec), SimConfig(lr_penalty=LAB_NOISE["lr_penalty"], **law)).summary():
+        assert abs(s["bias_vs_truth"]) < 0.005, s
+        assert s["cbs_study_median"] == pytest.approx(s["cbs_grid_median"], rel=1e-9)
+
+
 @pytest.mark.parametrize("field, value", [("seed_common_sigma", -0.1), ("seed_cell_sigma", math.nan),
                                           ("seed_cell_sigma", "0.1"), ("lr_peak_batch", 0), ("lr_fall_exponent", math.inf),
                                           ("lr_optimum_exponent", math.nan), ("bootstrap", -1), ("bootstrap", True)])
