@@ -197,9 +197,11 @@ def law_outcomes(spec: StudySpec, sim: SimTrials, analyses: Mapping[str, Setting
     laws = fit_scaling_laws(names, n_params, tokens, [a.cbs for _, a in fitted],
                             [a.bootstrap.cbs_samples for _, a in fitted], n_draws=sim.config.bootstrap, seed=sim.seed)
     true = fit_scaling_laws(names, n_params, tokens, [sim.truth[sid].cbs(spec.b_ref, spec.overhead) for sid in names])
+    exact_by_group = {(x.variable, x.fixed_name, x.settings): x for x in true.laws}
     out = []
-    for law, exact in zip(laws.laws, true.laws):
-        if law.settings != exact.settings:  # (the same settings give the same groups, in the same order)
+    for law in laws.laws:
+        exact = exact_by_group.get((law.variable, law.fixed_name, law.settings))
+        if exact is None:  # (the same settings give the same groups; a law the truth lacks has no truth)
             continue
         out.append(LawOutcome(law=_law_name(law), exponent_truth=float(exact.exponent), exponent=float(law.exponent),
                               exponent_ci=law.exponent_ci))

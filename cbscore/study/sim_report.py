@@ -156,8 +156,8 @@ class SimulationReport:
                 "rmse_ln_cbs_grid": _rmse_log(grid, first.cbs_truth),
                 "intervals": len(cis),
                 "coverage": float(np.mean([lo <= t <= hi for (lo, hi), t in cis])) if cis else None,
-                "ci_log_width_median": (float(np.median([math.log(hi / lo) for (lo, hi), _ in cis]))
-                                        if cis else None),
+                "ci_log_width_median": (float(np.median([math.log(hi / lo) if lo > 0 else math.inf
+                                                         for (lo, hi), _ in cis])) if cis else None),
                 "fit_failures": sum(1 for r in rows if r.cbs_study is None),
                 "edge_seeds": sum(1 for r in rows if r.edge),
                 "tokens_study_mean": float(np.mean([r.tokens_study for r in rows])),
@@ -177,7 +177,7 @@ class SimulationReport:
         out = []
         for name, laws in by_law.items():
             cis = [(x.exponent_ci, x.exponent_truth) for x in laws
-                   if x.exponent_ci is not None and all(math.isfinite(v) for v in x.exponent_ci)]
+                   if x.exponent_ci is not None and not any(math.isnan(v) for v in x.exponent_ci)]
             out.append({
                 "law": name,
                 "exponent_truth": float(np.median([x.exponent_truth for x in laws])),
