@@ -6,10 +6,15 @@ an ``[auth]`` section in ``.streamlit/secrets.toml`` (``redirect_uri``, ``cookie
 With it configured:
 
 * every page needs a signed-in user (:func:`require_user`; the sign-in page shows nothing else);
-* every study records its owner (the MLflow tag ``owner``: the user's e-mail, else their subject);
-* only the owner or an admin (``CBS_ADMINS``, comma-separated e-mails) may cancel a study or its
+* every study records its owner (the MLflow tag ``owner``): the user's verified identity,
+  :func:`identity` (an e-mail the provider says is verified, else issuer and subject);
+* only the owner or an admin (``CBS_ADMINS``, comma-separated identities) may cancel a study or its
   trials (:func:`check_cancel`), and only an admin may "Launch anyway" past the sanity limits
   (:func:`check_force`).
+
+The user of a lab without sign-in (:data:`LOCAL_USER`) and the command line's users
+(``cli:<unix user>``) live in names no signed-in identity can take: an e-mail identity has an ``@``
+and no colon, and every other one starts ``oidc:``.
 
 Without it the app runs as before, for one person, and ``cbs web`` refuses to listen on anything
 but loopback unless told ``--insecure-no-auth`` (:mod:`app.cli`). The files are those of
@@ -19,13 +24,19 @@ but loopback unless told ``--insecure-no-auth`` (:mod:`app.cli`). The files are 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 
 from cbscore.errors import CbsError
 
-#: Who owns what is launched without sign-in (a loopback lab has one user).
+#: Who owns what is launched without sign-in (a loopback lab has one user); no claim reaches it.
 LOCAL_USER = "local"
+
+#: An e-mail that may stand for a user: one ``@``, no colon, comma or space (so never ``local``,
+#: ``cli:…`` or ``oidc:…``, and one ``CBS_ADMINS`` entry each).
+_EMAIL = re.compile(r"[^@\s:,]+@[^@\s:,]+")
 
 
 class NotAllowed(CbsError):
@@ -52,8 +63,24 @@ def auth_configured(files: list[Path] | None = None) -> bool:
 
 
 def admins() -> set[str]:
-    """``CBS_ADMINS``: users (e-mails or subjects) who may cancel anything and launch past the limits."""
-    return {a.strip().lower() for a in (os.environ.get("CBS_ADMINS") or "").split(",") if a.strip()}
+    """``CBS_ADMINS``: identities (:func:`identity`: verified e-mails, any case, or
+    ``oidc:<issuer>#<subject>``) who may cancel anything and launch past the limits."""
+    entries = (a.strip() for a in (os.environ.get("CBS_ADMINS") or "").split(","))
+    return {a.lower() if _EMAIL.fullmatch(a) else a for a in entries if a}
+
+
+def identity(claims: Mapping) -> str:
+    """Who the signed-in user with ID-token ``claims`` is: their e-mail, lower case, when the
+    provider says it is verified (``email_verified``) and it is an address; else
+    ``oidc:<iss>#<sub>``. Never :data:`LOCAL_USER` nor a ``cli:`` name, whatever the claims say."""
+    email = claims.get("email")
+    if claims.get("email_verified") in (True, "true") and isinstance(email, str) and _EMAIL.fullmatch(email):
+        return email.lower()
+    subject = claims.get("sub")
+    if not subject:
+        raise NotAllowed("Your identity provider sent no subject (the `sub` claim), so CBS Lab cannot tell who "
+                         "you are; ask the lab's operator.")
+    return f"oidc:{claims.get('iss') or ''}#{subject}"
 
 
 def enabled() -> bool:
@@ -64,27 +91,24 @@ def enabled() -> bool:
 
 
 def current_user() -> str:
-    """The signed-in user's e-mail, lower case (else ``oidc:<subject>``); :data:`LOCAL_USER`
-    without sign-in."""
+    """The signed-in user's :func:`identity`; :data:`LOCAL_USER` without sign-in."""
     import streamlit as st
 
     if not enabled():
         return LOCAL_USER
     if not st.user.is_logged_in:
         raise NotAllowed("Sign in first.")
-    email = st.user.get("email")
-    # A subject without an e-mail is prefixed, so that no identity can be the local user's name.
-    return str(email).lower() if email else f"oidc:{st.user.get('sub')}"
+    return identity(st.user.to_dict())
 
 
 def is_admin(user: str) -> bool:
     """Without sign-in the one local user is the admin; with it, the users of ``CBS_ADMINS``."""
-    return user == LOCAL_USER or user.lower() in admins()
+    return user in admins() or (user == LOCAL_USER and not enabled())
 
 
 def check_cancel(user: str, owner: str, what: str) -> None:
     """:class:`NotAllowed` unless ``user`` owns the study (``owner``) or is an admin."""
-    if is_admin(user) or (owner and user.lower() == owner.lower()):
+    if is_admin(user) or (owner and user == owner):
         return
     raise NotAllowed(f"Only the owner of this study ({owner or 'unknown'}) or an admin (CBS_ADMINS) may cancel "
                      f"{what}; you are signed in as {user}.")
@@ -93,7 +117,7 @@ def check_cancel(user: str, owner: str, what: str) -> None:
 def check_change(user: str, owner: str, what: str) -> None:
     """:class:`NotAllowed` unless ``user`` owns the study (``owner``) or is an admin: who may
     extend a study or run its trials again (``what`` names the action)."""
-    if is_admin(user) or (owner and user.lower() == owner.lower()):
+    if is_admin(user) or (owner and user == owner):
         return
     raise NotAllowed(f"Only the owner of this study ({owner or 'unknown'}) or an admin (CBS_ADMINS) may {what}; "
                      f"you are signed in as {user}.")

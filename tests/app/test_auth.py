@@ -30,6 +30,42 @@ def test_only_an_admin_may_launch_anyway(monkeypatch):
         auth.check_force("alice@lab.test")
 
 
+ISSUER = "https://idp.lab.test"
+
+
+def test_a_user_is_their_verified_email_else_the_issuer_and_subject():
+    claims = {"iss": ISSUER, "sub": "u-17", "email": "Alice@Lab.test"}
+    assert auth.identity({**claims, "email_verified": True}) == "alice@lab.test"
+    assert auth.identity({**claims, "email_verified": "true"}) == "alice@lab.test"  # some providers send a string
+    assert auth.identity(claims) == "oidc:https://idp.lab.test#u-17"  # not said to be verified
+    assert auth.identity({**claims, "email_verified": False}) == "oidc:https://idp.lab.test#u-17"
+    with pytest.raises(auth.NotAllowed, match="sent no subject"):
+        auth.identity({"iss": ISSUER, "email": "x@lab.test"})
+
+
+@pytest.mark.parametrize("email", ["local", "LOCAL", "cli:root", "cli:root@lab.test", "oidc:https://idp#1",
+                                   "local@", "a@b,local"])
+def test_no_claim_makes_a_user_local_or_a_command_line_user_or_an_admin(email, monkeypatch):
+    monkeypatch.setenv("CBS_ADMINS", f"local, cli:root, {email}")
+    user = auth.identity({"iss": ISSUER, "sub": "mallory", "email": email, "email_verified": True})
+    assert user == "oidc:https://idp.lab.test#mallory"
+    assert not auth.is_admin(user)
+    with pytest.raises(auth.NotAllowed):
+        auth.check_cancel(user, auth.LOCAL_USER, "the study s")
+    with pytest.raises(auth.NotAllowed):
+        auth.check_change(user, "cli:root", "extend the study s")
+
+
+def test_admins_are_named_by_verified_email_or_by_issuer_and_subject(monkeypatch):
+    monkeypatch.setenv("CBS_ADMINS", "Ops@Lab.test, oidc:https://idp.lab.test#Root-1")
+    assert auth.admins() == {"ops@lab.test", "oidc:https://idp.lab.test#Root-1"}
+    assert auth.is_admin(auth.identity({"iss": ISSUER, "sub": "x", "email": "ops@lab.test", "email_verified": True}))
+    assert not auth.is_admin(auth.identity({"iss": ISSUER, "sub": "x", "email": "ops@lab.test"}))  # unverified
+    assert auth.is_admin(auth.identity({"iss": ISSUER, "sub": "Root-1"}))
+    assert not auth.is_admin(auth.identity({"iss": ISSUER, "sub": "root-1"}))  # a subject is case-sensitive
+    assert not auth.is_admin(auth.identity({"iss": "https://other.test", "sub": "Root-1"}))  # another issuer
+
+
 def test_auth_is_configured_by_an_auth_section_in_the_secrets(tmp_path, monkeypatch):
     path = tmp_path / "secrets.toml"
     monkeypatch.setenv("CBS_WEB_SECRETS", str(path))

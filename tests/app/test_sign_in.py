@@ -37,7 +37,9 @@ def provider():
     import oidc_provider_mock
     import werkzeug.serving
 
-    server = werkzeug.serving.make_server("127.0.0.1", 0, oidc_provider_mock.app(), threaded=True)
+    # the lab's users have verified e-mails (an unverified e-mail is no identity: app/auth.py)
+    users = [oidc_provider_mock.User(sub=u, claims={"email": u, "email_verified": True}) for u in (ALICE, BOB, ADMIN)]
+    server = werkzeug.serving.make_server("127.0.0.1", 0, oidc_provider_mock.app(user_claims=users), threaded=True)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     thread.start()
     try:

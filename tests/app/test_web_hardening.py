@@ -45,3 +45,20 @@ def test_an_error_on_a_page_shows_at_most_80_characters_of_the_value(app_test, a
     assert error.startswith("**Reference batch size B_ref** (`b_ref`): ")
     assert error.endswith(f"but got `'{'x' * 79}… (5,002 characters)`."), error[-120:]
     assert long_value not in error and len(error) < 400
+
+
+def test_a_signed_in_claim_of_local_is_neither_the_local_user_nor_an_admin(app_test, app_env, monkeypatch):
+    from app import auth
+
+    monkeypatch.setattr(auth, "enabled", lambda: True)  # sign-in configured (the secrets AppTest cannot reach)
+    monkeypatch.setenv("CBS_ADMINS", "admin@lab.test")
+    app_test.user = {"is_logged_in": True, "iss": "http://idp.test", "sub": "mallory", "email": "local",
+                     "email_verified": True}
+    at = app_test.run()
+    at.switch_page("app_pages/studies.py")
+    at.run()
+    assert "Signed in as **oidc:http://idp.test#mallory**" in [c.value for c in at.sidebar.caption]
+    errors = _extend(at, "b_ref: 2\n")  # refused before the patch is read: she owns nothing here
+    assert len(errors) == 1 and errors[0].startswith("Only the owner of this study (")
+    assert errors[0].endswith("or an admin (CBS_ADMINS) may extend the study seeded; you are signed in as "
+                              "oidc:http://idp.test#mallory."), errors
