@@ -29,7 +29,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
-from cbscore.errors import CbsError
+from cbscore.errors import CbsError, ConfigError
 
 #: Who owns what is launched without sign-in (a loopback lab has one user); no claim reaches it.
 LOCAL_USER = "local"
@@ -37,6 +37,13 @@ LOCAL_USER = "local"
 #: An e-mail that may stand for a user: one ``@``, no colon, comma or space (so never ``local``,
 #: ``cli:…`` or ``oidc:…``, and one ``CBS_ADMINS`` entry each).
 _EMAIL = re.compile(r"[^@\s:,]+@[^@\s:,]+")
+
+
+#: Fewest characters of ``[auth] cookie_secret``: it signs every session cookie, so whoever guesses
+#: it signs in as anyone (``python -c "import secrets; print(secrets.token_hex(32))"`` gives 64).
+MIN_SECRET_CHARS = 32
+#: Secrets printed in the documentation (docs/SECURITY.md's example): public, so never accepted.
+PLACEHOLDER_SECRETS = frozenset({"a long random string"})
 
 
 class NotAllowed(CbsError):
@@ -53,13 +60,32 @@ def secrets_files() -> list[Path]:
 
 
 def auth_configured(files: list[Path] | None = None) -> bool:
-    """Whether an ``[auth]`` section with ``redirect_uri`` and ``cookie_secret`` is in the files."""
+    """Whether an ``[auth]`` section with ``redirect_uri`` and ``cookie_secret`` is in the files;
+    a weak ``cookie_secret`` is a :class:`ConfigError` (:func:`check_cookie_secret`)."""
     section: dict = {}
     for path in files if files is not None else secrets_files():
         if path.is_file():
             with open(path, "rb") as handle:
                 section.update(tomllib.load(handle).get("auth") or {})
-    return bool(section.get("redirect_uri")) and bool(section.get("cookie_secret"))
+    configured = bool(section.get("redirect_uri")) and bool(section.get("cookie_secret"))
+    if configured:
+        check_cookie_secret(section["cookie_secret"])
+    return configured
+
+
+def check_cookie_secret(secret: object) -> None:
+    """:class:`ConfigError` on ``[auth] cookie_secret`` unless it is a string of at least
+    :data:`MIN_SECRET_CHARS` characters and no documented placeholder (the message never shows it)."""
+    field = "[auth] cookie_secret"
+    how = 'python -c "import secrets; print(secrets.token_hex(32))"'
+    if not isinstance(secret, str):
+        raise ConfigError(field, f"a {type(secret).__name__}", f"must be a string (make one with {how})")
+    if secret.strip().lower() in PLACEHOLDER_SECRETS:
+        raise ConfigError(field, "the example of docs/SECURITY.md", "must be a secret of your own, not the "
+                                 f"documentation's placeholder (make one with {how})")
+    if len(secret) < MIN_SECRET_CHARS:
+        raise ConfigError(field, f"{len(secret)} characters", f"must be at least {MIN_SECRET_CHARS} characters, "
+                                 f"since it signs every session (make one with {how})")
 
 
 def admins() -> set[str]:

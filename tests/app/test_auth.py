@@ -8,6 +8,7 @@ from unittest import mock
 import pytest
 
 from app import auth
+from cbscore.errors import ConfigError
 
 LAUNCH = "FormSubmitter:launch-Launch study"
 
@@ -72,8 +73,36 @@ def test_auth_is_configured_by_an_auth_section_in_the_secrets(tmp_path, monkeypa
     assert auth.secrets_files() == [path.resolve()] and not auth.auth_configured()
     path.write_text('[other]\nx = 1\n')
     assert not auth.auth_configured()
-    path.write_text('[auth]\nredirect_uri = "http://lab/oauth2callback"\ncookie_secret = "s"\n')
+    path.write_text(f'[auth]\nredirect_uri = "http://lab/oauth2callback"\ncookie_secret = "{"s" * 32}"\n')
     assert auth.auth_configured()
+
+
+@pytest.mark.parametrize("secret, got", [("s3cret", "'6 characters'"), ("x" * 31, "'31 characters'"),
+                                         ("a long random string", "'the example of docs/SECURITY.md'")])
+def test_a_short_or_documented_cookie_secret_is_refused_naming_the_setting(secret, got, tmp_path, monkeypatch):
+    path = tmp_path / "secrets.toml"
+    path.write_text(f'[auth]\nredirect_uri = "http://lab/oauth2callback"\ncookie_secret = "{secret}"\n')
+    monkeypatch.setenv("CBS_WEB_SECRETS", str(path))
+    with pytest.raises(ConfigError) as err:
+        auth.auth_configured()
+    assert err.value.field == "[auth] cookie_secret" and str(err.value).endswith(f"but got {got}.")
+    assert secret not in str(err.value) or secret == "a long random string" and "docs/SECURITY.md" in str(err.value)
+
+
+def test_cbs_web_does_not_start_with_the_documented_cookie_secret(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    secrets_file = tmp_path / "secrets.toml"
+    secrets_file.write_text('[auth]\nredirect_uri = "http://127.0.0.1:9/oauth2callback"\n'
+                            'cookie_secret = "a long random string"\nclient_id = "cbs-lab"\n')
+    env = {**os.environ, "CBS_HOME": str(tmp_path / "home"), "CBS_WEB_SECRETS": str(secrets_file)}
+    out = subprocess.run([str(Path(sys.executable).parent / "cbs"), "web", "--port", "9"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "[auth] cookie_secret: must be a secret of your own, not the documentation's placeholder" in out.stderr
 
 
 def test_a_signed_in_user_who_is_no_admin_cannot_launch_past_the_limits(app_test, empty_env, monkeypatch):
