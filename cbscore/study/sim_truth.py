@@ -18,6 +18,7 @@ bias of the estimator is measured against the curve itself, not against the fitt
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 import os
@@ -55,8 +56,16 @@ class Truth(ABC):
         """``S(B)``: steps to the target at batch size ``batch_size`` (sequences)."""
 
     def cbs(self, b_ref: float, overhead: float) -> float:
-        """B* of the true curve by the paper's rule (:func:`rule_cbs`)."""
-        return rule_cbs(self.steps, b_ref, overhead)
+        """B* of the true curve by the paper's rule (:func:`rule_cbs`), computed once per (hashable) truth."""
+        if self.__hash__ is None:  # (a mutable subclass: no cache)
+            return rule_cbs(self.steps, b_ref, overhead)
+        return _truth_cbs(self, float(b_ref), float(overhead))
+
+
+@functools.lru_cache(maxsize=4096)
+def _truth_cbs(truth: Truth, b_ref: float, overhead: float) -> float:
+    """:func:`rule_cbs` of a (frozen, hashable) truth: every study of a simulation asks again."""
+    return rule_cbs(truth.steps, b_ref, overhead)
 
 
 def rule_cbs(steps, b_ref: float, overhead: float) -> float:
