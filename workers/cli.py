@@ -55,9 +55,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     simulate.add_argument("--truth", required=True, metavar="CURVES.csv|paper",
                           help="S(B) per setting: a cbs fit CSV, a setting,s_min,b_noise CSV, or 'paper' "
                                "(the paper's published laws, for the paper-* presets)")
-    simulate.add_argument("--truth-shape", default=None, metavar="penalty:P0[,GAMMA]",
+    simulate.add_argument("--truth-shape", default=None, metavar="penalty:P0[,GAMMA]|knee:GAMMA|BOTH+",
                           help="multiply every truth by a small-batch penalty 1 + p·max(0, log2(2·B_ref/B)), "
-                               "p = P0·(D/D0)^GAMMA with D0 the spec's smallest D (the lab's first-doubling shape)")
+                               "p = P0·(D/D0)^GAMMA with D0 the spec's smallest D (the lab's first-doubling shape); "
+                               "knee:GAMMA moves each truth to S(B/f), f = (D/D0)^GAMMA (B_noise ∝ D^GAMMA); "
+                               "join both with +")
     simulate.add_argument("--noise", default="0", metavar="SIGMA|lab",
                           help="log-normal noise σ on each trial's steps to target (default 0), or 'lab': the lab's "
                                "measured parts (seed-common 0.071, seed × batch size 0.033, per trial 0.029 in ln S; "

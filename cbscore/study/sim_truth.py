@@ -8,7 +8,8 @@ Three kinds of truth (each a :class:`Truth`):
 - :class:`TableTruth`, a measured steps table used as given: ``ln S`` interpolated linearly in
   ``ln B`` between its batch sizes and extrapolated with its end slopes, never refitted;
 - :class:`PenaltyTruth`, any truth times a small-batch penalty like the lab's own (issue 38: the
-  first doubling from ``B_ref`` steeper than ``S_min·(1 + B_noise/B)`` allows).
+  first doubling from ``B_ref`` steeper than ``S_min·(1 + B_noise/B)`` allows);
+- :class:`KneeShiftTruth`, any truth moved along ``ln B`` (a knee that moves with D).
 
 A truth's B* is the paper's rule applied to the true curve (:meth:`Truth.cbs`), so a structural
 bias of the estimator is measured against the curve itself, not against the fitted form.
@@ -168,29 +169,65 @@ class PenaltyTruth(Truth):
         return self.base.steps(batch_size) * (1.0 + self.penalty * max(0.0, math.log2(2.0 * self.b_ref / batch_size)))
 
 
-def parse_truth_shape(text: str) -> tuple[float, float]:
-    """``penalty:P0[,GAMMA]`` (``--truth-shape``) → ``(p0, gamma)``: the penalty ``p = p0·(D/D0)^gamma``
-    with ``D0`` the spec's smallest D (:func:`apply_truth_shape`)."""
-    m = re.fullmatch(r"\s*penalty\s*:\s*([^,\s]+)\s*(?:,\s*([^,\s]+)\s*)?", text or "")
-    try:
-        p0, gamma = float(m.group(1)), float(m.group(2) or 0.0)
-    except (AttributeError, ValueError):
-        raise ConfigError("--truth-shape", text, "must be penalty:P0 or penalty:P0,GAMMA (numbers)") from None
-    if not (math.isfinite(p0) and p0 >= 0 and math.isfinite(gamma)):
-        raise ConfigError("--truth-shape", text, "needs P0 ≥ 0 and a finite GAMMA")
-    return p0, gamma
+@dataclass(frozen=True, kw_only=True)
+class KneeShiftTruth(Truth):
+    """A base truth moved along ``ln B``: ``S(B) = S_base(B/f)``. Every batch size of its shape is
+    ``f`` times larger (for ``S_min·(1 + B_noise/B)``: ``B_noise·f``), so a factor that grows with D is
+    a knee that moves with D, the paper's finding (Zhang et al. 2025, §4: ``B* ∝ D^0.47``)."""
+
+    base: Truth
+    """The curve that is moved."""
+    factor: float
+    """``f``: how many times larger the knee's batch sizes are (dimensionless, > 0)."""
+
+    @property
+    def kind(self) -> str:
+        return f"{self.base.kind} with its knee moved ×(D/D0)^γ"
+
+    def steps(self, batch_size: float) -> float:
+        return self.base.steps(batch_size / self.factor)
+
+
+def parse_truth_shape(text: str) -> dict[str, tuple[float, float]]:
+    """``penalty:P0[,GAMMA]``, ``knee:GAMMA`` or both joined by ``+`` (``--truth-shape``) →
+    ``{"penalty": (P0, GAMMA), "knee": (1, GAMMA)}`` (:func:`apply_truth_shape`)."""
+    out: dict[str, tuple[float, float]] = {}
+    for part in (text or "").split("+"):
+        m = re.fullmatch(r"\s*(penalty|knee)\s*:\s*([^,\s]+)\s*(?:,\s*([^,\s]+)\s*)?", part)
+        try:
+            if m is None or m.group(1) in out or (m.group(1) == "knee" and m.group(3) is not None):
+                raise ValueError
+            a, b = float(m.group(2)), float(m.group(3) or 0.0)
+        except ValueError:
+            raise ConfigError("--truth-shape", text, "must be penalty:P0[,GAMMA], knee:GAMMA, or both joined "
+                                                     "by + (numbers)") from None
+        if m.group(1) == "knee":
+            a, b = 1.0, a
+        if not (math.isfinite(a) and a >= 0 and math.isfinite(b)):
+            raise ConfigError("--truth-shape", text, "needs P0 ≥ 0 and finite exponents")
+        out[m.group(1)] = (a, b)
+    return out
 
 
 def apply_truth_shape(truth: Mapping[str, Truth], spec: StudySpec, shape: str) -> dict[str, Truth]:
-    """Every setting's truth times the small-batch penalty of ``shape`` (``penalty:P0[,GAMMA]``): in a
-    setting of D tokens ``p = P0·(D/D0)^GAMMA``, D0 the smallest D of the spec, so a penalty that
-    grows with D (a first-doubling trend, not a moving knee) leaves every ``B_noise`` where it was."""
-    p0, gamma = parse_truth_shape(shape)
+    """Every setting's truth reshaped by ``shape`` (:func:`parse_truth_shape`), in a setting of D
+    tokens with D0 the smallest D of the spec: ``knee:GAMMA`` moves the curve to ``S(B/f)``,
+    ``f = (D/D0)^GAMMA`` (:class:`KneeShiftTruth`: B_noise ∝ D^GAMMA); then ``penalty:P0[,GAMMA]``
+    multiplies it by the small-batch penalty with ``p = P0·(D/D0)^GAMMA`` (:class:`PenaltyTruth`), so
+    a penalty that grows with D is a first-doubling trend that leaves the knee where it was."""
+    parts = parse_truth_shape(shape)
     settings = spec.resolve_settings()
     d0 = min(s.tokens for s in settings)
-    return {s.setting_id: PenaltyTruth(base=truth[s.setting_id], penalty=p0 * (s.tokens / d0) ** gamma,
-                                       b_ref=spec.b_ref)
-            for s in settings}
+    out: dict[str, Truth] = {}
+    for s in settings:
+        t = truth[s.setting_id]
+        if "knee" in parts:
+            t = KneeShiftTruth(base=t, factor=(s.tokens / d0) ** parts["knee"][1])
+        if "penalty" in parts:
+            p0, gamma = parts["penalty"]
+            t = PenaltyTruth(base=t, penalty=p0 * (s.tokens / d0) ** gamma, b_ref=spec.b_ref)
+        out[s.setting_id] = t
+    return out
 
 
 # ------------------------------------------------------------------------------------------ truth

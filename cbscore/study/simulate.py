@@ -27,16 +27,16 @@ from cbscore.study.planner import plan
 from cbscore.study.sim_outcomes import setting_outcomes
 from cbscore.study.sim_report import SimulationReport, StudyOutcome, format_report
 from cbscore.study.sim_trials import LAB_NOISE, SimConfig, SimRun, SimTrials, run_record
-from cbscore.study.sim_truth import (PAPER_CHINCHILLA_LAW, PAPER_FIXED_D_LAW, PAPER_FIXED_N_EXPONENT, PenaltyTruth,
-                                     TableTruth, Truth, TruthCurve, apply_truth_shape, paper_truth, read_truth,
-                                     write_truth_csv)
+from cbscore.study.sim_truth import (PAPER_CHINCHILLA_LAW, PAPER_FIXED_D_LAW, PAPER_FIXED_N_EXPONENT, KneeShiftTruth,
+                                     PenaltyTruth, TableTruth, Truth, TruthCurve, apply_truth_shape, paper_truth,
+                                     read_truth, write_truth_csv)
 from cbscore.study.spec import StudySpec
 from cbscore.study.trials import TrialRecord, TrialSpec
 
 # What importers read from here: the entry point, its config and report, and the truths.
-__all__ = ["LAB_NOISE", "PAPER_CHINCHILLA_LAW", "PAPER_FIXED_D_LAW", "PAPER_FIXED_N_EXPONENT", "PenaltyTruth",
-           "SimConfig", "SimulationReport", "TableTruth", "Truth", "TruthCurve", "apply_truth_shape", "format_report",
-           "paper_truth", "read_truth", "simulate", "simulate_once", "write_truth_csv"]
+__all__ = ["KneeShiftTruth", "LAB_NOISE", "PAPER_CHINCHILLA_LAW", "PAPER_FIXED_D_LAW", "PAPER_FIXED_N_EXPONENT",
+           "PenaltyTruth", "SimConfig", "SimulationReport", "TableTruth", "Truth", "TruthCurve", "apply_truth_shape",
+           "format_report", "paper_truth", "read_truth", "simulate", "simulate_once", "write_truth_csv"]
 
 
 #: With ``stop_far_rates`` or ``prune_at_equal_tokens``, the simulated runner looks at a trial every this many of its

@@ -98,7 +98,8 @@ def test_the_penalty_grows_with_d_as_asked_and_leaves_b_noise_alone():
     assert apply_truth_shape(base, spec, "penalty:0.3")[spec.resolve_settings()[-1].setting_id].penalty == 0.3
 
 
-@pytest.mark.parametrize("text", ["penalty", "penalty:-1", "penalty:a", "kink:0.2", "penalty:0.1,2,3", "penalty:inf"])
+@pytest.mark.parametrize("text", ["penalty", "penalty:-1", "penalty:a", "kink:0.2", "penalty:0.1,2,3", "penalty:inf",
+                                  "knee:0.3,1", "knee:0.1+knee:0.2", "penalty:0.1+"])
 def test_a_bad_truth_shape_is_refused_by_name(text):
     with pytest.raises(ConfigError, match=r"^--truth-shape: .*but got"):
         apply_truth_shape({}, two_seed_spec(), text)
@@ -267,3 +268,21 @@ def test_the_documented_simulate_lines_run_and_report_against_the_truth(argv, ca
         truth = apply_truth_shape(read_truth("docs/results/reproduce/steps.csv", spec), spec, "penalty:0.3,0.5")
         assert [s["cbs_truth"] for s in d["settings"]] == [truth[s["setting"]].cbs(4, 0.2) for s in d["settings"]]
         assert "η* ∝ B^0.5 to B = 16, then ∝ B^-0.3" == d["lr_law"]
+
+
+def test_a_knee_shape_moves_b_noise_with_d_and_the_penalty_leaves_it():
+    """``knee:0.3`` on one B_noise everywhere: B_noise ∝ D^0.3, so B* by the rule is the closed form
+    at B_noise·(D/D0)^0.3; ``+penalty`` on top changes only batch sizes below 2·B_ref."""
+    spec = load_preset("reproduce")
+    base = {s.setting_id: TruthCurve(s_min=1.0, b_noise=8.0) for s in spec.resolve_settings()}
+    d0 = min(s.tokens for s in spec.resolve_settings())
+    knee = apply_truth_shape(base, spec, "knee:0.3")
+    both = apply_truth_shape(base, spec, "penalty:0.4,0.5+knee:0.3")
+    for s in spec.resolve_settings():
+        f = (s.tokens / d0) ** 0.3
+        moved = TruthCurve(s_min=1.0, b_noise=8.0 * f)
+        assert knee[s.setting_id].cbs(4, 0.2) == pytest.approx(moved.cbs(4, 0.2), rel=1e-9)
+        for b in (2, 4, 8, 16, 32):
+            assert knee[s.setting_id].steps(b) == pytest.approx(moved.steps(b), rel=1e-12)
+        assert both[s.setting_id].steps(8) == pytest.approx(moved.steps(8), rel=1e-12)
+        assert both[s.setting_id].steps(4) == pytest.approx(moved.steps(4) * (1 + 0.4 * (s.tokens / d0) ** 0.5))
