@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from app.charts import PowerLaw, ScalingPoint, SettingCurve, StepsPoint
-from cbscore.analysis import PAPER_EXPONENT_CHINCHILLA, PAPER_EXPONENT_D, PAPER_EXPONENT_N, compare_with_paper
+from cbscore.analysis import PAPER_EXPONENT_CHINCHILLA, PAPER_EXPONENT_D, PAPER_EXPONENT_N
 from workers.infra.parse import as_float
 
 #: N on the scaling charts is in millions of non-embedding parameters (the paper's unit).
@@ -229,7 +229,7 @@ def law_rows(table) -> list[dict[str, Any]]:
 def paper_rows(table) -> list[dict[str, Any]]:
     """This study's exponents beside the paper's (Zhang et al. 2025, §4): D at fixed N, N at
     fixed D, and N with D ∝ N (Chinchilla, "N and D together")."""
-    comparison = compare_with_paper(table.scaling)
+    comparison = table.paper_comparison()
     rows = []
     for label, estimate, paper in (
         ("β: D at fixed N", comparison.exponent_d, PAPER_EXPONENT_D),
@@ -249,7 +249,7 @@ def paper_rows(table) -> list[dict[str, Any]]:
 def paper_verdict(table) -> tuple[str, str]:
     """``(verdict, sentence)``: whether this study supports "B* scales with D, not with N", by the
     rule of :func:`cbscore.analysis.scales_with_d_not_n`."""
-    comparison = compare_with_paper(table.scaling)
+    comparison = table.paper_comparison()
     return comparison.verdict, comparison.sentence
 
 

@@ -35,6 +35,15 @@ Across settings
     pooled across settings whose other variable differs; ``forecast(n_params, tokens)`` →
     ``Forecast``. ``compare_with_paper(laws)`` → ``PaperComparison`` (the paper's exponents and
     whether the study supports "B* scales with D, not with N", :func:`scales_with_d_not_n`).
+Seeds, noise and shape (issue 38; DESIGN.md §1, "Intervals" and "Shape before slope")
+    ``SeedTable.from_points(points)``: ``ln S`` per seed and batch size with the additive fit
+    ``μ_B + γ_s + ε`` (the bootstrap holds ``γ``, a seed's common shift, and redraws ``ε``);
+    ``doubling_ratios(table, b_ref)`` → ``DoublingRatio`` per doubling (seed-paired, with intervals);
+    ``lack_of_fit(table, residuals)`` → ``LackOfFit`` (F test of ``a + b/B`` against the noise);
+    ``TableAnalysis.shapes`` → ``LawShape`` per law (which doublings carry its trend);
+    ``noise_components(tables, rate_fits)`` → ``NoiseComponents`` (rate-level, seed × cell,
+    seed-common sd of ``ln S`` and the learning-rate curvature);
+    ``TableAnalysis.paper_comparison()``: the verdict with the shape checks.
 Noise-scale forecast
     ``forecast_setting(setting, b_simple=…, steps=…, b_run=…, target_step=…)`` → ``NoiseForecast``
     (``B̂``, ``Ŝ_min``, ``Ê_min`` and the forecast ``B*`` from one run's logged ``B_simple``);
@@ -56,6 +65,7 @@ from cbscore.analysis._csv import MAX_CSV_ROWS, check_csv_bounds, read_steps_csv
 from cbscore.analysis._forecast import Forecast
 from cbscore.analysis._interval import LEVEL, percentile_interval
 from cbscore.analysis._joint_law import JointPowerLawFit, fit_joint_power_law
+from cbscore.analysis._noise import NoiseComponents, noise_components
 from cbscore.analysis._noise_forecast import (
     Calibration,
     NoiseForecast,
@@ -78,6 +88,9 @@ from cbscore.analysis._paper import (
 from cbscore.analysis._points import (DEFAULT_ESTIMATOR, ESTIMATORS, MeasuredPoint, fit_window, measure_points,
                                      window_rates)
 from cbscore.analysis._power_law import PowerLawFit, fit_power_law
+from cbscore.analysis._seeds import SeedTable
+from cbscore.analysis._shape import (DoublingRatio, LackOfFit, LawShape, RatioTrend, doubling_pairs, doubling_ratios,
+                                     lack_of_fit, law_ratio_trends)
 from cbscore.analysis._projection import project_pruned, step_at_loss, steps_ratio
 from cbscore.analysis._rows import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, normalize_row
 from cbscore.analysis._scaling import ScalingLaws, fit_scaling_laws
@@ -89,6 +102,17 @@ from cbscore.analysis._target import EvalHistory, ReferenceTarget, reference_tar
 from cbscore.analysis._trial import OUTCOMES, TrialSteps, trial_steps
 
 __all__ = [
+    "DoublingRatio",
+    "LackOfFit",
+    "LawShape",
+    "NoiseComponents",
+    "RatioTrend",
+    "SeedTable",
+    "doubling_pairs",
+    "doubling_ratios",
+    "lack_of_fit",
+    "law_ratio_trends",
+    "noise_components",
     "Calibration",
     "project_pruned",
     "step_at_loss",

@@ -108,10 +108,10 @@ class BootstrapResult:
         """Percentile interval of ``B*`` at any ``r`` and ``B_ref``."""
         return percentile_interval(self.cbs_samples_at(overhead, b_ref), self.level, self.dof)
 
-    def cbs_empirical_ci(self, overhead: float | None = None, b_ref: float | None = None) -> tuple[float, float] | None:
-        """Percentile interval of the empirical ``B*`` (read off each resample's points, see
-        :func:`cbs_empirical`); a resample whose ``B*`` lies beyond the largest batch size counts
-        as ``inf``, one that cannot give any is dropped. ``None`` without stored samples."""
+    def cbs_empirical_samples(self, overhead: float | None = None, b_ref: float | None = None) -> np.ndarray | None:
+        """(R,) the empirical ``B*`` read off each resample's points (see :func:`cbs_empirical`):
+        ``inf`` where it lies beyond the largest batch size, ``nan`` where a resample cannot give
+        one. ``None`` without stored samples."""
         if self.log_s_samples is None:
             return None
         overhead = self.overhead if overhead is None else overhead
@@ -122,7 +122,12 @@ class BootstrapResult:
                 values[i] = cbs_empirical(self.batch_sizes, np.exp(log_s), b_ref, overhead)
             except FitError as exc:
                 values[i] = np.inf if "beyond" in str(exc) else np.nan
-        if np.isnan(values).all():
+        return _frozen(values)
+
+    def cbs_empirical_ci(self, overhead: float | None = None, b_ref: float | None = None) -> tuple[float, float] | None:
+        """Percentile interval of :meth:`cbs_empirical_samples` (those that cannot give one dropped)."""
+        values = self.cbs_empirical_samples(overhead, b_ref)
+        if values is None or np.isnan(values).all():
             return None
         return percentile_interval(values, self.level, self.dof)
 

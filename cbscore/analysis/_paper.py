@@ -8,6 +8,7 @@ fixed ``D`` (``B* ∝ N^0.087``); along the Chinchilla line ``D ∝ N`` it grows
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,8 @@ class PaperComparison:
     """:data:`SUPPORTED`, :data:`NOT_SUPPORTED` or :data:`INCONCLUSIVE`."""
     reason: str
     """One sentence: which condition held or failed."""
+    trend_note: str = ""
+    """Which doublings of the D law carry a trend (:meth:`LawShape.sentence`), when checked."""
 
     @property
     def sentence(self) -> str:
@@ -142,10 +145,7 @@ def _pick(laws, joint_value, joint_ci, joint_source, joint_samples=None) -> Expo
     """The law over the most settings that has an interval, else the joint law's exponent if it
     has one, else whichever estimate exists (shown, without an interval)."""
     candidates = [
-        ExponentEstimate(
-            value=law.exponent, ci=law.exponent_ci, samples=law.exponent_samples,
-            source=f"law in {law.variable.upper()} {_fixed_words(law)}, {len(law.x)} settings",
-        )
+        ExponentEstimate(value=law.exponent, ci=law.exponent_ci, samples=law.exponent_samples, source=law_source(law))
         for law in sorted(laws, key=lambda law: -len(law.x))
     ]
     if joint_value is not None:
@@ -153,6 +153,16 @@ def _pick(laws, joint_value, joint_ci, joint_source, joint_samples=None) -> Expo
                                            samples=joint_samples))
     with_ci = [c for c in candidates if _usable(c.ci) is not None]
     return (with_ci or candidates or [None])[0]
+
+
+def law_source(law) -> str:
+    """A one-variable law in words, as :class:`ExponentEstimate.source` and the shape checks name it."""
+    return f"law in {law.variable.upper()} {_fixed_words(law)}, {len(law.x)} settings"
+
+
+def joint_source(joint) -> str:
+    """The joint law in words."""
+    return f"joint law B* = c·N^α·D^β, {len(joint.cbs)} settings"
 
 
 def _fixed_words(law) -> str:
@@ -165,25 +175,86 @@ def _fixed_words(law) -> str:
     return ""
 
 
-def compare_with_paper(laws) -> PaperComparison:
+def compare_with_paper(laws, *, without_ref=None, shapes: Sequence = ()) -> PaperComparison:
     """This study's exponents (from a :class:`ScalingLaws`) beside the paper's, with the verdict
-    of :func:`scales_with_d_not_n` read off the two exponents' paired draws."""
+    of :func:`scales_with_d_not_n` read off the two exponents' paired draws.
+
+    With ``without_ref`` (the laws of ``B*`` fitted without the reference point) and ``shapes``
+    (:class:`cbscore.analysis.LawShape` of each law; :meth:`TableAnalysis.paper_comparison` passes
+    both), "supported" also needs (DESIGN.md §1, "Shape before slope"): the D-exponent without the
+    reference point above 0 at 97.5%, and the D-slope of the doubling ratios beyond the first
+    doubling from ``B_ref``, pooled, above 0 at 97.5%. A trend carried by the first doubling alone
+    is a small-batch effect and is named as one; later doublings that fall with ``D`` make it
+    "not supported".
+    """
     joint = laws.joint
-    joint_source = f"joint law B* = c·N^α·D^β, {len(joint.cbs)} settings" if joint is not None else ""
+    joint_src = joint_source(joint) if joint is not None else ""
     joint_d = joint_n = None
     if joint is not None and joint.samples is not None:
         joint_n, joint_d = joint.samples[:, 1], joint.samples[:, 2]
-    exponent_d = _pick(laws.d_laws, joint and joint.exponent_d, joint and joint.exponent_d_ci, joint_source,
-                       joint_d)
-    exponent_n = _pick(laws.n_laws, joint and joint.exponent_n, joint and joint.exponent_n_ci, joint_source,
-                       joint_n)
+    exponent_d = _pick(laws.d_laws, joint and joint.exponent_d, joint and joint.exponent_d_ci, joint_src, joint_d)
+    exponent_n = _pick(laws.n_laws, joint and joint.exponent_n, joint and joint.exponent_n_ci, joint_src, joint_n)
     chinchilla = _pick(laws.chinchilla, None, None, "")
     usable = [e.samples if e is not None and _usable(e.ci) is not None else None for e in (exponent_d, exponent_n)]
     verdict, reason = scales_with_d_not_n(*usable)
+    shape = None
+    if exponent_d is not None:
+        shape = next((s for s in shapes if s.variable == "d" and s.source == exponent_d.source), None)
+    trend_note = "" if shape is None else shape.sentence()
+    if verdict == SUPPORTED and (without_ref is not None or shapes):
+        verdict, reason = _shape_verdict(reason, without_ref, shape)
+    elif shape is not None and shape.first is not None and shape.first.positive and not (
+            shape.beyond is not None and shape.beyond.positive):
+        reason += ("; the D-trend that the doubling ratios show is carried by the first doubling from B_ref "
+                   "alone (a small-batch effect, not a moving critical batch size)")
     return PaperComparison(
         exponent_d=exponent_d,
         exponent_n=exponent_n,
         exponent_chinchilla=chinchilla,
         verdict=verdict,
         reason=reason,
+        trend_note=trend_note,
+    )
+
+
+def _shape_verdict(reason: str, without_ref, shape) -> tuple[str, str]:
+    """The "supported" of the exponents, checked against the shape of ``S(B)``."""
+    if shape is None or shape.beyond is None:
+        return INCONCLUSIVE, (
+            f"{reason}; but whether the trend holds beyond the first doubling from B_ref cannot be checked "
+            "(it needs the doubling ratios of a law in D beyond B = 2·B_ref, seed-paired)"
+        )
+    beyond = shape.beyond
+    first = shape.first
+    first_words = ("" if first is None else
+                   f" while the first doubling's moves by {first.slope:+.3f} [{first.ci[0]:+.3f}, {first.ci[1]:+.3f}]")
+    if beyond.negative:
+        return NOT_SUPPORTED, (
+            f"{reason}; but the doublings beyond the first from B_ref fall with D (pooled slope of ln S(B)/S(2B) "
+            f"{beyond.slope:+.3f} [{beyond.ci[0]:+.3f}, {beyond.ci[1]:+.3f}] per e-fold of D){first_words}: the "
+            "knee does not move with D"
+        )
+    if not beyond.positive:
+        effect = (" The trend is carried by the first doubling from B_ref alone: a small-batch effect, not a "
+                  "moving critical batch size" if first is not None and first.positive else "")
+        return INCONCLUSIVE, (
+            f"{reason}; but beyond the first doubling from B_ref the ratios S(B)/S(2B) do not grow with D (pooled "
+            f"slope {beyond.slope:+.3f} [{beyond.ci[0]:+.3f}, {beyond.ci[1]:+.3f}] per e-fold of D){first_words}."
+            f"{effect}"
+        ).rstrip(".")
+    wo_d = None
+    if without_ref is not None:
+        picked = compare_with_paper(without_ref)
+        wo_d = picked.exponent_d
+    wo_ci = None if wo_d is None else _usable(wo_d.ci)
+    if wo_ci is None:
+        return INCONCLUSIVE, f"{reason}; but without the reference point there is no interval for the D-exponent"
+    if wo_ci[0] <= 0:
+        return INCONCLUSIVE, (
+            f"{reason}; but without the reference point the D-exponent's interval {_fmt(wo_ci)} includes 0"
+        )
+    return SUPPORTED, (
+        f"{reason}; the trend holds without the reference point (D-exponent {_fmt(wo_ci)}) and beyond the first "
+        f"doubling from B_ref (pooled slope of ln S(B)/S(2B) {beyond.slope:+.3f} [{beyond.ci[0]:+.3f}, "
+        f"{beyond.ci[1]:+.3f}] per e-fold of D)"
     )

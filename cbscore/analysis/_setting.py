@@ -11,7 +11,9 @@ import numpy as np
 
 from cbscore.analysis._bootstrap import BootstrapResult, bootstrap_steps_fit
 from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, cbs_empirical, check_cbs_settings
-from cbscore.analysis._points import DEFAULT_ESTIMATOR, MeasuredPoint, measure_points
+from cbscore.analysis._points import DEFAULT_ESTIMATOR, MeasuredPoint, RateFit, measure_points, rate_fit
+from cbscore.analysis._seeds import SeedTable
+from cbscore.analysis._shape import DoublingRatio, LackOfFit, doubling_ratios, lack_of_fit
 from cbscore.analysis._sensitivity import SENSITIVITY_OVERHEADS, SensitivityRow, sensitivity_table
 from cbscore.analysis._steps_fit import MIN_BATCH_SIZES, StepsFit, fit_steps
 from cbscore.analysis._target import EvalHistory, ReferenceTarget, reference_target, retarget, target_draws
@@ -77,6 +79,16 @@ class SettingAnalysis:
     lr_edge_batch_sizes: tuple[int, ...] = ()
     """Batch sizes whose best learning rate sits at an edge of the grid (the optimum may lie
     beyond it), ascending."""
+    bootstrap_without_ref: BootstrapResult | None = None
+    """The bootstrap of :attr:`fit_without_ref` (its draws feed the laws without the reference point)."""
+    seed_table: SeedTable | None = None
+    """``ln S`` per seed and batch size with its two-way fit (seed-common shift, seed × cell noise)."""
+    doublings: tuple[DoublingRatio, ...] = ()
+    """Seed-paired ``S(B)/S(2B)`` of every doubling measured (DESIGN.md §1, "Shape before slope")."""
+    lack_of_fit: LackOfFit | None = None
+    """F test of ``S_min(1 + B_noise/B)`` against the seed × cell noise; ``None`` with one seed."""
+    rate_fit: RateFit | None = None
+    """The shared learning-rate curvature and the rate-level residuals about it."""
 
     @property
     def measured(self) -> tuple[MeasuredPoint, ...]:
@@ -165,6 +177,18 @@ class SettingAnalysis:
             },
             "target_redrawn": bool(self.bootstrap is not None and self.bootstrap.target_redrawn),
             "lr_at_edge": [int(b) for b in self.lr_edge_batch_sizes],
+            "interval_dof": None if self.bootstrap is None else int(self.bootstrap.dof),
+            "n_seeds": 0 if self.seed_table is None else self.seed_table.n_seeds,
+            "doublings": [
+                {"batch_size": d.batch_size, "batch_size_doubled": d.batch_size_doubled, "place": d.place,
+                 "ratio": json_number(d.ratio), "ratio_ci": _ci(None if d.ci is None else tuple(math.exp(v) for v in d.ci)),
+                 "above_two": d.above_two, "seeds": len(d.seeds)}
+                for d in self.doublings
+            ],
+            "lack_of_fit": None if self.lack_of_fit is None else {
+                "f": json_number(self.lack_of_fit.f), "dof": [self.lack_of_fit.dof_fit, self.lack_of_fit.dof_noise],
+                "p_value": json_number(self.lack_of_fit.p_value),
+            },
         }
 
 
@@ -225,6 +249,7 @@ def analyze_setting(
     check_cbs_settings(overhead, b_ref)
     prefix = f"setting {setting!r}: "
     errors: list[str] = []
+    trials = list(trials)
     points = measure_points(trials, estimator=estimator)
     for p in points:
         if p.steps is None:
@@ -253,6 +278,15 @@ def analyze_setting(
             f"{', '.join(str(b) for b in edges)}: the optimum may lie beyond it, and S(B) is too high there"
         )
     measured = [p for p in points if p.steps is not None]
+    table = SeedTable.from_points(points) if measured else None
+    doublings = doubling_ratios(table, b_ref) if table is not None else ()
+    for d in doublings:
+        if d.ci is not None and d.ci[0] > math.log(2.0):
+            errors.append(
+                f"{prefix}S({d.batch_size})/S({d.batch_size_doubled}) = {d.ratio:.3g} [{math.exp(d.ci[0]):.3g}, "
+                f"{math.exp(d.ci[1]):.3g}]: steps more than halve when the batch doubles, which S_min(1 + B_noise/B) "
+                "cannot do (its ratio lies below 2)"
+            )
     without = [p for p in measured if p.batch_size != b_ref]
     fit_wo = boot_wo = cbs_wo = None
     empirical_ci = None
@@ -272,8 +306,16 @@ def analyze_setting(
             f"{', '.join(str(b) for b, _ in bounds)}; the fit is the censored likelihood's (the bootstrap "
             "resamples the measured points only)"
         )
+    lof = None
     if fit is not None:
         cbs = fit.cbs(overhead, b_ref)
+        lof = lack_of_fit(table, fit.residuals) if table is not None else None
+        if lof is not None and lof.rejected:
+            errors.append(
+                f"{prefix}S_min(1 + B_noise/B) misses the points by more than the seeds' noise (lack-of-fit "
+                f"F = {lof.f:.3g} on {lof.dof_fit} and {lof.dof_noise} dof, p = {lof.p_value:.2g}): read B* with the "
+                "doubling ratios beside it"
+            )
         try:
             empirical = cbs_empirical(fit.batch_sizes, fit.steps, b_ref, overhead)
         except FitError as exc:
@@ -334,6 +376,11 @@ def analyze_setting(
         cbs_empirical=empirical,
         cbs_free=cbs_free,
         bootstrap=boot,
+        bootstrap_without_ref=boot_wo,
+        seed_table=table,
+        doublings=doublings,
+        lack_of_fit=lof,
+        rate_fit=rate_fit(trials) if estimator == "fit" else None,
         sensitivity=sensitivity,
         errors=tuple(errors),
         skipped=skipped,

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, check_cbs_settings
 from cbscore.analysis._joint_law import JointPowerLawFit
+from cbscore.analysis._noise import NoiseComponents, noise_components
+from cbscore.analysis._paper import PaperComparison, compare_with_paper, joint_source, law_source
 from cbscore.analysis._points import DEFAULT_ESTIMATOR
 from cbscore.analysis._power_law import PowerLawFit
 from cbscore.analysis._rows import normalize_row
 from cbscore.analysis._scaling import ScalingLaws, fit_scaling_laws
 from cbscore.analysis._setting import SettingAnalysis, analyze_setting, json_number
+from cbscore.analysis._shape import LawShape, law_ratio_trends
 from cbscore.analysis._target import EvalHistory
 from cbscore.analysis._trial import REACHED, TrialSteps
 from cbscore.errors import ConfigError, DataError
@@ -45,6 +49,20 @@ class TableAnalysis:
     """Resamples per setting (0: no intervals)."""
     seed: int
     """Seed of every bootstrap."""
+    noise: NoiseComponents | None = None
+    """The study's noise of ``ln S`` by source (rate-level, seed × cell, seed-common) and its
+    learning-rate curvature."""
+    shapes: tuple[LawShape, ...] = ()
+    """Per law (and the joint law, per variable), which doublings of ``B`` carry its trend."""
+    scaling_without_ref: ScalingLaws | None = None
+    """The laws of ``B*`` fitted without the reference point ``B_ref``."""
+    scaling_empirical: ScalingLaws | None = None
+    """The laws of the empirical ``B*`` (the paper's rule read off the points)."""
+
+    def paper_comparison(self) -> PaperComparison:
+        """The exponents beside the paper's and the verdict, with the shape checks
+        (:func:`compare_with_paper` with the laws without ``B_ref`` and :attr:`shapes`)."""
+        return compare_with_paper(self.scaling, without_ref=self.scaling_without_ref, shapes=self.shapes)
 
     def setting(self, name: str) -> SettingAnalysis:
         """The analysis of the setting called ``name`` (``KeyError`` if absent)."""
@@ -71,8 +89,36 @@ class TableAnalysis:
                 "chinchilla": [_law_json(law) for law in scaling.chinchilla],
                 "joint": _joint_json(scaling.joint),
             },
+            "scaling_without_ref": _laws_json(self.scaling_without_ref),
+            "scaling_empirical": _laws_json(self.scaling_empirical),
+            "noise": None if self.noise is None else self.noise.to_json_dict(),
+            "shape": [_shape_json(shape) for shape in self.shapes],
+            "verdict": _verdict_json(self.paper_comparison()),
             "errors": list(self.errors),
         }
+
+
+def _laws_json(laws: ScalingLaws | None) -> dict | None:
+    if laws is None:
+        return None
+    return {"n": [_law_json(law) for law in laws.n_laws], "d": [_law_json(law) for law in laws.d_laws],
+            "chinchilla": [_law_json(law) for law in laws.chinchilla], "joint": _joint_json(laws.joint)}
+
+
+def _trend_json(t) -> dict | None:
+    if t is None:
+        return None
+    return {"doublings": [list(p) for p in t.doublings], "place": t.place, "slope": json_number(t.slope),
+            "slope_ci": _ci_json(t.ci), "dof": t.dof, "settings": t.n_settings}
+
+
+def _shape_json(shape: LawShape) -> dict:
+    return {"variable": shape.variable, "law": shape.source, "settings": list(shape.settings),
+            "trends": [_trend_json(t) for t in shape.trends], "beyond_first": _trend_json(shape.beyond)}
+
+
+def _verdict_json(c: PaperComparison) -> dict:
+    return {"verdict": c.verdict, "sentence": c.sentence, "trend": c.trend_note}
 
 
 def _ci_json(ci: tuple[float, float] | None) -> list | None:
@@ -213,6 +259,21 @@ def analyze_table(
         n_draws=bootstrap or 1000,
         seed=seed,
     )
+    without = [s for s in settings if s.cbs_without_ref is not None]
+    scaling_wo = fit_scaling_laws(
+        [s.setting for s in without], [s.n_params for s in without], [s.tokens for s in without],
+        [s.cbs_without_ref for s in without],
+        [s.bootstrap_without_ref.cbs_samples for s in without] if bootstrap and all(
+            s.bootstrap_without_ref is not None for s in without) else None,
+        n_draws=bootstrap or 1000, seed=seed,
+    ) if without else None
+    empirical = [s for s in settings if s.cbs_empirical is not None]
+    scaling_emp = fit_scaling_laws(
+        [s.setting for s in empirical], [s.n_params for s in empirical], [s.tokens for s in empirical],
+        [s.cbs_empirical for s in empirical],
+        [s.bootstrap.cbs_empirical_samples() for s in empirical] if bootstrap else None,
+        n_draws=bootstrap or 1000, seed=seed,
+    ) if empirical else None
     errors = [e for s in settings for e in s.errors] + list(scaling.errors)
     if bootstrap and histories is None:
         errors.append(FIXED_TARGET_NOTE)
@@ -225,4 +286,35 @@ def analyze_table(
         free_alpha=bool(free_alpha),
         bootstrap=bootstrap,
         seed=seed,
+        noise=noise_components([s.seed_table for s in settings if s.seed_table is not None],
+                               [s.rate_fit for s in settings if s.rate_fit is not None]),
+        shapes=law_shapes(settings, scaling, b_ref),
+        scaling_without_ref=scaling_wo,
+        scaling_empirical=scaling_emp,
     )
+
+
+def law_shapes(settings: Sequence[SettingAnalysis], scaling: ScalingLaws, b_ref: float) -> tuple[LawShape, ...]:
+    """Which doublings carry each law's trend (:func:`cbscore.analysis._shape.law_ratio_trends`):
+    every one-variable law over its own settings, and the joint law in ``D`` holding ``ln N`` (and in
+    ``N`` holding ``ln D``) as a covariate."""
+    by_name = {s.setting: s for s in settings}
+    out = []
+    for law in scaling.laws:
+        group = [by_name[n] for n in law.settings if n in by_name]
+        key = "tokens" if law.variable == "d" else "n_params"
+        rows = [(getattr(s, key), s.doublings) for s in group if getattr(s, key)]
+        trends, beyond = law_ratio_trends(rows, b_ref)
+        if trends:
+            out.append(LawShape(variable=law.variable, source=law_source(law), settings=tuple(law.settings),
+                                trends=trends, beyond=beyond))
+    joint = scaling.joint
+    if joint is not None:
+        group = [by_name[n] for n in joint.settings if n in by_name]
+        for variable, key, other in (("d", "tokens", "n_params"), ("n", "n_params", "tokens")):
+            rows = [(getattr(s, key), s.doublings, (math.log(getattr(s, other)),)) for s in group]
+            trends, beyond = law_ratio_trends(rows, b_ref)
+            if trends:
+                out.append(LawShape(variable=variable, source=joint_source(joint), settings=tuple(joint.settings),
+                                    trends=trends, beyond=beyond))
+    return tuple(out)

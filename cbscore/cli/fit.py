@@ -138,6 +138,44 @@ def _law_lines(law, form: str, sym: str) -> list[str]:
     ]
 
 
+def _shape_lines(s) -> list[str]:
+    """A setting's seeds, its interval's degrees of freedom, doubling ratios and lack-of-fit test."""
+    out = []
+    if s.seed_table is not None and s.bootstrap is not None:
+        how = (f"{s.seed_table.n_seeds} seeds as clusters: the interval rests on the seed × cell noise with "
+               f"{s.bootstrap.dof} dof" if s.bootstrap.methods and s.bootstrap.methods[0] == "seeds" else
+               f"one seed: the interval rests on the fit's residuals with {s.bootstrap.dof} dof (noise and misfit mixed)")
+        out.append(f"  {how}")
+    if s.doublings:
+        cells = []
+        for d in s.doublings:
+            ci = "" if d.ci is None else f" [{math.exp(d.ci[0]):.3f}, {math.exp(d.ci[1]):.3f}]"
+            flag = "  > 2: impossible for a + b/B" if d.above_two else ""
+            cells.append(f"S({d.batch_size})/S({d.batch_size_doubled}) = {d.ratio:.3f}{ci}{flag}")
+        out.append("  doubling ratios (seed-paired): " + "; ".join(cells))
+    if s.lack_of_fit is not None:
+        lof = s.lack_of_fit
+        verdict = "rejected" if lof.rejected else "not rejected"
+        out.append(f"  lack of fit of S_min(1 + B_noise/B): F = {lof.f:.3g} on ({lof.dof_fit}, {lof.dof_noise}) dof, "
+                   f"p = {lof.p_value:.2g} ({verdict} at 5%)")
+    return out
+
+
+def _noise_lines(noise) -> list[str]:
+    """The study's noise of ln S by source."""
+    if noise is None or (noise.seed_cell_sd is None and noise.rate_sd is None):
+        return []
+    sd = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+    out = ["", "noise of ln S (sd, pooled over settings; the simulator's --noise lab draws these)"]
+    out.append(f"  rate-level {sd(noise.rate_sd)} ({noise.rate_dof} dof)   seed × cell {sd(noise.seed_cell_sd)} "
+               f"({noise.seed_cell_dof} dof)   seed-common {sd(noise.seed_common_sd)} ({noise.seed_common_dof} dof, "
+               f"{noise.n_settings} settings)")
+    if noise.curvature is not None:
+        out.append(f"  learning-rate curvature k of log S = … + k·ln²(η/η*): median {noise.curvature:.3f} "
+                   f"(per setting {', '.join(f'{k:.3f}' for k in noise.curvatures)})")
+    return out
+
+
 def format_analysis(analysis) -> str:
     """Readable tables: per setting its points, fit, B* and sensitivity; then the scaling laws."""
     level = "95%"
@@ -173,6 +211,7 @@ def format_analysis(analysis) -> str:
                     f"  without the reference point B_ref = {b_ref:g}: B_noise = {_g(s.b_noise_without_ref)}"
                     f"{_ci(s.b_noise_without_ref_ci)}   B* = {_g(s.cbs_without_ref)}{_ci(s.cbs_without_ref_ci)}"
                 )
+            out += _shape_lines(s)
             if s.fit_free is not None:
                 f = s.fit_free
                 out.append(
@@ -219,9 +258,25 @@ def format_analysis(analysis) -> str:
             f"      c = {_g(j.coef)} (N in parameters, D in tokens); "
             f"c = {_g(j.coef_paper_units)}{_ci(j.coef_paper_units_ci)} (N in millions, D in billions)"
         )
-    from cbscore.analysis import PAPER_EXPONENT_CHINCHILLA, PAPER_EXPONENT_D, PAPER_EXPONENT_N, compare_with_paper
+    for title, other in (("without the reference point", analysis.scaling_without_ref),
+                         ("of the empirical B* (the paper's rule read off the points)", analysis.scaling_empirical)):
+        if other is None:
+            continue
+        out.append(f"  laws {title}:")
+        for law in other.laws:
+            out.append(f"    {law.variable.upper()}-exponent {law.exponent:.3f}{_ci(law.exponent_ci, 3)} "
+                       f"({len(law.x)} settings: {', '.join(law.settings)})")
+        if other.joint is not None:
+            out.append(f"    joint: N-exponent {other.joint.exponent_n:.3f}{_ci(other.joint.exponent_n_ci, 3)}, "
+                       f"D-exponent {other.joint.exponent_d:.3f}{_ci(other.joint.exponent_d_ci, 3)}")
+    out += _noise_lines(analysis.noise)
+    if analysis.shapes:
+        out += ["", "which doublings carry each law's trend (slope of ln S(B)/S(2B), seed-paired, seed fixed effect; "
+                "↑/↓: 95% interval above/below 0)"]
+        out += [f"  {shape.sentence()}" for shape in analysis.shapes]
+    from cbscore.analysis import PAPER_EXPONENT_CHINCHILLA, PAPER_EXPONENT_D, PAPER_EXPONENT_N
 
-    comparison = compare_with_paper(laws)
+    comparison = analysis.paper_comparison()
     out.append("")
     out.append("compared with Zhang et al. 2025 (exponent: this study [95%] / paper)")
     for label, estimate, paper in (

@@ -8,8 +8,12 @@ SETTING_KEYS = [
     "setting", "n_params", "tokens", "batch_sizes", "steps", "steps_min", "estimators", "lr_best", "s_min",
     "b_noise", "cbs",
     "cbs_ci", "cbs_empirical", "r2", "lower_bounds", "skipped", "b_noise_ci", "cbs_empirical_ci",
-    "without_ref", "target_redrawn", "lr_at_edge",
+    "without_ref", "target_redrawn", "lr_at_edge", "interval_dof", "n_seeds", "doublings", "lack_of_fit",
 ]
+DOUBLING_KEYS = ["batch_size", "batch_size_doubled", "place", "ratio", "ratio_ci", "above_two", "seeds"]
+NOISE_KEYS = ["rate_sd", "rate_dof", "seed_cell_sd", "seed_cell_dof", "seed_common_sd", "seed_common_dof",
+              "lr_curvature", "lr_curvatures", "n_settings"]
+TREND_KEYS = ["doublings", "place", "slope", "slope_ci", "dof", "settings"]
 WITHOUT_REF_KEYS = ["b_noise", "b_noise_ci", "cbs", "cbs_ci"]
 LAW_KEYS = [
     "variable", "fixed", "settings", "coef", "coef_ci", "coefficient_paper_units",
@@ -38,9 +42,29 @@ def _pair(value, path):
         _number(v, f"{path}[{i}]")
 
 
+def _trend(t, path):
+    if t is None:
+        return
+    assert list(t) == TREND_KEYS, f"{path}: {list(t)}"
+    assert t["place"] in ("below", "first", "beyond"), f"{path}.place"
+    _number(t["slope"], f"{path}.slope", nullable=False)
+    _pair(t["slope_ci"], f"{path}.slope_ci")
+    assert isinstance(t["dof"], int) and t["dof"] >= 1, f"{path}.dof"
+
+
 def check_fit_json(obj: dict) -> None:
     """Raise AssertionError naming the first path that breaks the schema."""
-    assert list(obj) == ["settings", "scaling", "errors"], list(obj)
+    assert list(obj) == ["settings", "scaling", "scaling_without_ref", "scaling_empirical", "noise", "shape",
+                         "verdict", "errors"], list(obj)
+    noise = obj["noise"]
+    assert noise is None or list(noise) == NOISE_KEYS, f"noise: {noise}"
+    for i, shape in enumerate(obj["shape"]):
+        assert list(shape) == ["variable", "law", "settings", "trends", "beyond_first"], f"shape[{i}]"
+        for j, t in enumerate(shape["trends"]):
+            _trend(t, f"shape[{i}].trends[{j}]")
+        _trend(shape["beyond_first"], f"shape[{i}].beyond_first")
+    assert list(obj["verdict"]) == ["verdict", "sentence", "trend"], obj["verdict"]
+    assert obj["verdict"]["verdict"] in ("supported", "not supported", "inconclusive"), obj["verdict"]
     assert isinstance(obj["settings"], list)
     for i, s in enumerate(obj["settings"]):
         path = f"settings[{i}]"
@@ -75,6 +99,15 @@ def check_fit_json(obj: dict) -> None:
             _pair(s["without_ref"][key], f"{path}.without_ref.{key}")
         assert isinstance(s["target_redrawn"], bool), f"{path}.target_redrawn"
         assert isinstance(s["lr_at_edge"], list) and all(isinstance(b, int) for b in s["lr_at_edge"])
+        assert s["interval_dof"] is None or isinstance(s["interval_dof"], int), f"{path}.interval_dof"
+        assert isinstance(s["n_seeds"], int), f"{path}.n_seeds"
+        for j, d in enumerate(s["doublings"]):
+            assert list(d) == DOUBLING_KEYS, f"{path}.doublings[{j}]: {list(d)}"
+            _number(d["ratio"], f"{path}.doublings[{j}].ratio", nullable=False)
+            _pair(d["ratio_ci"], f"{path}.doublings[{j}].ratio_ci")
+            assert isinstance(d["above_two"], bool)
+        lof = s["lack_of_fit"]
+        assert lof is None or list(lof) == ["f", "dof", "p_value"], f"{path}.lack_of_fit"
     scaling = obj["scaling"]
     assert list(scaling) == ["n", "d", "chinchilla", "joint"], list(scaling)
     for key, (variable, fixed) in LAW_GROUPS.items():

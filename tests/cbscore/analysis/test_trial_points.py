@@ -33,7 +33,7 @@ def test_min_over_reached_trials_and_outcomes_are_counted_not_entered():
     p64, p128, p512 = measure_points(trials)
     assert p64 == MeasuredPoint(
         batch_size=64, steps=1500.0, trial_steps=(1500.0,), n_trials=3, n_censored=1,
-        n_diverged=0, n_other=1, steps_min=1500.0,
+        n_diverged=0, n_other=1, steps_min=1500.0, seed_cells=((None, 1500.0),),
     )
     assert (p128.steps, p128.trial_steps, p128.n_diverged, p128.n_reached) == (700.0, (700.0, 900.0), 1, 2)
     assert p512.steps is None and p512.n_censored == 1 and p512.n_reached == 0
