@@ -14,6 +14,7 @@ from typing import Iterator
 
 import streamlit as st
 
+from cbscore.credentials import masked
 from cbscore.errors import CbsError, ConfigError, shown
 
 log = logging.getLogger("cbslab.app")
@@ -28,7 +29,12 @@ class Unavailable(Exception):
 
 
 def explain(exc: BaseException) -> str:
-    """A one-paragraph message for ``exc`` that says what went wrong and what to do."""
+    """A one-paragraph message for ``exc`` that says what went wrong and what to do, with the
+    password of any URL in it masked (:func:`cbscore.credentials.masked`)."""
+    return masked(_explain(exc))
+
+
+def _explain(exc: BaseException) -> str:
     if isinstance(exc, (Nothing, Unavailable)):
         return str(exc)
     if isinstance(exc, ConfigError):
@@ -47,9 +53,9 @@ def explain(exc: BaseException) -> str:
 def show(exc: BaseException) -> None:
     """Show ``exc`` as a message: info for :class:`Nothing`, an error otherwise."""
     if isinstance(exc, Nothing):
-        st.info(str(exc), icon=":material/info:")
+        st.info(explain(exc), icon=":material/info:")
     elif isinstance(exc, Unavailable):
-        st.warning(str(exc), icon=":material/cloud_off:")
+        st.warning(explain(exc), icon=":material/cloud_off:")
     else:
         st.error(explain(exc), icon=":material/error:")
 

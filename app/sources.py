@@ -16,6 +16,7 @@ from typing import Any, Callable
 import streamlit as st
 
 from app.failures import Unavailable
+from cbscore.credentials import masked_url
 from cbscore.errors import CbsError
 
 # A page fails fast when a tracking server is down, instead of retrying for a minute (these are
@@ -79,7 +80,7 @@ def call(name: str, *args: Any, **kwargs: Any) -> Any:
         raise
     except Exception as exc:
         if _unreachable(exc):
-            raise Unavailable(f"The tracking store is unreachable at `{tracking_uri()}` — start it with "
+            raise Unavailable(f"The tracking store is unreachable at `{masked_url(tracking_uri())}` — start it with "
                               "`cbs tracking` (or everything with `cbs up`), then reload.") from exc
         raise
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from cbscore import paths
+from cbscore.credentials import masked, masked_url
 from cbscore.errors import ConfigError
 
 
@@ -150,7 +151,9 @@ def tracking_argv(host: str, port: int, workers: int, *, auth: bool = False) -> 
                           "cbs tracking serves a database store (sqlite:// or postgresql://)")
     artifacts = s.artifact_root or str(MLFLOW_DIR / "store" / "artifacts")
     mlflow = os.path.join(os.path.dirname(sys.executable), "mlflow")
-    return [mlflow, "server", "--backend-store-uri", s.tracking_uri, "--artifacts-destination", artifacts,
+    # The store's URL (its password with it) goes to MLflow in MLFLOW_BACKEND_STORE_URI (run_tracking),
+    # never on the command line, where `ps` shows it to every user of the host.
+    return [mlflow, "server", "--artifacts-destination", artifacts,
             "--host", host, "--port", str(port), "--workers", str(workers),
             *(["--app-name", "basic-auth"] if auth else [])]
 
@@ -166,10 +169,11 @@ def run_tracking(args: argparse.Namespace) -> int:
         os.environ["MLFLOW_AUTH_ADMIN_PASSWORD"] = os.environ["MLFLOW_TRACKING_PASSWORD"]
         os.environ.setdefault("MLFLOW_FLASK_SERVER_SECRET_KEY", (paths.subdir("mlflow-auth") / "flask-secret").read_text())
     uri = WorkerSettings.from_env().tracking_uri
-    wait_out(lambda: prepare_store(uri), what="cbs tracking", log=lambda m: print(m, flush=True))
+    wait_out(lambda: prepare_store(uri), what="cbs tracking", log=lambda m: print(masked(m), flush=True))
+    os.environ["MLFLOW_BACKEND_STORE_URI"] = uri
     os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    print(f"cbs tracking: MLflow UI at http://{args.host}:{args.port} (store {argv[3]})", flush=True)
+    print(f"cbs tracking: MLflow UI at http://{args.host}:{args.port} (store {masked_url(uri)})", flush=True)
     os.execv(argv[0], argv)
     return 0  # not reached
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cbscore.errors import shown
 from tests.app.conftest import STUDY
+from tests.workers.conftest import mlflow_template, mlflow_uri, worker_env  # noqa: F401
 
 SECRET = "gho_" + "s3cr3t" * 6
 
@@ -62,3 +63,45 @@ def test_a_signed_in_claim_of_local_is_neither_the_local_user_nor_an_admin(app_t
     assert len(errors) == 1 and errors[0].startswith("Only the owner of this study (")
     assert errors[0].endswith("or an admin (CBS_ADMINS) may extend the study seeded; you are signed in as "
                               "oidc:http://idp.test#mallory."), errors
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # bound and closed: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_tracking_store_outage_shows_its_url_with_the_password_masked(app_test, empty_env, monkeypatch):
+    port = _closed_port()
+    monkeypatch.setenv("CBS_TRACKING_URI", f"postgresql://cbs:hunter2-db@127.0.0.1:{port}/cbs_mlflow")
+    at = app_test.run()
+    at.switch_page("app_pages/studies.py")
+    at.run()
+    assert not at.exception, at.exception
+    shown = [w.value for w in at.warning]
+    assert (f"The tracking store is unreachable at `postgresql+psycopg2://cbs:***@127.0.0.1:{port}/cbs_mlflow` — start it "
+            "with `cbs tracking` (or everything with `cbs up`), then reload.") in shown, shown
+    assert not any("hunter2-db" in text for text in _texts(at))
+
+
+def test_a_broker_outage_at_launch_shows_the_broker_url_with_the_password_masked(app_test, worker_env, monkeypatch):
+    from workers.infra.broker import reconfigure
+
+    port = _closed_port()
+    monkeypatch.setenv("CBS_BROKER_URL", f"redis://:hunter2-redis@127.0.0.1:{port}/0")
+    reconfigure()
+    try:
+        at = app_test.run()
+        at.text_input(key="launch.name").set_value("outage").run()
+        at.button(key="FormSubmitter:launch-Launch study").click().run()
+    finally:
+        monkeypatch.delenv("CBS_BROKER_URL")
+        reconfigure()
+    assert not at.exception, at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and errors[0].startswith(f"the broker 'redis://:***@127.0.0.1:{port}/0' does not answer ("), \
+        errors
+    assert errors[0].endswith("); nothing was launched")
+    assert not any("hunter2-redis" in text for text in _texts(at))

@@ -89,3 +89,48 @@ def test_tracking_with_auth_refuses_requests_without_the_service_account(worker_
     assert _status(url) == 401
     assert _status(url, ("cbs-service", "wrong")) == 401
     assert _status(url, ("cbs-service", "a-long-service-password")) == 200
+
+
+def test_the_tracking_servers_command_line_holds_no_store_url(worker_env, monkeypatch):
+    """Issue 41, finding 7: `ps` shows every user of the host a process's arguments."""
+    monkeypatch.setenv("CBS_TRACKING_URI", "postgresql://cbs:hunter2-db@db/cbs_mlflow")
+    argv = tracking_argv("127.0.0.1", 5000, 2)
+    assert "--backend-store-uri" not in argv and not any("hunter2-db" in a or "postgresql" in a for a in argv)
+    assert argv[1:] == ["server", "--artifacts-destination", worker_env["CBS_ARTIFACT_ROOT"], "--host", "127.0.0.1",
+                        "--port", "5000", "--workers", "2"]
+
+
+@pytest.mark.slow  # MLflow starts in 10-30 s on two loaded cores
+def test_cbs_tracking_serves_its_store_from_the_environment_not_the_command_line(worker_env, processes):
+    import json
+    import socket
+    from pathlib import Path
+
+    from tests.workers.conftest import tiny_spec, wait_for
+    from workers.query import api
+
+    assert api.launch_study(tiny_spec("in-store")) == "in-store"  # written to the SQLite store directly
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = processes.start([CBS, "tracking", "--port", str(port), "--workers", "1"], "tracking")
+    base = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _status(f"{base}/health") == 200, 90, what=lambda: processes.log(server)[-2000:])
+    request = urllib.request.Request(f"{base}/api/2.0/mlflow/experiments/search", method="POST",
+                                     data=b'{"max_results": 100}', headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        names = {e["name"] for e in json.loads(resp.read())["experiments"]}
+    assert "in-store" in names  # the server reads the store it was given through its environment
+    store = worker_env["CBS_TRACKING_URI"]
+    group = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _in_group(p, server.pid)]
+    assert len(group) >= 2  # mlflow server and its uvicorn
+    for proc in group:
+        cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        assert store not in cmdline and "backend-store-uri" not in cmdline, cmdline
+
+
+def _in_group(proc, pgid: int) -> bool:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid
+    except (OSError, ValueError, IndexError):
+        return False

@@ -113,13 +113,15 @@ class Runner:
         return spec.name
 
     def _check_broker(self) -> None:
+        from cbscore.credentials import masked_url
         from workers.infra.broker import app
 
         try:
             with app.connection_for_write() as conn:
                 conn.ensure_connection(max_retries=1, timeout=5)
         except Exception as exc:
-            raise CbsError(f"the broker {self.settings.broker_url!r} does not answer ({exc}); nothing was launched") from None
+            raise CbsError(f"the broker {masked_url(self.settings.broker_url)!r} does not answer ({exc}); nothing was "
+                           "launched") from None
 
     # ------------------------------------------------------------------ advance
     def advance(self, study: str) -> AdvanceReport:
