@@ -237,7 +237,7 @@ def test_cli_noise_lab_truth_shape_lr_law_and_coverage(capsys, tmp_path, monkeyp
     out = capsys.readouterr().out
     assert "per seed across every B 0.071, per seed × batch size 0.033, per trial 0.029" in out
     assert "η* ∝ B^0.5 to B = 8, then ∝ B^-0.3" in out and "(1 + p·max(0, log2(2·B_ref/B)))" in out
-    assert "95% covers" in out and "of 2" in out and "30 resamples" in out
+    assert "95% covers" in out and "30 resamples" in out
     for bad, name in ((["--noise", "loud"], "--noise"), (["--lr-law", "steep"], "--lr-law"),
                       (["--truth-shape", "penalty:x"], "--truth-shape"), (["--train-seeds", "0"], "--train-seeds"),
                       (["--seed-cell-sigma", "-1"], "seed_cell_sigma")):
