@@ -21,7 +21,7 @@ FIT_STEP_RATIO = 1.25
 
 
 def first_crossing(
-    steps: Sequence[float], losses: Sequence[float], target: float
+    steps: Sequence[float], losses: Sequence[float], target: float, *, past_target: bool = False
 ) -> float | None:
     """The first optimizer step at which ``losses`` is at or below ``target``, read off a local
     smooth fit of the evaluations around the crossing.
@@ -54,10 +54,18 @@ def first_crossing(
     target has nothing after it: that first passage is a selection no fit through it undoes
     (−2.9% both), so there the fit only matches the line.
 
+    **Every run is read one-sided by default** (issue 38): evaluations after the first one at or
+    below the target are ignored, so a reference run (which trains on to ``(1 + margin)·D``) is read
+    exactly as a trial that stopped there. Reading the reference runs two-sided and the others
+    one-sided put the first-passage bias (about −3%) on every ``S(B)`` but ``S(B_ref)``, which moves
+    the first doubling ratio and so ``B_noise``. ``past_target=True`` reads a continuing history
+    with the evaluations after the crossing too (less noisy, not comparable with a stopped trial's).
+
     Args:
         steps: optimizer steps of the evaluations, increasing.
         losses: evaluated losses at those steps (same length).
         target: the target loss (finite).
+        past_target: also fit the evaluations after the first one at or below the target.
     """
     if len(steps) != len(losses):
         raise ValueError(
@@ -73,6 +81,8 @@ def first_crossing(
         return None
     if j == 0 or not math.isfinite(ys[j - 1]):
         return xs[j]
+    if not past_target:
+        xs, ys = xs[:j + 1], ys[:j + 1]
     # the straight line through the straddling pair: the fallback, and what the fit must beat
     frac = (ys[j - 1] - target) / (ys[j - 1] - ys[j])
     linear = xs[j - 1] + frac * (xs[j] - xs[j - 1])

@@ -13,7 +13,11 @@ def test_straight_line_when_the_bracket_starts_at_step_zero():
 
 def test_straight_line_when_the_fit_does_not_fall():
     # the window's least-squares slope is ≥ 0 (a noisy bump after the crossing): the bracket's line
-    assert first_crossing([100, 110, 120, 130], [3.0, 2.0, 6.0, 6.0], 2.5) == pytest.approx(105.0)
+    assert first_crossing([100, 110, 120, 130], [3.0, 2.0, 6.0, 6.0], 2.5, past_target=True) == pytest.approx(105.0)
+    # read one-sided (the default) the bump after the crossing is not in the window: the power law
+    # through (100, 3.0) and (110, 2.0) meets 2.5 at 100·(110/100)^(ln(2.5/3)/ln(2/3))
+    assert first_crossing([100, 110, 120, 130], [3.0, 2.0, 6.0, 6.0], 2.5) == pytest.approx(
+        100 * 1.1 ** (np.log(2.5 / 3) / np.log(2 / 3)))
 
 
 def _power_law(s):
@@ -58,9 +62,23 @@ def test_noise_bias_is_much_smaller_than_the_lines_where_evaluations_continue_pa
     # σ = 0.01 is 1.7 evaluation intervals of the curve's fall at S = 200; the line reads the first
     # noisy dip below the target (about −3.6%); the fit over five evaluations a side does not
     line = _noisy_bias(0.01, 400, _straight_line, truncate=False)
-    fit = _noisy_bias(0.01, 400, first_crossing, truncate=False)
+    fit = _noisy_bias(0.01, 400, lambda *a: first_crossing(*a, past_target=True), truncate=False)
     assert line < -0.025
     assert abs(fit) < abs(line) / 4
+
+
+def test_a_history_that_goes_on_past_the_target_is_read_as_one_that_stopped_there():
+    # A reference run trains on past its crossing; a trial stops at its first evaluation below the
+    # target. Read the same way (one-sided, the default), the two give the same crossing, so the
+    # first-passage bias is the same at B_ref as at every other batch size (issue 38).
+    steps = list(np.arange(0, 1000, 6, dtype=float))
+    rng = np.random.default_rng(1)
+    losses = list(3.0 + 4.0 * np.maximum(np.array(steps), 1.0) ** -0.5 + 0.01 * rng.standard_normal(len(steps)))
+    target = 3.0 + 4.0 * 200.0 ** -0.5
+    k = next(i for i, v in enumerate(losses) if v <= target)
+    stopped = first_crossing(steps[:k + 1], losses[:k + 1], target)
+    assert first_crossing(steps, losses, target) == stopped
+    assert first_crossing(steps, losses, target, past_target=True) != stopped
 
 
 def test_noise_bias_of_a_history_that_stops_at_the_crossing_is_no_worse_than_the_lines():

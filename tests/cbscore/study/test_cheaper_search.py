@@ -297,7 +297,8 @@ def test_a_cell_asks_for_every_re_run_before_it_is_done():
     spec = load_preset("paper-fixed-d").replace(budget_margin=0.25)
     report = simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.1), seeds=1, first_seed=35)
     s = report.seeds[0].settings[0]
-    assert s.cbs_study == pytest.approx(s.cbs_grid, rel=1e-9)
+    # (1e-6, as above: crossings are read one-sided, off evaluation schedules that differ by cap.)
+    assert s.cbs_study == pytest.approx(s.cbs_grid, rel=1e-6)
 
 
 def test_far_rates_are_judged_only_from_their_fraction_and_only_outside_the_leaders_window():
