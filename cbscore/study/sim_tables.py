@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cbscore.errors import ConfigError
+from cbscore.study.sim_truth import rule_cbs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,25 +74,9 @@ class TruthShape:
         return math.log(self.s_min * (1.0 + self.b_noise / batch_size)) + bump
 
     def cbs(self, overhead: float = 0.2) -> float:
-        """The truth's ``B*`` by the paper's rule on this curve: the largest ``B > B_ref`` with
-        ``S(B) ≤ (1 + r)·S(B_ref)·B_ref/B`` (Zhang et al. 2025, §2.2), found on a fine log grid
-        and refined by bisection (the closed form ``(1 + r)·B_ref + r·B_noise`` holds only at
-        ``q = 0``)."""
-        s_ref = math.exp(self.log_steps(self.b_ref))
-
-        def excess(b: float) -> float:
-            return self.log_steps(b) - math.log((1 + overhead) * s_ref * self.b_ref / b)
-
-        grid = self.b_ref * np.exp(np.linspace(1e-6, math.log(1e4), 4000))
-        ok = [b for b in grid if excess(b) <= 0]
-        if not ok:
-            return math.nan
-        lo = max(ok)
-        hi = lo * math.exp(math.log(1e4) / 3999)
-        for _ in range(60):
-            mid = math.sqrt(lo * hi)
-            lo, hi = (mid, hi) if excess(mid) <= 0 else (lo, mid)
-        return lo
+        """The truth's ``B*`` by the paper's rule on this curve (:func:`cbscore.study.sim_truth.rule_cbs`;
+        the closed form ``(1 + r)·B_ref + r·B_noise`` holds only at ``q = 0``)."""
+        return rule_cbs(lambda b: math.exp(self.log_steps(b)), self.b_ref, overhead)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,6 +34,7 @@ from typing import Mapping
 import numpy as np
 
 from cbscore.analysis import DEFAULT_ESTIMATOR, ESTIMATORS, first_crossing
+from cbscore.study.sim_tables import LAB_NOISE as _LAB
 from cbscore.errors import ConfigError
 from cbscore.study.sim_truth import Truth
 from cbscore.study.spec import Setting, StudySpec
@@ -53,11 +54,13 @@ LOSS_SLOPE = 0.2
 #: last quarter of the steps to target (the trainer's dense phase, cbscore.eval_schedule).
 EVALS_NEAR_TARGET = 32
 #: The lab's measured noise, as :class:`SimConfig` fields (``SimConfig(**LAB_NOISE)``,
-#: ``--noise lab``): standard deviations of ln S from a variance decomposition of the two-seed
-#: ``docs/results/reproduce`` study (issue 38) — a shift shared by every batch size of one seed
-#: (0.071), seed × cell (0.033) and between the rates of one cell (0.029) — and the measured
-#: learning-rate curvature k of ``1 + k·ln²(η/η*)`` (0.16–0.22 across its cells; 0.19).
-LAB_NOISE = {"seed_common_sigma": 0.071, "seed_cell_sigma": 0.033, "noise_sigma": 0.029, "lr_penalty": 0.19}
+#: ``--noise lab``): the components of :data:`cbscore.study.sim_tables.LAB_NOISE` (one source),
+#: measured by ``cbs fit docs/results/reproduce/steps.csv --b-ref 4`` ("noise of ln S"): a shift
+#: shared by every batch size of one seed (0.066), seed × cell before the rates' own noise (0.027:
+#: with five rates' noise averaged into each cell, the 0.034 the seed tables measure), between the
+#: rates of one cell (0.030), and the learning-rate curvature k (median 0.198, 0.158-0.218).
+LAB_NOISE = {"seed_common_sigma": _LAB.seed_common_sd, "seed_cell_sigma": _LAB.seed_cell_sd,
+             "noise_sigma": _LAB.rate_sd, "lr_penalty": _LAB.lr_curvature}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,11 +72,11 @@ class SimConfig:
     per trial: the rate-level part; the lab's 0.029, :data:`LAB_NOISE`)."""
     seed_common_sigma: float = 0.0
     """σ of a shift of ln S shared by every trial of one training seed at every batch size of a
-    setting, reference runs included (sd of ln S; the lab's 0.071). It cancels in ``B_noise`` but
+    setting, reference runs included (sd of ln S; the lab's 0.066). It cancels in ``B_noise`` but
     not in a bootstrap that resamples seeds per batch size."""
     seed_cell_sigma: float = 0.0
     """σ of a shift of ln S per training seed × batch size, shared by the rates of that cell (sd of
-    ln S; the lab's 0.033)."""
+    ln S; the lab's 0.027, before the rates' own noise)."""
     lr_penalty: float = 0.1
     """k of ``m(η) = 1 + k·ln²(η/η*)``: a learning rate a factor 2 off needs ``1 + 0.48·k`` times
     the steps."""

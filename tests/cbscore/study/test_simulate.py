@@ -222,11 +222,11 @@ def test_cli_noise_lab_truth_shape_lr_law_and_coverage(capsys, tmp_path, monkeyp
     monkeypatch.setenv("CBS_HOME", str(tmp_path))
     assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--noise", "lab", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert (d["seed_common_sigma"], d["seed_cell_sigma"], d["noise_sigma"], d["lr_penalty"]) == (0.071, 0.033, 0.029, 0.19)
+    assert (d["seed_common_sigma"], d["seed_cell_sigma"], d["noise_sigma"], d["lr_penalty"]) == (0.066, 0.027, 0.030, 0.198)
     assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--noise", "lab", "--seed-common-sigma", "0",
                  "--lr-penalty", "0.1", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert (d["seed_common_sigma"], d["seed_cell_sigma"], d["lr_penalty"]) == (0.0, 0.033, 0.1)
+    assert (d["seed_common_sigma"], d["seed_cell_sigma"], d["lr_penalty"]) == (0.0, 0.027, 0.1)
     assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--noise", "0.05", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert (d["seed_common_sigma"], d["seed_cell_sigma"], d["noise_sigma"], d["lr_penalty"]) == (0.0, 0.0, 0.05, 0.1)
@@ -235,7 +235,7 @@ def test_cli_noise_lab_truth_shape_lr_law_and_coverage(capsys, tmp_path, monkeyp
                  "--noise", "lab", "--seeds", "2", "--train-seeds", "2", "--coverage", "30",
                  "--truth-shape", "penalty:0.5,0.5", "--lr-law", "peak:8,-0.3"]) == 0
     out = capsys.readouterr().out
-    assert "per seed across every B 0.071, per seed × batch size 0.033, per trial 0.029" in out
+    assert "per seed across every B 0.066, per seed × batch size 0.027, per trial 0.03" in out
     assert "η* ∝ B^0.5 to B = 8, then ∝ B^-0.3" in out and "(1 + p·max(0, log2(2·B_ref/B)))" in out
     assert "95% covers" in out and "30 resamples" in out
     for bad, name in ((["--noise", "loud"], "--noise"), (["--lr-law", "steep"], "--lr-law"),
