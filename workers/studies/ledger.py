@@ -325,6 +325,18 @@ class Ledger:
                     LEASES.c.owner == owner),
             state="queued", owner=None, worker=None, stop_reason=None, sent_s=now_s, updated_s=now_s)
 
+    def give_back(self, trial_id: str, attempt: int, *, owner: str, now_s: float) -> bool:
+        """The holder of ``attempt`` gives it back without spending it (an outage, a full disk, a
+        shutdown): ``release``; or, where the runner took it for lost while the holder was cut off
+        from the ledger (``requeue`` made it ``attempt + 1`` and nobody has claimed that yet), that
+        requeue undone, so the outage costs no attempt. False when a newer attempt runs or the
+        trial ended."""
+        if self.release(trial_id, attempt, owner=owner, now_s=now_s):
+            return True
+        return self._cas(sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.attempt == attempt + 1,
+                                 LEASES.c.state == "queued"),
+                         attempt=attempt, sent_s=now_s, updated_s=now_s)
+
     def interrupt_worker(self, worker: str, reason: str = INTERRUPTED) -> int:
         """Ask every trial running on ``worker`` to stop at a checkpoint; returns how many."""
         with self.engine.begin() as conn:

@@ -71,6 +71,20 @@ class AdvanceReport:
     """The pass failed because a store or the broker was unreachable (the runner backs off)."""
 
 
+def failed_references(spec: StudySpec, records, targets, study: str) -> list[str]:
+    """One message per setting that has no target because a trial of its reference cell failed
+    (a fault, not a measurement: run again, it may give the target), naming the trials."""
+    out = []
+    for setting in spec.resolve_settings():
+        sid = setting.setting_id
+        failed = sorted(r.trial_id for r in records
+                        if r.setting_id == sid and r.batch_size == spec.b_ref and r.status == "failed")
+        if sid not in targets and failed:
+            out.append(f"setting {sid!r} has no target: its reference trial(s) {', '.join(failed)} failed; the study "
+                       f"waits instead of ending done (`cbs study retry {study}` runs them again)")
+    return out
+
+
 class Runner:
     """Launch, advance and cancel studies against one set of settings."""
 
@@ -271,7 +285,10 @@ class Runner:
         resent = repair.resend(self, study, now) + repair.recover_creating(self, study, now, runs_by_trial)
 
         tags = {f"target/{k}": repr(float(v)) for k, v in p.targets.items()}  # exact: it round-trips
-        tags["errors"] = json.dumps(list(p.errors))[:7900] if p.errors else ""
+        # A reference trial that failed for good leaves its setting without a target: the study
+        # says so and waits (for `cbs study retry`) instead of ending done without it.
+        errors = list(p.errors) + (failed_references(spec, records, p.targets, study) if p.done else [])
+        tags["errors"] = json.dumps(errors)[:7900] if errors else ""
         tags["advanced_s"] = f"{now:.3f}"
         # The studies list reads these instead of every trial (as of this pass).
         counts = status_counts(records, p)
@@ -284,11 +301,12 @@ class Runner:
         tags["counts"] = json.dumps(counts, sort_keys=True)
         tags["tokens_spent"] = str(sum(r.tokens for r in records))
         self.tracker.set_tags(parent_id, tags)
-        if p.done and not (started or requeued):
+        done = p.done and len(errors) == len(p.errors)
+        if done and not (started or requeued):
             self.tracker.set_study_status(parent_id, "done", end="FINISHED")
         return AdvanceReport(study=study, started=tuple(started), requeued=tuple(requeued), failed=tuple(failed),
                              stopped=tuple(stopped), resent=tuple(resent), repaired=tuple(repaired),
-                             done=p.done, errors=tuple(p.errors))
+                             done=done, errors=tuple(errors))
 
     def _slow_not_lost(self, lease, now: float) -> bool:
         """A stale heartbeat from a holder that still runs on this host: it is slow, and taking the

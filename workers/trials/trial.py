@@ -12,7 +12,8 @@
    the lease (only the holder of the attempt can), then Optuna; delete the checkpoint; advance
    the study. A run that cannot be ended gives the attempt back (the lease is not done yet), and
    the next attempt ends it from the result its checkpoint holds. The heartbeat fails closed: cut
-   off from the ledger past its deadline, the holder stops and writes nothing more.
+   off from the ledger past its deadline, the holder stops and writes nothing more, then gives
+   the same attempt back once the ledger answers: an outage never costs an attempt.
 
 An exception in training ends the trial ``failed`` (run FAILED) and is re-raised, never
 swallowed; it is not retried (only a lost worker is). A tracking or database error is not the
@@ -56,7 +57,9 @@ class Heartbeat:
 
     Fencing fails closed: a holder that cannot reach the ledger for ``deadline_s`` (by default
     three quarters of ``CBS_STALE_AFTER_S``, before the runner may give the trial to another
-    attempt) counts as superseded: it stops, writes no checkpoint and gives the attempt up."""
+    attempt) counts as superseded: it stops and writes no checkpoint. It is then ``cut_off`` (not
+    told by the ledger that it lost the trial): an outage, not a fault of the trial, so the attempt
+    is given back once the ledger answers again (:func:`_give_back`), never lost."""
 
     def __init__(self, ledger: Ledger, trial_id: str, attempt: int, owner: str, period_s: float,
                  deadline_s: float | None = None):
@@ -64,6 +67,10 @@ class Heartbeat:
         self.period_s = period_s
         self.deadline_s = deadline_s if deadline_s is not None else 3 * period_s
         self.superseded = False
+        #: Superseded for want of the ledger (past ``deadline_s``), not by the ledger's answer.
+        self.cut_off = False
+        #: The last error the ledger answered with (why this holder was cut off).
+        self.last_error: Exception | None = None
         self.stop_reason: str | None = None
         self.last_held = time.monotonic()
         self._stop = threading.Event()
@@ -74,13 +81,14 @@ class Heartbeat:
         try:
             held, reason = self.ledger.beat(self.trial_id, self.attempt, self.owner, time.time())
         except Exception as exc:  # the ledger is unreachable: try again next period, up to the deadline
+            self.last_error = exc
             out_s = time.monotonic() - self.last_held
             print(f"cbs trial {self.trial_id}: heartbeat failed ({out_s:.0f} s without the ledger): {exc}",
                   flush=True)
             if out_s > self.deadline_s and not self.superseded:
                 print(f"cbs trial {self.trial_id}: no ledger for {self.deadline_s:g} s: this attempt stops writing "
-                      "and gives the trial up", flush=True)
-                self.superseded = True
+                      "and gives the attempt back when the ledger answers", flush=True)
+                self.superseded = self.cut_off = True
             return False
         if not held:
             self.superseded = True
@@ -89,6 +97,15 @@ class Heartbeat:
         if reason:
             self.stop_reason = reason
         return held and not self.superseded
+
+    def confirm(self) -> bool:
+        """Ask the ledger now whether this attempt still holds the trial, waiting out an outage up
+        to the deadline (then the holder is ``cut_off``): True when it does."""
+        while not self.beat():
+            if self.superseded:
+                return False
+            time.sleep(min(1.0, self.period_s))
+        return True
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
@@ -242,6 +259,8 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
         raise
     except BaseException as exc:
         heartbeat.stop()
+        if heartbeat.cut_off and isinstance(exc, Exception) and is_transient(exc):  # one outage, two symptoms
+            return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, run, exc, counted=False)
         if heartbeat.superseded:
             raise
         if isinstance(exc, Exception) and (is_transient(exc) or isinstance(exc, StoreUnavailable)):
@@ -258,12 +277,12 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
         if on_main:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
     heartbeat.stop()
-    if heartbeat.superseded:
+    # ask now (waiting out an outage): a holder that lost the trial meanwhile must not end its run
+    if heartbeat.superseded or not heartbeat.confirm():
+        if heartbeat.cut_off:  # the ledger was away, not the trial at fault: the attempt goes back
+            return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, run, heartbeat.last_error,
+                              counted=False)
         return {"trial_id": trial_id, "attempt": attempt, "skipped": "superseded by a newer attempt"}
-    if not heartbeat.beat():  # ask now: a holder that lost the trial meanwhile must not end its run
-        return {"trial_id": trial_id, "attempt": attempt,
-                "skipped": "superseded by a newer attempt" if heartbeat.superseded else
-                "the ledger cannot say this attempt still holds the trial (the runner requeues it)"}
     if result.status == "stopped" and result.stop_reason == INTERRUPTED:
         return _requeue_interrupted(s, ledger, study, trial_id, attempt, owner, tracker, run, result)
     outcome = result.status
@@ -308,13 +327,16 @@ def _late_config_key(ledger, study: str, run) -> dict[str, str]:
 
 
 def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,
-               run_id: str, run, exc: BaseException) -> dict:
-    """A store was unreachable, a disk full, or this host cannot see the study's token store: put
-    the same attempt back in the queue (it costs no attempt) and send it again after a pause; the
-    checkpoint (with the result, if training ended) is kept. Nothing is written into the checkpoint
-    folder before ``release`` (on a full disk that write fails, and the lease would be stranded).
-    A host without the store holds its slot for the pause (:func:`workers.studies.stores.hold_slot`), so
-    the trial goes to a host that has it."""
+               run_id: str, run, exc: BaseException | None, *, counted: bool | None = None) -> dict:
+    """A store was unreachable, a disk full, the ledger away past the heartbeat's deadline
+    (``counted=False``: never the trial's fault), or this host cannot see the study's token store:
+    put the same attempt back in the queue (it costs no attempt; :meth:`Ledger.give_back`, which
+    also undoes a requeue the runner made while this holder was cut off) and send it again after a
+    pause; the checkpoint (with the result, if training ended) is kept. The ledger is waited out
+    for that (``CBS_OUTAGE_WAIT_S``, the bound a trial blocked on an outage keeps its worker).
+    Nothing is written into the checkpoint folder before the give-back (on a full disk that write
+    fails, and the lease would be stranded). A host without the store holds its slot for the pause
+    (:func:`workers.studies.stores.hold_slot`), so the trial goes to a host that has it."""
     reason = f"{type(exc).__name__}: {str(exc)[:300]}"
     no_store = isinstance(exc, StoreUnavailable)
     if is_out_of_resources(exc):
@@ -324,7 +346,8 @@ def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, att
     given = _give_backs(trial_id) + 1
     # a repeated error the store answers may not be an outage after all: fail it at the cap; a
     # full disk or a host without the token store is never the trial's fault and never counts
-    counted = not (is_out_of_resources(exc) or no_store)
+    if counted is None:
+        counted = not (is_out_of_resources(exc) or no_store)
     if given > s.max_give_backs and counted:
         if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
             _try_end(s, run_id, "failed", f"gave its attempt back {given - 1} times (CBS_MAX_GIVE_BACKS="
@@ -336,7 +359,8 @@ def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, att
         return {"trial_id": trial_id, "attempt": attempt, "outcome": "failed"}
     tally = f"{given}/{s.max_give_backs}" if counted else f"give-back {given}, a fault of this host: not counted"
     print(f"cbs trial {trial_id}: {reason}; attempt {attempt} goes back to the queue ({tally})", flush=True)
-    if not ledger.release(trial_id, attempt, owner=owner, now_s=time.time()):
+    if not wait_out(lambda: ledger.give_back(trial_id, attempt, owner=owner, now_s=time.time()),
+                    what=f"trial {trial_id}: giving attempt {attempt} back", max_wait_s=max(1.0, s.heartbeat_s)):
         return {"trial_id": trial_id, "attempt": attempt, "skipped": "lease lost while giving it back"}
     _count_give_back(trial_id, given)
     try:
