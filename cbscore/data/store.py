@@ -153,6 +153,7 @@ def prepare(config: DataConfig, progress: bool = False) -> TokenStore:
     with _build_lock(config, path):
         if _up_to_date(path, config, fingerprint):
             return TokenStore(path)
+        check_store_content(config)  # again under the lock: another prepare may have built there meanwhile
         tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             _build(config, fingerprint, tmp, progress)
@@ -251,6 +252,24 @@ def check_data_location(config: DataConfig) -> None:
 
         require_packages()
     check_store_location(config.store_path())
+    check_store_content(config)
+
+
+def check_store_content(config: DataConfig) -> None:
+    """Refuse a ``data.store_dir`` that holds a store of other settings (a ``ConfigError``).
+
+    Every store is made for one set of content settings (the default folder is named by their hash,
+    :meth:`DataConfig.key`); preparing a store of other settings in its folder would replace it
+    under the studies that read it (their trials then fail). So a named folder that holds a store
+    is only ever reused or rebuilt for the same settings, never taken over by others."""
+    if config.store_dir is None or not is_store(config.store_path()):
+        return
+    held = json.loads((config.store_path() / MANIFEST).read_text()).get("config")
+    if held != _content_settings(config):
+        raise ConfigError("data.store_dir", config.store_dir,
+                          "holds a token store prepared with other settings, which other studies may read; a store "
+                          "is never replaced by one of other settings: name a new folder, or leave data.store_dir "
+                          "out (each settings' store then gets a folder of its own)")
 
 
 # ---- building -----------------------------------------------------------------------------------

@@ -56,3 +56,27 @@ def test_the_worker_refuses_a_tampered_source_before_reading_it(worker_env, toke
     run = tracker.get_run(record.run_id)
     assert run.data.tags["status"] == "failed"
     assert run.data.tags["stop_reason"].startswith("ConfigError: data.source: must be 'builtin'")
+
+
+def test_a_spec_cannot_take_over_another_studys_store_at_launch_or_in_the_worker(worker_env, token_store):
+    """Issue 41, finding 6: a spec naming the folder of a store another study reads, with other
+    settings, is refused by field at launch (fast, nothing created), and the store stays as it was."""
+    manifest = (token_store.path / "manifest.json").read_text()
+    theirs = {**DATA, "store_dir": str(token_store.path), "vocab_size": 300}
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        api.launch_study(tiny_spec_dict("takeover", data=theirs), force=True)
+    assert time.perf_counter() - start < 1.0
+    assert err.value.field == "data.store_dir" and err.value.value == str(token_store.path)
+    assert "holds a token store prepared with other settings" in err.value.reason
+    s = WorkerSettings.from_env()
+    assert Tracker(s.tracking_uri).client.get_experiment_by_name("takeover") is None and queue_depth("cpu") == 0
+    # the worker's own check (a tampered trial_spec) refuses it too, before building anything
+    from cbscore.data import DataConfig, prepare
+
+    with pytest.raises(ConfigError, match="data.store_dir: holds a token store prepared with other settings"):
+        prepare(DataConfig(**theirs))
+    assert (token_store.path / "manifest.json").read_text() == manifest
+    # the same settings share it, untouched
+    api.launch_study(tiny_spec_dict("sharer", data={**DATA, "store_dir": str(token_store.path)}), force=True)
+    assert (token_store.path / "manifest.json").read_text() == manifest

@@ -107,134 +107,31 @@ def test_prepare_again_is_a_fast_no_op(builtin_slice_config, builtin_slice_store
     assert {p.name: p.stat().st_mtime_ns for p in path.iterdir()} == before
 
 
-def test_rebuilds_when_vocab_size_changes(tmp_path):
-    folder = str(tmp_path / "store")
-    first = prepare(DataConfig(max_documents=40, vocab_size=512, store_dir=folder))
-    second = prepare(DataConfig(max_documents=40, vocab_size=300, store_dir=folder))
-    assert second.built and second.vocab_size == 300 and first.vocab_size == 512
+def test_each_vocab_size_gets_its_own_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("CBS_STORE_DIR", str(tmp_path / "stores"))
+    first = prepare(DataConfig(max_documents=40, vocab_size=512))
+    second = prepare(DataConfig(max_documents=40, vocab_size=300))
+    assert second.built and second.vocab_size == 300 and first.vocab_size == 512 and second.path != first.path
     assert second.manifest["tokenizer_sha256"] != first.manifest["tokenizer_sha256"]
     assert second.manifest["splits"]["train"]["tokens"] > first.manifest["splits"]["train"]["tokens"]
-    assert open_store(DataConfig(max_documents=40, vocab_size=300, store_dir=folder)).vocab_size == 300
-    with pytest.raises(DataError, match="other settings"):
-        open_store(DataConfig(max_documents=40, vocab_size=512, store_dir=folder))
+    assert open_store(DataConfig(max_documents=40, vocab_size=300)).vocab_size == 300
+    assert open_store(DataConfig(max_documents=40, vocab_size=512)).vocab_size == 512  # still there
+
+
+def test_a_named_store_folder_is_never_taken_over_by_other_settings(tmp_path):
+    """Issue 41, finding 6: a spec naming another study's store with other settings replaced it
+    under that study (its trials failed with StoreUnavailable)."""
+    folder = str(tmp_path / "store")
+    first = prepare(DataConfig(max_documents=40, vocab_size=512, store_dir=folder))
+    manifest = (tmp_path / "store" / "manifest.json").read_text()
+    with pytest.raises(ConfigError) as err:
+        prepare(DataConfig(max_documents=40, vocab_size=300, store_dir=folder))
+    assert err.value.field == "data.store_dir" and err.value.value == folder
+    assert err.value.reason.startswith("holds a token store prepared with other settings, which other studies")
+    assert (tmp_path / "store" / "manifest.json").read_text() == manifest  # untouched
+    assert open_store(DataConfig(max_documents=40, vocab_size=512, store_dir=folder)).manifest == first.manifest
+    assert prepare(DataConfig(max_documents=40, vocab_size=512, store_dir=folder)).built is False  # its own: reused
     assert _leftovers(tmp_path) == []
-
-
-def test_rebuilds_when_a_local_source_changes(tmp_path):
-    corpus = _write(tmp_path / "c.txt", "one fish\n\ntwo fish\n\nred fish\n\nblue fish\n")
-    config = DataConfig(source=str(corpus), vocab_size=260, val_fraction=0.25, store_dir=str(tmp_path / "s"))
-    first = prepare(config)
-    assert first.manifest["documents"] == 4
-    _write(corpus, "one fish\n\ntwo fish\n\nred fish\n\nblue fish\n\nold fish\n\nnew fish\n")
-    second = prepare(config)
-    assert second.built and second.manifest["documents"] == 6
-
-
-def test_rebuilds_when_the_tokenizer_file_was_altered(builtin_slice_config, tmp_path):
-    config = DataConfig(**{**builtin_slice_config.to_dict(), "store_dir": str(tmp_path / "s"), "max_documents": 20})
-    store = prepare(config)
-    (store.path / "tokenizer.json").write_text("{}")
-    assert prepare(config).built is True
-
-
-# ---- errors: clear, early, nothing half-written -------------------------------------------------
-@pytest.mark.parametrize("source", ["no-such-corpus", "missing/file.txt"])
-def test_unknown_source_or_missing_file_is_a_clear_error(tmp_path, monkeypatch, source):
-    monkeypatch.chdir(tmp_path)  # a relative source resolves inside a data root (tmp): missing, not refused
-    store_dir = tmp_path / "store"
-    with pytest.raises(DataError, match=f"'{source}'.*no such file") as info:
-        prepare(DataConfig(source=source, store_dir=str(store_dir)))
-    assert "builtin" in str(info.value)
-    assert not store_dir.exists() and list(tmp_path.iterdir()) == []
-
-
-def test_unsupported_file_kind_is_a_clear_error(tmp_path):
-    path = _write(tmp_path / "notes.md", "# hi")
-    with pytest.raises(DataError, match=r"no \.txt, \.jsonl"):
-        prepare(DataConfig(source=str(path), store_dir=str(tmp_path / "s")))
-
-
-@pytest.mark.parametrize(("name", "content"), [("e.txt", "\n\n  \n"), ("e.jsonl", '{"text": ""}\n{"text": "  "}\n')])
-def test_empty_corpus_is_a_clear_error_and_leaves_nothing(tmp_path, name, content):
-    path = _write(tmp_path / name, content)
-    store_dir = tmp_path / "store"
-    with pytest.raises(DataError, match="empty corpus"):
-        prepare(DataConfig(source=str(path), vocab_size=300, store_dir=str(store_dir)))
-    assert not store_dir.exists()
-    assert _leftovers(tmp_path) == []
-
-
-def test_single_document_cannot_be_split(tmp_path):
-    path = _write(tmp_path / "one.txt", "just one paragraph\n")
-    with pytest.raises(DataError, match="at least 2"):
-        prepare(DataConfig(source=str(path), vocab_size=300, store_dir=str(tmp_path / "s")))
-    assert _leftovers(tmp_path) == []
-
-
-def test_vocab_size_too_small_is_a_config_error():
-    with pytest.raises(ConfigError, match=r"vocab_size: .*at least 257.*but got 100\.$"):
-        DataConfig(vocab_size=100)
-
-
-def test_failed_rebuild_keeps_the_previous_store(tmp_path):
-    corpus = _write(tmp_path / "c.txt", "alpha beta\n\ngamma delta\n\nepsilon\n")
-    config = DataConfig(source=str(corpus), vocab_size=260, val_fraction=0.3, store_dir=str(tmp_path / "s"))
-    good = prepare(config)
-    _write(corpus, "\n\n")  # the source changed into an empty corpus: the rebuild fails...
-    with pytest.raises(DataError, match="empty corpus"):
-        prepare(config)
-    kept = open_store(config)  # ...and the last good store is still whole
-    assert kept.manifest == good.manifest
-    assert len(kept.tokens("train")) == good.manifest["splits"]["train"]["tokens"]
-    assert _leftovers(tmp_path) == []
-
-
-def test_open_store_before_prepare_is_a_data_error(tmp_path):
-    with pytest.raises(DataError, match="not prepared"):
-        open_store(DataConfig(store_dir=str(tmp_path / "nothing")))
-
-
-# ---- concurrency --------------------------------------------------------------------------------
-_WORKER = """
-import json, sys, time
-from cbscore.data import DataConfig, prepare
-store = prepare(DataConfig.from_dict(json.loads(sys.argv[1])))
-print(json.dumps({"built": store.built, "created": store.manifest["created"],
-                  "sha": store.manifest["tokenizer_sha256"],
-                  "inode": (store.path / "train.bin").stat().st_ino}))
-"""
-
-
-def test_two_processes_preparing_at_once_build_once(tmp_path):
-    config = DataConfig(max_documents=150, vocab_size=600, store_dir=str(tmp_path / "store"))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WORKER, json.dumps(config.to_dict())],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )
-        for _ in range(2)
-    ]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    assert sorted(r["built"] for r in results) == [False, True]  # one built, the other waited
-    assert results[0]["created"] == results[1]["created"]
-    assert results[0]["inode"] == results[1]["inode"]
-    assert _leftovers(tmp_path) == []
-
-
-def test_a_relative_and_an_absolute_path_share_one_store(tmp_path, monkeypatch):
-    _write(tmp_path / "c.txt", "one fish\n\ntwo fish\n\nred fish\n")
-    monkeypatch.chdir(tmp_path)
-    relative = DataConfig(source="c.txt", vocab_size=260, val_fraction=0.3)
-    absolute = DataConfig(source=str(tmp_path / "c.txt"), vocab_size=260, val_fraction=0.3)
-    assert prepare(relative).built is True
-    again = prepare(absolute)
-    assert again.built is False and again.path == relative.store_path()
-    assert open_store(relative).manifest == open_store(absolute).manifest
 
 
 # ---- where a store may live (issue 12, item 1) ----------------------------------------------------
@@ -274,8 +171,9 @@ def test_an_existing_store_may_be_rebuilt_inside_the_roots_only(tmp_path, monkey
     monkeypatch.setenv("CBS_DATA_ROOTS", str(tmp_path))
     folder = str(tmp_path / "s")
     prepare(DataConfig(max_documents=20, vocab_size=260, store_dir=folder))
-    rebuilt = prepare(DataConfig(max_documents=20, vocab_size=300, store_dir=folder))  # it holds a manifest
-    assert rebuilt.built and rebuilt.vocab_size == 300
+    (tmp_path / "s" / "val.bin").write_bytes(b"")  # a damaged copy: rebuilt, since it holds a manifest
+    rebuilt = prepare(DataConfig(max_documents=20, vocab_size=260, store_dir=folder))
+    assert rebuilt.built and rebuilt.vocab_size == 260
     manifest = (tmp_path / "s" / "manifest.json").read_text()
     monkeypatch.delenv("CBS_DATA_ROOTS")
     with pytest.raises(ConfigError, match="inside the data roots"):
@@ -312,10 +210,11 @@ def test_an_up_to_date_store_is_used_from_a_read_only_mount(read_only_view):
     store = prepare(ro)  # before: the build lock's file was opened for writing first (EROFS)
     assert store.built is False and store.manifest == built.manifest
     assert np.array_equal(store.tokens("train"), built.tokens("train"))
-    # a store that would need a rebuild says so, naming the path and what to do; nothing is written
-    other = DataConfig(max_documents=40, vocab_size=260, store_dir=str(view / "store"))
+    # a store that would need a rebuild (here a damaged copy) says so, naming the path and what to do;
+    # nothing is written
+    (writable / "store" / "val.bin").write_bytes(b"")
     with pytest.raises(DataError, match=r"store.*cannot be written on this host.*cbs data prepare"):
-        prepare(other)
+        prepare(ro)
     assert sorted(p.name for p in writable.iterdir()) == sorted(p.name for p in view.iterdir())
     assert _leftovers(writable) == []
 
