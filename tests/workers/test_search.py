@@ -3,8 +3,11 @@ outcome tells the sampler (the semantics in workers/studies/search.py)."""
 
 from __future__ import annotations
 
+import math
+
 import optuna
 import pytest
+import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from workers.studies.search import CellSearch, cell_study_name
@@ -48,9 +51,68 @@ def test_outcomes_tell_the_documented_values_and_states(url):
     assert study.best_trial.number == 0
 
 
-def test_orphans_of_a_crash_between_ask_and_enqueue_are_failed(url):
-    search = CellSearch(url, "s")
-    search.ask("c", 3, lr_min=1e-3, lr_max=1e-1, n_startup=2)
-    assert search.fail_orphans("c", known_numbers={0, 2}) == 1
-    states = [t.state for t in search.trials("c")]
-    assert states == [TrialState.RUNNING, TrialState.FAIL, TrialState.RUNNING]
+def _proposals(url: str, monkeypatch, *, cut_at: int | None = None, orphan_at: int | None = None) -> list:
+    """Five trials of one cell proposed one at a time, each told a value as soon as it is made
+    (steps to target, smallest near lr 0.01), as the runner does: ``[(number, lr)]`` of the trials
+    started. ``cut_at``: that proposal dies between its two writes (the Optuna trial is written,
+    its ``lr`` is not: a storage error raised inside); ``orphan_at``: that proposal is whole but
+    its CBS trial is never made (a kill right after ``ask()``)."""
+    started: dict[int, float] = {}
+
+    def ask():
+        return CellSearch(url, "s").ask("c", 1, lr_min=1e-3, lr_max=1e-1, n_startup=2, known_numbers=set(started))
+
+    for i in range(5):
+        if i == cut_at:
+            def storage_error(*args, **kwargs):
+                raise sqlalchemy.exc.OperationalError("INSERT INTO trial_params", {}, Exception("disk I/O error"))
+
+            with monkeypatch.context() as m:
+                m.setattr(optuna.trial.Trial, "suggest_float", storage_error)
+                with pytest.raises(sqlalchemy.exc.OperationalError):
+                    ask()
+        if i == orphan_at:
+            ask()
+        [(number, lr)] = ask()
+        started[number] = lr
+        CellSearch(url, "s").tell("c", number, "reached", steps_to_target=100 + 1000 * abs(math.log(lr / 1e-2)))
+    return list(started.items())
+
+
+def test_an_interrupted_proposal_leaves_the_proposals_of_an_undisturbed_run(tmp_path, monkeypatch):
+    undisturbed = _proposals(f"sqlite:///{tmp_path / 'a.db'}", monkeypatch)
+    assert [n for n, _ in undisturbed] == [0, 1, 2, 3, 4] and len({lr for _, lr in undisturbed}) == 5
+    assert _proposals(f"sqlite:///{tmp_path / 'b.db'}", monkeypatch) == undisturbed  # deterministic
+    # the orphan of either cut is reused (never failed): same numbers, same seeds, same rates
+    assert _proposals(f"sqlite:///{tmp_path / 'c.db'}", monkeypatch, cut_at=2) == undisturbed
+    assert _proposals(f"sqlite:///{tmp_path / 'd.db'}", monkeypatch, orphan_at=3) == undisturbed
+    states = [t.state for t in CellSearch(f"sqlite:///{tmp_path / 'c.db'}", "s").trials("c")]
+    assert states == [TrialState.COMPLETE] * 5
+
+
+def test_a_runner_killed_right_after_ask_starts_the_same_trial_on_its_next_pass(worker_env, tmp_path, monkeypatch):
+    from tests.workers.conftest import tiny_spec
+    from workers.infra.settings import WorkerSettings
+    from workers.query import api
+    from workers.studies.runner import Runner
+
+    real_start, calls = Runner._start, []
+
+    def killed_after_ask(self, ts, exp_id, parent_id):
+        calls.append(ts.trial_id)
+        if len(calls) == 1:  # the proposal is in Optuna, the trial is not: the process dies here
+            raise KeyboardInterrupt
+        return real_start(self, ts, exp_id, parent_id)
+
+    monkeypatch.setattr(Runner, "_start", killed_after_ask)
+    spec = tiny_spec("ask1", batch_sizes=[8], search={"kind": "optuna", "n_trials": 2, "parallel_per_cell": 1,
+                                                      "lr_min": 3e-3, "lr_max": 3e-2})
+    with pytest.raises(KeyboardInterrupt):
+        api.launch_study(spec)
+    Runner().advance("ask1")  # the next pass
+    [record] = api.study_records("ask1")
+    [(number, lr)] = CellSearch(f"sqlite:///{tmp_path / 'undisturbed.db'}", "ask1").ask(
+        record.cell_id, 1, lr_min=3e-3, lr_max=3e-2, n_startup=2)
+    assert (record.search_number, record.lr, record.trial_id) == (number, lr, calls[0]) == (0, lr, calls[1])
+    trials = CellSearch(WorkerSettings.from_env().optuna_storage, "ask1").trials(record.cell_id)
+    assert [(t.number, t.state, t.params["lr"]) for t in trials] == [(0, TrialState.RUNNING, lr)]  # not failed

@@ -274,10 +274,9 @@ class Runner:
             search = CellSearch(s.optuna_storage, study)
             for ask in p.ask:
                 known = {r.search_number for r in records if r.cell_id == ask.cell_id and r.search_number is not None}
-                search.fail_orphans(ask.cell_id, known)
                 n_startup = max(2, spec.search.n_trials // 2)
                 for number, lr in search.ask(ask.cell_id, ask.count, lr_min=spec.search.lr_min,
-                                             lr_max=spec.search.lr_max, n_startup=n_startup):
+                                             lr_max=spec.search.lr_max, n_startup=n_startup, known_numbers=known):
                     ts = trial_from_ask(spec, ask, lr=lr, number=number)
                     if self._start(ts, exp_id, parent_id):
                         started.append(ts.trial_id)

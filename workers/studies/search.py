@@ -21,6 +21,12 @@ What a trial tells (minimised; the cell's batch size is fixed, so steps are toke
 
 The sampler is TPE with a seed derived from the cell and the trial number, so a proposal does not
 depend on which process asked for it.
+
+A proposal is two writes (the Optuna trial, then its ``lr``) made before the CBS trial exists. A
+kill or a storage error between them, or before the CBS trial is made, leaves an *orphan*: a
+RUNNING Optuna trial no CBS trial knows. The next ask reuses it (its ``lr``, or the one the sampler
+proposes for its number when the ``lr`` was never written) instead of failing it, so the trial
+numbers and the sampler's seeds, and so the proposals, are those of an undisturbed run.
 """
 
 from __future__ import annotations
@@ -76,11 +82,21 @@ class CellSearch:
         return optuna.create_study(storage=self.storage, study_name=cell_study_name(self.study, cell_id),
                                    direction="minimize", sampler=sampler, load_if_exists=True)
 
-    def ask(self, cell_id: str, count: int, *, lr_min: float, lr_max: float, n_startup: int) -> list[tuple[int, float]]:
-        """``count`` new trials: ``[(number, lr)]``, each proposed with a seed of its own number."""
+    def ask(self, cell_id: str, count: int, *, lr_min: float, lr_max: float, n_startup: int,
+            known_numbers: set[int] | None = None) -> list[tuple[int, float]]:
+        """``count`` trials to start: ``[(number, lr)]``, each proposed with a seed of its own number.
+        Given ``known_numbers`` (the numbers the cell's CBS trials carry), the orphans come first
+        (RUNNING trials not among them; module docstring), then new ones."""
         name = cell_study_name(self.study, cell_id)
         out = []
-        for _ in range(count):
+        orphans = [] if known_numbers is None else self._orphans(cell_id, known_numbers)
+        for orphan in orphans[:count]:
+            lr = orphan.params.get("lr")
+            if lr is None:  # cut between the two writes: what the sampler proposes for this number
+                study = self._study(cell_id, seed=_seed(name, orphan.number), n_startup=n_startup)
+                lr = optuna.Trial(study, orphan._trial_id).suggest_float("lr", lr_min, lr_max, log=True)
+            out.append((orphan.number, lr))
+        for _ in range(count - len(out)):
             number = len(self._study(cell_id).get_trials(deepcopy=False))
             study = self._study(cell_id, seed=_seed(name, number), n_startup=n_startup)
             trial = study.ask()
@@ -88,18 +104,9 @@ class CellSearch:
             out.append((trial.number, lr))
         return out
 
-    def fail_orphans(self, cell_id: str, known_numbers: set[int]) -> int:
-        """Fail RUNNING Optuna trials that have no CBS trial (a crash between ask and enqueue)."""
-        try:
-            study = optuna.load_study(storage=self.storage, study_name=cell_study_name(self.study, cell_id))
-        except KeyError:
-            return 0
-        n = 0
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if t.number not in known_numbers:
-                study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-                n += 1
-        return n
+    def _orphans(self, cell_id: str, known_numbers) -> list:
+        """RUNNING Optuna trials of the cell that no CBS trial knows, by number (a proposal cut short)."""
+        return [t for t in self.trials(cell_id) if t.state == TrialState.RUNNING and t.number not in known_numbers]
 
     def tell(self, cell_id: str, number: int, outcome: str, *, steps_to_target: float | None = None,
              budget_steps: int | None = None, final_eval_loss: float | None = None) -> None:
