@@ -379,3 +379,96 @@ def d_ordering_sentence(row: Mapping[str, Any]) -> str:
     held = {True: "holds", False: "does not hold", None: "cannot be read"}[row["B* without B_ref"]["rises"]]
     return (f"N = {row['N']:,.0f}, D = {d}: the ordering by D **{held} without the reference point**. "
             + "; ".join(says(label) for label, _ in D_ORDERING_QUANTITIES) + ".")
+
+
+def doubling_rows(table) -> list[dict[str, Any]]:
+    """Each setting's seed-paired doubling ratios ``S(B)/S(2B)`` with their 95% intervals
+    (DESIGN.md §1, "Shape before slope"): ``S_min(1 + B_noise/B)`` keeps every ratio in (1, 2)."""
+    rows = []
+    for s in table.settings:
+        for d in s.doublings:
+            ci = None if d.ci is None else (math.exp(d.ci[0]), math.exp(d.ci[1]))
+            rows.append({
+                "setting": s.setting,
+                "doubling": f"S({d.batch_size})/S({d.batch_size_doubled})",
+                "where": {"first": "first from B_ref", "beyond": "beyond the first", "below": "below B_ref"}[d.place],
+                "ratio": d.ratio,
+                "95% interval": _interval(ci),
+                "seeds": len(d.seeds),
+                "shape": "above 2: impossible for a + b/B" if d.above_two else "",
+            })
+    return rows
+
+
+def lack_of_fit_rows(table) -> list[dict[str, Any]]:
+    """Per setting, the lack-of-fit F test of ``S_min(1 + B_noise/B)`` against the seeds' noise."""
+    return [{
+        "setting": s.setting,
+        "F": s.lack_of_fit.f,
+        "dof": f"{s.lack_of_fit.dof_fit}, {s.lack_of_fit.dof_noise}",
+        "p": s.lack_of_fit.p_value,
+        "a + b/B": "misses the points beyond noise" if s.lack_of_fit.rejected else "within noise",
+    } for s in table.settings if s.lack_of_fit is not None]
+
+
+def trend_rows(table) -> list[dict[str, Any]]:
+    """Per law, the slope of each doubling's ``ln S(B)/S(2B)`` per e-fold of its variable (seed-paired,
+    seed fixed effect) and the doublings beyond the first pooled: which doublings carry the trend."""
+    rows = []
+    for shape in table.shapes:
+        unit = "D" if shape.variable == "d" else "N"
+        trends = [(f"ln S({t.doublings[0][0]})/S({t.doublings[0][1]})", t) for t in shape.trends]
+        if shape.beyond is not None:
+            trends.append(("every doubling beyond the first, pooled", shape.beyond))
+        for label, t in trends:
+            rows.append({
+                "law": shape.source,
+                "ratio": label,
+                "slope per e-fold": t.slope,
+                "95% interval": _interval(t.ci),
+                "of": unit,
+                "trend": "rises" if t.positive else "falls" if t.negative else "none seen",
+                "dof": t.dof,
+            })
+    return rows
+
+
+def noise_rows(table) -> list[dict[str, Any]]:
+    """The study's noise of ``ln S`` by source (sd, with degrees of freedom) and its learning-rate
+    curvature: what the simulator's ``--noise lab`` draws."""
+    noise = table.noise
+    if noise is None:
+        return []
+    rows = [
+        {"part": "rate-level (a trial about its cell's parabola in ln η)", "sd of ln S": noise.rate_sd,
+         "dof": noise.rate_dof},
+        {"part": "seed × cell (a seed's cell about the additive table)", "sd of ln S": noise.seed_cell_sd,
+         "dof": noise.seed_cell_dof},
+        {"part": "seed-common (a seed's shift at every B; cancels in B*)", "sd of ln S": noise.seed_common_sd,
+         "dof": noise.seed_common_dof},
+    ]
+    if noise.curvature is not None:
+        rows.append({"part": "learning-rate curvature k (ln S = … + k·ln²(η/η*), median)",
+                     "sd of ln S": noise.curvature, "dof": len(noise.curvatures)})
+    return [r for r in rows if r["sd of ln S"] is not None]
+
+
+def other_law_rows(table) -> list[dict[str, Any]]:
+    """The laws of B* without the reference point and of the empirical B* (the paper's rule read
+    off the points), beside the fitted ones: a trend that only the reference point or the fitted form
+    carries shows here."""
+    rows = []
+    for label, laws in (("without B_ref", table.scaling_without_ref), ("empirical B*", table.scaling_empirical)):
+        if laws is None:
+            continue
+        for law in laws.laws:
+            rows.append({"B*": label, "law": f"{'N' if law.variable == 'n' else 'D'} {_law_where(law)}",
+                         "exponent": law.exponent, "95% interval": _interval(law.exponent_ci),
+                         "settings": len(law.x)})
+        if laws.joint is not None:
+            j = laws.joint
+            rows.append({"B*": label, "law": "joint, N", "exponent": j.exponent_n,
+                         "95% interval": _interval(j.exponent_n_ci), "settings": len(j.cbs)})
+            rows.append({"B*": label, "law": "joint, D", "exponent": j.exponent_d,
+                         "95% interval": _interval(j.exponent_d_ci), "settings": len(j.cbs)})
+    return rows

@@ -229,7 +229,36 @@ def render_curves(rows: list[dict], source: str, b_ref: int, overhead: float) ->
     cols[1].download_button("Steps table as CSV", pd.DataFrame(rows).to_csv(index=False),
                             file_name=f"{source}-steps.csv", mime="text/csv", icon=":material/download:",
                             on_click="ignore", help="The `cbs fit` input: one row per trial.")
+    _shape_of_curves(table)
     _notes(table)
+
+
+def _shape_of_curves(table) -> None:
+    """Shape before slope (DESIGN.md §1): the seed-paired doubling ratios, the lack-of-fit test and the
+    study's noise by source, so a reader sees whether ``a + b/B`` describes the points before any B*."""
+    import pandas as pd
+
+    from app import fit_view
+
+    doublings, lack, noise = fit_view.doubling_rows(table), fit_view.lack_of_fit_rows(table), fit_view.noise_rows(table)
+    if not (doublings or noise):
+        return
+    st.subheader("Shape of S(B) before its B*")
+    st.caption("S_min(1 + B_noise/B) keeps every doubling ratio S(B)/S(2B) between 1 and 2 and, when B_noise grows "
+               "with D, raises every ratio. A trend only in the first doubling from B_ref is a small-batch effect; "
+               "a ratio above 2 cannot come from the fitted curve. Ratios pair each seed with itself, so a seed's "
+               "shift at every B cancels; the interval rests on the seed × cell noise.")
+    if doublings:
+        st.dataframe(pd.DataFrame(doublings), hide_index=True, width="stretch", placeholder="—",
+                     column_config={"ratio": st.column_config.NumberColumn(format="%.3f")})
+    if lack:
+        st.dataframe(pd.DataFrame(lack), hide_index=True, width="stretch", column_config={
+            "F": st.column_config.NumberColumn(format="%.3g", help="misfit of a + b/B over the seeds' own noise"),
+            "p": st.column_config.NumberColumn(format="%.2g")})
+    if noise:
+        st.markdown("**Noise of ln S by source** (pooled over settings; `cbs study simulate --noise lab` draws these)")
+        st.dataframe(pd.DataFrame(noise), hide_index=True, width="stretch",
+                     column_config={"sd of ln S": st.column_config.NumberColumn(format="%.3f")})
 
 
 def _b_star_metrics(table, most: int = 6) -> None:
@@ -296,8 +325,31 @@ def render_scaling(rows: list[dict], source: str, b_ref: int, overhead: float) -
     else:
         st.info(NO_LAW, icon=":material/info:")
     _d_ordering(table)
+    _trends(table)
     _forecast(table, source)
     _notes(table)
+
+
+def _trends(table) -> None:
+    """Which doublings carry each law's trend, and the laws without B_ref and of the empirical B*."""
+    import pandas as pd
+
+    from app import fit_view
+
+    rows = fit_view.trend_rows(table)
+    if not rows:
+        return
+    st.markdown("**Which doublings carry the trend**")
+    st.caption("Slope of each seed-paired ln S(B)/S(2B) per e-fold of D (or N) across the law's settings, with a "
+               "seed fixed effect. A critical batch size that moves with D raises every doubling; a trend in the "
+               "first doubling from B_ref alone is a small-batch effect, and the verdict says so.")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
+                 column_config={"slope per e-fold": st.column_config.NumberColumn(format="%+.3f")})
+    other = fit_view.other_law_rows(table)
+    if other:
+        st.markdown("**Laws without the reference point, and of the empirical B\***")
+        st.dataframe(pd.DataFrame(other), hide_index=True, width="stretch",
+                     column_config={"exponent": st.column_config.NumberColumn(format="%+.3f")})
 
 
 def render_paper_comparison(table) -> None:
@@ -310,6 +362,9 @@ def render_paper_comparison(table) -> None:
     st.subheader("Compared with the paper")
     verdict, sentence = fit_view.paper_verdict(table)
     {"supported": st.success, "not supported": st.warning}.get(verdict, st.info)(sentence, icon=":material/balance:")
+    trend = table.paper_comparison().trend_note
+    if trend:
+        st.caption(f"Doubling ratios {trend}.")
     st.dataframe(pd.DataFrame(fit_view.paper_rows(table)), hide_index=True, width="stretch", placeholder="—",
                  column_config={
                      "this study": st.column_config.NumberColumn(format="%.3f"),

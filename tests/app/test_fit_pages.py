@@ -83,3 +83,18 @@ def test_fit_notes_name_the_batch_sizes_the_planner_skipped(app_test, empty_env)
     at = _open(app_test, "curves")
     results = [d.value for d in at.dataframe if "B* (seq)" in d.value.columns][0].set_index("setting")
     assert results.loc[seeded.setting_id, "B* (seq)"] == pytest.approx(expected_fit(seeded).cbs(0.2, 32), rel=REL)
+
+
+def test_curves_page_shows_the_seed_paired_doubling_ratios_of_the_seeded_curves(app_test, app_env):
+    # One seed per cell: each doubling's ratio is the seeded curve's S(B)/S(2B) (within the pages'
+    # tolerance), with no interval (no seed × cell noise to rest one on) and never above 2.
+    at = _open(app_test, "curves")
+    assert "Shape of S(B) before its B*" in [s.value for s in at.subheader]
+    (table,) = [d.value for d in at.dataframe if "doubling" in d.value.columns]
+    for setting, seeded in app_env.items():
+        rows = table[table["setting"] == setting]
+        assert len(rows) >= 2
+        for _, row in rows.iterrows():
+            b, b2 = (int(x) for x in row["doubling"][2:-1].split(")/S("))
+            assert row["ratio"] == pytest.approx(seeded.steps(b) / seeded.steps(b2), rel=2 * REL)
+            assert row["95% interval"] == "—" and row["seeds"] == 1 and row["shape"] == ""

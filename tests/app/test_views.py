@@ -316,3 +316,26 @@ def test_the_loss_curve_overlay_takes_hundreds_of_trials_and_caps_at_its_limit()
     assert {r.batch_size for r in overlay_records(many, setting=None, batch_sizes=[8, 16])} == {8, 16}
     assert len(overlay_records([rec(i) for i in range(MAX_OVERLAY + 100)], setting=None)) == MAX_OVERLAY == 500
     assert overlay_records(many + [rec(999, "diverged")], setting=None, outcomes=["diverged"])[0].trial_id == "s.t999"
+
+
+def test_trend_and_noise_rows_name_the_first_doubling_of_the_reproduce_table():
+    # The committed reproduce table (issue 38): only ln S(4)/S(8) rises with D; the noise by source is
+    # the one the simulator's --noise lab draws.
+    from pathlib import Path
+
+    from app import fit_view
+    from cbscore.analysis import analyze_table, read_steps_csv
+
+    path = Path(__file__).resolve().parents[2] / "docs/results/reproduce/steps.csv"
+    table = analyze_table(read_steps_csv(path), b_ref=4, overhead=0.2, bootstrap=100)
+    rows = [r for r in fit_view.trend_rows(table) if r["law"].startswith("law in D")]
+    assert [(r["ratio"], r["trend"]) for r in rows] == [
+        ("ln S(4)/S(8)", "rises"), ("ln S(8)/S(16)", "none seen"), ("ln S(16)/S(32)", "none seen"),
+        ("every doubling beyond the first, pooled", "none seen")]
+    assert rows[0]["slope per e-fold"] == pytest.approx(0.084, abs=0.001) and rows[0]["dof"] == 5
+    noise = {r["part"].split(" (")[0]: r["sd of ln S"] for r in fit_view.noise_rows(table)}
+    assert noise["rate-level"] == pytest.approx(0.030, abs=0.001)
+    assert noise["seed × cell"] == pytest.approx(0.034, abs=0.001)
+    assert noise["seed-common"] == pytest.approx(0.066, abs=0.001)
+    assert len(fit_view.doubling_rows(table)) == 18
+    assert {r["B*"] for r in fit_view.other_law_rows(table)} == {"without B_ref", "empirical B*"}
