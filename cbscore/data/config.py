@@ -12,8 +12,10 @@ from cbscore.errors import ConfigError
 
 #: Byte-level BPE needs the 256 byte symbols plus the end-of-text token.
 MIN_BPE_VOCAB = 257
-#: Token ids are stored as uint32 at most.
-MAX_VOCAB = 2**32 - 1
+#: Largest byte-level BPE vocabulary (2**20 = 1,048,576 tokens; the paper's is 32k, the largest
+#: published tokenizers about 256k). Training a BPE holds tables that grow with it: a vocabulary
+#: of 2**32 - 1 asked the tokenizer trainer for 283 GB and aborted the trial process.
+MAX_VOCAB = 2**20
 #: Prefixes that may precede a hub tokenizer's name (``hub:NAME``, ``hf:NAME``).
 HUB_PREFIXES = ("hub:", "hf:")
 #: Short names of hub tokenizers.
@@ -76,7 +78,7 @@ class DataConfig:
                 "vocab_size",
                 self.vocab_size,
                 f"a byte-level BPE needs at least {MIN_BPE_VOCAB} tokens (256 bytes + end-of-text) "
-                f"and at most {MAX_VOCAB}",
+                f"and at most {MAX_VOCAB:,} (2**20)",
             )
         if (
             isinstance(self.val_fraction, bool)

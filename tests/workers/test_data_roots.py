@@ -80,3 +80,14 @@ def test_a_spec_cannot_take_over_another_studys_store_at_launch_or_in_the_worker
     # the same settings share it, untouched
     api.launch_study(tiny_spec_dict("sharer", data={**DATA, "store_dir": str(token_store.path)}), force=True)
     assert (token_store.path / "manifest.json").read_text() == manifest
+
+
+def test_a_huge_vocabulary_is_refused_at_launch_naming_the_field_with_nothing_created(worker_env):
+    """Issue 41, finding 9: the tokenizer trainer asked for 283 GB and aborted the trial process."""
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        api.launch_study(tiny_spec_dict("huge-vocab", data={**DATA, "vocab_size": 2**32 - 1}), force=True)
+    assert time.perf_counter() - start < 1.0
+    assert err.value.field == "vocab_size" and err.value.value == 2**32 - 1 and "at most 1,048,576" in err.value.reason
+    s = WorkerSettings.from_env()
+    assert Tracker(s.tracking_uri).client.get_experiment_by_name("huge-vocab") is None and queue_depth("cpu") == 0

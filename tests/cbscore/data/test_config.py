@@ -24,6 +24,8 @@ def test_defaults_are_the_builtin_corpus_and_an_8192_bpe():
     [
         ({"vocab_size": 256}, "vocab_size", 256),
         ({"vocab_size": 8192.0}, "vocab_size", 8192.0),
+        ({"vocab_size": 2**20 + 1}, "vocab_size", 2**20 + 1),
+        ({"vocab_size": 2**32 - 1}, "vocab_size", 2**32 - 1),
         ({"val_fraction": 0.0}, "val_fraction", 0.0),
         ({"val_fraction": 0.9}, "val_fraction", 0.9),
         ({"seed": -1}, "seed", -1),
@@ -36,7 +38,7 @@ def test_defaults_are_the_builtin_corpus_and_an_8192_bpe():
 def test_bad_values_raise_config_error_naming_field_and_value(fields, field, value):
     with pytest.raises(ConfigError) as info:
         DataConfig(**fields)
-    assert info.value.field == field
+    assert info.value.field == field and info.value.value == value
     assert str(info.value).startswith(f"{field}: ")
     assert str(info.value).endswith(f"but got {value!r}.")
 
@@ -88,6 +90,15 @@ def test_bad_tokenizer_names_raise_config_error_naming_the_field_and_value(value
         DataConfig(tokenizer=value)
     assert info.value.field == "tokenizer"
     assert str(info.value).endswith(f"but got {value!r}.")
+
+
+def test_a_vocabulary_above_2_to_the_20_is_refused_naming_the_field():
+    """Issue 41, finding 9: vocab_size up to 2**32 - 1 was accepted and the trial process aborted."""
+    assert DataConfig(vocab_size=2**20).vocab_size == 2**20
+    with pytest.raises(ConfigError) as info:
+        DataConfig(vocab_size=4_294_967_295)
+    assert str(info.value) == ("vocab_size: a byte-level BPE needs at least 257 tokens (256 bytes + end-of-text) "
+                               "and at most 1,048,576 (2**20), but got 4294967295.")
 
 
 def test_expected_vocab_size_is_known_without_the_network():
