@@ -50,7 +50,14 @@ def _factor_caption(cal) -> str:
     ci = ""
     if cal.factor_ci is not None and all(math.isfinite(v) for v in cal.factor_ci):
         ci = f", 95% interval {cal.factor_ci[0]:.3g} – {cal.factor_ci[1]:.3g}"
-    return f"calibration c = measured B_noise / B̂ = **{cal.factor:.3g}**{ci} over {len(cal.settings)} setting(s)"
+    text = f"calibration c = measured B_noise / B̂ = **{cal.factor:.3g}**{ci} over {len(cal.settings)} setting(s)"
+    if cal.spread is not None:
+        ratios = [r.ratio for r in cal.settings]
+        text += (f"; per setting c runs from {min(ratios):.3g} to {max(ratios):.3g} (sd of ln c {cal.spread:.2f}): "
+                 "one factor serves only where the settings agree")
+    for n, forecast, measured, k in cal.d_trends:
+        text += f"; at N = {n:.3g} the forecast grows as D^{forecast:.2f}, the measured B_noise as D^{measured:.2f}"
+    return text
 
 
 def render_forecast_overlay(name: str, table) -> None:

@@ -157,6 +157,18 @@ class Calibration:
     """How the interval was drawn, in words."""
     errors: tuple[str, ...] = ()
     """Settings left out, and why."""
+    d_trends: tuple[tuple[float, float, float, int], ...] = ()
+    """Per ``N`` shared by settings at two or more ``D``: ``(N, exponent of B̂ in D, exponent of the
+    measured B_noise in D, settings)`` (least squares on log axes): a factor ``c`` is one number only
+    where the two exponents agree (issue 38: on ``demo-gns`` B̂ grew as D^0.66, B_noise as D^0.17)."""
+
+    @property
+    def spread(self) -> float | None:
+        """Standard deviation over settings of ``ln(B_noise/B̂)`` (``None`` with one setting): how far
+        from one number ``c`` the settings are."""
+        if len(self.settings) < 2:
+            return None
+        return float(np.std([math.log(r.ratio) for r in self.settings], ddof=1))
 
     def to_json_dict(self) -> dict:
         def num(x):
@@ -170,6 +182,9 @@ class Calibration:
                           "b_noise_ci": None if s.b_noise_ci is None else [num(s.b_noise_ci[0]), num(s.b_noise_ci[1])],
                           "ratio": num(s.ratio), "cbs_forecast": num(s.cbs_forecast),
                           "cbs_measured": num(s.cbs_measured)} for s in self.settings],
+            "spread_ln": num(self.spread),
+            "d_trends": [{"n_params": num(n), "exponent_forecast": num(ef), "exponent_measured": num(em),
+                          "settings": k} for n, ef, em, k in self.d_trends],
             "errors": list(self.errors),
         }
 
@@ -227,7 +242,24 @@ def calibrate(forecasts: Sequence[NoiseForecast], analyses: Sequence, *, n_resam
     lo = float(np.quantile(samples, tail, method="lower"))
     hi = float(np.quantile(samples, 1.0 - tail, method="higher"))
     return Calibration(factor=factor, factor_ci=(lo, hi), settings=tuple(rows), n_resamples=n_resamples,
-                       method=method, errors=tuple(errors))
+                       method=method, errors=tuple(errors), d_trends=_d_trends(rows, by_setting))
+
+
+def _d_trends(rows: Sequence[SettingCalibration], by_setting: dict) -> tuple[tuple[float, float, float, int], ...]:
+    """Per shared ``N``, the D-exponents of the forecast and of the measured ``B_noise``."""
+    groups: dict[float, list[tuple[float, float, float]]] = {}
+    for r in rows:
+        a = by_setting[r.setting]
+        if getattr(a, "n_params", None) and getattr(a, "tokens", None):
+            groups.setdefault(float(a.n_params), []).append((float(a.tokens), r.b_hat, r.b_noise))
+    out = []
+    for n, pts in sorted(groups.items()):
+        if len({d for d, _, _ in pts}) < 2:
+            continue
+        log_d = np.log([d for d, _, _ in pts])
+        slope = lambda y: float(np.polyfit(log_d, np.log(y), 1)[0])  # noqa: E731
+        out.append((n, slope([b for _, b, _ in pts]), slope([m for _, _, m in pts]), len(pts)))
+    return tuple(out)
 
 
 def forecast_batch_sizes(b_ref: int, b_noise: Sequence[float], *, below: int = 2, beyond: float = 4.0,

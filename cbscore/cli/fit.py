@@ -97,6 +97,13 @@ def format_calibration(cal) -> str:
     lines = [f"calibration c = measured B_noise / B̂ = {cal.factor:.3g}{ci} ({cal.method})"]
     for r in cal.settings:
         lines.append(f"  {r.setting:<24} B_noise {r.b_noise:.4g} / B̂ {r.b_hat:.4g} = {r.ratio:.3g}")
+    if cal.spread is not None:
+        ratios = [r.ratio for r in cal.settings]
+        lines.append(f"  spread over settings: sd of ln c = {cal.spread:.3g} (c from {min(ratios):.3g} to {max(ratios):.3g}); "
+                     "one factor serves only where the settings agree")
+    for n, forecast, measured, k in cal.d_trends:
+        lines.append(f"  at N = {n:.4g} ({k} settings): the forecast B̂ grows as D^{forecast:.2f}, the measured "
+                     f"B_noise as D^{measured:.2f}")
     lines += [f"note: {e}" for e in cal.errors]
     return "\n".join(lines)
 
@@ -152,7 +159,7 @@ def _shape_lines(s) -> list[str]:
             ci = "" if d.ci is None else f" [{math.exp(d.ci[0]):.3f}, {math.exp(d.ci[1]):.3f}]"
             flag = "  > 2: impossible for a + b/B" if d.above_two else ""
             cells.append(f"S({d.batch_size})/S({d.batch_size_doubled}) = {d.ratio:.3f}{ci}{flag}")
-        out.append("  doubling ratios (seed-paired): " + "; ".join(cells))
+        out.append("  doubling ratios (within each seed, then averaged): " + "; ".join(cells))
     if s.lack_of_fit is not None:
         lof = s.lack_of_fit
         verdict = "rejected" if lof.rejected else "not rejected"

@@ -144,3 +144,20 @@ def test_forecast_file_is_calibrated_against_the_table(tmp_path, capsys):
     (tmp_path / "bad.json").write_text('{"forecast": {"nope": 1}}')
     assert main(["fit", str(path), "--forecast", str(tmp_path / "bad.json")]) == 2
     assert "--forecast: must hold a 'forecast' object with a 'settings' list" in capsys.readouterr().err
+
+
+def test_the_gns_calibration_is_given_per_setting_with_its_spread_and_the_forecasts_d_trend(capsys):
+    # docs/results/demo-gns (issue 38): c is not one number there; the forecast B̂ grows as D^0.66
+    # (3.63 → 9.07 over 4× D) while the measured B_noise grows as D^0.17 (10.88 → 13.84).
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[3] / "docs/results/demo-gns"
+    assert main(["fit", str(folder / "steps.csv"), "--b-ref", "2", "--bootstrap", "200",
+                 "--forecast", str(folder / "forecast.json"), "--json"]) == 0
+    cal = json.loads(capsys.readouterr().out)["calibration"]
+    ratios = {s["setting"]: s["ratio"] for s in cal["settings"]}
+    assert ratios == pytest.approx({"tiny-0.1M_D50K": 3.00, "tiny-0.1M_D200K": 1.53, "tiny-0.3M_D50K": 3.05}, abs=0.01)
+    assert cal["spread_ln"] == pytest.approx(0.395, abs=0.001)
+    (trend,) = cal["d_trends"]
+    assert trend["exponent_forecast"] == pytest.approx(0.66, abs=0.005)
+    assert trend["exponent_measured"] == pytest.approx(0.17, abs=0.005) and trend["settings"] == 2
