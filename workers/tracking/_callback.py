@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any
+from typing import Any, Callable
 
 from mlflow.entities import Metric, RunTag
 
@@ -15,6 +15,14 @@ from workers.tracking._base import _MAX_TAG, EVAL_CURVE_TAG, GNS_METRICS, _ms, i
 from workers.tracking._tracker import Tracker
 
 # ---------------------------------------------------------------------------- the callback
+class LeaseLost(Exception):
+    """A fenced write found that its attempt no longer holds the trial (it writes nothing)."""
+
+
+class LeaseUnknown(ConnectionError):
+    """A fenced write could not ask the ledger (an outage: transient, the write waits)."""
+
+
 def metric(key: str, value: float, step: int, now_s: float | None = None) -> Metric:
     return Metric(key=key, value=float(value), timestamp=_ms(now_s), step=int(step))
 
@@ -87,11 +95,22 @@ class MlflowCallback(Callback):
     A flush happens every ``flush_s`` seconds (it carries the ``heartbeat`` metric: wall time at
     the trial's step), on every evaluation when ``flush_on_eval`` is set, and at the end. The
     callback does not end the run: the runner knows the outcome (``pruned`` vs ``stopped``).
+
+    Every metric write is fenced by the trial's lease: ``fence()`` (the trial's, when given) is
+    asked right before each batch (True: this attempt holds the trial; False: it lost it, e.g. a
+    process frozen past the staleness limit and replaced; None: the ledger cannot say). A holder
+    that lost the trial writes nothing more (its points are the new holder's to compute) and asks
+    the trainer to stop; one that cannot say keeps its points for the next flush, as during a
+    tracking outage. (A freeze between the fence and the write itself is not covered: the two
+    are in different stores.)
     """
 
-    def __init__(self, tracker: Tracker, run_id: str, *, flush_s: float = 5.0, flush_on_eval: bool = False):
+    def __init__(self, tracker: Tracker, run_id: str, *, flush_s: float = 5.0, flush_on_eval: bool = False,
+                 fence: Callable[[], bool | None] | None = None):
         self.tracker = tracker
         self.run_id = run_id
+        self.fence = fence
+        self.fenced_off = False
         self.flush_s = flush_s
         self.flush_on_eval = flush_on_eval
         self.buffer: list[Metric] = []
@@ -112,12 +131,22 @@ class MlflowCallback(Callback):
         (the store may be restarting); with ``must`` (the end of the trial) it raises, and the
         trial gives its attempt back (:mod:`workers.trials.trial`)."""
         now = time.time()
+        if self.fenced_off:
+            return
         self.buffer += [metric("heartbeat", now, state.step, now), metric("progress/step", state.step, state.step, now),
                         metric("progress/tokens", state.tokens, state.step, now)]
         batch, self.buffer = self.buffer, []
         self.last_flush = now
         try:
-            self.tracker.log_metrics(self.run_id, batch)
+            if self.fence is None:
+                self.tracker.log_metrics(self.run_id, batch)
+            else:
+                self.tracker.log_metrics(self.run_id, batch, fence=self._fence)
+        except LeaseLost as exc:  # the new holder computes and writes these points: none from here
+            self.buffer, self.fenced_off = [], True
+            state.request_stop("superseded")
+            print(f"cbs trial: {exc}: {len(batch)} metrics not written, nothing more will be", flush=True)
+            return
         except Exception as exc:
             self.buffer = batch + self.buffer
             self._trim()
@@ -126,6 +155,14 @@ class MlflowCallback(Callback):
             print(f"cbs trial: metrics kept for the next flush ({len(self.buffer)} waiting): {exc}", flush=True)
             return
         self.flushes += 1
+
+    def _fence(self) -> None:
+        """Raise :class:`LeaseLost` or :class:`LeaseUnknown` unless this attempt holds the trial."""
+        held = self.fence()
+        if held is None:
+            raise LeaseUnknown("the ledger cannot say whether this attempt still holds the trial")
+        if not held:
+            raise LeaseLost("this attempt no longer holds the trial")
 
     def _trim(self) -> None:
         excess = len(self.buffer) - self.max_buffer
@@ -152,8 +189,9 @@ class MlflowCallback(Callback):
         self.evals_through = self._logged_last("eval/loss_ewa")
         # The checkpoint's own history first: whatever of it the store lacks.
         self._add_history(state.eval_history, ())
-        retrying(lambda: self.tracker.client.log_batch(self.run_id, tags=tags), what="tagging the run")
         self.flush(state, must=True)
+        if not self.fenced_off:
+            retrying(lambda: self.tracker.client.log_batch(self.run_id, tags=tags), what="tagging the run")
 
     def _add_history(self, evals, train_log) -> None:
         """Buffer the evaluations and train losses of a checkpoint or result past what is logged
@@ -197,7 +235,7 @@ class MlflowCallback(Callback):
         checkpoint while the store cannot take them (a checkpoint never runs ahead of the
         history: an attempt that resumes from it recomputes nothing before it)."""
         self.flush(state)
-        return not self.buffer
+        return not self.buffer and not self.fenced_off
 
     def post_train(self, state: TrainState, result: TrialResult) -> None:
         # an attempt that found the trial ended (its result in the checkpoint) sends what the

@@ -98,6 +98,16 @@ class Heartbeat:
             self.stop_reason = reason
         return held and not self.superseded
 
+    def holds(self) -> bool | None:
+        """Ask the ledger now (the fence of every metric write, :class:`workers.tracking.MlflowCallback`):
+        True while this attempt holds the trial, False once it lost it (or was cut off), None while
+        the ledger cannot say."""
+        if self.superseded:
+            return False
+        if self.beat():
+            return True
+        return False if self.superseded else None
+
     def confirm(self) -> bool:
         """Ask the ledger now whether this attempt still holds the trial, waiting out an outage up
         to the deadline (then the holder is ``cut_off``): True when it does."""
@@ -246,7 +256,8 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
 
         config = TrainConfig.from_dict({**spec.train_config, **_operational(trial_id, spec.train_config, study)})
         ready_store(ledger, study, config.data)  # the study's one store, here; never a second one
-        callbacks = [MlflowCallback(tracker, run_id, flush_s=s.heartbeat_s), StopWatch(heartbeat)]
+        callbacks = [MlflowCallback(tracker, run_id, flush_s=s.heartbeat_s, fence=heartbeat.holds),
+                     StopWatch(heartbeat)]
         result = train(config, callbacks)
     except RankFailed as exc:  # another rank of the trial died: this attempt is lost, not the trial
         heartbeat.stop()
