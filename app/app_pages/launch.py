@@ -11,6 +11,7 @@ from cbscore.errors import CbsError
 from cbscore.recipe import RECIPE_RULES
 from cbscore.safe_yaml import MAX_BYTES as MAX_YAML_BYTES
 from cbscore.study import PRESET_NAMES, StudySpec, estimate, load_preset
+from cbscore.study.ceilings import check_ceilings
 from cbscore.study.models import preset_names
 from cbscore.study.spec import GNS_CELLS, KINDS, SCHEDULES
 
@@ -413,6 +414,20 @@ def _simulate(spec) -> None:
             st.caption(spec_form.simulation_summary(report))
 
 
+def _within_ceilings(spec) -> None:
+    """The lab's ceilings (cbscore.study.ceilings), before anything is built per cell or trial:
+    past one, a user who is no admin gets its refusal and nothing else; an admin a warning (their
+    "Launch anyway" passes it)."""
+    from cbscore.errors import ConfigError
+
+    try:
+        check_ceilings(spec)
+    except ConfigError as exc:
+        if not auth.is_admin(auth.current_user()):
+            raise
+        st.warning(f"Past the lab's ceilings: {exc} Tick “Launch anyway” if you mean it.", icon=":material/warning:")
+
+
 if preview or launch:
     st.session_state[K + "previewed"] = True  # stays open while the simulation below runs
 if preview or launch or st.session_state.get(K + "previewed"):
@@ -420,6 +435,7 @@ if preview or launch or st.session_state.get(K + "previewed"):
         values = {field: st.session_state[K + field] for field in _values(st.session_state[K + "base"])}
         spec = _build(st.session_state[K + "base"], values)
         spec = _forecast_from(spec)
+        _within_ceilings(spec)
         try:
             n_workers = max(1, len(sources.alive_workers()))
         except Exception:  # the estimate assumes one worker when none can be counted

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cbscore.errors import shown
 from tests.app.conftest import STUDY
-from tests.workers.conftest import mlflow_template, mlflow_uri, worker_env  # noqa: F401
+from tests.workers.conftest import mlflow_template, mlflow_uri, token_store, worker_env  # noqa: F401
 
 SECRET = "gho_" + "s3cr3t" * 6
 
@@ -105,3 +105,48 @@ def test_a_broker_outage_at_launch_shows_the_broker_url_with_the_password_masked
         errors
     assert errors[0].endswith("); nothing was launched")
     assert not any("hunter2-redis" in text for text in _texts(at))
+
+
+def _signed_in(app_test, monkeypatch, email: str):
+    from app import auth
+
+    monkeypatch.setattr(auth, "enabled", lambda: True)  # sign-in configured (the secrets AppTest cannot reach)
+    monkeypatch.setenv("CBS_ADMINS", "admin@lab.test")
+    app_test.user = {"is_logged_in": True, "iss": "http://idp.test", "sub": email, "email": email,
+                     "email_verified": True}
+    return app_test.run()
+
+
+def test_a_user_who_is_no_admin_cannot_preview_or_launch_past_the_labs_ceiling(app_test, worker_env, monkeypatch):
+    from workers.query import api
+
+    monkeypatch.setenv("CBS_MAX_TRIALS", "10")  # the demo plans 45 trials; its own max_trials is 2000
+    at = _signed_in(app_test, monkeypatch, "alice@lab.test")
+    at.button(key="FormSubmitter:launch-Launch study").click().run()
+    assert not at.exception, at.exception
+    assert [e.value for e in at.error] == [
+        "**trials** (`trials`): the study plans more than the lab's ceiling of 10 trials (CBS_MAX_TRIALS; the spec's "
+        "max_trials does not raise it); only an admin may launch past it, but got `'45 trials'`."]
+    assert not [h for h in at.subheader if h.value.startswith("Plan of")]  # nothing of the plan was built
+    assert api.list_studies() == []
+
+
+def test_an_admin_sees_the_ceiling_as_a_warning_and_launches_past_it_only_with_launch_anyway(app_test, worker_env,
+                                                                                          token_store, monkeypatch):
+    from workers.query import api
+
+    monkeypatch.setenv("CBS_MAX_TRIALS", "10")
+    at = _signed_in(app_test, monkeypatch, "admin@lab.test")
+    at.button(key="FormSubmitter:launch-Preview").click().run()
+    assert not at.exception, at.exception
+    assert any(w.value.startswith("Past the lab's ceilings: trials: the study plans more than the lab's ceiling of 10 "
+                                  "trials") for w in at.warning), [w.value for w in at.warning]
+    assert [h.value for h in at.subheader if h.value.startswith("Plan of")] == ["Plan of `demo`"]
+    at.button(key="FormSubmitter:launch-Launch study").click().run()  # not ticked: the runner's check refuses
+    assert any(e.value.startswith("**trials** (`trials`): the study plans more than the lab's ceiling")
+               for e in at.error), [e.value for e in at.error]
+    assert api.list_studies() == []
+    at.checkbox(key="launch.force").check()  # ticked and submitted together, as a form does
+    at.button(key="FormSubmitter:launch-Launch study").click().run()
+    assert not at.error, [e.value for e in at.error]
+    assert [s.name for s in api.list_studies()] == ["demo"]

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from cbscore.errors import ConfigError
 from cbscore.study import StudySpec, build_train_config, estimate, planned_budget
+from cbscore.study.ceilings import check_ceilings
 
 
 def check_spec(spec: StudySpec, *, force: bool = False) -> None:
     """Every check that can refuse a spec, before anything is written anywhere."""
     if not isinstance(spec, StudySpec):
         raise ConfigError("spec", type(spec).__name__, "must be a StudySpec")
+    if not force:  # the lab's ceilings first, by arithmetic: nothing is built per cell or trial before
+        check_ceilings(spec)
     est = estimate(spec)
     if est.over_limit and not force:
         field_name = "max_trials" if "max_trials" in est.over_limit else "max_total_tokens"
