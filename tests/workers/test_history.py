@@ -152,3 +152,37 @@ def test_an_ended_trial_sends_what_the_store_lacks_of_its_result(tracker, tmp_pa
     result = train_module.train(config(tmp_path / "calm"), [MlflowCallback(tracker, run_id, flush_s=3600)])
     assert result.steps == 58 and result.resumed_from_step is None  # returned from the checkpoint
     assert_same_history(tracker, calm, run_id, prefixes=("train/", "eval/"))
+
+
+def test_a_kill_between_the_chunks_of_one_flush_loses_no_point(tracker, tmp_path, undisturbed, monkeypatch):
+    """Issue 42, finding 5: a flush larger than one ``log_batch`` (1,000 metrics; 7 here, a
+    number that splits steps) goes in chunks; the process dies after the second chunk of the
+    flush before the checkpoint at step 40. The resume marker was one per key family (the last
+    ``train/loss`` step), so the other keys of the step cut in two were never sent again."""
+    calm, _ = undisturbed
+    run_id = new_run(tracker, "chunks")
+    folder = tmp_path / "chunks"
+    first = MlflowCallback(Tracker(tracker.uri), run_id, flush_s=3600)
+    monkeypatch.setattr(Tracker, "METRICS_PER_BATCH", 7)
+    real, chunks = first.tracker.client.log_batch, []
+
+    def dies_between_chunks(rid, metrics=(), **kwargs):
+        if "dead" in chunks:
+            raise RuntimeError("the process is dead")
+        if chunks or any(m.key == "train/loss" and m.step > 20 for m in metrics):
+            chunks.append(len(metrics))  # the flush before the checkpoint at step 40 (steps 21-40) ...
+            if len(chunks) == 3:  # ... dies after its second chunk
+                chunks.append("dead")
+                raise Killed
+        return real(rid, metrics=metrics, **kwargs)
+
+    monkeypatch.setattr(first.tracker.client, "log_batch", dies_between_chunks)
+    with pytest.raises(Killed):
+        train_module.train(config(folder), [first])
+    assert load_checkpoint(folder)["step"] == 20  # the checkpoint at 40 never came
+    last = {k: max(s for s, _ in points) for k, points in history(tracker, run_id, ("train/", "optim/")).items()}
+    assert last["train/loss"] > 20 and len(set(last.values())) > 1, last  # one step cut between two chunks
+    monkeypatch.undo()
+    result = train_module.train(config(folder), [MlflowCallback(tracker, run_id, flush_s=3600)])
+    assert (result.status, result.resumed_from_step) == ("finished", 20)
+    assert_same_history(tracker, calm, run_id)

@@ -11,7 +11,8 @@ from mlflow.entities import Metric, RunTag
 
 from cbscore.callbacks import Callback, TrainState
 from cbscore.trial_result import EvalPoint, TrialResult
-from workers.tracking._base import _MAX_TAG, EVAL_CURVE_TAG, GNS_METRICS, _ms, is_transient, retrying
+from workers.tracking._base import (_MAX_TAG, CURVE_PREFIXES, EVAL_CURVE_TAG, GNS_METRICS, _ms, is_transient,
+                                    retrying)
 from workers.tracking._tracker import Tracker
 
 # ---------------------------------------------------------------------------- the callback
@@ -116,11 +117,11 @@ class MlflowCallback(Callback):
         self.buffer: list[Metric] = []
         self.last_flush = 0.0
         self.flushes = 0
-        #: The last step whose training-curve points are in the store or the buffer, and the last
-        #: evaluated step likewise: a resumed trial recomputes the steps between its checkpoint
-        #: and the crash, and each step is logged once.
-        self.logged_through = -1
-        self.evals_through = -1
+        #: The last step of each curve key in the store or the buffer: a resumed trial recomputes
+        #: the steps between its checkpoint and the crash, and each point is logged once. Per key,
+        #: not per step: a kill between the chunks of one flush leaves some keys of a step in the
+        #: store and others not, and the next attempt sends exactly the missing ones.
+        self.through: dict[str, int] = {}
 
     #: Metrics kept while the store is unreachable; beyond this the oldest training-curve points
     #: go first (evaluations and summaries are what the study reads, so they are kept).
@@ -172,11 +173,22 @@ class MlflowCallback(Callback):
             drop = set(curve[:excess])
             self.buffer = [m for i, m in enumerate(self.buffer) if i not in drop]
 
-    def _logged_last(self, key: str) -> int:
-        """The last step of ``key`` in the store (-1 when none)."""
-        history = retrying(lambda: self.tracker.client.get_metric_history(self.run_id, key),
-                           what=f"reading the history of {key}")
-        return max((m.step for m in history), default=-1)
+    def _logged_steps(self) -> dict[str, int]:
+        """The last step of every curve key in the store (:data:`CURVE_PREFIXES`)."""
+        run = retrying(lambda: self.tracker.client.get_run(self.run_id), what="reading the run")
+        out = {}
+        for key in run.data.metrics:
+            if key.startswith(CURVE_PREFIXES):
+                history = retrying(lambda: self.tracker.client.get_metric_history(self.run_id, key),
+                                   what=f"reading the history of {key}")
+                out[key] = max((m.step for m in history), default=-1)
+        return out
+
+    def _add(self, key: str, value: float, step: int) -> None:
+        """Buffer one point unless ``key`` is logged (or buffered) at ``step`` or later already."""
+        if step > self.through.get(key, -1):
+            self.buffer.append(metric(key, value, step))
+            self.through[key] = step
 
     def pre_train(self, state: TrainState) -> None:
         tags = [RunTag("total_steps", str(state.total_steps)), RunTag("warmup_steps", str(state.warmup_steps)),
@@ -185,8 +197,7 @@ class MlflowCallback(Callback):
             tags.append(RunTag("resumed_from_step", str(state.resumed_from_step)))
         # What an earlier attempt logged (also before the "already ended" path, which re-logs
         # from the checkpoint's result what the store lacks: see post_train).
-        self.logged_through = self._logged_last("train/loss")
-        self.evals_through = self._logged_last("eval/loss_ewa")
+        self.through = self._logged_steps()
         # The checkpoint's own history first: whatever of it the store lacks.
         self._add_history(state.eval_history, ())
         self.flush(state, must=True)
@@ -198,30 +209,21 @@ class MlflowCallback(Callback):
         (the other training-curve keys of those steps are not kept in a checkpoint; the flush
         before every checkpoint sent them)."""
         for step, loss in train_log:
-            if step > self.logged_through:
-                self.buffer.append(metric("train/loss", loss, step))
-                self.logged_through = step
+            self._add("train/loss", loss, step)
         for point in evals:
-            if point.step > self.evals_through:
-                self.buffer += eval_metrics(point)
-                self.evals_through = point.step
+            for m in eval_metrics(point):
+                self._add(m.key, m.value, m.step)
 
     def post_step(self, state: TrainState, metrics: dict[str, Any] | None) -> None:
-        if metrics is not None and state.step > self.logged_through:
-            step = self.logged_through = state.step
-            self.buffer.append(metric("train/loss", metrics["train_loss"], step))
-            self.buffer.append(metric("optim/lr", metrics["lr"], step))
-            if metrics.get("grad_norm") is not None:
-                self.buffer.append(metric("optim/grad_norm", metrics["grad_norm"], step))
-            if metrics.get("tokens_per_s") is not None:
-                self.buffer.append(metric("perf/tokens_per_s", metrics["tokens_per_s"], step))
-            if metrics.get("tokens_per_s_per_device") is not None:
-                self.buffer.append(metric("perf/tokens_per_s_per_device", metrics["tokens_per_s_per_device"], step))
-            if metrics.get("mfu") is not None:
-                self.buffer.append(metric("perf/mfu", metrics["mfu"], step))
-            for key, name in GNS_METRICS.items():  # None where not finite
+        if metrics is not None:
+            step = state.step
+            self._add("train/loss", metrics["train_loss"], step)
+            self._add("optim/lr", metrics["lr"], step)
+            for key, name in (("grad_norm", "optim/grad_norm"), ("tokens_per_s", "perf/tokens_per_s"),
+                              ("tokens_per_s_per_device", "perf/tokens_per_s_per_device"), ("mfu", "perf/mfu"),
+                              *GNS_METRICS.items()):  # None where not measured (GNS: not finite)
                 if metrics.get(key) is not None:
-                    self.buffer.append(metric(name, metrics[key], step))
+                    self._add(name, metrics[key], step)
         if time.time() - self.last_flush >= self.flush_s:
             self.flush(state)
 
