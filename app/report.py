@@ -23,6 +23,7 @@ import platform
 import shutil
 from pathlib import Path
 
+from cbscore.cli.fit import format_analysis
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study.lr_predict import allowed_rates
 from workers.infra.atomic_files import new_folder_beside, replace_folder
@@ -198,6 +199,9 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
         (tmp / "trials.csv").write_text(_csv_text(full, api.TABLE_COLUMNS))
         table, fit_text = fit_of_csv(tmp / "steps.csv", b_ref=spec.b_ref, overhead=spec.overhead)
         (tmp / "fit.json").write_text(fit_text)
+        # The same fit as `cbs fit steps.csv --b-ref B --overhead r` prints it: per setting the interval's
+        # basis, doubling ratios and lack of fit; the noise by source; which doublings carry each law.
+        (tmp / "fit.txt").write_text(format_analysis(table) + "\n")
         (tmp / "spec.yaml").write_text(spec.to_yaml())
         figs = _figures(table, full, spec.b_ref, spec.overhead)
         forecast = api.study_forecast(name, analysis=table)

@@ -36,6 +36,11 @@ def test_report_writes_a_refittable_table_its_fit_and_the_cost(worker_env, tmp_p
                             "fit", str(out / "steps.csv"), "--b-ref", "16", "--overhead", "0.2", "--json"],
                            capture_output=True, text=True, check=True)
     assert refit.stdout == (out / "fit.json").read_text()
+    readable = subprocess.run([sys.executable, "-c", "import sys; from cbscore.cli import main; sys.exit(main(sys.argv[1:]))",
+                               "fit", str(out / "steps.csv"), "--b-ref", "16", "--overhead", "0.2"],
+                              capture_output=True, text=True, check=True)
+    assert readable.stdout == (out / "fit.txt").read_text()  # the readable fit, doubling ratios included
+    assert "doubling ratios (within each seed, then averaged)" in readable.stdout
     assert json.loads(refit.stdout)["settings"][0]["cbs"] is not None
     # The seeded trials log B_simple = B_noise / 3: the forecast is B_noise / 3 and the calibration 3.
     setting = spec.resolve_settings()[0].setting_id
