@@ -1,5 +1,6 @@
 """The web app as ``cbs web`` serves it: Streamlit's own server (``st.App``) running
-``streamlit_app.py``, with CBS Lab's Host check in front of every route (:mod:`app.host_check`),
+``streamlit_app.py``, with CBS Lab's Host check in front of every route (:mod:`app.host_check`), uploads,
+metrics and media for signed-in sessions only and one session's uploads capped (:mod:`app.sign_in_guard`),
 and MLflow's UI, read-only, for signed-in users under ``/mlflow/`` (:mod:`app.mlflow_proxy`).
 
 ``streamlit run app/server.py`` finds the ``app`` below and serves it with uvicorn; every
@@ -13,5 +14,7 @@ from starlette.middleware import Middleware
 
 from app import mlflow_proxy
 from app.host_check import HostCheck
+from app.sign_in_guard import SignInGuard
 
-app = st.App("streamlit_app.py", routes=mlflow_proxy.routes(), middleware=[Middleware(HostCheck)])
+app = st.App("streamlit_app.py", routes=mlflow_proxy.routes(),
+             middleware=[Middleware(HostCheck), Middleware(SignInGuard)])

@@ -1,0 +1,164 @@
+"""Issue 41, finding 2: against a live ``cbs web`` with sign-in (a real OIDC provider on 127.0.0.1),
+Streamlit's side doors answer strangers nothing (uploads, metrics, media: ``401``), an unsigned
+upload flood leaves the web process's memory where it was, and a signed-in session's uploads are
+capped in count and bytes (``app/sign_in_guard.py``).
+
+A stranger's tools are real ones: a WebSocket to ``/_stcore/stream`` (the sign-in page's) gives a
+live session id, and ``/_stcore/health`` gives an XSRF pair, as the attack on the last round did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.app.test_e2e_browser import _free_port, _wait_http
+from tests.app.test_sign_in import provider  # noqa: F401  (the same OIDC provider fixture)
+from tests.process_groups import stop_group
+
+pytestmark = [pytest.mark.timeout(240)]
+
+
+@contextlib.contextmanager
+def web_signing_in(folder: Path, provider_url: str, env: dict[str, str]):
+    """``cbs web`` with ``[auth]`` pointing at the provider; yields ``(port, cookie secret, pid)``."""
+    port = _free_port()
+    secret = secrets.token_hex(32)
+    secrets_file = folder / "secrets.toml"
+    secrets_file.write_text(
+        "[auth]\n"
+        f'redirect_uri = "http://127.0.0.1:{port}/oauth2callback"\n'
+        f'cookie_secret = "{secret}"\n'
+        'client_id = "cbs-lab"\nclient_secret = "cbs-lab-secret"\n'
+        f'server_metadata_url = "{provider_url}/.well-known/openid-configuration"\n')
+    full_env = {**os.environ, "CBS_HOME": str(folder / "home"), "CBS_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
+                "CBS_WEB_SECRETS": str(secrets_file), "PYTHONUNBUFFERED": "1", **env}
+    for key in ("CBS_BROKER_URL", "CBS_LEDGER_URL", "CBS_OPTUNA_STORAGE", "MLFLOW_TRACKING_URI"):
+        full_env.pop(key, None)
+    with open(folder / "web.log", "w") as log:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "cbs"), "web", "--port", str(port)], env=full_env,
+                                cwd=folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/_stcore/health", 90)
+        yield port, secret, proc.pid
+    finally:
+        stop_group(proc)
+
+
+def _request(port: int, method: str, path: str, body: bytes = b"", headers: dict | None = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers={"Host": f"127.0.0.1:{port}", **(headers or {})})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    except (BrokenPipeError, ConnectionResetError):  # answered before the body was read: read the answer
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def _xsrf(port: int) -> str:
+    """The XSRF cookie ``/_stcore/health`` hands anyone (its value passes as the header too)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/_stcore/health", headers={"Host": f"127.0.0.1:{port}"})
+    resp = conn.getresponse()
+    resp.read()
+    cookie = next(c for c in resp.headers.get_all("set-cookie") if c.startswith("_streamlit_xsrf="))
+    return cookie.split(";", 1)[0].split("=", 1)[1]
+
+
+@contextlib.contextmanager
+def live_session(port: int, xsrf: str, cookies: str = ""):
+    """A WebSocket to ``/_stcore/stream`` that asked for a script run; yields its session id."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+    from websockets.sync.client import connect
+
+    headers = {"Origin": f"http://127.0.0.1:{port}", "Cookie": f"_streamlit_xsrf={xsrf}" + (f"; {cookies}" if cookies else "")}
+    with connect(f"ws://127.0.0.1:{port}/_stcore/stream", subprotocols=["streamlit", xsrf],
+                 additional_headers=headers, max_size=None, open_timeout=30) as ws:
+        back = BackMsg()
+        back.rerun_script.query_string = ""
+        ws.send(back.SerializeToString())
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            msg = ForwardMsg()
+            msg.ParseFromString(ws.recv(timeout=60))
+            if msg.WhichOneof("type") == "new_session":
+                yield msg.new_session.initialize.session_id
+                return
+        raise TimeoutError("no new_session message")
+
+
+def _upload(port: int, xsrf: str, session: str, file_id: str, size: int, cookies: str = "") -> int:
+    boundary = "cbslabboundary"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x.csv\"\r\n"
+            "Content-Type: text/csv\r\n\r\n").encode() + b"a" * size + f"\r\n--{boundary}--\r\n".encode()
+    status, _ = _request(port, "PUT", f"/_stcore/upload_file/{session}/{file_id}", body, {
+        "Content-Type": f"multipart/form-data; boundary={boundary}", "X-Xsrftoken": xsrf,
+        "Cookie": f"_streamlit_xsrf={xsrf}" + (f"; {cookies}" if cookies else "")})
+    return status
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def _signed_cookie(secret: str, port: int, email: str) -> str:
+    """A sign-in cookie as Streamlit's /oauth2callback signs it (what a real sign-in leaves)."""
+    from streamlit.web.server.starlette.starlette_app_utils import create_signed_value
+
+    claims = {"email": email, "email_verified": True, "sub": email, "iss": "http://idp.test",
+              "origin": f"http://127.0.0.1:{port}", "is_logged_in": True, "provider": "default"}
+    return "_streamlit_user=" + create_signed_value(secret, "_streamlit_user", json.dumps(claims)).decode()
+
+
+def test_a_stranger_gets_nothing_from_uploads_metrics_or_media_and_a_flood_leaves_memory_alone(tmp_path, provider):
+    with web_signing_in(tmp_path, provider, {}) as (port, _, pid):
+        assert _request(port, "GET", "/_stcore/health")[0] == 200  # the sign-in flow itself stays open
+        assert _request(port, "GET", "/")[0] == 200
+        status, body = _request(port, "GET", "/_stcore/metrics")
+        assert (status, body) == (401, b"401: sign in to CBS Lab first\n")
+        assert _request(port, "GET", "/media/0123456789abcdef.csv")[0] == 401
+        xsrf = _xsrf(port)
+        with live_session(port, xsrf) as session:
+            before = _rss_mib(pid)
+            start = time.perf_counter()
+            statuses = [_upload(port, xsrf, session, f"f{i}", 16 * 2**20) for i in range(12)]  # 192 MiB in all
+            assert statuses == [401] * 12
+            assert time.perf_counter() - start < 12.0  # each refused at once, not after reading 16 MiB
+            time.sleep(1)
+            assert _rss_mib(pid) - before < 40  # the flood held nothing (it grew by the files' 192 MiB before)
+
+
+def test_a_signed_in_session_holds_a_bounded_number_and_size_of_uploads(tmp_path, provider):
+    env = {"CBS_WEB_SESSION_FILES": "3", "CBS_WEB_SESSION_MB": "2"}
+    with web_signing_in(tmp_path, provider, env) as (port, secret, _):
+        cookie = _signed_cookie(secret, port, "alice@lab.test")
+        xsrf = _xsrf(port)
+        status, _ = _request(port, "GET", "/_stcore/metrics", headers={"Cookie": cookie})
+        assert status == 200  # a signed-in user reads them
+        with live_session(port, xsrf, cookie) as session:
+            assert [_upload(port, xsrf, session, f"f{i}", 500_000, cookie) for i in range(3)] == [204, 204, 204]
+            assert _upload(port, xsrf, session, "f3", 1000, cookie) == 413  # a fourth file
+            assert _request(port, "DELETE", f"/_stcore/upload_file/{session}/f0", headers={
+                "X-Xsrftoken": xsrf, "Cookie": f"_streamlit_xsrf={xsrf}; {cookie}"})[0] == 204
+            assert _upload(port, xsrf, session, "f3", 1000, cookie) == 204  # room again
+            assert _upload(port, xsrf, session, "f4", 1_000_000, cookie) == 413  # files: 3 held; and bytes
+            assert _request(port, "DELETE", f"/_stcore/upload_file/{session}/f3", headers={
+                "X-Xsrftoken": xsrf, "Cookie": f"_streamlit_xsrf={xsrf}; {cookie}"})[0] == 204
+            assert _upload(port, xsrf, session, "f4", 1_500_000, cookie) == 413  # 1.0 MB held + 1.5 MB > 2 MB
+            assert _upload(port, xsrf, session, "f4", 900_000, cookie) == 204
