@@ -186,3 +186,22 @@ def test_a_kill_between_the_chunks_of_one_flush_loses_no_point(tracker, tmp_path
     result = train_module.train(config(folder), [MlflowCallback(tracker, run_id, flush_s=3600)])
     assert (result.status, result.resumed_from_step) == ("finished", 20)
     assert_same_history(tracker, calm, run_id)
+
+
+def test_a_kill_in_the_end_of_trial_window_writes_the_summaries_once(tracker, tmp_path, undisturbed):
+    """Issue 42, finding 8: the trial's last flush landed, then the process died before the ledger
+    called the trial done; the next attempt finds the result in the checkpoint. It used to log
+    every ``summary/*`` point again, and ``heartbeat``/``progress/*`` at step 0 after the end."""
+    calm, calm_result = undisturbed
+
+    def everything() -> dict:
+        run = tracker.get_run(calm)
+        return {k: sorted((m.step, m.value) for m in tracker.client.get_metric_history(calm, k))
+                for k in run.data.metrics}
+
+    before = everything()
+    summaries = [k for k in before if k.startswith("summary/")]
+    assert len(summaries) >= 10 and all(len(before[k]) == 1 for k in summaries)
+    again = train_module.train(config(tmp_path / "calm"), [MlflowCallback(tracker, calm, flush_s=3600)])
+    assert again.steps == calm_result.steps == 58  # the "already ended" path: the checkpoint's result
+    assert everything() == before  # nothing written twice, nothing at step 0

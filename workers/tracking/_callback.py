@@ -134,8 +134,8 @@ class MlflowCallback(Callback):
         now = time.time()
         if self.fenced_off:
             return
-        self.buffer += [metric("heartbeat", now, state.step, now), metric("progress/step", state.step, state.step, now),
-                        metric("progress/tokens", state.tokens, state.step, now)]
+        for key, value in (("heartbeat", now), ("progress/step", state.step), ("progress/tokens", state.tokens)):
+            self._add(key, value, state.step)  # once per step (not at step 0 of a trial found ended)
         batch, self.buffer = self.buffer, []
         self.last_flush = now
         try:
@@ -174,14 +174,19 @@ class MlflowCallback(Callback):
             self.buffer = [m for i, m in enumerate(self.buffer) if i not in drop]
 
     def _logged_steps(self) -> dict[str, int]:
-        """The last step of every curve key in the store (:data:`CURVE_PREFIXES`)."""
+        """The last step of every key in the store: of a curve (:data:`CURVE_PREFIXES`) or a
+        ``summary/*`` figure (logged once, at the end) from its history; of ``heartbeat`` and
+        ``progress/*`` from the latest ``progress/step``, whose value is its step."""
         run = retrying(lambda: self.tracker.client.get_run(self.run_id), what="reading the run")
         out = {}
         for key in run.data.metrics:
-            if key.startswith(CURVE_PREFIXES):
+            if key.startswith((*CURVE_PREFIXES, "summary/")):
                 history = retrying(lambda: self.tracker.client.get_metric_history(self.run_id, key),
                                    what=f"reading the history of {key}")
                 out[key] = max((m.step for m in history), default=-1)
+        if "progress/step" in run.data.metrics:
+            progress = int(run.data.metrics["progress/step"])
+            out.update({"heartbeat": progress, "progress/step": progress, "progress/tokens": progress})
         return out
 
     def _add(self, key: str, value: float, step: int) -> None:
@@ -243,7 +248,8 @@ class MlflowCallback(Callback):
         # an attempt that found the trial ended (its result in the checkpoint) sends what the
         # store lacks of the result's histories (after a final flush that failed)
         self._add_history(result.eval_history, result.train_log)
-        self.buffer += summary_metrics(result)
+        for m in summary_metrics(result):  # once: an attempt that finds the trial ended sends what is missing
+            self._add(m.key, m.value, m.step)
         self.flush(state, must=True)
 
     def on_error(self, state: TrainState, exc: BaseException) -> None:
