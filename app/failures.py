@@ -15,7 +15,7 @@ from typing import Iterator
 import streamlit as st
 
 from cbscore.credentials import masked
-from cbscore.errors import CbsError, ConfigError, shown
+from cbscore.errors import CbsError, ConfigError, clipped, shown
 
 log = logging.getLogger("cbslab.app")
 
@@ -40,7 +40,7 @@ def _explain(exc: BaseException) -> str:
     if isinstance(exc, ConfigError):
         from app.spec_form import label_of
 
-        return f"**{label_of(exc.field)}** (`{exc.field}`): {exc.reason}, but got `{shown(exc.value)}`."
+        return f"**{label_of(exc.field)}** (`{exc.field}`): {clipped(exc.reason)}, but got `{shown(exc.value)}`."
     if isinstance(exc, CbsError):
         return str(exc)
     if isinstance(exc, ModuleNotFoundError):

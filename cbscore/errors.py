@@ -14,6 +14,15 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     return f"{text[:limit]}… ({len(text):,} characters)"
 
 
+#: Longest reason an error message shows (a reason may quote a long list the user sent).
+REASON_CHARS = 600
+
+
+def clipped(text: str, limit: int = REASON_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (ending in ``…`` when cut)."""
+    return text if len(text) <= limit else f"{text[:limit]}…"
+
+
 class CbsError(Exception):
     """Base of every error whose message is shown to the user as is."""
 
@@ -25,7 +34,7 @@ class ConfigError(CbsError, ValueError):
         self.field = field
         self.value = value
         self.reason = reason
-        super().__init__(f"{field}: {reason}, but got {shown(value)}.")
+        super().__init__(f"{field}: {clipped(reason)}, but got {shown(value)}.")
 
 
 class DataError(CbsError):

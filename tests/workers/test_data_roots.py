@@ -91,3 +91,18 @@ def test_a_huge_vocabulary_is_refused_at_launch_naming_the_field_with_nothing_cr
     assert err.value.field == "vocab_size" and err.value.value == 2**32 - 1 and "at most 1,048,576" in err.value.reason
     s = WorkerSettings.from_env()
     assert Tracker(s.tracking_uri).client.get_experiment_by_name("huge-vocab") is None and queue_depth("cpu") == 0
+
+
+def test_launch_takes_a_path_string_as_text_and_never_reads_the_file(worker_env, tmp_path):
+    """Issue 41, finding 1: only the command line reads a spec file (``cbs study launch SPEC.yaml``)."""
+    from cbscore.errors import shown
+
+    secret = tmp_path / "hosts.yml"
+    secret.write_text("name: leaked\nkind: custom\noauth_token: gho_notforpages\n")
+    with pytest.raises(ConfigError) as err:
+        api.launch_study(str(secret))
+    assert (err.value.field, err.value.value) == ("spec", str(secret))
+    assert str(err.value) == f"spec: must be a mapping of fields, but got {shown(str(secret))}."
+    assert "gho_notforpages" not in str(err.value)
+    with pytest.raises(ConfigError, match="unknown|not a study field"):  # the CLI's reading still opens it
+        api.resolve_spec(str(secret))

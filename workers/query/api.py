@@ -80,7 +80,15 @@ __all__ = [
 
 
 def resolve_spec(spec: StudySpec | Mapping | str) -> StudySpec:
-    """A StudySpec from a spec, a dict, YAML text, a ``.yaml`` path or a preset name."""
+    """A StudySpec from a spec, a dict, YAML text, a ``.yaml`` path or a preset name: the command
+    line's reading of its SPEC argument (a path is read here; :func:`launch_study` never reads one)."""
+    if isinstance(spec, str) and "\n" not in spec and spec.endswith((".yaml", ".yml", ".json")):
+        return StudySpec.from_yaml(Path(spec))  # a file named on the command line
+    return _spec_of(spec)
+
+
+def _spec_of(spec: StudySpec | Mapping | str) -> StudySpec:
+    """A StudySpec from a spec, a dict, a preset name or YAML text; a string is never a path."""
     if isinstance(spec, StudySpec):
         return spec
     if isinstance(spec, Mapping):
@@ -88,16 +96,13 @@ def resolve_spec(spec: StudySpec | Mapping | str) -> StudySpec:
     if isinstance(spec, str):
         from cbscore.study import PRESET_NAMES
 
-        if spec in PRESET_NAMES:
-            return load_preset(spec)
-        if "\n" not in spec and spec.endswith((".yaml", ".yml", ".json")):
-            return StudySpec.from_yaml(Path(spec))  # a file named on the command line
-        return StudySpec.from_yaml(spec)
+        return load_preset(spec) if spec in PRESET_NAMES else StudySpec.from_yaml(spec)
     raise ConfigError("spec", spec, "must be a StudySpec, a mapping, YAML text, a .yaml path or a preset name")
 
 
 def launch_study(spec: StudySpec | Mapping | str, *, force: bool = False, owner: str = "") -> str:
-    """Validate ``spec``, create the study's experiment and parent run, enqueue its first trials.
+    """Validate ``spec`` (a spec, a mapping, a preset name or YAML text, never a path), create the
+    study's experiment and parent run, enqueue its first trials.
 
     Returns the study name. Bad input raises :class:`ConfigError` (field and value) with nothing
     created or enqueued; a study that exists with the same spec is resumed. ``owner`` is recorded
@@ -105,7 +110,7 @@ def launch_study(spec: StudySpec | Mapping | str, *, force: bool = False, owner:
     """
     from workers.studies.runner import Runner
 
-    spec, _ = apply_forecast_from(resolve_spec(spec))
+    spec, _ = apply_forecast_from(_spec_of(spec))
     return Runner().launch(spec, force=force, owner=owner)
 
 
