@@ -34,9 +34,13 @@ from cbscore.errors import ConfigError, FitError
 from cbscore.theory.problem import Problem, check_batch_size, critical_step_size
 from cbscore.theory.recursion import RiskCurve, Spectrum, check_iterate, check_tau
 
-#: The issue's grids: B = 2^0 … 2^12, η = η_crit(B)·0.95·2^−j for j = 0 … 10.
+#: The grids: B = 2^0 … 2^12, η = η_crit(B)·0.95·2^−j for j = 1 … 11 (top 0.475·η_crit). Near the stability
+#: limit the risk of SGD is heavy-tailed: at 0.95·η_crit, 3,000 Monte-Carlo runs of SGD sat up to 10 standard
+#: errors below the exact expectation (last iterate, B = 4, t = 60) and up to 5 (uniform average, B = 16), so
+#: the exact risk there cannot be checked against SGD itself; from 0.475·η_crit down every check holds
+#: (tests/cbscore/test_theory_montecarlo.py covers the grid's top rate; issue 39).
 DEFAULT_BATCH_SIZES = tuple(2**k for k in range(13))
-DEFAULT_ETA_FRACTIONS = tuple(0.95 * 2.0**-j for j in range(11))
+DEFAULT_ETA_FRACTIONS = tuple(0.95 * 2.0**-j for j in range(1, 12))
 #: EWA decays searched: averaging horizons 1/(1 − τ) of 3 … 10^6 steps, half a decade apart.
 DEFAULT_TAUS = tuple(1.0 - 10.0**-x for x in np.arange(0.5, 6.01, 0.5))
 #: Data sizes (samples) of the law in D: 10^3 … 10^6, half a decade apart.
@@ -73,8 +77,9 @@ class Grid:
     """Batch sizes ``B`` (samples per step)."""
     eta_fractions: tuple[float, ...] = DEFAULT_ETA_FRACTIONS
     """Step sizes as fractions of ``η_crit(B)`` (each in (0, 1))."""
-    iterate: str = "last"
-    """Which iterate is evaluated: ``last``, ``ewa`` (minimised over :attr:`taus`) or ``uniform``."""
+    iterate: str = "uniform"
+    """Which iterate is evaluated: ``uniform`` (the average of all iterates, the averaged SGD that Zhang et
+    al. 2025 analyse in §4; the default), ``ewa`` (minimised over :attr:`taus`) or ``last``."""
     taus: tuple[float, ...] = DEFAULT_TAUS
     """EWA decays ``τ`` searched (``iterate="ewa"`` only)."""
     max_steps: int = 3_000_000

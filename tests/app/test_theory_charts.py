@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from app import theory_charts
+
+PAGE_TAUS = tuple(1.0 - 10.0**-x for x in range(1, 7))  # app/app_pages/theory.py
 from cbscore.theory import Grid, Problem, run_theory
 
 
@@ -67,11 +69,19 @@ def test_theory_page_renders_its_charts(app_test, empty_env):
     assert not at.error, [e.value for e in at.error]
     assert len(at.get("plotly_chart")) == 3
     table = [d.value for d in at.dataframe if "B* (points)" in d.value.columns][0]
-    assert table.set_index("D (samples)").loc[10_000, "B* (points)"] == pytest.approx(135, rel=0.15)
+    # The default is the paper's averaged SGD (the uniform average of the iterates; issue 39).
+    from cbscore.theory import Grid, Problem, run_theory
+
+    want = run_theory(Problem(a=1.5, b=2.5, sigma2=1.0, d=512), Grid(iterate="uniform", taus=PAGE_TAUS), b_ref=4,
+                      overhead=0.2)
+    at_1e4 = [s for s in want.settings if s.d_samples == 10_000][0]
+    assert table.set_index("D (samples)").loc[10_000, "B* (points)"] == pytest.approx(at_1e4.cbs_empirical, rel=1e-9)
+    (line,) = [m.value for m in at.markdown if "On this grid B_noise" in m.value]
+    assert f"D^{want.laws['b_noise'].exponent:.3f}" in line and "D^0.400" in line and "averaged SGD" in line
 
 
 def test_moving_the_theory_sliders_recomputes_the_table_for_the_new_model(app_test, empty_env):
-    """The form's inputs reach the computation: a = 2, d = 64 and the uniform average give the
+    """The form's inputs reach the computation: a = 2, d = 64 and the last iterate give the
     table that ``run_theory`` gives for that model, not the default's."""
     from cbscore.theory import Grid, Problem, run_theory
 
@@ -82,10 +92,10 @@ def test_moving_the_theory_sliders_recomputes_the_table_for_the_new_model(app_te
     default = [d.value for d in at.dataframe if "B* (points)" in d.value.columns][0]
     at.slider(key="theory.a").set_value(2.0)
     at.select_slider(key="theory.d").set_value(64)
-    at.radio(key="theory.iterate").set_value("uniform")
+    at.radio(key="theory.iterate").set_value("last")
     at.button[0].click().run()  # the form's Compute button
     assert not at.exception, at.exception
     table = [d.value for d in at.dataframe if "B* (points)" in d.value.columns][0]
-    want = run_theory(Problem(a=2.0, b=2.5, sigma2=1.0, d=64), Grid(iterate="uniform"), b_ref=4, overhead=0.2)
+    want = run_theory(Problem(a=2.0, b=2.5, sigma2=1.0, d=64), Grid(iterate="last"), b_ref=4, overhead=0.2)
     assert list(table["B* (points)"]) == pytest.approx([s.cbs_empirical for s in want.settings], rel=1e-9)
     assert list(table["B* (points)"]) != pytest.approx(list(default["B* (points)"]), rel=0.01)

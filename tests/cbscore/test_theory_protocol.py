@@ -23,12 +23,27 @@ def _cbs_json(*args: str) -> dict:
 @pytest.fixture(scope="module")
 def issue_run() -> dict:
     """a = 1.5, b = 2.5, σ² = 1, d = 512, B_ref = 4, B = 2^0 … 2^12, last iterate, η = η_crit·0.95·2^−j."""
+    return _cbs_json("--a", "1.5", "--b", "2.5", "--sigma2", "1", "--d", "512", "--iterate", "last")
+
+
+@pytest.fixture(scope="module")
+def paper_run() -> dict:
+    """The same problem at the default: the uniform average of the iterates (the paper's averaged SGD)."""
     return _cbs_json("--a", "1.5", "--b", "2.5", "--sigma2", "1", "--d", "512")
+
+
+def test_the_default_is_the_papers_averaged_sgd_and_b_noise_follows_its_exponent(paper_run):
+    # Zhang et al. §4: B_noise ∝ D^(1 − a/min{b, 2a+1}) = D^0.4 for averaged SGD at a = 1.5, b = 2.5.
+    assert paper_run["iterate"] == "uniform"
+    assert paper_run["theory_exponents"]["averaged"] == pytest.approx(0.4)
+    assert paper_run["laws"]["b_noise"]["exponent"] == pytest.approx(0.4, abs=0.05)
+    values = [s["cbs_empirical"] for s in paper_run["settings"]]
+    assert all(v is not None for v in values) and np.all(np.diff(values) > 0), values
 
 
 def test_json_reports_every_data_size_with_its_cbs_numbers(issue_run):
     assert issue_run["batch_sizes"] == [2**k for k in range(13)]
-    assert issue_run["eta_fractions"] == pytest.approx([0.95 * 2.0**-j for j in range(11)])
+    assert issue_run["eta_fractions"] == pytest.approx([0.95 * 2.0**-j for j in range(1, 12)])
     assert issue_run["b_ref"] == 4 and issue_run["iterate"] == "last" and issue_run["max_steps"] == 3_000_000
     for s in issue_run["settings"]:
         assert {"d_samples", "cbs_empirical", "b_noise", "cbs"} <= set(s)
@@ -68,6 +83,7 @@ def test_table_lists_every_data_size_and_the_laws(capsys):
     out = capsys.readouterr().out
     assert "D (samples)" in out and "B* (points)" in out
     assert out.count("\n") >= 10 and "law in D, B* (points):" in out and "theory: averaged iterates D^0.400" in out
+    assert "beside the theory's D^0.400 (averaged SGD, Zhang et al. §4)" in out and "on this grid B_noise ∝ D^" in out
 
 
 @pytest.mark.parametrize("args, field", [(["--sigma2", "-1"], "sigma2"), (["--b-ref", "3"], "b_ref"),
