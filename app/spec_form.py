@@ -366,6 +366,51 @@ TRUTH_LABELS = {
 }
 #: Most simulated studies the page runs at once.
 MAX_SIM_SEEDS = 200
+#: Most simulated trials (the design's trials × simulated studies) one click runs for a user who
+#: is no admin (``CBS_WEB_SIM_TRIALS``); ``cbs study simulate`` on the host has no such bound.
+MAX_SIM_TRIALS = 20_000
+#: Seconds after which a simulation stops at the next simulated study (``CBS_WEB_SIM_SECONDS``).
+MAX_SIM_SECONDS = 60.0
+
+
+def sim_limits() -> tuple[int, float]:
+    """``(most simulated trials per click, seconds)`` from the environment, else the defaults."""
+    import os
+
+    return (int(os.environ.get("CBS_WEB_SIM_TRIALS") or MAX_SIM_TRIALS),
+            float(os.environ.get("CBS_WEB_SIM_SECONDS") or MAX_SIM_SECONDS))
+
+
+def check_sim_size(spec, seeds: int, max_trials: int) -> None:
+    """:class:`ConfigError` naming the simulated studies when ``seeds`` studies of ``spec`` would
+    simulate more than ``max_trials`` trials (counted by arithmetic, before anything runs)."""
+    from cbscore.errors import ConfigError
+    from cbscore.study import grid_trials
+
+    trials = grid_trials(spec) * seeds
+    if trials > max_trials:
+        raise ConfigError("simulated studies", seeds, f"{seeds} studies of this design simulate {trials:,} trials, "
+                          f"more than the web app runs for one click ({max_trials:,}, CBS_WEB_SIM_TRIALS); simulate "
+                          "fewer studies, or run `cbs study simulate` on the host")
+
+
+def simulate_within(spec, curves, config, seeds: int, *, seconds: float, alive=lambda: True):
+    """``simulate(spec, curves, config, seeds=seeds)``, one simulated study at a time, stopping
+    early once ``seconds`` have passed or ``alive()`` says the browser session has ended (checked
+    between studies). Returns the report of the studies run (the same numbers as one call when
+    none is cut) and how many ran."""
+    import dataclasses
+    import time
+
+    from cbscore.study.simulate import simulate
+
+    start, runs, report = time.monotonic(), [], None
+    for i in range(seeds):
+        if runs and (time.monotonic() - start > seconds or not alive()):
+            break
+        report = simulate(spec, curves, config, seeds=1, first_seed=i)
+        runs.extend(report.seeds)
+    return dataclasses.replace(report, seeds=tuple(runs)), len(runs)
 #: The paper's models (DESIGN.md §1), whose B* its laws describe.
 PAPER_MODELS = ("85M", "151M", "302M", "604M", "1.2B")
 

@@ -343,10 +343,21 @@ def _recipe_preview(spec) -> None:
         })
 
 
+def _session_alive() -> bool:
+    """Whether this page's browser session is still connected (a closed tab ends a simulation)."""
+    from streamlit import runtime
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    if ctx is None or not runtime.exists():
+        return True
+    return runtime.get_instance().is_active_session(ctx.session_id)
+
+
 def _simulate(spec) -> None:
     """Preview → "Simulate this design": the real planner against simulated trials whose truth is
     known (:mod:`cbscore.study.simulate`), to see whether its savings move B*."""
-    from cbscore.study.simulate import SimConfig, paper_truth, simulate
+    from cbscore.study.simulate import SimConfig, paper_truth
 
     result = st.session_state.get(K + "sim.result")
     shown = result is not None and result[0] == spec.to_json()
@@ -394,8 +405,16 @@ def _simulate(spec) -> None:
                     curves = spec_form.read_truth_text(upload.getvalue().decode("utf-8-sig", errors="replace"),
                                                        spec, upload.name)
                     how = f"the truth curves of `{upload.name}`"
+                max_trials, seconds = spec_form.sim_limits()
+                if not auth.is_admin(auth.current_user()):
+                    spec_form.check_sim_size(spec, int(seeds), max_trials)
                 with st.spinner(f"Simulating {int(seeds)} studies of `{spec.name}`…"):
-                    report = simulate(spec, curves, SimConfig(noise_sigma=float(noise)), seeds=int(seeds))
+                    report, done = spec_form.simulate_within(spec, curves, SimConfig(noise_sigma=float(noise)),
+                                                             int(seeds), seconds=seconds, alive=_session_alive)
+                if done < int(seeds):
+                    st.warning(f"Stopped after {done} of {int(seeds)} simulated studies: the web app simulates for "
+                               f"at most {seconds:g} s (CBS_WEB_SIM_SECONDS); `cbs study simulate` on the host has "
+                               "no such limit.", icon=":material/timer:")
                 result = (spec.to_json(), report.to_json_dict(), how)
                 st.session_state[K + "sim.result"] = result
                 shown = True

@@ -150,3 +150,53 @@ def test_an_admin_sees_the_ceiling_as_a_warning_and_launches_past_it_only_with_l
     at.button(key="FormSubmitter:launch-Launch study").click().run()
     assert not at.error, [e.value for e in at.error]
     assert [s.name for s in api.list_studies()] == ["demo"]
+
+
+# ---- finding 5: "Simulate this design" is bounded in trials and time, and ends with the session
+SIMULATE = "FormSubmitter:launch.simulate-Simulate"
+
+
+def _simulate_demo(at, seeds: int):
+    at.button(key="FormSubmitter:launch-Preview").click().run()
+    at.radio(key="launch.sim.truth").set_value("b_noise")
+    at.number_input(key="launch.sim.b_noise").set_value(8.0)
+    at.number_input(key="launch.sim.seeds").set_value(seeds)
+    at.button(key=SIMULATE).click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_a_user_who_is_no_admin_cannot_simulate_past_the_web_apps_bound(app_test, empty_env, monkeypatch):
+    monkeypatch.setenv("CBS_WEB_SIM_TRIALS", "100")  # the demo plans 45 trials: 3 studies are 135
+    at = _simulate_demo(_signed_in(app_test, monkeypatch, "alice@lab.test"), 3)
+    assert [e.value for e in at.error] == [
+        "**simulated studies** (`simulated studies`): 3 studies of this design simulate 135 trials, more than the "
+        "web app runs for one click (100, CBS_WEB_SIM_TRIALS); simulate fewer studies, or run `cbs study simulate` "
+        "on the host, but got `3`."]
+    assert not [d for d in at.dataframe if "B* study" in d.value.columns]  # nothing was simulated
+    _simulate_demo(at, 2)  # 90 trials: within the bound
+    assert not at.error and [d for d in at.dataframe if "B* study" in d.value.columns]
+
+
+def test_a_simulation_stops_at_its_time_limit_and_says_how_far_it_got(app_test, empty_env, monkeypatch):
+    monkeypatch.setenv("CBS_WEB_SIM_SECONDS", "0")  # every study past the first is over time
+    at = _simulate_demo(app_test.run(), 3)
+    assert [w.value for w in at.warning if w.value.startswith("Stopped")] == [
+        "Stopped after 1 of 3 simulated studies: the web app simulates for at most 0 s (CBS_WEB_SIM_SECONDS); "
+        "`cbs study simulate` on the host has no such limit."]
+    assert any(m.value.startswith("**1 simulated studies** against B_noise = 8") for m in at.markdown)
+
+
+def test_a_simulation_run_study_by_study_gives_the_librarys_numbers_and_stops_when_the_session_ends():
+    from app import spec_form
+    from cbscore.study import load_preset
+    from cbscore.study.simulate import SimConfig, simulate
+
+    demo = load_preset("demo")
+    truth, config = spec_form.uniform_truth(demo, 8.0), SimConfig(noise_sigma=0.1)
+    report, done = spec_form.simulate_within(demo, truth, config, 3, seconds=60)
+    assert done == 3 and report.to_json_dict() == simulate(demo, truth, config, seeds=3).to_json_dict()
+    asked = []
+    report, done = spec_form.simulate_within(demo, truth, config, 3, seconds=60,
+                                             alive=lambda: asked.append(1) or False)  # the tab was closed
+    assert done == 1 and len(report.seeds) == 1 and asked == [1]
