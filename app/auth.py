@@ -161,7 +161,7 @@ def require_user() -> str:
     ``st.stop()`` (nothing else of the app is drawn or read)."""
     import streamlit as st
 
-    if enabled() and not st.user.is_logged_in:
+    if enabled() and (not st.user.is_logged_in or _signed_out()):
         st.title("CBS Lab")
         st.write("Sign in to see and launch studies.")
         st.button("Sign in", key="auth.sign_in", type="primary", icon=":material/login:", on_click=st.login)
@@ -176,4 +176,24 @@ def sidebar(user: str) -> None:
     if user == LOCAL_USER:
         return
     st.sidebar.caption(f"Signed in as **{user}**" + (" (admin)" if is_admin(user) else ""))
-    st.sidebar.button("Sign out", key="auth.sign_out", icon=":material/logout:", on_click=st.logout)
+    st.sidebar.button("Sign out", key="auth.sign_out", icon=":material/logout:", on_click=sign_out)
+
+
+def _signed_out() -> bool:
+    """Whether this browser's sign-in cookie signed out (somewhere): :mod:`app.signed_out`."""
+    import streamlit as st
+
+    from app.signed_out import revoked
+
+    return revoked(dict(st.context.cookies))
+
+
+def sign_out() -> None:
+    """End the session server-side (its cookie is refused from now on, wherever it is sent), then
+    Streamlit's own sign-out (which deletes the cookie in this browser)."""
+    import streamlit as st
+
+    from app.signed_out import revoke
+
+    revoke(dict(st.context.cookies))
+    st.logout()

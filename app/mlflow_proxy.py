@@ -104,6 +104,7 @@ def signed_in_user(cookies: Mapping[str, str], origin: str | None) -> dict[str, 
     and nowhere else; ``tests/app/test_mlflow_proxy.py`` fails if Streamlit changes them.
     ``origin`` is the request's ``Origin`` header; a browser sends none on a plain navigation, and
     then the origin of ``redirect_uri`` stands in (the cookie is scoped to that site anyway).
+    A cookie whose session signed out (:mod:`app.signed_out`) is refused.
     """
     from streamlit.auth_util import get_origin_from_redirect_uri
     from streamlit.web.server.starlette.starlette_server_config import USER_COOKIE_NAME
@@ -119,7 +120,11 @@ def signed_in_user(cookies: Mapping[str, str], origin: str | None) -> dict[str, 
     if not raw:
         return None
     user = _parse_decoded_user_cookie(raw, origin or expected)
-    return user if user.get("is_logged_in") else None
+    if not user.get("is_logged_in"):
+        return None
+    from app.signed_out import revoked
+
+    return None if revoked(cookies) else user  # a cookie that signed out signs no one in
 
 
 def _graphql_reads(document: str | None) -> bool:

@@ -78,8 +78,9 @@ def _xsrf(port: int) -> str:
 
 
 @contextlib.contextmanager
-def live_session(port: int, xsrf: str, cookies: str = ""):
-    """A WebSocket to ``/_stcore/stream`` that asked for a script run; yields its session id."""
+def _app_run(port: int, xsrf: str, cookies: str = ""):
+    """A WebSocket to ``/_stcore/stream`` (as a browser opens it) that asked for a run of the app;
+    yields an iterator over the ``(ForwardMsg, raw bytes)`` the server sends."""
     from streamlit.proto.BackMsg_pb2 import BackMsg
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
     from websockets.sync.client import connect
@@ -90,14 +91,26 @@ def live_session(port: int, xsrf: str, cookies: str = ""):
         back = BackMsg()
         back.rerun_script.query_string = ""
         ws.send(back.SerializeToString())
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            msg = ForwardMsg()
-            msg.ParseFromString(ws.recv(timeout=60))
+
+        def messages():
+            deadline = time.time() + 90
+            while time.time() < deadline:
+                raw = ws.recv(timeout=90)
+                msg = ForwardMsg()
+                msg.ParseFromString(raw)
+                yield msg, raw
+            raise TimeoutError("the app's run did not finish")
+        yield messages()
+
+
+@contextlib.contextmanager
+def live_session(port: int, xsrf: str, cookies: str = ""):
+    """A live session of the app (its WebSocket stays open); yields its session id."""
+    with _app_run(port, xsrf, cookies) as messages:
+        for msg, _ in messages:
             if msg.WhichOneof("type") == "new_session":
                 yield msg.new_session.initialize.session_id
                 return
-        raise TimeoutError("no new_session message")
 
 
 def _upload(port: int, xsrf: str, session: str, file_id: str, size: int, cookies: str = "") -> int:
@@ -162,3 +175,36 @@ def test_a_signed_in_session_holds_a_bounded_number_and_size_of_uploads(tmp_path
                 "X-Xsrftoken": xsrf, "Cookie": f"_streamlit_xsrf={xsrf}; {cookie}"})[0] == 204
             assert _upload(port, xsrf, session, "f4", 1_500_000, cookie) == 413  # 1.0 MB held + 1.5 MB > 2 MB
             assert _upload(port, xsrf, session, "f4", 900_000, cookie) == 204
+
+
+def _page_bytes(port: int, xsrf: str, cookies: str) -> bytes:
+    """What one run of the app sends a browser with ``cookies`` (its messages, as bytes)."""
+    sent = b""
+    with _app_run(port, xsrf, cookies) as messages:
+        for msg, raw in messages:
+            sent += raw
+            if msg.WhichOneof("type") == "script_finished":
+                return sent
+    raise AssertionError("unreachable")
+
+
+def test_a_session_that_signed_out_is_refused_everywhere_though_its_cookie_is_still_sent(tmp_path, provider,
+                                                                                       monkeypatch):
+    """Issue 41, finding 8 (second half): a copy of a signed-out cookie stayed valid for 30 days."""
+    from app.signed_out import revoke
+
+    with web_signing_in(tmp_path, provider, {}) as (port, secret, _):
+        cookie = _signed_cookie(secret, port, "alice@lab.test")
+        xsrf = _xsrf(port)
+        page = _page_bytes(port, xsrf, cookie)
+        assert b"Signed in as **alice@lab.test**" in page
+        assert _request(port, "GET", "/_stcore/metrics", headers={"Cookie": cookie})[0] == 200
+        monkeypatch.setenv("CBS_HOME", str(tmp_path / "home"))  # the web app's own state directory
+        name, value = cookie.split("=", 1)
+        assert revoke({name: value, "_streamlit_xsrf": xsrf})  # what "Sign out" records
+        assert oct((tmp_path / "home" / "auth" / "signed-out.json").stat().st_mode)[-3:] == "600"
+        page = _page_bytes(port, xsrf, cookie)  # the same cookie, sent again (a copy, another browser)
+        assert b"Sign in to see and launch studies" in page and b"Signed in as" not in page
+        assert _request(port, "GET", "/_stcore/metrics", headers={"Cookie": cookie})[0] == 401
+        other = _signed_cookie(secret, port, "bob@lab.test")  # another session is untouched
+        assert _request(port, "GET", "/_stcore/metrics", headers={"Cookie": other})[0] == 200
