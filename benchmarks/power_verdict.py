@@ -61,6 +61,11 @@ DESIGNS = {
     "ladder-5-settings": ([(N0, 31_250), (N0, 125_000), (N0, 500_000), (331_776, 125_000), (786_432, 125_000)],
                           (4, 6, 8, 11, 16, 23, 32), 3),
     "ladder-3-settings-2-seeds": ([(N0, 31_250), (N0, 125_000), (N0, 500_000)], (4, 6, 8, 11, 16, 23, 32), 2),
+    # Cheaper ladders for a two-hour CPU session (issue 39): 8× and 4× in D, two seeds.
+    "ladder-8x-2-seeds": ([(N0, 31_250), (N0, 88_388), (N0, 250_000)], (4, 6, 8, 11, 16, 23, 32), 2),
+    "ladder-4x-2-seeds": ([(N0, 31_250), (N0, 62_500), (N0, 125_000)], (4, 6, 8, 11, 16, 23, 32), 2),
+    # The ladder as run this session (issue 39): 8× in D, B = 4–16, two seeds.
+    "ladder-8x-b16-2-seeds": ([(N0, 31_250), (N0, 88_388), (N0, 250_000)], (4, 6, 8, 11, 16), 2),
 }
 
 
