@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.workers.conftest import tiny_spec, wait_for
+from tests.workers.test_outages import database_behind_a_proxy  # noqa: F401 (a fixture)
 from workers.infra.checkpoints import checkpoint_dir
 from workers.infra.settings import WorkerSettings
 from workers.query import api
@@ -106,5 +107,57 @@ def test_a_failed_reference_trial_keeps_the_study_from_ending_done_without_a_tar
     errors = json.loads(parent.data.tags["errors"])
     assert errors[0].startswith("setting 'tiny-0.1M_D15K': no reference run at B_ref=8 gives a loss at D")
     error = errors[-1]
-    assert len(errors) == 2 and error.startswith(f"setting 'tiny-0.1M_D15K' has no target: its reference trial(s) {ref.trial_id} failed")
+    assert len(errors) == 2
+    assert error.startswith(f"setting 'tiny-0.1M_D15K' has no target: its reference trial(s) {ref.trial_id} failed")
     assert "cbs study retry lo2" in error
+
+
+@pytest.mark.slow  # two minutes: a real worker and runner through three database outages
+@pytest.mark.services
+def test_a_trial_finishes_at_its_first_attempt_through_three_database_outages(database_behind_a_proxy, processes,
+                                                                              token_store):
+    """The issue's reproduction: MLflow, Optuna and the ledger in PostgreSQL behind a proxy, a
+    real worker (a fresh child per trial) and runner; the database goes away three times while the
+    reference trial trains, each time past the holder's deadline. It used to end ``FAILED, lost
+    its worker 3 times`` (the child gave up and exited, the runner counted a lost attempt each
+    time, at the default CBS_MAX_ATTEMPTS), and the study ended ``done`` with no target."""
+    from tests.workers.conftest import CBS
+    from tests.workers.test_broker_outage import train_loss_steps_once_each
+    from tests.workers.test_worker_process import no_run_left_running, study_done
+
+    proxy = database_behind_a_proxy
+    proxy.up()
+    s = WorkerSettings.from_env()
+    assert s.max_attempts == 3
+    worker = processes.worker("--concurrency", "1")
+    runner = processes.start([CBS, "study", "watch", "--period", "1"], "runner")
+    wait_for(lambda: " ready." in processes.log(worker), 90, what=lambda: processes.log(worker))
+
+    def logs() -> str:
+        return "\n--- worker\n" + processes.log(worker)[-6000:] + "\n--- runner\n" + processes.log(runner)[-2500:]
+
+    api.launch_study(tiny_spec("lo3", batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 120_000}]))
+    [record] = api.study_records("lo3")
+    ledger = Ledger(s.ledger_url)
+    checkpoint = Path(checkpoint_dir(record.trial_id)) / "checkpoint.pt"
+    last_up = 0.0
+    for outage in range(3):
+        wait_for(lambda: checkpoint.exists() and checkpoint.stat().st_mtime > last_up + 1
+                 and ledger.lease(record.trial_id).state == "running", 120, every_s=0.2,
+                 what=lambda: f"the trial training again before outage {outage + 1}" + logs())
+        proxy.down()  # MLflow, Optuna and the ledger: all gone
+        time.sleep(0.75 * s.stale_after_s + 2.5)
+        proxy.up()
+        last_up = time.time()
+        wait_for(lambda: f"goes back to the queue (give-back {outage + 1}, a fault of this host: not counted)"
+                 in processes.log(worker), 60, what=lambda: f"give-back {outage + 1}" + logs())
+    wait_for(lambda: study_done("lo3"), 180, every_s=1, what=lambda: "the study to finish" + logs())
+    [done] = api.study_records("lo3")
+    assert (done.status, done.attempt) == ("finished", 1), done  # no attempt lost, none failed
+    tracker = Tracker(s.tracking_uri)
+    run = tracker.get_run(record.run_id)
+    assert run.data.tags["attempt"] == "1" and run.info.status == "FINISHED"
+    steps = train_loss_steps_once_each(tracker, run)  # whole history, each step once
+    assert steps[-1] == int(run.data.tags["total_steps"])
+    no_run_left_running("lo3")
+    assert worker.poll() is None and runner.poll() is None

@@ -271,7 +271,7 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     except BaseException as exc:
         heartbeat.stop()
         if heartbeat.cut_off and isinstance(exc, Exception) and is_transient(exc):  # one outage, two symptoms
-            return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, run, exc, counted=False)
+            return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, run, exc, cut_off=True)
         if heartbeat.superseded:
             raise
         if isinstance(exc, Exception) and (is_transient(exc) or isinstance(exc, StoreUnavailable)):
@@ -292,7 +292,7 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     if heartbeat.superseded or not heartbeat.confirm():
         if heartbeat.cut_off:  # the ledger was away, not the trial at fault: the attempt goes back
             return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, run, heartbeat.last_error,
-                              counted=False)
+                              cut_off=True)
         return {"trial_id": trial_id, "attempt": attempt, "skipped": "superseded by a newer attempt"}
     if result.status == "stopped" and result.stop_reason == INTERRUPTED:
         return _requeue_interrupted(s, ledger, study, trial_id, attempt, owner, tracker, run, result)
@@ -338,9 +338,10 @@ def _late_config_key(ledger, study: str, run) -> dict[str, str]:
 
 
 def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,
-               run_id: str, run, exc: BaseException | None, *, counted: bool | None = None) -> dict:
+               run_id: str, run, exc: BaseException | None, *, cut_off: bool = False) -> dict:
     """A store was unreachable, a disk full, the ledger away past the heartbeat's deadline
-    (``counted=False``: never the trial's fault), or this host cannot see the study's token store:
+    (``cut_off``: never the trial's fault; the ledger answers again by then, so the trial is sent
+    again after a short pause, not a backoff), or this host cannot see the study's token store:
     put the same attempt back in the queue (it costs no attempt; :meth:`Ledger.give_back`, which
     also undoes a requeue the runner made while this holder was cut off) and send it again after a
     pause; the checkpoint (with the result, if training ended) is kept. The ledger is waited out
@@ -354,11 +355,13 @@ def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, att
         reason = f"{OUT_OF_ROOM_PREFIX} ({reason}); the trial waits for room"
     elif no_store:
         reason = str(exc)[:500]
+    elif cut_off:
+        reason = f"cut off from the ledger past the heartbeat's deadline ({reason})"
     given = _give_backs(trial_id) + 1
     # a repeated error the store answers may not be an outage after all: fail it at the cap; a
-    # full disk or a host without the token store is never the trial's fault and never counts
-    if counted is None:
-        counted = not (is_out_of_resources(exc) or no_store)
+    # ledger outage, a full disk or a host without the token store is never the trial's fault
+    # and never counts
+    counted = not (cut_off or is_out_of_resources(exc) or no_store)
     if given > s.max_give_backs and counted:
         if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
             _try_end(s, run_id, "failed", f"gave its attempt back {given - 1} times (CBS_MAX_GIVE_BACKS="
@@ -382,8 +385,11 @@ def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, att
     from workers.studies.runner import Runner
 
     queue = (run.data.tags.get("queue") if run is not None else None) or "cpu"
-    # Back off: 15 s, 30 s, ... up to 10 min between tries of a store that stays down.
+    # Back off: 15 s, 30 s, ... up to 10 min between tries of a store that stays down (a ledger
+    # that cut this holder off answers again by now: a short pause).
     wait_s = min(600.0, max(15.0, 3 * s.heartbeat_s) * 2 ** (given - 1))
+    if cut_off:
+        wait_s = max(10.0, 2 * s.heartbeat_s)
     Runner(s).send(study, trial_id, attempt, queue, countdown_s=wait_s)
     if no_store:
         hold_slot(wait_s)
