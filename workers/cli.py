@@ -60,15 +60,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                "p = P0·(D/D0)^GAMMA with D0 the spec's smallest D (the lab's first-doubling shape); "
                                "knee:GAMMA moves each truth to S(B/f), f = (D/D0)^GAMMA (B_noise ∝ D^GAMMA); "
                                "join both with +")
-    simulate.add_argument("--noise", default="0", metavar="SIGMA|lab",
-                          help="log-normal noise σ on each trial's steps to target (default 0), or 'lab': the lab's "
-                               "measured parts (seed-common 0.066, seed × batch size 0.027, per trial 0.030 in ln S; "
-                               "lr penalty 0.198)")
+    simulate.add_argument("--noise", default="lab", metavar="SIGMA|lab",
+                          help="'lab' (the default): the lab's measured parts of ln S (seed-common 0.066, seed × batch "
+                               "size 0.027, per trial 0.030; lr penalty 0.198), or a log-normal σ on each trial's steps "
+                               "to target alone (0 for none)")
     simulate.add_argument("--seed-common-sigma", type=float, default=None, metavar="SIGMA",
                           help="σ of a shift of ln S shared by one training seed at every batch size (default 0; "
-                               "0.066 with --noise lab)")
+                               "0.066 with --noise lab, the default)")
     simulate.add_argument("--seed-cell-sigma", type=float, default=None, metavar="SIGMA",
-                          help="σ of a shift of ln S per training seed × batch size (default 0; 0.033 with --noise lab)")
+                          help="σ of a shift of ln S per training seed × batch size (default 0; 0.027 with --noise lab, the default)")
     simulate.add_argument("--train-seeds", type=int, default=None, metavar="N",
                           help="override the spec's seeds with 0..N-1 (training seeds per learning rate)")
     simulate.add_argument("--lr-law", default=None, metavar="GAMMA|peak[:B_PEAK[,FALL]]",
@@ -80,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     simulate.add_argument("--seeds", type=int, default=1, metavar="K", help="simulated studies (default 1)")
     simulate.add_argument("--lr-penalty", type=float, default=None, metavar="K",
                           help="k of m(η) = 1 + k·ln²(η/η*): the cost of a learning rate off its optimum "
-                               "(default 0.1; 0.198 with --noise lab)")
+                               "(0.198 with --noise lab, the default; 0.1 with --noise SIGMA)")
     simulate.add_argument("--workers", type=int, default=4, help="trials running at once (default 4)")
     simulate.add_argument("--eval-noise", type=float, default=0.0, metavar="NATS",
                           help="σ of each held-out evaluation's noise in nats (default 0): crossings and the "
