@@ -1,5 +1,5 @@
 """Issue 41, finding 8: a session that signed out stays refused until its cookie would have expired
-(app/signed_out.py); the live check is tests/app/test_upload_guard.py."""
+(app/signed_out.py); the live check is tests/app/test_live_sign_in.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,12 @@
-"""Issue 41, finding 2: against a live ``cbs web`` with sign-in (a real OIDC provider on 127.0.0.1),
-Streamlit's side doors answer strangers nothing (uploads, metrics, media: ``401``), an unsigned
-upload flood leaves the web process's memory where it was, and a signed-in session's uploads are
-capped in count and bytes (``app/sign_in_guard.py``).
+"""Issue 41 against a live ``cbs web`` with sign-in and a real OIDC provider on 127.0.0.1, driven
+as an attacker drives it (HTTP, a WebSocket, the provider's form; no browser needed):
+
+* finding 2: Streamlit's side doors answer strangers nothing (uploads, metrics, media: ``401``), an
+  unsigned upload flood leaves the web process's memory where it was, and a signed-in session's
+  uploads are capped in count and bytes (``app/sign_in_guard.py``);
+* finding 3: a provider that vouches for the e-mail ``local`` or ``cli:root`` signs in a user who is
+  neither the local user, a command-line user, nor an admin (``app/auth.py``);
+* finding 8: a session that signed out is refused wherever its cookie is sent (``app/signed_out.py``).
 
 A stranger's tools are real ones: a WebSocket to ``/_stcore/stream`` (the sign-in page's) gives a
 live session id, and ``/_stcore/health`` gives an XSRF pair, as the attack on the last round did.
@@ -208,3 +213,54 @@ def test_a_session_that_signed_out_is_refused_everywhere_though_its_cookie_is_st
         assert _request(port, "GET", "/_stcore/metrics", headers={"Cookie": cookie})[0] == 401
         other = _signed_cookie(secret, port, "bob@lab.test")  # another session is untouched
         assert _request(port, "GET", "/_stcore/metrics", headers={"Cookie": other})[0] == 200
+
+
+def _provider_token(secret: str) -> str:
+    """The ``provider`` token ``st.login()`` hands the browser (a JWT signed with the cookie secret)."""
+    from streamlit import config
+    from streamlit.auth_util import encode_provider_token
+
+    saved = config.get_option("server.cookieSecret")
+    config.set_option("server.cookieSecret", secret)
+    try:
+        return encode_provider_token("default")
+    finally:
+        config.set_option("server.cookieSecret", saved)
+
+
+def _sign_in_over_http(web: str, secret: str, provider_url: str, sub: str, claims: dict) -> str:
+    """Streamlit's real sign-in flow, as a browser follows it after "Sign in", without one:
+    ``/auth/login``, the provider's form, ``/oauth2callback``; the provider gives ``sub`` the
+    ``claims``. Returns the sign-in cookie(s) the app set, as a Cookie header."""
+    from urllib.parse import urljoin
+
+    import httpx
+
+    assert httpx.put(f"{provider_url}/users/{sub}", json=claims, timeout=10).status_code == 204
+    with httpx.Client(follow_redirects=False, timeout=30) as client:
+        to_provider = client.get(f"{web}/auth/login", params={"provider": _provider_token(secret)})
+        assert to_provider.status_code in (302, 303, 307), to_provider.text[:200]
+        form = urljoin(str(to_provider.url), to_provider.headers["location"])
+        back = client.post(form, data={"sub": sub})
+        assert back.status_code in (302, 303), (form, back.text[:200])
+        done = client.get(urljoin(form, back.headers["location"]))
+        assert done.status_code in (302, 303, 307), done.text[:200]
+        jar = {c.name: c.value for c in client.cookies.jar if c.name.startswith("_streamlit_user")}
+    assert jar, "the app set no sign-in cookie"
+    return "; ".join(f"{k}={v}" for k, v in jar.items())
+
+
+def test_a_provider_that_says_local_signs_in_a_user_who_is_neither_local_nor_an_admin(tmp_path, provider):
+    """Issue 41, finding 3, end to end: a real provider vouches for e-mail ``local`` (and
+    ``cli:root``), verified; the app signs the user in as their issuer and subject."""
+    with web_signing_in(tmp_path, provider, {"CBS_ADMINS": "admin@lab.test"}) as (port, secret, _):
+        web = f"http://127.0.0.1:{port}"
+        xsrf = _xsrf(port)
+        for sub, email in (("mallory", "local"), ("eve", "cli:root")):
+            cookie = _sign_in_over_http(web, secret, provider, sub, {"email": email, "email_verified": True})
+            page = _page_bytes(port, xsrf, cookie)
+            assert f"Signed in as **oidc:{provider}#{sub}**".encode() in page, page[-400:]
+            assert b"(admin)" not in page
+        cookie = _sign_in_over_http(web, secret, provider, "admin-sub",
+                                    {"email": "admin@lab.test", "email_verified": True})
+        assert b"Signed in as **admin@lab.test** (admin)" in _page_bytes(port, xsrf, cookie)
