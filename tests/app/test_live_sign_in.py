@@ -85,7 +85,8 @@ def _xsrf(port: int) -> str:
 @contextlib.contextmanager
 def _app_run(port: int, xsrf: str, cookies: str = ""):
     """A WebSocket to ``/_stcore/stream`` (as a browser opens it) that asked for a run of the app;
-    yields an iterator over the ``(ForwardMsg, raw bytes)`` the server sends."""
+    yields an iterator over the ``(ForwardMsg, raw bytes)`` the server sends, and ``click(widget
+    id)``, which asks for the run a click on that button makes."""
     from streamlit.proto.BackMsg_pb2 import BackMsg
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
     from websockets.sync.client import connect
@@ -93,9 +94,15 @@ def _app_run(port: int, xsrf: str, cookies: str = ""):
     headers = {"Origin": f"http://127.0.0.1:{port}", "Cookie": f"_streamlit_xsrf={xsrf}" + (f"; {cookies}" if cookies else "")}
     with connect(f"ws://127.0.0.1:{port}/_stcore/stream", subprotocols=["streamlit", xsrf],
                  additional_headers=headers, max_size=None, open_timeout=30) as ws:
-        back = BackMsg()
-        back.rerun_script.query_string = ""
-        ws.send(back.SerializeToString())
+        def click(widget_id: str | None = None) -> None:
+            back = BackMsg()
+            back.rerun_script.query_string = ""
+            if widget_id:
+                state = back.rerun_script.widget_states.widgets.add()
+                state.id, state.trigger_value = widget_id, True
+            ws.send(back.SerializeToString())
+
+        click()
 
         def messages():
             deadline = time.time() + 90
@@ -105,13 +112,13 @@ def _app_run(port: int, xsrf: str, cookies: str = ""):
                 msg.ParseFromString(raw)
                 yield msg, raw
             raise TimeoutError("the app's run did not finish")
-        yield messages()
+        yield messages(), click
 
 
 @contextlib.contextmanager
 def live_session(port: int, xsrf: str, cookies: str = ""):
     """A live session of the app (its WebSocket stays open); yields its session id."""
-    with _app_run(port, xsrf, cookies) as messages:
+    with _app_run(port, xsrf, cookies) as (messages, _):
         for msg, _ in messages:
             if msg.WhichOneof("type") == "new_session":
                 yield msg.new_session.initialize.session_id
@@ -185,7 +192,7 @@ def test_a_signed_in_session_holds_a_bounded_number_and_size_of_uploads(tmp_path
 def _page_bytes(port: int, xsrf: str, cookies: str) -> bytes:
     """What one run of the app sends a browser with ``cookies`` (its messages, as bytes)."""
     sent = b""
-    with _app_run(port, xsrf, cookies) as messages:
+    with _app_run(port, xsrf, cookies) as (messages, _):
         for msg, raw in messages:
             sent += raw
             if msg.WhichOneof("type") == "script_finished":
@@ -264,3 +271,31 @@ def test_a_provider_that_says_local_signs_in_a_user_who_is_neither_local_nor_an_
         cookie = _sign_in_over_http(web, secret, provider, "admin-sub",
                                     {"email": "admin@lab.test", "email_verified": True})
         assert b"Signed in as **admin@lab.test** (admin)" in _page_bytes(port, xsrf, cookie)
+
+
+def test_the_sign_out_button_ends_the_session_on_the_server(tmp_path, provider):
+    """Issue 41, finding 8: "Sign out" in the sidebar (clicked over the app's WebSocket, as a browser
+    clicks it) records the session, and a copy of its cookie signs no one in afterwards."""
+    import re
+
+    with web_signing_in(tmp_path, provider, {}) as (port, secret, _):
+        web = f"http://127.0.0.1:{port}"
+        cookie = _sign_in_over_http(web, secret, provider, "alice@lab.test",
+                                    {"email": "alice@lab.test", "email_verified": True})
+        xsrf = _xsrf(port)
+        assert _request(port, "GET", "/_stcore/metrics", headers={"Cookie": cookie})[0] == 200
+        with _app_run(port, xsrf, cookie) as (messages, click):
+            sent = b""
+            for msg, raw in messages:
+                sent += raw
+                if msg.WhichOneof("type") == "script_finished":
+                    break
+            (button,) = set(re.findall(rb"\$\$ID-[0-9a-f]+-auth\.sign_out", sent))
+            click(button.decode())
+            for msg, _ in messages:
+                if msg.WhichOneof("type") == "script_finished":
+                    break
+        assert (tmp_path / "home" / "auth" / "signed-out.json").is_file()
+        assert _request(port, "GET", "/_stcore/metrics", headers={"Cookie": cookie})[0] == 401
+        page = _page_bytes(port, xsrf, cookie)
+        assert b"Sign in to see and launch studies" in page and b"Signed in as" not in page
