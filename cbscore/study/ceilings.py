@@ -26,6 +26,8 @@ DEFAULT_MAX_TRIALS = 5000
 DEFAULT_MAX_TOTAL_TOKENS = 1e14
 #: Longest list in a spec (batch sizes, seeds, rates, models, token counts, settings...).
 DEFAULT_MAX_LIST = 64
+#: Longest context in tokens (the paper's is 512; attention's memory grows with its square).
+DEFAULT_MAX_CONTEXT = 8192
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -38,6 +40,8 @@ class Ceilings:
     """Most training tokens a study may spend if every trial ran its whole budget (``CBS_MAX_TOTAL_TOKENS``)."""
     max_list: int = DEFAULT_MAX_LIST
     """Most entries of any list in a spec (``CBS_MAX_LIST``)."""
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT
+    """Longest ``context_tokens`` (``CBS_MAX_CONTEXT``)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Ceilings":
@@ -45,7 +49,8 @@ class Ceilings:
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
         for name, field, kind in (("CBS_MAX_TRIALS", "max_trials", int), ("CBS_MAX_LIST", "max_list", int),
-                                  ("CBS_MAX_TOTAL_TOKENS", "max_total_tokens", float)):
+                                  ("CBS_MAX_TOTAL_TOKENS", "max_total_tokens", float),
+                                  ("CBS_MAX_CONTEXT", "max_context_tokens", int)):
             raw = (env.get(name) or "").strip()
             if not raw:
                 continue
@@ -73,11 +78,15 @@ def _lists(obj: Any, prefix: str = "") -> list[tuple[str, int]]:
 
 def check_ceilings(spec, ceilings: Ceilings | None = None) -> None:
     """:class:`ConfigError` naming what passes the lab's ceilings (``ceilings``, default
-    :meth:`Ceilings.from_env`): a list longer than ``max_list``, more trials than ``max_trials``,
-    more tokens than ``max_total_tokens``. Nothing is built per trial or per cell."""
+    :meth:`Ceilings.from_env`): a context longer than ``max_context_tokens``, a list longer than
+    ``max_list``, more trials than ``max_trials``, more tokens than ``max_total_tokens``. Nothing is
+    built per trial or per cell."""
     from cbscore.study.plan_kinds import grid_tokens, grid_trials
 
     c = ceilings or Ceilings.from_env()
+    if spec.context_tokens > c.max_context_tokens:
+        raise ConfigError("context_tokens", spec.context_tokens, f"is longer than the lab's ceiling of "
+                          f"{c.max_context_tokens:,} tokens (CBS_MAX_CONTEXT); only an admin may launch past it")
     for path, length in _lists(spec):
         if length > c.max_list:
             raise ConfigError(path, f"{length:,} entries", f"is longer than the lab's ceiling of {c.max_list} "

@@ -14,9 +14,11 @@ from cbscore.study.ceilings import Ceilings, check_ceilings
 
 
 def test_the_ceilings_come_from_the_environment_else_the_defaults():
-    assert Ceilings.from_env({}) == Ceilings(max_trials=5000, max_total_tokens=1e14, max_list=64)
-    assert Ceilings.from_env({"CBS_MAX_TRIALS": "300", "CBS_MAX_TOTAL_TOKENS": "2e12", "CBS_MAX_LIST": "16"}) == \
-        Ceilings(max_trials=300, max_total_tokens=2e12, max_list=16)
+    assert Ceilings.from_env({}) == Ceilings(max_trials=5000, max_total_tokens=1e14, max_list=64,
+                                             max_context_tokens=8192)
+    assert Ceilings.from_env({"CBS_MAX_TRIALS": "300", "CBS_MAX_TOTAL_TOKENS": "2e12", "CBS_MAX_LIST": "16",
+                              "CBS_MAX_CONTEXT": "1024"}) == \
+        Ceilings(max_trials=300, max_total_tokens=2e12, max_list=16, max_context_tokens=1024)
     with pytest.raises(ConfigError) as err:
         Ceilings.from_env({"CBS_MAX_TRIALS": "lots"})
     assert str(err.value) == "CBS_MAX_TRIALS: must be a positive number, but got 'lots'."
@@ -55,3 +57,12 @@ def test_a_64_kib_spec_is_refused_in_well_under_a_second():
     assert time.perf_counter() - start < 1.0
     assert err.value.field == "batch_sizes" and err.value.value == "9,000 entries"
     assert err.value.reason.startswith("is longer than the lab's ceiling of 64 entries per list (CBS_MAX_LIST)")
+
+
+def test_a_context_past_the_labs_ceiling_is_refused_naming_the_field():
+    spec = load_preset("demo").replace(context_tokens=2**20)  # within the spec's own range (2**20)
+    with pytest.raises(ConfigError) as err:
+        check_ceilings(spec, Ceilings())
+    assert str(err.value) == ("context_tokens: is longer than the lab's ceiling of 8,192 tokens (CBS_MAX_CONTEXT); "
+                              "only an admin may launch past it, but got 1048576.")
+    check_ceilings(load_preset("demo").replace(context_tokens=8192), Ceilings())
