@@ -7,6 +7,12 @@ Where two or more seeds ran, a seed is a cluster across every batch size (DESIGN
 two-way table are redrawn. With one seed, each batch size's ``S`` is redrawn by residuals of the
 log-space fit. Where the trials' evaluation histories are known, every resample is also shifted
 by what a redrawn target does to every crossing (``log_shifts``).
+
+No double counting of the reference seeds (the pages' path, ``cbs study fit``): the target is the
+mean over the reference seeds, so its draw moves every crossing, mostly by one common factor that
+cancels in ``B_noise`` as a seed's shift does; the reference cell's own seed spread enters only
+through its seed × cell residuals at ``B_ref``. The old per-batch-size seed resampling redrew the
+reference seeds' common shift at ``B_ref`` alone, on top of the target's draw (issue 38).
 """
 
 from __future__ import annotations
