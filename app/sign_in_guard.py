@@ -10,7 +10,8 @@ Streamlit checks it, :func:`app.mlflow_proxy.signed_in_user`) whenever sign-in i
 
 Signed in or not, one session holds at most :data:`MAX_SESSION_FILES` uploaded files and
 :data:`MAX_SESSION_MB` MB of them at once (``CBS_WEB_SESSION_FILES``, ``CBS_WEB_SESSION_MB``): an
-upload past either gets ``413`` before its body is read. An upload needs a ``Content-Length``
+upload past either gets ``413`` before its body is read; all live sessions together hold at most
+:data:`MAX_TOTAL_MB` MB (``CBS_WEB_UPLOADS_MB``, else ``503``). A session that ended holds nothing. An upload needs a ``Content-Length``
 (the browser always sends one), so its size is known before anything is stored.
 """
 
@@ -27,6 +28,8 @@ UPLOAD = "/_stcore/upload_file/"
 MAX_SESSION_FILES = 8
 #: Megabytes of uploads one session may hold at once (two files at Streamlit's 64 MB cap).
 MAX_SESSION_MB = 128
+#: Megabytes of uploads all sessions together may hold at once (``CBS_WEB_UPLOADS_MB``).
+MAX_TOTAL_MB = 1024
 #: Sessions whose uploads are counted (the oldest are forgotten past it; Streamlit drops a
 #: session's files when it ends).
 MAX_SESSIONS = 4096
@@ -43,10 +46,25 @@ def _answer(status: int, text: str):
     return send_it
 
 
-def _limits() -> tuple[int, int]:
+def _limits() -> tuple[int, int, int]:
+    """``(files per session, bytes per session, bytes of all sessions)`` from the environment."""
     files = int(os.environ.get("CBS_WEB_SESSION_FILES") or MAX_SESSION_FILES)
     megabytes = float(os.environ.get("CBS_WEB_SESSION_MB") or MAX_SESSION_MB)
-    return files, int(megabytes * 1024 * 1024)
+    total = float(os.environ.get("CBS_WEB_UPLOADS_MB") or MAX_TOTAL_MB)
+    return files, int(megabytes * 2**20), int(total * 2**20)
+
+
+def _session_active(session: str) -> bool:
+    """Whether Streamlit still keeps ``session``, connected or waiting for its browser to reconnect
+    (its files go with it when it ends). Streamlit 1.67 has no public call for the second; its
+    session manager's ``get_session_info`` answers both, and ``is_active_session`` stands in."""
+    from streamlit import runtime
+
+    if not runtime.exists():
+        return True
+    instance = runtime.get_instance()
+    info = getattr(getattr(instance, "_session_mgr", None), "get_session_info", None)
+    return info(session) is not None if info is not None else instance.is_active_session(session)
 
 
 def _sign_in_required() -> bool:
@@ -79,10 +97,12 @@ class SignInGuard:
     only (when sign-in is configured), and one session's uploads capped in count and bytes."""
 
     def __init__(self, app, *, required: Callable[[], bool] = _sign_in_required,
-                 signed_in: Callable[[dict[str, str], str | None], bool] = _signed_in):
+                 signed_in: Callable[[dict[str, str], str | None], bool] = _signed_in,
+                 active: Callable[[str], bool] = _session_active):
         self.app = app
         self.required = required
         self.signed_in = signed_in
+        self.active = active
         self.held: OrderedDict[str, dict[str, int]] = OrderedDict()  # session id → file id → bytes
 
     async def __call__(self, scope, receive, send) -> None:
@@ -105,6 +125,8 @@ class SignInGuard:
         if len(parts) != 2 or not all(parts):
             return await _answer(404, "no such upload")(send)
         session, file_id = parts
+        for ended in [k for k in self.held if k != session and not self.active(k)]:
+            del self.held[ended]  # Streamlit dropped its files with it
         files = self.held.setdefault(session, {})
         self.held.move_to_end(session)
         while len(self.held) > MAX_SESSIONS:
@@ -119,7 +141,7 @@ class SignInGuard:
             size = -1
         if size < 0:
             return await _answer(411, "an upload needs a Content-Length")(send)
-        max_files, max_bytes = _limits()
+        max_files, max_bytes, max_total = _limits()
         others = {k: v for k, v in files.items() if k != file_id}
         if len(others) + 1 > max_files:
             return await _answer(413, f"this session already holds {len(others)} uploaded files, the most one "
@@ -127,6 +149,11 @@ class SignInGuard:
         if sum(others.values()) + size > max_bytes:
             return await _answer(413, f"this session's uploads would pass {max_bytes / 2**20:g} MB "
                                       "(CBS_WEB_SESSION_MB); remove one first")(send)
+        held = sum(v for k, f in self.held.items() for i, v in f.items() if (k, i) != (session, file_id))
+        if held + size > max_total:
+            return await _answer(503, f"the web app holds {held / 2**20:.0f} MB of uploads, near its "
+                                      f"{max_total / 2**20:g} MB for all sessions (CBS_WEB_UPLOADS_MB); "
+                                      "try again later")(send)
         status = 0
 
         async def noted(message) -> None:

@@ -299,3 +299,18 @@ def test_the_sign_out_button_ends_the_session_on_the_server(tmp_path, provider):
         assert _request(port, "GET", "/_stcore/metrics", headers={"Cookie": cookie})[0] == 401
         page = _page_bytes(port, xsrf, cookie)
         assert b"Sign in to see and launch studies" in page and b"Signed in as" not in page
+
+
+def test_all_sessions_together_hold_a_bounded_size_of_uploads(tmp_path, provider):
+    env = {"CBS_WEB_SESSION_MB": "2", "CBS_WEB_UPLOADS_MB": "3"}
+    with web_signing_in(tmp_path, provider, env) as (port, secret, _):
+        cookie = _signed_cookie(secret, port, "alice@lab.test")
+        xsrf = _xsrf(port)
+        with live_session(port, xsrf, cookie) as first, live_session(port, xsrf, cookie) as second:
+            assert first != second
+            assert [_upload(port, xsrf, first, f"a{i}", 900_000, cookie) for i in range(2)] == [204, 204]
+            assert _upload(port, xsrf, second, "b0", 900_000, cookie) == 204  # 2.7 MB held in all
+            assert _upload(port, xsrf, second, "b1", 900_000, cookie) == 503  # 3.6 MB > 3 MB
+            assert _request(port, "DELETE", f"/_stcore/upload_file/{first}/a0", headers={
+                "X-Xsrftoken": xsrf, "Cookie": f"_streamlit_xsrf={xsrf}; {cookie}"})[0] == 204
+            assert _upload(port, xsrf, second, "b1", 900_000, cookie) == 204  # room again
