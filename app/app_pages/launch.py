@@ -7,7 +7,7 @@ import streamlit as st
 
 from app import auth, failures, local_form, sources, spec_form, units
 from app.spec_form import KIND_LABELS
-from cbscore.errors import CbsError
+from cbscore.errors import CbsError, ConfigError
 from cbscore.recipe import RECIPE_RULES
 from cbscore.safe_yaml import MAX_BYTES as MAX_YAML_BYTES
 from cbscore.study import PRESET_NAMES, StudySpec, estimate, load_preset
@@ -437,8 +437,6 @@ def _within_ceilings(spec) -> None:
     """The lab's ceilings (cbscore.study.ceilings), before anything is built per cell or trial:
     past one, a user who is no admin gets its refusal and nothing else; an admin a warning (their
     "Launch anyway" passes it)."""
-    from cbscore.errors import ConfigError
-
     try:
         check_ceilings(spec)
     except ConfigError as exc:
