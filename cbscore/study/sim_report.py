@@ -162,10 +162,47 @@ class SimulationReport:
                 "edge_seeds": sum(1 for r in rows if r.edge),
                 "tokens_study_mean": float(np.mean([r.tokens_study for r in rows])),
                 "tokens_grid_to_target_mean": float(np.mean([r.tokens_grid_to_target for r in rows])),
+                "tokens_oracle_mean": float(np.mean([r.tokens_oracle for r in rows])),
+                "precision_adjusted": _precision_adjusted(
+                    float(np.mean([r.tokens_study for r in rows])), float(np.mean([r.tokens_oracle for r in rows])),
+                    _rmse_log(study, first.cbs_truth), _rmse_log(grid, first.cbs_truth)),
                 "censored_cells": sorted({b for r in rows for b in r.censored_cells}),
                 "skipped_cells": sorted({b for r in rows for b in r.skipped_cells}),
             })
         return out
+
+    def criteria(self) -> dict:
+        """The three criteria a rule or design must meet to be a default (issue 40; DESIGN.md §1,
+        "Budgets that cannot bias B*"), judged against the truth, never against one noisy grid:
+
+        1. *no structural bias*: at zero noise, every setting's median B* within 0.5% of the truth
+           (``None`` when this simulation has noise: it cannot tell);
+        2. *median bias* within ±2% of the truth in every setting (meant at the lab's noise and ≥ 200
+           seeds; the report says how many it had);
+        3. *precision per token*: study/oracle tokens × (RMSE of ln B* / the full grid's RMSE)², at the
+           study level with the settings' squared RMSEs summed; ≤ 3× now, 2.5× the goal.
+        """
+        rows = self.summary()
+        quiet = (self.config.noise_sigma == 0 and self.config.seed_common_sigma == 0
+                 and self.config.seed_cell_sigma == 0 and self.config.eval_noise == 0)
+        biases = [r["bias_vs_truth"] for r in rows]
+        known = [b for b in biases if b is not None]
+        structural = (all(abs(b) <= STRUCTURAL_BIAS for b in known) and len(known) == len(biases)) if quiet else None
+        median_ok = all(abs(b) <= MEDIAN_BIAS for b in known) and len(known) == len(biases)
+        oracle = float(np.mean([sum(x.tokens_oracle for x in s.settings) for s in self.seeds]))
+        tokens = float(np.mean([s.tokens_study for s in self.seeds]))
+        study_ms = [r["rmse_ln_cbs_study"] for r in rows]
+        grid_ms = [r["rmse_ln_cbs_grid"] for r in rows]
+        adjusted = None
+        if oracle > 0 and all(v is not None for v in study_ms + grid_ms):
+            adjusted = _precision_adjusted(tokens, oracle, math.sqrt(sum(v * v for v in study_ms)),
+                                           math.sqrt(sum(g * g for g in grid_ms)))
+        return {
+            "criterion_structural_bias": structural,
+            "criterion_median_bias": median_ok,
+            "precision_adjusted_to_oracle": adjusted,
+            "criterion_precision": None if adjusted is None else adjusted <= PRECISION_NOW,
+        }
 
     def law_summary(self) -> list[dict]:
         """Per scaling law (over the seeds whose analysis fitted it): the truth's exponent, the median
@@ -237,10 +274,29 @@ class SimulationReport:
                                                                 for s in self.seeds]))
                                            for rule in sorted({k for s in self.seeds for k in s.pruned_tokens_by_rule})},
             "max_trial_tokens": max(s.max_trial_tokens for s in self.seeds),
+            **self.criteria(),
             "gpu_hours_study": flops / GPU_FLOPS / 3600.0,
             "gpu_hours_fixed_budget_grid": self.grid_flops / GPU_FLOPS / 3600.0,
             "gpu_hours_note": "H100 SXM dense bf16 peak at 40% MFU",
         }
+
+
+#: The criteria's thresholds (issue 40): |median bias| at zero noise, |median bias| at the lab's noise,
+#: and the precision-adjusted cost in oracles (now; the goal is :data:`PRECISION_GOAL`).
+STRUCTURAL_BIAS, MEDIAN_BIAS, PRECISION_NOW, PRECISION_GOAL = 0.005, 0.02, 3.0, 2.5
+
+
+def _precision_adjusted(tokens: float, oracle: float, rmse: float | None, rmse_grid: float | None) -> float | None:
+    """``tokens/oracle × (rmse/rmse_grid)²``: what the design costs per unit of the full grid's precision
+    (the variance of ln B* scales as 1/cost for repeats, so a design half as precise must be run twice
+    to match; issue 40). ``None`` without an oracle or a grid RMSE above 0."""
+    if not oracle or rmse is None or rmse_grid is None:
+        return None
+    if max(rmse, rmse_grid) < 1e-9:  # both exact (zero noise): equally precise
+        return tokens / oracle
+    if rmse_grid < 1e-9:
+        return None
+    return tokens / oracle * (rmse / rmse_grid) ** 2
 
 
 def _finite(values) -> np.ndarray:
@@ -355,7 +411,33 @@ def _truth_lines(d: Mapping) -> list[str]:
     if d.get("bootstrap"):
         lines.append(f"intervals: cbscore.analysis on each study's trials, seeds included, {d['bootstrap']} resamples; "
                      "the target held fixed (a nominal 95% interval should cover the truth 90–98% of the time)")
+    lines += _criteria_lines(d)
     return lines
+
+
+def _criteria_lines(d: Mapping) -> list[str]:
+    """The three criteria a default must meet (:meth:`SimulationReport.criteria`), per setting and for the study."""
+    if "precision_adjusted_to_oracle" not in d:  # (older reports)
+        return []
+
+    def verdict(ok) -> str:
+        return "—" if ok is None else ("met" if ok else "NOT met")
+
+    per = ", ".join(f"{s['setting']} {s['precision_adjusted']:.2f}×" for s in d["settings"]
+                    if s.get("precision_adjusted") is not None)
+    adjusted = d["precision_adjusted_to_oracle"]
+    return [
+        "criteria for a default (issue 40; against the truth):",
+        f"  1 no structural bias (|median bias| ≤ {STRUCTURAL_BIAS:.1%} at zero noise): "
+        + (verdict(d["criterion_structural_bias"]) if d["criterion_structural_bias"] is not None
+           else "— (this run has noise; run with --noise 0)"),
+        f"  2 median bias within ±{MEDIAN_BIAS:.0%} in every setting: {verdict(d['criterion_median_bias'])} "
+        f"({d['seeds']} simulated studies; meant at the lab's noise and ≥ 200)",
+        f"  3 precision per token, study/oracle × (RMSE ln B* / full grid's)²: "
+        + ("—" if adjusted is None else f"{adjusted:.2f}× the oracle ({verdict(d['criterion_precision'])}: ≤ "
+                                        f"{PRECISION_NOW:g}× now, {PRECISION_GOAL:g}× the goal)")
+        + (f"; per setting {per}" if per else ""),
+    ]
 
 
 def _lr_prior(d: dict) -> str:

@@ -252,3 +252,22 @@ def _demo_truth(tmp_path):
     write_truth_csv({s.setting_id: TruthCurve(s_min=100.0, b_noise=4.0 * (i + 1))
                      for i, s in enumerate(spec.resolve_settings())}, spec, path)
     return path
+
+
+def test_the_report_judges_a_design_by_the_three_criteria_against_the_truth(capsys):
+    # Issue 40's criteria. At zero noise the study equals its full grid and both the truth (structural
+    # bias met), so the precision-adjusted cost is the plain cost against the oracle; with noise the
+    # structural criterion cannot be judged and says so.
+    from cbscore.cli import main
+
+    assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--noise", "0", "--seeds", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["criterion_structural_bias"] is True and d["criterion_median_bias"] is True
+    assert d["precision_adjusted_to_oracle"] == pytest.approx(d["ratio_to_oracle_median"], rel=1e-6)
+    assert d["criterion_precision"] is (d["precision_adjusted_to_oracle"] <= 3.0)
+    assert all(s["precision_adjusted"] == pytest.approx(s["tokens_study_mean"] / s["tokens_oracle_mean"], rel=1e-6)
+               for s in d["settings"])
+    assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "1 no structural bias (|median bias| ≤ 0.5% at zero noise): — (this run has noise; run with --noise 0)" in out
+    assert "3 precision per token, study/oracle × (RMSE ln B* / full grid's)²: " in out
