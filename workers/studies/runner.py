@@ -38,7 +38,7 @@ from workers.studies.study_lock import LockKeeper
 from workers.infra.time_limits import trial_time_limit_s
 from workers.studies import repair
 from workers.studies.search import tell_outcome as tell
-from workers.tracking import Tracker, is_transient, trial_params
+from workers.tracking import Tracker, is_transient, outage_wait_s, trial_params
 
 #: How long a study lock holds unrenewed. A pass renews it every third of this (``LockKeeper``), so
 #: only a runner killed mid-pass lets it lapse, and that shuts the study's other runners out for at
@@ -239,7 +239,8 @@ class Runner:
         failed = []
         for tid in p.fail:
             rec, lease = by_id[tid], leases.get(tid)
-            if lease is None or lease.state != "running" or self._slow_not_lost(lease, now):
+            if (lease is None or lease.state != "running" or self._slow_not_lost(lease, now)
+                    or self._may_give_back(lease, now)):
                 continue
             dead = lease.owner if owner_is_dead(lease.owner) else None
             if self.ledger.fail_lost(tid, lease.attempt, now_s=now, stale_before_s=stale_before, dead_owner=dead):
@@ -313,6 +314,16 @@ class Runner:
         ``_LOCAL_HUNG_FACTOR`` staleness limits, it is lost after all."""
         return (owner_is_alive_here(lease.owner)
                 and (lease.heartbeat_s or 0.0) > now - _LOCAL_HUNG_FACTOR * self.settings.stale_after_s)
+
+    def _may_give_back(self, lease, now: float) -> bool:
+        """At the attempt cap, a holder on another host whose heartbeat stopped less than the
+        longest a holder cut off from the ledger waits to give its attempt back (three quarters of
+        the staleness limit, then ``CBS_OUTAGE_WAIT_S``) may be doing just that: failing it now
+        would make an outage (after which this pass beat the holder to the ledger) cost the trial.
+        Below the cap its requeue is undone by the give-back (``Ledger.give_back``); a holder known
+        dead here is failed at once."""
+        return (not owner_is_dead(lease.owner) and not owner_is_alive_here(lease.owner)
+                and (lease.heartbeat_s or 0.0) > now - self.settings.stale_after_s - outage_wait_s())
 
     # ------------------------------------------------------------------ repair (workers.studies.repair)
     def repair_ended(self, study: str) -> list[str]:

@@ -118,6 +118,13 @@ def retrying(call, *, what: str, attempts: int | None = None, first_wait_s: floa
             wait *= 2
 
 
+def outage_wait_s() -> float:
+    """``CBS_OUTAGE_WAIT_S`` (default 600): how long a process waits out an unreachable store
+    (:func:`wait_out`), and so the longest a trial cut off from the ledger waits to give its
+    attempt back."""
+    return float(os.environ.get("CBS_OUTAGE_WAIT_S") or 600.0)
+
+
 def wait_out(call, *, what: str, log=None, first_wait_s: float = 1.0, max_wait_s: float = 30.0,
              give_up_s: float | None = None):
     """``call()``, tried again with doubling waits (up to ``max_wait_s``) while it fails with a
@@ -125,7 +132,7 @@ def wait_out(call, *, what: str, log=None, first_wait_s: float = 1.0, max_wait_s
     how a process starts, or a pass begins, through a database or broker outage (a restart takes
     30–40 s) instead of crash-looping."""
     log = log or (lambda message: print(message, flush=True))
-    limit = give_up_s if give_up_s is not None else float(os.environ.get("CBS_OUTAGE_WAIT_S") or 600.0)
+    limit = give_up_s if give_up_s is not None else outage_wait_s()
     deadline = time.monotonic() + limit
     wait = first_wait_s
     while True:
