@@ -59,9 +59,10 @@ def test_the_import_page_says_whether_the_ordering_holds_without_the_reference_p
 
 
 def test_the_committed_reproduction_on_the_import_page_shows_its_laws_and_verdict_beside_the_papers(app_test, empty_env):
-    """Issue 27's "done when": docs/results/reproduce/steps.csv, imported at its B_ref = 4 and
-    r = 0.2, gives the committed fit's D-exponent at fixed N (fit.json) and the verdict, with the
-    paper's exponents in the same table."""
+    """Issue 27's "done when", re-read in issue 38: docs/results/reproduce/steps.csv, imported at its
+    B_ref = 4 and r = 0.2, gives the committed fit's D-exponent at fixed N (fit.json) and its verdict
+    (inconclusive, the D-trend named a first-doubling effect), with the paper's exponents in the same
+    table and the doublings that carry the trend beside."""
     import json
     from pathlib import Path
 
@@ -74,8 +75,13 @@ def test_the_committed_reproduction_on_the_import_page_shows_its_laws_and_verdic
     at.file_uploader(key="import.file").set_value(("steps.csv", (folder / "steps.csv").read_bytes(), "text/csv")).run()
     at.select_slider(key="import-steps.b_ref").set_value(4).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    (verdict,) = [s.value for s in at.success if "paper's finding" in s.value]
-    assert verdict.startswith("This study supports the paper's finding that B* scales with D, not with N")
+    (verdict,) = [s.value for s in at.info if "paper's finding" in s.value]
+    assert verdict.startswith("This study is inconclusive on the paper's finding that B* scales with D, not with N")
+    assert "carried by the first doubling from B_ref alone (a small-batch effect" in verdict
+    assert verdict == json.loads((folder / "fit.json").read_text())["verdict"]["sentence"]
+    (trends,) = [d.value for d in at.dataframe if "slope per e-fold" in d.value.columns]
+    first = trends[(trends["law"].str.startswith("law in D")) & (trends["ratio"] == "ln S(4)/S(8)")].iloc[0]
+    assert first["trend"] == "rises" and first["slope per e-fold"] == pytest.approx(0.084, abs=0.001)
     (paper,) = [d.value for d in at.dataframe if "paper" in d.value.columns]
     row = paper.set_index("exponent").loc["β: D at fixed N"]
     assert row["this study"] == pytest.approx(law_d["exponent"], abs=1e-9)
