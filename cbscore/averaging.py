@@ -9,6 +9,13 @@ and the averaged weights are bias corrected, ``ξ̂_t = ξ_t / (1 − τ^t)`` (K
 evaluation). ``ξ̂_t`` is a weighted mean of ``θ_1 .. θ_t`` with weights ∝ τ^(t−i) that sum to
 one. Before the first step (t = 0) the average is the initial weights themselves.
 
+*A decay per step that follows the batch* (:meth:`WeightAverage.set_step_factor`). With a factor
+``f`` a step decays by ``τ^f`` (``f = B / B_anchor``: the same decay per token at every batch, so a
+branch at ``k·B0`` averages over the tokens a ``B0`` run does; Merrill et al. 2025, arXiv
+2505.23971, compare branches over equal tokens). The recursion is then ``ξ_t = τ_t·ξ_{t-1} +
+(1 − τ_t)·θ_t`` and the bias correction is ``1 − Π_{s≤t} τ_s`` (the same derivation: the weights
+``(1 − τ_i)·Π_{s>i} τ_s`` sum to ``1 − Π_s τ_s``), which is ``1 − τ^t`` when every ``f = 1``.
+
 The update of every τ is one ``torch._foreach_lerp_`` call (``ξ ← ξ + (1 − τ)(θ − ξ)``) over
 the shadows of all τ at once with a weight per tensor, in the parameters' dtype (fp32 master
 weights under autocast), with no host synchronisation: one multi-tensor launch sequence instead
@@ -34,6 +41,8 @@ class WeightAverage:
         self.params = list(params)
         self.shadows = [[torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params] for _ in taus]
         self.count = 0  # t, the number of updates folded in
+        self.decay = [1.0] * len(taus)  # Π τ_s over the updates folded in, per τ (host floats: no sync)
+        self.step_taus = taus  # τ_t of the next update: τ^f (set_step_factor)
         # the fused update's arguments, built once: every τ's shadows, the parameters once per τ
         self._all_shadows = [s for shadow in self.shadows for s in shadow]
         self._all_params = self.params * len(taus)
@@ -44,15 +53,24 @@ class WeightAverage:
     def update(self) -> None:
         """Fold the current parameters in: ξ ← τ·ξ + (1 − τ)·θ for every τ."""
         self.count += 1
+        self.decay = [d * t for d, t in zip(self.decay, self.step_taus)]
         if self._fused:
             torch._foreach_lerp_(self._all_shadows, self._all_params, self._all_weights)
             return
-        for tau, shadow in zip(self.taus, self.shadows):
+        for tau, shadow in zip(self.step_taus, self.shadows):
             torch._foreach_lerp_(shadow, self.params, 1.0 - tau)
 
+    def set_step_factor(self, factor: float) -> None:
+        """From the next update on, each step decays by ``τ^factor`` (``factor = B / B_anchor``;
+        1 = the per-step τ). Called between steps, when the batch changes."""
+        if not factor > 0:
+            raise ValueError(f"factor must be positive, but got {factor!r}.")
+        self.step_taus = tuple(tau ** factor for tau in self.taus)
+        self._all_weights = [1.0 - tau for tau in self.step_taus for _ in self.params]
+
     def correction(self, index: int) -> float:
-        """Bias correction 1 − τ^t of shadow ``index``."""
-        return 1.0 - self.taus[index] ** self.count
+        """Bias correction ``1 − Π τ_s`` of shadow ``index`` (``1 − τ^t`` at one factor)."""
+        return 1.0 - self.decay[index]
 
     @torch.no_grad()
     def averaged(self, index: int) -> list[torch.Tensor]:
@@ -72,13 +90,16 @@ class WeightAverage:
         torch._foreach_div_(targets, self.correction(index))
 
     def state_dict(self) -> dict:
-        return {"taus": list(self.taus), "count": self.count, "shadows": [list(s) for s in self.shadows]}
+        return {"taus": list(self.taus), "count": self.count, "decay": list(self.decay),
+                "shadows": [list(s) for s in self.shadows]}
 
     @torch.no_grad()
     def load_state_dict(self, state: dict) -> None:
         if tuple(float(t) for t in state["taus"]) != self.taus:
             raise ValueError(f"taus of the saved average must be {self.taus}, but got {tuple(state['taus'])}.")
         self.count = int(state["count"])
+        # a state saved before the factor existed decayed by τ at every step
+        self.decay = [float(d) for d in state.get("decay", [tau ** self.count for tau in self.taus])]
         for shadow, saved in zip(self.shadows, state["shadows"]):
             torch._foreach_copy_(shadow, [s.to(shadow[0].device) for s in saved])
 

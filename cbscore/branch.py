@@ -4,8 +4,9 @@ Merrill et al. 2025 (arXiv 2505.23971, §3) measure the local critical batch siz
 from checkpoints of one run: each branch continues with a new batch size ``k·B0`` and learning
 rate ``f(k)·η0``, its optimizer state carried over, for a window of ``Δ`` tokens. Here a branch
 takes from its base checkpoint the model, the AdamW moments (and their step counts, so Adam's
-bias correction carries on) and the weight averages; its own hyper-parameters (learning rate,
-β2, ε, weight decay) are its config's, not the base's. The data stream and the learning-rate
+bias correction carries on) and, with ``branch_ewa = carry``, the weight averages (with
+``reset`` its averages start at the branch: they hold none of the base's past); its own
+hyper-parameters (learning rate, β2, ε, weight decay) are its config's, not the base's. The data stream and the learning-rate
 schedule continue at the base's stream position ``branch_tokens`` (:mod:`cbscore.batch_plan`,
 :class:`cbscore.schedules.TokenLrSchedule`: no re-warm-up). Its evaluation history, log and
 noise-scale averages start afresh (they describe the branch).

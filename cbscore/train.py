@@ -136,6 +136,9 @@ class _NoAverage:
     def update(self) -> None:
         pass
 
+    def set_step_factor(self, factor: float) -> None:
+        pass
+
 
 class _Trial(TrialCheckpoints):
     def __init__(self, config: TrainConfig, state: TrainState, callbacks: tuple[Callback, ...],
@@ -295,6 +298,7 @@ class _Trial(TrialCheckpoints):
         makes, the estimators needing two batch sizes)."""
         cfg, state = self.config, self.state
         self.segment = seg
+        self.average.set_step_factor(cfg.ewa_step_factor(seg.batch_size))  # τ^(B/ewa_batch_size) per step
         self.rows = self.group.local_rows(seg.batch_size)  # this rank's (offset, count)
         state.batch_tokens = seg.batch_size * cfg.context_tokens
         local = seg.batch_size // cfg.devices

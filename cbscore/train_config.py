@@ -30,6 +30,7 @@ from cbscore.recipe import BETA1, EPS, GRAD_CLIP, WARMUP_FRACTION, WEIGHT_DECAY,
 from cbscore.schedules import SCHEDULES, LrSchedule, TokenLrSchedule, warmup_steps
 
 DEVICES = ("auto", "cpu", "cuda")
+BRANCH_EWA = ("carry", "reset")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +110,14 @@ class TrainConfig:
     """The base trial's stream position in tokens at ``branch_from`` (checked against the
     checkpoint): where this trial's data and learning-rate schedule start."""
 
+    branch_ewa: str = "carry"
+    """How a branch's weight averages start (with ``branch_from``): ``carry`` = the base's carried
+    over and continued (they hold the base's past: after ``n`` branch steps a share ``Π τ_s`` of
+    their weight is from before the branch); ``reset`` = afresh at the branch, ``ξ_0 = 0`` and the
+    bias correction counted over the branch's own steps only (:mod:`cbscore.averaging`), so they
+    average the branch's iterates and nothing of the base's. A trial without ``branch_from`` takes
+    ``carry`` (it has nothing to reset)."""
+
     # ---------------------------------------------------------------- snapshots
     snapshot_dir: str | None = None
     """Folder of read-only snapshots of this trial's state for branches to start from:
@@ -134,6 +143,11 @@ class TrainConfig:
     ewa_taus: tuple[float, ...] | None = None
     """EWA decay rates τ tracked at once, each in (0, 1); ``None`` = :meth:`default_recipe`'s three
     (half-lives ×½, ×1, ×2). The target is decided by the lowest averaged loss over them."""
+    ewa_batch_size: int | None = None
+    """Sequences per step of the run whose per-step ``ewa_taus`` these are: a step of ``B``
+    sequences decays the averages by ``τ^(B / ewa_batch_size)``, so every batch (a branch's ``k·B0``,
+    each segment of a ``batch_schedule``) averages over the same tokens. ``None`` = ``τ`` per step
+    at whatever batch (the paper's recipe, one batch per run: Zhang et al. 2025, §3.1)."""
     eval_windows: int = 128
     """Held-out windows of ``context_tokens + 1`` tokens per evaluation."""
     eval_every_steps: int | None = None
@@ -276,6 +290,12 @@ class TrainConfig:
                     raise ConfigError("ewa_taus", tau, "each τ must be a number in (0, 1)")
             if len(set(self.ewa_taus)) != len(self.ewa_taus):
                 raise ConfigError("ewa_taus", list(self.ewa_taus), "must not repeat a τ")
+        if self.ewa_batch_size is not None:
+            _positive_int("ewa_batch_size", self.ewa_batch_size)
+        if self.branch_ewa not in BRANCH_EWA:
+            raise ConfigError("branch_ewa", self.branch_ewa, f"must be one of {', '.join(BRANCH_EWA)}")
+        if self.branch_ewa != "carry" and self.branch_from is None:
+            raise ConfigError("branch_ewa", self.branch_ewa, "needs branch_from (only a branch has averages to reset)")
         _positive_int("eval_windows", self.eval_windows)
         if self.eval_every_steps is not None:
             _positive_int("eval_every_steps", self.eval_every_steps)
@@ -401,6 +421,11 @@ class TrainConfig:
         """τ tracked: the config's, or :meth:`default_recipe`'s three."""
         return self.default_recipe().ewa_taus if self.ewa_taus is None else tuple(float(t) for t in self.ewa_taus)
 
+    def ewa_step_factor(self, batch_size: int) -> float:
+        """``f`` of a step of ``batch_size`` sequences: it decays the averages by ``τ^f``
+        (``batch_size / ewa_batch_size``; 1 without ``ewa_batch_size``)."""
+        return 1.0 if self.ewa_batch_size is None else batch_size / self.ewa_batch_size
+
     def pass_size(self) -> int:
         """Sequences per forward/backward pass: ``gns_micro_batch_size``, else ``micro_batch_size``,
         else the whole batch."""
@@ -457,6 +482,7 @@ OPERATIONAL_FIELDS = frozenset({
 LATER_FIELDS = {
     "schedule_batch_size": None, "schedule_tokens": None, "batch_schedule": [], "branch_from": None,
     "branch_step": None, "branch_tokens": None, "snapshot_dir": None, "snapshot_tokens": [],
+    "branch_ewa": "carry", "ewa_batch_size": None,
 }
 
 

@@ -61,13 +61,15 @@ class TrialCheckpoints:
         return ckpt
 
     def _branch(self) -> None:
-        """A branch's first attempt: model, AdamW state and (rank 0) averages from the base
-        checkpoint, read only (:mod:`cbscore.branch`); every rank reads it (the optimizer state is
-        not broadcast), the data and schedule continue at ``branch_tokens`` (``self.plan``)."""
+        """A branch's first attempt: model, AdamW state and (rank 0, ``branch_ewa = carry``)
+        averages from the base checkpoint, read only (:mod:`cbscore.branch`); every rank reads it
+        (the optimizer state is not broadcast), the data and schedule continue at
+        ``branch_tokens`` (``self.plan``). With ``branch_ewa = reset`` the averages stay the fresh
+        ones: they start at the branch."""
         if self.config.branch_from is None:
             return
-        carry_over(read_base(self.config), self.model, self.optimizer,
-                   self.average if self.leader else None)
+        carry = self.leader and self.config.branch_ewa == "carry"
+        carry_over(read_base(self.config), self.model, self.optimizer, self.average if carry else None)
 
     def _restore_follower(self, step: int) -> None:
         """Rank > 0: load what rank 0 resumed from (rank 0 checked it; it writes no new one until

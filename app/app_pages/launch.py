@@ -103,8 +103,9 @@ def _local_fields() -> None:
     cols[0].number_input("Checkpoints with early multipliers", key=K + "local.early_checkpoints", min_value=0,
                          max_value=30)
     cols[1].number_input("Window Δ (share of t)", key=K + "local.window_fraction", min_value=0.0, step=0.1,
-                         help="Δ = this × t, rounded up to a multiple of every k·B0·T (every branch sees the "
-                              "same tokens in whole steps).")
+                         help="Δ = this × the first checkpoint's t, the same at every checkpoint (Merrill et al.: "
+                              "Δ fixed in tokens; `window_rule: growing` in the YAML takes this × each t), rounded "
+                              "up to a multiple of every k·B0·T (every branch sees the same tokens in whole steps).")
     cols[2].number_input("Window Δ (tokens)", key=K + "local.window_tokens", min_value=0, step=1024,
                          help="One Δ for every checkpoint instead of the share; 0 = the share.")
     cols[3].number_input("Tolerance ε (nats)", key=K + "local.epsilon", min_value=0.0, step=0.005, format="%.3f",

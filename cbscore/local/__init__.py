@@ -15,15 +15,15 @@ result is a frozen dataclass with ``to_dict()`` where the study runner sends it 
 """
 
 from cbscore.local._arms import ARM_ROLES, WarmupArm, equal_token_budget, on_equal_token_grid, warmup_arms
-from cbscore.local._branches import DEFAULT_MULTIPLIERS, LR_RULES, BranchSpec, branch_config, lr_factor
+from cbscore.local._branches import AVERAGING, DEFAULT_MULTIPLIERS, LR_RULES, BranchSpec, branch_config, lr_factor
 from cbscore.local._curve import LocalCbsCurve, fit_local_cbs_curve
 from cbscore.local._readout import (Z_ONE_SIDED_95, LocalCbsReadout, WindowLoss, merrill_local_cbs,
                                     noise_aware_local_cbs, window_end_loss)
 from cbscore.local._warmup import WarmupPlan, plan_warmup, schedule_warmup
 
 __all__ = [
-    "ARM_ROLES", "DEFAULT_MULTIPLIERS", "LR_RULES", "Z_ONE_SIDED_95", "BranchSpec", "LocalCbsCurve", "LocalCbsReadout",
-    "WarmupArm", "WarmupPlan", "WindowLoss", "branch_config", "equal_token_budget", "fit_local_cbs_curve", "lr_factor",
-    "merrill_local_cbs", "noise_aware_local_cbs", "on_equal_token_grid", "plan_warmup", "schedule_warmup",
-    "warmup_arms", "window_end_loss",
+    "ARM_ROLES", "AVERAGING", "DEFAULT_MULTIPLIERS", "LR_RULES", "Z_ONE_SIDED_95", "BranchSpec", "LocalCbsCurve",
+    "LocalCbsReadout", "WarmupArm", "WarmupPlan", "WindowLoss", "branch_config", "equal_token_budget",
+    "fit_local_cbs_curve", "lr_factor", "merrill_local_cbs", "noise_aware_local_cbs", "on_equal_token_grid",
+    "plan_warmup", "schedule_warmup", "warmup_arms", "window_end_loss",
 ]

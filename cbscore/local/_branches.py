@@ -9,6 +9,21 @@ rule: ``η ∝ √B``) and linear for SGD (Goyal et al. 2017, arXiv 1706.02677: 
 :func:`branch_config` turns a base :class:`~cbscore.train_config.TrainConfig` and a
 :class:`BranchSpec` into the branch's own ``TrainConfig``: everything the trainer needs to carry
 the base on (:mod:`cbscore.branch`), with the recipe of the base stated explicitly.
+
+*The weight average a branch is read on* (:data:`AVERAGING`; issue 39). The base's EWA τ is a
+decay per step. Carried into a branch of ``n`` steps unchanged (``carry``, what the lab did
+before), it keeps a share ``τ^n`` of its weight on the base's past: at a fixed window ``Δ`` a
+``k = 8`` branch takes 8× fewer steps than ``k = 1``, so its averaged loss reads more of the
+(higher-loss) past and rises with ``k`` while its training loss falls. Two readings remove that:
+
+- ``branch`` (the default): the average starts at the branch (``TrainConfig.branch_ewa = reset``:
+  ``ξ_0 = 0``, bias correction ``1 − Π τ_s`` over the branch's own steps; :mod:`cbscore.averaging`)
+  and decays per token as the base does (``ewa_batch_size = B0``: ``τ^k`` per step of ``k·B0``), so
+  every ``k`` weighs the same tokens of its window alike and nothing of the base's;
+- ``tokens``: the base's average carried on at ``τ_k = τ^k`` per step, so after ``Δ`` tokens every
+  ``k`` keeps the same share ``τ^(Δ / (B0·T))`` of the base's past (equal horizons in tokens).
+
+The raw weights' held-out loss is reported beside either (``TrialResult.final_raw_loss``).
 """
 
 from __future__ import annotations
@@ -22,6 +37,10 @@ from cbscore.field_checks import positive_finite, positive_int
 from cbscore.train_config import TrainConfig
 
 LR_RULES = ("sqrt", "linear", "constant")
+AVERAGING = ("branch", "tokens", "carry")
+"""How a branch's weight average is read (module docstring): from the branch, in tokens
+(default); the base's carried at ``τ^k`` per step; the base's carried at ``τ`` per step (before
+issue 39: the averaged loss then reads more of the base's past at larger ``k``)."""
 DEFAULT_MULTIPLIERS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 """The issue's default grid of ``k`` (fractions below 1 may be added at early checkpoints)."""
 
@@ -49,16 +68,22 @@ class BranchSpec:
     every ``k·B0·T`` of the grid, so that every branch sees the same tokens)."""
     lr_rule: str = "sqrt"
     """``f`` of :func:`lr_factor`: ``sqrt`` (Adam), ``linear`` (SGD) or ``constant``."""
+    averaging: str = "branch"
+    """The weight average the branch is read on (:data:`AVERAGING`): ``branch`` (starts at the
+    branch, ``τ`` per ``B0·T`` tokens), ``tokens`` (the base's, ``τ^k`` per step) or ``carry`` (the
+    base's, ``τ`` per step)."""
 
     def __post_init__(self) -> None:
         positive_int("checkpoint_tokens", self.checkpoint_tokens)
         positive_finite("multiplier", self.multiplier)
         positive_int("window_tokens", self.window_tokens)
         lr_factor(self.multiplier, self.lr_rule)  # checks the rule
+        if self.averaging not in AVERAGING:
+            raise ConfigError("averaging", self.averaging, f"must be one of {', '.join(AVERAGING)}")
 
     def to_dict(self) -> dict:
         return {"checkpoint_tokens": self.checkpoint_tokens, "multiplier": self.multiplier,
-                "window_tokens": self.window_tokens, "lr_rule": self.lr_rule}
+                "window_tokens": self.window_tokens, "lr_rule": self.lr_rule, "averaging": self.averaging}
 
     @classmethod
     def from_dict(cls, d: dict) -> "BranchSpec":
@@ -70,7 +95,8 @@ def branch_config(base: TrainConfig, spec: BranchSpec, *, snapshot_dir: str,
     """The branch's ``TrainConfig``: ``branch_from = snapshot_path(snapshot_dir, tokens)``, batch
     ``k·B0``, learning rate ``f(k)·η0``, trained from ``checkpoint_tokens`` to
     ``checkpoint_tokens + window_tokens``; the base's β2, τ, warm-up and schedule anchor made
-    explicit (so the branch continues them), no target, no snapshots of its own."""
+    explicit (so the branch continues them), its averages as ``spec.averaging`` says
+    (``branch_ewa``, ``ewa_batch_size``), no target, no snapshots of its own."""
     batch = spec.multiplier * base.batch_size
     if batch != round(batch):
         raise ConfigError("multiplier", spec.multiplier,
@@ -102,6 +128,9 @@ def branch_config(base: TrainConfig, spec: BranchSpec, *, snapshot_dir: str,
         gns_half_life_tokens=base.resolved_gns_half_life_tokens(),
         beta2=base.resolved_beta2(),
         ewa_taus=base.resolved_ewa_taus(),
+        branch_ewa="reset" if spec.averaging == "branch" else "carry",
+        # τ per step of the base's batch: τ^k per step of k·B0 (the same decay per token)
+        ewa_batch_size=None if spec.averaging == "carry" else base.ewa_batch_size or base.batch_size,
         warmup_tokens=base.resolved_warmup_tokens(),
         schedule_batch_size=schedule.anchor_batch_tokens // base.context_tokens,
         schedule_tokens=schedule.steps.total_steps * schedule.anchor_batch_tokens,

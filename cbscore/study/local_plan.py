@@ -98,7 +98,8 @@ def branch_trial(spec: StudySpec, checkpoint: Checkpoint, multiplier: float, see
     setting, local = _setting(spec), spec.local
     base = TrainConfig.from_dict(base_train_config(spec, seed, snapshot_dir))
     config = branch_config(base, BranchSpec(checkpoint_tokens=checkpoint.tokens, multiplier=multiplier,
-                                            window_tokens=checkpoint.window_tokens, lr_rule=local.lr_rule),
+                                            window_tokens=checkpoint.window_tokens, lr_rule=local.lr_rule,
+                                            averaging=local.averaging),
                            snapshot_dir=snapshot_dir)
     return TrialSpec(
         trial_id=branch_trial_id(spec, checkpoint.tokens, multiplier, seed), study=spec.name,
@@ -134,7 +135,9 @@ def arm_trial(spec: StudySpec, arm, seed: int) -> TrialSpec:
     tokens and seed, so its data order and initialisation) at the arm's batch, rate and schedule,
     with the learning-rate schedule anchored on the base's (``schedule_batch_size = B0``, the arms'
     common ``D_eq`` as its length), so that all three read the same rate at each token but for the
-    arm's multiplier; no snapshots, no target."""
+    arm's multiplier; its weight averages decay per ``B0·T`` tokens (``ewa_batch_size = B0``:
+    ``τ^(B/B0)`` per step of ``B``), so the three arms' averaged losses weigh the same tokens alike
+    (per step, as before issue 39, with ``local.averaging: carry``); no snapshots, no target."""
     from cbscore.train_config import TrainConfig
 
     setting, local = _setting(spec), spec.local
@@ -150,6 +153,7 @@ def arm_trial(spec: StudySpec, arm, seed: int) -> TrialSpec:
         batch_size=arm.batch_size, lr=arm.lr, batch_schedule=arm.batch_schedule, max_tokens=arm.max_tokens,
         micro_batch_size=divides(base.micro_batch_size), gns_micro_batch_size=None,
         beta2=base.resolved_beta2(), ewa_taus=base.resolved_ewa_taus(), warmup_tokens=base.resolved_warmup_tokens(),
+        ewa_batch_size=None if local.averaging == "carry" else local.base_batch_size,
         schedule_batch_size=local.base_batch_size, schedule_tokens=arm.max_tokens)
     return TrialSpec(
         trial_id=arm_trial_id(spec, arm.role, seed), study=spec.name, setting_id=setting.setting_id,

@@ -14,6 +14,15 @@ Every position is a whole step: a checkpoint is a multiple of ``B0·T`` (a step 
 base run), and ``Δ`` a multiple of every branch's ``k·B0·T``, so that every branch of a checkpoint
 sees exactly the same tokens (:func:`window_unit_tokens`).
 
+The window ``Δ`` is one number of tokens at every checkpoint (``window_rule: fixed``, the default:
+Merrill et al. 2025 keep ``Δ`` fixed in tokens), or a share of each checkpoint's tokens
+(``growing``: ``Δ = window_fraction·t``, what the lab did before issue 39; ``Δ`` then grows with
+``t`` and the local CBS of two checkpoints is read over different horizons). ``averaging`` says
+which weight average a branch's held-out loss is read on (:data:`cbscore.local.AVERAGING`): from
+the branch in tokens by default. A spec stored by an earlier version (every earlier field listed,
+neither of these) keeps what it ran with: ``growing`` (``fixed`` where it gave ``window_tokens``)
+and ``carry``.
+
 Opt-in, ``warmup_run`` with its ``warmup_schedule`` adds the warm-up run and its small- and
 large-batch controls at equal tokens (Merrill et al. 2025, Table 1; :mod:`cbscore.local._arms`):
 each switch on a multiple of ``B_final·T`` (:func:`check_warmup_grid`).
@@ -33,6 +42,8 @@ from cbscore.errors import ConfigError
 #: The issue's default grid of ``k`` (the foundation's ``cbscore.local.DEFAULT_MULTIPLIERS``).
 DEFAULT_MULTIPLIERS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 LR_RULES = ("sqrt", "linear")
+WINDOW_RULES = ("fixed", "growing")
+AVERAGING = ("branch", "tokens", "carry")  # cbscore.local.AVERAGING (this module imports no torch)
 
 
 def _number(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = True, integer: bool = False) -> float:
@@ -69,13 +80,24 @@ class LocalSpec:
     lr_rule: str = "sqrt"
     """``f`` of the branches' learning rate ``f(k)·η0``: ``sqrt`` (Adam, Malladi et al. 2022) or
     ``linear`` (SGD, Goyal et al. 2017). The lab trains AdamW: ``sqrt``."""
+    window_rule: str = "fixed"
+    """``fixed``: one ``Δ`` in tokens at every checkpoint (Merrill et al. 2025, §3), ``window_tokens``
+    or else ``window_fraction`` × the first checkpoint's tokens; ``growing``: ``Δ = window_fraction·t``
+    at each checkpoint ``t`` (the lab's rule before issue 39)."""
     window_fraction: float = 0.5
-    """``Δ`` as a share of the checkpoint's tokens (0.5: a branch from ``t`` trains ``t/2``),
-    rounded up to a multiple of every ``k·B0·T``; Merrill et al. use one fixed ``Δ`` at the
-    scale of billions of tokens, a share lets a CPU study's early checkpoints see a signal."""
+    """``Δ`` as a share of tokens, rounded up to a multiple of every ``k·B0·T``: of the first
+    checkpoint's (``fixed`` without ``window_tokens``: 0.5 and checkpoints at D/16 … D/2 give
+    ``Δ = D/32`` at every one), or of each checkpoint's (``growing``: a branch from ``t`` trains
+    ``t/2``)."""
     window_tokens: int | None = None
-    """A fixed ``Δ`` in tokens for every checkpoint instead of ``window_fraction``; a multiple
-    of every ``k·B0·T``."""
+    """``Δ`` in tokens at every checkpoint (``window_rule: fixed`` only); a multiple of every
+    ``k·B0·T``."""
+    averaging: str = "branch"
+    """The weight average a branch's held-out loss is read on (:data:`cbscore.local.AVERAGING`):
+    ``branch`` (starts at the branch, decays per ``B0·T`` tokens: ``τ^k`` per step of ``k·B0``),
+    ``tokens`` (the base's carried on at ``τ^k`` per step: equal horizons in tokens) or ``carry``
+    (the base's at ``τ`` per step, before issue 39: a larger ``k`` reads more of the base's past).
+    The warm-up arms decay per ``B0·T`` tokens too, except with ``carry``."""
     epsilon: float = 0.01
     """Merrill's tolerance ``ε`` on the smoothed training loss after ``Δ``, nats per token; also
     the floor of the noise-aware rule's tolerances."""
@@ -134,9 +156,16 @@ class LocalSpec:
         _number("local.early_checkpoints", self.early_checkpoints, 0, 30, lo_open=False, integer=True)
         if self.lr_rule not in LR_RULES:
             raise ConfigError("local.lr_rule", self.lr_rule, f"must be one of {', '.join(LR_RULES)}")
+        if self.window_rule not in WINDOW_RULES:
+            raise ConfigError("local.window_rule", self.window_rule, f"must be one of {', '.join(WINDOW_RULES)}")
         _number("local.window_fraction", self.window_fraction, 0, 4)
         if self.window_tokens is not None:
             _number("local.window_tokens", self.window_tokens, 1, 10**15, lo_open=False, integer=True)
+            if self.window_rule != "fixed":
+                raise ConfigError("local.window_tokens", self.window_tokens,
+                                  "is a fixed Δ: it needs window_rule fixed (growing reads window_fraction)")
+        if self.averaging not in AVERAGING:
+            raise ConfigError("local.averaging", self.averaging, f"must be one of {', '.join(AVERAGING)}")
         _number("local.epsilon", self.epsilon, 0, 10, lo_open=False)
         _number("local.z", self.z, 0, 10, lo_open=False)
         _number("local.smooth_fraction", self.smooth_fraction, 0, 1)
@@ -181,7 +210,20 @@ class LocalSpec:
         if unknown:
             raise ConfigError(f"local.{unknown[0]}", data[unknown[0]],
                               f"is not a local field (known: {', '.join(sorted(known))})")
-        return cls(**dict(data))
+        data = dict(data)
+        if FIRST_FIELDS <= set(data) and not LATER_FIELDS & set(data):
+            # written by an earlier to_dict (every field then, none of these): what it ran with
+            data["window_rule"] = "fixed" if data.get("window_tokens") is not None else "growing"
+            data["averaging"] = "carry"
+        return cls(**data)
+
+
+#: Fields added by issue 39: a stored spec (``to_dict`` lists every field) that lists the first
+#: version's fields (issue 24) but none of these was written before them.
+LATER_FIELDS = frozenset({"window_rule", "averaging"})
+FIRST_FIELDS = frozenset({"base_batch_size", "base_lr", "checkpoint_count", "checkpoint_tokens", "multipliers",
+                          "early_multipliers", "early_checkpoints", "lr_rule", "window_fraction", "window_tokens",
+                          "epsilon", "z", "smooth_fraction"})
 
 
 def _warmup_schedule(value: Any, b0: int) -> tuple[tuple[int, int, float], ...]:
@@ -266,16 +308,20 @@ def checkpoints(local: LocalSpec, *, total_tokens: int, context_tokens: int) -> 
         raise ConfigError("local.checkpoint_count", local.checkpoint_count,
                           f"gives no checkpoint after a whole step of B0·T = {step} tokens within D = {total_tokens}")
     out = []
+    fixed = local.window_tokens
+    if local.window_rule == "fixed" and fixed is None:  # a share of the first checkpoint, whole steps of every k
+        every = window_unit_tokens(local, context_tokens)  # a multiple of each checkpoint's unit
+        fixed = max(1, math.ceil(local.window_fraction * min(chosen) / every)) * every
     for i, t in enumerate(sorted(chosen)):
         ks = local.all_multipliers() if i < local.early_checkpoints else tuple(sorted(local.multipliers))
         unit = window_unit_tokens(local, context_tokens, ks)
-        if local.window_tokens is not None:
-            if local.window_tokens % unit:
-                raise ConfigError("local.window_tokens", local.window_tokens,
+        if local.window_rule == "fixed":
+            if fixed % unit:
+                raise ConfigError("local.window_tokens", fixed,
                                   f"must be a multiple of {unit} tokens (lcm of every k·B0, times T), so that "
                                   "every branch trains whole steps over the same tokens")
-            window = local.window_tokens
-        else:
+            window = fixed
+        else:  # growing: Δ = window_fraction·t
             window = max(1, math.ceil(local.window_fraction * t / unit)) * unit
         out.append(Checkpoint(tokens=t, window_tokens=window, multipliers=ks))
     return tuple(out)

@@ -90,6 +90,8 @@ class TrialRecord:
     """Interpolated optimizer step of the target crossing (reached trials)."""
     final_eval_loss: float | None = None
     """Last held-out loss of the averaged weights (best τ)."""
+    final_raw_loss: float | None = None
+    """Last held-out loss of the raw (not averaged) weights, nats per token (``summary/final_raw_loss``)."""
     last_step: int = 0
     """Last optimizer step reported."""
     tokens: int = 0

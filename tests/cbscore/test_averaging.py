@@ -80,3 +80,24 @@ def test_every_tau_is_updated_in_one_fused_call():
     for i in range(3):
         torch.testing.assert_close(average.averaged(i), params, rtol=0, atol=1e-6)
     assert [s[0][0].item() for s in average.shadows] == pytest.approx([1.0, 0.2, 0.02])
+
+
+def test_a_step_factor_decays_per_token_and_the_correction_is_the_product_of_the_decays():
+    # issue 39: a step of k·B0 decays by τ^k; the weights (1 − τ_i)·Π_{s>i} τ_s sum to 1 − Π_s τ_s
+    p = nn.Parameter(torch.tensor([0.0]))
+    avg = WeightAverage([p], taus=(0.5,))
+    for factor, value in ((1.0, 2.0), (2.0, 4.0), (2.0, 8.0)):  # θ1 at τ = 0.5, θ2 and θ3 at τ² = 0.25
+        avg.set_step_factor(factor)
+        with torch.no_grad():
+            p.fill_(value)
+        avg.update()
+    # by hand: weights (1 − 0.5)·0.25·0.25 = 0.03125, (1 − 0.25)·0.25 = 0.1875 and 0.75 on θ1..θ3, so
+    # ξ3 = 0.03125·2 + 0.1875·4 + 0.75·8 = 6.8125, over 1 − 0.5·0.25·0.25 = 0.96875
+    assert avg.decay == [0.03125] and avg.correction(0) == 0.96875
+    assert avg.averaged(0)[0].item() == pytest.approx(6.8125 / 0.96875)
+    # a state saved before the factor existed (no "decay") decayed by τ at each of its steps
+    state = avg.state_dict()
+    del state["decay"]
+    earlier = WeightAverage([p], taus=(0.5,))
+    earlier.load_state_dict(state)
+    assert earlier.decay == [0.5 ** 3]

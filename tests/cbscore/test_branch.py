@@ -12,6 +12,7 @@ import math
 import pytest
 import torch
 
+from cbscore.callbacks import Callback
 from cbscore.checkpoint import load_checkpoint, save_checkpoint, snapshot_path
 from cbscore.data.stream import WindowStream
 from cbscore.errors import ConfigError
@@ -75,11 +76,12 @@ def test_a_branch_at_k1_continues_the_base_trajectory_bit_for_bit(base_run):
     base, base_result, _ = base_run
     folder = snapshot_path(base.snapshot_dir, STEP_TOKENS * 6)
     before = folder_digest(folder)
-    config = branch_config(base, BranchSpec(checkpoint_tokens=STEP_TOKENS * 6, multiplier=1, window_tokens=STEP_TOKENS * 24),
-                           snapshot_dir=base.snapshot_dir)
+    config = branch_config(base, BranchSpec(checkpoint_tokens=STEP_TOKENS * 6, multiplier=1, window_tokens=STEP_TOKENS * 24,
+                                            averaging="carry"), snapshot_dir=base.snapshot_dir)
     assert (config.branch_step, config.branch_tokens, config.total_steps, config.lr) == (6, 1536, 24, base.lr)
     result = train(config)
-    # the same update as not branching: every later step's loss, and the final averaged weights' loss
+    # the same update as not branching: every later step's loss, and (the base's averages carried
+    # on) the final averaged weights' loss
     assert [v for _, v in result.train_log] == [v for s, v in base_result.train_log if s > 6]
     assert result.final_eval_loss == base_result.final_eval_loss
     assert (result.steps, result.tokens) == (24, base_result.tokens)
@@ -181,3 +183,86 @@ def test_a_checkpoint_written_before_branching_existed_still_resumes(builtin_sli
     assert resumed.resumed_from_step == 5
     assert resumed.train_log == train(config.replace(checkpoint_dir=None)).train_log
     assert torch.isfinite(torch.tensor(resumed.final_eval_loss))
+
+
+# ------------------------------------------------------------------ issue 39: the average a branch is read on
+class Iterates(Callback):
+    """The iterates θ_1 .. θ_n: the averaged parameters after every step of the trial."""
+
+    def __init__(self):
+        self.thetas = []
+
+    def post_step(self, state, metrics):
+        self.thetas.append([p.detach().clone() for p in state.model.parameters()])
+
+
+def ewa(thetas, tau, start=None, start_mass=0.0):
+    """``ξ_n = τ^n·ξ_0 + Σ_i (1 − τ)·τ^(n−i)·θ_i`` and its bias correction ``ξ_n / (1 − Π τ)`` with
+    ``Π τ = (1 − start_mass)·τ^n`` (Kingma & Ba 2015, §3; ``start`` = a carried shadow of mass ``start_mass``)."""
+    n = len(thetas)
+    total = [torch.zeros_like(p) for p in thetas[0]] if start is None else [tau ** n * s for s in start]
+    for i, theta in enumerate(thetas, 1):
+        for t, p in zip(total, theta):
+            t += (1 - tau) * tau ** (n - i) * p
+    return [t / (1 - (1 - start_mass) * tau ** n) for t in total]
+
+
+def corrected(average: dict) -> list[torch.Tensor]:
+    """ξ̂ of the first τ of a saved WeightAverage state."""
+    return [s / (1 - average["decay"][0]) for s in average["shadows"][0]]
+
+
+def test_a_branch_averaged_from_the_branch_holds_its_own_iterates_only(base_run, tmp_path):
+    base, _, _ = base_run
+    spec = BranchSpec(checkpoint_tokens=STEP_TOKENS * 12, multiplier=2, window_tokens=STEP_TOKENS * 8)
+    config = branch_config(base, spec, snapshot_dir=base.snapshot_dir, checkpoint_dir=str(tmp_path / "b"))
+    assert (spec.averaging, config.branch_ewa, config.ewa_batch_size) == ("branch", "reset", 8)  # the default
+    seen = Iterates()
+    train(config, callbacks=[seen])
+    average = load_checkpoint(tmp_path / "b")["average"]
+    # 4 steps of 16 sequences, τ = 0.9 per 8 (B0): 0.81 a step; the correction counts these 4 steps only
+    assert len(seen.thetas) == average["count"] == 4
+    assert average["decay"] == pytest.approx([0.81 ** 4], rel=1e-12)
+    for got, want in zip(corrected(average), ewa(seen.thetas, 0.81)):
+        torch.testing.assert_close(got, want)  # nothing of the base's 12 steps
+
+
+def test_a_branch_carried_at_tau_k_keeps_the_same_share_of_the_base_at_every_k(base_run, tmp_path):
+    base, _, _ = base_run
+    snapshot = load_checkpoint(snapshot_path(base.snapshot_dir, STEP_TOKENS * 12))["average"]  # 12 steps at τ = 0.9
+    decays = {}
+    for k in (1, 2):
+        spec = BranchSpec(checkpoint_tokens=STEP_TOKENS * 12, multiplier=k, window_tokens=STEP_TOKENS * 8,
+                          averaging="tokens")
+        config = branch_config(base, spec, snapshot_dir=base.snapshot_dir, checkpoint_dir=str(tmp_path / f"k{k}"))
+        assert (config.branch_ewa, config.ewa_batch_size) == ("carry", 8)
+        seen = Iterates()
+        train(config, callbacks=[seen])
+        average = load_checkpoint(tmp_path / f"k{k}")["average"]
+        decays[k] = average["decay"][0]
+        # the base's shadow carried on at τ^k per step: ξ = τ^(k·n)·ξ_base + Σ (1 − τ^k)·τ^(k(n−i))·θ_i
+        want = ewa(seen.thetas, 0.9 ** k, start=snapshot["shadows"][0], start_mass=1 - 0.9 ** 12)
+        for got, w in zip(corrected(average), want):
+            torch.testing.assert_close(got, w)
+    # equal horizons in tokens: after the same 8·B0·T tokens both decayed by τ^(12 + 8) (the base's
+    # share of the average is τ^8·(1 − τ^12)/(1 − τ^20) at either k; per step k = 2 would keep τ^4)
+    assert decays[1] == pytest.approx(0.9 ** 20, rel=1e-12) and decays[2] == pytest.approx(0.9 ** 20, rel=1e-12)
+
+
+def test_branch_averaging_fields_are_checked_and_round_trip(base_run):
+    base, _, _ = base_run
+    config = branch_config(base, BranchSpec(checkpoint_tokens=STEP_TOKENS * 6, multiplier=2, window_tokens=STEP_TOKENS * 4),
+                           snapshot_dir=base.snapshot_dir)
+    assert TrainConfig.from_dict(config.to_dict()) == config
+    old = config.to_dict()
+    del old["branch_ewa"], old["ewa_batch_size"]
+    from cbscore.train_config import LATER_FIELDS
+    assert TrainConfig.from_dict({**LATER_FIELDS, **old}).branch_ewa == "carry"  # a checkpoint from before: as it ran
+    with pytest.raises(ConfigError, match=r"^branch_ewa: must be one of carry, reset, but got 'fresh'\."):
+        config.replace(branch_ewa="fresh")
+    with pytest.raises(ConfigError, match=r"^branch_ewa: needs branch_from .*, but got 'reset'\."):
+        base.replace(branch_ewa="reset")
+    with pytest.raises(ConfigError, match=r"^ewa_batch_size: .*but got 0\."):
+        base.replace(ewa_batch_size=0)
+    with pytest.raises(ConfigError, match=r"^averaging: must be one of branch, tokens, carry, but got 'none'\."):
+        BranchSpec(checkpoint_tokens=1536, multiplier=2, window_tokens=1024, averaging="none")

@@ -97,3 +97,15 @@ def test_a_bad_schedule_is_refused_naming_the_entry():
         TrainConfig(**base, batch_schedule=((2048, 8, 0.0),))
     config = TrainConfig(**base, batch_schedule=SCHEDULE)
     assert TrainConfig.from_dict(config.to_dict()) == config and config.to_dict()["batch_schedule"][0] == [2048, 8, math.sqrt(2)]
+
+
+def test_averages_anchored_on_b0_decay_per_token_through_a_schedule(builtin_slice_config, tmp_path):
+    # issue 39 (the warm-up arms): ewa_batch_size = 4 makes a step of B decay by τ^(B/4), so after the
+    # 12,288 tokens of 96 B0-steps the correction is 1 − 0.9^96 (per step it would be 1 − 0.9^44)
+    from cbscore.checkpoint import load_checkpoint
+
+    for anchor, steps in ((4, 96), (None, 44)):
+        folder = tmp_path / f"anchor-{anchor}"
+        train(scheduled(builtin_slice_config, ewa_batch_size=anchor, checkpoint_dir=str(folder), eval_every_steps=44))
+        average = load_checkpoint(folder)["average"]
+        assert average["count"] == 44 and average["decay"] == pytest.approx([0.9 ** steps], rel=1e-12)

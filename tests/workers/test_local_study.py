@@ -23,7 +23,7 @@ from workers.tracking import Tracker
 
 def local_spec(name: str, **local) -> StudySpec:
     """tiny-0.1M at T = 16, B0 = 4 (64 tokens a step), D = 4,096 tokens: checkpoints at D/4 and D/2,
-    k ∈ {1, 2, 4} (Δ a multiple of lcm(4, 8, 16)·16 = 256 tokens: 512 and 1,024)."""
+    k ∈ {1, 2, 4} (Δ a multiple of lcm(4, 8, 16)·16 = 256 tokens: 512 at both, fixed in tokens)."""
     fields = {"base_batch_size": 4, "base_lr": 0.01, "checkpoint_count": 2, "multipliers": [1, 2, 4]}
     fields.update(local)
     return StudySpec.from_dict(dict(name=name, kind="local", models=["tiny-0.1M"], tokens=[4096], context_tokens=16,
@@ -54,7 +54,11 @@ def test_a_local_study_runs_to_a_local_cbs_per_checkpoint(worker_env, token_stor
     fit = json.loads(capsys.readouterr().out)
     assert fit["kind"] == "local" and fit["base_batch_size"] == 4
     assert [c["tokens"] for c in fit["checkpoints"]] == [1024, 2048]
-    assert [c["window_tokens"] for c in fit["checkpoints"]] == [512, 1024]
+    assert [c["window_tokens"] for c in fit["checkpoints"]] == [512, 512]  # Merrill's Δ, fixed in tokens
+    assert (fit["window_rule"], fit["averaging"]) == ("fixed", "branch")
+    for c in fit["checkpoints"]:  # the raw weights read beside the averaged ones, and whether noise decided
+        assert len(c["raw_loss"]) == 3 and c["noise_aware_raw"] is not None
+        assert set(c["noise_decides"]) == {"noise_aware", "noise_aware_raw"}
     for c in fit["checkpoints"]:
         assert c["multipliers"] == [1.0, 2.0, 4.0]
         for rule in ("merrill", "noise_aware"):
@@ -149,4 +153,5 @@ def test_the_dry_run_of_a_local_study_lists_its_base_run_checkpoints_and_branche
     assert "first wave: 1 base run(s) at B0 = 4, η0 = 0.01 to D = 4,096 tokens" in out
     assert "t =        1,024  Δ =        512  branches k = 1, 2, 4 (lr × f(k), f = sqrt)" in out
     assert "carried over by every branch" in out and "reference trials" not in out
+    assert "window: fixed Δ in tokens (Merrill et al. 2025); held-out loss averaged from the branch" in out
     assert api.list_studies() == []  # a dry run launches nothing

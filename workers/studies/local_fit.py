@@ -7,7 +7,15 @@ Per checkpoint, both rules of :mod:`cbscore.local` over the branches that ended 
   one ``ε`` (``local.epsilon``) for every pair;
 * the lab's noise-aware rule: the held-out EWA loss at the window's end
   (``summary/final_eval_loss``), each pair's tolerance ``max(ε, z·SE)`` with the standard error
-  from the seeds (paired by base run) or, with one seed, from each branch's own window spread.
+  from the seeds (paired by base run) or, with one seed, from each branch's own window spread;
+  the same rule on the raw weights' held-out loss (``summary/final_raw_loss``) beside it
+  (``noise_aware_raw``), and whether the noise, not the floor ``ε``, ever decided a comparison
+  (``noise_decides`` per checkpoint, ``noise_ever_decided`` over them: where it never did, the
+  rule is Merrill's with one ε on the held-out loss).
+
+Which average the held-out loss is read on (``averaging``: from the branch in tokens by default,
+:data:`cbscore.local.AVERAGING`) and which window rule gave ``Δ`` (``window_rule``: ``fixed`` or
+``growing``, :mod:`cbscore.study.local_spec`) are named in the JSON and the text.
 
 Then the power law of the local CBS over tokens for each rule (:func:`cbscore.local.fit_local_cbs_curve`)
 and the batch-size warm-up it recommends, with the steps it saves (:func:`cbscore.local.plan_warmup`).
@@ -28,6 +36,12 @@ from cbscore.study import StudySpec, TrialRecord
 from cbscore.study.local_plan import branch_trial_id, study_checkpoints
 
 RULES = ("merrill", "noise_aware")
+AVERAGING_LABELS = {
+    "branch": "averaged from the branch (EWA reset at the branch, τ per B0·T tokens)",
+    "tokens": "the base's average carried on at τ^k per step (equal horizons in tokens)",
+    "carry": "the base's average carried on at τ per step (before issue 39: reads more of the base's past at larger k)",
+}
+WINDOW_LABELS = {"fixed": "fixed Δ in tokens (Merrill et al. 2025)", "growing": "growing Δ = window_fraction·t"}
 
 
 def local_readout(spec: StudySpec, records: Sequence[TrialRecord],
@@ -48,8 +62,8 @@ def local_readout(spec: StudySpec, records: Sequence[TrialRecord],
     pending = sum(1 for r in branches if r is None or not r.terminal)  # the curve may still move
     for c in study_checkpoints(spec):
         entry: dict = {"tokens": c.tokens, "window_tokens": c.window_tokens, "multipliers": [], "seeds": list(spec.seeds),
-                       "train_loss": [], "train_loss_se": [], "eval_loss": [], "merrill": None, "noise_aware": None,
-                       "notes": []}
+                       "train_loss": [], "train_loss_se": [], "eval_loss": [], "raw_loss": [], "merrill": None,
+                       "noise_aware": None, "noise_aware_raw": None, "noise_decides": None, "notes": []}
         for k in c.multipliers:
             recs = [by_id.get(branch_trial_id(spec, c.tokens, k, s)) for s in spec.seeds]
             if any(r is None or not r.terminal for r in recs):
@@ -69,18 +83,28 @@ def local_readout(spec: StudySpec, records: Sequence[TrialRecord],
             entry["train_loss"].append([w.mean for w in windows])
             entry["train_loss_se"].append([w.standard_error for w in windows])
             entry["eval_loss"].append([float(e) for e in evals])
+            entry["raw_loss"].append([r.final_raw_loss for r in recs])
         if len(entry["multipliers"]) >= 2:
             ks, b0 = entry["multipliers"], local.base_batch_size
             entry["merrill"] = merrill_local_cbs(ks, entry["train_loss"], base_batch_size=b0,
                                                  epsilon=local.epsilon).to_dict()
-            if len(spec.seeds) >= 2:
-                noise = noise_aware_local_cbs(ks, entry["eval_loss"], base_batch_size=b0, epsilon_floor=local.epsilon,
-                                              z=local.z)
-            else:  # one seed: each branch's own spread over its window's end (0 where one value was logged)
+
+            def noise_aware(losses):
+                if len(spec.seeds) >= 2:
+                    return noise_aware_local_cbs(ks, losses, base_batch_size=b0, epsilon_floor=local.epsilon, z=local.z)
+                # one seed: each branch's own spread over its window's end (0 where one value was logged)
                 se = [0.0 if not math.isfinite(row[0]) else row[0] for row in entry["train_loss_se"]]
-                noise = noise_aware_local_cbs(ks, entry["eval_loss"], base_batch_size=b0, epsilon_floor=local.epsilon,
-                                              z=local.z, standard_errors=se)
-            entry["noise_aware"] = noise.to_dict()
+                return noise_aware_local_cbs(ks, losses, base_batch_size=b0, epsilon_floor=local.epsilon, z=local.z,
+                                             standard_errors=se)
+
+            entry["noise_aware"] = noise_aware(entry["eval_loss"]).to_dict()
+            raw_known = all(x is not None and math.isfinite(x) for row in entry["raw_loss"] for x in row)
+            if raw_known:
+                entry["noise_aware_raw"] = noise_aware(entry["raw_loss"]).to_dict()
+            else:
+                entry["notes"].append("a branch logged no raw-weights loss at the window's end: no raw reading")
+            entry["noise_decides"] = {rule: entry[rule]["noise_decides"] for rule in ("noise_aware", "noise_aware_raw")
+                                      if entry[rule] is not None}
         else:
             entry["notes"].append("fewer than two multipliers ended: no local CBS at this checkpoint")
         entry["train_loss_se"] = [[None if not math.isfinite(x) else x for x in row] for row in entry["train_loss_se"]]
@@ -114,9 +138,19 @@ def local_readout(spec: StudySpec, records: Sequence[TrialRecord],
                          "constant_steps": plan.constant_steps, "large_batch_steps": plan.large_batch_steps,
                          "steps_saved": plan.steps_saved, "fraction_saved": plan.fraction_saved,
                          "final_batch_size": plan.final_batch_size, "max_batch_size": top, "notes": list(plan.notes)}
+    read = [e for e in out_checkpoints if e["noise_decides"]]
+    ever = {rule: any(e["noise_decides"].get(rule, False) for e in read)
+            for rule in ("noise_aware", "noise_aware_raw") if any(rule in e["noise_decides"] for e in read)}
+    for rule, decided in ever.items():
+        if not decided:
+            notes.append(f"{rule}: the noise never decided a comparison (the floor ε = {local.epsilon:g} did at every "
+                         f"one of {len(read)} checkpoints): this rule is Merrill's one ε on the held-out loss here")
     return {"study": spec.name, "kind": "local", "model": spec.models[0], "total_tokens": spec.tokens[0],
             "context_tokens": spec.context_tokens, "base_batch_size": local.base_batch_size, "base_lr": local.base_lr,
-            "lr_rule": local.lr_rule, "epsilon": local.epsilon, "z": local.z, "checkpoints": out_checkpoints,
+            "lr_rule": local.lr_rule, "epsilon": local.epsilon, "z": local.z,
+            "window_rule": local.window_rule, "window_label": WINDOW_LABELS[local.window_rule],
+            "averaging": local.averaging, "averaging_label": AVERAGING_LABELS[local.averaging],
+            "noise_ever_decided": ever, "checkpoints": out_checkpoints,
             "curve": curves, "warmup": warmups, "notes": notes, "branches_pending": pending,
             "warmup_run": local.warmup_run, "arms": arms_readout(spec, records),
             "base_b_simple": [{"seed": seed, "tokens": [float(t) for t in tokens], "b_simple": [float(v) for v in values]}
@@ -167,8 +201,10 @@ def arms_readout(spec: StudySpec, records: Sequence[TrialRecord]) -> dict | None
             r = by_id.get(arm_trial_id(spec, arm.role, seed))
             loss = None if r is None or r.final_eval_loss is None or not math.isfinite(r.final_eval_loss) \
                 else float(r.final_eval_loss)
+            raw = None if r is None or r.status != "finished" else r.final_raw_loss
             seeds.append({"seed": seed, "status": "not started" if r is None else r.status,
                           "final_eval_loss": loss if r is not None and r.status == "finished" else None,
+                          "final_raw_loss": raw,
                           "steps": None if r is None else r.last_step, "tokens": None if r is None else r.tokens})
         done = [e for e in seeds if e["status"] == "finished" and e["final_eval_loss"] is not None]
         finished[arm.role] = {e["seed"]: e for e in done}
@@ -178,11 +214,18 @@ def arms_readout(spec: StudySpec, records: Sequence[TrialRecord]) -> dict | None
                     "batch_schedule": [list(e) for e in arm.batch_schedule], "planned_steps": arm.steps,
                     "planned_tokens": arm.max_tokens, "seeds": seeds, "finished": len(done),
                     "final_eval_loss": loss,
+                    "final_raw_loss": seed_interval([e["final_raw_loss"] for e in done
+                                                     if e["final_raw_loss"] is not None]),
                     "steps": sorted({e["steps"] for e in done}) or None,
                     "tokens": sorted({e["tokens"] for e in done}) or None})
     comparison = _compare(finished, local.epsilon, local.z)
+    raw = _compare({role: {s: {**e, "final_eval_loss": e["final_raw_loss"]} for s, e in seeds.items()
+                           if e["final_raw_loss"] is not None} for role, seeds in finished.items()},
+                   local.epsilon, local.z)
     return {"rule": "paired by seed: matched when L_warmup − L_small ≤ max(ε, z·SE)", "epsilon": local.epsilon,
-            "z": local.z, "total_tokens": arms[0].max_tokens, "arms": out, "comparison": comparison,
+            "z": local.z, "total_tokens": arms[0].max_tokens,
+            "averaging": "per B0·T tokens (τ^(B/B0) per step of B)" if local.averaging != "carry" else "per step",
+            "arms": out, "comparison": comparison, "comparison_raw": raw,
             "verdict": _verdict({a["role"]: a for a in out}, comparison)}
 
 
@@ -268,14 +311,16 @@ def local_fit(name: str) -> dict:
 def format_local(fit: dict) -> str:
     """The text of ``cbs study fit`` for a local study."""
     lines = [f"local CBS of {fit['study']} ({fit['model']}, B0 = {fit['base_batch_size']}, T = {fit['context_tokens']}, "
-             f"ε = {fit['epsilon']:g} nats; Merrill et al. 2025):"]
+             f"ε = {fit['epsilon']:g} nats; Merrill et al. 2025):",
+             f"  window: {fit['window_label']}; held-out loss {fit['averaging_label']}"]
     for c in fit["checkpoints"]:
         cells = []
-        for rule in RULES:
-            r = c[rule]
+        for rule in (*RULES, "noise_aware_raw"):
+            r = c.get(rule)
             cells.append(f"{rule} —" if r is None else
                          f"{rule} {r['local_cbs']:g}{'+' if r['lower_bound'] else ''}"
-                         + (" (ε decides)" if r["tolerance_decides"] else ""))
+                         + (" (ε decides)" if r["tolerance_decides"] else "")
+                         + ("" if rule == "merrill" else " (noise decided)" if r["noise_decides"] else " (floor ε)"))
         lines.append(f"  t = {c['tokens']:>12,}  Δ = {c['window_tokens']:>10,}  " + "  ".join(cells))
     for rule in RULES:
         curve, warm = fit["curve"][rule], fit["warmup"][rule]

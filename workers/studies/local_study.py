@@ -24,6 +24,7 @@ from cbscore.checkpoint import checkpoint_path, snapshot_path
 from cbscore.errors import ConfigError
 from cbscore.study import LocalSnapshots, StudySpec, TrialRecord
 from cbscore.study.local_plan import base_trial_id, local_trials, study_checkpoints
+from workers.studies.local_fit import AVERAGING_LABELS, WINDOW_LABELS
 
 
 def study_artifacts(study: str) -> Path:
@@ -103,6 +104,8 @@ def describe_local(spec: StudySpec) -> list[str]:
                      + ", ".join(f"{k:g}" for k in c.multipliers) + f" (lr × f(k), f = {local.lr_rule})")
     lines.append(f"recipe: the base run's β2 {base['beta2']:g} and τ {', '.join(f'{t:g}' for t in base['ewa_taus'])}, "
                  "carried over by every branch (with its warm-up and schedule, read in tokens)")
+    lines.append(f"window: {WINDOW_LABELS[local.window_rule]}; held-out loss {AVERAGING_LABELS[local.averaging]}, "
+                 "and on the raw weights")
     if local.warmup_run:  # the warm-up and its controls, from the start (Merrill et al. 2025, Table 1)
         lines.append("and per seed the warm-up and its controls at equal tokens:")
         lines.extend(describe_arms(spec))

@@ -84,6 +84,7 @@ def record_from_run(run, lease: Lease | None, tracker: Tracker, *, with_history:
         attempt=attempt,
         steps_to_target=as_float(metrics.get("summary/steps_to_target")) if status == "reached" else None,
         final_eval_loss=final,
+        final_raw_loss=as_float(metrics.get("summary/final_raw_loss")),
         last_step=last_step,
         tokens=tokens,
         heartbeat_s=max(beats) if beats else None,

@@ -28,12 +28,12 @@ def record(trial_id: str, status: str, tokens: int = 0) -> TrialRecord:
 
 
 def test_default_checkpoints_are_halvings_of_d_on_whole_steps_with_windows_of_whole_branch_steps():
-    s = spec(checkpoint_count=3)
+    s = spec(checkpoint_count=3, window_rule="growing")
     assert s.batch_sizes == (4, 8, 16) and s.b_ref == 4  # derived: every k·B0, and B0
     cps = study_checkpoints(s)
     assert [c.tokens for c in cps] == [512, 1024, 2048]  # D/8, D/4, D/2: multiples of B0·T = 64
     assert window_unit_tokens(s.local, 16) == 16 * 16  # lcm(4, 8, 16) sequences of 16 tokens
-    assert [c.window_tokens for c in cps] == [256, 512, 1024]  # t/2, rounded up to 256
+    assert [c.window_tokens for c in cps] == [256, 512, 1024]  # growing: t/2, rounded up to 256
     odd = spec(checkpoint_count=0, checkpoint_tokens=[640], multipliers=[1, 1.5, 3])  # lcm(4, 6, 12) = 12
     [c] = study_checkpoints(odd)
     assert c.window_tokens == 2 * 12 * 16  # 320 tokens rounded up to 384
@@ -110,3 +110,54 @@ def test_a_lost_branch_runs_again_and_keeps_the_study_open():
             record("loc.t2048.k2.s0", "finished"), record("loc.t2048.k4.s0", "finished")]
     p = plan(s, recs, 0.0, snapshots=LocalSnapshots(folders=FOLDERS, ready={0: frozenset({2048})}))
     assert p.lost == ("loc.t2048.k1.s0",) and not p.start and not p.done
+
+
+# ------------------------------------------------------------------ issue 39: fixed windows, the branches' averages
+def test_the_default_window_is_fixed_in_tokens_across_checkpoints_and_the_growing_rule_is_an_option():
+    s = spec(checkpoint_count=3)
+    assert (s.local.window_rule, s.local.averaging) == ("fixed", "branch")
+    # Merrill et al.: one Δ at every checkpoint, window_fraction × the first (512 → 256 tokens, whole steps of k = 4)
+    assert [c.window_tokens for c in study_checkpoints(s)] == [256, 256, 256]
+    assert [c.window_tokens for c in study_checkpoints(spec(checkpoint_count=3, window_tokens=768))] == [768] * 3
+    grow = spec(checkpoint_count=3, window_rule="growing")
+    assert [c.window_tokens for c in study_checkpoints(grow)] == [256, 512, 1024]
+    for s in (spec(checkpoint_count=3), grow, spec(averaging="tokens", window_tokens=512)):
+        assert StudySpec.from_dict(s.to_dict()) == s
+
+
+def test_a_spec_stored_before_issue_39_keeps_its_growing_window_and_carried_averages():
+    stored = spec(checkpoint_count=3, window_rule="growing", averaging="carry").to_dict()
+    del stored["local"]["window_rule"], stored["local"]["averaging"]  # as an earlier to_dict wrote it
+    earlier = StudySpec.from_dict(stored)
+    assert (earlier.local.window_rule, earlier.local.averaging) == ("growing", "carry")
+    assert [c.window_tokens for c in study_checkpoints(earlier)] == [256, 512, 1024]
+    stored["local"]["window_tokens"] = 256  # then a given Δ was already fixed
+    assert StudySpec.from_dict(stored).local.window_rule == "fixed"
+
+
+@pytest.mark.parametrize(("local", "message"), [
+    ({"window_rule": "sliding"}, "local.window_rule: must be one of fixed, growing, but got 'sliding'."),
+    ({"window_rule": "growing", "window_tokens": 256}, "local.window_tokens: is a fixed Δ: it needs window_rule fixed"),
+    ({"averaging": "ewa"}, "local.averaging: must be one of branch, tokens, carry, but got 'ewa'."),
+])
+def test_bad_window_rules_and_averagings_name_the_field_and_the_value(local, message):
+    with pytest.raises(ConfigError) as err:
+        spec(**local)
+    assert str(err.value).startswith(message)
+
+
+@pytest.mark.parametrize(("averaging", "branch_ewa", "ewa_batch_size"),
+                         [("branch", "reset", 4), ("tokens", "carry", 4), ("carry", "carry", None)])
+def test_branches_train_on_the_average_the_spec_names(averaging, branch_ewa, ewa_batch_size):
+    from cbscore.local import AVERAGING
+    from cbscore.study.local_spec import AVERAGING as SPEC_AVERAGING
+    from cbscore.train_config import TrainConfig
+
+    assert SPEC_AVERAGING == AVERAGING  # the spec's copy (it imports no torch) is the branches' list
+    s = spec(checkpoint_count=2, averaging=averaging)
+    for t in local_trials(s, FOLDERS):
+        config = TrainConfig.from_dict(t.train_config)
+        if t.role == "branch":  # k·B0 sequences a step decay by τ^k with an anchor of B0 = 4
+            assert (config.branch_ewa, config.ewa_batch_size) == (branch_ewa, ewa_batch_size)
+        else:
+            assert (config.branch_ewa, config.ewa_batch_size) == ("carry", None)

@@ -108,3 +108,14 @@ def test_an_extension_switches_the_warmup_on_once():
         extend_spec(new, {"local": {"warmup_run": True}}, targets={})
     with pytest.raises(ConfigError, match=r"^local.warmup_schedule: must list the warm-up's switches"):
         extend_spec(stored, {"local": {"warmup_run": True}}, targets={})
+
+
+@pytest.mark.parametrize(("averaging", "anchor"), [("branch", 4), ("tokens", 4), ("carry", None)])
+def test_the_arms_average_per_b0_tokens_unless_the_spec_carries_the_old_per_step_average(averaging, anchor):
+    # issue 39: per step, the large control (B = 16) would average over 4× the tokens of the small one
+    s = spec(warmup_run=True, warmup_schedule=SCHEDULE, averaging=averaging)
+    configs = [TrainConfig.from_dict(t.train_config) for t in local_trials(s, {0: "/s0", 1: "/s1"})
+               if t.role in ("warmup", "control-small", "control-large")]
+    assert len(configs) == 6 and {c.ewa_batch_size for c in configs} == {anchor}
+    large = next(c for c in configs if c.batch_size == 16)
+    assert large.ewa_step_factor(16) == (4.0 if anchor else 1.0)  # τ^4 a step: the small control's τ per 4 sequences
