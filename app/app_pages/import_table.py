@@ -8,7 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import failures, panels
-from cbscore.analysis import read_steps_csv
+from cbscore.analysis import check_csv_bounds, check_csv_rows, read_steps_csv
 
 EXAMPLE = """setting,batch_size,steps,n_params,tokens,outcome
 85M,64,20480,84934656,1741000000,reached
@@ -33,7 +33,10 @@ if upload is None:
     st.code(EXAMPLE, language="text")
 else:
     with failures.shown_as_message("the Import page"):
-        text = io.StringIO(upload.getvalue().decode("utf-8-sig", errors="replace"))
+        raw = upload.getvalue().decode("utf-8-sig", errors="replace")
+        check_csv_bounds(raw, upload.name)  # bytes and columns, before any parsing
+        check_csv_rows(raw, upload.name)  # rows, before any parsing: a refusal costs milliseconds
+        text = io.StringIO(raw)
         text.name = upload.name
         rows = read_steps_csv(text)
         source = "import-" + Path(upload.name).stem

@@ -15,6 +15,10 @@ from cbscore.errors import DataError
 MAX_CSV_BYTES = 64 * 2**20
 #: Most data rows of a steps table.
 MAX_CSV_ROWS = 1_000_000
+#: Most data rows of a steps table uploaded to the web app (the Import page): ten times the trials of
+#: the largest study the operator's default ceiling allows (``CBS_MAX_TRIALS`` 5,000), counted before
+#: any parsing. A 1M-row upload cost the web process 112 s of CPU and 1.2 GB (issue 41, finding 9).
+MAX_IMPORT_ROWS = 50_000
 #: Most columns of a steps table (it has ten or so).
 MAX_CSV_COLUMNS = 256
 
@@ -31,6 +35,15 @@ def check_csv_bounds(text: str, name: str) -> None:
     if columns > MAX_CSV_COLUMNS:
         raise DataError(f"{name} line 1 (header): {columns:,} columns, over the limit of {MAX_CSV_COLUMNS} "
                         "(MAX_CSV_COLUMNS).")
+
+
+def check_csv_rows(text: str, name: str, limit: int = MAX_IMPORT_ROWS) -> None:
+    """A :class:`DataError` naming the limit when ``text`` has more than ``limit`` data rows (line
+    breaks counted, nothing parsed: milliseconds for any size the byte limit lets through)."""
+    rows = text.count("\n") - 1 + (0 if text.endswith("\n") else 1)
+    if rows > limit:
+        raise DataError(f"{name}: {rows:,} rows, over the limit of {limit:,} for a table uploaded to the web app "
+                        "(MAX_IMPORT_ROWS); fit a larger one with `cbs fit TABLE.csv`.")
 
 
 def read_steps_csv(path_or_file: str | os.PathLike | IO[str]) -> list[dict]:

@@ -45,3 +45,28 @@ def test_an_uploaded_truth_table_over_its_limits_is_refused_by_name_in_milliseco
             read_truth_text(text, spec, "truth.csv")
         assert time.perf_counter() - start < 1.0
         assert str(err.value).startswith("truth.csv") and says in str(err.value)
+
+
+def test_a_steps_table_uploaded_to_the_import_page_past_its_row_limit_is_refused_by_name_and_not_parsed(app_test, empty_env):
+    # Issue 41, finding 9: a 1M-row upload cost the web process 112 s and 1.2 GB. The Import page now
+    # counts rows before parsing (MAX_IMPORT_ROWS) and names the file and the limit.
+    from cbscore.analysis import MAX_IMPORT_ROWS, check_csv_rows
+    from cbscore.errors import DataError
+
+    text = "setting,batch_size,steps\n" + "s,4,100\n" * (MAX_IMPORT_ROWS + 1)
+    start = time.perf_counter()
+    try:
+        check_csv_rows(text, "big.csv")
+    except DataError as exc:
+        message = str(exc)
+    assert time.perf_counter() - start < 1.0
+    assert message.startswith(f"big.csv: {MAX_IMPORT_ROWS + 1:,} rows, over the limit of {MAX_IMPORT_ROWS:,}")
+    check_csv_rows("setting,batch_size,steps\n" + "s,4,100\n" * MAX_IMPORT_ROWS, "ok.csv")  # at the limit: read
+    at = app_test
+    at.run()
+    at.switch_page("app_pages/import_table.py")
+    at.run()
+    at.file_uploader(key="import.file").set_value(("big.csv", text.encode(), "text/csv")).run()
+    assert not at.exception
+    assert any(f"over the limit of {MAX_IMPORT_ROWS:,}" in e.value and "big.csv" in e.value for e in at.error)
+    assert not [s.value for s in at.success if "Read" in s.value]  # nothing was read, nothing fitted
