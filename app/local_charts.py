@@ -141,7 +141,8 @@ def branch_loss_figure(checkpoint: Mapping[str, Any], *, epsilon: float, height:
 
 
 def readout_rows(fit: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per checkpoint: both rules' local CBS, bracket and whether ε decides the answer."""
+    """One row per checkpoint: both rules' local CBS, bracket and whether ε decides the answer,
+    whether the noise decided the noise-aware rule, and that rule on the raw weights."""
     rows = []
     for c in fit["checkpoints"]:
         row: dict[str, Any] = {"t (tokens)": c["tokens"], "Δ (tokens)": c["window_tokens"],
@@ -154,6 +155,11 @@ def readout_rows(fit: Mapping[str, Any]) -> list[dict[str, Any]]:
                 f"[{r['bracket'][0]:g}, {r['bracket'][1]:g})" if r["bracket"][1] is not None
                 else f"≥ {r['bracket'][0]:g}")
             row[f"{name}: ε decides"] = None if r is None else bool(r["tolerance_decides"])
+        # issue 39: whether the noise, not the floor ε, decided; the same rule on the raw weights
+        noise = c.get("noise_aware")
+        row["noise-aware: noise decided"] = None if noise is None else bool(noise["noise_decides"])
+        raw = c.get("noise_aware_raw")
+        row["noise-aware (raw weights) B*"] = None if raw is None else raw["local_cbs"]
         row["notes"] = "; ".join(c.get("notes") or [])
         rows.append(row)
     return rows

@@ -90,6 +90,7 @@ with failures.shown_as_message("the Local CBS page"):
                 f"B0 = {fit['base_batch_size']}, η0 = {fit['base_lr']:g}, f(k) = "
                 f"{'√k' if fit['lr_rule'] == 'sqrt' else 'k'}, ε = {fit['epsilon']:g} nats — "
                 f"a local CBS at {ended} of {len(fit['checkpoints'])} checkpoints so far.")
+    st.caption(f"Window: {fit['window_label']}; held-out loss {fit['averaging_label']}, and on the raw weights.")
     # The global CBS of other studies of the same model and data, for comparison (at their D).
     others = {s.name: sources.spec(s.name) for s in sources.studies() if s.kind != "local"}
     wanted = local_charts.comparable_settings(sources.spec(name), others)

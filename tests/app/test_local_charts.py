@@ -86,6 +86,9 @@ def test_the_table_and_the_branch_figure_say_what_the_readout_says(fit):
     rows = local_charts.readout_rows(fit)
     assert [r["Merrill B*"] for r in rows] == [8.0, 16.0]
     assert [r["Merrill bracket"] for r in rows] == ["[8, 16)", "≥ 16"]
+    # one seed, no spread at the window's end: the floor ε decided; these branches logged no raw loss
+    assert [r["noise-aware: noise decided"] for r in rows] == [False, False]
+    assert [r["noise-aware (raw weights) B*"] for r in rows] == [None, None]
     fig = local_charts.branch_loss_figure(fit["checkpoints"][0], epsilon=0.01)
     assert list(fig.data[0].y) == [pytest.approx(LOSSES[(1024, k)]) for k in (1, 2, 4)]
     assert local_charts.warmup_summary(fit).startswith("Start at B0 = 4; switch to 8 at")
