@@ -142,6 +142,21 @@ def test_a_failed_reference_trial_keeps_the_study_from_ending_done_without_a_tar
     assert "cbs study retry lo2" in error
 
 
+def worker_and_runner(processes, *, concurrency: int):
+    """A real worker (ready) and a runner (``cbs study watch``), and ``logs()`` of both for a
+    failure's message."""
+    from tests.workers.conftest import CBS
+
+    worker = processes.worker("--concurrency", str(concurrency))
+    runner = processes.start([CBS, "study", "watch", "--period", "1"], "runner")
+    wait_for(lambda: " ready." in processes.log(worker), 90, what=lambda: processes.log(worker))
+
+    def logs() -> str:
+        return "\n--- worker\n" + processes.log(worker)[-6000:] + "\n--- runner\n" + processes.log(runner)[-2500:]
+
+    return worker, runner, logs
+
+
 @pytest.mark.slow  # two minutes: a real worker and runner through three database outages
 @pytest.mark.services
 def test_a_trial_finishes_at_its_first_attempt_through_three_database_outages(database_behind_a_proxy, processes,
@@ -151,7 +166,6 @@ def test_a_trial_finishes_at_its_first_attempt_through_three_database_outages(da
     reference trial trains, each time past the holder's deadline. It used to end ``FAILED, lost
     its worker 3 times`` (the child gave up and exited, the runner counted a lost attempt each
     time, at the default CBS_MAX_ATTEMPTS), and the study ended ``done`` with no target."""
-    from tests.workers.conftest import CBS
     from tests.workers.test_broker_outage import train_loss_steps_once_each
     from tests.workers.test_worker_process import no_run_left_running, study_done
 
@@ -159,14 +173,11 @@ def test_a_trial_finishes_at_its_first_attempt_through_three_database_outages(da
     proxy.up()
     s = WorkerSettings.from_env()
     assert s.max_attempts == 3
-    worker = processes.worker("--concurrency", "1")
-    runner = processes.start([CBS, "study", "watch", "--period", "1"], "runner")
-    wait_for(lambda: " ready." in processes.log(worker), 90, what=lambda: processes.log(worker))
-
-    def logs() -> str:
-        return "\n--- worker\n" + processes.log(worker)[-6000:] + "\n--- runner\n" + processes.log(runner)[-2500:]
-
-    api.launch_study(tiny_spec("lo3", batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 120_000}]))
+    worker, runner, logs = worker_and_runner(processes, concurrency=1)
+    # D = 400k: 3,125 steps, long enough for three outages on a quiet machine (allow_repeat: more
+    # tokens than the session's store holds)
+    api.launch_study(tiny_spec("lo3", batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 400_000}],
+                               allow_repeat=True))
     [record] = api.study_records("lo3")
     ledger = Ledger(s.ledger_url)
     checkpoint = Path(checkpoint_dir(record.trial_id)) / "checkpoint.pt"

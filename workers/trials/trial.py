@@ -44,8 +44,8 @@ from workers.infra.checkpoints import checkpoint_dir, remove_checkpoint
 from workers.studies.ledger import INTERRUPTED, Ledger, owner_is_dead, this_process
 from workers.infra.settings import WorkerSettings
 from workers.studies.stores import StoreUnavailable, hold_slot, ready_store
-from workers.tracking import (MlflowCallback, Tracker, is_out_of_resources, is_transient, result_tags,
-                              wait_out)
+from workers.tracking import (LeaseUnknown, MlflowCallback, Tracker, is_out_of_resources, is_transient,
+                              result_tags, wait_out)
 
 
 #: How a give-back for a full disk (or another resource) begins (the trial's note; the Studies page's banner).
@@ -236,7 +236,7 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
         # now instead of leaving a lease that looks lost (and burns every attempt in seconds).
         heartbeat.stop()
         if is_transient(exc):
-            return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, None, exc)
+            return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, None, exc, cut_off=heartbeat.cut_off)
         if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
             _try_end(s, run_id, "failed", f"{type(exc).__name__}: {exc}"[:500])
             if run is not None:
@@ -270,7 +270,8 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
         raise
     except BaseException as exc:
         heartbeat.stop()
-        if heartbeat.cut_off and isinstance(exc, Exception) and is_transient(exc):  # one outage, two symptoms
+        # one outage, two symptoms: the holder cut off, or its last flush unable to ask the ledger
+        if isinstance(exc, Exception) and is_transient(exc) and (heartbeat.cut_off or isinstance(exc, LeaseUnknown)):
             return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, run, exc, cut_off=True)
         if heartbeat.superseded:
             raise
