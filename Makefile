@@ -18,7 +18,7 @@ PYTEST_ARGS ?= --durations=5
 PYTEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
 
-.PHONY: install cuda-torch browser run test test-all bench clean
+.PHONY: install cuda-torch browser slurm run test test-all bench clean
 
 # True when torch is a CUDA build (it may still see no GPU: that is the driver's business).
 HAS_CUDA_BUILD := import sys, torch; sys.exit(0 if torch.version.cuda else 1)
@@ -72,10 +72,18 @@ browser:
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 		else echo "note: the e2e test needs chromium and chromium-driver (apt-get install chromium chromium-driver)"; fi; }
 
-test: install browser
+# The SLURM tests start their own one-node cluster from Debian's slurm-wlm and munge (never the
+# host's daemons or key); install them when missing (as root, as in CI). Without them they skip.
+slurm:
+	@command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; \
+		else echo "note: the SLURM tests need slurm-wlm and munge (apt-get install slurm-wlm munge)"; fi; }
+
+test: install browser slurm
 	$(TEST_ENV) $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
-test-all: install browser
+test-all: install browser slurm
 	$(TEST_ENV) $(PY) -m pytest -m "not gpu" $(XDIST) $(PYTEST_ARGS)
 
 bench: install

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cbscore.errors import ConfigError
 from workers.cli_processes import run_tracking, run_worker
+from workers.cli_slurm import register_slurm
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -193,6 +194,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="run MLflow's basic-auth app: every request needs a user; the lab's service "
                                "account is $MLFLOW_TRACKING_USERNAME/$MLFLOW_TRACKING_PASSWORD (also $CBS_TRACKING_AUTH=1)")
     tracking.set_defaults(handler=run_tracking)
+    register_slurm(subparsers)
 
 
 # ---------------------------------------------------------------------------- cbs worker

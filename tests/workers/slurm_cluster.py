@@ -1,0 +1,175 @@
+"""A real one-node SLURM cluster on 127.0.0.1 for the tests: munged, slurmctld and slurmd (Debian's
+``slurm-wlm`` and ``munge``; ``make slurm`` installs them), each its own process in its own session,
+with their configuration, key, state, spool and logs under a temporary folder and their ports
+picked free. The node is CPU-only. Stopped at the end by process group, never by name, after every
+job left has been cancelled. Without the daemons the tests that need it skip and say why.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.process_groups import stop_group
+
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
+NODE = "cbsnode"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def slurm_conf(root: Path, *, user: str, cpus: int) -> str:
+    """The cluster's ``slurm.conf``: one CPU node on 127.0.0.1, no accounting, short kill waits."""
+    return "\n".join([
+        "ClusterName=cbstest",
+        "SlurmctldHost=localhost(127.0.0.1)",
+        f"SlurmctldPort={_free_port()}",
+        f"SlurmdPort={_free_port()}",
+        f"SlurmUser={user}",
+        f"SlurmdUser={user}",
+        "AuthType=auth/munge",
+        f"AuthInfo=socket={root / 'munge' / 'munge.socket'}",
+        "CredType=cred/munge",
+        f"StateSaveLocation={root / 'state'}",
+        f"SlurmdSpoolDir={root / 'spool'}",
+        f"SlurmctldPidFile={root / 'slurmctld.pid'}",
+        f"SlurmdPidFile={root / 'slurmd.pid'}",
+        f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
+        f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",  # cores only: a job without --mem does not take the node's memory
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "MpiDefault=none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/none",
+        "SchedulerType=sched/backfill",
+        "ReturnToService=2",
+        "KillWait=10",  # seconds between a cancel's SIGTERM and its SIGKILL: a warm shutdown's time
+        "MinJobAge=300",  # an ended job stays in squeue's and scontrol's answers this long
+        "InactiveLimit=0",
+        "Waittime=0",
+        "SlurmctldTimeout=30",
+        "SlurmdTimeout=30",
+        f"NodeName={NODE} NodeHostname={socket.gethostname()} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=2000 "
+        "State=UNKNOWN",
+        f"PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+        ""])
+
+
+class SlurmCluster:
+    """The running cluster: ``conf`` is its ``SLURM_CONF``; ``env`` the variables a client needs."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.conf = root / "slurm.conf"
+        self.env = {"SLURM_CONF": str(self.conf)}
+        self.procs: list[subprocess.Popen] = []
+
+    def run(self, *argv: str) -> str:
+        """A SLURM client command against this cluster; its standard output."""
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, **self.env})
+        assert done.returncode == 0, f"{' '.join(argv)} failed: {done.stderr}"
+        return done.stdout
+
+    def start(self) -> None:
+        root, user = self.root, getpass.getuser()
+        for folder in ("state", "spool", "log", "munge"):
+            (root / folder).mkdir(parents=True, exist_ok=True)
+        (root / "munge").chmod(0o711)
+        key = root / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))  # this cluster's own key: never the host's /etc/munge one
+        key.chmod(0o400)
+        self.conf.write_text(slurm_conf(root, user=user, cpus=os.cpu_count() or 1))
+        self._daemon(["munged", "-F", "--force", f"--key-file={key}", f"--socket={root / 'munge' / 'munge.socket'}",
+                      f"--pid-file={root / 'munge' / 'munged.pid'}", f"--seed-file={root / 'munge' / 'seed'}",
+                      f"--log-file={root / 'log' / 'munged.log'}"], "munged")
+        self._wait(lambda: (root / "munge" / "munge.socket").exists(), "munged's socket")
+        self._daemon(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld")
+        self._daemon(["slurmd", "-D", "-f", str(self.conf), "-N", NODE], "slurmd")
+        self._wait(lambda: self._node_state() == "idle", "the node to be idle in sinfo")
+
+    def _daemon(self, argv: list[str], name: str) -> None:
+        with open(self.root / "log" / f"{name}.out", "w") as out:
+            self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                               env={**os.environ, **self.env}))
+
+    def _node_state(self) -> str:
+        done = subprocess.run(["sinfo", "--noheader", "--format=%T"], capture_output=True, text=True, timeout=10,
+                              env={**os.environ, **self.env})
+        return done.stdout.strip()
+
+    def _wait(self, ready, what: str, timeout_s: float = 30) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            dead = [p.args[0] for p in self.procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                logs = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}"
+                                 for p in sorted((self.root / "log").iterdir()))
+                raise RuntimeError(f"SLURM test cluster: no {what} ({'exited: ' + ', '.join(dead) if dead else 'timeout'})"
+                                   f"\n{logs}")
+            time.sleep(0.3)
+
+    def jobs(self) -> list[str]:
+        """``JOBID STATE`` of every job squeue lists, one line per array task."""
+        return self.run("squeue", "--noheader", "--array", "--format=%i %T").split("\n")[:-1]
+
+    def stop(self) -> None:
+        """Cancel every job (its processes are slurmstepd's, not the daemons' group), wait for them
+        to end, then stop the daemons by process group."""
+        if self.procs and all(p.poll() is None for p in self.procs):
+            subprocess.run(["scancel", f"--user={getpass.getuser()}"], env={**os.environ, **self.env},
+                           capture_output=True, timeout=30)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                done = subprocess.run(["squeue", "--noheader", "--states=all", "--format=%T"], capture_output=True,
+                                      text=True, env={**os.environ, **self.env}, timeout=10)
+                if not {s for s in done.stdout.split() if s in ("RUNNING", "PENDING", "COMPLETING", "CONFIGURING")}:
+                    break
+                time.sleep(0.5)
+        for proc in reversed(self.procs):
+            stop_group(proc, grace_s=15)
+
+
+def missing_slurm() -> str | None:
+    """Why no test cluster can start here, or None."""
+    missing = [name for name in DAEMONS if shutil.which(name) is None]
+    if missing:
+        return (f"SLURM is not installed ({', '.join(missing)} missing): `make slurm` or "
+                "`apt-get install slurm-wlm munge` installs it")
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """The session's one-node SLURM cluster (started once, stopped at the end)."""
+    reason = missing_slurm()
+    if reason:
+        pytest.skip(reason)
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm(slurm_cluster, monkeypatch):
+    """The cluster, with ``SLURM_CONF`` set for this test (``cbs slurm`` and the SLURM clients)."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    yield slurm_cluster
+    # no job of this test outlives it
+    subprocess.run(["scancel", f"--user={getpass.getuser()}"], env={**os.environ, **slurm_cluster.env},
+                   capture_output=True, timeout=30)

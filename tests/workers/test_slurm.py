@@ -1,0 +1,232 @@
+"""``cbs slurm``: workers as SLURM jobs (issue 44). The script's tests run anywhere; the others run
+against a real one-node SLURM cluster (:mod:`tests.workers.slurm_cluster`: slurmctld, slurmd and
+munged started by the test) and skip with the reason where SLURM is not installed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cbscore.cli import main as cbs_main
+from tests.workers.conftest import tiny_spec, wait_for
+from tests.workers.slurm_cluster import slurm, slurm_cluster  # noqa: F401 (fixtures)
+from workers.infra.settings import WorkerSettings
+from workers.query import api
+from workers.tracking import Tracker
+
+CPU = ["--gpus", "0", "--cpus-per-task", "1"]
+#: The tests on the cluster run in one pytest-xdist process: one cluster, and its two cores, at a time.
+on_the_cluster = pytest.mark.xdist_group("slurm")
+
+
+def cbs(capsys, *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = cbs_main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def saved_scripts(home: str) -> list[Path]:
+    return sorted((Path(home) / "slurm").glob("*.sbatch"))
+
+
+def job_log(home: str, job_id: str) -> str:
+    return "".join(p.read_text(errors="replace") for p in sorted((Path(home) / "slurm" / "logs").glob(f"*-{job_id}_*.out")))
+
+
+# ---------------------------------------------------------------------------- the script (no SLURM needed)
+def test_dry_run_prints_the_asked_partition_time_and_signal_and_submits_nothing(worker_env, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")  # an sbatch call would fail the command
+    rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "3", "--partition", "gpu-long", "--account", "lab42",
+                     "--time", "2-00:00:00", "--signal-before", "240", "--mem", "32G", "--cpus-per-task", "8",
+                     "--requeue", "--sbatch-option=--qos=high", "--dry-run")
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    for line in ("#SBATCH --array=0-2", "#SBATCH --gres=gpu:1", "#SBATCH --partition=gpu-long",
+                 "#SBATCH --account=lab42", "#SBATCH --time=2-00:00:00", "#SBATCH --signal=B:USR1@240",
+                 "#SBATCH --mem=32G", "#SBATCH --cpus-per-task=8", "#SBATCH --requeue", "#SBATCH --qos=high",
+                 f"export CBS_HOME={worker_env['CBS_HOME']}", f"export CBS_TRACKING_URI={worker_env['CBS_TRACKING_URI']}",
+                 "trap 'warm_shutdown USR1' USR1", "trap 'warm_shutdown TERM' TERM"):
+        assert line in lines, line
+    # one worker, one trial at a time, on the GPU SLURM granted this task
+    [command] = [x for x in lines if " worker " in x and x.endswith("&")]
+    assert command.endswith('cbs worker --gpu "$CUDA_VISIBLE_DEVICES" --concurrency 1 &')
+    assert saved_scripts(worker_env["CBS_HOME"]) == []
+
+
+def test_cpu_mode_asks_for_no_gpu_and_runs_a_cpu_worker(worker_env, capsys):
+    rc, out, err = cbs(capsys, "slurm", "submit", "--count", "2", *CPU, "--time", "30", "--signal", "TERM",
+                     "--signal-before", "60", "--dry-run")
+    assert rc == 0
+    assert "--gres" not in out and "CUDA_VISIBLE_DEVICES:?" not in out
+    assert "#SBATCH --signal=B:TERM@60" in out.splitlines() and "#SBATCH --no-requeue" in out.splitlines()
+    assert [x for x in out.splitlines() if x.endswith("worker --concurrency 1 &")]
+    # this lab's stores are for one host: said on standard error, the script on standard output
+    assert "note: the broker is the filesystem folder $CBS_HOME/broker" in err
+    assert "CBS_TRACKING_URI, CBS_OPTUNA_STORAGE, CBS_LEDGER_URL are SQLite: on a cluster use PostgreSQL" in err
+
+
+def test_a_password_in_a_url_is_never_written_into_the_script(worker_env, capsys, monkeypatch):
+    monkeypatch.setenv("CBS_BROKER_URL", "redis://:s3cret-pw@10.0.0.5:6379/0")
+    monkeypatch.setenv("CBS_CHECKPOINT_DIR", "/shared/cbs/checkpoints")
+    rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", "--dry-run")
+    assert rc == 0 and "s3cret-pw" not in out
+    assert ': "${CBS_BROKER_URL:?CBS_BROKER_URL must be set in the environment of sbatch}"' in out.splitlines()
+    assert "export CBS_CHECKPOINT_DIR=/shared/cbs/checkpoints" in out.splitlines()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--count", "0"], "--count: must be a positive integer, but got 0."),
+    (["--count", "-2"], "--count: must be a positive integer, but got -2."),
+    (["--count", "2", "--gpus", "-1"], "--gpus: must be a non-negative integer, but got -1."),
+    (["--count", "2", "--time", "1h"], "--time: must be a SLURM time limit: MINUTES, MM:SS, HH:MM:SS or D-HH:MM:SS, "
+                                       "but got '1h'."),
+    (["--count", "2", "--time", "5", "--signal-before", "300"],
+     "--signal-before: must be shorter than the time limit --time=5 (300 s), but got 300."),
+    (["--count", "2", "--sbatch-option=qos=high"], "--sbatch-option: must be one sbatch option, --name or "
+                                                   "--name=value, without spaces, quotes or shell characters, but got "
+                                                   "'qos=high'."),
+    (["--count", "2", "--sbatch-option=--qos=high;rm"], "but got '--qos=high;rm'."),
+    (["--count", "2", "--sbatch-option=--array=0-99"], "--sbatch-option: sets --array, which cbs slurm writes itself"),
+    (["--count", "2", "--partition", "gpu long"], "--partition: must be a SLURM name (letters, digits and _.,+-), "
+                                                  "but got 'gpu long'."),
+    (["--count", "2", "--mem", "lots"], "--mem: must be SLURM's memory size: an integer with K, M, G or T, but got 'lots'."),
+])
+def test_bad_input_is_refused_naming_the_field_and_the_value_and_nothing_is_submitted(worker_env, capsys, argv,
+                                                                                       message):
+    rc, out, err = cbs(capsys, "slurm", "submit", *argv)  # not a dry run: it would submit
+    assert rc == 2 and message in err and out == ""
+    assert saved_scripts(worker_env["CBS_HOME"]) == []
+
+
+# ---------------------------------------------------------------------------- a real SLURM cluster
+@on_the_cluster
+def test_a_submitted_array_of_two_cpu_workers_shows_in_squeue_and_status_and_cancel_ends_it(worker_env, slurm,
+                                                                                           capsys):
+    rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "2", *CPU, "--time", "10", "--job-name", "cbs-two")
+    assert rc == 0
+    job_id = out.split("job array ")[1].split()[0]
+    [script] = saved_scripts(worker_env["CBS_HOME"])
+    assert f"(script {script})" in out and "#SBATCH --array=0-1" in script.read_text()
+    running = wait_for(lambda: [j for j in slurm.jobs() if j.endswith("RUNNING")] if len(
+        [j for j in slurm.jobs() if j.endswith("RUNNING")]) == 2 else None, 30, what=lambda: f"two running tasks: {slurm.jobs()}")
+    assert sorted(j.split()[0] for j in running) == [f"{job_id}_0", f"{job_id}_1"]
+    # both workers start and beat in the lab's ledger: the script's settings reached them
+    wait_for(lambda: len(api.alive_workers()) == 2, 60, every_s=1,
+             what=lambda: "two workers alive in the ledger\n" + job_log(worker_env["CBS_HOME"], job_id)[-3000:])
+    rc, out, _ = cbs(capsys, "slurm", "status", "--job-name", "cbs-two")
+    assert rc == 0 and "2 worker task(s) named 'cbs-two' queued or running" in out
+    assert f"{job_id}_0" in out and f"{job_id}_1" in out and out.count("RUNNING") == 2
+    rc, out, _ = cbs(capsys, "slurm", "cancel", "--job-name", "cbs-two")
+    assert rc == 0
+    wait_for(lambda: not [j for j in slurm.jobs() if j.split()[0].startswith(job_id)], 30,
+             what=lambda: f"the cancelled tasks to leave squeue: {slurm.jobs()}")
+    rc, out, _ = cbs(capsys, "slurm", "status", "--job-name", "cbs-two")
+    assert "0 worker task(s)" in out
+    log = job_log(worker_env["CBS_HOME"], job_id)
+    assert log.count("cbs slurm: SIGTERM received") == 2  # each batch shell passed the cancel on to its worker
+    wait_for(lambda: api.alive_workers() == [], 15, what="the workers to leave the ledger")
+
+
+@on_the_cluster
+def test_a_worker_signalled_before_its_time_limit_shuts_down_warm_and_gives_its_trial_back(worker_env, slurm, capsys,
+                                                                                          token_store):
+    """What SLURM does at ``--signal=B:USR1@S`` (USR1 to the batch shell), sent at once with
+    ``scancel --signal=USR1 --batch``: the worker stops its trial at a checkpoint, the same attempt
+    goes back to the queue, and the job ends cleanly."""
+    name = "slurm-warm"
+    api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 200_000}]))
+    rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--time", "10", "--job-name", "cbs-warm")
+    assert rc == 0
+    job_id = out.split("job array ")[1].split()[0]
+    tracker = Tracker(WorkerSettings.from_env().tracking_uri)
+    [record] = api.study_records(name)
+    wait_for(lambda: tracker.get_run(record.run_id).data.metrics.get("progress/step", 0) >= 20, 90, every_s=1,
+             what=lambda: "the trial to pass step 20\n" + job_log(worker_env["CBS_HOME"], job_id)[-3000:])
+    slurm.run("scancel", "--signal=USR1", "--batch", f"{job_id}_0")
+    wait_for(lambda: not [j for j in slurm.jobs() if j.split()[0].startswith(job_id)], 45,
+             what=lambda: f"the job to end: {slurm.jobs()}\n" + job_log(worker_env["CBS_HOME"], job_id)[-3000:])
+    log = job_log(worker_env["CBS_HOME"], job_id)
+    assert "cbs slurm: SIGUSR1 received" in log
+    assert "Warm shutdown" in log  # Celery's own line: the worker's warm-shutdown path ran
+    assert "exited with status 0" in log
+    [queued] = api.study_records(name)
+    run = tracker.get_run(record.run_id)
+    assert (queued.status, queued.attempt, run.info.status) == ("queued", 1, "SCHEDULED")  # no attempt spent
+    assert 20 <= int(run.data.tags["interrupted_at_step"]) < 1953  # stopped at a checkpoint mid-way
+    state = slurm.run("scontrol", "show", "job", job_id)
+    assert "JobState=COMPLETED" in state and "ExitCode=0:0" in state
+
+
+@on_the_cluster
+def test_keep_submits_workers_up_to_the_count_while_a_study_has_trials_and_stops_when_it_is_done(worker_env, slurm,
+                                                                                              capsys, token_store):
+    """Held jobs (``--hold``) stay PENDING and use no CPU: they count as workers all the same."""
+    name = "slurm-keep"
+    api.launch_study(tiny_spec(name))
+    keep = ["slurm", "keep", "--count", "2", *CPU, "--time", "10", "--job-name", "cbs-keep",
+            "--sbatch-option=--hold", "--study", name]
+    rc, out, _ = cbs(capsys, *keep, "--once")
+    assert rc == 0 and "0 of 2 worker(s) in SLURM's queue for slurm-keep: submitted 2 more" in out
+    assert len(slurm.jobs()) == 2
+    rc, out, _ = cbs(capsys, *keep, "--once")  # never more than asked
+    assert "2 worker(s) in SLURM's queue, 2 wanted" in out and len(slurm.jobs()) == 2
+    slurm.run("scancel", f"{slurm.jobs()[0].split()[0]}")  # one task lost: the next pass replaces it
+    wait_for(lambda: len(slurm.jobs()) == 1, 15, what=lambda: f"one task left: {slurm.jobs()}")
+    rc, out, _ = cbs(capsys, *keep, "--once")
+    assert "1 of 2 worker(s) in SLURM's queue for slurm-keep: submitted 1 more" in out and len(slurm.jobs()) == 2
+    api.cancel_study(name)
+    rc, out, _ = cbs(capsys, *keep, "--period", "0.1")  # no --once: it ends by itself
+    assert rc == 0 and "cbs slurm keep: no study left to run (slurm-keep): stopping" in out
+    assert len(slurm.jobs()) == 2
+
+
+def test_cancel_of_a_job_id_that_is_not_one_is_refused(worker_env, capsys):
+    rc, _, err = cbs(capsys, "slurm", "cancel", "--job", "12;rm")
+    assert rc == 2 and "--job: must be a SLURM job id (123 or 123_4), but got '12;rm'." in err
+
+
+@pytest.mark.slow
+@on_the_cluster
+def test_a_worker_at_its_time_limit_gives_its_trial_back_and_the_next_job_resumes_it_without_a_gap(
+        worker_env, slurm, capsys, processes, token_store):
+    """A one-minute job with ``--signal-before 50``: SLURM signals the batch shell (its timer checks
+    every few tens of seconds), the worker shuts down warm before the limit, and ``cbs slurm keep``
+    submits the next job, whose worker resumes the trial at the step it stopped: every train-loss
+    step logged once, none missing, and the study ends with no run left RUNNING."""
+    from tests.workers.conftest import CBS
+    from tests.workers.test_worker_process import no_run_left_running, study_done
+
+    name = "slurm-limit"
+    api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.3M", "tokens": 200_000}]))
+    rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--time", "1", "--signal-before", "50",
+                     "--job-name", "cbs-limit")
+    job_id = out.split("job array ")[1].split()[0]
+    tracker = Tracker(WorkerSettings.from_env().tracking_uri)
+    [record] = api.study_records(name)
+    wait_for(lambda: not [j for j in slurm.jobs() if j.split()[0].startswith(job_id)], 120, every_s=1,
+             what=lambda: f"the job to end: {slurm.jobs()}\n" + job_log(worker_env["CBS_HOME"], job_id)[-3000:])
+    log = job_log(worker_env["CBS_HOME"], job_id)
+    assert "cbs slurm: SIGUSR1 received" in log and "Warm shutdown" in log and "exited with status 0" in log
+    assert "JobState=COMPLETED" in slurm.run("scontrol", "show", "job", job_id)  # ended before the limit
+    [queued] = api.study_records(name)
+    assert (queued.status, queued.attempt) == ("queued", 1)
+    stopped_at = int(tracker.get_run(record.run_id).data.tags["interrupted_at_step"])
+    keeper = processes.start([CBS, "slurm", "keep", "--count", "1", *CPU, "--time", "10", "--job-name", "cbs-limit",
+                              "--study", name, "--period", "2"], "keep")
+    wait_for(lambda: study_done(name), 240, every_s=2, what=lambda: "the resumed trial to finish\n"
+             + processes.log(keeper)[-2000:])
+    assert keeper.wait(timeout=30) == 0 and "no study left to run (slurm-limit): stopping" in processes.log(keeper)
+    [record] = api.study_records(name)
+    run = tracker.get_run(record.run_id)
+    assert (record.status, record.attempt, run.info.status) == ("finished", 1, "FINISHED")
+    assert int(run.data.tags["resumed_from_step"]) == stopped_at
+    raw = [m.step for m in tracker.client.get_metric_history(record.run_id, "train/loss")]
+    steps, _ = tracker.history(run, "train/loss")
+    assert sorted(raw) == sorted(set(raw)) and len(raw) == len(steps)  # each step once across the two jobs
+    every = int(run.data.params.get("log_every_steps", 10))
+    assert set(range(every, 1953, every)) <= set(steps)  # no log step missing, before or after the stop
+    assert steps[-1] == 1953  # one curve, to the reference budget 1.25 · 200k / (8·16)
+    no_run_left_running(name)
