@@ -13,7 +13,8 @@ from cbscore.analysis._bootstrap import BootstrapResult, bootstrap_steps_fit
 from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, cbs_empirical, check_cbs_settings
 from cbscore.analysis._points import DEFAULT_ESTIMATOR, MeasuredPoint, RateFit, measure_points, rate_fit
 from cbscore.analysis._seeds import SeedTable
-from cbscore.analysis._shape import DoublingRatio, LackOfFit, doubling_ratios, lack_of_fit
+from cbscore.analysis._interval import percentile_interval
+from cbscore.analysis._shape import DoublingRatio, LackOfFit, doubling_ratios, knee, lack_of_fit
 from cbscore.analysis._sensitivity import SENSITIVITY_OVERHEADS, SensitivityRow, sensitivity_table
 from cbscore.analysis._steps_fit import MIN_BATCH_SIZES, StepsFit, fit_steps
 from cbscore.analysis._target import EvalHistory, ReferenceTarget, reference_target, retarget, target_draws
@@ -89,6 +90,19 @@ class SettingAnalysis:
     """F test of ``S_min(1 + B_noise/B)`` against the seed × cell noise; ``None`` with one seed."""
     rate_fit: RateFit | None = None
     """The shared learning-rate curvature and the rate-level residuals about it."""
+    knee: float | None = None
+    """Where doubling stops paying: the batch size whose doubling costs a third more tokens to target
+    (:func:`cbscore.analysis._shape.knee`: ``B_noise/2`` on the fitted form, read without it; ``inf``
+    past the grid, ``None`` below it)."""
+    knee_samples: np.ndarray | None = None
+    """(R,) :attr:`knee` of every bootstrap resample (``nan`` below the grid, ``inf`` past it)."""
+
+    @property
+    def knee_ci(self) -> tuple[float, float] | None:
+        """Percentile interval of :attr:`knee` over the resamples (``None`` without them)."""
+        if self.knee_samples is None or not np.isfinite(self.knee_samples).any():
+            return None
+        return percentile_interval(self.knee_samples, self.bootstrap.level, self.bootstrap.dof)
 
     @property
     def measured(self) -> tuple[MeasuredPoint, ...]:
@@ -185,6 +199,8 @@ class SettingAnalysis:
                  "above_two": d.above_two, "seeds": len(d.seeds)}
                 for d in self.doublings
             ],
+            "knee": json_number(self.knee),
+            "knee_ci": _ci(self.knee_ci),
             "lack_of_fit": None if self.lack_of_fit is None else {
                 "f": json_number(self.lack_of_fit.f), "dof": [self.lack_of_fit.dof_fit, self.lack_of_fit.dof_noise],
                 "p_value": json_number(self.lack_of_fit.p_value),
@@ -381,6 +397,8 @@ def analyze_setting(
         doublings=doublings,
         lack_of_fit=lof,
         rate_fit=rate_fit(trials) if estimator == "fit" else None,
+        knee=None if not measured else knee([p.batch_size for p in measured], [math.log(p.steps) for p in measured]),
+        knee_samples=None if boot is None else _knee_samples(boot),
         sensitivity=sensitivity,
         errors=tuple(errors),
         skipped=skipped,
@@ -392,6 +410,18 @@ def analyze_setting(
         target=target,
         lr_edge_batch_sizes=edges,
     )
+
+
+def _knee_samples(boot: BootstrapResult) -> np.ndarray | None:
+    """(R,) the knee of every resample's points (``nan`` where it lies below the grid)."""
+    if boot.log_s_samples is None:
+        return None
+    out = np.empty(boot.log_s_samples.shape[0])
+    for i, log_s in enumerate(boot.log_s_samples):
+        k = knee(boot.batch_sizes, log_s)
+        out[i] = np.nan if k is None else k
+    out.setflags(write=False)
+    return out
 
 
 #: Target values at which every crossing is recomputed; each draw is interpolated between them.

@@ -264,3 +264,37 @@ class LawShape:
             text += (f"; beyond the first doubling, pooled: {self.beyond.slope:+.3f} "
                      f"[{self.beyond.ci[0]:+.3f}, {self.beyond.ci[1]:+.3f}]")
         return text
+
+
+#: The knee's extra-token threshold: a doubling from B costs a third more tokens to target. On
+#: S_min(1 + B_noise/B) that happens at B = B_noise/2 exactly (see :func:`knee`), so the knee reads
+#: B_noise/2 off the points without the fitted form. Chosen so that it falls inside the lab's grids:
+#: the paper's r = 0.2 puts it at B_noise/4 (≈ 3–4 at CPU scale, below B = 4) and r = 0.5 at
+#: B_noise itself (≈ 12–16, at the top of a grid whose last doubling starts at 16).
+KNEE_OVERHEAD = 1.0 / 3.0
+
+
+def knee(batch_sizes: Sequence[float], log_steps: Sequence[float], overhead: float = KNEE_OVERHEAD) -> float | None:
+    """The batch size where doubling stops paying: the first doubling ``(B, B')`` (ascending) whose
+    tokens to target grow by more than ``r_k``, ``E(B')/E(B) = (B'/B)·S(B')/S(B) > 1 + r_k`` (for a
+    doubling, ``S(B)/S(2B) < 2/(1 + r_k)``), interpolated on log axes between the smaller batch
+    sizes ``B`` of the last doubling that pays and the first that does not. The local counterpart of
+    the paper's rule (Zhang et al. 2025, §2.2, which compares with linear scaling from ``B_ref``
+    instead). On ``S_min(1 + B_noise/B)`` (McCandlish et al. 2018, eq. 2.11) it sits where
+    ``(B + B_n)/(B + B_n/2) = 2/(1 + r_k)``, at ``B = r_k·B_n/(1 − r_k)``: ``B_noise/2`` at
+    :data:`KNEE_OVERHEAD` = 1/3, so the knee reads B_noise off the points without the fitted form.
+
+    Returns ``None`` when the first doubling already does not pay (the knee lies below the grid),
+    ``inf`` when every doubling pays (above it)."""
+    sizes = [float(b) for b in batch_sizes]
+    logs = dict(zip(sizes, (float(v) for v in log_steps)))
+    points = []  # (ln B, excess): excess = ln(E(B')/E(B)) − ln(1 + r), > 0 where doubling from B stops paying
+    for b, b2 in doubling_pairs(sizes):
+        excess = math.log(b2 / b) + logs[float(b2)] - logs[float(b)] - math.log1p(overhead)
+        points.append((math.log(b), excess))
+    if not points or points[0][1] > 0:
+        return None
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if y0 <= 0 < y1:
+            return math.exp(x0 + (x1 - x0) * (0 - y0) / (y1 - y0))
+    return math.inf

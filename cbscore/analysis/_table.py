@@ -58,6 +58,9 @@ class TableAnalysis:
     """The laws of ``B*`` fitted without the reference point ``B_ref``."""
     scaling_empirical: ScalingLaws | None = None
     """The laws of the empirical ``B*`` (the paper's rule read off the points)."""
+    scaling_knee: ScalingLaws | None = None
+    """The laws of the knee (where doubling stops paying, :func:`cbscore.analysis._shape.knee`), over
+    the settings where it lies inside the grid."""
 
     def paper_comparison(self) -> PaperComparison:
         """The exponents beside the paper's and the verdict, with the shape checks
@@ -91,6 +94,7 @@ class TableAnalysis:
             },
             "scaling_without_ref": _laws_json(self.scaling_without_ref),
             "scaling_empirical": _laws_json(self.scaling_empirical),
+            "scaling_knee": _laws_json(self.scaling_knee),
             "noise": None if self.noise is None else self.noise.to_json_dict(),
             "shape": [_shape_json(shape) for shape in self.shapes],
             "verdict": _verdict_json(self.paper_comparison()),
@@ -274,6 +278,12 @@ def analyze_table(
         [s.bootstrap.cbs_empirical_samples() for s in empirical] if bootstrap else None,
         n_draws=bootstrap or 1000, seed=seed,
     ) if empirical else None
+    kneed = [s for s in settings if s.knee is not None and math.isfinite(s.knee)]
+    scaling_knee = fit_scaling_laws(
+        [s.setting for s in kneed], [s.n_params for s in kneed], [s.tokens for s in kneed], [s.knee for s in kneed],
+        [s.knee_samples for s in kneed] if bootstrap and all(s.knee_samples is not None for s in kneed) else None,
+        n_draws=bootstrap or 1000, seed=seed,
+    ) if kneed else None
     errors = [e for s in settings for e in s.errors] + list(scaling.errors)
     if bootstrap and histories is None:
         errors.append(FIXED_TARGET_NOTE)
@@ -291,6 +301,7 @@ def analyze_table(
         shapes=law_shapes(settings, scaling, b_ref),
         scaling_without_ref=scaling_wo,
         scaling_empirical=scaling_emp,
+        scaling_knee=scaling_knee,
     )
 
 

@@ -160,6 +160,12 @@ def _shape_lines(s) -> list[str]:
             flag = "  > 2: impossible for a + b/B" if d.above_two else ""
             cells.append(f"S({d.batch_size})/S({d.batch_size_doubled}) = {d.ratio:.3f}{ci}{flag}")
         out.append("  doubling ratios (within each seed, then averaged): " + "; ".join(cells))
+    if s.knee is not None:
+        where = "past the largest doubling" if math.isinf(s.knee) else f"{s.knee:.3g}{_ci(s.knee_ci, 3)}"
+        out.append(f"  knee (where a doubling first costs a third more tokens; B_noise/2 on the fitted form): B = {where}")
+    elif s.doublings:
+        out.append(f"  knee: below the smallest doubling (doubling from B = {s.doublings[0].batch_size} already costs "
+                   "a third more tokens)")
     if s.lack_of_fit is not None:
         lof = s.lack_of_fit
         verdict = "rejected" if lof.rejected else "not rejected"
@@ -266,7 +272,9 @@ def format_analysis(analysis) -> str:
             f"c = {_g(j.coef_paper_units)}{_ci(j.coef_paper_units_ci)} (N in millions, D in billions)"
         )
     for title, other in (("without the reference point", analysis.scaling_without_ref),
-                         ("of the empirical B* (the paper's rule read off the points)", analysis.scaling_empirical)):
+                         ("of the empirical B* (the paper's rule read off the points)", analysis.scaling_empirical),
+                         ("of the knee (where a doubling first costs a third more tokens: B_noise/2 without the fitted form)",
+                          analysis.scaling_knee)):
         if other is None:
             continue
         out.append(f"  laws {title}:")

@@ -8,7 +8,7 @@ SETTING_KEYS = [
     "setting", "n_params", "tokens", "batch_sizes", "steps", "steps_min", "estimators", "lr_best", "s_min",
     "b_noise", "cbs",
     "cbs_ci", "cbs_empirical", "r2", "lower_bounds", "skipped", "b_noise_ci", "cbs_empirical_ci",
-    "without_ref", "target_redrawn", "lr_at_edge", "interval_dof", "n_seeds", "doublings", "lack_of_fit",
+    "without_ref", "target_redrawn", "lr_at_edge", "interval_dof", "n_seeds", "doublings", "knee", "knee_ci", "lack_of_fit",
 ]
 DOUBLING_KEYS = ["batch_size", "batch_size_doubled", "place", "ratio", "ratio_ci", "above_two", "seeds"]
 NOISE_KEYS = ["rate_sd", "rate_dof", "seed_cell_sd", "seed_cell_dof", "seed_common_sd", "seed_common_dof",
@@ -54,8 +54,8 @@ def _trend(t, path):
 
 def check_fit_json(obj: dict) -> None:
     """Raise AssertionError naming the first path that breaks the schema."""
-    assert list(obj) == ["settings", "scaling", "scaling_without_ref", "scaling_empirical", "noise", "shape",
-                         "verdict", "errors"], list(obj)
+    assert list(obj) == ["settings", "scaling", "scaling_without_ref", "scaling_empirical", "scaling_knee", "noise",
+                         "shape", "verdict", "errors"], list(obj)
     noise = obj["noise"]
     assert noise is None or list(noise) == NOISE_KEYS, f"noise: {noise}"
     for i, shape in enumerate(obj["shape"]):

@@ -156,3 +156,19 @@ def test_lack_of_fit_needs_a_noise_estimate():
     b = (4, 8, 16)
     table = _table(b, np.log(100 * (1 + 12.0 / np.array(b)))[None, :])
     assert table.dof == 0 and lack_of_fit(table, [0.0, 0.0, 0.0]) is None
+
+
+def test_the_knee_is_b_noise_over_two_on_the_fitted_form_and_says_when_it_is_off_the_grid():
+    # A doubling from B costs a third more tokens where (B + B_n)/(B + B_n/2) = 3/2: B = B_n/2
+    # (McCandlish et al. 2018, eq. 2.11); read between the ladder's points on log axes.
+    from cbscore.analysis._shape import knee
+
+    ladder = (4, 6, 8, 11, 16, 23, 32)
+    for b_noise in (12.0, 15.0, 24.0):
+        found = knee(ladder, [math.log(1 + b_noise / b) for b in ladder])
+        assert found == pytest.approx(b_noise / 2, rel=0.15)
+    assert knee(ladder, [math.log(1 + 4.0 / b) for b in ladder]) is None  # B_n/2 = 2: below the grid
+    assert knee(ladder, [math.log(1 + 200.0 / b) for b in ladder]) == math.inf  # B_n/2 = 100: past it
+    # A seed-common shift changes nothing: only differences of ln S enter.
+    assert knee(ladder, [math.log(1 + 15.0 / b) + 0.3 for b in ladder]) == pytest.approx(
+        knee(ladder, [math.log(1 + 15.0 / b) for b in ladder]))
