@@ -1,7 +1,8 @@
 """A real one-node SLURM cluster on 127.0.0.1 for the tests: munged, slurmctld and slurmd (Debian's
 ``slurm-wlm`` and ``munge``; ``make slurm`` installs them), each its own process in its own session,
 with their configuration, key, state, spool and logs under a temporary folder and their ports
-picked free. The node is CPU-only. Stopped at the end by process group, never by name, after every
+picked free. The node has no GPU: it declares two generic ``gpu`` resources (:func:`gres_conf`), so a
+``--gres=gpu:1`` job is scheduled and given ``CUDA_VISIBLE_DEVICES`` as on a GPU node. Stopped at the end by process group, never by name, after every
 job left has been cancelled. Without the daemons the tests that need it skip and say why.
 """
 
@@ -21,6 +22,10 @@ from tests.process_groups import stop_group
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
 NODE = "cbsnode"
+#: Generic GPUs the node declares (no device behind them): a GPU request is scheduled as on a GPU node.
+GPUS = 2
+#: Cores the node declares (``SlurmdParameters=config_overrides``: more than this host may have).
+CPUS = 16
 
 
 def _free_port() -> int:
@@ -62,10 +67,21 @@ def slurm_conf(root: Path, *, user: str, cpus: int) -> str:
         "Waittime=0",
         "SlurmctldTimeout=30",
         "SlurmdTimeout=30",
-        f"NodeName={NODE} NodeHostname={socket.gethostname()} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=2000 "
-        "State=UNKNOWN",
+        "GresTypes=gpu",
+        # the node as the docs' commands ask for it (4 cores and 16G a worker), whatever this host has
+        "SlurmdParameters=config_overrides",
+        f"NodeName={NODE} NodeHostname={socket.gethostname()} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=65536 "
+        f"Gres=gpu:{GPUS} State=UNKNOWN",
         f"PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+        f"PartitionName=gpu Nodes={NODE} MaxTime=INFINITE State=UP",
         ""])
+
+
+def gres_conf(root: Path) -> str:
+    """The node's GPUs: links to ``/dev/null`` named ``nvidia0``, ``nvidia1`` (SLURM wants a device
+    file, reads an index off its name and sets ``CUDA_VISIBLE_DEVICES`` to it for a job that asks
+    ``--gres=gpu:1``; without the cgroup plugin it never opens them)."""
+    return f"Name=gpu File={root / 'dev' / 'nvidia'}[0-{GPUS - 1}]\n"
 
 
 class SlurmCluster:
@@ -85,13 +101,16 @@ class SlurmCluster:
 
     def start(self) -> None:
         root, user = self.root, getpass.getuser()
-        for folder in ("state", "spool", "log", "munge"):
+        for folder in ("state", "spool", "log", "munge", "dev"):
             (root / folder).mkdir(parents=True, exist_ok=True)
+        for i in range(GPUS):
+            (root / "dev" / f"nvidia{i}").symlink_to("/dev/null")
+        (root / "gres.conf").write_text(gres_conf(root))
         (root / "munge").chmod(0o711)
         key = root / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))  # this cluster's own key: never the host's /etc/munge one
         key.chmod(0o400)
-        self.conf.write_text(slurm_conf(root, user=user, cpus=os.cpu_count() or 1))
+        self.conf.write_text(slurm_conf(root, user=user, cpus=CPUS))
         self._daemon(["munged", "-F", "--force", f"--key-file={key}", f"--socket={root / 'munge' / 'munge.socket'}",
                       f"--pid-file={root / 'munge' / 'munged.pid'}", f"--seed-file={root / 'munge' / 'seed'}",
                       f"--log-file={root / 'log' / 'munged.log'}"], "munged")

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import shlex
+
 import pytest
 
 from cbscore.cli import main as cbs_main
-from tests.workers.conftest import tiny_spec, wait_for
+from tests.workers.conftest import CBS, ROOT, tiny_spec, wait_for
 from tests.workers.slurm_cluster import slurm, slurm_cluster  # noqa: F401 (fixtures)
 from workers.infra.settings import WorkerSettings
 from workers.query import api
@@ -196,7 +198,6 @@ def test_a_worker_at_its_time_limit_gives_its_trial_back_and_the_next_job_resume
     every few tens of seconds), the worker shuts down warm before the limit, and ``cbs slurm keep``
     submits the next job, whose worker resumes the trial at the step it stopped: every train-loss
     step logged once, none missing, and the study ends with no run left RUNNING."""
-    from tests.workers.conftest import CBS
     from tests.workers.test_worker_process import no_run_left_running, study_done
 
     name = "slurm-limit"
@@ -230,3 +231,50 @@ def test_a_worker_at_its_time_limit_gives_its_trial_back_and_the_next_job_resume
     assert set(range(every, 1953, every)) <= set(steps)  # no log step missing, before or after the stop
     assert steps[-1] == 1953  # one curve, to the reference budget 1.25 · 200k / (8·16)
     no_run_left_running(name)
+
+
+def slurm_section_commands() -> list[str]:
+    """The command lines of docs/operating.md's "SLURM" section, in order."""
+    section = (ROOT / "docs" / "operating.md").read_text().split("\n## SLURM\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.strip() for line in block.splitlines() if line.strip()]
+
+
+@on_the_cluster
+def test_the_commands_of_the_operating_pages_slurm_section_run_in_order_on_a_real_cluster(worker_env, slurm, capsys,
+                                                                                         processes, token_store):
+    """Each line as the page writes it, on the test node's GPU partition (two generic GPUs, no device
+    behind them: the workers are GPU workers whose parents never touch CUDA, and the study's trials,
+    queued for CPU workers, wait)."""
+    commands = slurm_section_commands()
+    assert [c.split()[1:3] for c in commands] == [["slurm", "submit"], ["slurm", "submit"], ["slurm", "status"],
+                                                  ["slurm", "keep"], ["study", "cancel"], ["slurm", "cancel"]]
+    dry, submit, status, keep, study_cancel, cancel = (shlex.split(c)[1:] for c in commands)
+    api.launch_study(tiny_spec("my-study"))
+    rc, out, _ = cbs(capsys, *dry)
+    lines = out.splitlines()
+    assert rc == 0 and saved_scripts(worker_env["CBS_HOME"]) == []
+    for line in ("#SBATCH --array=0-1", "#SBATCH --gres=gpu:1", "#SBATCH --partition=gpu", "#SBATCH --time=12:00:00",
+                 "#SBATCH --cpus-per-task=4", "#SBATCH --mem=16G", "#SBATCH --signal=B:USR1@300"):
+        assert line in lines, line
+    rc, out, _ = cbs(capsys, *submit)
+    assert rc == 0
+    job_id = out.split("job array ")[1].split()[0]
+    # each task a GPU worker on the GPU SLURM gave it (CUDA_VISIBLE_DEVICES 0 and 1)
+    live = wait_for(lambda: w if len(w := api.alive_workers()) == 2 else None, 60, every_s=1,
+                    what=lambda: "two GPU workers alive in the ledger\n" + job_log(worker_env["CBS_HOME"], job_id)[-3000:])
+    assert sorted((w.device, w.queue, w.concurrency) for w in live) == [("cuda:0", "gpu", 1), ("cuda:1", "gpu", 1)]
+    rc, out, _ = cbs(capsys, *status)
+    assert rc == 0 and "2 worker task(s) named 'cbs-worker' queued or running" in out and out.count("RUNNING") == 2
+    keeper = processes.start([CBS, *keep], "keep")
+    wait_for(lambda: "2 worker(s) in SLURM's queue, 2 wanted" in processes.log(keeper), 30,
+             what=lambda: "keep's first pass\n" + processes.log(keeper))
+    rc, out, _ = cbs(capsys, *study_cancel)
+    assert rc == 0
+    assert keeper.wait(timeout=30) == 0 and "no study left to run (my-study): stopping" in processes.log(keeper)
+    assert "submitted" not in processes.log(keeper)  # two were there all along: never more
+    rc, out, _ = cbs(capsys, *cancel)
+    assert rc == 0
+    wait_for(lambda: not [j for j in slurm.jobs() if j.split()[0].startswith(job_id)], 30,
+             what=lambda: f"the cancelled tasks to leave squeue: {slurm.jobs()}")
+    assert job_log(worker_env["CBS_HOME"], job_id).count("cbs slurm: SIGTERM received") == 2
