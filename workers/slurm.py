@@ -43,7 +43,8 @@ _TIME = re.compile(r"^(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)
                    r"|(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)|(?P<mm>\d+):(?P<ss>\d+)|(?P<minutes>\d+))$")
 _NAME = re.compile(r"^[A-Za-z0-9_.,+-]+$")
 _MEM = re.compile(r"^\d+[KMGT]?$")
-_OPTION = re.compile(r"^--[a-z][a-z0-9-]*(=[^\s'\"\\`$;&|<>]+)?$")
+# sbatch reads its #SBATCH lines itself (bash skips them as comments): an option is one word
+_OPTION = re.compile(r"^--[a-z][a-z0-9-]*(=[^\s'\"\\#]+)?$")
 _SECRET_NAME = re.compile(r"PASSWORD|TOKEN|SECRET", re.IGNORECASE)
 
 
@@ -122,7 +123,7 @@ class SlurmJob:
         for option in self.extra:
             if not _OPTION.match(option):
                 raise ConfigError("--sbatch-option", option, "must be one sbatch option, --name or --name=value, "
-                                  "without spaces, quotes or shell characters")
+                                  "without spaces, quotes, backslashes or #")
             if option.split("=", 1)[0] in OWN_OPTIONS:
                 raise ConfigError("--sbatch-option", option, f"sets {option.split('=', 1)[0]}, which cbs slurm writes "
                                   "itself: use its own option")

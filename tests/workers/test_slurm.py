@@ -42,7 +42,7 @@ def test_dry_run_prints_the_asked_partition_time_and_signal_and_submits_nothing(
     monkeypatch.setenv("PATH", "/nonexistent")  # an sbatch call would fail the command
     rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "3", "--partition", "gpu-long", "--account", "lab42",
                      "--time", "2-00:00:00", "--signal-before", "240", "--mem", "32G", "--cpus-per-task", "8",
-                     "--requeue", "--sbatch-option=--qos=high", "--dry-run")
+                     "--requeue", "--sbatch-option=--qos=high", "--sbatch-option=--constraint=a100|h100", "--dry-run")
     assert rc == 0
     lines = out.splitlines()
     assert lines[0] == "#!/bin/bash"
@@ -88,9 +88,9 @@ def test_a_password_in_a_url_is_never_written_into_the_script(worker_env, capsys
     (["--count", "2", "--time", "5", "--signal-before", "300"],
      "--signal-before: must be shorter than the time limit --time=5 (300 s), but got 300."),
     (["--count", "2", "--sbatch-option=qos=high"], "--sbatch-option: must be one sbatch option, --name or "
-                                                   "--name=value, without spaces, quotes or shell characters, but got "
+                                                   "--name=value, without spaces, quotes, backslashes or #, but got "
                                                    "'qos=high'."),
-    (["--count", "2", "--sbatch-option=--qos=high;rm"], "but got '--qos=high;rm'."),
+    (["--count", "2", "--sbatch-option=--qos=high --hold"], "but got '--qos=high --hold'."),
     (["--count", "2", "--sbatch-option=--array=0-99"], "--sbatch-option: sets --array, which cbs slurm writes itself"),
     (["--count", "2", "--partition", "gpu long"], "--partition: must be a SLURM name (letters, digits and _.,+-), "
                                                   "but got 'gpu long'."),
@@ -133,12 +133,15 @@ def test_a_submitted_array_of_two_cpu_workers_shows_in_squeue_and_status_and_can
 
 
 @on_the_cluster
-def test_a_worker_signalled_before_its_time_limit_shuts_down_warm_and_gives_its_trial_back(worker_env, slurm, capsys,
-                                                                                          token_store):
-    """What SLURM does at ``--signal=B:USR1@S`` (USR1 to the batch shell), sent at once with
-    ``scancel --signal=USR1 --batch``: the worker stops its trial at a checkpoint, the same attempt
-    goes back to the queue, and the job ends cleanly."""
-    name = "slurm-warm"
+@pytest.mark.parametrize("how", ["time-limit-signal", "cancel"])
+def test_a_worker_signalled_or_cancelled_mid_trial_shuts_down_warm_and_gives_its_trial_back(worker_env, slurm, capsys,
+                                                                                            token_store, how):
+    """``time-limit-signal``: what SLURM does at ``--signal=B:USR1@S`` (USR1 to the batch shell), sent
+    at once with ``scancel --signal=USR1 --batch``. ``cancel``: ``cbs slurm cancel``, what a preemption
+    does too (SIGTERM to every process of the job, the trial's child included, then SIGKILL after
+    KillWait). Either way the worker stops its trial at a checkpoint, the same attempt goes back to
+    the queue, and the job ends with the worker's status 0."""
+    name = f"slurm-{how}"
     api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 200_000}]))
     rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--time", "10", "--job-name", "cbs-warm")
     assert rc == 0
@@ -147,11 +150,14 @@ def test_a_worker_signalled_before_its_time_limit_shuts_down_warm_and_gives_its_
     [record] = api.study_records(name)
     wait_for(lambda: tracker.get_run(record.run_id).data.metrics.get("progress/step", 0) >= 20, 90, every_s=1,
              what=lambda: "the trial to pass step 20\n" + job_log(worker_env["CBS_HOME"], job_id)[-3000:])
-    slurm.run("scancel", "--signal=USR1", "--batch", f"{job_id}_0")
+    if how == "cancel":
+        assert cbs(capsys, "slurm", "cancel", "--job-name", "cbs-warm")[0] == 0
+    else:
+        slurm.run("scancel", "--signal=USR1", "--batch", f"{job_id}_0")
     wait_for(lambda: not [j for j in slurm.jobs() if j.split()[0].startswith(job_id)], 45,
              what=lambda: f"the job to end: {slurm.jobs()}\n" + job_log(worker_env["CBS_HOME"], job_id)[-3000:])
     log = job_log(worker_env["CBS_HOME"], job_id)
-    assert "cbs slurm: SIGUSR1 received" in log
+    assert f"cbs slurm: SIG{'TERM' if how == 'cancel' else 'USR1'} received" in log
     assert "Warm shutdown" in log  # Celery's own line: the worker's warm-shutdown path ran
     assert "exited with status 0" in log
     [queued] = api.study_records(name)
@@ -159,7 +165,9 @@ def test_a_worker_signalled_before_its_time_limit_shuts_down_warm_and_gives_its_
     assert (queued.status, queued.attempt, run.info.status) == ("queued", 1, "SCHEDULED")  # no attempt spent
     assert 20 <= int(run.data.tags["interrupted_at_step"]) < 1953  # stopped at a checkpoint mid-way
     state = slurm.run("scontrol", "show", "job", job_id)
-    assert "JobState=COMPLETED" in state and "ExitCode=0:0" in state
+    assert ("JobState=CANCELLED" if how == "cancel" else "JobState=COMPLETED") in state
+    if how != "cancel":
+        assert "ExitCode=0:0" in state
 
 
 @on_the_cluster
@@ -183,6 +191,14 @@ def test_keep_submits_workers_up_to_the_count_while_a_study_has_trials_and_stops
     rc, out, _ = cbs(capsys, *keep, "--period", "0.1")  # no --once: it ends by itself
     assert rc == 0 and "cbs slurm keep: no study left to run (slurm-keep): stopping" in out
     assert len(slurm.jobs()) == 2
+
+
+def test_without_slurm_the_commands_say_what_is_missing(worker_env, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    rc, _, err = cbs(capsys, "slurm", "status")
+    assert rc == 2 and "squeue is not installed here: cbs slurm runs on a SLURM login node" in err
+    rc, _, err = cbs(capsys, "slurm", "submit", "--count", "1", *CPU)
+    assert rc == 2 and "sbatch is not installed here" in err
 
 
 def test_cancel_of_a_job_id_that_is_not_one_is_refused(worker_env, capsys):
