@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import os
 import shlex
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from cbscore.cli import main as cbs_main
 from tests.workers.conftest import CBS, ROOT, tiny_spec, wait_for
 from tests.workers.slurm_cluster import slurm, slurm_cluster  # noqa: F401 (fixtures)
+from tests.workers.test_worker_process import postgres_env, redis_env  # noqa: F401 (fixtures)
 from workers.infra.settings import WorkerSettings
 from workers.query import api
 from workers.tracking import Tracker
@@ -294,3 +296,55 @@ def test_the_commands_of_the_operating_pages_slurm_section_run_in_order_on_a_rea
     wait_for(lambda: not [j for j in slurm.jobs() if j.split()[0].startswith(job_id)], 30,
              what=lambda: f"the cancelled tasks to leave squeue: {slurm.jobs()}")
     assert job_log(worker_env["CBS_HOME"], job_id).count("cbs slurm: SIGTERM received") == 2
+
+
+@pytest.mark.slow
+@pytest.mark.services
+def test_a_study_on_redis_and_postgresql_survives_a_cancelled_job_and_jobs_at_their_time_limit(
+        redis_env, postgres_env, slurm, capsys, processes, token_store):
+    """The scale-out path as a cluster runs it: broker on Redis, MLflow, Optuna and the ledger on
+    PostgreSQL, workers as SLURM jobs. The same spec runs undisturbed on a plain worker, then on
+    jobs: the first job is cancelled mid-trial (as a preemption), then ``cbs slurm keep`` runs it on
+    one-minute jobs that each shut down warm before their limit, until the study is done. The steps
+    table is the undisturbed one, every trial's history has the same steps (no gap, no duplicate),
+    and no run is left RUNNING."""
+    from tests.workers.test_two_hosts import table
+    from tests.workers.test_worker_process import no_run_left_running, study_done
+    from workers.tracking import prepare_store
+
+    s = WorkerSettings.from_env()
+    assert s.broker_url.startswith("redis://") and s.tracking_uri.startswith("postgresql")
+    prepare_store(s.tracking_uri)
+    tracker = Tracker(s.tracking_uri)
+    spec = dict(settings=[{"model": "tiny-0.3M", "tokens": 60_000}], batch_sizes=[8, 16], reuse_trials=False)
+    calm = processes.worker()
+    api.launch_study(tiny_spec("calm", **spec))
+    wait_for(lambda: study_done("calm"), 300, every_s=2, what=lambda: "the calm study\n" + processes.log(calm)[-2000:])
+    processes.kill(calm)
+
+    name = "jobs"
+    api.launch_study(tiny_spec(name, **spec))
+    rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--time", "10", "--job-name", "cbs-pg")
+    first = out.split("job array ")[1].split()[0]
+    [reference] = api.study_records(name)
+    wait_for(lambda: tracker.get_run(reference.run_id).data.metrics.get("progress/step", 0) >= 20, 120, every_s=1,
+             what=lambda: "the reference trial to pass step 20\n" + job_log(os.environ["CBS_HOME"], first)[-3000:])
+    assert cbs(capsys, "slurm", "cancel", "--job", f"{first}_0")[0] == 0
+    wait_for(lambda: not [j for j in slurm.jobs() if j.split()[0].startswith(first)], 45,
+             what=lambda: f"the cancelled job to end: {slurm.jobs()}")
+    assert "cbs slurm: SIGTERM received" in job_log(os.environ["CBS_HOME"], first)
+    keeper = processes.start([CBS, "slurm", "keep", "--count", "1", *CPU, "--time", "1", "--signal-before", "50",
+                              "--job-name", "cbs-pg", "--study", name, "--period", "2"], "keep")
+    wait_for(lambda: study_done(name), 480, every_s=2,
+             what=lambda: f"the study on one-minute jobs\n{processes.log(keeper)[-2000:]}")
+    assert keeper.wait(timeout=30) == 0
+    logs = "".join(p.read_text(errors="replace") for p in (Path(os.environ["CBS_HOME"]) / "slurm" / "logs").glob("*.out"))
+    assert "cbs slurm: SIGUSR1 received" in logs  # at least one job reached its time limit's signal
+    assert table(name) == table("calm")
+    calm_runs = {(r.batch_size, r.lr, r.role): r for r in api.study_records("calm")}
+    for record in api.study_records(name):
+        twin = calm_runs[(record.batch_size, record.lr, record.role)]
+        raw = [m.step for m in tracker.client.get_metric_history(record.run_id, "train/loss")]
+        assert sorted(raw) == sorted(m.step for m in tracker.client.get_metric_history(twin.run_id, "train/loss"))
+    assert int(tracker.get_run(reference.run_id).data.tags["resumed_from_step"]) > 0
+    no_run_left_running(name)
