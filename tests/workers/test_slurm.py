@@ -72,6 +72,13 @@ def test_cpu_mode_asks_for_no_gpu_and_runs_a_cpu_worker(worker_env, capsys):
     assert "CBS_TRACKING_URI, CBS_OPTUNA_STORAGE, CBS_LEDGER_URL are SQLite: on a cluster use PostgreSQL" in err
 
 
+def test_a_worker_of_several_gpus_trains_one_trial_on_all_of_them(worker_env, capsys):
+    rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", "--gpus", "2", "--dry-run")
+    assert rc == 0 and "#SBATCH --gres=gpu:2" in out.splitlines()
+    [command] = [x for x in out.splitlines() if x.endswith("&")]
+    assert command.endswith('cbs worker --gpus "$CUDA_VISIBLE_DEVICES" --devices-per-trial 2 --concurrency 1 &')
+
+
 def test_a_password_in_a_url_is_never_written_into_the_script(worker_env, capsys, monkeypatch):
     monkeypatch.setenv("CBS_BROKER_URL", "redis://:s3cret-pw@10.0.0.5:6379/0")
     monkeypatch.setenv("CBS_CHECKPOINT_DIR", "/shared/cbs/checkpoints")
