@@ -46,6 +46,12 @@ _MEM = re.compile(r"^\d+[KMGT]?$")
 # sbatch reads its #SBATCH lines itself (bash skips them as comments): an option is one word
 _OPTION = re.compile(r"^--[a-z][a-z0-9-]*(=[^\s'\"\\#]+)?$")
 _SECRET_NAME = re.compile(r"PASSWORD|TOKEN|SECRET", re.IGNORECASE)
+#: How SLURM's clients say that the controller is away (a restart, a failover, a network cut).
+_UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Slurm backup controller in standby mode")
+
+
+class SlurmUnreachable(CbsError):
+    """SLURM's controller did not answer: a transient outage that ``cbs slurm keep`` waits out."""
 
 
 def time_limit_s(value: str) -> int:
@@ -242,7 +248,8 @@ def _run(argv: list[str]) -> str:
         raise CbsError(f"{argv[0]} is not installed here: cbs slurm runs on a SLURM login node "
                        "(or set SLURM_CONF for a cluster this host can reach)") from None
     if done.returncode != 0:
-        raise CbsError(f"{' '.join(argv[:2])} failed (exit {done.returncode}): {masked(done.stderr.strip())}")
+        message = f"{argv[0]} failed (exit {done.returncode}): {masked(done.stderr.strip())}"
+        raise (SlurmUnreachable if any(m in done.stderr for m in _UNREACHABLE) else CbsError)(message)
     return done.stdout
 
 
@@ -346,22 +353,29 @@ def keep(job: SlurmJob, studies: tuple[str, ...] = (), *, period_s: float = 60.0
     """Keep ``job.count`` worker tasks queued or running while the studies have trials to run:
     each pass submits an array of the missing ones (never more than ``job.count`` in all), and the
     loop ends when every study is done or cancelled. Returns the tasks it submitted."""
+    from workers.tracking import wait_out
+
     submitted = 0
     while True:
-        busy, unfinished = studies_needing_workers(studies)
+        # a database outage is waited out; SLURM's controller away skips this pass (nothing is
+        # submitted without a count of the live tasks, so never more than job.count)
+        busy, unfinished = wait_out(lambda: studies_needing_workers(studies), what="cbs slurm keep", log=log)
         if not unfinished:
             log(f"cbs slurm keep: no study left to run ({', '.join(studies) or 'no running study'}): stopping")
             return submitted
-        live = live_workers(job.job_name)
-        missing = job.count - live if busy else 0
-        if missing > 0:
-            job_id, path = submit(dataclasses.replace(job, count=missing))
-            submitted += missing
-            log(f"cbs slurm keep: {live} of {job.count} worker(s) in SLURM's queue for {', '.join(busy)}: "
-                f"submitted {missing} more as job {job_id} ({path})")
-        else:
-            log(f"cbs slurm keep: {live} worker(s) in SLURM's queue, {job.count} wanted"
-                + ("" if busy else f"; no trial queued or running in {', '.join(unfinished)}"))
+        try:
+            live = live_workers(job.job_name)
+            missing = job.count - live if busy else 0
+            if missing > 0:
+                job_id, path = submit(dataclasses.replace(job, count=missing))
+                submitted += missing
+                log(f"cbs slurm keep: {live} of {job.count} worker(s) in SLURM's queue for {', '.join(busy)}: "
+                    f"submitted {missing} more as job {job_id} ({path})")
+            else:
+                log(f"cbs slurm keep: {live} worker(s) in SLURM's queue, {job.count} wanted"
+                    + ("" if busy else f"; no trial queued or running in {', '.join(unfinished)}"))
+        except SlurmUnreachable as exc:
+            log(f"cbs slurm keep: SLURM's controller is unreachable ({exc}); trying again in {period_s:g} s")
         if once:
             return submitted
         sleep(period_s)

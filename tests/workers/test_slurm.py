@@ -202,6 +202,25 @@ def test_keep_submits_workers_up_to_the_count_while_a_study_has_trials_and_stops
     assert len(slurm.jobs()) == 2
 
 
+@on_the_cluster
+def test_keep_waits_out_an_unreachable_controller_and_submits_nothing_meanwhile(worker_env, slurm, capsys,
+                                                                               token_store, tmp_path, monkeypatch):
+    """The controller away (here: a copy of the cluster's configuration with a port nobody listens
+    on): keep's pass says so and submits nothing, since it cannot count the live tasks."""
+    import re
+
+    from tests.workers.slurm_cluster import _free_port
+
+    api.launch_study(tiny_spec("slurm-away"))
+    away = tmp_path / "away.conf"
+    away.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={_free_port()}", slurm.conf.read_text()))
+    monkeypatch.setenv("SLURM_CONF", str(away))
+    rc, out, _ = cbs(capsys, "slurm", "keep", "--count", "2", *CPU, "--time", "10", "--study", "slurm-away", "--once")
+    assert rc == 0 and "cbs slurm keep: SLURM's controller is unreachable (squeue failed (exit 1): " in out
+    assert "Unable to contact slurm controller" in out and "submitted" not in out
+    assert slurm.jobs() == [] and saved_scripts(worker_env["CBS_HOME"]) == []
+
+
 def test_without_slurm_the_commands_say_what_is_missing(worker_env, capsys, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     rc, _, err = cbs(capsys, "slurm", "status")
