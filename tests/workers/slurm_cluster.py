@@ -61,7 +61,7 @@ def slurm_conf(root: Path, *, user: str, cpus: int) -> str:
         "AccountingStorageType=accounting_storage/none",
         "SchedulerType=sched/backfill",
         "ReturnToService=2",
-        "KillWait=10",  # seconds between a cancel's SIGTERM and its SIGKILL: a warm shutdown's time
+        "KillWait=30",  # seconds between a cancel's SIGTERM and its SIGKILL (SLURM's default): a warm shutdown's time
         "MinJobAge=300",  # an ended job stays in squeue's and scontrol's answers this long
         "InactiveLimit=0",
         "Waittime=0",

@@ -330,8 +330,8 @@ def test_a_study_on_redis_and_postgresql_survives_a_cancelled_job_and_jobs_at_th
         redis_env, postgres_env, slurm, capsys, processes, token_store):
     """The scale-out path as a cluster runs it: broker on Redis, MLflow, Optuna and the ledger on
     PostgreSQL, workers as SLURM jobs. The same spec runs undisturbed on a plain worker, then on
-    jobs: the first job is cancelled mid-trial (as a preemption), then ``cbs slurm keep`` runs it on
-    one-minute jobs that each shut down warm before their limit, until the study is done. The steps
+    jobs beside the runner: the first job is cancelled mid-trial (as a preemption), then ``cbs slurm
+    keep`` runs it on one-minute jobs that each shut down warm before their limit, until it is done. The steps
     table is the undisturbed one, every trial's history has the same steps (no gap, no duplicate),
     and no run is left RUNNING."""
     from tests.workers.test_two_hosts import table
@@ -350,6 +350,9 @@ def test_a_study_on_redis_and_postgresql_survives_a_cancelled_job_and_jobs_at_th
 
     name = "jobs"
     api.launch_study(tiny_spec(name, **spec))
+    # the runner, as on the service node: a trial whose worker was killed before it could give it
+    # back (a KillWait too short for a loaded host) is queued again from the ledger
+    processes.start([CBS, "study", "watch", "--period", "1"], "runner")
     rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--time", "10", "--job-name", "cbs-pg")
     first = out.split("job array ")[1].split()[0]
     [reference] = api.study_records(name)
