@@ -1,11 +1,11 @@
-"""``cbs slurm submit | status | cancel | keep``: workers as SLURM jobs (:mod:`workers.slurm`)."""
+"""``cbs slurm submit | status | cancel | keep``: workers as SLURM jobs (:mod:`workers.cli_slurm_jobs`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from workers.slurm import SlurmJob
+from workers.cli_slurm_jobs import SlurmJob
 
 
 def _job_options(parser: argparse.ArgumentParser, *, count_required: bool = True) -> None:
@@ -70,7 +70,7 @@ def register_slurm(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from workers.slurm import job_script, lab_environment, single_host_notes, submit
+    from workers.cli_slurm_jobs import job_script, lab_environment, single_host_notes, submit
 
     job = _job(args)
     for note in single_host_notes():  # on standard error: a dry run's output is the script alone
@@ -88,7 +88,7 @@ def run_submit(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from workers.slurm import LIVE_STATES, worker_tasks
+    from workers.cli_slurm_jobs import LIVE_STATES, worker_tasks
 
     tasks = worker_tasks(args.job_name)
     live = sum(t.tasks for t in tasks if t.state in LIVE_STATES)
@@ -101,7 +101,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_cancel(args: argparse.Namespace) -> int:
-    from workers.slurm import cancel
+    from workers.cli_slurm_jobs import cancel
 
     cancel(args.job_name, tuple(args.job))
     what = ", ".join(args.job) if args.job else f"every job named {args.job_name!r}"
@@ -110,7 +110,7 @@ def run_cancel(args: argparse.Namespace) -> int:
 
 
 def run_keep(args: argparse.Namespace) -> int:
-    from workers.slurm import keep
+    from workers.cli_slurm_jobs import keep
 
     keep(_job(args), tuple(args.study), period_s=args.period, once=args.once, log=lambda m: print(m, flush=True))
     return 0
