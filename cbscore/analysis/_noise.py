@@ -80,6 +80,8 @@ def noise_components(tables: Sequence[SeedTable], rate_fits: Sequence[RateFit]) 
         if n < 2 or k < 2:
             continue
         n_settings += 1
+        # SeedTable.fit's additive model in closed form: on a complete table its least squares are the
+        # row and column means (Scheffé 1959, §4.1).
         mu = sub.mean(axis=0)
         gamma = sub.mean(axis=1) - sub.mean()
         resid = sub - mu[None, :] - gamma[:, None]

@@ -164,11 +164,6 @@ class RateFit:
     """Residual degrees of freedom: observations − 2·cells − 1 (0 when not fitted)."""
 
 
-def _shared_curvature(rows: Sequence[tuple[tuple, np.ndarray, np.ndarray]]) -> float | None:
-    """``k`` of :func:`_rate_fit` over ``rows``, or ``None``."""
-    return _rate_fit(rows).curvature
-
-
 def _rate_fit(rows: Sequence[tuple[tuple, np.ndarray, np.ndarray]]) -> RateFit:
     """One least-squares solve of ``log S = α_c + β_c·u + k·u²`` over ``rows`` (design
     (n_obs, 2·cells + 1): per-cell intercept and slope, then the shared ``u²`` column)."""
@@ -212,7 +207,7 @@ def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
     their rate is in it, never as its best.
     """
     out, rows = _window_rows(cells, tried, projected)
-    k = _shared_curvature([r for r in rows if len(r[1]) >= 3])
+    k = _rate_fit([r for r in rows if len(r[1]) >= 3]).curvature
     if k is None:
         return out
     for key, u, log_s in rows:

@@ -156,7 +156,7 @@ class RatioTrend:
     ci: tuple[float, float]
     """95% t-interval of :attr:`slope` on the regression's own degrees of freedom."""
     dof: int
-    """Observations − seeds − doublings pooled + 1 − 1."""
+    """Residual degrees of freedom: observations − seeds − (doublings pooled − 1) − covariates − 1."""
     n_settings: int
     """Settings with a measured ratio."""
 

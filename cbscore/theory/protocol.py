@@ -35,7 +35,8 @@ from cbscore.theory.problem import Problem, check_batch_size, critical_step_size
 from cbscore.theory.recursion import RiskCurve, Spectrum, check_iterate, check_tau
 
 #: The grids: B = 2^0 … 2^12, η = η_crit(B)·0.95·2^−j for j = 1 … 11 (top 0.475·η_crit). Near the stability
-#: limit the risk of SGD is heavy-tailed: at 0.95·η_crit, 3,000 Monte-Carlo runs of SGD sat up to 10 standard
+#: limit the risk of SGD is heavy-tailed: at 0.95·η_crit, 3,000 Monte-Carlo runs of SGD (``sgd_risks`` of
+#: tests/cbscore/test_theory_montecarlo.py, seeds 7 and 8, d = 50) sat up to 10 standard
 #: errors below the exact expectation (last iterate, B = 4, t = 60) and up to 5 (uniform average, B = 16), so
 #: the exact risk there cannot be checked against SGD itself; from 0.475·η_crit down every check holds
 #: (tests/cbscore/test_theory_montecarlo.py covers the grid's top rate; issue 39).
