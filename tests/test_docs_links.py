@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cbscore.cli import build_parser
+from cbs import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "docs" / "results").rglob("*.md")])

@@ -97,7 +97,7 @@ def test_a_local_study_launched_from_the_page_runs_to_completion_on_a_real_worke
     """The embedded defaults (kind Local CBS on the Launch page loads ``local-demo``: 30 trials), on
     this session's small token store instead of the full built-in corpus; one real worker runs the
     base run and every branch, and the fit has a local CBS by both rules at every checkpoint."""
-    from cbscore.cli import main as cbs_main
+    from cbs import main as cbs_main
     from workers.query import api
 
     worker = processes.worker()

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from cbscore.cli import build_parser, main
+from cbs import build_parser, main
 from cbscore.cli.train import MODELS_JSON_KEYS, TRAIN_JSON_KEYS, build_config, token_count
 
 
 def _cbs(*args: str) -> subprocess.CompletedProcess:
-    code = "import sys; from cbscore.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from cbs import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
 
 

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from cbscore.cli import main
+from cbs import main
 from cbscore.theory import Grid, Problem, run_theory
 
 

@@ -42,7 +42,7 @@ def test_a_file_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
 
 
 def test_export_writes_its_file_atomically(worker_env, tmp_path):
-    from cbscore.cli import main as cbs_main
+    from cbs import main as cbs_main
     from tests.app import store_seed
     from workers.infra.settings import WorkerSettings
     from workers.tracking import Tracker

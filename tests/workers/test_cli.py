@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cbscore.cli import main as cbs_main
+from cbs import main as cbs_main
 from tests.workers.conftest import CBS, tiny_spec, tiny_spec_dict, wait_for
 from workers.query import api
 from workers.cli_processes import worker_argv

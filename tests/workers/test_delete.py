@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from mlflow.entities import ViewType
 
 from cbscore import paths
-from cbscore.cli import main as cbs_main
+from cbs import main as cbs_main
 from cbscore.errors import ConfigError
 from tests.workers.conftest import tiny_spec, wait_for
 from tests.workers.test_extend_retry import drain

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cbscore.cli import main as cbs_main
+from cbs import main as cbs_main
 from cbscore.errors import ConfigError
 from tests.workers.conftest import tiny_spec
 from workers.query import api

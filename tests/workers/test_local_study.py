@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cbscore.cli import main as cbs_main
+from cbs import main as cbs_main
 from cbscore.study import StudySpec
 from tests.workers.conftest import CBS, DATA, wait_for
 from tests.workers.test_extend_retry import drain

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from cbscore.cli import main as cbs_main
+from cbs import main as cbs_main
 from cbscore.errors import ConfigError
 from cbscore.study import StudySpec, TrialRecord
 from tests.app.test_local_charts import records as branch_records

@@ -6,7 +6,7 @@ import getpass
 
 import yaml
 
-from cbscore.cli import main as cbs_main
+from cbs import main as cbs_main
 from tests.workers.conftest import tiny_spec, tiny_spec_dict
 from workers.query import api
 

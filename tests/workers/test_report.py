@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.app import store_seed
-from cbscore.cli import main as cbs_main
+from cbs import main as cbs_main
 from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
@@ -32,11 +32,11 @@ def test_report_writes_a_refittable_table_its_fit_and_the_cost(worker_env, tmp_p
     assert [b["batch_size"] for b in best] == [8, 16, 32, 64]
     assert all(b["best_lr"] == 0.01 and b["at_grid_edge"] is None for b in best)
     # The committed fit is what `cbs fit` gives on the committed CSV, byte for byte.
-    refit = subprocess.run([sys.executable, "-c", "import sys; from cbscore.cli import main; sys.exit(main(sys.argv[1:]))",
+    refit = subprocess.run([sys.executable, "-c", "import sys; from cbs import main; sys.exit(main(sys.argv[1:]))",
                             "fit", str(out / "steps.csv"), "--b-ref", "16", "--overhead", "0.2", "--json"],
                            capture_output=True, text=True, check=True)
     assert refit.stdout == (out / "fit.json").read_text()
-    readable = subprocess.run([sys.executable, "-c", "import sys; from cbscore.cli import main; sys.exit(main(sys.argv[1:]))",
+    readable = subprocess.run([sys.executable, "-c", "import sys; from cbs import main; sys.exit(main(sys.argv[1:]))",
                                "fit", str(out / "steps.csv"), "--b-ref", "16", "--overhead", "0.2"],
                               capture_output=True, text=True, check=True)
     assert readable.stdout == (out / "fit.txt").read_text()  # the readable fit, doubling ratios included

@@ -11,7 +11,7 @@ import shlex
 
 import pytest
 
-from cbscore.cli import main as cbs_main
+from cbs import main as cbs_main
 from tests.workers.conftest import CBS, ROOT, tiny_spec, wait_for
 from tests.workers.slurm_cluster import slurm, slurm_cluster  # noqa: F401 (fixtures)
 from tests.workers.test_worker_process import postgres_env, redis_env  # noqa: F401 (fixtures)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cbscore.cli import main as cbs_main
+from cbs import main as cbs_main
 from tests.workers.conftest import CBS, tiny_spec, wait_for
 from workers.query import api
 from workers.infra.settings import WorkerSettings

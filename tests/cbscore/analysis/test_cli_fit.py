@@ -4,7 +4,7 @@ import json
 import pytest
 
 from cbscore.analysis._table import FIXED_TARGET_NOTE
-from cbscore.cli import main
+from cbs import main
 
 from .schema import check_fit_json
 from .synthetic import table_rows

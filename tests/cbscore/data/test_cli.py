@@ -1,10 +1,10 @@
-"""`cbs data prepare` and `cbs data info` through ``cbscore.cli.main``."""
+"""`cbs data prepare` and `cbs data info` through ``cbs.main``."""
 
 from __future__ import annotations
 
 import json
 
-from cbscore.cli import main
+from cbs import main
 
 
 def _slice_args(tmp_path) -> list[str]:

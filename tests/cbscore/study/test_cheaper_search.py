@@ -397,7 +397,7 @@ def test_stopping_far_rates_saves_tokens_and_leaves_b_star_on_the_grid(preset, s
 def test_the_cli_switches_far_rates_and_names_a_bad_margin(capsys, tmp_path, monkeypatch):
     import json
 
-    from cbscore.cli import main
+    from cbs import main
 
     monkeypatch.setenv("CBS_HOME", str(tmp_path))
     assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--seeds", "1", "--stop-far-rates", "on",
@@ -413,7 +413,7 @@ def test_the_cli_switches_far_rates_and_names_a_bad_margin(capsys, tmp_path, mon
 def test_the_cli_overrides_the_prior_and_the_simulated_optimum_and_names_a_bad_prior(capsys, tmp_path, monkeypatch):
     import json
 
-    from cbscore.cli import main
+    from cbs import main
 
     monkeypatch.setenv("CBS_HOME", str(tmp_path))
     assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--seeds", "1", "--json"]) == 0

@@ -256,7 +256,7 @@ def test_the_documented_simulate_lines_run_and_report_against_the_truth(argv, ca
     Chinchilla law (exponent 0.47 exactly), or the reproduce table times the penalty."""
     from pathlib import Path
 
-    from cbscore.cli import main
+    from cbs import main
 
     monkeypatch.setenv("CBS_HOME", str(tmp_path))
     monkeypatch.chdir(Path(__file__).resolve().parents[3])

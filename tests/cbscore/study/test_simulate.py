@@ -139,7 +139,7 @@ def test_bad_simulation_settings_are_refused_by_name():
 
 
 def test_cli_prints_the_table_and_json(capsys, tmp_path, monkeypatch):
-    from cbscore.cli import main
+    from cbs import main
 
     monkeypatch.setenv("CBS_HOME", str(tmp_path))
     assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--seeds", "2", "--noise", "0.05"]) == 0
@@ -217,7 +217,7 @@ def test_cli_noise_lab_truth_shape_lr_law_and_coverage(capsys, tmp_path, monkeyp
     """``--noise lab`` selects the measured parts (each flag overrides its part), ``--truth-shape``,
     ``--lr-law``, ``--train-seeds`` and ``--coverage`` reach the report; ``--noise SIGMA`` is the
     per-trial σ alone, as before."""
-    from cbscore.cli import main
+    from cbs import main
 
     monkeypatch.setenv("CBS_HOME", str(tmp_path))
     assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--noise", "lab", "--json"]) == 0
@@ -258,7 +258,7 @@ def test_the_report_judges_a_design_by_the_three_criteria_against_the_truth(caps
     # Issue 40's criteria. At zero noise the study equals its full grid and both the truth (structural
     # bias met), so the precision-adjusted cost is the plain cost against the oracle; with noise the
     # structural criterion cannot be judged and says so.
-    from cbscore.cli import main
+    from cbs import main
 
     assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--noise", "0", "--seeds", "1", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)

@@ -1,0 +1,7 @@
+"""``python -m cbs``: the ``cbs`` command."""
+
+import sys
+
+from cbs import main
+
+sys.exit(main())
