@@ -30,6 +30,8 @@ def test_study_layout_parent_spec_and_child_links(tracker):
                                   params={"lr": 0.01, "data": {"source": "builtin"}, "ewa_taus": None})
     parent = tracker.study_run("s1")
     assert parent.info.run_id == parent_id
+    # MLflow 3's UI opens a study on its training runs (not the GenAI overview) by this tag
+    assert tracker.experiment("s1").tags["mlflow.experimentKind"] == "custom_model_development"
     assert tracker.study_spec(parent) == {"name": "s1", "kind": "custom", "b_ref": 8}
     assert [e.name for e, _ in tracker.studies()] == ["s1"]
     runs = tracker.trial_runs(exp_id, parent_id)

@@ -38,8 +38,10 @@ class Tracker:
                      params: Mapping[str, Any], tags: Mapping[str, str]) -> tuple[str, str]:
         """Experiment + parent run holding the spec; returns ``(experiment_id, parent_run_id)``."""
         location = None if self.artifact_root is None else f"{self.artifact_root.rstrip('/')}/{study}"
+        # mlflow.experimentKind: MLflow 3's UI opens the experiment on its training runs, not the GenAI overview
         exp_id = self.client.create_experiment(study, artifact_location=location,
-                                               tags={"cbs.study": "1", "cbs.kind": str(spec_dict.get("kind", ""))})
+                                               tags={"cbs.study": "1", "cbs.kind": str(spec_dict.get("kind", "")),
+                                                     "mlflow.experimentKind": "custom_model_development"})
         spec_json = json.dumps(dict(spec_dict), sort_keys=True)
         run_tags = {"role": "study", "study": study, "status": "running", **tags,
                     "mlflow.runName": study}
