@@ -9,6 +9,7 @@ Import page share them, so a published steps table is drawn exactly like a study
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -108,6 +109,21 @@ def setting_curves(table, rows: Sequence[Mapping]) -> list[SettingCurve]:
             fit_a=None if s.fit is None else s.fit.a, fit_b=None if s.fit is None else s.fit.b,
             b_star=s.cbs, b_star_low=low, b_star_high=high))
     return curves
+
+
+def reasons_once(notes: Iterable[str]) -> list[str]:
+    """Per-setting notes (``"setting 'a': why"``) as one line per reason naming its settings:
+    ``["setting 'a': why", "setting 'b': why"]`` → ``["settings 'a', 'b': why"]``. Other notes are
+    kept as they are, once; the order is that of each reason's first note."""
+    settings: dict[str, list[str]] = {}
+    for note in notes:
+        m = re.fullmatch(r"setting ('[^']*'): (.+)", note, flags=re.S)
+        reason, setting = (m.group(2), m.group(1)) if m else (note, None)
+        settings.setdefault(reason, [])
+        if setting is not None and setting not in settings[reason]:
+            settings[reason].append(setting)
+    return [f"setting{'s' if len(who) > 1 else ''} {', '.join(who)}: {reason}" if who else reason
+            for reason, who in settings.items()]
 
 
 def results_rows(table) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ import math
 
 import streamlit as st
 
-from app import gns_charts, sources
+from app import fit_view, gns_charts, sources
 
 #: What the forecast is, for captions (McCandlish et al. 2018; issue 14).
 FORECAST_HELP = (
@@ -65,9 +65,11 @@ def render_forecast_overlay(name: str, table) -> None:
     fc, cal = _calibrated(name, table)
     st.subheader("Forecast from the gradient noise scale")
     if not fc.forecasts:
-        st.info("No noise-scale forecast: " + ("; ".join(fc.errors) or "no setting has one") + ". Launch a study "
-                "with `gns_micro_batch_size` (or a micro_batch_size that splits B_ref) to log B_simple.",
-                icon=":material/info:")
+        # each reason once, with the settings it holds for (a study whose runs log no B_simple says so once)
+        why = "; ".join(fit_view.reasons_once(fc.errors)) or (
+            "no setting has one. Launch a study with `gns_micro_batch_size` (or a micro_batch_size that splits "
+            "B_ref) to log B_simple")
+        st.info(f"No noise-scale forecast: {why}.", icon=":material/info:")
         return
     st.caption(FORECAST_HELP)
     st.markdown(_factor_caption(cal))
@@ -82,7 +84,7 @@ def render_forecast_overlay(name: str, table) -> None:
                                              factor_ci=None if cal is None else cal.factor_ci)
         cols[i % len(cols)].plotly_chart(gns_charts.forecast_overlay_figure(overlay, height=320),
                                          key=f"{name}.gns.overlay.{f.setting}", config={"displaylogo": False})
-    for e in fc.errors + (cal.errors if cal is not None else ()):
+    for e in fit_view.reasons_once(fc.errors + (cal.errors if cal is not None else ())):
         st.caption(f"note: {e}")
 
 

@@ -211,15 +211,17 @@ def render_curves(rows: list[dict], source: str, b_ref: int, overhead: float) ->
                         key=f"{source}.curves.normalized", config={"displaylogo": False})
     st.subheader("Critical batch size per setting")
     results = pd.DataFrame(fit_view.results_rows(table))
+    # B*, its interval and B* from the points share the digits their smallest value needs
+    b_star = units.batch_format(v for k in ("B* (seq)", "95% low", "95% high", "B* from points") for v in results.get(k, []))
     st.dataframe(results, hide_index=True, width="stretch", column_config={
         "N": st.column_config.NumberColumn(format="compact", help="Non-embedding parameters"),
         "D (tokens)": st.column_config.NumberColumn(format="compact", help="Training tokens of the setting"),
         "S_min (steps)": st.column_config.NumberColumn(format="%.0f"),
-        "B_noise (seq)": st.column_config.NumberColumn(format="%.0f"),
-        "B* (seq)": st.column_config.NumberColumn(format="%.0f", help="(1 + r)·B_ref + r·B_noise"),
-        "95% low": st.column_config.NumberColumn(format="%.0f", help=CI_HELP),
-        "95% high": st.column_config.NumberColumn(format="%.0f", help=CI_HELP),
-        "B* from points": st.column_config.NumberColumn(format="%.0f", help="B* read off the measured points "
+        "B_noise (seq)": st.column_config.NumberColumn(format=units.batch_format(results.get("B_noise (seq)", []))),
+        "B* (seq)": st.column_config.NumberColumn(format=b_star, help="(1 + r)·B_ref + r·B_noise"),
+        "95% low": st.column_config.NumberColumn(format=b_star, help=CI_HELP),
+        "95% high": st.column_config.NumberColumn(format=b_star, help=CI_HELP),
+        "B* from points": st.column_config.NumberColumn(format=b_star, help="B* read off the measured points "
                                                          "(interpolated on log axes), beside the fitted one"),
         "R² (log S)": st.column_config.NumberColumn(format="%.3f"),
     })

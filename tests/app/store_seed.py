@@ -102,7 +102,8 @@ def _curve(s: float, last_step: float) -> tuple[list[int], list[float]]:
 
 
 def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_setting=None,
-               missed_below_b_ref: int | None = None, now_s: float | None = None) -> dict[str, SeededSetting]:
+               missed_below_b_ref: int | None = None, now_s: float | None = None,
+               gns: bool = True) -> dict[str, SeededSetting]:
     """Write ``spec`` as a finished study (plus ``running`` trials still running) into ``tracker``.
 
     Per setting ``i``, ``B_noise = b_noise_per_setting[i]`` (default ``64·2^i``) and ``S_min`` is
@@ -116,7 +117,7 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
     ``missed_below_b_ref``: a batch size below B_ref missed in every setting, its trials (and their
     re-runs at twice the budget) censored after their whole token budget; the planner then skips the
     batch sizes between it and B_ref (tokens to target never fall as B grows), and they are not
-    written. The first
+    written. ``gns=False``: no trial logs ``gns/b_simple`` (no noise-scale forecast). The first
     ``running`` non-reference cells get one more trial (seed 1) that is still running. Returns
     the settings.
     """
@@ -196,7 +197,8 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
                     losses[-1] = float("nan")
                 metrics = [metric("eval/loss_ewa", v, k, now_s) for k, v in zip(steps, losses)]
                 metrics += [metric("eval/loss_ewa_0.999", v, k, now_s) for k, v in zip(steps, losses)]
-                metrics += [metric("gns/b_simple", b_noise / GNS_RATIO, k, now_s) for k in steps]
+                if gns:
+                    metrics += [metric("gns/b_simple", b_noise / GNS_RATIO, k, now_s) for k in steps]
                 figures = {"progress/step": last, "progress/tokens": last * b * spec.context_tokens,
                            "perf/tokens_per_s": 25_000.0, "heartbeat": now_s}
                 if not is_running:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -98,3 +99,27 @@ def test_curves_page_shows_the_seed_paired_doubling_ratios_of_the_seeded_curves(
             b, b2 = (int(x) for x in row["doubling"][2:-1].split(")/S("))
             assert row["ratio"] == pytest.approx(seeded.steps(b) / seeded.steps(b2), rel=2 * REL)
             assert row["95% interval"] == "—" and row["seeds"] == 1 and row["shape"] == ""
+
+
+def test_a_tiny_b_star_shows_its_digits_and_a_missing_forecast_says_why_once(app_test, empty_env):
+    """B_ref = 4 and B_noise = 3: B* = 5.4 (a laptop demo's size). The results table shows B* and its
+    interval with two decimals, not rounded to whole sequences; no run logged B_simple, and the
+    forecast's note says so once for both settings."""
+    from tests.app.store_seed import seed_study, spec_for
+    from workers.tracking import Tracker
+
+    spec = spec_for("tiny", n_settings=2, batch_sizes=(2, 4, 8, 16), b_ref=4)
+    seeded = seed_study(Tracker(os.environ["CBS_TRACKING_URI"], os.environ["CBS_ARTIFACT_ROOT"]), spec,
+                        b_noise_per_setting=[3.0, 6.0], gns=False)
+    at = _open(app_test, "curves")
+    (table,) = [d for d in at.dataframe if "B* (seq)" in d.value.columns]
+    formats = {c: json.loads(table.proto.columns)[c]["type_config"]["format"]
+               for c in ("B* (seq)", "95% low", "95% high", "B* from points")}
+    assert formats == dict.fromkeys(formats, "%.2f")
+    results = table.value.set_index("setting")
+    last = list(seeded)[-1]
+    assert results.loc[last, "B* (seq)"] == pytest.approx(expected_cbs(seeded[last], 4), rel=REL)  # 1.2·4 + 0.2·6
+    (note,) = [i.value for i in at.info if i.value.startswith("No noise-scale forecast")]
+    assert note.count("logged no gns/b_simple") == 1
+    assert note.startswith(f"No noise-scale forecast: settings {', '.join(repr(s) for s in seeded)}: its best "
+                           "reference run logged no gns/b_simple")

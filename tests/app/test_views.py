@@ -339,3 +339,29 @@ def test_trend_and_noise_rows_name_the_first_doubling_of_the_reproduce_table():
     assert noise["seed-common"] == pytest.approx(0.066, abs=0.001)
     assert len(fit_view.doubling_rows(table)) == 18
     assert {r["B*"] for r in fit_view.other_law_rows(table)} == {"without B_ref", "empirical B*"}
+
+
+@pytest.mark.parametrize("values, fmt", [
+    ((4.37, 4.04, 4.81), "%.2f"),  # a tiny study's B* and its interval: not "4 [4, 5]"
+    ((56.4, 48.9, 70.2), "%.1f"),
+    ((164.1, 153.6, 1234.0), "%.0f"),
+    ((0.52, None, math.nan, 12.0), "%.3f"),
+    ((None, math.inf), "%.0f"),
+])
+def test_batch_sizes_get_three_significant_digits_at_the_smallest(values, fmt):
+    assert units.batch_format(values) == fmt
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if finite and min(finite) < 100:  # the smallest value keeps three significant digits
+        assert float(fmt % min(finite)) == pytest.approx(float(f"{min(finite):.3g}"))
+
+
+def test_a_reason_shared_by_settings_is_said_once():
+    notes = ["setting 'a': its best reference run logged no gns/b_simple (launch with gns_micro_batch_size)",
+             "setting 'b': no target yet (its reference runs have not finished)",
+             "setting 'c': its best reference run logged no gns/b_simple (launch with gns_micro_batch_size)",
+             "calibration needs a fitted setting"]
+    assert fit_view.reasons_once(notes) == [
+        "settings 'a', 'c': its best reference run logged no gns/b_simple (launch with gns_micro_batch_size)",
+        "setting 'b': no target yet (its reference runs have not finished)",
+        "calibration needs a fitted setting"]
+    assert fit_view.reasons_once([]) == []
