@@ -11,6 +11,13 @@ schedule continue at the base's stream position ``branch_tokens`` (:mod:`cbscore
 :class:`cbscore.schedules.TokenLrSchedule`: no re-warm-up). Its evaluation history, log and
 noise-scale averages start afresh (they describe the branch).
 
+A *decay branch* (:mod:`cbscore.decay`; Hägele et al. 2024, arXiv 2405.18392, §3) continues a
+run at a constant rate with a schedule of another shape, e.g. a ``wsd`` decay to its own horizon
+from a ``constant`` base's snapshot. Its ``schedule``, ``min_lr_ratio``, ``decay_fraction`` and
+``schedule_tokens`` may differ from the base's as long as the two schedules give the same learning
+rate at every step the base took before the branch (:func:`same_rates_before`): the branch is
+then, step for step, a run trained straight on its own schedule.
+
 The base checkpoint is read only (:func:`cbscore.checkpoint.read_checkpoint`); a mismatch between
 it and the branch's config is a :class:`~cbscore.errors.ConfigError` naming the field.
 """
@@ -29,6 +36,8 @@ from cbscore.train_config import LATER_FIELDS, TrainConfig
 # the same network, the same data order (the seed orders the windows), the same schedule shape.
 SHARED_FIELDS = ("model", "context_tokens", "data", "seed", "allow_repeat", "schedule", "min_lr_ratio",
                  "decay_fraction")
+# What a decay branch may change (its rates before the branch checked equal instead).
+SCHEDULE_SHAPE_FIELDS = ("schedule", "min_lr_ratio", "decay_fraction")
 
 
 def read_base(config: TrainConfig) -> dict:
@@ -52,9 +61,26 @@ def read_base(config: TrainConfig) -> dict:
     return ckpt
 
 
+def same_rates_before(config: TrainConfig, base: TrainConfig) -> bool:
+    """Whether ``config``'s learning-rate schedule gives exactly the base's rate at every step the
+    base took before ``config.branch_tokens`` (same peak rate, warm-up and rates after it): a
+    branch with another schedule shape is then a run trained straight on its own."""
+    if config.branch_tokens is None or config.lr != base.lr or config.batch_schedule != base.batch_schedule:
+        return False
+    ours, theirs, plan = config.lr_schedule(), base.lr_schedule(), base.batch_plan()
+    for step in range(plan.steps_before(config.branch_tokens)):
+        tokens = plan.tokens_at(step)
+        if ours.lr_at_tokens(tokens) != theirs.lr_at_tokens(tokens):
+            return False
+    return True
+
+
 def _check_compatible(config: TrainConfig, base: TrainConfig) -> None:
     ours, theirs = config.to_dict(), base.to_dict()
+    reshaped = any(ours[name] != theirs[name] for name in SCHEDULE_SHAPE_FIELDS) and same_rates_before(config, base)
     for name in SHARED_FIELDS:
+        if reshaped and name in SCHEDULE_SHAPE_FIELDS:
+            continue  # a decay branch: its rates before the branch are the base's (same_rates_before)
         if ours[name] != theirs[name]:
             raise ConfigError(name, ours[name], f"must be the base trial's ({theirs[name]!r}) for a branch")
     resolved: dict[str, tuple[Any, Any]] = {
@@ -63,7 +89,7 @@ def _check_compatible(config: TrainConfig, base: TrainConfig) -> None:
         "schedule_batch_size": (config.lr_schedule().anchor_batch_tokens // config.context_tokens,
                                 base.lr_schedule().anchor_batch_tokens // base.context_tokens),
     }
-    if config.schedule != "constant":  # only a decaying schedule has an end that matters
+    if config.schedule != "constant" and not reshaped:  # only a decaying schedule has an end that matters
         resolved["schedule_tokens"] = (config.lr_schedule().steps.total_steps, base.lr_schedule().steps.total_steps)
     for name, (mine, base_value) in resolved.items():
         if mine != base_value:

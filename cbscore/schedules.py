@@ -10,6 +10,24 @@ steps: doubling the batch halves the warm-up in steps. It rises linearly from
 - ``wsd`` (warmup-stable-decay): ``lr`` until the last ``decay_fraction`` of the steps, then a
   linear decay to ``min_lr_ratio × lr`` (Hu et al. 2024, MiniCPM, arXiv 2404.06395).
 
+Cosine, with ``η_min = min_lr_ratio·lr`` and ``p`` the share of the post-warm-up steps done
+(Loshchilov & Hutter 2017, arXiv 1608.03983, eq. 5 with one cycle and no restart)::
+
+    η(p) = η_min + (lr − η_min)·(1 + cos(π·p)) / 2
+
+WSD with ``H = total_steps`` and ``k = round(decay_fraction·H)`` decay steps (Hägele et al. 2024,
+"Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations", arXiv 2405.18392,
+§3, linear cool-down)::
+
+    η(i) = lr                                            for W ≤ i < s = H − k    (stable)
+    η(i) = lr + (η_min − lr)·(i − s) / (H − 1 − s)        for s ≤ i < H             (decay)
+
+Only the decay depends on ``H``: a run trained straight to ``H`` and a run at ``lr`` whose
+checkpoint at step ``s`` is decayed over the next ``k`` steps take the same rates at every step
+(Hägele et al. 2024, §3: one stable run, a cool-down from any of its checkpoints).
+:func:`wsd_decay_start` gives ``s`` for a horizon and :func:`wsd_horizon` the horizon whose decay
+starts at a given step (:mod:`cbscore.decay`).
+
 Steps are counted from 0: update ``i`` (the ``i + 1``-th optimizer step) uses ``lr_at(i)``.
 
 In tokens. A run whose batch changes (a batch-size schedule) or that continues another run (a
@@ -34,6 +52,25 @@ SCHEDULES = ("constant", "cosine", "wsd")
 def warmup_steps(warmup_tokens: int, batch_tokens: int) -> int:
     """Optimizer steps of a warm-up of ``warmup_tokens`` tokens at ``batch_tokens`` tokens a step."""
     return math.ceil(warmup_tokens / batch_tokens)
+
+
+def wsd_decay_start(total_steps: int, decay_fraction: float, warmup_steps: int = 0) -> int:
+    """First step of a ``wsd`` run's decay: ``H − max(1, round(decay_fraction·H))``, never inside
+    the warm-up."""
+    return max(warmup_steps, total_steps - max(1, round(decay_fraction * total_steps)))
+
+
+def wsd_horizon(decay_start: int, decay_fraction: float, warmup_steps: int = 0) -> int | None:
+    """The horizon ``H`` (steps) of the ``wsd`` run whose decay starts at step ``decay_start``, the
+    smallest if several do; ``None`` if none does (a start inside the warm-up, or one that
+    rounding skips). With ``decay_fraction`` 0.2 every start from 4 steps on has one."""
+    if not 0 < decay_fraction < 1 or decay_start < max(1, warmup_steps):
+        return None
+    guess = int(decay_start / (1 - decay_fraction))
+    for horizon in range(max(decay_start + 1, guess - 2), guess + 4):
+        if wsd_decay_start(horizon, decay_fraction, warmup_steps) == decay_start:
+            return horizon
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,8 +107,7 @@ class LrSchedule:
             progress = min(1.0, (step - self.warmup_steps) / span)
             return floor + (self.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
         # wsd
-        decay_steps = max(1, round(self.decay_fraction * self.total_steps))
-        decay_start = max(self.warmup_steps, self.total_steps - decay_steps)
+        decay_start = wsd_decay_start(self.total_steps, self.decay_fraction, self.warmup_steps)
         if step < decay_start:
             return self.lr
         progress = min(1.0, (step - decay_start) / max(1, self.total_steps - 1 - decay_start))
