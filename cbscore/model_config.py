@@ -122,6 +122,12 @@ PRESETS: dict[str, Preset] = _presets(
     ("tiny-0.8M", 128, 4, 4, 128),  # N = 786,432 (the CPU throughput floor's shape)
     ("tiny-3.1M", 256, 4, 4, 128),  # N = 3,145,728
     ("tiny-6.3M", 256, 8, 8, 256),  # N = 6,291,456
+    # Equal N by width and by depth (the ablation-width-depth presets, issue 45): tiny-0.8M's N as
+    # 16 narrow layers or 1 wide one, tiny-6.3M's as 2 wide or 32 narrow ones.
+    ("tiny-deep-0.8M", 64, 16, 2, 128),  # N = 786,432
+    ("tiny-wide-0.8M", 256, 1, 4, 128),  # N = 786,432
+    ("tiny-wide-6.3M", 512, 2, 8, 256),  # N = 6,291,456
+    ("tiny-deep-6.3M", 128, 32, 4, 256),  # N = 6,291,456
     ("85M", 768, 12, 12, 512),  # N = 84,934,656
     ("151M", 1024, 12, 16, 512),  # N = 150,994,944
     ("302M", 1024, 24, 16, 512),  # N = 301,989,888

@@ -364,11 +364,17 @@ def describe_plan(spec, tokens_per_s: float | None = None, *, n_workers: int = 1
     lines.append(f"compute at fixed budgets (an upper bound): {_human(est.tokens)} tokens, {est.flops:.3g} FLOPs, "
                  f"{_duration(est.seconds)} on {workers}")
     lines.append(f"throughput per worker: {rate_note}")
-    lines.append("stopping at the target, pruning and step caps spend less: `cbs study status` reports both")
+    if spec.kind != "schedule":  # a schedule study's runs all train their whole horizon
+        lines.append("stopping at the target, pruning and step caps spend less: `cbs study status` reports both")
     if spec.kind == "local":  # base runs, then branches from their snapshots, one recipe (the base's)
         from workers.studies.local_study import describe_local
 
         lines.extend(describe_local(spec))
+    elif spec.kind == "schedule":  # stable runs, their decay branches and cosine runs, with their tokens
+        from cbscore.study.decay_plan import describe_decay
+
+        lines.extend(describe_decay(spec, _human))
+        lines.extend(describe_recipe(spec))
     else:
         lines.append(f"first wave: {len(first.start)} reference trials"
                      + (f" and {sum(a.count for a in first.ask)} Optuna asks" if first.ask else ""))

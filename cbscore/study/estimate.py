@@ -63,7 +63,7 @@ def estimate(spec: StudySpec, tokens_per_s: float | Mapping[str, float] | None =
     out = []
     total_seconds: float | None = 0.0
     for s in settings:
-        toks = grid_tokens(spec) if spec.kind == "local" else setting_grid_tokens(spec, s)  # local: one setting
+        toks = grid_tokens(spec) if spec.kind in ("local", "schedule") else setting_grid_tokens(spec, s)  # one setting
         rate = tokens_per_s.get(s.model) if isinstance(tokens_per_s, Mapping) else tokens_per_s
         secs = toks / rate if rate else None
         if secs is None:

@@ -4,7 +4,9 @@ A study is a set of *settings* ``(N, D)`` (a model preset and a token budget), e
 several batch sizes. The kinds follow the paper (Zhang et al. 2025, §3): ``chinchilla`` (N and D
 grow together at a tokens-per-parameter ratio), ``fixed_n`` (one model, several D), ``fixed_d``
 (several models, one D) and ``custom`` (any list of ``(model, D)``); ``local`` measures the CBS
-during one run by branching from its checkpoints (Merrill et al. 2025; :mod:`cbscore.study.local_spec`).
+during one run by branching from its checkpoints (Merrill et al. 2025; :mod:`cbscore.study.local_spec`);
+``schedule`` measures one setting's CBS under constant+EWA, cosine and WSD from the same stable runs
+and their decay branches (:mod:`cbscore.study.decay_spec`).
 
 The spec is a frozen dataclass; ``to_dict()``/``from_dict()`` is the wire format (JSON/YAML), and
 every check raises :class:`~cbscore.errors.ConfigError` naming the field and the value.
@@ -23,13 +25,14 @@ from typing import Any, Mapping
 import yaml
 
 from cbscore.errors import ConfigError
+from cbscore.study.decay_spec import DecaySpec, apply_decay
 from cbscore.study.local_spec import LocalSpec, apply_local, checkpoints
 # re-exported: the spec's parts are imported from here too
 from cbscore.study.spec_parts import (PAPER_LRS, SEARCH_KINDS, SearchSpec, Setting, SettingSpec,  # noqa: F401
                                       _positive_float, _positive_int, _search_from_dict, _setting_from_dict,
                                       format_tokens)
 
-KINDS = ("chinchilla", "fixed_n", "fixed_d", "custom", "local")
+KINDS = ("chinchilla", "fixed_n", "fixed_d", "custom", "local", "schedule")
 SCHEDULES = ("constant", "cosine", "wsd")
 GNS_CELLS = ("all", "reference")
 
@@ -44,7 +47,7 @@ class StudySpec:
     name: str
     """Study name: letters, digits, ``-`` and ``_``; one MLflow experiment per name."""
     kind: str = "custom"
-    """``chinchilla``, ``fixed_n``, ``fixed_d``, ``custom`` or ``local``."""
+    """``chinchilla``, ``fixed_n``, ``fixed_d``, ``custom``, ``local`` or ``schedule``."""
     models: tuple[str, ...] = ()
     """Model presets (``chinchilla``, ``fixed_d``: several; ``fixed_n``: exactly one)."""
     tokens: tuple[int, ...] = ()
@@ -183,6 +186,9 @@ class StudySpec:
     """``local`` studies: the base run's batch and rate, its checkpoints and the branches from each
     (:class:`~cbscore.study.local_spec.LocalSpec`; ``None`` = its defaults). A local study's
     ``batch_sizes`` and ``b_ref`` are derived from it (every ``k·B0``, and ``B0``)."""
+    decay: DecaySpec | None = None
+    """``schedule`` studies: the schedules measured, the decay and the horizons read
+    (:class:`~cbscore.study.decay_spec.DecaySpec`; ``None`` = its defaults)."""
     pinned_targets: Mapping[str, float] | None = None
     """Targets (held-out loss, nats per token) that settings had when the study was extended: the
     planner uses them instead of recomputing them from the reference cell, so trials that
@@ -213,6 +219,10 @@ class StudySpec:
             apply_local(self)
         elif self.local is not None:
             raise ConfigError("local", self.local, f"applies to kind local only, not {self.kind}")
+        if self.kind == "schedule":
+            apply_decay(self)
+        elif self.decay is not None:
+            raise ConfigError("decay", self.decay, f"applies to kind schedule only, not {self.kind}")
 
         if not self.batch_sizes:
             raise ConfigError("batch_sizes", list(self.batch_sizes), "must list at least one batch size")
@@ -377,6 +387,9 @@ class StudySpec:
             _positive_int("tokens", self.tokens[0])
             checkpoints(self.local, total_tokens=self.tokens[0], context_tokens=self.context_tokens)  # each on a step
             return
+        if self.kind == "schedule":
+            _positive_int("tokens", self.tokens[0])
+            return
         if self.kind == "fixed_n" and len(self.models) != 1:
             raise ConfigError("models", list(self.models), "a fixed_n study takes exactly one model")
         if self.kind in ("fixed_n", "fixed_d"):
@@ -415,7 +428,7 @@ class StudySpec:
             pairs = list(zip(self.models, self.tokens))
         elif self.kind == "chinchilla":
             pairs = [(m, int(round(self.tokens_per_param * model_info(m, self.context_tokens, self._vocab_size())[0]))) for m in self.models]
-        elif self.kind in ("fixed_n", "local"):
+        elif self.kind in ("fixed_n", "local", "schedule"):
             pairs = [(self.models[0], t) for t in self.tokens]
         else:
             pairs = [(m, self.tokens[0]) for m in self.models]
@@ -452,6 +465,7 @@ class StudySpec:
         d["target_losses"] = None if self.target_losses is None else dict(self.target_losses)
         d["pinned_targets"] = None if self.pinned_targets is None else dict(self.pinned_targets)
         d["local"] = None if self.local is None else self.local.to_dict()
+        d["decay"] = None if self.decay is None else self.decay.to_dict()
         return d
 
     @classmethod

@@ -32,6 +32,11 @@ def check_spec(spec: StudySpec, *, force: bool = False) -> None:
 
         _check_store_holds(spec, *largest_trial(spec))
         return
+    if spec.kind == "schedule":  # stable runs, decay branches and cosine runs: every config built
+        from workers.studies.decay_study import largest_trial as largest_schedule_trial
+
+        _check_store_holds(spec, *largest_schedule_trial(spec))
+        return
     # Build every cell's TrainConfig once: a batch size the budget cannot hold, a bad data
     # setting, ... fail here with the trainer's own message, not in a worker hours later.
     largest = (0, "", 0)  # (tokens one trial reads, setting id, batch size)

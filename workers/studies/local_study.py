@@ -56,14 +56,29 @@ def local_snapshots(spec: StudySpec, records: Sequence[TrialRecord]) -> LocalSna
 
 
 def host_paths(study: str, train_config: Mapping) -> dict:
-    """``snapshot_dir`` / ``branch_from`` of a local study's trial on this host (empty for others)."""
+    """``snapshot_dir`` / ``branch_from`` of a local or schedule study's trial on this host (empty
+    for others): the part of the path below ``<study>/snapshots/`` kept under this host's root (a
+    local study's ``s<seed>``, a schedule study's ``b<B>.lr<lr>.s<seed>``, :mod:`workers.studies.decay_study`)."""
     out: dict = {}
     seed = int(train_config.get("seed", 0))
     if train_config.get("snapshot_dir"):
-        out["snapshot_dir"] = snapshot_dir(study, seed)
+        out["snapshot_dir"] = _rerooted(study, train_config["snapshot_dir"]) or snapshot_dir(study, seed)
     if train_config.get("branch_from") and train_config.get("branch_tokens") is not None:
-        out["branch_from"] = str(snapshot_path(snapshot_dir(study, seed), int(train_config["branch_tokens"])))
+        out["branch_from"] = (_rerooted(study, train_config["branch_from"])
+                              or str(snapshot_path(snapshot_dir(study, seed), int(train_config["branch_tokens"]))))
     return out
+
+
+def _rerooted(study: str, path) -> str | None:
+    """``path``'s part below ``<study>/snapshots/`` under this host's :func:`study_artifacts`, or
+    ``None`` where it has no such part (or one that climbs out with ``..``)."""
+    parts = Path(str(path)).parts
+    for i in range(len(parts) - 2):
+        if parts[i] == study and parts[i + 1] == "snapshots":
+            tail = parts[i + 2:]
+            if tail and ".." not in tail and "." not in tail:
+                return str(study_artifacts(study).joinpath("snapshots", *tail))
+    return None
 
 
 def largest_trial(spec: StudySpec) -> tuple[int, str, int]:

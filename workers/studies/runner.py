@@ -233,6 +233,10 @@ class Runner:
             from workers.studies.local_study import local_snapshots
 
             snapshots = local_snapshots(spec, records)
+        elif spec.kind == "schedule":  # which stable-run snapshots exist, likewise
+            from workers.studies.decay_study import decay_snapshots
+
+            snapshots = decay_snapshots(spec, records)
         p = plan(spec, records, now, snapshots=snapshots, stale_after_s=s.stale_after_s, max_attempts=s.max_attempts)
 
         stale_before = now - s.stale_after_s

@@ -68,7 +68,8 @@ def test_settings_of_each_kind():
 
 def test_presets_load_and_paper_budgets_match_design():
     assert set(PRESET_NAMES) == {"demo", "local-demo", "reproduce", "reproduce-gpu", "paper-chinchilla", "paper-fixed-n",
-                                 "paper-fixed-d"}
+                                 "paper-fixed-d", "ablation-schedule", "ablation-schedule-gpu", "ablation-context",
+                                 "ablation-context-gpu", "ablation-width-depth", "ablation-width-depth-gpu"}
     for name in PRESET_NAMES:
         assert load_preset(name).name == name
     chin = load_preset("paper-chinchilla")

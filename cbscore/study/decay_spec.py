@@ -1,0 +1,128 @@
+"""The ``schedule`` study kind's own fields: which schedules, the decay, and the horizons read.
+
+A ``schedule`` study measures the CBS of one setting under several learning-rate schedules from
+the same runs (issue 45; :mod:`cbscore.decay`):
+
+- ``constant_ewa``: the paper's constant rate with the EWA read-out (Zhang et al. 2025, §3.1),
+  read off the *stable runs*' evaluation histories;
+- ``wsd``: warmup-stable-decay (Hu et al. 2024, arXiv 2404.06395), read off *decay branches* from
+  the stable runs' snapshots: the loss at horizon ``H`` after a linear decay over the last
+  ``decay_fraction·H`` steps to ``min_lr_ratio·lr`` (Hägele et al. 2024, arXiv 2405.18392, §3);
+- ``cosine``: half a cosine to ``min_lr_ratio·lr`` at the run's end (Loshchilov & Hutter 2017,
+  arXiv 1608.03983), read off a *family* of runs, one per horizon (a cosine shares no steps across
+  horizons, so it costs a run per horizon).
+
+Each cell ``(B, lr, seed)`` gets one stable run to the largest horizon; horizons are a geometric
+grid in tokens, ``D·horizon_low`` to ``D·horizon_high``, ``wsd_ratio`` apart for the decay branches
+and ``cosine_ratio`` apart for the cosine family, both holding D (the target's horizon). The
+study's own fields give the rest: its one model and token budget D, ``batch_sizes``, ``b_ref``,
+the grid of ``search.lrs``, ``seeds``, warm-up and recipe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from cbscore.errors import ConfigError
+
+SCHEDULE_NAMES = ("constant_ewa", "cosine", "wsd")
+
+
+def _number(name: str, value: Any, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (lo < value <= hi):
+        raise ConfigError(f"decay.{name}", value, f"must be a number in ({lo:g}, {hi:g}]")
+    return float(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecaySpec:
+    """Schedules and horizons of a ``schedule`` study (the study's ``decay:`` mapping)."""
+
+    schedules: tuple[str, ...] = SCHEDULE_NAMES
+    """Schedules measured, from ``constant_ewa``, ``cosine`` and ``wsd``."""
+    decay_fraction: float = 0.2
+    """``wsd``: share of a horizon's steps spent in the final linear decay (Hägele et al. 2024 found
+    10-20% enough to match cosine)."""
+    min_lr_ratio: float = 0.1
+    """The floor of ``wsd`` and ``cosine``, a fraction of the peak rate."""
+    horizon_low: float = 0.5
+    """Shortest horizon as a multiple of D (a decay must start after the warm-up)."""
+    horizon_high: float = 3.0
+    """Longest horizon (the stable runs' length) as a multiple of D; a cell that reaches the target
+    at none is censored there."""
+    wsd_ratio: float = math.sqrt(2)
+    """Ratio between consecutive decay-branch horizons (finer: a closer bracket, more branches)."""
+    cosine_ratio: float = 2.0
+    """Ratio between consecutive cosine runs' horizons (each a whole run)."""
+
+    def __post_init__(self) -> None:
+        value = self.schedules
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise ConfigError("decay.schedules", value, "must be a list")
+        object.__setattr__(self, "schedules", tuple(value))
+        if not self.schedules:
+            raise ConfigError("decay.schedules", [], f"must list one schedule at least ({', '.join(SCHEDULE_NAMES)})")
+        for name in self.schedules:
+            if name not in SCHEDULE_NAMES:
+                raise ConfigError("decay.schedules", name, f"must be one of {', '.join(SCHEDULE_NAMES)}")
+        if len(set(self.schedules)) != len(self.schedules):
+            raise ConfigError("decay.schedules", list(self.schedules), "must not repeat a schedule")
+        _number("decay_fraction", self.decay_fraction, 0, 0.5)
+        if isinstance(self.min_lr_ratio, bool) or not isinstance(self.min_lr_ratio, (int, float)) \
+                or not 0 <= self.min_lr_ratio < 1:
+            raise ConfigError("decay.min_lr_ratio", self.min_lr_ratio, "must be a number in [0, 1)")
+        _number("horizon_low", self.horizon_low, 0, 1)
+        _number("horizon_high", self.horizon_high, 0, 16)
+        if self.horizon_high < 1:
+            raise ConfigError("decay.horizon_high", self.horizon_high, "must be at least 1 (D is a horizon)")
+        _number("wsd_ratio", self.wsd_ratio, 1, 4)
+        _number("cosine_ratio", self.cosine_ratio, 1, 4)
+        if self.wsd_ratio == 1 or self.cosine_ratio == 1:
+            raise ConfigError("decay.wsd_ratio" if self.wsd_ratio == 1 else "decay.cosine_ratio", 1,
+                              "must be above 1")
+
+    @property
+    def needs_stable_runs(self) -> bool:
+        """``constant_ewa`` and ``wsd`` read the stable runs."""
+        return "constant_ewa" in self.schedules or "wsd" in self.schedules
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["schedules"] = list(self.schedules)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "DecaySpec":
+        if not isinstance(data, Mapping):
+            raise ConfigError("decay", data, "must be a mapping of fields")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"decay.{unknown[0]}", data[unknown[0]],
+                              f"is not a decay field (known: {', '.join(sorted(known))})")
+        return cls(**dict(data))
+
+
+def apply_decay(spec) -> None:
+    """A ``schedule`` study's checks and defaults (called from ``StudySpec.__post_init__``)."""
+    decay = spec.decay
+    if decay is None:
+        decay = DecaySpec()
+    elif isinstance(decay, Mapping):
+        decay = DecaySpec.from_dict(decay)
+    elif not isinstance(decay, DecaySpec):
+        raise ConfigError("decay", decay, "must be a mapping of fields")
+    object.__setattr__(spec, "decay", decay)
+    if len(tuple(spec.models)) != 1:
+        raise ConfigError("models", list(spec.models), "a schedule study takes exactly one model")
+    if len(tuple(spec.tokens)) != 1:
+        raise ConfigError("tokens", list(spec.tokens), "a schedule study takes exactly one token budget D")
+    if spec.schedule != "constant":
+        raise ConfigError("schedule", spec.schedule, "must be constant in a schedule study (decay.schedules names "
+                                                     "the schedules measured; the stable runs are constant)")
+    if spec.search.kind != "grid":
+        raise ConfigError("search.kind", spec.search.kind, "must be grid in a schedule study (every rate is run "
+                                                           "under every schedule)")

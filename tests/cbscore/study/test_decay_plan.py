@@ -1,0 +1,96 @@
+"""The ``schedule`` study kind (cbscore.study.decay_spec, cbscore.study.decay_plan): its spec, its
+fixed list of stable runs, decay branches and cosine runs, what starts when, and what it costs.
+
+Spec: tiny-0.1M, D = 8,192 tokens of 32 (256 steps at B = 1), B = 1 and 2, one rate, one seed,
+warm-up 10% (820 tokens: 26 steps at B = 1), horizons D/2 … 2D: √2 apart for WSD, 2× for cosine.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cbscore.errors import ConfigError
+from cbscore.study import StudySpec, grid_tokens, grid_trials, load_preset, plan
+from cbscore.study.decay_plan import (DecaySnapshots, decay_trial_id, schedule_cost, stable_trial_id, wsd_grid,
+                                      cosine_grid)
+from cbscore.study.trials import TrialRecord
+
+
+def spec(**decay) -> StudySpec:
+    return StudySpec.from_dict({
+        "name": "sched", "kind": "schedule", "models": ["tiny-0.1M"], "tokens": [8192], "batch_sizes": [1, 2],
+        "b_ref": 1, "context_tokens": 32, "warmup_fraction": 0.1, "search": {"kind": "grid", "lrs": [0.01]},
+        "seeds": [0], "decay": {"horizon_low": 0.5, "horizon_high": 2.0, **decay}})
+
+
+def test_the_horizons_are_a_token_grid_read_in_each_batch_size_steps():
+    s = spec()
+    # D/2·√2^j up to 2D in tokens, at B = 1 (32 tokens a step): 128, 181, 256, 362, 512 steps
+    assert [p.horizon_steps for p in wsd_grid(s, 1)] == [128, 181, 256, 362, 512]
+    assert [p.branch_step for p in wsd_grid(s, 1)] == [102, 145, 205, 290, 410]
+    assert [p.horizon_steps for p in wsd_grid(s, 2)] == [64, 91, 128, 181, 256]
+    assert cosine_grid(s, 1) == (128, 256, 512)
+
+
+def test_the_cost_counts_stable_runs_decay_branches_and_cosine_runs():
+    s = spec()
+    cost = schedule_cost(s)
+    # the stable run reads its longest horizon; each branch its decay; each cosine run its horizon
+    assert cost.stable_tokens == 512 * 32 + 256 * 64
+    assert cost.decay_tokens == (26 + 36 + 51 + 72 + 102) * 32 + (13 + 18 + 26 + 36 + 51) * 64
+    assert cost.cosine_tokens == (128 + 256 + 512) * 32 + (64 + 128 + 256) * 64
+    assert cost.trials == 2 * (1 + 5 + 3)
+    assert grid_tokens(s) == cost.total_tokens and grid_trials(s) == cost.trials
+    only_wsd = spec(schedules=["wsd"])
+    assert schedule_cost(only_wsd).cosine_tokens == 0 and schedule_cost(only_wsd).trials == 2 * 6
+
+
+def test_decay_branches_start_once_their_snapshot_exists():
+    s = spec(schedules=["constant_ewa", "wsd"])
+    sid = stable_trial_id(s, 1, 0.01, 0)
+    folders = {sid: "/snap/b1", stable_trial_id(s, 2, 0.01, 0): "/snap/b2"}
+    first = plan(s, [], 0.0, snapshots=DecaySnapshots(folders=folders))
+    assert sorted(t.trial_id for t in first.start) == sorted(folders)
+    stable = first.start[0]
+    assert stable.train_config["schedule"] == "constant"
+    assert stable.train_config["snapshot_tokens"] == [p.branch_step * 32 for p in wsd_grid(s, 1)]
+    running = TrialRecord.from_dict({**_record(sid, "running"), "tokens": 205 * 32})
+    ready = DecaySnapshots(folders=folders, ready={sid: frozenset({102 * 32, 145 * 32})})
+    second = plan(s, [running], 0.0, snapshots=ready)
+    started = {t.trial_id: t for t in second.start}
+    assert set(started) == {decay_trial_id(s, 1, 0.01, 0, 128), decay_trial_id(s, 1, 0.01, 0, 181),
+                            stable_trial_id(s, 2, 0.01, 0)}
+    branch = started[decay_trial_id(s, 1, 0.01, 0, 128)].train_config
+    assert (branch["schedule"], branch["branch_step"], branch["max_tokens"], branch["schedule_tokens"]) == (
+        "wsd", 102, 128 * 32, 128 * 32)
+    assert branch["branch_from"].startswith("/snap/b1/") and not second.done
+
+
+def test_a_stable_run_that_ended_early_blocks_its_later_branches():
+    s = spec(schedules=["wsd"])
+    sid = stable_trial_id(s, 1, 0.01, 0)
+    failed = TrialRecord.from_dict(_record(sid, "failed"))
+    p = plan(s, [failed], 0.0, snapshots=DecaySnapshots(folders={sid: "/snap/b1"}))
+    assert any(e.startswith(f"decay branch {decay_trial_id(s, 1, 0.01, 0, 128)}") for e in p.errors)
+
+
+def test_bad_decay_fields_are_refused_naming_the_field():
+    with pytest.raises(ConfigError, match="decay.schedules"):
+        spec(schedules=["linear"])
+    with pytest.raises(ConfigError, match="decay.horizon_high"):
+        spec(horizon_high=0.5)
+    with pytest.raises(ConfigError, match="decay"):
+        StudySpec.from_dict({"name": "x", "kind": "custom", "settings": [{"model": "tiny-0.1M", "tokens": 1000}],
+                             "batch_sizes": [4], "b_ref": 4, "decay": {"schedules": ["wsd"]}})
+
+
+def test_the_ablation_schedule_preset_round_trips_and_measures_three_schedules():
+    s = load_preset("ablation-schedule")
+    assert StudySpec.from_dict(s.to_dict()) == s
+    assert s.decay.schedules == ("constant_ewa", "cosine", "wsd")
+    assert schedule_cost(s).decay_tokens > 0 and schedule_cost(s).cosine_tokens > 0
+
+
+def _record(trial_id: str, status: str) -> dict:
+    return {"trial_id": trial_id, "setting_id": "tiny-0.1M_D8.192K", "cell_id": "c", "role": "stable",
+            "batch_size": 1, "lr": 0.01, "seed": 0, "status": status, "run_id": "r", "attempt": 1}
