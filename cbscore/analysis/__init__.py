@@ -100,8 +100,10 @@ from cbscore.analysis._steps_fit import MIN_BATCH_SIZES, StepsFit, fit_steps
 from cbscore.analysis._table import TableAnalysis, analyze_table
 from cbscore.analysis._target import EvalHistory, ReferenceTarget, reference_target, target_draws
 from cbscore.analysis._trial import OUTCOMES, TrialSteps, trial_steps
+from cbscore.analysis._wsd_fit import EsFit, WsdEsAnalysis, fit_wsd_es
 
 __all__ = [
+    "EsFit", "WsdEsAnalysis", "fit_wsd_es",
     "DoublingRatio",
     "LackOfFit",
     "LawShape",

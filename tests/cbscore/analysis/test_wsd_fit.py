@@ -1,0 +1,45 @@
+"""The E(S) fits of cbscore.analysis._wsd_fit on curves with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from cbscore.analysis._wsd_fit import fit_wsd_es, quadratic_e
+from cbscore.errors import ConfigError
+
+
+def test_a_classical_curve_gives_back_b_noise_and_prefers_the_classical_form():
+    # S(B) = 100 + 3000/B: S_min = 100, E_min = 3000 sequences, B_noise = 30
+    b = np.array([4, 8, 16, 32, 64, 128, 256], dtype=float)
+    s = 100 + 3000 / b
+    fit = fit_wsd_es(b, s)
+    assert fit.classical.params["s_min"] == pytest.approx(100, rel=1e-6)
+    assert fit.b_noise == pytest.approx(30, rel=1e-6)
+    assert fit.classical.rss < 1e-12 and fit.better == "classical"
+
+
+def test_a_quadratic_curve_gives_back_b_opt_and_b_min():
+    # E(S) = 0.05·(S − 200)² + 4000: E_min = 4000 at S_opt = 200, so B_opt = 20;
+    # E/S is least at S* = √(200² + 4000/0.05) = √120000, B_min = 2·0.05·(S* − 200)
+    s = np.array([120, 150, 180, 200, 230, 280, 340, 400], dtype=float)
+    e = quadratic_e(s, 0.05, 200, 4000)
+    fit = fit_wsd_es(e / s, s)
+    assert fit.quadratic.params["s_opt"] == pytest.approx(200, rel=1e-4)
+    assert fit.b_opt == pytest.approx(20, rel=1e-4)
+    assert fit.b_min == pytest.approx(0.1 * (math.sqrt(120000) - 200), rel=1e-4)
+    assert min(e / s) >= fit.b_min * (1 - 1e-9)  # no measured batch below B_min
+    assert fit.better == "quadratic" and fit.quadratic.loo_rmse < fit.classical.loo_rmse
+
+
+def test_four_points_leave_the_comparison_undecided():
+    b = np.array([4, 8, 16, 32], dtype=float)
+    fit = fit_wsd_es(b, 100 + 3000 / b)
+    assert fit.better == "undecided" and "AICc" in fit.reason and fit.b_noise == pytest.approx(30, rel=1e-6)
+
+
+def test_bad_points_are_refused():
+    with pytest.raises(ConfigError, match="points"):
+        fit_wsd_es([4, 8], [10, -1])
