@@ -470,6 +470,13 @@ def run_fit(args: argparse.Namespace) -> int:
         out = local_fit(args.name)
         print(json.dumps(out, indent=2, allow_nan=False) if args.json else format_local(out))
         return 0
+    if api.study_spec(args.name).kind == "schedule":  # S(B) and B* per schedule, and WSD's E(S)
+        from cbscore.study.decay_readout import format_schedule
+        from workers.studies.schedule_fit import schedule_fit
+
+        out = schedule_fit(args.name, bootstrap=args.bootstrap, seed=args.seed)
+        print(json.dumps(out, indent=2, allow_nan=False) if args.json else format_schedule(out))
+        return 0
     analysis = api.study_fit(args.name, bootstrap=args.bootstrap, seed=args.seed)
     # the noise-scale forecast of each setting and its calibration against this fit (issue 14)
     forecast = api.study_forecast(args.name, analysis=analysis, bootstrap=args.bootstrap, seed=args.seed)
@@ -505,7 +512,12 @@ def run_export(args: argparse.Namespace) -> int:
 
     from workers.query import api
 
-    rows = api.study_table(args.name)
+    if api.study_spec(args.name).kind == "schedule":  # one steps table per schedule, in one CSV
+        from workers.studies.schedule_fit import schedule_table
+
+        rows = schedule_table(args.name)
+    else:
+        rows = api.study_table(args.name)
     columns = api.TABLE_COLUMNS if args.all_columns else api.FIT_COLUMNS
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")

@@ -1,0 +1,47 @@
+"""The readout of a ``schedule`` study from MLflow: ``cbs study fit NAME`` and ``cbs study export
+NAME`` for ``kind: schedule`` (:func:`cbscore.study.decay_readout.schedule_readout`: each
+schedule's target, steps table, S(B), B_noise and B*, and WSD's E(S) fits). Everything is
+recomputed from MLflow alone: the stable runs' EWA histories and every decayed run's final
+raw-weights loss."""
+
+from __future__ import annotations
+
+from cbscore.study import StudySpec
+
+
+def schedule_records(name: str):
+    """``(spec, records with evaluation histories)`` of study ``name`` (a schedule study)."""
+    from cbscore.errors import ConfigError
+    from workers.infra.settings import WorkerSettings
+    from workers.studies.ledger import Ledger
+    from workers.studies.records import build_records, in_spec
+    from workers.tracking import Tracker
+
+    s = WorkerSettings.from_env()
+    tracker = Tracker(s.tracking_uri, s.artifact_root)
+    parent = tracker.study_run(name)
+    if parent is None:
+        raise ConfigError("name", name, "names no study")
+    spec = StudySpec.from_dict(tracker.study_spec(parent))
+    if spec.kind != "schedule":
+        raise ConfigError("name", name, f"names a {spec.kind} study, not a schedule one")
+    runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
+    records = in_spec(spec, build_records(runs, Ledger(s.ledger_url).leases(name), tracker, with_history=True))
+    return spec, records
+
+
+def schedule_fit(name: str, *, bootstrap: int = 1000, seed: int = 0) -> dict:
+    from cbscore.study.decay_readout import schedule_readout
+
+    spec, records = schedule_records(name)
+    return schedule_readout(spec, records, bootstrap=bootstrap, seed=seed)
+
+
+def schedule_table(name: str) -> list[dict]:
+    """Every schedule's steps table in one (``setting`` = ``{setting}.{schedule}``): the CSV ``cbs fit`` reads."""
+    from cbscore.study.decay_readout import schedule_rows, schedule_targets
+
+    spec, records = schedule_records(name)
+    targets, _ = schedule_targets(spec, records)
+    rows = schedule_rows(spec, records, targets)
+    return [r for schedule in spec.decay.schedules for r in rows.get(schedule, [])]
