@@ -63,4 +63,12 @@ def test_a_schedule_study_runs_its_decay_branches_from_the_stable_runs_and_fits_
     assert cbs_main(["study", "export", name, "-o", str(out)]) == 0
     rows = list(csv.DictReader(io.StringIO(out.read_text())))
     assert {r["setting"] for r in rows} == {f"tiny-0.1M_D2.048K.{s}" for s in ("constant_ewa", "cosine", "wsd")}
+    # cbs fit on the exported table gives each schedule's B* as the study's fit did
+    capsys.readouterr()
+    assert cbs_main(["fit", str(out), "--b-ref", "4", "--bootstrap", "50", "--json"]) == 0
+    table_fit = {s["setting"]: s for s in json.loads(capsys.readouterr().out)["settings"]}
+    for schedule, entry in fit["schedules"].items():
+        again = table_fit[f"tiny-0.1M_D2.048K.{schedule}"]
+        assert again["steps"] == [p["steps"] for p in entry["points"]]
+        assert again["cbs"] == (None if entry["fit"] is None else entry["fit"]["cbs"])
     assert delete_study_artifacts(name)
