@@ -120,7 +120,7 @@ def apply_decay(spec) -> None:
         raise ConfigError("models", list(spec.models), "a schedule study takes exactly one model")
     if len(tuple(spec.tokens)) != 1:
         raise ConfigError("tokens", list(spec.tokens), "a schedule study takes exactly one token budget D")
-    if spec.schedule != "constant":
+    if spec.schedule not in ("constant", "constant_ewa"):
         raise ConfigError("schedule", spec.schedule, "must be constant in a schedule study (decay.schedules names "
                                                      "the schedules measured; the stable runs are constant)")
     if spec.search.kind != "grid":

@@ -116,7 +116,10 @@ class StudySpec:
     warmup_fraction: float = 0.25
     """Warm-up length as a fraction of D, fixed in tokens across batch sizes (paper: 25%)."""
     schedule: str = "constant"
-    """Learning-rate schedule after warm-up: ``constant`` (paper), ``cosine`` or ``wsd``."""
+    """Learning-rate schedule after warm-up: ``constant`` (paper; ``constant_ewa`` is the same), ``cosine``
+    or ``wsd``. Under ``cosine`` and ``wsd`` every trial decays at its own budget, so its steps to
+    target mix the horizon with the batch size: a ``schedule`` study measures them from decay
+    branches instead (:mod:`cbscore.study.decay_spec`)."""
     beta1: float = 0.95
     """AdamW β1 (paper: 0.95)."""
     recipe: str = "fixed"
@@ -266,8 +269,10 @@ class StudySpec:
             raise ConfigError("equal_token_margin", self.equal_token_margin, "must be a number in (0, 10] (nats)")
         if not (isinstance(self.warmup_fraction, (int, float)) and 0 <= self.warmup_fraction < 1):
             raise ConfigError("warmup_fraction", self.warmup_fraction, "must be in [0, 1)")
+        if self.schedule == "constant_ewa":  # the name a schedule study's decay.schedules gives it
+            object.__setattr__(self, "schedule", "constant")
         if self.schedule not in SCHEDULES:
-            raise ConfigError("schedule", self.schedule, f"must be one of {', '.join(SCHEDULES)}")
+            raise ConfigError("schedule", self.schedule, f"must be one of {', '.join(SCHEDULES)} (or constant_ewa)")
         if not (isinstance(self.beta1, (int, float)) and 0 <= self.beta1 < 1):
             raise ConfigError("beta1", self.beta1, "must be in [0, 1)")
         if self.beta2 is not None and not (isinstance(self.beta2, (int, float)) and 0 <= self.beta2 < 1):

@@ -94,3 +94,11 @@ def test_the_ablation_schedule_preset_round_trips_and_measures_three_schedules()
 def _record(trial_id: str, status: str) -> dict:
     return {"trial_id": trial_id, "setting_id": "tiny-0.1M_D8.192K", "cell_id": "c", "role": "stable",
             "batch_size": 1, "lr": 0.01, "seed": 0, "status": status, "run_id": "r", "attempt": 1}
+
+
+def test_constant_ewa_names_the_constant_schedule_of_any_study():
+    custom = StudySpec.from_dict({"name": "x", "kind": "custom", "settings": [{"model": "tiny-0.1M", "tokens": 1000}],
+                                  "batch_sizes": [4], "b_ref": 4, "schedule": "constant_ewa"})
+    assert custom.schedule == "constant" and spec().schedule == "constant"
+    with pytest.raises(ConfigError, match="^schedule: "):
+        StudySpec.from_dict({**spec().to_dict(), "schedule": "wsd"})  # a schedule study's stable runs are constant
