@@ -7,6 +7,8 @@
     python benchmarks/simulation_tables.py far [--write] [--fraction F]   # stop_far_rates off and on, both curve models
     python benchmarks/simulation_tables.py prior [--write]   # search.lr_prior off and on, truth at the grid middle or the prior
     python benchmarks/simulation_tables.py margin [--write]  # budget_margin 0.25 against the paper presets' 0.5
+    python benchmarks/simulation_tables.py chained --part zero|lab|high [--preset P] [--seeds N] [--write]
+                                                             # the chained bracket against the grid (issue 40)
 
 Each run is ``cbs study simulate PRESET --truth paper --noise σ --seeds N`` (in-process, the same
 code); ``--write`` stores its JSON and text report under the results folder, as the READMEs there
@@ -211,14 +213,91 @@ def margin_table(write: bool) -> None:
                       flush=True)
 
 
+#: σ = 0 judges of structural bias (issue 40, criterion 1): ``(name, γ, peak, truth shape, k)``:
+#: η*(B) ∝ B^γ, or √B up to 4·B_ref and B^-0.3 past it (Li et al. 2024, arXiv 2405.14578); a knee
+#: that moves with D (``--truth-shape knee:0.3``); a learning-rate curvature k of 0.3 (the lab's 0.198).
+CHAINED_LAWS = (("sqrt", 0.5, None, None, None), ("0.3", 0.3, None, None, None), ("0.7", 0.7, None, None, None),
+                ("peak", 0.5, "peak", None, None), ("sqrt-knee", 0.5, None, "knee:0.3", None),
+                ("sqrt-k0.3", 0.5, None, None, 0.3))
+
+
+def run_search(preset: str, kind: str, config, seeds: int, shape: str | None = None) -> dict:
+    """One ``cbs study simulate`` of ``preset`` with its search as given (``grid``) or ``chained``."""
+    from cbscore.study import simulate as sim
+    from cbscore.study.presets import load_preset
+
+    spec = load_preset(preset)
+    if kind != spec.search.kind:
+        spec = spec.replace(search=dataclasses.replace(spec.search, kind=kind, lr_prior=None,
+                                                       predict=False if kind == "chained" else spec.search.predict))
+    truth = sim.paper_truth(spec)
+    if shape is not None:
+        truth = sim.apply_truth_shape(truth, spec, shape)
+    return sim.simulate(spec, truth, config, seeds=seeds).to_json_dict()
+
+
+def chained_table(write: bool, part: str, presets: tuple[str, ...], seeds: int,
+                  kinds: tuple[str, ...] = ("chained", "grid"), laws: tuple[str, ...] = ("sqrt", "peak")) -> None:
+    """The chained bracket against the grid (issue 40): ``zero`` (σ = 0, the lab's learning-rate
+    curvature, every law of :data:`CHAINED_LAWS`, one seed), ``lab`` (the lab's calibrated noise,
+    ``seeds`` studies) or ``high`` (σ = 0.25 per trial beside the lab's seed parts, 50 studies)."""
+    import time
+
+    from cbscore.study.sim_trials import LAB_NOISE, SimConfig
+
+    folder = ROOT / "docs/results/cheaper-search/chained"
+    print("| preset | search | noise | η*(B) law / truth shape | seeds | study/oracle (median) | RMSE ln B* study / grid "
+          "| precision-adjusted | median B* vs truth (range over settings) | criteria 1 / 2 / 3 | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for preset in presets:
+        for kind in kinds:
+            if part == "zero":
+                cases = [(f"noise0-{name}", SimConfig(noise_sigma=0.0, lr_penalty=k or LAB_NOISE["lr_penalty"],
+                                                      lr_optimum_exponent=gamma,
+                                                      lr_peak_batch=None if peak is None else 4 * 256), 1, shape, name)
+                         for name, gamma, peak, shape, k in CHAINED_LAWS]
+            elif part == "lab":
+                cases = [c for c in ((f"lab-{seeds}seeds", SimConfig(**LAB_NOISE), seeds, None, "sqrt"),
+                                     (f"lab-peak-{seeds}seeds", SimConfig(**LAB_NOISE, lr_peak_batch=4 * 256), seeds,
+                                      None, "peak")) if c[-1] in laws]
+            else:
+                cases = [("noise0.25-50seeds", SimConfig(**{**LAB_NOISE, "noise_sigma": 0.25}), 50, None, "sqrt")]
+            for stem, config, n, shape, law in cases:
+                t0 = time.perf_counter()
+                d = run_search(preset, kind, config, n, shape)
+                wall = time.perf_counter() - t0
+                if write:
+                    _keep(folder, f"{preset}-{kind}-{stem}", d)
+                s = d["settings"]
+                rmse = tuple(sum((x[k] or 0.0) ** 2 for x in s) ** 0.5 for k in ("rmse_ln_cbs_study", "rmse_ln_cbs_grid"))
+                adj = d.get("precision_adjusted_to_oracle")
+                crit = " / ".join("—" if d.get(k) is None else ("met" if d[k] else "NOT") for k in
+                                  ("criterion_structural_bias", "criterion_median_bias", "criterion_precision"))
+                noise = "0" if part == "zero" else "lab" if part == "lab" else "lab + σ 0.25"
+                print(f"| {preset} | {kind} | {noise} | {law} | {n} | "
+                      f"{d['ratio_to_oracle_median']:.2f}× | {rmse[0]:.3f} / {rmse[1]:.3f} | "
+                      f"{'—' if adj is None else f'{adj:.2f}×'} | {_bias(d)} | {crit} | {wall:.0f} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("table", choices=("paper", "order", "far", "prior", "margin"))
+    ap.add_argument("table", choices=("paper", "order", "far", "prior", "margin", "chained"))
+    ap.add_argument("--part", choices=("zero", "lab", "high"), default="lab",
+                    help="chained: σ = 0 under every η* law, the lab's noise, or σ = 0.25 beside it")
+    ap.add_argument("--preset", action="append", default=None, help="chained: only these presets (repeatable)")
+    ap.add_argument("--seeds", type=int, default=200, help="chained --part lab: simulated studies")
+    ap.add_argument("--kind", action="append", choices=("chained", "grid"), default=None,
+                    help="chained: only these search kinds (repeatable)")
+    ap.add_argument("--law", action="append", choices=("sqrt", "peak"), default=None,
+                    help="chained --part lab: only these η* laws (repeatable)")
     ap.add_argument("--write", action="store_true", help="store each run's JSON and text report")
     ap.add_argument("--fraction", type=float, default=None,
                     help="far: far_rate_fraction instead of the spec's default (nothing is written)")
     args = ap.parse_args(argv)
-    if args.table == "far":
+    if args.table == "chained":
+        chained_table(args.write, args.part, tuple(args.preset or PRESETS), args.seeds,
+                      tuple(args.kind or ("chained", "grid")), tuple(args.law or ("sqrt", "peak")))
+    elif args.table == "far":
         far_table(args.write, args.fraction)
     else:
         {"paper": paper_table, "order": order_table, "prior": prior_table, "margin": margin_table}[args.table](args.write)

@@ -378,6 +378,10 @@ def describe_plan(spec, tokens_per_s: float | None = None, *, n_workers: int = 1
     else:
         lines.append(f"first wave: {len(first.start)} reference trials"
                      + (f" and {sum(a.count for a in first.ask)} Optuna asks" if first.ask else ""))
+        if spec.search.kind == "chained":  # which rates each cell runs, and when (issue 40)
+            from cbscore.study.chained import describe_chained
+
+            lines.extend(describe_chained(spec))
         lines.extend(describe_recipe(spec))
     if est.over_limit:
         lines.append(f"over a sanity limit: {est.over_limit} (launch needs --force)")

@@ -68,7 +68,7 @@ def setting_grid_tokens(spec: StudySpec, setting: Setting) -> int:
     """Tokens one setting spends if every trial ran its whole budget (:func:`cell_budget_tokens`),
     before anything is measured: above B_ref the step cap is taken as ``(1 + budget_margin)·S(B_ref)``
     with ``S(B_ref) = D/(B_ref·T)``, the most any cell above B_ref can get when S does not grow."""
-    return cell_size(spec) * sum(planned_budget(spec, setting, b)[2] for b in spec.batch_sizes)
+    return sum(cell_size(spec, b) * planned_budget(spec, setting, b)[2] for b in spec.batch_sizes)
 
 
 def grid_tokens(spec: StudySpec) -> int:
@@ -78,13 +78,16 @@ def grid_tokens(spec: StudySpec) -> int:
 
 def grid_trials(spec: StudySpec) -> int:
     """Number of trials of the study (every cell × hyper-parameter × seed for a grid)."""
-    return len(spec.resolve_settings()) * len(spec.batch_sizes) * cell_size(spec)
+    return len(spec.resolve_settings()) * sum(cell_size(spec, b) for b in spec.batch_sizes)
 
 
-def cell_size(spec: StudySpec) -> int:
-    """Trials of one cell as planned: every rate × seed of a grid, or the search's ``n_trials``."""
-    if spec.search.kind == "grid":
-        return len(spec.search.lrs) * len(spec.seeds)
+def cell_size(spec: StudySpec, batch_size: int | None = None) -> int:
+    """Trials of one cell as planned, before any rate added past an edge: every rate × seed of a
+    grid (a chained search: ``lrs`` at the reference cell, three rates elsewhere), or the search's
+    ``n_trials``. ``batch_size=None`` is the reference cell."""
+    if spec.search.runs_rates:
+        reference = batch_size is None or (batch_size == spec.b_ref and spec.target_losses is None)
+        return spec.search.trials_per_cell(reference=reference) * len(spec.seeds)
     return spec.search.n_trials
 
 

@@ -24,6 +24,7 @@ from typing import Sequence
 
 from cbscore.study.budgets import RERUN_CAP_FACTOR, RERUN_TAG, cell_budget_tokens, cell_size
 from cbscore.study.cell_rates import cell_rates, cell_rates_note
+from cbscore.study.chained import chained_rates
 from cbscore.study.cell_trials import cell_id, make_trial, make_trial_id
 from cbscore.study.crossings import best_neighbours, best_steps_by_seed, record_crossing
 from cbscore.study.plan_result import AskRequest, CellState
@@ -67,7 +68,8 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
     and the chain state."""
     cid = cell_id(setting.setting_id, b)
     margin = spec.prune_margin
-    grid = spec.search.kind == "grid"
+    grid = spec.search.runs_rates
+    chained = spec.search.kind == "chained"
     start: list[TrialSpec] = []
     asks: list[AskRequest] = []
     stop: list[tuple[str, str]] = []
@@ -79,14 +81,21 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
     seed_best = best_steps_by_seed(recs, target)
     best = min(seed_best.values()) if seed_best else None
     if grid:
-        rates, pending = cell_rates(spec, recs, role, predicted if spec.search.predict else None)
-        n_cell = len(rates) * len(spec.seeds)
+        if chained and role == "trial":
+            # Centred on the neighbour's best rate (cbscore.study.chained); no centre: not released yet.
+            rates, pending = chained_rates(spec, recs, predicted) if predicted is not None else ((), True)
+        else:
+            rates, pending = cell_rates(spec, recs, role, predicted if spec.search.predict else None)
+        n_cell = len(rates) * len(spec.seeds) if rates else cell_size(spec, b)
     else:
         rates, n_cell = (), cell_size(spec)
         pending = not (len(recs) >= n_cell and all(r.terminal for r in recs))
     first = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
 
     released = (role == "reference") or (target is not None and prev_resolved)
+    if chained and role == "trial":
+        # Outward from B_ref: once the neighbour towards it settled, which gives the centre.
+        released = target is not None and predicted is not None
     if setting_failed:
         released = False
     cap = cap_smaller = None
@@ -250,8 +259,15 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
     cell = CellState(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role, state=state,
                      n_trials=n_cell, counts=counts, steps_to_target=best, max_steps=cap,
                      rates_note=(cell_rates_note(spec, recs, role, rates, predicted) if grid and spec.search.predict
+                                 else _chained_note(rates, predicted) if chained and role == "trial" and predicted
                                  else ""))
     return CellPlan(cell=cell, start=tuple(start), ask=tuple(asks), stop=tuple(stop),
                     stopped_by=tuple((tid, rule[tid]) for tid, _ in stop),
                     incomplete=not complete and not setting_failed, prev_resolved=resolved,
                     prev_best=best if best is not None else prev_best, at_least=at_least)
+
+
+def _chained_note(rates: Sequence[float], centre: float) -> str:
+    """A chained cell's centre and the rates it runs (for status pages and reports)."""
+    return (f"centred at {centre:.3g} from its neighbour's best rate; runs "
+            + ", ".join(f"{v:g}" for v in sorted(rates)))

@@ -1,6 +1,7 @@
 """The learning rates each grid cell runs: the spec's grid, extended past an edge where a cell's
 best rate sits there, or (``search.predict``) chosen around the rate predicted from the setting's
-other cells (:mod:`cbscore.study.lr_predict`)."""
+other cells (:mod:`cbscore.study.lr_predict`); a chained search's cells other than the reference
+bracket their neighbour's best rate (:mod:`cbscore.study.chained`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from cbscore.study.trials import TrialRecord
 
 def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
                predicted: float | None = None) -> tuple[tuple[float, ...], bool]:
-    """The learning rates a grid cell runs, and whether it is still deciding on more.
+    """The learning rates a grid cell runs, and whether it is still deciding on more (a chained
+    search's reference cell too; its other cells: :func:`cbscore.study.chained.chained_rates`).
 
     The spec's grid, plus the rates already added past an edge (present in ``recs``). Once every
     trial of those rates has ended, a cell whose best rate (per seed: fewest steps to target, or
@@ -36,7 +38,7 @@ def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
     base = sorted(spec.search.lrs)
     rates = sorted(set(base) | {r.lr for r in recs})
     complete = len(recs) >= len(rates) * len(spec.seeds) and all(r.terminal for r in every)
-    if spec.search.kind != "grid" or spec.search.lr_extensions == 0 or not recs or not complete:
+    if not spec.search.runs_rates or spec.search.lr_extensions == 0 or not recs or not complete:
         return tuple(rates), not complete
     below = sum(1 for v in rates if v < base[0])
     above = sum(1 for v in rates if v > base[-1])

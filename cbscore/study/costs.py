@@ -71,7 +71,7 @@ def study_costs(spec: StudySpec, records: Sequence[TrialRecord]) -> StudyCosts:
     by_cell: dict[str, list[TrialRecord]] = {}
     for r in records:
         by_cell.setdefault(r.cell_id, []).append(r)
-    n_rates = len(spec.search.lrs) if spec.search.kind == "grid" else spec.search.n_trials
+    n_rates = len(spec.search.lrs) if spec.search.runs_rates else spec.search.n_trials
     oracle, cells, grid, exact = 0, 0, 0, True
     for recs in by_cell.values():
         setting = settings.get(recs[0].setting_id)

@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 from cbscore.study.budgets import RERUN_CAP_FACTOR, RERUN_TAG, cell_budget_tokens, grid_tokens, grid_trials
 from cbscore.study.cell_plan import plan_cell
 from cbscore.study.cell_rates import cell_rates
+from cbscore.study.chained import chain_centres
 from cbscore.study.cell_trials import build_train_config, make_trial as _make_trial, records_by_cell
 from cbscore.study.plan_memo import CellSeen, PlanMemo
 from cbscore.study.plan_result import AskRequest, CellState, Plan
@@ -63,7 +64,7 @@ def _plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
     cells: list[CellState] = []
     errors: list[str] = []
     all_done = True
-    grid = spec.search.kind == "grid"
+    grid = spec.search.runs_rates
 
     # Stale heartbeats: lost trials run again from their checkpoints, up to the attempt cap.
     lost, fail = [], []
@@ -84,6 +85,10 @@ def _plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                   if grid and (spec.search.predict or spec.prune_at_equal_tokens or spec.search.order == "predicted")
                   else None)
     predicted_rate = _MEMO.predictor(spec, best_rates)
+    if spec.search.kind == "chained":
+        # Each cell's centre from its settled neighbour towards B_ref (cbscore.study.chained); the
+        # reference cell keeps the grid's order.
+        predicted_rate = _chain_predictor(spec, by_cell, predicted_rate)
 
     if grid and spec.target_losses is None:
         # A reference cell that may still add a learning rate has no target yet: the target comes
@@ -122,6 +127,24 @@ def _plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                 lost=tuple(lost), fail=tuple(fail),
                 targets=targets, cells=tuple(cells), errors=tuple(errors),
                 done=all_done and not lost)
+
+
+def _chain_predictor(spec: StudySpec, by_cell: dict[str, list[TrialRecord]],
+                     reference: Callable[[str, int], float | None]) -> Callable[[str, int], float | None]:
+    """``predicted(setting id, batch size)`` of a chained search: each cell's centre
+    (:func:`cbscore.study.chained.chain_centres`; ``None`` until its neighbour settled), and at the
+    reference cell ``reference``'s prediction (the order its grid starts in)."""
+    centres = {s.setting_id: chain_centres(spec, {b: by_cell.get(_MEMO.cell_id(s.setting_id, b), ())
+                                                  for b in spec.batch_sizes})
+               for s in spec.resolve_settings()}
+    ref_role = spec.target_losses is None
+
+    def predicted(setting_id: str, batch_size: int) -> float | None:
+        if batch_size == spec.b_ref and ref_role:
+            return reference(setting_id, batch_size)
+        return centres[setting_id].get(batch_size)
+
+    return predicted
 
 
 def _plan_setting(spec: StudySpec, setting: Setting, by_cell: dict[str, list[TrialRecord]],

@@ -46,8 +46,8 @@ EQUAL_TOKEN_WAKE = 4
 
 def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig, seed: int) -> StudyOutcome:
     """Run the planner against simulated trials until the study is done."""
-    if spec.search.kind != "grid":
-        raise ConfigError("search.kind", spec.search.kind, "the simulator runs grid searches only")
+    if not spec.search.runs_rates:
+        raise ConfigError("search.kind", spec.search.kind, "the simulator runs grid and chained searches only")
     if spec.target_losses is not None:
         raise ConfigError("target_losses", "given", "the simulator sets targets from reference runs")
     sim = SimTrials(spec=spec, truth=truth, config=config, seed=seed)

@@ -11,7 +11,10 @@ from typing import Any, Mapping
 
 from cbscore.errors import ConfigError
 
-SEARCH_KINDS = ("grid", "optuna")
+SEARCH_KINDS = ("grid", "chained", "optuna")
+#: Search kinds whose trials each run one named learning rate of the cell (the planner starts them;
+#: Optuna's are asked for).
+RATE_KINDS = ("grid", "chained")
 #: Orders a grid cell may start its rates in (:attr:`SearchSpec.order`).
 SEARCH_ORDERS = ("predicted", "grid")
 
@@ -45,9 +48,12 @@ class SearchSpec:
     """How the hyper-parameters of each cell ``(setting, batch size)`` are searched."""
 
     kind: str = "grid"
-    """``grid`` (every learning rate of ``lrs``) or ``optuna`` (a sampler proposes ``n_trials``)."""
+    """``grid`` (every learning rate of ``lrs`` in every cell), ``chained`` (the reference cell runs
+    ``lrs``; every other cell three rates centred on its neighbour's best, :mod:`cbscore.study.chained`)
+    or ``optuna`` (a sampler proposes ``n_trials``)."""
     lrs: tuple[float, ...] = PAPER_LRS
-    """Peak learning rates of the grid (``kind='grid'``); the paper's grid by default."""
+    """Peak learning rates of the grid (``kind='grid'``; with ``kind='chained'`` the reference cell's
+    rates); the paper's grid by default."""
     n_trials: int = 4
     """Trials per cell proposed by Optuna (``kind='optuna'``)."""
     lr_min: float = 1e-4
@@ -72,6 +78,20 @@ class SearchSpec:
     (Zhang et al. 2025, github.com/hlzhang109/critical-batch-size, ``configs/critical-bs/``:
     ``optimizer.learning_rate: 3.16e-3`` with β2 and τ from its table, ``recipe: paper_table``).
     Orders the first cell's rates (``order: predicted``) and picks ``predict``'s first three."""
+    chain_exponent: float = 0.5
+    """Chained search: a cell's centre rate is its neighbour's best rate (the neighbour towards
+    B_ref) times ``(B/B_neighbour)^chain_exponent``; 0.5 is Adam's square-root rule (Malladi et al.
+    2022, arXiv 2205.10287)."""
+    bracket_ratio: float = 2.0
+    """Chained search: a cell runs its centre rate ``c`` and ``c/ratio``, ``c·ratio``; an extension
+    continues by the same ratio."""
+    extension_gain: float = 0.1
+    """Chained search: a cell adds the next rate past an edge only when that edge's steps to target
+    (mean of ln S over seeds) beat its inner neighbour's by more than this fraction. With the lab's
+    learning-rate curvature (k = 0.198: a rate a factor 2 off needs about 1.1× the steps) an optimum
+    at the centre leaves both edges about 10% behind."""
+    max_extensions: int = 2
+    """Chained search: rates a cell may add past its edges, both sides together."""
     order: str = "predicted"
     """Grid search: the order a cell starts its rates in. ``predicted`` (the default): nearest the
     rate predicted from the setting's measured cells first (``cbscore.study.lr_predict``), so the
@@ -85,7 +105,7 @@ class SearchSpec:
         if self.kind not in SEARCH_KINDS:
             raise ConfigError("search.kind", self.kind, f"must be one of {', '.join(SEARCH_KINDS)}")
         object.__setattr__(self, "lrs", tuple(self.lrs))
-        if self.kind == "grid" and not self.lrs:
+        if self.kind in RATE_KINDS and not self.lrs:
             raise ConfigError("search.lrs", list(self.lrs), "must list at least one learning rate")
         for lr in self.lrs:
             _positive_float("search.lrs", lr)
@@ -100,7 +120,7 @@ class SearchSpec:
             raise ConfigError("search.predict", self.predict, "must be true or false")
         if self.lr_prior is not None:
             _positive_float("search.lr_prior", self.lr_prior)
-            if self.kind == "grid" and self.lrs:
+            if self.kind in RATE_KINDS and self.lrs:
                 from cbscore.study.lr_predict import allowed_rates
 
                 allowed = allowed_rates(self.lrs, self.lr_extensions)
@@ -108,6 +128,21 @@ class SearchSpec:
                     raise ConfigError("search.lr_prior", self.lr_prior,
                                       f"must lie within the allowed rates [{allowed[0]:g}, {allowed[-1]:g}] "
                                       "(search.lrs and search.lr_extensions past each edge)")
+        _positive_float("search.chain_exponent", self.chain_exponent)
+        if not self.chain_exponent <= 2:
+            raise ConfigError("search.chain_exponent", self.chain_exponent, "must be a number in (0, 2]")
+        ratio = self.bracket_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 1.1 <= ratio <= 10:
+            raise ConfigError("search.bracket_ratio", ratio, "must be a number in [1.1, 10]")
+        gain = self.extension_gain
+        if isinstance(gain, bool) or not isinstance(gain, (int, float)) or not 0 <= gain <= 1:
+            raise ConfigError("search.extension_gain", gain, "must be a number in [0, 1]")
+        ext = self.max_extensions
+        if isinstance(ext, bool) or not isinstance(ext, int) or not 0 <= ext <= 8:
+            raise ConfigError("search.max_extensions", ext, "must be an integer in [0, 8]")
+        if self.kind == "chained" and self.predict:
+            raise ConfigError("search.predict", self.predict, "applies to kind grid only (a chained search "
+                                                              "centres each cell on its neighbour's best rate)")
         if self.order not in SEARCH_ORDERS:
             raise ConfigError("search.order", self.order, f"must be one of {', '.join(SEARCH_ORDERS)}")
         _positive_float("search.lr_min", self.lr_min)
@@ -115,8 +150,17 @@ class SearchSpec:
         if self.lr_min >= self.lr_max:
             raise ConfigError("search.lr_max", self.lr_max, f"must be above search.lr_min={self.lr_min}")
 
-    def trials_per_cell(self) -> int:
-        return len(self.lrs) if self.kind == "grid" else self.n_trials
+    @property
+    def runs_rates(self) -> bool:
+        """Whether each trial runs one learning rate the planner names (``grid``, ``chained``)."""
+        return self.kind in RATE_KINDS
+
+    def trials_per_cell(self, reference: bool = False) -> int:
+        """Learning rates (or Optuna trials) of one cell as planned, before any extension; a chained
+        search runs ``lrs`` in the reference cell and three rates elsewhere."""
+        if self.kind == "chained" and not reference:
+            return 3
+        return len(self.lrs) if self.kind in RATE_KINDS else self.n_trials
 
 
 @dataclass(frozen=True, kw_only=True)

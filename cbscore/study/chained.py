@@ -1,0 +1,152 @@
+"""The chained bracket (``search.kind: chained``, issue 40): each cell brackets its optimal learning
+rate from its neighbour's instead of running the whole grid.
+
+The reference cell at ``B_ref`` runs the spec's ``lrs`` (extended past an edge as a grid cell is):
+the target comes from the whole cell (DESIGN.md §1). The other cells are measured outward from
+``B_ref`` in both directions. A cell at ``B`` whose neighbour towards ``B_ref`` (``B_prev``) has
+settled is centred at
+
+    c = η_best(B_prev) · (B / B_prev)^γ,    γ = ``search.chain_exponent`` (0.5)
+
+(Adam's optimum moves as ``√B``, Malladi et al. 2022, arXiv 2205.10287), where ``η_best`` is the
+geometric mean over seeds of each seed's best rate among the neighbour's first attempts (fewest
+steps to target; lowest final held-out loss in the reference cell); a neighbour with no best hands
+on its own centre the same way. The cell runs ``c/ρ, c, c·ρ`` (``ρ`` = ``search.bracket_ratio``),
+each to its own crossing; once they ended, it adds the next rate past an edge (by the same ratio)
+only where the edge's steps to target beat its inner neighbour's by more than
+``search.extension_gain`` (mean of ln S over seeds), up to ``search.max_extensions`` in all. No far
+rates are run, and ``S(B)`` is read off the cell's trials by the same estimator as a grid cell's.
+
+A cell's rates are read off its own first attempts, never its re-runs, so a neighbour's best
+never moves once a cell was centred on it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+from cbscore.study.budgets import RERUN_TAG
+from cbscore.study.cell_rates import _seed_best_rates, cell_rates
+from cbscore.study.spec import StudySpec
+from cbscore.study.trials import TrialRecord
+
+
+def _round(lr: float) -> float:
+    """Three significant digits, as a grid cell's extensions are (``cell_rates``)."""
+    return float(f"{lr:.3g}")
+
+
+def first_attempts(recs: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """A cell's records without its re-runs."""
+    return [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
+
+
+def bracket(spec: StudySpec, centre: float) -> tuple[float, float, float]:
+    """The three first rates of a chained cell centred at ``centre``."""
+    rho = spec.search.bracket_ratio
+    return _round(centre / rho), _round(centre), _round(centre * rho)
+
+
+def _log_steps(recs: Sequence[TrialRecord]) -> dict[float, float]:
+    """Mean over seeds of ln S per rate, among the seeds whose trial of that rate reached the target."""
+    by_rate: dict[float, list[float]] = {}
+    for r in recs:
+        if r.status == "reached" and r.steps_to_target:
+            by_rate.setdefault(r.lr, []).append(math.log(r.steps_to_target))
+    return {lr: sum(v) / len(v) for lr, v in by_rate.items()}
+
+
+def chained_rates(spec: StudySpec, recs: Sequence[TrialRecord], centre: float) -> tuple[tuple[float, ...], bool]:
+    """A chained cell's rates (ascending) and whether it may still add one (module docstring):
+    ``(rates, pending)``; ``pending`` while any first attempt runs or an extension was just added."""
+    first = first_attempts(recs)
+    base = bracket(spec, centre)
+    rates = sorted(set(base) | {r.lr for r in first})
+    complete = len(first) >= len(rates) * len(spec.seeds) and all(r.terminal for r in first)
+    if not complete:
+        return tuple(rates), True
+    extended = sum(1 for v in rates if v not in base)
+    if extended >= spec.search.max_extensions:
+        return tuple(rates), False
+    score = _log_steps(first)
+    margin = math.log1p(spec.search.extension_gain)
+    rho = spec.search.bracket_ratio
+    extra: list[float] = []
+    for edge, inner, nxt in ((rates[0], rates[1], rates[0] / rho), (rates[-1], rates[-2], rates[-1] * rho)):
+        if edge not in score:
+            continue  # diverged or censored: it brackets the optimum
+        if inner not in score or score[edge] + margin < score[inner]:
+            extra.append(_round(nxt))
+    extra = extra[:spec.search.max_extensions - extended]
+    if extra:
+        return tuple(sorted(set(rates) | set(extra))), True
+    return tuple(rates), False
+
+
+def settled_best(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
+                 centre: float | None) -> tuple[bool, float | None]:
+    """``(settled, best rate)`` of a cell: settled once its first attempts ended and it adds no rate;
+    the best rate is the geometric mean over seeds of each seed's best among those first attempts
+    (``None`` where no seed has one)."""
+    first = first_attempts(recs)
+    if not first:
+        return False, None
+    if role == "reference":
+        pending = cell_rates(spec, recs, "reference")[1]
+    else:
+        pending = chained_rates(spec, recs, centre)[1]
+    if pending or not all(r.terminal for r in first):
+        return False, None
+    best = _seed_best_rates(first, role)
+    if not best:
+        return True, None
+    return True, _round(math.exp(sum(math.log(v) for v in best) / len(best)))
+
+
+def chain_centres(spec: StudySpec, recs_by_batch: Mapping[int, Sequence[TrialRecord]]) -> dict[int, float]:
+    """The centre of every cell of one setting whose neighbour towards ``B_ref`` has settled
+    (``{batch size: centre}``; the reference cell has none), from ``{batch size: the cell's records}``."""
+    role_ref = "reference" if spec.target_losses is None else "trial"
+    sizes = list(spec.batch_sizes)
+    at = sizes.index(spec.b_ref)
+    out: dict[int, float] = {}
+    gamma = spec.search.chain_exponent
+    middle = math.exp(sum(math.log(v) for v in spec.search.lrs) / len(spec.search.lrs))
+    if role_ref == "trial":
+        # Explicit targets: no reference runs; B_ref is centred on the grid's geometric middle.
+        out[spec.b_ref] = _round(middle)
+    for chain in (sizes[at + 1:], sizes[:at][::-1]):  # upwards, then downwards from B_ref
+        prev_b, prev_centre = spec.b_ref, out.get(spec.b_ref)
+        settled, best = settled_best(spec, recs_by_batch.get(spec.b_ref, ()), role_ref, prev_centre)
+        for b in chain:
+            if not settled:
+                break
+            anchor = best if best is not None else prev_centre if prev_centre is not None else middle
+            centre = out[b] = _round(anchor * (b / prev_b) ** gamma)
+            settled, best = settled_best(spec, recs_by_batch.get(b, ()), "trial", centre)
+            prev_b, prev_centre = b, centre
+    return out
+
+
+def describe_chained(spec: StudySpec) -> list[str]:
+    """The dry run's lines for a chained search: what the reference cell runs, how the other cells
+    are centred and extended, and the trials that makes before any extension."""
+    s = spec.search
+    lrs = ", ".join(f"{v:g}" for v in sorted(s.lrs))
+    above = [b for b in spec.batch_sizes if b > spec.b_ref]
+    below = [b for b in spec.batch_sizes if b < spec.b_ref]
+    order = []
+    if above:
+        order.append(f"up {spec.b_ref} → {' → '.join(str(b) for b in above)}")
+    if below:
+        order.append(f"down {spec.b_ref} → {' → '.join(str(b) for b in below[::-1])}")
+    ref = (f"the reference cell B={spec.b_ref} runs the grid ({lrs}, up to {s.lr_extensions} more past each edge)"
+           if spec.target_losses is None else f"B={spec.b_ref} is centred at the grid's geometric middle")
+    return [
+        f"chained search: {ref}; every other cell runs 3 rates c/{s.bracket_ratio:g}, c, c·{s.bracket_ratio:g} "
+        f"centred at c = (its neighbour's best rate)·(B/B_neighbour)^{s.chain_exponent:g}, each to its own crossing",
+        f"  cells released outward from B_ref once the neighbour settled: {'; '.join(order) or 'none'}",
+        f"  a rate past an edge only where the edge beats its inner neighbour by more than "
+        f"{s.extension_gain:.0%} in steps to target, at most {s.max_extensions} per cell (the trial count above has none of them)",
+    ]
