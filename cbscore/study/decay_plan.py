@@ -37,7 +37,8 @@ class DecaySnapshots:
     """Stable trial id → branch points (tokens) whose snapshot exists and that the run has passed."""
 
 
-def _setting(spec: StudySpec) -> Setting:
+def study_setting(spec: StudySpec) -> Setting:
+    """The one setting of a schedule study."""
     [setting] = spec.resolve_settings()
     return setting
 
@@ -67,7 +68,7 @@ def snapshot_folder(root: str, batch_size: int, lr: float, seed: int) -> str:
 def _base(spec: StudySpec, batch_size: int, lr: float, seed: int):
     from cbscore.train_config import TrainConfig
 
-    setting = _setting(spec)
+    setting = study_setting(spec)
     return TrainConfig.from_dict(build_train_config(spec, setting, batch_size=batch_size, lr=lr, seed=seed,
                                                     max_tokens=setting.tokens, max_steps=None, target_loss=None))
 
@@ -76,7 +77,7 @@ def wsd_grid(spec: StudySpec, batch_size: int):
     """The decay branches of every stable run at ``batch_size`` (:class:`cbscore.decay.DecayPoint`)."""
     from cbscore.decay import horizon_tokens, wsd_points
 
-    d, setting = spec.decay, _setting(spec)
+    d, setting = spec.decay, study_setting(spec)
     base = _base(spec, batch_size, spec.search.lrs[0], spec.seeds[0])
     grid = horizon_tokens(setting.tokens, low=d.horizon_low, high=d.horizon_high, ratio=d.wsd_ratio)
     return wsd_points(grid, batch_tokens=base.batch_tokens, decay_fraction=d.decay_fraction,
@@ -87,7 +88,7 @@ def cosine_grid(spec: StudySpec, batch_size: int) -> tuple[int, ...]:
     """The cosine family's horizons at ``batch_size``, steps."""
     from cbscore.decay import cosine_horizons, horizon_tokens
 
-    d, setting = spec.decay, _setting(spec)
+    d, setting = spec.decay, study_setting(spec)
     base = _base(spec, batch_size, spec.search.lrs[0], spec.seeds[0])
     grid = horizon_tokens(setting.tokens, low=d.horizon_low, high=d.horizon_high, ratio=d.cosine_ratio)
     return cosine_horizons(grid, batch_tokens=base.batch_tokens, warmup_steps=base.resolved_warmup_steps())
@@ -97,14 +98,14 @@ def stable_steps(spec: StudySpec, batch_size: int) -> int:
     """The stable runs' length at ``batch_size``: the largest horizon, steps."""
     from cbscore.decay import horizon_tokens
 
-    d, setting = spec.decay, _setting(spec)
+    d, setting = spec.decay, study_setting(spec)
     grid = horizon_tokens(setting.tokens, low=d.horizon_low, high=d.horizon_high, ratio=d.wsd_ratio)
     points = wsd_grid(spec, batch_size) if "wsd" in d.schedules else ()
     return max([p.horizon_steps for p in points] + [round(grid[-1] / (batch_size * spec.context_tokens))])
 
 
 def _trial(spec, tid, cell, role, batch_size, lr, seed, config) -> TrialSpec:
-    setting = _setting(spec)
+    setting = study_setting(spec)
     return TrialSpec(trial_id=tid, study=spec.name, setting_id=setting.setting_id, cell_id=cell, role=role,
                      model=setting.model, n_params=setting.n_params, setting_tokens=setting.tokens,
                      batch_size=batch_size, lr=float(lr), seed=seed, max_tokens=config.max_tokens, max_steps=None,
@@ -126,7 +127,7 @@ def stable_config_of(spec: StudySpec, batch_size: int, lr: float, seed: int, fol
 
 def stable_trial(spec: StudySpec, batch_size: int, lr: float, seed: int, folder: str) -> TrialSpec:
     return _trial(spec, stable_trial_id(spec, batch_size, lr, seed),
-                  schedule_cell_id(_setting(spec), batch_size, "stable"), "stable", batch_size, lr, seed,
+                  schedule_cell_id(study_setting(spec), batch_size, "stable"), "stable", batch_size, lr, seed,
                   stable_config_of(spec, batch_size, lr, seed, folder))
 
 
@@ -137,7 +138,7 @@ def decay_trial(spec: StudySpec, batch_size: int, lr: float, seed: int, point, f
     config = decay_branch_config(stable, point, decay_fraction=spec.decay.decay_fraction,
                                  min_lr_ratio=spec.decay.min_lr_ratio)
     return _trial(spec, decay_trial_id(spec, batch_size, lr, seed, point.horizon_steps),
-                  schedule_cell_id(_setting(spec), batch_size, "wsd"), "decay", batch_size, lr, seed, config)
+                  schedule_cell_id(study_setting(spec), batch_size, "wsd"), "decay", batch_size, lr, seed, config)
 
 
 def cosine_trial(spec: StudySpec, batch_size: int, lr: float, seed: int, horizon_steps: int) -> TrialSpec:
@@ -145,10 +146,10 @@ def cosine_trial(spec: StudySpec, batch_size: int, lr: float, seed: int, horizon
 
     config = cosine_config(_base(spec, batch_size, lr, seed), horizon_steps, min_lr_ratio=spec.decay.min_lr_ratio)
     return _trial(spec, cosine_trial_id(spec, batch_size, lr, seed, horizon_steps),
-                  schedule_cell_id(_setting(spec), batch_size, "cosine"), "cosine", batch_size, lr, seed, config)
+                  schedule_cell_id(study_setting(spec), batch_size, "cosine"), "cosine", batch_size, lr, seed, config)
 
 
-def _runs(spec: StudySpec):
+def run_keys(spec: StudySpec):
     """``(B, lr, seed)`` of every stable run / cosine family, batch-major."""
     return [(b, lr, s) for b in spec.batch_sizes for lr in spec.search.lrs for s in spec.seeds]
 
@@ -156,7 +157,7 @@ def _runs(spec: StudySpec):
 def decay_trials(spec: StudySpec, folders: Mapping[str, str]) -> list[TrialSpec]:
     """Every trial of the study: stable runs, their decay branches, the cosine families."""
     d, out = spec.decay, []
-    for b, lr, s in _runs(spec):
+    for b, lr, s in run_keys(spec):
         folder = folders[stable_trial_id(spec, b, lr, s)]
         if d.needs_stable_runs:
             out.append(stable_trial(spec, b, lr, s, folder))
@@ -245,7 +246,7 @@ def plan_decay(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
                stale_after_s: float = 120.0, max_attempts: int = 3) -> Plan:
     """What to run next in a schedule study. Pure: same inputs, same plan."""
     snapshots = snapshots or DecaySnapshots()
-    d, setting = spec.decay, _setting(spec)
+    d, setting = spec.decay, study_setting(spec)
     by_id = {r.trial_id: r for r in records}
     lost, fail = [], []
     for r in records:  # stale heartbeats: run again from the trial's own checkpoint (as planner.plan)
@@ -261,7 +262,7 @@ def plan_decay(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
         entry[2].append(tid)
         entry[3] = entry[3] or blocked
 
-    for b, lr, s in _runs(spec):
+    for b, lr, s in run_keys(spec):
         sid = stable_trial_id(spec, b, lr, s)
         folder = snapshots.folders.get(sid)
         if d.needs_stable_runs:

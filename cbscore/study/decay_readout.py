@@ -28,8 +28,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from cbscore.study.decay_plan import (cosine_grid, cosine_trial_id, decay_trial_id, stable_trial_id, wsd_grid, _runs,
-                                      _setting)
+from cbscore.study.decay_plan import (cosine_grid, cosine_trial_id, decay_trial_id, run_keys, stable_trial_id,
+                                      study_setting, wsd_grid)
 from cbscore.study.spec import StudySpec
 from cbscore.study.trials import TrialRecord
 
@@ -58,7 +58,7 @@ def horizon_losses(spec: StudySpec, records: Sequence[TrialRecord]) -> dict:
     loss is ``None`` where the run has not finished (or diverged)."""
     by_id = {r.trial_id: r for r in records}
     out: dict = {}
-    for b, lr, s in _runs(spec):
+    for b, lr, s in run_keys(spec):
         if "wsd" in spec.decay.schedules:
             points = wsd_grid(spec, b)
             out.setdefault("wsd", {})[(b, lr, s)] = (
@@ -74,7 +74,7 @@ def horizon_losses(spec: StudySpec, records: Sequence[TrialRecord]) -> dict:
 def schedule_targets(spec: StudySpec, records: Sequence[TrialRecord]) -> tuple[dict, list[str]]:
     """Each schedule's target (module docstring) and the notes of those that have none yet."""
     by_id = {r.trial_id: r for r in records}
-    setting = _setting(spec)
+    setting = study_setting(spec)
     h_d = round(setting.tokens / (spec.b_ref * spec.context_tokens))
     losses = horizon_losses(spec, records)
     targets, notes = {}, []
@@ -106,12 +106,12 @@ def schedule_rows(spec: StudySpec, records: Sequence[TrialRecord], targets: dict
     from cbscore.decay import steps_from_horizons
 
     by_id = {r.trial_id: r for r in records}
-    setting = _setting(spec)
+    setting = study_setting(spec)
     losses = horizon_losses(spec, records)
     out: dict[str, list[dict]] = {}
     for schedule, target in targets.items():
         rows = out.setdefault(schedule, [])
-        for b, lr, s in _runs(spec):
+        for b, lr, s in run_keys(spec):
             base = {"setting": f"{setting.setting_id}.{schedule}", "batch_size": b, "n_params": setting.n_params,
                     "tokens": setting.tokens, "context": spec.context_tokens, "seed": s, "lr": lr}
             if schedule == "constant_ewa":

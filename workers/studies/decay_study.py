@@ -14,15 +14,15 @@ from typing import Sequence
 
 from cbscore.checkpoint import checkpoint_path, snapshot_path
 from cbscore.study import StudySpec, TrialRecord
-from cbscore.study.decay_plan import (DecaySnapshots, decay_trials, snapshot_folder, stable_trial_id, wsd_grid,
-                                      _runs)
+from cbscore.study.decay_plan import (DecaySnapshots, decay_trials, run_keys, snapshot_folder, stable_trial_id,
+                                      wsd_grid)
 from workers.studies.local_study import study_artifacts
 
 
 def snapshot_folders(spec: StudySpec) -> dict[str, str]:
     """Stable trial id → its snapshot folder on this host."""
     root = str(study_artifacts(spec.name) / "snapshots")
-    return {stable_trial_id(spec, b, lr, s): snapshot_folder(root, b, lr, s) for b, lr, s in _runs(spec)}
+    return {stable_trial_id(spec, b, lr, s): snapshot_folder(root, b, lr, s) for b, lr, s in run_keys(spec)}
 
 
 def decay_snapshots(spec: StudySpec, records: Sequence[TrialRecord]) -> DecaySnapshots:
@@ -32,7 +32,7 @@ def decay_snapshots(spec: StudySpec, records: Sequence[TrialRecord]) -> DecaySna
     folders = snapshot_folders(spec)
     ready: dict[str, frozenset[int]] = {}
     if "wsd" in spec.decay.schedules:
-        for b, lr, s in _runs(spec):
+        for b, lr, s in run_keys(spec):
             sid = stable_trial_id(spec, b, lr, s)
             stable = by_id.get(sid)
             if stable is None:
