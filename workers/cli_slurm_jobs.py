@@ -37,8 +37,8 @@ LIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQ
                          "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "SUSPENDED"})
 #: Options this module writes itself; an extra ``sbatch`` option may not set them again.
 OWN_OPTIONS = ("--job-name", "--array", "--gres", "--gpus", "--partition", "--account", "--time", "--cpus-per-task",
-               "--mem", "--signal", "--requeue", "--no-requeue", "--output", "--error", "--ntasks", "--nodes",
-               "--export")
+               "--mem", "--signal", "--requeue", "--no-requeue", "--output", "--error", "--open-mode", "--ntasks",
+               "--nodes", "--export")
 _TIME = re.compile(r"^(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
                    r"|(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)|(?P<mm>\d+):(?P<ss>\d+)|(?P<minutes>\d+))$")
 _NAME = re.compile(r"^[A-Za-z0-9_.,+-]+$")
@@ -201,7 +201,8 @@ def job_script(job: SlurmJob, env: dict[str, str] | None = None, *, cbs: str | N
     lines += [f"#SBATCH --mem={job.mem}"] if job.mem else []
     lines += [f"#SBATCH --signal=B:{job.signal}@{job.signal_before_s}",
               "#SBATCH --requeue" if job.requeue else "#SBATCH --no-requeue",
-              f"#SBATCH --output={logs}/%x-%A_%a.out"]
+              f"#SBATCH --output={logs}/%x-%A_%a.out",
+              "#SBATCH --open-mode=append"]  # a requeued task's log keeps the lines of its preempted run
     lines += [f"#SBATCH {option}" for option in job.extra]
     lines += ["", "# The lab's settings (the broker, tracking, ledger and shared folders of the lab that submitted)."]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in written.items()]
@@ -230,12 +231,25 @@ def job_script(job: SlurmJob, env: dict[str, str] | None = None, *, cbs: str | N
         "trap 'warm_shutdown TERM' TERM",
         f"{command} &",
         "worker=$!",
-        'echo "cbs slurm: worker pid $worker started in job ${SLURM_JOB_ID:-?} on $(hostname)"',
+        'echo "cbs slurm: worker pid $worker started in job ${SLURM_JOB_ID:-?} on $(hostname)" \\',
+        '     "(restart ${SLURM_RESTART_COUNT:-0})"',
         "# `wait` returns when a trapped signal arrives: wait again until the worker has exited",
         'while :; do wait "$worker"; status=$?; kill -0 "$worker" 2>/dev/null || break; done',
-        'echo "cbs slurm: worker pid $worker exited with status $status"',
-        'exit "$status"',
-        ""]
+        'echo "cbs slurm: worker pid $worker exited with status $status"']
+    if job.requeue:
+        lines += [
+            "# Preempted (SLURM set the job's PreemptTime): back in SLURM's queue now, to start again when the",
+            "# preemptor is done. A task that ends by itself within the partition's GraceTime (as a cluster with",
+            "# SlurmctldParameters=preempt_send_user_signal lets it: the --signal comes at the preemption) would",
+            "# otherwise end COMPLETED, and SLURM would requeue nothing.",
+            'preempted=$(scontrol show job "${SLURM_JOB_ID:-}" 2>/dev/null | grep -o "PreemptTime=[^ ]*")',
+            'case "$preempted" in',
+            '    ""|PreemptTime=None) ;;',
+            '    *) echo "cbs slurm: job $SLURM_JOB_ID was preempted ($preempted): requeued, to start again"',
+            '       scontrol requeue "$SLURM_JOB_ID" ||',
+            '           echo "cbs slurm: scontrol requeue refused: SLURM requeues a preempted --requeue job itself";;',
+            "esac"]
+    lines += ['exit "$status"', ""]
     return "\n".join(lines)
 
 

@@ -26,6 +26,12 @@ NODE = "cbsnode"
 GPUS = 2
 #: Cores the node declares (``SlurmdParameters=config_overrides``: more than this host may have).
 CPUS = 16
+#: The preemptible partition (PriorityTier 1, PreemptMode=REQUEUE) and the one whose jobs preempt it.
+SPOT, URGENT = "spot", "urgent"
+#: Seconds a preempted job of the spot partition has between SLURM's SIGTERM and its SIGKILL.
+GRACE_S = 30
+#: A requeued job may start again this long (+1 s) after it was requeued (AuthInfo's cred_expire).
+CRED_EXPIRE_S = 5
 
 
 def _free_port() -> int:
@@ -44,7 +50,8 @@ def slurm_conf(root: Path, *, user: str, cpus: int) -> str:
         f"SlurmUser={user}",
         f"SlurmdUser={user}",
         "AuthType=auth/munge",
-        f"AuthInfo=socket={root / 'munge' / 'munge.socket'}",
+        # cred_expire: a requeued job waits this long (+1 s) before it may start again (SLURM's default 120)
+        f"AuthInfo=socket={root / 'munge' / 'munge.socket'},cred_expire={CRED_EXPIRE_S}",
         "CredType=cred/munge",
         f"StateSaveLocation={root / 'state'}",
         f"SlurmdSpoolDir={root / 'spool'}",
@@ -60,6 +67,7 @@ def slurm_conf(root: Path, *, user: str, cpus: int) -> str:
         "JobAcctGatherType=jobacct_gather/none",
         "AccountingStorageType=accounting_storage/none",
         "SchedulerType=sched/backfill",
+        "SchedulerParameters=bf_interval=1",  # the backfill pass, which preempts, every second (default 30)
         "ReturnToService=2",
         "KillWait=30",  # seconds between a cancel's SIGTERM and its SIGKILL (SLURM's default): a warm shutdown's time
         "MinJobAge=300",  # an ended job stays in squeue's and scontrol's answers this long
@@ -72,8 +80,20 @@ def slurm_conf(root: Path, *, user: str, cpus: int) -> str:
         "SlurmdParameters=config_overrides",
         f"NodeName={NODE} NodeHostname={socket.gethostname()} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=65536 "
         f"Gres=gpu:{GPUS} State=UNKNOWN",
-        f"PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
-        f"PartitionName=gpu Nodes={NODE} MaxTime=INFINITE State=UP",
+        # preemption as a cluster with a spot partition has it: a job of a higher PriorityTier
+        # partition requeues (or, without --requeue, cancels) the jobs of a lower one that hold
+        # what it needs, after GraceTime (SIGTERM at once, SIGKILL at its end); debug and gpu are
+        # never preempted
+        "PreemptType=preempt/partition_prio",
+        # the job's --signal (B:USR1 to the batch shell) at the preemption, not at the end of the grace
+        # time (then SIGTERM, and SIGKILL KillWait later)
+        "SlurmctldParameters=preempt_send_user_signal",
+        "PreemptMode=REQUEUE",
+        f"PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP PreemptMode=OFF",
+        f"PartitionName=gpu Nodes={NODE} MaxTime=INFINITE State=UP PreemptMode=OFF",
+        f"PartitionName={SPOT} Nodes={NODE} MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE "
+        f"GraceTime={GRACE_S}",
+        f"PartitionName={URGENT} Nodes={NODE} MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF",
         ""])
 
 

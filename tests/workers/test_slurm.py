@@ -72,6 +72,32 @@ def test_cpu_mode_asks_for_no_gpu_and_runs_a_cpu_worker(worker_env, capsys):
     assert "CBS_TRACKING_URI, CBS_OPTUNA_STORAGE, CBS_LEDGER_URL are SQLite: on a cluster use PostgreSQL" in err
 
 
+def test_a_requeue_job_puts_itself_back_in_the_queue_only_when_slurm_preempted_it(worker_env, capsys, tmp_path):
+    """The script's tail, run by bash with a fake ``scontrol``: a job whose PreemptTime SLURM set asks
+    ``scontrol requeue`` for itself after its worker's warm shutdown; one signalled at its time limit
+    or cancelled (PreemptTime=None) does not; without ``--requeue`` the script never asks."""
+    import subprocess
+
+    rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--requeue", "--dry-run")
+    assert rc == 0 and "#SBATCH --requeue" in out.splitlines() and "#SBATCH --open-mode=append" in out.splitlines()
+    tail = out.split('echo "cbs slurm: worker pid $worker exited with status $status"\n', 1)[1]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "scontrol"
+    fake.write_text('#!/bin/bash\nif [ "$1" = show ]; then echo "   PreemptEligibleTime=x PreemptTime=$PREEMPT_TIME"; '
+                    'else echo "scontrol $*" >> "$CALLS"; fi\n')
+    fake.chmod(0o755)
+    for preempt_time, asked in (("2026-12-05T02:42:13", ["scontrol requeue 77"]), ("None", [])):
+        calls = tmp_path / f"calls-{preempt_time}"
+        calls.touch()
+        done = subprocess.run(["bash", "-c", "status=0\n" + tail], capture_output=True, text=True, timeout=30,
+                              env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "77",
+                                   "PREEMPT_TIME": preempt_time, "CALLS": str(calls)})
+        assert done.returncode == 0 and calls.read_text().splitlines() == asked, done.stdout + done.stderr
+    rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--dry-run")
+    assert "#SBATCH --no-requeue" in out.splitlines() and "scontrol requeue" not in out
+
+
 def test_a_worker_of_several_gpus_trains_one_trial_on_all_of_them(worker_env, capsys):
     rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", "--gpus", "2", "--dry-run")
     assert rc == 0 and "#SBATCH --gres=gpu:2" in out.splitlines()
@@ -177,6 +203,68 @@ def test_a_worker_signalled_or_cancelled_mid_trial_shuts_down_warm_and_gives_its
     assert ("JobState=CANCELLED" if how == "cancel" else "JobState=COMPLETED") in state
     if how != "cancel":
         assert "ExitCode=0:0" in state
+
+
+@pytest.mark.slow
+@on_the_cluster
+def test_a_preempted_worker_job_is_requeued_and_resumes_its_trial_to_the_undisturbed_result(worker_env, slurm, capsys,
+                                                                                          processes, token_store):
+    """A real preemption: a worker job on the test cluster's ``spot`` partition (PriorityTier 1,
+    PreemptMode=REQUEUE, GraceTime 30 s) submitted with ``--requeue``, and a job of the ``urgent``
+    partition (PriorityTier 10) that needs the whole node. SLURM preempts the worker job (SIGTERM to
+    every process of it), the worker gives its trial back at a checkpoint without spending the
+    attempt, SLURM puts the same job back in its queue and starts it again once the urgent job is
+    done, and that job's worker resumes the trial from its checkpoint: the trial ends at attempt 1
+    with the steps table and the history steps of an undisturbed run of the same spec."""
+    from tests.workers.slurm_cluster import SPOT, URGENT
+    from tests.workers.test_two_hosts import table
+    from tests.workers.test_worker_process import no_run_left_running, study_done
+
+    spec = dict(batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 60_000}], reuse_trials=False)
+    calm_worker = processes.worker()
+    api.launch_study(tiny_spec("calm", **spec))
+    wait_for(lambda: study_done("calm"), 120, every_s=1, what=lambda: "the calm study\n" + processes.log(calm_worker))
+    processes.kill(calm_worker)
+
+    name = "preempted"
+    api.launch_study(tiny_spec(name, **spec))
+    rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--time", "10", "--partition", SPOT,
+                     "--requeue", "--job-name", "cbs-spot")
+    assert rc == 0
+    job_id = out.split("job array ")[1].split()[0]
+    tracker = Tracker(WorkerSettings.from_env().tracking_uri)
+    [record] = api.study_records(name)
+    wait_for(lambda: tracker.get_run(record.run_id).data.metrics.get("progress/step", 0) >= 20, 90, every_s=0.5,
+             what=lambda: "the trial to pass step 20\n" + job_log(worker_env["CBS_HOME"], job_id)[-3000:])
+    urgent = slurm.run("sbatch", "--parsable", f"--partition={URGENT}", "--exclusive", "--job-name=urgent",
+                       "--output=/dev/null", "--wrap", "sleep 2").strip()
+    wait_for(lambda: "was preempted" in job_log(worker_env["CBS_HOME"], job_id), 60, every_s=0.5,
+             what=lambda: f"the worker job to be preempted: {slurm.jobs()}\n"
+             + job_log(worker_env["CBS_HOME"], job_id)[-3000:])
+    wait_for(lambda: study_done(name), 180, every_s=1,
+             what=lambda: f"the requeued job to finish the trial: {slurm.jobs()}\n"
+             + job_log(worker_env["CBS_HOME"], job_id)[-3000:])
+    log = job_log(worker_env["CBS_HOME"], job_id)
+    # the preemption's signal (the job's --signal, at once: preempt_send_user_signal), the warm
+    # shutdown, then the job back in SLURM's queue; the same job started again
+    preempted, again = log.split("(restart 1)", 1)
+    assert "cbs slurm: SIGUSR1 received" in preempted and "Warm shutdown" in preempted
+    assert "exited with status 0" in preempted and "was preempted (PreemptTime=" in preempted
+    assert "succeeded in" in again  # Celery's line: the requeued job's worker ran the trial to the end
+    state = slurm.run("scontrol", "show", "job", f"{job_id}_0")
+    assert "Restarts=1" in state and "Partition=spot" in state
+    assert "JobState=COMPLETED" in slurm.run("scontrol", "show", "job", urgent)
+    # given back, not lost: the attempt was not spent, and the trial resumed where it stopped
+    [record] = api.study_records(name)
+    run = tracker.get_run(record.run_id)
+    assert (record.status, record.attempt, run.info.status) == ("finished", 1, "FINISHED")
+    stopped_at = int(run.data.tags["interrupted_at_step"])
+    assert 20 <= stopped_at < 585 and int(run.data.tags["resumed_from_step"]) == stopped_at
+    assert table(name) == table("calm")
+    [twin] = api.study_records("calm")
+    raw = [m.step for m in tracker.client.get_metric_history(record.run_id, "train/loss")]
+    assert sorted(raw) == sorted(m.step for m in tracker.client.get_metric_history(twin.run_id, "train/loss"))
+    no_run_left_running(name)
 
 
 @on_the_cluster
