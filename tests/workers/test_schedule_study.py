@@ -38,6 +38,8 @@ def test_a_schedule_study_runs_its_decay_branches_from_the_stable_runs_and_fits_
     ran = drain(name)
     status = api.study_status(name)
     assert status.status == "done" and status.counts == {"finished": 14}
+    assert cbs_main(["study", "status", name]) == 0  # every cell, its role and state
+    assert f"tiny-0.1M_D2.048K.b4.wsd" in capsys.readouterr().out
     assert sorted(t for t in ran if ".wsd." in t) == sorted(
         f"{name}.b{b}.lr1e-2.s0.wsd.h{h}" for b, hs in ((4, (16, 32, 64)), (8, (8, 16, 32))) for h in hs)
     # the snapshots are the study's, one folder per stable run
@@ -72,3 +74,20 @@ def test_a_schedule_study_runs_its_decay_branches_from_the_stable_runs_and_fits_
         assert again["steps"] == [p["steps"] for p in entry["points"]]
         assert again["cbs"] == (None if entry["fit"] is None else entry["fit"]["cbs"])
     assert delete_study_artifacts(name)
+
+
+def test_the_dry_run_of_a_schedule_study_lists_its_decay_branches_and_their_tokens(worker_env, token_store, tmp_path,
+                                                                                   capsys):
+    path = tmp_path / "sched.yaml"
+    path.write_text(schedule_spec("schdry").to_yaml())
+    assert cbs_main(["study", "launch", str(path), "--dry-run", "--tokens-per-s", "20000"]) == 0
+    out = capsys.readouterr().out
+    # B = 4: horizons 16, 32, 64 steps of 64 tokens; decays of 3, 6, 13 steps from steps 13, 26, 51
+    assert ("B=4: wsd decay branches (f = 0.2 to 0.1·lr) at H = 16, 32, 64 steps, from steps 13, 26, 51: "
+            "1.41K tokens per stable run") in out
+    assert "B=4: stable run (constant) 64 steps = 4.1K tokens" in out
+    assert "B=8: cosine runs (to 0.1·lr) at H = 8, 16, 32 steps: 7.17K tokens per family" in out
+    # stable runs 2 × 4,096; decay branches (3+6+13)·64 + (2+3+6)·128; cosine runs (16+32+64)·64 + (8+16+32)·128
+    assert "tokens: stable runs 8.19K, decay branches 2.82K, cosine runs 14.3K; 25.3K in all, 14 trials" in out
+    assert "reference trials" not in out and "stopping at the target" not in out
+    assert api.list_studies() == []  # a dry run launches nothing
