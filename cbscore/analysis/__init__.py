@@ -100,10 +100,10 @@ from cbscore.analysis._steps_fit import MIN_BATCH_SIZES, StepsFit, fit_steps
 from cbscore.analysis._table import TableAnalysis, analyze_table
 from cbscore.analysis._target import EvalHistory, ReferenceTarget, reference_target, target_draws
 from cbscore.analysis._trial import OUTCOMES, TrialSteps, trial_steps
-from cbscore.analysis._wsd_fit import EsFit, WsdEsAnalysis, fit_wsd_es
+from cbscore.analysis._wsd_fit import EsFit, WsdEsAnalysis, es_points, fit_wsd_es, format_es
 
 __all__ = [
-    "EsFit", "WsdEsAnalysis", "fit_wsd_es",
+    "EsFit", "WsdEsAnalysis", "es_points", "fit_wsd_es", "format_es",
     "DoublingRatio",
     "LackOfFit",
     "LawShape",

@@ -196,3 +196,29 @@ def fit_wsd_es(batch_sizes, steps) -> WsdEsAnalysis:
                    f"quadratic {quadratic.loo_rmse:.3g}")
     return WsdEsAnalysis(classical=classical, quadratic=quadratic, b_noise=b_noise, b_opt=b_opt, b_min=b_min,
                          better=better, reason=reason, notes=tuple(notes))
+
+
+def es_points(rows) -> dict[str, tuple[list[float], list[float]]]:
+    """Per setting, the ``(B, S)`` points the E(S) fits read from steps-table rows: each
+    ``(B, seed)``'s fewest steps over its reached trials (censored and diverged rows left out)."""
+    best: dict[str, dict[tuple, float]] = {}
+    for r in rows:
+        outcome = r.get("outcome") or "reached"
+        steps = r.get("steps")
+        if outcome != "reached" or steps in (None, ""):
+            continue
+        key = (int(float(r["batch_size"])), r.get("seed"))
+        cell = best.setdefault(str(r["setting"]), {})
+        cell[key] = min(cell.get(key, math.inf), float(steps))
+    return {name: ([float(b) for b, _ in cells], list(cells.values())) for name, cells in best.items()}
+
+
+def format_es(name: str, fit: WsdEsAnalysis) -> list[str]:
+    """The text lines of one setting's E(S) fits."""
+    def g(x):
+        return "—" if x is None else f"{x:.4g}"
+
+    lines = [f"E(S) {name}: classical (McCandlish et al. 2018) B_noise = {g(fit.b_noise)}; revised, quadratic stage "
+             f"(Zhou/Huang et al. 2026): B_opt = {g(fit.b_opt)}, B_min = {g(fit.b_min)}; better: {fit.better} "
+             f"({fit.reason})"]
+    return lines + [f"  note: {n}" for n in fit.notes]

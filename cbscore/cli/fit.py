@@ -36,6 +36,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="S(B) per batch size: a fit across the learning rates of the 'lr' column (default), "
                              "or the paper's minimum over them; the minimum is reported beside either way")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument("--es", action="store_true",
+                        help="also fit E(S) = B·S against S per setting, the classical hyperbola and the quadratic "
+                             "stage of the revised WSD form (Zhou/Huang et al. 2026), on each (B, seed)'s fewest "
+                             "steps, and say which fits better (docs/schedules.md); adds 'es_fits'")
     parser.add_argument("--forecast", metavar="FORECAST.json", default=None,
                         help="calibrate a noise-scale forecast (the 'forecast' key of `cbs study fit --json`, "
                              "or a report's forecast.json) against this table's fit; adds 'calibration'")
@@ -56,16 +60,31 @@ def run_fit(args: argparse.Namespace) -> int:
         estimator=args.estimator,
     )
     calibration = None if args.forecast is None else calibrate_file(args.forecast, analysis, args.bootstrap, args.seed)
+    es_fits = es_fits_of(rows) if args.es else None
     if args.json:
         out = analysis.to_json_dict()
         if calibration is not None:
             out["calibration"] = calibration.to_json_dict()
+        if es_fits is not None:
+            out["es_fits"] = {name: None if fit is None else fit.to_dict() for name, fit in es_fits.items()}
         print(json.dumps(out, indent=2, allow_nan=False))
     else:
         print(format_analysis(analysis))
         if calibration is not None:
             print(format_calibration(calibration))
+        if es_fits is not None:
+            from cbscore.analysis import format_es
+
+            for name, fit in es_fits.items():
+                print(f"E(S) {name}: fewer than 3 reached points" if fit is None else "\n".join(format_es(name, fit)))
     return 0
+
+
+def es_fits_of(rows) -> dict:
+    """Each setting's :func:`cbscore.analysis.fit_wsd_es` (``None`` with fewer than three points)."""
+    from cbscore.analysis import es_points, fit_wsd_es
+
+    return {name: fit_wsd_es(b, s) if len(s) >= 3 else None for name, (b, s) in es_points(rows).items()}
 
 
 def calibrate_file(path: str, analysis, bootstrap: int, seed: int):

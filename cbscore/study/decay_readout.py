@@ -150,7 +150,7 @@ def _ids(spec, schedule, b, lr, s, horizons):
 
 def schedule_readout(spec: StudySpec, records: Sequence[TrialRecord], *, bootstrap: int = 1000, seed: int = 0) -> dict:
     """The fit JSON of a schedule study (module docstring)."""
-    from cbscore.analysis import analyze_table, fit_wsd_es
+    from cbscore.analysis import analyze_table, es_points, fit_wsd_es
 
     targets, notes = schedule_targets(spec, records)
     rows = schedule_rows(spec, records, targets)
@@ -179,17 +179,9 @@ def schedule_readout(spec: StudySpec, records: Sequence[TrialRecord], *, bootstr
                             "cbs": setting.cbs, "cbs_ci": None if setting.cbs_ci is None else list(setting.cbs_ci),
                             "cbs_empirical": setting.cbs_empirical,
                             "b_noise_ci": None if boot is None else list(boot.b_noise_ci)}
-        if schedule == "wsd":
-            best: dict = {}
-            for r in entry["rows"]:
-                if r["outcome"] == "reached":
-                    key = (r["batch_size"], r["seed"])
-                    best[key] = min(best.get(key, math.inf), r["steps"])
-            try:
-                entry["es_fit"] = fit_wsd_es([b for b, _ in best], list(best.values())).to_dict() if best else None
-            except Exception as exc:  # noqa: BLE001 - a fit the points cannot support is reported, not raised
-                entry["es_fit"] = None
-                entry["errors"].append(f"E(S) fits: {exc}")
+        if schedule == "wsd":  # the same points and fits as `cbs fit --es` on the exported table
+            b, s = next(iter(es_points(entry["rows"]).values()), ([], []))
+            entry["es_fit"] = fit_wsd_es(b, s).to_dict() if len(s) >= 3 else None
     out["comparison"] = _compare(out["schedules"])
     return out
 

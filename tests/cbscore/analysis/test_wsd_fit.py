@@ -43,3 +43,24 @@ def test_four_points_leave_the_comparison_undecided():
 def test_bad_points_are_refused():
     with pytest.raises(ConfigError, match="points"):
         fit_wsd_es([4, 8], [10, -1])
+
+
+def test_cbs_fit_es_reads_each_b_and_seeds_fewest_steps(tmp_path, capsys):
+    from cbs import main as cbs_main
+    from cbscore.analysis import es_points
+
+    # two rates per (B, seed): the fewer steps is the point; S = 100 + 3000/B exactly at the best rate
+    lines = ["setting,batch_size,steps,seed,lr,outcome"]
+    for b in (4, 8, 16, 32, 64, 128):
+        for seed in (0, 1):
+            lines += [f"wsd,{b},{100 + 3000 / b},{seed},0.01,reached", f"wsd,{b},{2 * (100 + 3000 / b)},{seed},0.02,reached",
+                      f"wsd,{b},,{seed},0.04,diverged"]
+    path = tmp_path / "steps.csv"
+    path.write_text("\n".join(lines) + "\n")
+    from cbscore.analysis import read_steps_csv
+
+    [(b, s)] = es_points(read_steps_csv(str(path))).values()
+    assert sorted(zip(b, s)) == sorted((float(x), 100 + 3000 / x) for x in (4, 8, 16, 32, 64, 128) for _ in (0, 1))
+    assert cbs_main(["fit", str(path), "--b-ref", "4", "--bootstrap", "0", "--es"]) == 0
+    out = capsys.readouterr().out
+    assert "E(S) wsd: classical (McCandlish et al. 2018) B_noise = 30;" in out and "better: classical" in out
