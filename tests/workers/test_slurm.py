@@ -267,6 +267,59 @@ def test_a_preempted_worker_job_is_requeued_and_resumes_its_trial_to_the_undistu
     no_run_left_running(name)
 
 
+@pytest.mark.slow
+@on_the_cluster
+def test_without_a_signal_at_the_preemption_slurm_requeues_the_job_after_its_grace_time_and_the_trial_resumes(
+        worker_env, slurm, capsys, token_store):
+    """SLURM's default (no ``preempt_send_user_signal``; here with ``GraceTime=5``): the batch job hears
+    nothing during the grace time and its trial keeps training; then SIGTERM to every process, the
+    warm shutdown within KillWait, and SLURM requeues the job itself (once: the script's own
+    ``scontrol requeue`` adds no second restart). The restarted job resumes the trial at the step it
+    stopped, at attempt 1, every train-loss step logged once and none missing."""
+    from tests.workers.slurm_cluster import GRACE_S, SPOT, URGENT
+    from tests.workers.test_worker_process import no_run_left_running, study_done
+
+    conf = slurm.conf.read_text()
+    slurm.conf.write_text(conf.replace("SlurmctldParameters=preempt_send_user_signal\n", "")
+                          .replace(f"GraceTime={GRACE_S}", "GraceTime=5"))
+    slurm.run("scontrol", "reconfigure")
+    try:
+        assert "preempt_send_user_signal" not in slurm.run("scontrol", "show", "config")
+        name = "preempted-late"
+        api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 200_000}]))
+        rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--time", "10", "--partition", SPOT,
+                         "--requeue", "--job-name", "cbs-late")
+        job_id = out.split("job array ")[1].split()[0]
+        tracker = Tracker(WorkerSettings.from_env().tracking_uri)
+        [record] = api.study_records(name)
+        wait_for(lambda: tracker.get_run(record.run_id).data.metrics.get("progress/step", 0) >= 20, 90, every_s=0.5,
+                 what=lambda: "the trial to pass step 20\n" + job_log(worker_env["CBS_HOME"], job_id)[-3000:])
+        slurm.run("sbatch", f"--partition={URGENT}", "--exclusive", "--job-name=urgent", "--output=/dev/null",
+                  "--wrap", "sleep 2")
+        wait_for(lambda: study_done(name), 300, every_s=1,
+                 what=lambda: f"the requeued job to finish the trial: {slurm.jobs()}\n"
+                 + job_log(worker_env["CBS_HOME"], job_id)[-3000:])
+        preempted, again = job_log(worker_env["CBS_HOME"], job_id).split("(restart 1)", 1)
+        assert "DUE TO PREEMPTION" in preempted and "cbs slurm: SIGTERM received" in preempted
+        assert "SIGUSR1" not in preempted and "Warm shutdown" in preempted and "exited with status 0" in preempted
+        assert "succeeded in" in again and "(restart 2)" not in again
+        assert "Restarts=1" in slurm.run("scontrol", "show", "job", f"{job_id}_0")
+        [record] = api.study_records(name)
+        run = tracker.get_run(record.run_id)
+        assert (record.status, record.attempt, run.info.status) == ("finished", 1, "FINISHED")
+        stopped_at = int(run.data.tags["interrupted_at_step"])
+        assert 20 <= stopped_at < 1953 and int(run.data.tags["resumed_from_step"]) == stopped_at
+        raw = [m.step for m in tracker.client.get_metric_history(record.run_id, "train/loss")]
+        steps, _ = tracker.history(run, "train/loss")
+        assert sorted(raw) == sorted(set(raw)) and len(raw) == len(steps)  # each step once across the two runs
+        every = int(run.data.params.get("log_every_steps", 10))
+        assert set(range(every, 1953, every)) <= set(steps) and steps[-1] == 1953
+        no_run_left_running(name)
+    finally:
+        slurm.conf.write_text(conf)
+        slurm.run("scontrol", "reconfigure")
+
+
 @on_the_cluster
 def test_keep_submits_workers_up_to_the_count_while_a_study_has_trials_and_stops_when_it_is_done(worker_env, slurm,
                                                                                               capsys, token_store):
