@@ -3,6 +3,8 @@ panels (curves and scaling laws) that the study pages and the Import page both d
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import time
@@ -102,6 +104,17 @@ class StudyRows(list):
     names them in the notes, so every page that fits a study's rows lists them."""
 
     skipped: Mapping[str, tuple[int, ...]] = {}
+    key: str = ""
+    """:func:`table_key` of the rows (set once by :func:`study_rows`: the fits are cached by it)."""
+    study: str = ""
+    """The study whose table it is (its fits are kept in the lab's read model)."""
+
+
+def table_key(rows: list[dict]) -> str:
+    """A digest of a steps table: the key its fit is cached by (hashing a thousand rows on every
+    cache lookup cost more than a page's reads)."""
+    text = json.dumps(list(rows), sort_keys=True, default=repr, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def study_rows(name: str) -> StudyRows:
@@ -114,6 +127,8 @@ def study_rows(name: str) -> StudyRows:
         raise Nothing(f"Study `{name}` has no finished trials yet — its curves appear as trials reach their "
                       "targets. Watch it on the Studies page.")
     rows.skipped = study_skipped(name)
+    rows.key = table_key(rows)
+    rows.study = name
     return rows
 
 
@@ -142,16 +157,22 @@ NO_LAW = ("No scaling law yet: a law needs B* at two or more settings that share
 
 def analyze(rows: list[dict], b_ref: int, overhead: float):
     """:func:`cbscore.analysis.analyze_table` of ``rows`` (with the skipped cells of a
-    :class:`StudyRows`), cached per table, ``B_ref`` and ``r``."""
+    :class:`StudyRows`), cached per table (:func:`table_key`), ``B_ref`` and ``r``."""
     skipped = getattr(rows, "skipped", None) or {}
-    return _analyze(list(rows), b_ref, overhead, tuple(sorted(skipped.items())))
+    return _analyze(getattr(rows, "key", "") or table_key(rows), b_ref, overhead, tuple(sorted(skipped.items())),
+                    getattr(rows, "study", ""), _rows=list(rows))
 
 
-@st.cache_data(ttl=600, max_entries=32, show_spinner="Fitting S(B) and bootstrapping B*…")
-def _analyze(rows: list[dict], b_ref: int, overhead: float, skipped: tuple[tuple[str, tuple[int, ...]], ...]):
+# A resource, not data: the frozen result is shared, not copied on every lookup (a page reads it 4 times).
+@st.cache_resource(ttl=600, max_entries=32, show_spinner="Fitting S(B) and bootstrapping B*…")
+def _analyze(key: str, b_ref: int, overhead: float, skipped: tuple[tuple[str, tuple[int, ...]], ...], study: str,
+             *, _rows: list[dict]):
+    if study:  # a study's table: the fit the lab keeps for it (computed once per table, on any host)
+        return sources.call("study_table_fit", study, _rows, b_ref=b_ref, overhead=overhead, bootstrap=BOOTSTRAP,
+                            seed=0, skipped=dict(skipped))
     from cbscore.analysis import analyze_table
 
-    return analyze_table(rows, b_ref=b_ref, overhead=overhead, bootstrap=BOOTSTRAP, seed=0, skipped=dict(skipped))
+    return analyze_table(_rows, b_ref=b_ref, overhead=overhead, bootstrap=BOOTSTRAP, seed=0, skipped=dict(skipped))
 
 
 def fit_controls(rows: list[dict], source: str,

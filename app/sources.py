@@ -104,6 +104,12 @@ def curve(run_id: str) -> dict:
     return dict(call("trial_curve", run_id))
 
 
+@st.cache_data(ttl=SLOW_TTL_S, max_entries=8, show_spinner=False)
+def eval_curves(study: str) -> dict:
+    """Every trial's held-out loss curve: ``{trial_id: (steps, losses)}`` (one read for the study)."""
+    return dict(call("study_eval_curves", study))
+
+
 @st.cache_data(ttl=600, max_entries=16, show_spinner=False)
 def spec(study: str):
     """The ``StudySpec`` a study was launched with (it never changes)."""
@@ -183,5 +189,5 @@ def run_links(experiment_id: str, run_ids: list[str]) -> dict[str, str]:
 
 def refresh() -> None:
     """Forget every cached read (after launching or cancelling something)."""
-    for fn in (studies, records, curve, table, forecast, local_fit, fit_json, alive_workers):
+    for fn in (studies, records, curve, eval_curves, table, forecast, local_fit, fit_json, alive_workers):
         fn.clear()

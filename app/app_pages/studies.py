@@ -181,8 +181,10 @@ def loss_curves(name: str) -> None:
                    + (f" (the first {study_view.MAX_OVERLAY})" if len(chosen) == study_view.MAX_OVERLAY else "")
                    + ("; dashed: the setting's target." if one else "."))
         curves = []
+        stored = sources.eval_curves(name) if any(not r.eval_steps for r in chosen) else {}
         for r in chosen:
-            curve = study_view.loss_curve(r, spec.context_tokens, None if r.eval_steps else sources.curve(r.run_id))
+            curve = study_view.loss_curve(r, spec.context_tokens,
+                                          None if r.eval_steps else {"eval/loss_ewa": stored.get(r.trial_id, ((), ()))})
             curves.append(dataclasses.replace(curve, label=study_view.overlay_label(r, one)))
         target = None
         if one:  # the planner's own target of the setting (pure, from the records in hand)

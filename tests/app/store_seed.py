@@ -103,7 +103,7 @@ def _curve(s: float, last_step: float) -> tuple[list[int], list[float]]:
 
 def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_setting=None,
                missed_below_b_ref: int | None = None, now_s: float | None = None,
-               gns: bool = True) -> dict[str, SeededSetting]:
+               gns: bool = True, ledger=None) -> dict[str, SeededSetting]:
     """Write ``spec`` as a finished study (plus ``running`` trials still running) into ``tracker``.
 
     Per setting ``i``, ``B_noise = b_noise_per_setting[i]`` (default ``64·2^i``) and ``S_min`` is
@@ -117,7 +117,10 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
     ``missed_below_b_ref``: a batch size below B_ref missed in every setting, its trials (and their
     re-runs at twice the budget) censored after their whole token budget; the planner then skips the
     batch sizes between it and B_ref (tokens to target never fall as B grows), and they are not
-    written. ``gns=False``: no trial logs ``gns/b_simple`` (no noise-scale forecast). The first
+    written. ``gns=False``: no trial logs ``gns/b_simple`` (no noise-scale forecast). With a
+    ``ledger`` (:class:`workers.studies.ledger.Ledger`) every trial also gets the lease the runner and
+    its worker leave (done, or running on another host) and each ended one its row of the pages'
+    read model (:func:`workers.studies.read_model.keep_ended`, as a trial that ends keeps it). The first
     ``running`` non-reference cells get one more trial (seed 1) that is still running. Returns
     the settings.
     """
@@ -235,6 +238,9 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
                 else:  # ended a while ago, as in a study that has been running for some time
                     tracker.client.set_terminated(run.info.run_id, status=RUN_STATUS[outcome],
                                                   end_time=int((now_s - ENDED_AGO_S) * 1000))
+                if ledger is not None:
+                    _lease(ledger, tracker, spec.name, trial_id, run.info.run_id, None if is_running else outcome,
+                           now_s - (0 if is_running else ENDED_AGO_S))
                 counts[outcome] = counts.get(outcome, 0) + 1
                 tokens_spent += last * b * spec.context_tokens
         out[setting.setting_id] = dataclasses.replace(seeded, measured=tuple(measured), lower_bounds=tuple(bounds))
@@ -244,6 +250,19 @@ def seed_study(tracker, spec: StudySpec, *, running: int = 0, b_noise_per_settin
     if not running:
         tracker.set_study_status(parent_id, "done", end="FINISHED")
     return out
+
+
+def _lease(ledger, tracker, study: str, trial_id: str, run_id: str, outcome: str | None, now_s: float) -> None:
+    """The lease a trial leaves in the ledger: created and queued by the runner, claimed by a worker
+    of another host (never judged dead here), done with ``outcome`` and kept in the read model."""
+    from workers.studies.read_model import keep_ended
+
+    assert ledger.create(trial_id, study, "cpu", owner="seed", now_s=now_s, stale_after_s=60.0)
+    assert ledger.mark_queued(trial_id, run_id=run_id, owner="seed", now_s=now_s)
+    assert ledger.claim(trial_id, 1, owner="seed-worker@elsewhere:1", worker="seed@elsewhere", now_s=now_s)
+    if outcome is not None:
+        assert ledger.finish(trial_id, 1, owner=None, outcome=outcome, now_s=now_s)
+        assert keep_ended(ledger, tracker, trial_id)
 
 
 def expected_cbs(seeded: SeededSetting, b_ref: float, overhead: float = 0.2) -> float:

@@ -151,3 +151,22 @@ def test_scaling_figure_draws_one_line_per_fitted_group():
     for line, law in zip(lines, fits):
         np.testing.assert_allclose(line.y, law.coef * np.asarray(line.x) ** law.exponent)
     assert lines[0].line.color != lines[1].line.color
+
+
+def test_every_figure_is_drawn_on_plotly_white_with_the_pages_font():
+    import json
+
+    import plotly.graph_objects as go
+    import streamlit.elements.plotly_chart  # noqa: F401 (Streamlit makes its own template plotly's default)
+
+    from app import gns_charts
+
+    figures = [charts.steps_to_target_figure([_curve()], b_ref=256, overhead=0.2),
+               gns_charts.forecast_overlay_figure(gns_charts.ForecastOverlay(
+                   label="x", measured=((8, 100.0), (16, 60.0)), b_run=8, target_step=100.0, b_hat=16.0,
+                   factor=None, factor_ci=None))]
+    white = json.loads(go.Figure(layout=dict(template="plotly_white")).to_json())["layout"]["template"]
+    for fig in figures:
+        layout = json.loads(fig.to_json())["layout"]
+        assert layout["template"] == white
+        assert layout["font"]["family"].startswith("Inter")

@@ -1,9 +1,10 @@
 """The reads of the workers' public API (:mod:`workers.query.api` re-exports every public name).
 
-Every read comes from MLflow (the record) and the ledger (who runs what now); nothing here
-imports torch. Reads are cheap enough for pages that refresh every few seconds: one
-``search_runs`` per study, metric histories only for the curves asked for, cached once a run
-has ended.
+Every read comes from the ledger (who runs what now, and the read model of ended trials:
+:mod:`workers.studies.read_model`) and MLflow (the record: the study's spec, the trials in flight,
+and what the read model does not hold yet); nothing here imports torch. Reads are cheap enough
+for pages that refresh every few seconds: the ended trials from one ledger query, MLflow asked for
+the rest, metric histories only for the curves asked for, cached once a run has ended.
 """
 
 from __future__ import annotations
@@ -165,12 +166,22 @@ def list_studies() -> list[StudySummary]:
     return out
 
 
-def _records(tracker, ledger, name: str, parent, *, with_history: bool | None = None) -> list[TrialRecord]:
+def _runs_and_records(tracker, ledger, name: str, parent, spec: StudySpec, *,
+                      with_history: bool | None = None) -> tuple[list, Any, list[TrialRecord]]:
+    """``(trial runs, their histories, records)`` of study ``name``: the runs from the read model
+    and MLflow (:func:`workers.studies.read_model.study_runs`), the records of the cells ``spec``
+    has (cells an extension dropped are hidden)."""
+    from workers.studies.read_model import Histories, study_runs
     from workers.studies.records import build_records, in_spec
 
-    runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
-    spec = StudySpec.from_dict(tracker.study_spec(parent))  # cells an extension dropped are hidden
-    return in_spec(spec, build_records(runs, ledger.leases(name), tracker, with_history=with_history))
+    runs, leases = study_runs(tracker, ledger, name, parent)
+    histories = Histories(tracker)
+    return runs, histories, in_spec(spec, build_records(runs, leases, histories, with_history=with_history))
+
+
+def _records(tracker, ledger, name: str, parent, *, with_history: bool | None = None) -> list[TrialRecord]:
+    spec = StudySpec.from_dict(tracker.study_spec(parent))
+    return _runs_and_records(tracker, ledger, name, parent, spec, with_history=with_history)[2]
 
 
 def study_spec(name: str) -> StudySpec:
@@ -190,6 +201,17 @@ def trial_curve(run_id: str) -> dict[str, tuple[list[float], list[float]]]:
     return {k: (list(s), list(v)) for k, (s, v) in open_tracker().curves(run_id).items()}
 
 
+def study_eval_curves(name: str) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+    """Every trial's held-out loss of the averaged weights, ``{trial_id: (steps, losses)}``: the
+    curves the read model keeps of ended trials, MLflow's histories of the others."""
+    tracker = open_tracker()
+    parent = study_parent(tracker, name)
+    spec = StudySpec.from_dict(tracker.study_spec(parent))
+    runs, histories, records = _runs_and_records(tracker, open_ledger(), name, parent, spec, with_history=False)
+    by_id = {r.info.run_id: r for r in runs}
+    return {rec.trial_id: histories.history(by_id[rec.run_id], "eval/loss_ewa") for rec in records}
+
+
 def study_table(name: str) -> list[dict]:
     """The steps table of ``name``: one row per trial with an outcome, in the ``cbs fit`` CSV format
     (:data:`FIT_COLUMNS`) plus trial_id, role, lr, beta2, tau, seed and run_id.
@@ -199,13 +221,11 @@ def study_table(name: str) -> list[dict]:
     """
     from cbscore.analysis import first_crossing
     from cbscore.study.targets import setting_targets
-    from workers.studies.records import build_records, in_spec
 
     tracker = open_tracker()
     parent = study_parent(tracker, name)
-    runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
     spec = StudySpec.from_dict(tracker.study_spec(parent))
-    records = in_spec(spec, build_records(runs, open_ledger().leases(name), tracker))
+    runs, histories, records = _runs_and_records(tracker, open_ledger(), name, parent, spec)
     runs_by_id = {r.info.run_id: r for r in runs}
     # The planner's own targets, exact (the parent's target/ tags are for people browsing MLflow).
     targets, _ = setting_targets(spec, records)
@@ -242,11 +262,11 @@ def study_table(name: str) -> list[dict]:
             "stopped_by": rec.stopped_by,
         })
     if spec.prune_at_equal_tokens:  # the only rule whose stopped trials stand in by projection
-        _project_pruned_rows(rows, records, runs_by_id, tracker)
+        _project_pruned_rows(rows, records, runs_by_id, histories)
     return rows
 
 
-def _project_pruned_rows(rows: list[dict], records, runs_by_id, tracker) -> None:
+def _project_pruned_rows(rows: list[dict], records, runs_by_id, histories) -> None:
     """Fill ``steps_projected`` of the trials stopped at equal tokens (``prune_at_equal_tokens``):
     their steps to target projected from their curve against their cell's leader
     (:func:`cbscore.analysis.steps_ratio`); one history read per pruned trial (ended: cached)."""
@@ -267,7 +287,7 @@ def _project_pruned_rows(rows: list[dict], records, runs_by_id, tracker) -> None
         if lead is None:
             continue
         lead_rec = by_id[lead["trial_id"]]
-        steps, losses = tracker.history(runs_by_id[r["run_id"]], "eval/loss_ewa")
+        steps, losses = histories.history(runs_by_id[r["run_id"]], "eval/loss_ewa")
         if not lead_rec.eval_steps or len(steps) < 2:
             continue
         c = steps_ratio(steps, losses, lead_rec.eval_steps, lead_rec.eval_losses)
@@ -311,10 +331,8 @@ def study_forecast(name: str, *, with_fit: bool = True, analysis=None, bootstrap
     tracker = open_tracker()
     parent = study_parent(tracker, name)
     spec = StudySpec.from_dict(tracker.study_spec(parent))
-    runs = {r.info.run_id: r for r in tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)}
-    from workers.studies.records import build_records, in_spec
-
-    records = in_spec(spec, build_records(list(runs.values()), open_ledger().leases(name), tracker))
+    run_list, histories, records = _runs_and_records(tracker, open_ledger(), name, parent, spec)
+    runs = {r.info.run_id: r for r in run_list}
     if with_fit and analysis is None:
         from cbscore.errors import FitError
 
@@ -324,7 +342,7 @@ def study_forecast(name: str, *, with_fit: bool = True, analysis=None, bootstrap
             analysis = None  # nothing fitted yet: forecasts only
 
     def history(run_id: str, key: str):
-        return tracker.history(runs[run_id], key)
+        return histories.history(runs[run_id], key)
 
     return build(spec, records, history, analysis, bootstrap=bootstrap, seed=seed)
 
@@ -336,14 +354,12 @@ def study_histories(name: str) -> dict:
     history read per trial."""
     from cbscore.analysis import EvalHistory
     from cbscore.study.budgets import RERUN_TAG
-    from workers.studies.records import build_records, in_spec
 
     tracker = open_tracker()
     parent = study_parent(tracker, name)
-    runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
     spec = StudySpec.from_dict(tracker.study_spec(parent))
     out: dict[str, list] = {}
-    for rec in in_spec(spec, build_records(runs, open_ledger().leases(name), tracker, with_history=True)):
+    for rec in _runs_and_records(tracker, open_ledger(), name, parent, spec, with_history=True)[2]:
         if rec.status in TERMINAL and rec.eval_steps:
             # A reference run re-run on to the target (planner.RERUN_TAG) is measured like a trial:
             # it does not set the target.
@@ -381,6 +397,26 @@ def study_fit(name: str, *, bootstrap: int = 1000, seed: int = 0, free_alpha: bo
     histories = study_histories(name) if (redraw_target and bootstrap) else None
     return analyze_table(rows, b_ref=spec.b_ref, overhead=spec.overhead, free_alpha=free_alpha,
                          bootstrap=bootstrap, seed=seed, skipped=skipped or None, histories=histories)
+
+
+def study_table_fit(name: str, rows: list[dict], *, b_ref: int, overhead: float, bootstrap: int, seed: int = 0,
+                    skipped: Mapping[str, tuple[int, ...]] | None = None):
+    """:func:`cbscore.analysis.analyze_table` of ``rows``, study ``name``'s steps table (as
+    :func:`study_table` gave it), kept in the read model: the pages of every host read one fit per
+    table and settings (:func:`workers.studies.read_model.kept_fit`) instead of bootstrapping it again."""
+    from cbscore.analysis import analyze_table
+    from workers.studies.read_model import fit_key, keep_fit, kept_fit
+
+    settings = {"b_ref": b_ref, "overhead": overhead, "bootstrap": bootstrap, "seed": seed,
+                "skipped": {k: list(v) for k, v in sorted((skipped or {}).items())}}
+    key = fit_key(rows, settings)
+    ledger = open_ledger()
+    fit = kept_fit(ledger, name, key)
+    if fit is None:
+        fit = analyze_table(rows, b_ref=b_ref, overhead=overhead, bootstrap=bootstrap, seed=seed,
+                            skipped=dict(skipped) if skipped else None)
+        keep_fit(ledger, name, key, fit)
+    return fit
 
 
 def alive_workers() -> list[WorkerInfo]:

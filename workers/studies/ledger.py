@@ -16,7 +16,15 @@ attempts (its ``attempt`` tag is bumped).
 
 Default location: ``sqlite:///$CBS_HOME/runner/ledger.db``, or the Optuna PostgreSQL database
 when ``CBS_OPTUNA_STORAGE`` is set (tables ``cbs_trial_leases``, ``cbs_workers``, ``cbs_study_locks``,
-``cbs_study_stores``).
+``cbs_study_stores``, ``cbs_trial_results``, ``cbs_study_fits``).
+
+``cbs_trial_results`` and ``cbs_study_fits`` are the pages' read model
+(:mod:`workers.studies.read_model`): an ended trial's outcome, steps to target, curves and the
+figures its run ended with, kept when its lease is done, so that reading a study needs no MLflow
+query per ended trial; and the fits of a study's steps table the pages computed, so that a page
+on another host or after a restart does not bootstrap the same table again. MLflow stays the
+record; a lab whose ledger predates the tables gets them empty on first use and fills them as it
+reads.
 
 A study's token store is pinned here by the first trial that has it ready (``cbs_study_stores``:
 where it was, its content digest, which host): every later attempt, on any host, trains on a store
@@ -85,6 +93,41 @@ STORES = sa.Table(
     sa.Column("host", sa.String(255), nullable=False),  # host_id() of the process that pinned it
     sa.Column("pinned_s", sa.Float, nullable=False),
 )
+
+RESULTS = sa.Table(
+    "cbs_trial_results", _META,
+    sa.Column("trial_id", sa.String(255), primary_key=True),
+    sa.Column("study", sa.String(64), nullable=False, index=True),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    # the lease's updated_s when it was kept: a lease that moved since (a re-run) makes the row stale
+    sa.Column("lease_updated_s", sa.Float, nullable=False),
+    sa.Column("outcome", sa.String(16), nullable=False),
+    sa.Column("steps_to_target", sa.Float),
+    sa.Column("curves", sa.Text, nullable=False),  # JSON {metric: [[steps], [values]]}: eval/loss_ewa, ...
+    sa.Column("run", sa.Text, nullable=False),  # JSON: the ended run's status, times, tags and latest metrics
+)
+
+FITS = sa.Table(
+    "cbs_study_fits", _META,
+    sa.Column("study", sa.String(64), primary_key=True),
+    sa.Column("key", sa.String(64), primary_key=True),  # the table, the fit's settings and the analysis code
+    sa.Column("kept_s", sa.Float, nullable=False),
+    sa.Column("fit", sa.LargeBinary, nullable=False),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialResultRow:
+    """One row of ``cbs_trial_results`` (:mod:`workers.studies.read_model` writes and reads it)."""
+
+    trial_id: str
+    study: str
+    run_id: str
+    lease_updated_s: float
+    outcome: str
+    steps_to_target: float | None
+    curves: str
+    run: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -405,13 +448,44 @@ class Ledger:
             pass
         return self.store_pin(study)
 
+    # ------------------------------------------------------------------ the read model of ended trials
+    def keep_result(self, row: TrialResultRow) -> None:
+        """Keep (or replace) an ended trial's row of the read model."""
+        values = {k: getattr(row, k) for k in TrialResultRow.__dataclass_fields__}
+        with self.engine.begin() as conn:
+            conn.execute(RESULTS.delete().where(RESULTS.c.trial_id == row.trial_id))
+            conn.execute(RESULTS.insert().values(**values))
+
+    def results(self, study: str) -> dict[str, TrialResultRow]:
+        """The read model's rows of ``study`` by trial id (stale ones included: the reader checks)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(RESULTS).where(RESULTS.c.study == study)).mappings().all()
+        return {r["trial_id"]: TrialResultRow(**r) for r in rows}
+
+    def kept_fit(self, study: str, key: str) -> bytes | None:
+        """The fit kept for ``study`` under ``key`` (:func:`workers.studies.read_model.kept_fit`)."""
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(FITS.c.fit).where(FITS.c.study == study, FITS.c.key == key)).scalar()
+
+    def keep_fit(self, study: str, key: str, fit: bytes, *, now_s: float, most: int) -> None:
+        """Keep a fit of ``study``; only its ``most`` newest stay."""
+        with self.engine.begin() as conn:
+            conn.execute(FITS.delete().where(FITS.c.study == study, FITS.c.key == key))
+            conn.execute(FITS.insert().values(study=study, key=key, kept_s=now_s, fit=fit))
+            old = conn.execute(sa.select(FITS.c.key).where(FITS.c.study == study)
+                               .order_by(FITS.c.kept_s.desc()).offset(most)).scalars().all()
+            if old:
+                conn.execute(FITS.delete().where(FITS.c.study == study, FITS.c.key.in_(old)))
+
     # ------------------------------------------------------------------ deleting a study
     def forget_study(self, study: str) -> int:
-        """Delete ``study``'s leases (with their outcomes) and its pinned token store; returns the
-        leases deleted. For deleting a study (:mod:`workers.studies.delete`), never for ending one: a lease
-        is how the runner knows a trial ran. Idempotent."""
+        """Delete ``study``'s leases (with their outcomes and read-model rows) and its pinned token
+        store; returns the leases deleted. For deleting a study (:mod:`workers.studies.delete`), never
+        for ending one: a lease is how the runner knows a trial ran. Idempotent."""
         with self.engine.begin() as conn:
             n = conn.execute(LEASES.delete().where(LEASES.c.study == study)).rowcount
+            conn.execute(RESULTS.delete().where(RESULTS.c.study == study))
+            conn.execute(FITS.delete().where(FITS.c.study == study))
             conn.execute(STORES.delete().where(STORES.c.study == study))
         return n
 

@@ -316,9 +316,23 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
         raise
     if done:
         remove_checkpoint(trial_id)  # the lease is done: nobody resumes it
+        _keep_for_the_pages(ledger, tracker, trial_id)
     _advance(study)
     return {"trial_id": trial_id, "attempt": attempt, "outcome": outcome, "steps": result.steps,
             "steps_to_target": result.steps_to_target, "resumed_from_step": result.resumed_from_step}
+
+
+def _keep_for_the_pages(ledger: Ledger, tracker: Tracker, trial_id: str) -> None:
+    """Keep the ended trial in the pages' read model (:mod:`workers.studies.read_model`). The trial
+    is done whatever happens here: an outage leaves the row to the next read of the study."""
+    from workers.studies.read_model import keep_ended
+
+    try:
+        keep_ended(ledger, tracker, trial_id)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        print(f"cbs trial {trial_id}: the pages' read model is left to the next read ({exc})", flush=True)
 
 
 def _late_config_key(ledger, study: str, run) -> dict[str, str]:
