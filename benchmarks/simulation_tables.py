@@ -221,14 +221,15 @@ CHAINED_LAWS = (("sqrt", 0.5, None, None, None), ("0.3", 0.3, None, None, None),
                 ("sqrt-k0.3", 0.5, None, None, 0.3))
 
 
-def run_search(preset: str, kind: str, config, seeds: int, shape: str | None = None) -> dict:
-    """One ``cbs study simulate`` of ``preset`` with its search as given (``grid``) or ``chained``."""
+def run_search(preset: str, kind: str, config, seeds: int, shape: str | None = None, reference: str = "grid") -> dict:
+    """One ``cbs study simulate`` of ``preset`` with its search as given (``grid``) or ``chained``
+    (its reference cell's ``reference_rates``: ``grid`` or ``bracket``)."""
     from cbscore.study import simulate as sim
     from cbscore.study.presets import load_preset
 
     spec = load_preset(preset)
     if kind != spec.search.kind:
-        spec = spec.replace(search=dataclasses.replace(spec.search, kind=kind, lr_prior=None,
+        spec = spec.replace(search=dataclasses.replace(spec.search, kind=kind, lr_prior=None, reference_rates=reference,
                                                        predict=False if kind == "chained" else spec.search.predict))
     truth = sim.paper_truth(spec)
     if shape is not None:
@@ -237,7 +238,8 @@ def run_search(preset: str, kind: str, config, seeds: int, shape: str | None = N
 
 
 def chained_table(write: bool, part: str, presets: tuple[str, ...], seeds: int,
-                  kinds: tuple[str, ...] = ("chained", "grid"), laws: tuple[str, ...] = ("sqrt", "peak")) -> None:
+                  kinds: tuple[str, ...] = ("chained", "grid"), laws: tuple[str, ...] = ("sqrt", "peak"),
+                  reference: str = "grid") -> None:
     """The chained bracket against the grid (issue 40): ``zero`` (σ = 0, the lab's learning-rate
     curvature, every law of :data:`CHAINED_LAWS`, one seed), ``lab`` (the lab's calibrated noise,
     ``seeds`` studies) or ``high`` (σ = 0.25 per trial beside the lab's seed parts, 50 studies)."""
@@ -264,17 +266,18 @@ def chained_table(write: bool, part: str, presets: tuple[str, ...], seeds: int,
                 cases = [("noise0.25-50seeds", SimConfig(**{**LAB_NOISE, "noise_sigma": 0.25}), 50, None, "sqrt")]
             for stem, config, n, shape, law in cases:
                 t0 = time.perf_counter()
-                d = run_search(preset, kind, config, n, shape)
+                d = run_search(preset, kind, config, n, shape, reference)
                 wall = time.perf_counter() - t0
+                variant = "-refbracket" if kind == "chained" and reference == "bracket" else ""
                 if write:
-                    _keep(folder, f"{preset}-{kind}-{stem}", d)
+                    _keep(folder, f"{preset}-{kind}{variant}-{stem}", d)
                 s = d["settings"]
                 rmse = tuple(sum((x[k] or 0.0) ** 2 for x in s) ** 0.5 for k in ("rmse_ln_cbs_study", "rmse_ln_cbs_grid"))
                 adj = d.get("precision_adjusted_to_oracle")
                 crit = " / ".join("—" if d.get(k) is None else ("met" if d[k] else "NOT") for k in
                                   ("criterion_structural_bias", "criterion_median_bias", "criterion_precision"))
                 noise = "0" if part == "zero" else "lab" if part == "lab" else "lab + σ 0.25"
-                print(f"| {preset} | {kind} | {noise} | {law} | {n} | "
+                print(f"| {preset} | {kind}{variant} | {noise} | {law} | {n} | "
                       f"{d['ratio_to_oracle_median']:.2f}× | {rmse[0]:.3f} / {rmse[1]:.3f} | "
                       f"{'—' if adj is None else f'{adj:.2f}×'} | {_bias(d)} | {crit} | {wall:.0f} |", flush=True)
 
@@ -288,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=200, help="chained --part lab: simulated studies")
     ap.add_argument("--kind", action="append", choices=("chained", "grid"), default=None,
                     help="chained: only these search kinds (repeatable)")
+    ap.add_argument("--reference", choices=("grid", "bracket"), default="grid",
+                    help="chained: what the reference cell runs (search.reference_rates)")
     ap.add_argument("--law", action="append", choices=("sqrt", "peak"), default=None,
                     help="chained --part lab: only these η* laws (repeatable)")
     ap.add_argument("--write", action="store_true", help="store each run's JSON and text report")
@@ -296,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.table == "chained":
         chained_table(args.write, args.part, tuple(args.preset or PRESETS), args.seeds,
-                      tuple(args.kind or ("chained", "grid")), tuple(args.law or ("sqrt", "peak")))
+                      tuple(args.kind or ("chained", "grid")), tuple(args.law or ("sqrt", "peak")), args.reference)
     elif args.table == "far":
         far_table(args.write, args.fraction)
     else:

@@ -35,7 +35,7 @@ def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
     recs = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
     if spec.search.kind == "grid" and spec.search.predict:
         return _predicted_cell_rates(spec, recs, role, predicted)
-    base = sorted(spec.search.lrs)
+    base = reference_base(spec) if role == "reference" else sorted(spec.search.lrs)
     rates = sorted(set(base) | {r.lr for r in recs})
     complete = len(recs) >= len(rates) * len(spec.seeds) and all(r.terminal for r in every)
     if not spec.search.runs_rates or spec.search.lr_extensions == 0 or not recs or not complete:
@@ -53,6 +53,17 @@ def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
     if extra:
         return tuple(sorted(set(rates) | extra)), True
     return tuple(rates), False
+
+
+def reference_base(spec: StudySpec) -> list[float]:
+    """The rates a reference cell starts with: ``lrs``, or (a chained search with ``reference_rates:
+    bracket``) three rates around their geometric middle, ``search.bracket_ratio`` apart."""
+    lrs = sorted(spec.search.lrs)
+    if spec.search.kind != "chained" or spec.search.reference_rates != "bracket":
+        return lrs
+    middle = math.exp(sum(math.log(v) for v in lrs) / len(lrs))
+    rho = spec.search.bracket_ratio
+    return [float(f"{v:.3g}") for v in (middle / rho, middle, middle * rho)]
 
 
 def _seed_best_rates(recs: Sequence[TrialRecord], role: str) -> list[float]:

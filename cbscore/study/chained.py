@@ -141,8 +141,15 @@ def describe_chained(spec: StudySpec) -> list[str]:
         order.append(f"up {spec.b_ref} → {' → '.join(str(b) for b in above)}")
     if below:
         order.append(f"down {spec.b_ref} → {' → '.join(str(b) for b in below[::-1])}")
-    ref = (f"the reference cell B={spec.b_ref} runs the grid ({lrs}, up to {s.lr_extensions} more past each edge)"
-           if spec.target_losses is None else f"B={spec.b_ref} is centred at the grid's geometric middle")
+    if spec.target_losses is not None:
+        ref = f"B={spec.b_ref} is centred at the grid's geometric middle"
+    elif s.reference_rates == "bracket":
+        from cbscore.study.cell_rates import reference_base
+
+        ref = (f"the reference cell B={spec.b_ref} runs {', '.join(f'{v:g}' for v in reference_base(spec))} "
+               f"(around the middle of {lrs}; up to {s.lr_extensions} more past each edge)")
+    else:
+        ref = f"the reference cell B={spec.b_ref} runs the grid ({lrs}, up to {s.lr_extensions} more past each edge)"
     return [
         f"chained search: {ref}; every other cell runs 3 rates c/{s.bracket_ratio:g}, c, c·{s.bracket_ratio:g} "
         f"centred at c = (its neighbour's best rate)·(B/B_neighbour)^{s.chain_exponent:g}, each to its own crossing",

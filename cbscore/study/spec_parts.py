@@ -15,6 +15,8 @@ SEARCH_KINDS = ("grid", "chained", "optuna")
 #: Search kinds whose trials each run one named learning rate of the cell (the planner starts them;
 #: Optuna's are asked for).
 RATE_KINDS = ("grid", "chained")
+#: What a chained search's reference cell runs (:attr:`SearchSpec.reference_rates`).
+REFERENCE_RATES = ("grid", "bracket")
 #: Orders a grid cell may start its rates in (:attr:`SearchSpec.order`).
 SEARCH_ORDERS = ("predicted", "grid")
 
@@ -92,6 +94,10 @@ class SearchSpec:
     at the centre leaves both edges about 10% behind."""
     max_extensions: int = 2
     """Chained search: rates a cell may add past its edges, both sides together."""
+    reference_rates: str = "grid"
+    """Chained search: what the reference cell runs. ``grid``: every rate of ``lrs``; ``bracket``:
+    three rates ``c/bracket_ratio, c, c·bracket_ratio`` around the geometric middle ``c`` of ``lrs``.
+    Either is extended past an edge where a seed's best rate sits there (``lr_extensions``)."""
     order: str = "predicted"
     """Grid search: the order a cell starts its rates in. ``predicted`` (the default): nearest the
     rate predicted from the setting's measured cells first (``cbscore.study.lr_predict``), so the
@@ -140,6 +146,9 @@ class SearchSpec:
         ext = self.max_extensions
         if isinstance(ext, bool) or not isinstance(ext, int) or not 0 <= ext <= 8:
             raise ConfigError("search.max_extensions", ext, "must be an integer in [0, 8]")
+        if self.reference_rates not in REFERENCE_RATES:
+            raise ConfigError("search.reference_rates", self.reference_rates,
+                              f"must be one of {', '.join(REFERENCE_RATES)}")
         if self.kind == "chained" and self.predict:
             raise ConfigError("search.predict", self.predict, "applies to kind grid only (a chained search "
                                                               "centres each cell on its neighbour's best rate)")
@@ -158,7 +167,7 @@ class SearchSpec:
     def trials_per_cell(self, reference: bool = False) -> int:
         """Learning rates (or Optuna trials) of one cell as planned, before any extension; a chained
         search runs ``lrs`` in the reference cell and three rates elsewhere."""
-        if self.kind == "chained" and not reference:
+        if self.kind == "chained" and (not reference or self.reference_rates == "bracket"):
             return 3
         return len(self.lrs) if self.kind in RATE_KINDS else self.n_trials
 

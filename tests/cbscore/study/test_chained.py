@@ -155,3 +155,13 @@ def test_the_chained_bracket_finds_b_star_at_zero_noise_for_fewer_tokens():
         s = on.summary()[0]
         assert s["cbs_study_median"] == pytest.approx(s["cbs_truth"], rel=0.005)
         assert on.to_json_dict()["tokens_study_mean"] < 0.67 * off.to_json_dict()["tokens_study_mean"]
+
+
+def test_a_bracketed_reference_cell_runs_three_rates_around_the_grids_middle():
+    spec = chained_spec(reference_rates="bracket")
+    first = plan(spec, [], 0.0)
+    assert sorted(t.lr for t in first.start) == [0.004, 0.008, 0.016]  # the middle of GRID, a factor 2 apart
+    assert cell_size(spec, 16) == 3 and grid_trials(spec) == 5 * 3
+    assert "runs 0.004, 0.008, 0.016" in "\n".join(describe_chained(spec))
+    with pytest.raises(ConfigError, match="search.reference_rates"):
+        chained_spec(reference_rates="three")
