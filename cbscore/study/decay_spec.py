@@ -29,6 +29,8 @@ from typing import Any, Mapping
 from cbscore.errors import ConfigError
 
 SCHEDULE_NAMES = ("constant_ewa", "cosine", "wsd")
+MAX_HORIZONS = 48
+"""Most horizons per grid (each is a run per cell)."""
 
 
 def _number(name: str, value: Any, lo: float, hi: float) -> float:
@@ -83,6 +85,12 @@ class DecaySpec:
         if self.wsd_ratio == 1 or self.cosine_ratio == 1:
             raise ConfigError("decay.wsd_ratio" if self.wsd_ratio == 1 else "decay.cosine_ratio", 1,
                               "must be above 1")
+        for name in ("wsd_ratio", "cosine_ratio"):  # a sane number of runs per cell, refused by arithmetic
+            count = math.floor(math.log(self.horizon_high / self.horizon_low) / math.log(getattr(self, name))) + 1
+            if count > MAX_HORIZONS:
+                raise ConfigError(f"decay.{name}", getattr(self, name),
+                                  f"gives {count} horizons from D×{self.horizon_low:g} to D×{self.horizon_high:g}; "
+                                  f"at most {MAX_HORIZONS} (a larger ratio or a narrower range)")
 
     @property
     def needs_stable_runs(self) -> bool:

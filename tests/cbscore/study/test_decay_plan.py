@@ -102,3 +102,10 @@ def test_constant_ewa_names_the_constant_schedule_of_any_study():
     assert custom.schedule == "constant" and spec().schedule == "constant"
     with pytest.raises(ConfigError, match="^schedule: "):
         StudySpec.from_dict({**spec().to_dict(), "schedule": "wsd"})  # a schedule study's stable runs are constant
+
+
+def test_a_horizon_grid_too_fine_to_be_sane_is_refused_by_arithmetic():
+    with pytest.raises(ConfigError, match="^decay.wsd_ratio: .* horizons"):
+        spec(wsd_ratio=1.000001)
+    with pytest.raises(ConfigError, match="horizons from D×1e-300 to D×2"):
+        spec(horizon_low=1e-300, cosine_ratio=2.0)
