@@ -7,7 +7,9 @@ the pages use (PNG through kaleido, when it and a Chrome are installed; HTML oth
 and ``summary.json`` with what it cost: wall time, tokens and trials, the machine. Where trials
 logged the gradient noise scale (issue 14): ``forecast.json`` (the ``forecast`` and ``calibration``
 keys of ``cbs study fit --json``, calibrated against the committed CSV's fit), ``gns.csv`` (every
-trial's logged ``gns/*`` values) and the forecast figures.
+trial's logged ``gns/*`` values) and the forecast figures. A ``schedule`` study's steps table has one
+setting per schedule (``{setting}.{schedule}``), so its Curves figure draws them side by side, and
+``schedules.json``/``schedules.txt`` hold ``cbs study fit``'s readout (targets, WSD's E(S) fits).
 
 Everything is written to a temporary folder first and moved into place at the end, so a failure
 never leaves half a report.
@@ -185,7 +187,12 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
         raise ConfigError("--out", str(out), "exists and is not a folder")
     spec = api.study_spec(name)
     status = api.study_status(name)
-    full = api.study_table(name)
+    if spec.kind == "schedule":  # one steps table per schedule, read off the decayed runs (issue 45)
+        from workers.studies.schedule_fit import schedule_table
+
+        full = schedule_table(name)
+    else:
+        full = api.study_table(name)
     if not full:
         raise CbsError(f"study {name!r} has no finished trials yet, so there is nothing to report.")
     wall, first, last = _wall_seconds(name)
@@ -202,6 +209,13 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
         # The same fit as `cbs fit steps.csv --b-ref B --overhead r` prints it: per setting the interval's
         # basis, doubling ratios and lack of fit; the noise by source; which doublings carry each law.
         (tmp / "fit.txt").write_text(format_analysis(table) + "\n")
+        if spec.kind == "schedule":  # `cbs study fit`'s per-schedule readout, WSD's E(S) fits with it
+            from cbscore.study.decay_readout import format_schedule
+            from workers.studies.schedule_fit import schedule_fit
+
+            readout = schedule_fit(name)
+            (tmp / "schedules.json").write_text(json.dumps(readout, indent=2, allow_nan=False) + "\n")
+            (tmp / "schedules.txt").write_text(format_schedule(readout) + "\n")
         (tmp / "spec.yaml").write_text(spec.to_yaml())
         figs = _figures(table, full, spec.b_ref, spec.overhead)
         forecast = api.study_forecast(name, analysis=table)

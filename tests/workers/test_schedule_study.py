@@ -73,6 +73,14 @@ def test_a_schedule_study_runs_its_decay_branches_from_the_stable_runs_and_fits_
         again = table_fit[f"tiny-0.1M_D2.048K.{schedule}"]
         assert again["steps"] == [p["steps"] for p in entry["points"]]
         assert again["cbs"] == (None if entry["fit"] is None else entry["fit"]["cbs"])
+    # cbs study report: the same table, its fit, the schedules side by side on one Curves figure
+    from app.report import write_report
+
+    files = write_report(name, tmp_path / "report", command="test")
+    assert {"steps.csv", "fit.json", "fit.txt", "schedules.json", "schedules.txt", "summary.json"} <= set(files)
+    assert any(f.startswith("curves") for f in files)
+    assert (tmp_path / "report" / "steps.csv").read_text() == out.read_text()
+    assert "wsd: target" in (tmp_path / "report" / "schedules.txt").read_text()
     assert delete_study_artifacts(name)
 
 
