@@ -114,7 +114,7 @@ def _trial(spec, tid, cell, role, batch_size, lr, seed, config) -> TrialSpec:
 
 def stable_config_of(spec: StudySpec, batch_size: int, lr: float, seed: int, folder: str):
     """The stable run's ``TrainConfig`` (:func:`cbscore.decay.stable_config`)."""
-    from cbscore.decay import DecayPoint, stable_config
+    from cbscore.decay import stable_config
 
     points = wsd_grid(spec, batch_size) if "wsd" in spec.decay.schedules else ()
     if not points:  # constant_ewa alone: no snapshots, the longest horizon

@@ -221,7 +221,9 @@ def format_schedule(fit: dict) -> str:
             out.append(f"  S_min = {f['s_min']:.4g} steps, B_noise = {f['b_noise']:.4g}, B* = {cbs}{ci}")
         es = e.get("es_fit")
         if es is not None:
-            fmt = lambda x: "—" if x is None else f"{x:.4g}"  # noqa: E731
+            def fmt(x):
+                return "—" if x is None else f"{x:.4g}"
+
             out.append(f"  E(S) classical: B_noise = {fmt(es['b_noise'])}; revised (quadratic stage, Zhou/Huang et al. "
                        f"2026): B_opt = {fmt(es['b_opt'])}, B_min = {fmt(es['b_min'])}; better: {es['better']} "
                        f"({es['reason']})")

@@ -39,7 +39,7 @@ def test_a_schedule_study_runs_its_decay_branches_from_the_stable_runs_and_fits_
     status = api.study_status(name)
     assert status.status == "done" and status.counts == {"finished": 14}
     assert cbs_main(["study", "status", name]) == 0  # every cell, its role and state
-    assert f"tiny-0.1M_D2.048K.b4.wsd" in capsys.readouterr().out
+    assert "tiny-0.1M_D2.048K.b4.wsd" in capsys.readouterr().out
     assert sorted(t for t in ran if ".wsd." in t) == sorted(
         f"{name}.b{b}.lr1e-2.s0.wsd.h{h}" for b, hs in ((4, (16, 32, 64)), (8, (8, 16, 32))) for h in hs)
     # the snapshots are the study's, one folder per stable run
