@@ -21,6 +21,9 @@ intervals, each time the episode done least so far (ties at random):
 * ``tracking``       the MLflow server (SIGKILL; the supervisor restarts it: trials retry their
                      writes or give their attempt back),
 * ``web``            the Streamlit app (SIGKILL; restarted likewise),
+* ``worker-freeze``  a pool child training a trial frozen (SIGSTOP) past the lease's staleness limit,
+                     then thawed (SIGCONT): its replacement holds the lease by then, so the thawed
+                     holder must write no metric twice,
 * ``disk-full``      ``$CBS_HOME`` (a tmpfs: the broker on ``fs``, the ledger, checkpoints, the
                      MLflow store) filled to the last block with a ballast file for 30 s, then freed,
 * ``postgres-outage`` (``redis-pg``) the lab's TCP proxy to PostgreSQL down for 30 s,
@@ -44,7 +47,14 @@ touched). The disk-full episode mounts a tmpfs and needs root; without it the ep
 (nothing would restart what is killed) ends at once with that error. Each episode's
 ``next_progress_s`` (seconds to the next trial that ended, ``null``: none did) shows which one the
 lab did not recover from. State lives in ``.cbs/chaos/`` (git-ignored) unless ``--home`` says otherwise.
-Trials lose their worker many times here, so ``CBS_MAX_ATTEMPTS`` is raised to 100.
+The run keeps the default attempt limit (``CBS_MAX_ATTEMPTS``): an outage or a kill of the lab
+must never cost a trial an attempt it would miss, so a raised limit would hide exactly that.
+
+It passes only when every kind of episode happened (``not_exercised`` empty), both studies
+completed with identical tables and B*, and every history is whole: ``summary/*`` written once,
+a diverged trial's end (a train-loss divergence ends at a log step, unevaluated) a measurement,
+not a fault. ``tokens_trained`` counts the tokens the trials trained (each run's final
+``progress/tokens``), not the settings' D.
 """
 
 from __future__ import annotations
@@ -70,8 +80,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from browser_launch import launch_in_browser  # noqa: E402
 from chaos_checks import comparable, leftovers, phase_record  # noqa: E402
 from chaos_history import compare_histories  # noqa: E402
-from chaos_processes import ROOT, kill_one, start_up, stop_up, study_progress  # noqa: E402
-KILLS = ("worker-child", "worker-group", "runner", "tracking", "web")
+from chaos_processes import ROOT, freeze_one, kill_one, start_up, stop_up, study_progress  # noqa: E402
+KILLS = ("worker-child", "worker-group", "runner", "tracking", "web", "worker-freeze")
+#: Seconds a frozen pool child stays stopped: past the chaos run's CBS_STALE_AFTER_S (6 s), so its
+#: lease goes to a replacement before it thaws.
+FREEZE_S = 12.0
 OUTAGES = {"fs": ("disk-full",), "redis-pg": ("disk-full", "postgres-outage", "redis-outage")}
 REDIS_URL = os.environ.get("CBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
 POSTGRES_URL = os.environ.get("CBS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -177,6 +190,10 @@ class Storm:
     def quota(self, kind: str) -> int:
         return self.size.kills_per_kind if kind in KILLS else 1
 
+    def not_exercised(self) -> list[str]:
+        """Kinds that did not happen as often as planned, skipped or impossible here included."""
+        return [k for k in self.counts if self.counts[k] < self.quota(k)]
+
     def pending(self) -> list[str]:
         return [k for k in self.counts if self.counts[k] < self.quota(k) and k not in self.skipped
                 and not (k == "disk-full" and self.disk_unavailable)]
@@ -195,6 +212,8 @@ class Storm:
         return None
 
     def _kill(self, kind: str) -> dict | None:
+        if kind == "worker-freeze":
+            return {"frozen_s": FREEZE_S} if freeze_one(self.home, self.size.min_uptime_s, FREEZE_S) else None
         return {} if kill_one(kind, self.home, self.size.min_uptime_s) else None
 
     def _outage(self, kind: str) -> dict | None:
@@ -413,9 +432,9 @@ def run_backend(name: str, size_name: str, home_root: Path, seed: int, skip: tup
     for p in (calm_home, chaos_home):
         p.mkdir(parents=True)
     env = {**os.environ, "CBS_HEARTBEAT_S": "1", "CBS_STALE_AFTER_S": "6", "CBS_WATCH_PERIOD_S": "1",
-           "CBS_CHECKPOINT_EVERY_S": "2", "CBS_MAX_ATTEMPTS": "100", "CBS_TORCH_THREADS": "1",
+           "CBS_CHECKPOINT_EVERY_S": "2", "CBS_TORCH_THREADS": "1",
            "CBS_OUTAGE_WAIT_S": "600", "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONUNBUFFERED": "1"}
-    for key in ("CBS_BROKER_URL", "CBS_OPTUNA_STORAGE", "CBS_LEDGER_URL", "CBS_TRACKING_URI", "MLFLOW_TRACKING_URI",
+    for key in ("CBS_MAX_ATTEMPTS", "CBS_BROKER_URL", "CBS_OPTUNA_STORAGE", "CBS_LEDGER_URL", "CBS_TRACKING_URI", "MLFLOW_TRACKING_URI",
                 "CBS_TRIAL_QUEUE", "CBS_CHECKPOINT_DIR", "CBS_STORE_DIR", "CBS_ARTIFACT_ROOT"):
         env.pop(key, None)
     specs = spec_yamls(size, root / "store" / "tokens")  # inside the data root, not the root itself
@@ -448,14 +467,13 @@ def run_backend(name: str, size_name: str, home_root: Path, seed: int, skip: tup
         if storm.disk_unavailable:
             report["outages"]["disk-full"] = f"not run: {storm.disk_unavailable}"
         report["episodes"] = storm.episodes
-        report["not_exercised"] = storm.pending()
+        report["not_exercised"] = storm.not_exercised()
         if not storm.disk_unavailable:
             subprocess.run(["umount", "-l", str(chaos_home)], capture_output=True)
         report["wall_s"] = round(time.time() - t_start, 1)
     if calm is not None and chaos is not None:
         report.update(verdict(calm, chaos))
-        report["tokens_spent"] = sum(int(r["tokens"] or 0) for p in (calm, chaos) for t in p["tables"].values()
-                                     for r in t)
+        report["tokens_trained"] = report["tokens_trained_calm"] + report["tokens_trained_chaos"]
     report["passed"] = passed(report)
     return report
 
@@ -488,8 +506,10 @@ def verdict(calm: dict, chaos: dict) -> dict:
 
 
 def passed(r: dict) -> bool:
+    """Whether the run passed: every check held and every episode kind happened (``skipped`` kinds
+    and a disk-full episode that cannot run here are in ``not_exercised`` too, so they fail it)."""
     fitted = bool(r.get("b_star_calm")) and all(b is not None for _, b in r["b_star_calm"])
-    return bool(not r.get("error") and fitted and r.get("identical_table") and r["b_star_calm"] == r["b_star_chaos"]
+    return bool(not r.get("error") and fitted and not r.get("not_exercised", ["unknown"]) and r.get("identical_table") and r["b_star_calm"] == r["b_star_chaos"]
                 and not r.get("runs_left_open") and not r.get("optuna_trials_left_running")
                 and not r.get("calm_files_left") and not r.get("chaos_files_left")
                 and not r.get("histories_with_gaps_or_duplicates") and not r.get("histories_unlike_calm")

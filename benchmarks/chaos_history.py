@@ -10,6 +10,7 @@ values equal the undisturbed run's at every step they share.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 #: Logged at every log step; a checkpoint is taken only after they are sent (``MlflowCallback.
@@ -17,8 +18,12 @@ from dataclasses import dataclass
 CURVE_KEYS = ("train/loss", "optim/lr", "optim/grad_norm")
 #: Logged at log steps when defined (a throughput needs a timed interval): never twice, never off the grid.
 SPARSE_KEYS = ("perf/tokens_per_s", "perf/tokens_per_s_per_device", "perf/mfu")
-#: Outcomes that end at an evaluation (the final step is evaluated).
-EVALUATED_END = ("reached", "censored", "finished", "diverged")
+#: Outcomes that end at an evaluation (the final step is evaluated). A divergence ends where it is
+#: seen: at an evaluation (a non-finite held-out loss) or at a log step (the train loss), which is
+#: a measurement of the trial, not a fault of the record (``cbscore.train``).
+EVALUATED_END = ("reached", "censored", "finished")
+#: Written once, when the trial ends (a kill in the end-of-trial window must not write them twice).
+SUMMARY_PREFIX = "summary/"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +38,8 @@ class TrialHistory:
     attempt: int
     end_step: int
     """Steps trained (the run's final ``progress/step``)."""
+    tokens: int
+    """Tokens trained (the run's final ``progress/tokens``; -1 when it never reported its end)."""
     log_every: int
     metrics: dict[str, list[tuple[int, float]]]
 
@@ -61,6 +68,7 @@ def read_histories(tracking_uri: str, study: str) -> list[TrialHistory]:
         out.append(TrialHistory(
             trial_id=tags.get("trial_id", ""), status=run.info.status, outcome=tags.get("status", ""),
             attempt=int(tags.get("attempt") or 1), end_step=int(run.data.metrics.get("progress/step", -1)),
+            tokens=int(run.data.metrics.get("progress/tokens", -1)),
             log_every=int((spec.get("train_config") or {}).get("log_every_steps") or 10), metrics=metrics))
     return out
 
@@ -78,6 +86,8 @@ def trial_faults(h: TrialHistory) -> list[str]:
         steps = steps_of(points)
         if key.startswith(("eval/", *CURVE_KEYS, *SPARSE_KEYS)) and steps != sorted(set(steps)):
             faults.append(f"{key}: a step logged twice or out of order")
+        if key.startswith(SUMMARY_PREFIX) and len(points) > 1:
+            faults.append(f"{key}: written {len(points)} times (at steps {steps[:8]}), once expected")
     if h.end_step < 0:
         return faults + ["no progress/step: the trial never reported its end"]
     grid = sorted({*range(h.log_every, h.end_step + 1, h.log_every), *(e for e in evals if 0 < e <= h.end_step)})
@@ -116,10 +126,15 @@ def against_calm(calm: TrialHistory, chaos: TrialHistory) -> list[str]:
         b = [(s, v) for s, v in chaos.metrics.get(key, []) if s <= end]
         if steps_of(a) != steps_of(b):
             faults.append(f"{key}: steps differ from the undisturbed run's up to step {end}")
-        elif a != b:
-            first = next(s for (s, x), (_, y) in zip(a, b) if x != y)
+        elif not all(same_value(x, y) for (_, x), (_, y) in zip(a, b)):
+            first = next(s for (s, x), (_, y) in zip(a, b) if not same_value(x, y))
             faults.append(f"{key}: values differ from the undisturbed run's from step {first}")
     return faults
+
+
+def same_value(x: float, y: float) -> bool:
+    """Equal to the last digit; two NaN are the same value (a diverged trial's loss is NaN in both runs)."""
+    return x == y or (math.isnan(x) and math.isnan(y))
 
 
 def compare_histories(calm: list[TrialHistory], chaos: list[TrialHistory]) -> dict:
@@ -131,4 +146,8 @@ def compare_histories(calm: list[TrialHistory], chaos: list[TrialHistory]) -> di
     return {"histories_with_gaps_or_duplicates": gaps, "histories_unlike_calm": differ,
             "trials_in_one_phase_only": unmatched,
             "evaluations_checked": sum(len(h.metrics.get("eval/loss_ewa", [])) for h in chaos),
-            "train_points_checked": sum(len(h.metrics.get("train/loss", [])) for h in chaos)}
+            "train_points_checked": sum(len(h.metrics.get("train/loss", [])) for h in chaos),
+            "summaries_checked": sum(len(p) for h in chaos for k, p in h.metrics.items()
+                                     if k.startswith(SUMMARY_PREFIX)),
+            "tokens_trained_calm": sum(max(h.tokens, 0) for h in calm),
+            "tokens_trained_chaos": sum(max(h.tokens, 0) for h in chaos)}

@@ -83,6 +83,31 @@ def busy(pids_: list[int], window_s: float = 1.0) -> list[int]:
     return [p for p in pids_ if cpu_s(p) - before[p] >= 0.1 * window_s]
 
 
+def freeze_one(home: Path, min_uptime_s: float, freeze_s: float) -> bool:
+    """Freeze a pool child that is training a trial (SIGSTOP) for ``freeze_s``, past the lease's
+    staleness limit, then thaw it (SIGCONT): its lease has gone to a replacement meanwhile, so the
+    thawed holder must write nothing (issue 42, finding 3). False when no child was training."""
+    live = pids(home)
+    try:
+        if uptime_s(live["worker"]) < min_uptime_s:
+            return False
+        kids = busy([c for c in children(live["worker"]) if uptime_s(c) >= 5])
+        if not kids:
+            return False
+        pid = random.choice(kids)
+        os.kill(pid, signal.SIGSTOP)
+    except (KeyError, ProcessLookupError):
+        return False
+    try:
+        time.sleep(freeze_s)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    return True
+
+
 def kill_one(kind: str, home: Path, min_uptime_s: float) -> bool:
     """Kill one process of ``kind`` that has run at least ``min_uptime_s``; False when there was
     none to kill right now."""

@@ -16,7 +16,8 @@ LOG_STEPS = [1, 2, 4, 8, 10, 16, 20]
 def whole() -> TrialHistory:
     curve = {k: [(s, 0.5 * s) for s in LOG_STEPS] for k in ("train/loss", "optim/lr", "optim/grad_norm")}
     evals = {k: [(s, 1.0 / (1 + s)) for s in EVALS] for k in ("eval/loss_ewa", "eval/loss_raw")}
-    return TrialHistory(trial_id="t", status="FINISHED", outcome="reached", attempt=2, end_step=20, log_every=10,
+    return TrialHistory(trial_id="t", status="FINISHED", outcome="reached", attempt=2, end_step=20, tokens=20 * 64,
+                        log_every=10,
                         metrics={**curve, **evals, "heartbeat": [(4, 1.0), (4, 2.0)]})
 
 
@@ -56,3 +57,19 @@ def test_a_pruned_trial_is_compared_up_to_the_shorter_record():
     cut = {k: [p for p in v if p[0] <= 10] for k, v in calm.metrics.items()}
     pruned = dataclasses.replace(calm, outcome="pruned", end_step=10, metrics=cut)
     assert trial_faults(pruned) == [] and against_calm(calm, pruned) == []
+
+
+def test_a_summary_written_twice_is_named():
+    h = with_metric(whole(), "summary/steps_to_target", [(20, 17.0), (20, 17.0)])
+    assert trial_faults(h) == ["summary/steps_to_target: written 2 times (at steps [20, 20]), once expected"]
+    assert trial_faults(with_metric(whole(), "summary/steps_to_target", [(20, 17.0)])) == []
+
+
+def test_a_train_loss_divergence_is_a_measurement_not_a_fault():
+    """A divergence seen in the train loss ends the trial at that log step, unevaluated, with a NaN
+    loss in both runs: neither a missing last evaluation nor a value unlike the calm run's."""
+    h = whole()
+    cut = {k: [p for p in v if p[0] <= 10] for k, v in h.metrics.items()}
+    cut["train/loss"] = [*cut["train/loss"][:-1], (10, float("nan"))]
+    diverged = dataclasses.replace(h, outcome="diverged", end_step=10, metrics=cut)
+    assert trial_faults(diverged) == [] and against_calm(diverged, diverged) == []

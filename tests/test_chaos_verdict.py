@@ -1,0 +1,51 @@
+"""The chaos run's verdict (benchmarks/chaos.py, issue 42 finding 7): a run that did not exercise
+every kind of episode does not pass, whatever else held."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture()
+def chaos(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the script imports its folder's modules by name
+    import chaos
+
+    return chaos
+
+
+def clean_report() -> dict:
+    return {"b_star_calm": [("s", 14.9)], "b_star_chaos": [("s", 14.9)], "identical_table": True,
+            "not_exercised": [], "runs_left_open": [], "histories_with_gaps_or_duplicates": {}}
+
+
+def test_a_run_with_every_check_held_passes(chaos):
+    assert chaos.passed(clean_report())
+
+
+def test_an_episode_kind_not_exercised_fails_the_run(chaos):
+    assert not chaos.passed({**clean_report(), "not_exercised": ["disk-full"]})
+    report = clean_report()
+    del report["not_exercised"]  # a report that does not say is no pass either
+    assert not chaos.passed(report)
+
+
+def test_skipped_and_impossible_kinds_are_not_exercised(chaos):
+    storm = chaos.Storm(home=Path("/nonexistent"), size=chaos.SIZES["small"], outage_kinds=("disk-full",),
+                        skipped=("web",))
+    storm.disk_unavailable = "not root"
+    for kind in storm.counts:
+        if kind not in ("web", "disk-full"):
+            storm.counts[kind] = storm.quota(kind)
+    assert storm.pending() == [] and sorted(storm.not_exercised()) == ["disk-full", "web"]
+
+
+def test_the_run_keeps_the_default_attempt_limit(chaos):
+    source = (BENCHMARKS / "chaos.py").read_text()
+    assert '"CBS_MAX_ATTEMPTS": "' not in source  # never raised for the lab it starts
+    assert "worker-freeze" in chaos.KILLS and sys.modules["chaos_processes"].freeze_one
