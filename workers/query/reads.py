@@ -10,11 +10,14 @@ the rest, metric histories only for the curves asked for, cached once a run has 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from cbscore.errors import ConfigError
 from cbscore.study import TERMINAL, StudySpec, TrialRecord
@@ -415,7 +418,10 @@ def study_table_fit(name: str, rows: list[dict], *, b_ref: int, overhead: float,
     if fit is None:
         fit = analyze_table(rows, b_ref=b_ref, overhead=overhead, bootstrap=bootstrap, seed=seed,
                             skipped=dict(skipped) if skipped else None)
-        keep_fit(ledger, name, key, fit)
+        try:
+            keep_fit(ledger, name, key, fit)
+        except SQLAlchemyError as exc:  # the fit stands; the next visit fits and keeps it
+            logging.getLogger(__name__).warning("the fit of study %s could not be kept: %s", name, exc)
     return fit
 
 

@@ -450,11 +450,15 @@ class Ledger:
 
     # ------------------------------------------------------------------ the read model of ended trials
     def keep_result(self, row: TrialResultRow) -> None:
-        """Keep (or replace) an ended trial's row of the read model."""
+        """Keep (or replace) an ended trial's row of the read model (a row another process kept at
+        the same moment, from the same ended run, stands)."""
         values = {k: getattr(row, k) for k in TrialResultRow.__dataclass_fields__}
-        with self.engine.begin() as conn:
-            conn.execute(RESULTS.delete().where(RESULTS.c.trial_id == row.trial_id))
-            conn.execute(RESULTS.insert().values(**values))
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(RESULTS.delete().where(RESULTS.c.trial_id == row.trial_id))
+                conn.execute(RESULTS.insert().values(**values))
+        except IntegrityError:
+            pass
 
     def results(self, study: str) -> dict[str, TrialResultRow]:
         """The read model's rows of ``study`` by trial id (stale ones included: the reader checks)."""
@@ -468,14 +472,18 @@ class Ledger:
             return conn.execute(sa.select(FITS.c.fit).where(FITS.c.study == study, FITS.c.key == key)).scalar()
 
     def keep_fit(self, study: str, key: str, fit: bytes, *, now_s: float, most: int) -> None:
-        """Keep a fit of ``study``; only its ``most`` newest stay."""
-        with self.engine.begin() as conn:
-            conn.execute(FITS.delete().where(FITS.c.study == study, FITS.c.key == key))
-            conn.execute(FITS.insert().values(study=study, key=key, kept_s=now_s, fit=fit))
-            old = conn.execute(sa.select(FITS.c.key).where(FITS.c.study == study)
-                               .order_by(FITS.c.kept_s.desc()).offset(most)).scalars().all()
-            if old:
-                conn.execute(FITS.delete().where(FITS.c.study == study, FITS.c.key.in_(old)))
+        """Keep a fit of ``study``; only its ``most`` newest stay (one kept by another process at the
+        same moment, of the same table, stands)."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(FITS.delete().where(FITS.c.study == study, FITS.c.key == key))
+                conn.execute(FITS.insert().values(study=study, key=key, kept_s=now_s, fit=fit))
+                old = conn.execute(sa.select(FITS.c.key).where(FITS.c.study == study)
+                                   .order_by(FITS.c.kept_s.desc()).offset(most)).scalars().all()
+                if old:
+                    conn.execute(FITS.delete().where(FITS.c.study == study, FITS.c.key.in_(old)))
+        except IntegrityError:
+            pass
 
     # ------------------------------------------------------------------ deleting a study
     def forget_study(self, study: str) -> int:
