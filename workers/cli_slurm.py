@@ -70,10 +70,10 @@ def register_slurm(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from workers.cli_slurm_jobs import job_script, lab_environment, single_host_notes, submit
+    from workers.cli_slurm_jobs import job_script, lab_environment, preemption_notes, single_host_notes, submit
 
     job = _job(args)
-    for note in single_host_notes():  # on standard error: a dry run's output is the script alone
+    for note in single_host_notes() + preemption_notes(job):  # on standard error: a dry run's output is the script
         print(f"cbs slurm: note: {note}", file=sys.stderr)
     if args.dry_run:
         print(job_script(job), end="")

@@ -176,6 +176,50 @@ def single_host_notes(env: dict[str, str] | None = None) -> list[str]:
     return notes
 
 
+def _fields(line: str) -> dict[str, str]:
+    """``scontrol --oneliner``'s ``Key=Value`` words as a dict."""
+    return dict(word.split("=", 1) for word in line.split() if "=" in word)
+
+
+def preemption_notes(job: SlurmJob) -> list[str]:
+    """What the cluster's preemption means for ``job`` (its partition's ``PreemptMode``, SLURM's
+    ``KillWait`` and ``preempt_send_user_signal``), from ``scontrol``; none where SLURM cannot be asked."""
+    try:
+        lines = _run(["scontrol", "show", "partition", "--oneliner"], timeout_s=10).splitlines()
+        config = dict(re.findall(r"^(\w+)\s*=\s*(.*?)\s*$", _run(["scontrol", "show", "config"], timeout_s=10),
+                                 re.MULTILINE))
+    except CbsError:
+        return []
+    partitions = [_fields(line) for line in lines]
+    part = next((p for p in partitions if p.get("PartitionName") == job.partition
+                 or (job.partition is None and p.get("Default") == "YES")), None)
+    if part is None:
+        return []
+    name, mode = part["PartitionName"], part.get("PreemptMode", "OFF")
+    how = mode.split(",")[0]
+    notes = []
+    if how == "REQUEUE" and not job.requeue:
+        notes.append(f"partition {name} preempts by requeueing (PreemptMode={mode}): pass --requeue, or a "
+                     "preempted task ends and only `cbs slurm keep` replaces it")
+    if how == "CANCEL" and job.requeue:
+        notes.append(f"partition {name} cancels preempted jobs (PreemptMode={mode}): --requeue brings none back")
+    if how == "SUSPEND":
+        notes.append(f"partition {name} suspends preempted jobs (PreemptMode={mode}): a stopped worker cannot "
+                     "give its trial back, whose lease goes stale as a lost worker's does")
+    if how in ("REQUEUE", "CANCEL"):
+        kill_wait = int(re.match(r"\d*", config.get("KillWait", "")).group() or 30)
+        signal_now = "preempt_send_user_signal" in config.get("SlurmctldParameters", "")
+        grace = part.get("GraceTime", "0")
+        notes.append(f"partition {name} is preemptible: a preempted worker gets "
+                     + (f"--signal={job.signal} at the preemption and GraceTime={grace} s to stop"
+                        if signal_now else f"SIGTERM at the end of GraceTime={grace} s and KillWait={kill_wait} s "
+                                           "to stop (its trial checkpoints then)"))
+        if not signal_now and kill_wait < 30:
+            notes.append(f"KillWait={kill_wait} s is short: a trial that cannot reach its next step and write a "
+                         "checkpoint in that time is killed and resumes from its last periodic checkpoint")
+    return notes
+
+
 def slurm_dir() -> Path:
     """``$CBS_HOME/slurm``: the scripts submitted and the jobs' logs (``logs/``)."""
     folder = paths.subdir("slurm")
@@ -254,13 +298,16 @@ def job_script(job: SlurmJob, env: dict[str, str] | None = None, *, cbs: str | N
 
 
 # ---------------------------------------------------------------------------- SLURM's commands
-def _run(argv: list[str]) -> str:
-    """``argv``'s standard output; a missing command or a failure is a :class:`CbsError` with SLURM's words."""
+def _run(argv: list[str], timeout_s: float = 60) -> str:
+    """``argv``'s standard output; a missing command, a failure or no answer within ``timeout_s`` is a
+    :class:`CbsError` with SLURM's words."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except FileNotFoundError:
         raise CbsError(f"{argv[0]} is not installed here: cbs slurm runs on a SLURM login node "
                        "(or set SLURM_CONF for a cluster this host can reach)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmUnreachable(f"{argv[0]} did not answer within {timeout_s:g} s") from None
     if done.returncode != 0:
         message = f"{argv[0]} failed (exit {done.returncode}): {masked(done.stderr.strip())}"
         raise (SlurmUnreachable if any(m in done.stderr for m in _UNREACHABLE) else CbsError)(message)

@@ -321,6 +321,26 @@ def test_without_a_signal_at_the_preemption_slurm_requeues_the_job_after_its_gra
 
 
 @on_the_cluster
+def test_submit_says_what_a_preemptible_partition_means_for_its_workers(worker_env, slurm, capsys):
+    """Read off ``scontrol``: ``spot`` requeues preempted jobs, so a submit there without ``--requeue``
+    is told to pass it; with it, how a preempted worker hears of it; ``debug`` (PreemptMode=OFF) and
+    ``urgent`` say nothing of preemption."""
+    from tests.workers.slurm_cluster import GRACE_S, SPOT, URGENT
+
+    _, _, err = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--partition", SPOT, "--dry-run")
+    assert f"note: partition {SPOT} preempts by requeueing (PreemptMode=REQUEUE): pass --requeue" in err
+    _, _, err = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--partition", SPOT, "--requeue", "--dry-run")
+    assert "pass --requeue" not in err
+    assert (f"note: partition {SPOT} is preemptible: a preempted worker gets --signal=USR1 at the preemption and "
+            f"GraceTime={GRACE_S} s to stop") in err
+    for partition in (None, URGENT):
+        _, _, err = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--requeue", "--dry-run",
+                        *(["--partition", partition] if partition else []))
+        assert "preempt" not in err.replace("PreemptMode=OFF", "")
+    assert saved_scripts(worker_env["CBS_HOME"]) == []
+
+
+@on_the_cluster
 def test_keep_submits_workers_up_to_the_count_while_a_study_has_trials_and_stops_when_it_is_done(worker_env, slurm,
                                                                                               capsys, token_store):
     """Held jobs (``--hold``) stay PENDING and use no CPU: they count as workers all the same."""
