@@ -7,7 +7,10 @@ worker runs in the background of the batch shell, which traps the signal that SL
 the time limit (``--signal=B:USR1@S``: to the batch shell only) and a preemption's or ``scancel``'s
 SIGTERM, and turns either into SIGTERM to the worker: Celery's warm shutdown, whose hook
 (:mod:`workers.trials.celery_app`) stops the running trial at a checkpoint and puts the same
-attempt back in the queue. The shell then waits for the worker and exits with its status.
+attempt back in the queue. The shell then waits for the worker and exits with its status. A
+``--requeue`` task that SLURM preempted (its ``PreemptTime`` set) asks ``scontrol requeue`` for itself
+before it exits: where SLURM signals at the preemption (``preempt_send_user_signal``) the worker is
+gone within the grace time, and a job that ends by itself then ends ``COMPLETED``, not requeued.
 
 The script carries the lab's settings (``CBS_*`` and ``MLFLOW_TRACKING_*`` of the submitting
 environment, ``CBS_HOME`` and the tracking URI resolved), except values that hold a secret (a URL

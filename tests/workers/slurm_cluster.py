@@ -2,8 +2,9 @@
 ``slurm-wlm`` and ``munge``; ``make slurm`` installs them), each its own process in its own session,
 with their configuration, key, state, spool and logs under a temporary folder and their ports
 picked free. The node has no GPU: it declares two generic ``gpu`` resources (:func:`gres_conf`), so a
-``--gres=gpu:1`` job is scheduled and given ``CUDA_VISIBLE_DEVICES`` as on a GPU node. Stopped at the end by process group, never by name, after every
-job left has been cancelled. Without the daemons the tests that need it skip and say why.
+``--gres=gpu:1`` job is scheduled and given ``CUDA_VISIBLE_DEVICES`` as on a GPU node. Its ``spot``
+partition is preemptible (``PreemptMode=REQUEUE``, :data:`GRACE_S`) by jobs of its ``urgent`` one.
+Stopped at the end by process group, never by name, after every job left has been cancelled. Without the daemons the tests that need it skip and say why.
 """
 
 from __future__ import annotations
