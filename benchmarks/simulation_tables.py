@@ -9,6 +9,8 @@
     python benchmarks/simulation_tables.py margin [--write]  # budget_margin 0.25 against the paper presets' 0.5
     python benchmarks/simulation_tables.py chained --part zero|lab|high [--preset P] [--seeds N] [--write]
                                                              # the chained bracket against the grid (issue 40)
+    python benchmarks/simulation_tables.py rules --part zero|lab [--preset P] [--seeds N] [--write]
+                                                             # search.predict, prune_at_equal_tokens, lr_prior (issue 40)
 
 Each run is ``cbs study simulate PRESET --truth paper --noise σ --seeds N`` (in-process, the same
 code); ``--write`` stores its JSON and text report under the results folder, as the READMEs there
@@ -237,6 +239,56 @@ def run_search(preset: str, kind: str, config, seeds: int, shape: str | None = N
     return sim.simulate(spec, truth, config, seeds=seeds).to_json_dict()
 
 
+#: The rules issue 40 judges for leaving the product: ``(name, search changes, spec changes)``.
+RULES = (("predict", {"predict": True}, {}), ("equal-tokens", {}, {"prune_at_equal_tokens": True}),
+         ("predict-equal-tokens", {"predict": True}, {"prune_at_equal_tokens": True}),
+         ("no-prior", {"lr_prior": None}, {}))
+
+
+def rules_table(write: bool, part: str, presets: tuple[str, ...], seeds: int) -> None:
+    """``search.predict``, ``prune_at_equal_tokens`` and ``search.lr_prior`` against the criteria:
+    ``zero`` (σ = 0 under every law of :data:`CHAINED_LAWS`) or ``lab`` (the lab's noise, ``seeds``)."""
+    import time
+
+    from cbscore.study import simulate as sim
+    from cbscore.study.presets import load_preset
+    from cbscore.study.sim_trials import LAB_NOISE, SimConfig
+
+    folder = ROOT / "docs/results/cheaper-search/chained/rules"
+    print("| preset | rule | noise | η*(B) law / truth shape | seeds | study/oracle (median) | RMSE ln B* study / grid "
+          "| precision-adjusted | median B* vs truth (range over settings) | criteria 1 / 2 / 3 | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for preset in presets:
+        # (At the lab's noise the two rules alone: their pair and lr_prior are judged at σ = 0.)
+        for rule, search, changes in (RULES if part == "zero" else RULES[:2]):
+            base = load_preset(preset)
+            spec = base.replace(search=dataclasses.replace(base.search, **search), **changes)
+            if part == "zero":
+                cases = [(f"noise0-{name}", SimConfig(noise_sigma=0.0, lr_penalty=k or LAB_NOISE["lr_penalty"],
+                                                      lr_optimum_exponent=gamma,
+                                                      lr_peak_batch=None if peak is None else 4 * 256), 1, shape, name)
+                         for name, gamma, peak, shape, k in CHAINED_LAWS]
+            else:
+                cases = [(f"lab-{seeds}seeds", SimConfig(**LAB_NOISE), seeds, None, "sqrt")]
+            for stem, config, n, shape, law in cases:
+                t0 = time.perf_counter()
+                truth = sim.paper_truth(spec)
+                if shape is not None:
+                    truth = sim.apply_truth_shape(truth, spec, shape)
+                d = sim.simulate(spec, truth, config, seeds=n).to_json_dict()
+                wall = time.perf_counter() - t0
+                if write:
+                    _keep(folder, f"{preset}-{rule}-{stem}", d)
+                s = d["settings"]
+                rmse = tuple(sum((x[k] or 0.0) ** 2 for x in s) ** 0.5 for k in ("rmse_ln_cbs_study", "rmse_ln_cbs_grid"))
+                adj = d.get("precision_adjusted_to_oracle")
+                crit = " / ".join("—" if d.get(k) is None else ("met" if d[k] else "NOT") for k in
+                                  ("criterion_structural_bias", "criterion_median_bias", "criterion_precision"))
+                print(f"| {preset} | {rule} | {'0' if part == 'zero' else 'lab'} | {law} | {n} | "
+                      f"{d['ratio_to_oracle_median']:.2f}× | {rmse[0]:.3f} / {rmse[1]:.3f} | "
+                      f"{'—' if adj is None else f'{adj:.2f}×'} | {_bias(d)} | {crit} | {wall:.0f} |", flush=True)
+
+
 def chained_table(write: bool, part: str, presets: tuple[str, ...], seeds: int,
                   kinds: tuple[str, ...] = ("chained", "grid"), laws: tuple[str, ...] = ("sqrt", "peak"),
                   reference: str = "grid") -> None:
@@ -284,7 +336,7 @@ def chained_table(write: bool, part: str, presets: tuple[str, ...], seeds: int,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("table", choices=("paper", "order", "far", "prior", "margin", "chained"))
+    ap.add_argument("table", choices=("paper", "order", "far", "prior", "margin", "chained", "rules"))
     ap.add_argument("--part", choices=("zero", "lab", "high"), default="lab",
                     help="chained: σ = 0 under every η* law, the lab's noise, or σ = 0.25 beside it")
     ap.add_argument("--preset", action="append", default=None, help="chained: only these presets (repeatable)")
@@ -299,7 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fraction", type=float, default=None,
                     help="far: far_rate_fraction instead of the spec's default (nothing is written)")
     args = ap.parse_args(argv)
-    if args.table == "chained":
+    if args.table == "rules":
+        rules_table(args.write, args.part, tuple(args.preset or PRESETS), args.seeds)
+    elif args.table == "chained":
         chained_table(args.write, args.part, tuple(args.preset or PRESETS), args.seeds,
                       tuple(args.kind or ("chained", "grid")), tuple(args.law or ("sqrt", "peak")), args.reference)
     elif args.table == "far":
