@@ -83,7 +83,8 @@ class StudySpec:
     prune_margin: float = 0.1
     """Trials still above target at an evaluation past (1 + margin)·S_best steps stop as ``pruned``."""
     prune_at_equal_tokens: bool = False
-    """Stop a trial as ``pruned`` before the cell's best has crossed when, at the same step, its
+    """Experimental (issue 40: B* off the truth by up to 1.1% at zero noise, criterion 1;
+    docs/results/cheaper-search/chained/). Stop a trial as ``pruned`` before the cell's best has crossed when, at the same step, its
     held-out loss trails the cell's leader by more than ``equal_token_margin`` nats (never the
     rates the fit reads, ``cbscore.study.equal_tokens``)."""
     stop_far_rates: bool = True

@@ -69,12 +69,13 @@ class SearchSpec:
     edge (the next rate continues the grid's outermost ratio); 0 keeps the grid as given. Cells
     still at an edge are named in the fit's notes (DESIGN.md §1)."""
     predict: bool = False
-    """Grid search: run each cell's predicted best rate first (``cbscore.study.lr_predict``: the
+    """Experimental (issue 40: 3.6-4.4× the oracle at σ = 0, dearer than ``kind: chained`` for the
+    same B*; docs/results/cheaper-search/chained/). Grid search: run each cell's predicted best rate first (``cbscore.study.lr_predict``: the
     best rates of the setting's measured cells fitted in log B, Adam's √B rule before two are
     known), its neighbours next, and add no rate once the optimum is bracketed and the fit's window
     around it is run. ``lrs`` (with ``lr_extensions``) stays the set of allowed rates."""
     lr_prior: float | None = None
-    """Grid search: the best rate predicted for a cell before any cell of its setting (or any
+    """Experimental (issue 40: it saves nothing; the paper presets dropped it). Grid search: the best rate predicted for a cell before any cell of its setting (or any
     study's reference cell) is measured; ``None`` takes the grid's geometric middle. The paper
     presets set 0.00316, the single rate of the paper's released sweep configs at every batch size
     (Zhang et al. 2025, github.com/hlzhang109/critical-batch-size, ``configs/critical-bs/``:

@@ -252,13 +252,16 @@ def test_a_prior_outside_the_allowed_rates_is_named_with_the_range():
 
 
 @pytest.mark.parametrize("preset", ["paper-chinchilla", "paper-fixed-d", "paper-fixed-n"])
-def test_the_paper_presets_start_at_the_papers_released_rate(preset):
+def test_the_paper_presets_start_at_the_grids_middle_without_a_prior(preset):
+    """lr_prior saved nothing (issue 40, docs/results/cheaper-search/chained/): the presets dropped it."""
     from cbscore.study.presets import load_preset
 
     spec = load_preset(preset)
-    assert spec.search.lr_prior == 0.00316
+    assert spec.search.lr_prior is None
     first = plan(spec, [], 0.0).start
-    assert {t.batch_size for t in first} == {spec.b_ref} and first[0].lr == 0.00316
+    # Every rate of the reference cell, the one nearest the grid's geometric middle (5.75e-3) first.
+    assert {t.batch_size for t in first} == {spec.b_ref} and first[0].lr == 0.00632
+    assert sorted({t.lr for t in first}) == sorted(spec.search.lrs)
 
 
 def test_search_order_is_checked_and_named():
@@ -418,7 +421,10 @@ def test_the_cli_overrides_the_prior_and_the_simulated_optimum_and_names_a_bad_p
     monkeypatch.setenv("CBS_HOME", str(tmp_path))
     assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--seeds", "1", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["lr_prior"] == 0.00316 and d["lr_optimum_ref"] is None and d["budget_margin"] == 0.5
+    assert d["lr_prior"] is None and d["lr_optimum_ref"] is None and d["budget_margin"] == 0.5
+    assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--seeds", "1", "--lr-prior", "0.00316",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["lr_prior"] == 0.00316
     assert main(["study", "simulate", "paper-fixed-d", "--truth", "paper", "--seeds", "1", "--budget-margin", "0.25",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["budget_margin"] == 0.25
