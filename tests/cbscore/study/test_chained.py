@@ -165,3 +165,17 @@ def test_a_bracketed_reference_cell_runs_three_rates_around_the_grids_middle():
     assert "runs 0.004, 0.008, 0.016" in "\n".join(describe_chained(spec))
     with pytest.raises(ConfigError, match="search.reference_rates"):
         chained_spec(reference_rates="three")
+
+
+def test_the_dry_run_of_the_committed_chained_spec_says_how_its_cells_are_centred(capsys, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from cbs import main
+
+    monkeypatch.setenv("CBS_HOME", str(tmp_path))
+    spec = Path(__file__).resolve().parents[3] / "docs/results/cheaper-search/spec-chained.yaml"
+    assert main(["study", "launch", str(spec), "--dry-run", "--tokens-per-s", "20000"]) == 0
+    out = capsys.readouterr().out
+    # Three settings: 3 reference rates at B_ref = 2 and 3 rates in each of the 4 cells above it.
+    assert "15 cells, 45 trials (chained search)" in out and "first wave: 9 reference trials" in out
+    assert "cells released outward from B_ref once the neighbour settled: up 2 → 4 → 8 → 16 → 32" in out
