@@ -285,16 +285,18 @@ def job_script(job: SlurmJob, env: dict[str, str] | None = None, *, cbs: str | N
         'echo "cbs slurm: worker pid $worker exited with status $status"']
     if job.requeue:
         lines += [
-            "# Preempted (SLURM set the job's PreemptTime): back in SLURM's queue now, to start again when the",
-            "# preemptor is done. A task that ends by itself within the partition's GraceTime (as a cluster with",
-            "# SlurmctldParameters=preempt_send_user_signal lets it: the --signal comes at the preemption) would",
-            "# otherwise end COMPLETED, and SLURM would requeue nothing.",
-            'preempted=$(scontrol show job "${SLURM_JOB_ID:-}" 2>/dev/null | grep -o "PreemptTime=[^ ]*")',
+            "# Preempted (SLURM set the job's PreemptTime) and still running: back in SLURM's queue now, to start",
+            "# again when the preemptor is done. A task that ends by itself within the partition's GraceTime (as a",
+            "# cluster with SlurmctldParameters=preempt_send_user_signal lets it: the --signal comes at the",
+            "# preemption) would otherwise end COMPLETED, and SLURM would requeue nothing. A job that SLURM is",
+            "# requeueing or cancelling already (its state no longer RUNNING) is left to SLURM.",
+            'job=$(scontrol show job "${SLURM_JOB_ID:-}" 2>/dev/null)',
+            'preempted=$(grep -o "PreemptTime=[^ ]*" <<< "$job")',
+            'case "$job" in *JobState=RUNNING*) ;; *) preempted= ;; esac',
             'case "$preempted" in',
             '    ""|PreemptTime=None) ;;',
             '    *) echo "cbs slurm: job $SLURM_JOB_ID was preempted ($preempted): requeued, to start again"',
-            '       scontrol requeue "$SLURM_JOB_ID" ||',
-            '           echo "cbs slurm: scontrol requeue refused: SLURM requeues a preempted --requeue job itself";;',
+            '       scontrol requeue "$SLURM_JOB_ID";;  # SLURM then ends this run of the job (SIGTERM to this shell)',
             "esac"]
     lines += ['exit "$status"', ""]
     return "\n".join(lines)

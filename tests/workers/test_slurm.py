@@ -73,9 +73,10 @@ def test_cpu_mode_asks_for_no_gpu_and_runs_a_cpu_worker(worker_env, capsys):
 
 
 def test_a_requeue_job_puts_itself_back_in_the_queue_only_when_slurm_preempted_it(worker_env, capsys, tmp_path):
-    """The script's tail, run by bash with a fake ``scontrol``: a job whose PreemptTime SLURM set asks
-    ``scontrol requeue`` for itself after its worker's warm shutdown; one signalled at its time limit
-    or cancelled (PreemptTime=None) does not; without ``--requeue`` the script never asks."""
+    """The script's tail, run by bash with a fake ``scontrol``: a running job whose PreemptTime SLURM
+    set asks ``scontrol requeue`` for itself after its worker's warm shutdown; one signalled at its time
+    limit (PreemptTime=None) does not, nor one that SLURM is cancelling or requeueing already (a cancel
+    during the grace time stays a cancel); without ``--requeue`` the script never asks."""
     import subprocess
 
     rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--requeue", "--dry-run")
@@ -84,16 +85,20 @@ def test_a_requeue_job_puts_itself_back_in_the_queue_only_when_slurm_preempted_i
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "scontrol"
-    fake.write_text('#!/bin/bash\nif [ "$1" = show ]; then echo "   PreemptEligibleTime=x PreemptTime=$PREEMPT_TIME"; '
+    fake.write_text('#!/bin/bash\nif [ "$1" = show ]; then echo "JobId=77 JobName=cbs-worker"; '
+                    'echo "   JobState=$STATE Reason=None Dependency=(null)"; '
+                    'echo "   PreemptEligibleTime=x PreemptTime=$PREEMPT_TIME"; '
                     'else echo "scontrol $*" >> "$CALLS"; fi\n')
     fake.chmod(0o755)
-    for preempt_time, asked in (("2026-12-05T02:42:13", ["scontrol requeue 77"]), ("None", [])):
-        calls = tmp_path / f"calls-{preempt_time}"
+    for state, preempt_time, asked in (("RUNNING", "2026-12-05T02:42:13", ["scontrol requeue 77"]),
+                                       ("RUNNING", "None", []), ("CANCELLED", "2026-12-05T02:42:13", []),
+                                       ("COMPLETING", "2026-12-05T02:42:13", [])):
+        calls = tmp_path / f"calls-{state}-{preempt_time}"
         calls.touch()
         done = subprocess.run(["bash", "-c", "status=0\n" + tail], capture_output=True, text=True, timeout=30,
-                              env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "77",
+                              env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "STATE": state,
                                    "PREEMPT_TIME": preempt_time, "CALLS": str(calls)})
-        assert done.returncode == 0 and calls.read_text().splitlines() == asked, done.stdout + done.stderr
+        assert done.returncode == 0 and calls.read_text().splitlines() == asked, (state, done.stdout + done.stderr)
     rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--dry-run")
     assert "#SBATCH --no-requeue" in out.splitlines() and "scontrol requeue" not in out
 
@@ -286,7 +291,8 @@ def test_without_a_signal_at_the_preemption_slurm_requeues_the_job_after_its_gra
     try:
         assert "preempt_send_user_signal" not in slurm.run("scontrol", "show", "config")
         name = "preempted-late"
-        api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.1M", "tokens": 200_000}]))
+        # 2,500 steps of tiny-0.8M: longer than the grace time and SLURM's check of it (every 30 s)
+        api.launch_study(tiny_spec(name, batch_sizes=[8], settings=[{"model": "tiny-0.8M", "tokens": 256_000}]))
         rc, out, _ = cbs(capsys, "slurm", "submit", "--count", "1", *CPU, "--time", "10", "--partition", SPOT,
                          "--requeue", "--job-name", "cbs-late")
         job_id = out.split("job array ")[1].split()[0]
@@ -308,12 +314,12 @@ def test_without_a_signal_at_the_preemption_slurm_requeues_the_job_after_its_gra
         run = tracker.get_run(record.run_id)
         assert (record.status, record.attempt, run.info.status) == ("finished", 1, "FINISHED")
         stopped_at = int(run.data.tags["interrupted_at_step"])
-        assert 20 <= stopped_at < 1953 and int(run.data.tags["resumed_from_step"]) == stopped_at
+        assert 20 <= stopped_at < 2500 and int(run.data.tags["resumed_from_step"]) == stopped_at
         raw = [m.step for m in tracker.client.get_metric_history(record.run_id, "train/loss")]
         steps, _ = tracker.history(run, "train/loss")
         assert sorted(raw) == sorted(set(raw)) and len(raw) == len(steps)  # each step once across the two runs
         every = int(run.data.params.get("log_every_steps", 10))
-        assert set(range(every, 1953, every)) <= set(steps) and steps[-1] == 1953
+        assert set(range(every, 2500, every)) <= set(steps) and steps[-1] == 2500  # 1.25 · 256k / (8·16)
         no_run_left_running(name)
     finally:
         slurm.conf.write_text(conf)
