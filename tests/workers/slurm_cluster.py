@@ -4,7 +4,8 @@ with their configuration, key, state, spool and logs under a temporary folder an
 picked free. The node has no GPU: it declares two generic ``gpu`` resources (:func:`gres_conf`), so a
 ``--gres=gpu:1`` job is scheduled and given ``CUDA_VISIBLE_DEVICES`` as on a GPU node. Its ``spot``
 partition is preemptible (``PreemptMode=REQUEUE``, :data:`GRACE_S`) by jobs of its ``urgent`` one.
-Stopped at the end by process group, never by name, after every job left has been cancelled. Without the daemons the tests that need it skip and say why.
+Stopped at the end by process group, never by name, after every job left has been cancelled.
+Without the daemons the tests that need it skip and say why.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ GPUS = 2
 CPUS = 16
 #: The preemptible partition (PriorityTier 1, PreemptMode=REQUEUE) and the one whose jobs preempt it.
 SPOT, URGENT = "spot", "urgent"
-#: Seconds a preempted job of the spot partition has between SLURM's SIGTERM and its SIGKILL.
+#: The spot partition's GraceTime: a preempted job runs on this long (SLURM checks it every few tens of
+#: seconds), then gets SIGTERM, and SIGKILL KillWait later; its --signal comes at the preemption.
 GRACE_S = 30
 #: A requeued job may start again this long (+1 s) after it was requeued (AuthInfo's cred_expire).
 CRED_EXPIRE_S = 5
@@ -83,8 +85,7 @@ def slurm_conf(root: Path, *, user: str, cpus: int) -> str:
         f"Gres=gpu:{GPUS} State=UNKNOWN",
         # preemption as a cluster with a spot partition has it: a job of a higher PriorityTier
         # partition requeues (or, without --requeue, cancels) the jobs of a lower one that hold
-        # what it needs, after GraceTime (SIGTERM at once, SIGKILL at its end); debug and gpu are
-        # never preempted
+        # what it needs, at the end of their GraceTime; debug and gpu are never preempted
         "PreemptType=preempt/partition_prio",
         # the job's --signal (B:USR1 to the batch shell) at the preemption, not at the end of the grace
         # time (then SIGTERM, and SIGKILL KillWait later)
