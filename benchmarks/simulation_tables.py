@@ -223,7 +223,8 @@ CHAINED_LAWS = (("sqrt", 0.5, None, None, None), ("0.3", 0.3, None, None, None),
                 ("sqrt-k0.3", 0.5, None, None, 0.3))
 
 
-def run_search(preset: str, kind: str, config, seeds: int, shape: str | None = None, reference: str = "grid") -> dict:
+def run_search(preset: str, kind: str, config, seeds: int, shape: str | None = None, reference: str = "grid",
+               ratio: float = 2.0) -> dict:
     """One ``cbs study simulate`` of ``preset`` with its search as given (``grid``) or ``chained``
     (its reference cell's ``reference_rates``: ``grid`` or ``bracket``)."""
     from cbscore.study import simulate as sim
@@ -232,6 +233,7 @@ def run_search(preset: str, kind: str, config, seeds: int, shape: str | None = N
     spec = load_preset(preset)
     if kind != spec.search.kind:
         spec = spec.replace(search=dataclasses.replace(spec.search, kind=kind, lr_prior=None, reference_rates=reference,
+                                                       bracket_ratio=ratio,
                                                        predict=False if kind == "chained" else spec.search.predict))
     truth = sim.paper_truth(spec)
     if shape is not None:
@@ -291,7 +293,7 @@ def rules_table(write: bool, part: str, presets: tuple[str, ...], seeds: int) ->
 
 def chained_table(write: bool, part: str, presets: tuple[str, ...], seeds: int,
                   kinds: tuple[str, ...] = ("chained", "grid"), laws: tuple[str, ...] = ("sqrt", "peak"),
-                  reference: str = "grid") -> None:
+                  reference: str = "grid", ratio: float = 2.0) -> None:
     """The chained bracket against the grid (issue 40): ``zero`` (σ = 0, the lab's learning-rate
     curvature, every law of :data:`CHAINED_LAWS`, one seed), ``lab`` (the lab's calibrated noise,
     ``seeds`` studies) or ``high`` (σ = 0.25 per trial beside the lab's seed parts, 50 studies)."""
@@ -318,9 +320,10 @@ def chained_table(write: bool, part: str, presets: tuple[str, ...], seeds: int,
                 cases = [("noise0.25-50seeds", SimConfig(**{**LAB_NOISE, "noise_sigma": 0.25}), 50, None, "sqrt")]
             for stem, config, n, shape, law in cases:
                 t0 = time.perf_counter()
-                d = run_search(preset, kind, config, n, shape, reference)
+                d = run_search(preset, kind, config, n, shape, reference, ratio)
                 wall = time.perf_counter() - t0
                 variant = "-refbracket" if kind == "chained" and reference == "bracket" else ""
+                variant += f"-ratio{ratio:g}" if kind == "chained" and ratio != 2.0 else ""
                 if write:
                     _keep(folder, f"{preset}-{kind}{variant}-{stem}", d)
                 s = d["settings"]
@@ -345,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="chained: only these search kinds (repeatable)")
     ap.add_argument("--reference", choices=("grid", "bracket"), default="grid",
                     help="chained: what the reference cell runs (search.reference_rates)")
+    ap.add_argument("--ratio", type=float, default=2.0, help="chained: search.bracket_ratio")
     ap.add_argument("--law", action="append", choices=("sqrt", "peak"), default=None,
                     help="chained --part lab: only these η* laws (repeatable)")
     ap.add_argument("--write", action="store_true", help="store each run's JSON and text report")
@@ -355,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         rules_table(args.write, args.part, tuple(args.preset or PRESETS), args.seeds)
     elif args.table == "chained":
         chained_table(args.write, args.part, tuple(args.preset or PRESETS), args.seeds,
-                      tuple(args.kind or ("chained", "grid")), tuple(args.law or ("sqrt", "peak")), args.reference)
+                      tuple(args.kind or ("chained", "grid")), tuple(args.law or ("sqrt", "peak")), args.reference,
+                      args.ratio)
     elif args.table == "far":
         far_table(args.write, args.fraction)
     else:

@@ -18,6 +18,8 @@ GRID = (0.002, 0.004, 0.008, 0.016, 0.032)
 
 
 def chained_spec(**search) -> StudySpec:
+    """A chained study whose reference cell runs ``GRID`` unless ``search`` says otherwise."""
+    search = {"reference_rates": "grid", **search}
     return StudySpec.from_dict(dict(
         name="chain", kind="custom", settings=[{"model": "tiny-0.1M", "tokens": 2_000_000}],
         batch_sizes=[4, 8, 16, 32, 64], b_ref=16, context_tokens=128,
@@ -159,6 +161,7 @@ def test_the_chained_bracket_finds_b_star_at_zero_noise_for_fewer_tokens():
 
 def test_a_bracketed_reference_cell_runs_three_rates_around_the_grids_middle():
     spec = chained_spec(reference_rates="bracket")
+    assert StudySpec.from_dict({**spec.to_dict(), "search": {"kind": "chained", "lrs": list(GRID)}}) == spec  # the default
     first = plan(spec, [], 0.0)
     assert sorted(t.lr for t in first.start) == [0.004, 0.008, 0.016]  # the middle of GRID, a factor 2 apart
     assert cell_size(spec, 16) == 3 and grid_trials(spec) == 5 * 3
