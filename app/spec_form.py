@@ -186,6 +186,7 @@ KIND_LABELS = {
     "fixed_d": "Fixed D, vary N",
     "custom": "Custom settings",
     "local": "Local CBS during one run (Merrill et al. 2025)",
+    "schedule": "Schedules of one setting (constant, cosine, WSD)",
 }
 
 
@@ -323,6 +324,28 @@ def planned_cells(spec) -> list[dict[str, Any]]:
                 "budget rule": budget_rule(spec, b),
             })
     return rows
+
+
+def rates_line(spec) -> str:
+    """The learning rates a study will run, in words, for the Preview (the rates the Launch button
+    starts are these: issue 42, a study once launched with rates that were not the pasted YAML's)."""
+    search = spec.search
+    rates = ", ".join(f"{lr:g}" for lr in search.lrs)
+    if spec.kind == "local":
+        return (f"**Learning rates:** the base run at η0 = {spec.local.base_lr:g}; each branch at f(k)·η0 "
+                f"(`{spec.local.lr_rule}`).")
+    if search.kind == "optuna":
+        return (f"**Learning rates:** Optuna proposes {search.n_trials} per cell, log-uniform between "
+                f"{search.lr_min:g} and {search.lr_max:g}.")
+    if search.kind == "chained":
+        ref = (f"{rates}" if search.reference_rates == "grid"
+               else f"three rates around the geometric middle of {rates} (×/÷ {search.bracket_ratio:g})")
+        return (f"**Learning rates:** the reference cell runs {ref}; every other cell three rates "
+                f"(×/÷ {search.bracket_ratio:g}) around its neighbour's best × (B/B′)^{search.chain_exponent:g}, "
+                f"at most {search.max_extensions} added past an edge.")
+    extra = (f"; a cell whose best rate sits at an edge adds up to {search.lr_extensions} past it"
+             if search.lr_extensions else "; no rate is added past an edge")
+    return f"**Learning rates:** {rates} in every cell{extra}."
 
 
 # --------------------------------------------------------------------------- recipe preview

@@ -32,16 +32,23 @@ def _build(base: dict, values: dict):
     return spec_form.build_spec(base, values)
 
 
-def _load(spec: dict) -> None:
-    """Fill the form from a spec dict (widgets take their values from session state)."""
+def _load(spec: dict, source: str) -> None:
+    """Fill the form from a spec dict (widgets take their values from session state), and name the
+    fill (``source`` and a running number) in the form's "Form filled from" field: a submit that
+    carries an older name was sent by a browser still showing the form from before this fill."""
     st.session_state[K + "base"] = spec
     st.session_state[K + "previewed"] = False  # a new spec is previewed when asked
     for key in ("sim.truth", "sim.b_noise"):  # their defaults follow the spec
         st.session_state.pop(K + key, None)
     values = _values(spec)
     st.session_state[K + "saved"] = {**st.session_state.get(K + "saved", {}), **values}
+    st.session_state[K + "loaded"] = values
     for field, value in values.items():
         st.session_state[K + field] = value
+    fills = st.session_state.get(K + "fills", 0) + 1
+    st.session_state[K + "fills"] = fills
+    st.session_state[K + "filled_from_now"] = st.session_state[K + "filled_from"] = f"{source} (fill {fills})"
+    st.session_state[K + "box_seen"] = st.session_state.get(K + "yaml_text") or ""  # the YAML box as of this fill
 
 
 def _restore() -> None:
@@ -50,6 +57,8 @@ def _restore() -> None:
     for field, value in st.session_state[K + "saved"].items():
         if K + field not in st.session_state:
             st.session_state[K + field] = value
+    if K + "filled_from" not in st.session_state:
+        st.session_state[K + "filled_from"] = st.session_state[K + "filled_from_now"]
 
 
 def _save(fields) -> None:
@@ -57,23 +66,55 @@ def _save(fields) -> None:
 
 
 def _on_preset() -> None:
-    _load(load_preset(st.session_state[K + "preset"]).to_dict())
+    _load(load_preset(st.session_state[K + "preset"]).to_dict(), f"preset {st.session_state[K + 'preset']}")
     st.session_state[K + "yaml_error"] = None
 
 
-def _load_yaml(text: str) -> None:
+def _load_yaml(text: str, source: str = "the pasted YAML") -> bool:
+    """Fill the form from YAML text; False (and the message shown above the form) when it is not a
+    valid spec."""
     try:
-        _load(StudySpec.from_yaml(text).to_dict())
-        st.session_state[K + "yaml_error"] = None
+        spec = StudySpec.from_yaml(text).to_dict()
     except CbsError as exc:
         st.session_state[K + "yaml_error"] = failures.explain(exc)
+        return False
+    _load(spec, source)
+    st.session_state[K + "yaml_error"] = None
+    return True
+
+
+def _on_submit(action: str) -> None:
+    """Before a Preview or Launch is drawn (a callback runs before the page): what the page launches
+    is exactly what it shows, never what a browser sent of an older form.
+
+    - A submit whose "Form filled from" is not the last fill's was sent by a browser that had not
+      yet drawn the last fill (Launch clicked while the page was still filling the form from a
+      YAML): its values mix two specs. The form is put back to the last fill, and nothing is
+      launched until the researcher has seen its plan and clicks Launch again.
+    - A Launch while the YAML box holds text it did not hold when the form was last filled (pasted,
+      then Launch clicked) validates that text and launches it; a YAML that is not valid launches
+      nothing."""
+    st.session_state[K + "held"] = None
+    st.session_state[K + "pending"] = action  # read once the form is drawn (see below)
+    if st.session_state.get(K + "filled_from") != st.session_state[K + "filled_from_now"]:
+        for field, value in st.session_state[K + "loaded"].items():
+            st.session_state[K + field] = value
+        st.session_state[K + "filled_from"] = st.session_state[K + "filled_from_now"]
+        st.session_state[K + "held"] = (
+            f"Not launched: the browser sent the form before it showed its values from "
+            f"{st.session_state[K + 'filled_from_now']}. The plan below is what the form holds now; "
+            "check it (its learning rates are named) and click “Launch study” again.")
+    text = st.session_state.get(K + "yaml_text") or ""
+    if action == "launch" and text.strip() and text != st.session_state.get(K + "box_seen"):
+        if not _load_yaml(text):
+            st.session_state[K + "held"] = "Not launched: the YAML box holds a spec that is not valid (above)."
 
 
 def _on_kind() -> None:
     """Switching to a local study starts from its embedded defaults (the ``local-demo`` preset):
     a grid study's several models and batch sizes mean nothing to one base run."""
     if st.session_state.get(K + "kind") == "local" and st.session_state[K + "base"].get("kind") != "local":
-        _load(load_preset("local-demo").to_dict())
+        _load(load_preset("local-demo").to_dict(), "preset local-demo")
 
 
 def _local_fields() -> None:
@@ -123,6 +164,7 @@ def _local_preview(spec, est) -> None:
     m[2].metric("Tokens", units.count(est.tokens))
     m[3].metric("Compute (FLOPs)", f"{est.flops:.2g}")
     m[4].metric("Time (at most)", units.duration(est.seconds))
+    st.markdown(spec_form.rates_line(spec))
     st.caption("A base run per seed first; each branch starts as soon as its base run's snapshot exists. "
                "The snapshots are kept as the study's artifacts until the study is deleted.")
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(420, 38 + 35 * len(rows)),
@@ -136,7 +178,7 @@ def _on_yaml_text() -> None:
 def _on_yaml_file() -> None:
     upload = st.session_state.get(K + "yaml_file")
     if upload is not None:
-        _load_yaml(upload.getvalue().decode("utf-8", errors="replace"))
+        _load_yaml(upload.getvalue().decode("utf-8", errors="replace"), f"the uploaded {upload.name}")
 
 
 if K + "base" not in st.session_state:
@@ -158,8 +200,10 @@ top = st.columns([1, 2], gap="large")
 top[0].selectbox("Start from a preset", PRESET_NAMES, key=K + "preset", on_change=_on_preset,
                  help="`demo` runs on a laptop CPU in minutes; the `paper-*` studies are the paper's, for GPUs.")
 with top[1].expander("Paste or upload a YAML spec"):
+    # Loaded as soon as the box commits its text (Ctrl+Enter, or a click elsewhere): a YAML pasted
+    # and launched at once is the form's spec by the time the Launch is handled.
     st.text_area("YAML spec", key=K + "yaml_text", height=160, placeholder="name: my-study\nkind: custom\n...",
-                 max_chars=MAX_YAML_BYTES)
+                 max_chars=MAX_YAML_BYTES, on_change=_on_yaml_text)
     st.button("Load YAML into the form", key=K + "yaml_load", on_click=_on_yaml_text)
     st.file_uploader("…or upload a .yaml file", type=["yaml", "yml", "json"], key=K + "yaml_file",
                      on_change=_on_yaml_file)
@@ -295,6 +339,11 @@ with st.form("launch", border=True):
                           help="Cells that get the split: `all`, or `reference` (only B_ref, all the forecast "
                                "needs; the other cells then run at full speed).")
 
+    # Last of the spec's fields (the browser draws the form in order): a submit that carries this
+    # fill's name carries every field above as this fill drew it (see _on_submit).
+    st.text_input("Form filled from", key=K + "filled_from", disabled=True,
+                  help="What the form's values were last loaded from: a preset, a pasted or uploaded YAML. "
+                       "Edit the fields above to change them; the Preview shows exactly what Launch starts.")
     cols = st.columns([2, 2, 3])
     tokens_per_s = cols[0].number_input("Throughput per worker (tokens/s)", key=K + "tokens_per_s",
                                         min_value=1, step=1000,
@@ -302,11 +351,19 @@ with st.form("launch", border=True):
     force = cols[1].checkbox("Launch anyway", key=K + "force", disabled=not auth.is_admin(auth.current_user()),
                              help="Launch even past the sanity limits: max_trials and max_total_tokens guard against a typo that would run for weeks.")
     buttons = cols[2].columns(2)
-    preview = buttons[0].form_submit_button("Preview", icon=":material/visibility:", width="stretch")
+    preview = buttons[0].form_submit_button("Preview", icon=":material/visibility:", width="stretch",
+                                            on_click=_on_submit, args=("preview",))
     launch = buttons[1].form_submit_button("Launch study", type="primary", icon=":material/rocket_launch:",
-                                           width="stretch")
+                                           width="stretch", on_click=_on_submit, args=("launch",))
 
 _save(("preset", "kind", "tokens_per_s", *_values(st.session_state[K + "base"])))
+# The button's own value is True only in the run its click started; a run interrupted by another
+# rerun (the YAML box committing its text as the click blurs it) restarts without it, after the
+# button's callback has run. The callback's note of the click outlives that restart.
+pending = st.session_state.pop(K + "pending", None)
+held = st.session_state.get(K + "held") if pending == "launch" else None
+preview = preview or pending == "preview" or bool(held)
+launch = pending == "launch" and not held
 
 
 def _forecast_from(spec):
@@ -448,6 +505,8 @@ def _within_ceilings(spec) -> None:
 
 if preview or launch:
     st.session_state[K + "previewed"] = True  # stays open while the simulation below runs
+if held:
+    st.warning(held, icon=":material/pending:")
 if preview or launch or st.session_state.get(K + "previewed"):
     with failures.shown_as_message("the launch form"):
         values = {field: st.session_state[K + field] for field in _values(st.session_state[K + "base"])}
@@ -471,6 +530,7 @@ if preview or launch or st.session_state.get(K + "previewed"):
             m[3].metric("Tokens (at most)", units.count(est.tokens))
             m[4].metric("Compute (FLOPs)", f"{est.flops:.2g}")
             m[5].metric("Time (at most)", units.duration(est.seconds))
+            st.markdown(spec_form.rates_line(spec))
             st.caption(f"Upper bounds at full budgets on {n_workers} worker(s) at {tokens_per_s:,.0f} tokens/s each: "
                        "trials stop at their target and pruning stops hopeless ones, so a study spends less.")
             if est.over_limit:

@@ -6,6 +6,7 @@ page hands over is checked, nothing is enqueued.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from unittest import mock
 
@@ -124,6 +125,73 @@ def test_launch_hands_the_spec_to_the_workers_and_opens_the_study(launch):
     assert spec == load_preset("demo").replace(name="my-study")
     assert launch.session_state["studies.selected"] == "my-study"
     assert [t.value for t in launch.title] == ["Studies"]  # switched to the study's live page
+
+
+def _yaml_spec() -> StudySpec:
+    """A spec pasted over the demo preset: its name, batch sizes and rates all differ from the demo's."""
+    demo = load_preset("demo")
+    return demo.replace(name="pasted-rates", batch_sizes=(demo.b_ref, 2 * demo.b_ref),
+                        search=dataclasses.replace(demo.search, lrs=(0.003, 0.01, 0.03)))
+
+
+def test_the_preview_names_the_learning_rates_it_will_run(launch):
+    launch.text_input(key="launch.search.lrs").set_value("0.003, 0.01, 0.03")
+    launch.button(key=PREVIEW).click().run()
+    assert any(m.value.startswith("**Learning rates:** 0.003, 0.01, 0.03 in every cell") for m in launch.markdown)
+
+
+def test_a_submit_of_the_form_from_before_the_last_fill_launches_nothing_then_the_fill(launch):
+    """Issue 42 (finding 4): Launch clicked while the browser still showed the preset's rates under
+    the pasted YAML's name. The browser sends the older fill's name with the form: nothing is
+    launched, the form goes back to the YAML's values and its plan is shown; a second click
+    launches exactly the YAML."""
+    spec = _yaml_spec()
+    launch.text_area(key="launch.yaml_text").set_value(spec.to_yaml())
+    launch.button(key="launch.yaml_load").click().run()
+    assert launch.text_input(key="launch.filled_from").value == "the pasted YAML (fill 2)"
+    # what a browser that had drawn only the name field of the new fill sends (the field is
+    # disabled: AppTest sets it as the browser's submit does, through the session)
+    launch.session_state["launch.filled_from"] = "preset demo (fill 1)"
+    launch.text_input(key="launch.search.lrs").set_value(_demo_form()["search.lrs"])
+    with mock.patch("workers.query.api.launch_study", return_value="pasted-rates") as submit:
+        launch.button(key=LAUNCH).click().run()
+        submit.assert_not_called()
+        assert [w.value for w in launch.warning if w.value.startswith("Not launched: the browser sent the form")]
+        assert launch.text_input(key="launch.search.lrs").value == "0.003, 0.01, 0.03"
+        assert any(m.value.startswith("**Learning rates:** 0.003, 0.01, 0.03") for m in launch.markdown)
+        launch.button(key=LAUNCH).click().run()
+    (launched,), _ = submit.call_args
+    assert launched == spec
+
+
+def test_launch_with_yaml_pasted_but_not_loaded_launches_the_yaml(launch):
+    spec = _yaml_spec()
+    launch.text_area(key="launch.yaml_text").set_value(spec.to_yaml())
+    with mock.patch("workers.query.api.launch_study", return_value="pasted-rates") as submit:
+        launch.button(key=LAUNCH).click().run()
+    (launched,), _ = submit.call_args
+    assert launched == spec and launched.search.lrs == (0.003, 0.01, 0.03)
+
+
+def test_launch_with_invalid_yaml_pasted_launches_nothing(launch):
+    launch.text_area(key="launch.yaml_text").set_value("name: x\nkind: custom\nbatch_size: [1]\n")
+    with mock.patch("workers.query.api.launch_study", return_value="demo") as submit:
+        launch.button(key=LAUNCH).click().run()
+    submit.assert_not_called()
+    assert any(e.startswith("**batch_size** (`batch_size`): is not a study field") for e in _errors(launch))
+
+
+def test_a_yaml_box_left_as_it_was_at_the_last_fill_does_not_override_the_form(launch):
+    """A preset chosen after a YAML was loaded: the box still holds the YAML, but it is older than
+    the fill, so Launch starts the preset as the form shows it."""
+    launch.text_area(key="launch.yaml_text").set_value(_yaml_spec().to_yaml())
+    launch.button(key="launch.yaml_load").click().run()
+    launch.selectbox(key="launch.preset").set_value("paper-chinchilla").run()
+    launch.selectbox(key="launch.preset").set_value("demo").run()
+    with mock.patch("workers.query.api.launch_study", return_value="demo") as submit:
+        launch.button(key=LAUNCH).click().run()
+    (launched,), _ = submit.call_args
+    assert launched == load_preset("demo")
 
 
 def test_study_past_the_sanity_limit_is_not_launched_without_force(launch):
@@ -291,7 +359,7 @@ def test_simulating_against_an_uploaded_truth_csv_and_errors_are_messages(launch
     launch.button(key=PREVIEW).click().run()
     launch.radio(key="launch.sim.truth").set_value("b_noise")
     launch.button(key=SIMULATE).click().run()
-    assert _errors(launch) == ["**Search** (`search.kind`): the simulator runs grid searches only, "
+    assert _errors(launch) == ["**Search** (`search.kind`): the simulator runs grid and chained searches only, "
                                "but got `'optuna'`."]
     assert not launch.exception
 
