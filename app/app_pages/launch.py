@@ -199,21 +199,22 @@ st.caption(
 top = st.columns([1, 2], gap="large")
 top[0].selectbox("Start from a preset", PRESET_NAMES, key=K + "preset", on_change=_on_preset,
                  help="`demo` runs on a laptop CPU in minutes; the `paper-*` studies are the paper's, for GPUs.")
-with top[1].expander("Paste or upload a YAML spec"):
-    # Loaded as soon as the box commits its text (Ctrl+Enter, or a click elsewhere): a YAML pasted
-    # and launched at once is the form's spec by the time the Launch is handled.
-    st.text_area("YAML spec", key=K + "yaml_text", height=160, placeholder="name: my-study\nkind: custom\n...",
-                 max_chars=MAX_YAML_BYTES, on_change=_on_yaml_text)
-    st.button("Load YAML into the form", key=K + "yaml_load", on_click=_on_yaml_text)
-    st.file_uploader("…or upload a .yaml file", type=["yaml", "yml", "json"], key=K + "yaml_file",
+top[1].file_uploader("Upload a .yaml spec", type=["yaml", "yml", "json"], key=K + "yaml_file",
                      on_change=_on_yaml_file)
-if st.session_state.get(K + "yaml_error"):
-    st.error(st.session_state[K + "yaml_error"], icon=":material/error:")
 
 kind = st.segmented_control("Study kind", KINDS, key=K + "kind", required=True, on_change=_on_kind,
                             format_func=lambda k: KIND_LABELS[k])
 
 with st.form("launch", border=True):
+    # The YAML box is part of the form: a Launch sends the text as typed (a box outside the form
+    # sends its text only when it loses focus, after the click's own run), so a YAML pasted and
+    # launched at once is validated and launched as it is (_on_submit).
+    with st.expander("Paste or upload a YAML spec", expanded=bool(st.session_state.get(K + "yaml_text"))):
+        st.text_area("YAML spec", key=K + "yaml_text", height=160, placeholder="name: my-study\nkind: custom\n...",
+                     max_chars=MAX_YAML_BYTES)
+        st.form_submit_button("Load YAML into the form", key=K + "yaml_load", on_click=_on_yaml_text)
+    if st.session_state.get(K + "yaml_error"):
+        st.error(st.session_state[K + "yaml_error"], icon=":material/error:")
     st.text_input("Study name", key=K + "name", help="Letters, digits, '-' and '_'; one MLflow experiment per study.")
     st.markdown("**Settings (N, D)**")
     if kind == "custom":
