@@ -182,3 +182,12 @@ def test_the_dry_run_of_the_committed_chained_spec_says_how_its_cells_are_centre
     # Three settings: 3 reference rates at B_ref = 2 and 3 rates in each of the 4 cells above it.
     assert "15 cells, 45 trials (chained search)" in out and "first wave: 9 reference trials" in out
     assert "cells released outward from B_ref once the neighbour settled: up 2 → 4 → 8 → 16 → 32" in out
+
+
+def test_with_explicit_targets_b_ref_is_a_chained_cell_centred_at_the_grids_middle():
+    spec = chained_spec().replace(target_losses={"tiny-0.1M_D2M": 3.2})
+    first = plan(spec, [], 0.0)
+    # No reference runs: B_ref runs the bracket around the geometric middle of GRID (0.008), the
+    # other cells wait for it.
+    assert sorted((t.batch_size, t.lr) for t in first.start) == [(16, 0.004), (16, 0.008), (16, 0.016)]
+    assert all(t.role == "trial" and t.target_loss == 3.2 for t in first.start)
