@@ -1,4 +1,4 @@
-"""``cbs data prepare`` and ``cbs data info``: build and inspect token stores."""
+"""``cbs data prepare``, ``cbs data verify`` and ``cbs data info``: build, check and inspect token stores."""
 
 from __future__ import annotations
 
@@ -28,6 +28,24 @@ def register(subparsers) -> None:
     prepare.add_argument("--no-progress", action="store_true", help="no progress bars")
     prepare.add_argument("--json", action="store_true", help="print the summary as JSON")
     prepare.set_defaults(handler=_prepare)
+
+    verify = commands.add_parser(
+        "verify",
+        help="read a token store and check every shard against its checksums",
+        description="Read the token store these settings select and check each 16 MiB shard of its files "
+        "against the sha256 in its manifest. Exit 0 when whole (or when it has no checksums: a store built "
+        "before they were kept, said so), 1 when damaged: the output names the shards and the command that "
+        "rebuilds the store.",
+    )
+    _config_options(verify)
+    verify.add_argument(
+        "--add-checksums",
+        action="store_true",
+        help="write checksums of the files as they are into a store that has none (trusts its content: "
+        "for a store that may be damaged, rebuild it with cbs data prepare instead)",
+    )
+    verify.add_argument("--json", action="store_true", help="print the result as JSON")
+    verify.set_defaults(handler=_verify)
 
     info = commands.add_parser(
         "info",
@@ -135,6 +153,48 @@ def _prepare(args: argparse.Namespace) -> int:
     )
     print(f"time: {seconds:.1f} s (build took {manifest['build_seconds']:.1f} s)")
     return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from cbscore.data import checksums
+    from cbscore.data.store import MANIFEST, damage, prepare_command
+    from cbscore.errors import DataError
+
+    config = _config(args)
+    path = config.store_path()
+    if not (path / MANIFEST).is_file():
+        raise DataError(f"No token store at {path} for these settings; build it with `{prepare_command(config)}`.")
+    rebuild = prepare_command(config)
+    added = None
+    if args.add_checksums:
+        if json.loads((path / MANIFEST).read_text()).get("checksums"):
+            print(f"token store at {path} has checksums already; verifying them")
+        else:
+            added = checksums.add_to_manifest(path)
+    check = checksums.verify(path)
+    # sizes and the tokenizer too (what a checksum-less store can still be checked for)
+    hurt = damage(path) if check.ok else None
+    result = {"path": str(path), "has_checksums": check.has_checksums, "whole": check.ok and hurt is None,
+              "damaged": list(check.damaged) or ([hurt] if hurt else []), "shards_checked": check.shards,
+              "bytes_read": check.bytes_read, "seconds": check.seconds, "checksums_added": added is not None,
+              "rebuild": rebuild}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif not result["whole"]:
+        print(f"token store DAMAGED: {path}")
+        for line in result["damaged"]:
+            print(f"  {line}")
+        print(f"rebuild it (the same content, from its source): {rebuild}")
+    elif not check.has_checksums:
+        print(f"token store at {path} has no checksums (built before they were kept): its sizes and tokenizer "
+              "are right, its content cannot be checked. Add them with "
+              f"`{rebuild.replace('cbs data prepare', 'cbs data verify')} --add-checksums` (trusts the files as "
+              f"they are), or rebuild it: rename the folder aside, then `{rebuild}`.")
+    else:
+        verb = "checksums added and verified" if added is not None else "whole"
+        print(f"token store {verb}: {path} ({check.shards} shards, {check.bytes_read / 2**20:.1f} MiB read in "
+              f"{check.seconds:.2f} s)")
+    return 0 if result["whole"] else 1
 
 
 def _info(args: argparse.Namespace) -> int:

@@ -2,7 +2,8 @@
 
 Layout of a store folder::
 
-    manifest.json     source + fingerprint, tokenizer + sha256, counts per split, creation time
+    manifest.json     source + fingerprint, tokenizer + sha256, counts per split, creation time,
+                      a sha256 per 16 MiB shard of every file (``checksums``, :mod:`.checksums`)
     tokenizer.json    the tokenizer (``tokenizers.Tokenizer.from_file``)
     train.bin         flat uint16 (vocab <= 65536) or uint32 token ids, documents separated by EOT
     val.bin           the held-out documents, same format
@@ -33,6 +34,7 @@ from cbscore.durable import fsync_file, fsync_folder
 from cbscore.errors import ConfigError, DataError
 
 import cbscore.data.sources as sources  # the module, not the package (no import cycle)
+import cbscore.data.checksums as checksums  # the module, not the package (no import cycle)
 from .config import DataConfig, _normalised_source
 from .roots import check_source, check_store_dir, data_roots  # noqa: F401 (data_roots: re-exported)
 from .stream import WindowStream
@@ -148,10 +150,10 @@ def prepare(config: DataConfig, progress: bool = False) -> TokenStore:
     # An up-to-date store is reused without writing anything, not even the lock file: a host may
     # mount the shared store folder read-only (docs/operating.md, "Scaling out"). A store being swapped in
     # meanwhile is either whole or absent here (renames), and absent falls through to the lock.
-    if _up_to_date(path, config, fingerprint):
+    if _up_to_date(path, config, fingerprint) and _intact(path):
         return TokenStore(path)
     with _build_lock(config, path):
-        if _up_to_date(path, config, fingerprint):
+        if _up_to_date(path, config, fingerprint) and _intact(path, warn=True):
             return TokenStore(path)
         check_store_content(config)  # again under the lock: another prepare may have built there meanwhile
         tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -191,20 +193,77 @@ _CONTENT_KEYS = ("format_version", "source_fingerprint", "config", "tokenizer", 
 
 def reuse_problem(config: DataConfig) -> str | None:
     """Why :func:`prepare` would not reuse the store at ``config.store_path()`` as it is on this
-    host, in a few words: none there, or not what this host builds from its source (another version
-    of the corpus, other settings, a damaged copy), or a source it cannot read; ``None`` when it
-    would reuse it untouched. Nothing is written."""
+    host, in a few words: none there, damaged (a file cut short, or content that differs from its
+    checksums: :func:`damage`), not what this host builds from its source (another version of the
+    corpus, other settings), or a source it cannot read; ``None`` when it would reuse it untouched.
+    Nothing is written but this host's verification stamp (:func:`checksums.verified`)."""
     path = config.store_path()
     if not (path / MANIFEST).is_file():
         return "there is none there"
+    hurt = damage(path)
+    if hurt is not None:
+        return hurt
     try:
         fingerprint = sources.fingerprint(config)
     except (DataError, OSError) as exc:
         return f"its source {config.source!r} cannot be read here: {exc}"
     if not _up_to_date(path, config, fingerprint):
         return (f"it is not what this host builds from its source {config.source!r}: another version of the "
-                "corpus, other settings or a damaged copy")
+                "corpus or other settings")
     return None
+
+
+#: How :func:`damage` (and so :func:`reuse_problem`) begins its answer for a damaged store.
+DAMAGED = "it is damaged"
+
+
+def damage(path: Path) -> str | None:
+    """What is wrong with the files of the store at ``path`` against its own manifest: a file
+    missing or not the size the manifest says (a copy cut short), the tokenizer's sha256, or a
+    shard whose content differs from its checksum (verified once per host: :func:`checksums.verified`).
+    ``None`` when whole (a store without checksums is whole as far as its sizes go)."""
+    path = Path(path)
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+        itemsize = np.dtype(manifest["dtype"]).itemsize
+        for info in manifest["splits"].values():
+            size = (path / info["file"]).stat().st_size
+            if size != info["tokens"] * itemsize:
+                return (f"{DAMAGED}: {info['file']} holds {size} bytes, its manifest "
+                        f"{info['tokens'] * itemsize} (cut short or grown)")
+        if _file_sha256(path / TOKENIZER) != manifest.get("tokenizer_sha256"):
+            return f"{DAMAGED}: {TOKENIZER} is not the one its manifest names"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{DAMAGED}: {type(exc).__name__}: {exc}"
+    check = checksums.verified(path)
+    if not check.ok:
+        shown = "; ".join(check.damaged[:3]) + (f" and {len(check.damaged) - 3} more" if len(check.damaged) > 3 else "")
+        return f"{DAMAGED}: its content differs from its checksums in {shown}"
+    return None
+
+
+def prepare_command(config: DataConfig) -> str:
+    """The ``cbs data prepare`` command line that builds (or rebuilds) the store of ``config``."""
+    default = DataConfig()
+    args = ["cbs data prepare"]
+    for name, flag in (("source", "--source"), ("tokenizer", "--tokenizer"), ("vocab_size", "--vocab-size"),
+                       ("val_fraction", "--val-fraction"), ("seed", "--seed"), ("text_field", "--text-field"),
+                       ("max_documents", "--max-documents"), ("store_dir", "--store-dir")):
+        value = getattr(config, name)
+        if value != getattr(default, name) or name == "vocab_size":
+            args.append(f"{flag} {value}")
+    return " ".join(args)
+
+
+def _intact(path: Path, warn: bool = False) -> bool:
+    """Whether the store at ``path`` is whole (:func:`damage`); a damaged one is rebuilt by
+    :func:`prepare`, and with ``warn`` the log says which and why."""
+    hurt = damage(path)
+    if hurt is not None and warn:
+        import logging
+
+        logging.getLogger(__name__).warning("token store at %s: %s; rebuilding it", path, hurt)
+    return hurt is None
 
 
 def check_store_location(path: Path) -> None:
@@ -330,6 +389,7 @@ def _build(config: DataConfig, fingerprint: dict, tmp: Path, progress: bool) -> 
             "build_seconds": round(time.perf_counter() - started, 2),
             "build_phase_seconds": {k: round(v, 2) for k, v in seconds.items()},
         }
+        manifest["checksums"] = checksums.compute(tmp)  # the files just written, still in the page cache
         _write_json(tmp / MANIFEST, manifest)
     finally:
         (datasets.enable_progress_bars if bars_were_on else datasets.disable_progress_bars)()

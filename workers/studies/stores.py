@@ -60,6 +60,8 @@ def check_pinned(pin: StorePin, data: DataConfig) -> None:
     """The store at this host's folder for ``data`` is the pinned one and ready as it is."""
     from cbscore.data.store import content_digest, reuse_problem
 
+    from cbscore.data.store import DAMAGED, prepare_command
+
     path = data.store_path()
     problem = reuse_problem(data)
     if problem is None:
@@ -67,9 +69,12 @@ def check_pinned(pin: StorePin, data: DataConfig) -> None:
         if digest == pin.digest:
             return
         problem = f"it holds another store, {digest}"
+    # A damaged copy (cut short, or content unlike its checksums) is rebuilt where it lies: prepare
+    # builds the same content, so the same digest, from the same source on one host.
+    fix = f"rebuild it with `{prepare_command(data)}`" if problem.startswith(DAMAGED) else _fix(data)
     # the path and the setting to fix first: the run's given_back tag keeps 250 characters
     raise StoreUnavailable(
-        f"{NO_STORE_PREFIX} at {path}: {_fix(data)} ({problem}; study {pin.study} trains on "
+        f"{NO_STORE_PREFIX} at {path}: {fix} ({problem}; study {pin.study} trains on "
         f"store {pin.digest}, prepared at {pin.path} by {_host(pin.host)}; this host prepares none of its own)")
 
 
