@@ -56,3 +56,35 @@ def test_export_writes_its_file_atomically(worker_env, tmp_path):
     assert cbs_main(["study", "export", "exp1", "-o", str(out)]) == 0
     assert out.read_text().startswith("setting,") and "earlier" not in out.read_text()
     assert [p.name for p in out.parent.iterdir()] == ["steps.csv"]
+
+
+def test_the_hidden_folders_of_a_writer_killed_mid_write_are_removed_by_the_next(tmp_path):
+    """Issue 42, finding 9: a report killed mid-write (SIGKILL) leaves its hidden folder; the next
+    write of the same target removes it, and never the folder of a writer still running."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "rel"
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from workers.infra import atomic_files as a; "
+        f"new = a.new_folder_beside({str(out)!r}); (new / 'half.csv').write_text('x'); "
+        "print(new.name, flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
+    killed = child.stdout.readline().strip()
+    assert killed.startswith(f".rel.{child.pid}-")
+    mine = atomic_files.new_folder_beside(out)  # while the writer runs: its folder stays
+    assert (tmp_path / killed).is_dir()
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    legacy_old, legacy_new = tmp_path / ".rel.abcd1234", tmp_path / ".rel.old.wxyz5678"  # names before pids
+    legacy_old.mkdir()
+    legacy_new.mkdir()
+    os.utime(legacy_old, (time.time() - 2 * atomic_files.LEFTOVER_AGE_S,) * 2)
+    unrelated = tmp_path / ".rel.v2.abcd1234"  # another target's name, never touched
+    unrelated.mkdir()
+    os.utime(unrelated, (time.time() - 2 * atomic_files.LEFTOVER_AGE_S,) * 2)
+    new = atomic_files.new_folder_beside(out)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert killed not in left and legacy_old.name not in left
+    assert {mine.name, new.name, legacy_new.name, unrelated.name} <= set(left)  # live, fresh or not ours

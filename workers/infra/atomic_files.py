@@ -2,16 +2,21 @@
 
 Everything is written beside its target (the same filesystem, so no ``EXDEV`` from a tmpfs
 ``/tmp``) and put in place with one rename. A kill at any moment leaves the old version or the new
-one, plus at most a hidden temporary beside it.
+one, plus at most a hidden temporary beside it, which the next writer of the same target removes
+(:func:`remove_leftovers`: its name says which process on which host made it).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import os
+import re
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
@@ -33,12 +38,69 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+#: A hidden folder beside a target whose writer cannot be asked (made on another host, or before
+#: folders named their writer) is removed once it has not changed for this long, seconds.
+LEFTOVER_AGE_S = 3600.0
+
+
 def new_folder_beside(out: str | os.PathLike) -> Path:
     """An empty hidden folder next to ``out`` (its parent made if need be), to fill and then
-    :func:`replace_folder` onto ``out``."""
+    :func:`replace_folder` onto ``out``. Named ``.<out>.<pid>-<host>.<random>``; the hidden
+    folders a killed writer of ``out`` left beside it go first (:func:`remove_leftovers`)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    remove_leftovers(out)
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}.{_writer()}.", dir=out.parent))
+
+
+def remove_leftovers(out: str | os.PathLike, now_s: float | None = None) -> list[str]:
+    """Remove the hidden folders beside ``out`` that a writer killed mid-write left (its new
+    version, or an old one moved aside): those of a process of this host that no longer runs,
+    and any other (another host's, or an unnamed one of an older version) unchanged for
+    :data:`LEFTOVER_AGE_S`. Returns their names."""
+    out = Path(out)
+    pattern = re.compile(rf"^\.{re.escape(out.name)}\.(?:old\.)?(?:(\d+)-([0-9a-f]{{6}})\.)?[a-z0-9_]{{8}}$")
+    now_s = time.time() if now_s is None else now_s
+    removed = []
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = pattern.match(entry.name)
+        if match is None or not entry.is_dir():
+            continue
+        pid, host = match.groups()
+        if pid is not None and host == _host_tag():
+            if _alive(int(pid)):
+                continue
+        else:
+            try:
+                if now_s - entry.stat().st_mtime < LEFTOVER_AGE_S:
+                    continue
+            except OSError:
+                continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry.name)
+    return removed
+
+
+def _host_tag() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
+
+
+def _writer() -> str:
+    return f"{os.getpid()}-{_host_tag()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def replace_folder(new: Path, out: Path) -> None:
@@ -49,7 +111,7 @@ def replace_folder(new: Path, out: Path) -> None:
         os.rename(new, out)
         return
     if not _exchange(new, out):
-        aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+        aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.{_writer()}.", dir=out.parent))
         os.rename(out, aside / out.name)
         os.rename(new, out)
         new = aside
