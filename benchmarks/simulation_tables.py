@@ -224,7 +224,7 @@ CHAINED_LAWS = (("sqrt", 0.5, None, None, None), ("0.3", 0.3, None, None, None),
 
 
 def run_search(preset: str, kind: str, config, seeds: int, shape: str | None = None, reference: str = "grid",
-               ratio: float = 2.0) -> dict:
+               ratio: float = 2.0, margin: float | None = None) -> dict:
     """One ``cbs study simulate`` of ``preset`` with its search as given (``grid``) or ``chained``
     (its reference cell's ``reference_rates``: ``grid`` or ``bracket``)."""
     from cbscore.study import simulate as sim
@@ -235,6 +235,8 @@ def run_search(preset: str, kind: str, config, seeds: int, shape: str | None = N
         spec = spec.replace(search=dataclasses.replace(spec.search, kind=kind, lr_prior=None, reference_rates=reference,
                                                        bracket_ratio=ratio,
                                                        predict=False if kind == "chained" else spec.search.predict))
+    if margin is not None:
+        spec = spec.replace(budget_margin=margin)
     truth = sim.paper_truth(spec)
     if shape is not None:
         truth = sim.apply_truth_shape(truth, spec, shape)
@@ -293,7 +295,7 @@ def rules_table(write: bool, part: str, presets: tuple[str, ...], seeds: int) ->
 
 def chained_table(write: bool, part: str, presets: tuple[str, ...], seeds: int,
                   kinds: tuple[str, ...] = ("chained", "grid"), laws: tuple[str, ...] = ("sqrt", "peak"),
-                  reference: str = "grid", ratio: float = 2.0) -> None:
+                  reference: str = "grid", ratio: float = 2.0, margin: float | None = None) -> None:
     """The chained bracket against the grid (issue 40): ``zero`` (σ = 0, the lab's learning-rate
     curvature, every law of :data:`CHAINED_LAWS`, one seed), ``lab`` (the lab's calibrated noise,
     ``seeds`` studies) or ``high`` (σ = 0.25 per trial beside the lab's seed parts, 50 studies)."""
@@ -320,10 +322,11 @@ def chained_table(write: bool, part: str, presets: tuple[str, ...], seeds: int,
                 cases = [("noise0.25-50seeds", SimConfig(**{**LAB_NOISE, "noise_sigma": 0.25}), 50, None, "sqrt")]
             for stem, config, n, shape, law in cases:
                 t0 = time.perf_counter()
-                d = run_search(preset, kind, config, n, shape, reference, ratio)
+                d = run_search(preset, kind, config, n, shape, reference, ratio, margin)
                 wall = time.perf_counter() - t0
                 variant = "-refbracket" if kind == "chained" and reference == "bracket" else ""
                 variant += f"-ratio{ratio:g}" if kind == "chained" and ratio != 2.0 else ""
+                variant += f"-margin{margin:g}" if margin is not None else ""
                 if write:
                     _keep(folder, f"{preset}-{kind}{variant}-{stem}", d)
                 s = d["settings"]
@@ -349,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reference", choices=("grid", "bracket"), default="grid",
                     help="chained: what the reference cell runs (search.reference_rates)")
     ap.add_argument("--ratio", type=float, default=2.0, help="chained: search.bracket_ratio")
+    ap.add_argument("--budget-margin", type=float, default=None, help="chained: the spec's budget_margin instead")
     ap.add_argument("--law", action="append", choices=("sqrt", "peak"), default=None,
                     help="chained --part lab: only these η* laws (repeatable)")
     ap.add_argument("--write", action="store_true", help="store each run's JSON and text report")
@@ -360,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.table == "chained":
         chained_table(args.write, args.part, tuple(args.preset or PRESETS), args.seeds,
                       tuple(args.kind or ("chained", "grid")), tuple(args.law or ("sqrt", "peak")), args.reference,
-                      args.ratio)
+                      args.ratio, args.budget_margin)
     elif args.table == "far":
         far_table(args.write, args.fraction)
     else:
