@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from typing import Any, Callable
 
@@ -22,6 +23,28 @@ class LeaseLost(Exception):
 
 class LeaseUnknown(ConnectionError):
     """A fenced write could not ask the ledger (an outage: transient, the write waits)."""
+
+
+class TrackingOutage(ConnectionError):
+    """The trial's metric writes have failed for longer than :func:`outage_hold_s`: the trial
+    stops holding its worker and gives its attempt back (transient: it costs no attempt)."""
+
+
+def outage_hold_s() -> float:
+    """``CBS_TRACKING_OUTAGE_HOLD_S`` (default 120): how long a trial trains on while its metric
+    writes fail with a transient error (its points wait in memory). Past it the next flush raises
+    :class:`TrackingOutage`, so a tracking outage holds a worker at most this long, plus one flush
+    (one write, bounded by :data:`FLUSH_HTTP_ENV`, and none while a retry is not due)."""
+    return float(os.environ.get("CBS_TRACKING_OUTAGE_HOLD_S") or 120.0)
+
+
+#: The trial process's MLflow HTTP client, set when training starts unless the operator set them:
+#: MLflow's defaults (7 retries with a doubling backoff from 2 s, 120 s per request) let one write
+#: to a server that is down block the training loop for minutes (issue 42: a 25-60 s trial took
+#: 194 s). The callback's own retry schedule (below) and the give-back take their place.
+FLUSH_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
+#: Seconds between two tries of a failing store during training (doubling up to the last).
+RETRY_WAITS_S = (2.0, 4.0, 8.0, 15.0)
 
 
 def metric(key: str, value: float, step: int, now_s: float | None = None) -> Metric:
@@ -122,6 +145,10 @@ class MlflowCallback(Callback):
         #: not per step: a kill between the chunks of one flush leaves some keys of a step in the
         #: store and others not, and the next attempt sends exactly the missing ones.
         self.through: dict[str, int] = {}
+        #: During an outage: when the first write failed, and when the next may be tried (monotonic s).
+        self.failing_since: float | None = None
+        self.failures = 0
+        self.retry_at = 0.0
 
     #: Metrics kept while the store is unreachable; beyond this the oldest training-curve points
     #: go first (evaluations and summaries are what the study reads, so they are kept).
@@ -136,13 +163,23 @@ class MlflowCallback(Callback):
             return
         for key, value in (("heartbeat", now), ("progress/step", state.step), ("progress/tokens", state.tokens)):
             self._add(key, value, state.step)  # once per step (not at step 0 of a trial found ended)
-        batch, self.buffer = self.buffer, []
         self.last_flush = now
+        clock = time.monotonic()
+        if not must and self.failing_since is not None:
+            if clock - self.failing_since > outage_hold_s():
+                raise TrackingOutage(
+                    f"metric writes have failed for {clock - self.failing_since:.0f} s, longer than "
+                    f"CBS_TRACKING_OUTAGE_HOLD_S={outage_hold_s():g}: the trial gives its worker back")
+            if clock < self.retry_at:  # a retry is not due: train on, the points wait
+                self._trim()
+                return
+        batch, self.buffer = self.buffer, []
+        attempts = None if must else 1  # during training one try per flush; the schedule below retries
         try:
             if self.fence is None:
-                self.tracker.log_metrics(self.run_id, batch)
+                self.tracker.log_metrics(self.run_id, batch, attempts=attempts)
             else:
-                self.tracker.log_metrics(self.run_id, batch, fence=self._fence)
+                self.tracker.log_metrics(self.run_id, batch, fence=self._fence, attempts=attempts)
         except LeaseLost as exc:  # the new holder computes and writes these points: none from here
             self.buffer, self.fenced_off = [], True
             state.request_stop("superseded")
@@ -153,8 +190,13 @@ class MlflowCallback(Callback):
             self._trim()
             if must or not is_transient(exc):
                 raise
+            failures = 0 if self.failing_since is None else self.failures
+            self.failing_since = clock if self.failing_since is None else self.failing_since
+            self.failures = failures + 1
+            self.retry_at = time.monotonic() + RETRY_WAITS_S[min(failures, len(RETRY_WAITS_S) - 1)]
             print(f"cbs trial: metrics kept for the next flush ({len(self.buffer)} waiting): {exc}", flush=True)
             return
+        self.failing_since, self.failures = None, 0
         self.flushes += 1
 
     def _fence(self) -> None:
@@ -196,6 +238,8 @@ class MlflowCallback(Callback):
             self.through[key] = step
 
     def pre_train(self, state: TrainState) -> None:
+        for key, value in FLUSH_HTTP_ENV.items():  # this trial's process only (see FLUSH_HTTP_ENV)
+            os.environ.setdefault(key, value)
         tags = [RunTag("total_steps", str(state.total_steps)), RunTag("warmup_steps", str(state.warmup_steps)),
                 RunTag("device", state.device)]
         if state.resumed_from_step is not None:

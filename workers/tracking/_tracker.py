@@ -271,18 +271,20 @@ class Tracker:
     #: Metrics per ``log_batch`` call (MLflow's limit).
     METRICS_PER_BATCH = 1000
 
-    def log_metrics(self, run_id: str, metrics: Iterable[Metric], *, fence: Callable[[], None] | None = None) -> None:
-        """Log ``metrics`` in batches of 1000, each retried on a transient error (:func:`retrying`).
-        A batch logged twice (a retry after a write that did land) is harmless: the history keeps
-        the latest value per step. ``fence`` is called right before each batch and raises to stop
-        the writes (a trial that lost its lease: ``MlflowCallback``)."""
+    def log_metrics(self, run_id: str, metrics: Iterable[Metric], *, fence: Callable[[], None] | None = None,
+                    attempts: int | None = None) -> None:
+        """Log ``metrics`` in batches of 1000, each retried on a transient error (:func:`retrying`,
+        up to ``attempts`` tries). A batch logged twice (a retry after a write that did land) is
+        harmless: the history keeps the latest value per step. ``fence`` is called right before each
+        batch and raises to stop the writes (a trial that lost its lease: ``MlflowCallback``)."""
         batch = list(metrics)
         n = self.METRICS_PER_BATCH
         for i in range(0, len(batch), n):
             chunk = batch[i:i + n]
             if fence is not None:
                 fence()
-            retrying(lambda: self.client.log_batch(run_id, metrics=chunk), what=f"logging metrics of run {run_id}")
+            retrying(lambda: self.client.log_batch(run_id, metrics=chunk), what=f"logging metrics of run {run_id}",
+                     attempts=attempts)
 
     # -------------------------------------------------------------- histories (cached when ended)
     _HISTORY: "OrderedDict[tuple[str, str, str], tuple[tuple[float, ...], tuple[float, ...]]]" = OrderedDict()
