@@ -106,6 +106,9 @@ class SimulationReport:
     """The truths' shapes in words (:attr:`cbscore.study.sim_truth.Truth.kind`)."""
     predict: bool = False
     """The spec's ``search.predict``."""
+    search: str = "grid"
+    """The spec's search in words: ``grid``, or ``chained (reference bracket)`` (``search.kind`` and,
+    for a chained search, ``search.reference_rates``)."""
     order: str = "predicted"
     """The spec's ``search.order``."""
     lr_prior: float | None = None
@@ -236,6 +239,7 @@ class SimulationReport:
             "spec": self.spec_name,
             "seeds": len(self.seeds),
             "predict": self.predict,
+            "search": self.search,
             "order": self.order,
             "lr_prior": self.lr_prior,
             "budget_margin": self.budget_margin,
@@ -368,7 +372,8 @@ def format_report(report: SimulationReport | Mapping) -> str:
                      f"fit-window floor/oracle {d.get('fit_window_to_oracle_median', math.nan):.2f}× (the crossings "
                      f"the full grid's fit reads: less means projecting some of them); "
                      f"rules: {margin}"
-                     f"search.order {d.get('order', 'grid')} from {_lr_prior(d)}, "
+                     + (f"search.kind {d['search']}, " if d.get("search", "grid") != "grid" else "")
+                     + f"search.order {d.get('order', 'grid')} from {_lr_prior(d)}, "
                      f"search.predict {'on' if d.get('predict') else 'off'}, "
                      f"stop_far_rates {_far_rates(d)}, prune_at_equal_tokens "
                      f"{'on' if d.get('prune_at_equal_tokens') else 'off'}; curves compared at equal tokens: "

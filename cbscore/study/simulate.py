@@ -217,7 +217,10 @@ def simulate(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig | No
     runs = tuple(runs)
     settings = spec.resolve_settings()
     return SimulationReport(spec_name=spec.name, config=config, seeds=runs, grid_tokens=grid_tokens(spec),
-                            truth=", ".join(sorted({c.kind for c in truth.values()})), predict=spec.search.predict, order=spec.search.order, lr_prior=spec.search.lr_prior,
+                            truth=", ".join(sorted({c.kind for c in truth.values()})), predict=spec.search.predict,
+                            search=(spec.search.kind if spec.search.kind != "chained"
+                                    else f"chained (reference {spec.search.reference_rates})"),
+                            order=spec.search.order, lr_prior=spec.search.lr_prior,
                             budget_margin=spec.budget_margin,
                             prune_at_equal_tokens=spec.prune_at_equal_tokens, stop_far_rates=spec.stop_far_rates,
                             far_rate_margin=spec.far_rate_margin, far_rate_fraction=spec.far_rate_fraction,

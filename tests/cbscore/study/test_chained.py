@@ -11,7 +11,7 @@ from cbscore.errors import ConfigError
 from cbscore.study import StudySpec, TrialRecord, plan
 from cbscore.study.budgets import cell_size, grid_trials
 from cbscore.study.chained import bracket, chain_centres, chained_rates, describe_chained
-from cbscore.study.simulate import SimConfig, TruthCurve, simulate
+from cbscore.study.simulate import SimConfig, TruthCurve, format_report, simulate
 from cbscore.study.trials import lr_tag
 
 GRID = (0.002, 0.004, 0.008, 0.016, 0.032)
@@ -157,6 +157,8 @@ def test_the_chained_bracket_finds_b_star_at_zero_noise_for_fewer_tokens():
         s = on.summary()[0]
         assert s["cbs_study_median"] == pytest.approx(s["cbs_truth"], rel=0.005)
         assert on.to_json_dict()["tokens_study_mean"] < 0.67 * off.to_json_dict()["tokens_study_mean"]
+        assert on.to_json_dict()["search"] == "chained (reference grid)" and off.to_json_dict()["search"] == "grid"
+    assert "search.kind chained (reference grid)" in format_report(on)
 
 
 def test_a_bracketed_reference_cell_runs_three_rates_around_the_grids_middle():
