@@ -84,7 +84,8 @@ def test_the_committed_reproduction_on_the_import_page_shows_its_laws_and_verdic
     assert first["trend"] == "rises" and first["slope per e-fold"] == pytest.approx(0.084, abs=0.001)
     (paper,) = [d.value for d in at.dataframe if "paper" in d.value.columns]
     row = paper.set_index("exponent").loc["β: D at fixed N"]
-    assert row["this study"] == pytest.approx(law_d["exponent"], abs=1e-9)
+    # the page refits the table itself: equal to the committed fit up to float summation order
+    assert row["this study"] == pytest.approx(law_d["exponent"], abs=1e-6)
     assert row["paper"] == pytest.approx(0.47, abs=0.01)
     lo, hi = law_d["exponent_ci"]
     assert f"{lo:.3f}" in row["95% interval"] and f"{hi:.3f}" in row["95% interval"]
