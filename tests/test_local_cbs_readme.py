@@ -1,0 +1,57 @@
+"""docs/results/local-cbs/README.md says what its committed fit says (issue 39): every local B* of its
+table, whether ε or the noise decided it, and the power-law exponents it quotes, read from
+``fit-before-arms.json`` (``cbs study fit local-cpu --json`` after the branches)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+FOLDER = Path(__file__).resolve().parents[1] / "docs/results/local-cbs"
+
+
+def _table_rows() -> list[list[str]]:
+    text = (FOLDER / "README.md").read_text()
+    section = text[text.index("## The local CBS"):]
+    section = section[:section.index("\n## ", 5)]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+            if re.match(r"\|\s*[\d,]+\s*\|", line)]
+    assert rows, "the README lost its table of the local CBS"
+    return rows
+
+
+def _claim(cell: str) -> tuple[float, str | None]:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(?:, (ε|noise) decides)?", cell)
+    assert m, f"unreadable README cell {cell!r}"
+    return float(m.group(1)), m.group(2)
+
+
+def test_the_readme_table_is_the_committed_fit():
+    fit = json.loads((FOLDER / "fit-before-arms.json").read_text())
+    rows = _table_rows()
+    assert len(rows) == len(fit["checkpoints"])
+    for row, cp in zip(rows, fit["checkpoints"], strict=True):
+        assert int(row[0].replace(",", "")) == cp["tokens"]
+        assert int(row[1].replace(",", "")) == cp["window_tokens"]
+        for cell, reading in zip(row[2:5], ("merrill", "noise_aware", "noise_aware_raw"), strict=True):
+            value, decider = _claim(cell)
+            r = cp[reading]
+            assert value == r["local_cbs"], (cp["tokens"], reading)
+            if reading == "noise_aware_raw":
+                assert (decider == "noise") == cp["noise_decides"]["noise_aware_raw"], (cp["tokens"], cell)
+            else:
+                assert (decider == "ε") == r["tolerance_decides"], (cp["tokens"], reading, cell)
+    assert fit["noise_ever_decided"] == {"noise_aware": False, "noise_aware_raw": True}
+
+
+@pytest.mark.parametrize("rule,quoted", [("merrill", (0.42, 0.03, 0.80)), ("noise_aware", (0.46, 0.22, 0.70))])
+def test_the_quoted_exponents_are_the_fits(rule, quoted):
+    curve = json.loads((FOLDER / "fit-before-arms.json").read_text())["curve"][rule]
+    text = (FOLDER / "README.md").read_text()
+    exponent, lo, hi = quoted
+    assert f"t^**{exponent:.2f}** [{lo:.2f}, {hi:.2f}]" in text
+    assert round(curve["exponent"], 2) == exponent
+    assert [round(v, 2) for v in curve["exponent_ci"]] == [lo, hi]
