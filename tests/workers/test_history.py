@@ -124,11 +124,11 @@ def test_a_failed_final_flush_resumes_and_loses_no_point(tracker, tmp_path, undi
     first = MlflowCallback(Tracker(tracker.uri), run_id, flush_s=3600)
     real = first.tracker.log_metrics
 
-    def down_at_the_end(rid, metrics):
+    def down_at_the_end(rid, metrics, **options):
         metrics = list(metrics)
         if any(m.step == calm_result.steps for m in metrics):
             raise MlflowException("the database is restarting", error_code=TEMPORARILY_UNAVAILABLE)
-        return real(rid, metrics)
+        return real(rid, metrics, **options)
 
     monkeypatch.setattr(first.tracker, "log_metrics", down_at_the_end)
     with pytest.raises(MlflowException):
