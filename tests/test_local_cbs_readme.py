@@ -55,3 +55,11 @@ def test_the_quoted_exponents_are_the_fits(rule, quoted):
     assert f"t^**{exponent:.2f}** [{lo:.2f}, {hi:.2f}]" in text
     assert round(curve["exponent"], 2) == exponent
     assert [round(v, 2) for v in curve["exponent_ci"]] == [lo, hi]
+
+
+def test_the_readme_warm_up_claim_is_the_arms_readout():
+    comparison = json.loads((FOLDER / "fit.json").read_text())["arms"]["comparison"]
+    text = (FOLDER / "README.md").read_text()
+    assert comparison["matched"] and comparison["tokens_equal"]
+    assert f"in {100 * comparison['fraction_saved']:.1f}% fewer steps" in text
+    assert f"{-comparison['loss_difference']:.4f} nats lower" in text
