@@ -65,6 +65,9 @@ def register_slurm(subparsers: argparse._SubParsersAction) -> None:
                       help="the study to keep workers for (repeatable; default: every running study)")
     keep.add_argument("--period", type=float, default=60.0, metavar="S", help="seconds between passes (default 60)")
     keep.add_argument("--once", action="store_true", help="one pass, then exit")
+    keep.add_argument("--leave-workers", action="store_true",
+                      help="when every study is done, leave the worker tasks to their time limit (default: cancel "
+                           "them unless another running study still has trials)")
     keep.set_defaults(handler=run_keep)
     slurm.set_defaults(handler=lambda args: (slurm.print_help(), 2)[1])
 
@@ -112,5 +115,6 @@ def run_cancel(args: argparse.Namespace) -> int:
 def run_keep(args: argparse.Namespace) -> int:
     from workers.cli_slurm_jobs import keep
 
-    keep(_job(args), tuple(args.study), period_s=args.period, once=args.once, log=lambda m: print(m, flush=True))
+    keep(_job(args), tuple(args.study), period_s=args.period, once=args.once,
+         release=not args.leave_workers, log=lambda m: print(m, flush=True))
     return 0

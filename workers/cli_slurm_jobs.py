@@ -415,10 +415,14 @@ def studies_needing_workers(names: tuple[str, ...] = ()) -> tuple[list[str], lis
 
 
 def keep(job: SlurmJob, studies: tuple[str, ...] = (), *, period_s: float = 60.0, once: bool = False,
-         log: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep) -> int:
+         release: bool = True, log: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep) -> int:
     """Keep ``job.count`` worker tasks queued or running while the studies have trials to run:
     each pass submits an array of the missing ones (never more than ``job.count`` in all), and the
-    loop ends when every study is done or cancelled. Returns the tasks it submitted."""
+    loop ends when every study is done or cancelled. Then, with ``release``, the tasks of
+    ``job.job_name`` are cancelled too (an idle worker would otherwise hold its GPU until its time
+    limit, and a requeued one start again for nothing), unless some other running study of the lab
+    still has trials queued or running: those workers may be serving it. Returns the tasks it
+    submitted."""
     from workers.tracking import wait_out
 
     submitted = 0
@@ -428,6 +432,8 @@ def keep(job: SlurmJob, studies: tuple[str, ...] = (), *, period_s: float = 60.0
         busy, unfinished = wait_out(lambda: studies_needing_workers(studies), what="cbs slurm keep", log=log)
         if not unfinished:
             log(f"cbs slurm keep: no study left to run ({', '.join(studies) or 'no running study'}): stopping")
+            if release:
+                _release_idle_workers(job.job_name, log)
             return submitted
         try:
             live = live_workers(job.job_name)
@@ -445,3 +451,23 @@ def keep(job: SlurmJob, studies: tuple[str, ...] = (), *, period_s: float = 60.0
         if once:
             return submitted
         sleep(period_s)
+
+
+def _release_idle_workers(job_name: str, log: Callable[[str], None]) -> None:
+    """Cancel the worker tasks named ``job_name`` once no running study has work for them (a
+    cancel is a warm shutdown: a worker that did pick up a trial gives it back at a checkpoint)."""
+    from workers.tracking import wait_out
+
+    busy, _ = wait_out(lambda: studies_needing_workers(), what="cbs slurm keep", log=log)
+    if busy:
+        log(f"cbs slurm keep: workers {job_name!r} left running: {', '.join(busy)} still has trials")
+        return
+    try:
+        live = live_workers(job_name)
+        if live:
+            cancel(job_name)
+            log(f"cbs slurm keep: cancelled {live} idle worker task(s) {job_name!r} (pass --leave-workers to keep them)")
+    except SlurmUnreachable as exc:
+        log(f"cbs slurm keep: SLURM's controller is unreachable ({exc}); workers {job_name!r} were not cancelled: "
+            f"`cbs slurm cancel --job-name {job_name}` when it answers")
+

@@ -350,7 +350,9 @@ def test_submit_says_what_a_preemptible_partition_means_for_its_workers(worker_e
 @on_the_cluster
 def test_keep_submits_workers_up_to_the_count_while_a_study_has_trials_and_stops_when_it_is_done(worker_env, slurm,
                                                                                               capsys, token_store):
-    """Held jobs (``--hold``) stay PENDING and use no CPU: they count as workers all the same."""
+    """Held jobs (``--hold``) stay PENDING and use no CPU: they count as workers all the same. When
+    the studies are done, keep cancels its idle tasks unless another running study still has trials
+    (or ``--leave-workers``)."""
     name = "slurm-keep"
     api.launch_study(tiny_spec(name))
     keep = ["slurm", "keep", "--count", "2", *CPU, "--time", "10", "--job-name", "cbs-keep",
@@ -364,10 +366,18 @@ def test_keep_submits_workers_up_to_the_count_while_a_study_has_trials_and_stops
     wait_for(lambda: len(slurm.jobs()) == 1, 15, what=lambda: f"one task left: {slurm.jobs()}")
     rc, out, _ = cbs(capsys, *keep, "--once")
     assert "1 of 2 worker(s) in SLURM's queue for slurm-keep: submitted 1 more" in out and len(slurm.jobs()) == 2
+    other = "slurm-keep-other"  # a running study with queued trials: the workers may be serving it
+    api.launch_study(tiny_spec(other))
     api.cancel_study(name)
     rc, out, _ = cbs(capsys, *keep, "--period", "0.1")  # no --once: it ends by itself
     assert rc == 0 and "cbs slurm keep: no study left to run (slurm-keep): stopping" in out
-    assert len(slurm.jobs()) == 2
+    assert f"workers 'cbs-keep' left running: {other} still has trials" in out and len(slurm.jobs()) == 2
+    api.cancel_study(other)
+    rc, out, _ = cbs(capsys, *keep, "--period", "0.1", "--leave-workers")
+    assert rc == 0 and "stopping" in out and "cancelled" not in out and len(slurm.jobs()) == 2
+    rc, out, _ = cbs(capsys, *keep, "--period", "0.1")  # idle workers released: none would hold its node
+    assert "cbs slurm keep: cancelled 2 idle worker task(s) 'cbs-keep'" in out
+    wait_for(lambda: slurm.jobs() == [], 15, what=lambda: f"the idle tasks to leave squeue: {slurm.jobs()}")
 
 
 @on_the_cluster
