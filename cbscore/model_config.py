@@ -117,6 +117,7 @@ def _presets(*rows: tuple[str, int, int, int, int]) -> dict[str, Preset]:
 #: members of the same family (same block, head width 32-64) that train on a laptop CPU.
 PRESETS: dict[str, Preset] = _presets(
     # name          d_model  layers  heads  usual context
+    ("tiny-0.06M", 48, 2, 1, 128),  # N = 55,296 (22 tokens per parameter at 1.2M: the paper's regime on a CPU, issue 39)
     ("tiny-0.1M", 64, 2, 2, 128),  # N = 98,304
     ("tiny-0.3M", 96, 3, 3, 128),  # N = 331,776 (between the two: the reproduce preset's N axis)
     ("tiny-0.8M", 128, 4, 4, 128),  # N = 786,432 (the CPU throughput floor's shape)

@@ -54,8 +54,8 @@ def test_small_presets_span_laptop_sizes_and_include_d128_l4():
     assert min(p.n_params for p in small) < 150_000
     assert max(p.n_params for p in small) > 2_000_000
     assert any(p.d_model == 128 and p.n_layers == 4 for p in small)
-    for p in small:  # each name states its N to one decimal in millions
-        assert p.name.endswith(f"{p.n_params / 1e6:.1f}M")
+    for p in small:  # each name states its N to one decimal in millions (two below 0.1M: tiny-0.06M)
+        assert p.name.endswith(f"{p.n_params / 1e6:.{1 if p.n_params >= 95_000 else 2}f}M")
 
 
 def test_flops_per_token_counts_blocks_head_and_attention_for_85m_at_gpt_neox_vocab():
