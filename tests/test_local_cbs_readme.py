@@ -63,3 +63,21 @@ def test_the_readme_warm_up_claim_is_the_arms_readout():
     assert comparison["matched"] and comparison["tokens_equal"]
     assert f"in {100 * comparison['fraction_saved']:.1f}% fewer steps" in text
     assert f"{-comparison['loss_difference']:.4f} nats lower" in text
+
+
+def test_the_noise_aware_rules_simulation_is_quoted_as_committed():
+    """The README's figures on where the noise-aware rule decides (``rule-noise/rule-noise.json``,
+    ``benchmarks/local_rule_noise.py``), averaged over the checkpoints as the README says."""
+    rows = json.loads((FOLDER / "rule-noise/rule-noise.json").read_text())["rows"]
+
+    def mean(key: str, scale: float, seeds: int = 3) -> float:
+        sel = [r[key] for r in rows if r["scale"] == scale and r["seeds"] == seeds]
+        assert len(sel) == 5  # one row per checkpoint
+        return sum(sel) / len(sel)
+
+    text = " ".join((FOLDER / "README.md").read_text().split())
+    assert f"in **{round(100 * mean('noise_decides', 1.0))}%** of readouts ({round(100 * mean('noise_decides', 2.0))}% at twice" in text
+    exact = [(round(100 * mean("noise_aware_exact", f)), round(100 * mean("merrill_exact", f))) for f in (1.0, 2.0, 4.0)]
+    assert (f"exactly right in {exact[0][0]}% of readouts against Merrill's {exact[0][1]}% (×1, three seeds), "
+            f"{exact[1][0]}% against {exact[1][1]}% (×2), {exact[2][0]}% against {exact[2][1]}% (×4)") in text
+    assert all(na <= m for na, m in exact)  # nowhere nearer the truth on average

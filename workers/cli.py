@@ -148,7 +148,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "`cbs study fit NAME --json`'s `arms`.")
     warmup.add_argument("name")
     warmup.add_argument("--rule", choices=("merrill", "noise_aware"), default="merrill",
-                        help="whose curve gives the schedule (default merrill, as the Local CBS page draws it)")
+                        help="whose curve gives the schedule (default merrill, as the Local CBS page draws it; the noise-aware "
+                             "rule errs more wherever the noise decides: docs/results/local-cbs/rule-noise/)")
     warmup.add_argument("--dry-run", action="store_true", help="print the three arms; launch nothing")
     warmup.add_argument("--force", action="store_true", help="launch even above the spec's sanity limits")
     warmup.set_defaults(handler=run_warmup)
