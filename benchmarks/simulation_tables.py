@@ -224,9 +224,10 @@ CHAINED_LAWS = (("sqrt", 0.5, None, None, None), ("0.3", 0.3, None, None, None),
 
 
 def run_search(preset: str, kind: str, config, seeds: int, shape: str | None = None, reference: str = "grid",
-               ratio: float = 2.0, margin: float | None = None) -> dict:
+               ratio: float = 2.0, margin: float | None = None, search: dict | None = None) -> dict:
     """One ``cbs study simulate`` of ``preset`` with its search as given (``grid``) or ``chained``
-    (its reference cell's ``reference_rates``: ``grid`` or ``bracket``)."""
+    (its reference cell's ``reference_rates``: ``grid`` or ``bracket``; ``search``: more of the
+    chained search's fields, ``{name: value}``)."""
     from cbscore.study import simulate as sim
     from cbscore.study.presets import load_preset
 
@@ -235,6 +236,8 @@ def run_search(preset: str, kind: str, config, seeds: int, shape: str | None = N
         spec = spec.replace(search=dataclasses.replace(spec.search, kind=kind, lr_prior=None, reference_rates=reference,
                                                        bracket_ratio=ratio,
                                                        predict=False if kind == "chained" else spec.search.predict))
+    if search and kind == "chained":
+        spec = spec.replace(search=dataclasses.replace(spec.search, **search))
     if margin is not None:
         spec = spec.replace(budget_margin=margin)
     truth = sim.paper_truth(spec)
@@ -295,7 +298,8 @@ def rules_table(write: bool, part: str, presets: tuple[str, ...], seeds: int) ->
 
 def chained_table(write: bool, part: str, presets: tuple[str, ...], seeds: int,
                   kinds: tuple[str, ...] = ("chained", "grid"), laws: tuple[str, ...] = ("sqrt", "peak"),
-                  reference: str = "grid", ratio: float = 2.0, margin: float | None = None) -> None:
+                  reference: str = "grid", ratio: float = 2.0, margin: float | None = None,
+                  search: dict | None = None) -> None:
     """The chained bracket against the grid (issue 40): ``zero`` (σ = 0, the lab's learning-rate
     curvature, every law of :data:`CHAINED_LAWS`, one seed), ``lab`` (the lab's calibrated noise,
     ``seeds`` studies) or ``high`` (σ = 0.25 per trial beside the lab's seed parts, 50 studies)."""
@@ -322,11 +326,13 @@ def chained_table(write: bool, part: str, presets: tuple[str, ...], seeds: int,
                 cases = [("noise0.25-50seeds", SimConfig(**{**LAB_NOISE, "noise_sigma": 0.25}), 50, None, "sqrt")]
             for stem, config, n, shape, law in cases:
                 t0 = time.perf_counter()
-                d = run_search(preset, kind, config, n, shape, reference, ratio, margin)
+                d = run_search(preset, kind, config, n, shape, reference, ratio, margin, search)
                 wall = time.perf_counter() - t0
                 variant = "-refbracket" if kind == "chained" and reference == "bracket" else ""
                 variant += f"-ratio{ratio:g}" if kind == "chained" and ratio != 2.0 else ""
                 variant += f"-margin{margin:g}" if margin is not None else ""
+                variant += "".join(f"-{k}{v:g}" if isinstance(v, (int, float)) else f"-{k}-{v}"
+                                   for k, v in (search or {}).items()) if kind == "chained" else ""
                 if write:
                     _keep(folder, f"{preset}-{kind}{variant}-{stem}", d)
                 s = d["settings"]
@@ -338,6 +344,19 @@ def chained_table(write: bool, part: str, presets: tuple[str, ...], seeds: int,
                 print(f"| {preset} | {kind}{variant} | {noise} | {law} | {n} | "
                       f"{d['ratio_to_oracle_median']:.2f}× | {rmse[0]:.3f} / {rmse[1]:.3f} | "
                       f"{'—' if adj is None else f'{adj:.2f}×'} | {_bias(d)} | {crit} | {wall:.0f} |", flush=True)
+
+
+def _search_fields(items) -> dict:
+    """``["extension_gain=0.2", ...]`` as ``{"extension_gain": 0.2}`` (values read as YAML)."""
+    import yaml
+
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--search: expected FIELD=VALUE, but got {item!r}.")
+        out[name.strip()] = yaml.safe_load(value)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -355,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-margin", type=float, default=None, help="chained: the spec's budget_margin instead")
     ap.add_argument("--law", action="append", choices=("sqrt", "peak"), default=None,
                     help="chained --part lab: only these η* laws (repeatable)")
+    ap.add_argument("--search", action="append", default=None, metavar="FIELD=VALUE",
+                    help="chained: set a field of the chained search (repeatable; the value is read as YAML), "
+                         "named in the file stems, e.g. --search extension_gain=0.2")
     ap.add_argument("--write", action="store_true", help="store each run's JSON and text report")
     ap.add_argument("--fraction", type=float, default=None,
                     help="far: far_rate_fraction instead of the spec's default (nothing is written)")
@@ -364,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.table == "chained":
         chained_table(args.write, args.part, tuple(args.preset or PRESETS), args.seeds,
                       tuple(args.kind or ("chained", "grid")), tuple(args.law or ("sqrt", "peak")), args.reference,
-                      args.ratio, args.budget_margin)
+                      args.ratio, args.budget_margin, _search_fields(args.search or ()))
     elif args.table == "far":
         far_table(args.write, args.fraction)
     else:

@@ -83,7 +83,8 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
     if grid:
         if chained and role == "trial":
             # Centred on the neighbour's best rate (cbscore.study.chained); no centre: not released yet.
-            rates, pending = chained_rates(spec, recs, predicted) if predicted is not None else ((), True)
+            rates, pending = (chained_rates(spec, recs, predicted, b) if predicted is not None
+                              else ((), True))
         else:
             rates, pending = cell_rates(spec, recs, role, predicted if spec.search.predict else None)
         n_cell = len(rates) * len(spec.seeds) if rates else cell_size(spec, b)

@@ -19,6 +19,14 @@ rates are run, and ``S(B)`` is read off the cell's trials by the same estimator 
 
 A cell's rates are read off its own first attempts, never its re-runs, so a neighbour's best
 never moves once a cell was centred on it.
+
+Narrow cells (issue 40, "past 3×"; off by default): a cell below ``search.bracket_min_batch_size``
+(the reference cell excepted) starts with ``search.narrow_rates`` rates instead of three: two,
+``c/√ρ`` and ``c·√ρ`` (the fit across rates reads its optimum between them with the curvature the
+setting's three-rate cells share, :func:`cbscore.analysis.fit_across_rates`), or the centre alone.
+Such a cell is extended by the same gate; one that added no rate hands on its own centre (its
+rates sit either side of it, so neither is a better guess of the optimum), one that did its best
+rate as a bracketed cell does.
 """
 
 from __future__ import annotations
@@ -48,6 +56,25 @@ def bracket(spec: StudySpec, centre: float) -> tuple[float, float, float]:
     return _round(centre / rho), _round(centre), _round(centre * rho)
 
 
+def is_narrow(spec: StudySpec, batch_size: int | None) -> bool:
+    """Whether a chained cell at ``batch_size`` starts with ``search.narrow_rates`` rates instead of
+    the three-rate bracket (below ``search.bracket_min_batch_size``; never the reference cell)."""
+    floor = spec.search.bracket_min_batch_size
+    return (floor is not None and batch_size is not None and batch_size < floor
+            and spec.search.narrow_rates < 3 and batch_size != spec.b_ref)
+
+
+def first_rates(spec: StudySpec, centre: float, batch_size: int | None = None) -> tuple[float, ...]:
+    """The rates a chained cell at ``batch_size`` centred at ``centre`` starts with (ascending): the
+    bracket, or in a narrow cell ``c/√ρ, c·√ρ`` (two rates, a factor ρ apart) or ``c`` alone."""
+    if not is_narrow(spec, batch_size):
+        return bracket(spec, centre)
+    if spec.search.narrow_rates == 1:
+        return (_round(centre),)
+    half = math.sqrt(spec.search.bracket_ratio)
+    return _round(centre / half), _round(centre * half)
+
+
 def _log_steps(recs: Sequence[TrialRecord]) -> dict[float, float]:
     """Mean over seeds of ln S per rate, among the seeds whose trial of that rate reached the target."""
     by_rate: dict[float, list[float]] = {}
@@ -57,17 +84,19 @@ def _log_steps(recs: Sequence[TrialRecord]) -> dict[float, float]:
     return {lr: sum(v) / len(v) for lr, v in by_rate.items()}
 
 
-def chained_rates(spec: StudySpec, recs: Sequence[TrialRecord], centre: float) -> tuple[tuple[float, ...], bool]:
+def chained_rates(spec: StudySpec, recs: Sequence[TrialRecord], centre: float,
+                  batch_size: int | None = None) -> tuple[tuple[float, ...], bool]:
     """A chained cell's rates (ascending) and whether it may still add one (module docstring):
-    ``(rates, pending)``; ``pending`` while any first attempt runs or an extension was just added."""
+    ``(rates, pending)``; ``pending`` while any first attempt runs or an extension was just added.
+    ``batch_size``: the cell's, which says whether it is narrow (``None``: a bracketed cell)."""
     first = first_attempts(recs)
-    base = bracket(spec, centre)
+    base = first_rates(spec, centre, batch_size)
     rates = sorted(set(base) | {r.lr for r in first})
     complete = len(first) >= len(rates) * len(spec.seeds) and all(r.terminal for r in first)
     if not complete:
         return tuple(rates), True
     extended = sum(1 for v in rates if v not in base)
-    if extended >= spec.search.max_extensions:
+    if extended >= spec.search.max_extensions or len(rates) < 2:
         return tuple(rates), False
     score = _log_steps(first)
     margin = math.log1p(spec.search.extension_gain)
@@ -85,17 +114,20 @@ def chained_rates(spec: StudySpec, recs: Sequence[TrialRecord], centre: float) -
 
 
 def settled_best(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
-                 centre: float | None) -> tuple[bool, float | None]:
+                 centre: float | None, batch_size: int | None = None) -> tuple[bool, float | None]:
     """``(settled, best rate)`` of a cell: settled once its first attempts ended and it adds no rate;
     the best rate is the geometric mean over seeds of each seed's best among those first attempts
-    (``None`` where no seed has one)."""
+    (``None`` where no seed has one); a narrow cell that added no rate hands on its centre."""
     first = first_attempts(recs)
     if not first:
         return False, None
     if role == "reference":
         pending = cell_rates(spec, recs, "reference")[1]
     else:
-        pending = chained_rates(spec, recs, centre)[1]
+        rates, pending = chained_rates(spec, recs, centre, batch_size)
+        if (not pending and all(r.terminal for r in first) and is_narrow(spec, batch_size)
+                and set(rates) == set(first_rates(spec, centre, batch_size))):
+            return True, centre
     if pending or not all(r.terminal for r in first):
         return False, None
     best = _seed_best_rates(first, role)
@@ -124,7 +156,7 @@ def chain_centres(spec: StudySpec, recs_by_batch: Mapping[int, Sequence[TrialRec
                 break
             anchor = best if best is not None else prev_centre if prev_centre is not None else middle
             centre = out[b] = _round(anchor * (b / prev_b) ** gamma)
-            settled, best = settled_best(spec, recs_by_batch.get(b, ()), "trial", centre)
+            settled, best = settled_best(spec, recs_by_batch.get(b, ()), "trial", centre, b)
             prev_b, prev_centre = b, centre
     return out
 

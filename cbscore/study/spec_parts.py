@@ -101,6 +101,14 @@ class SearchSpec:
     every rate of ``lrs``. Either is extended past an edge where a seed's best rate sits there
     (``lr_extensions``). Simulated under the lab's noise, ``bracket`` is 3.07-3.26× the oracle
     precision-adjusted on the paper presets, ``grid`` 3.22-3.71× (docs/results/cheaper-search/chained/)."""
+    bracket_min_batch_size: int | None = None
+    """Chained search (issue 40, "past 3×"): cells below this batch size (sequences), the reference
+    cell excepted, start with ``narrow_rates`` rates instead of the three-rate bracket; ``None`` (the
+    default): every cell is bracketed (docs/results/cheaper-search/chained/, "Past 3×")."""
+    narrow_rates: int = 3
+    """Chained search: rates a cell below ``bracket_min_batch_size`` starts with: 2 (``c/√ratio`` and
+    ``c·√ratio``, read through the curvature the setting's bracketed cells share), 1 (the centre
+    alone) or 3 (the bracket: no cell is narrow)."""
     order: str = "predicted"
     """Grid search: the order a cell starts its rates in. ``predicted`` (the default): nearest the
     rate predicted from the setting's measured cells first (``cbscore.study.lr_predict``), so the
@@ -149,6 +157,11 @@ class SearchSpec:
         ext = self.max_extensions
         if isinstance(ext, bool) or not isinstance(ext, int) or not 0 <= ext <= 8:
             raise ConfigError("search.max_extensions", ext, "must be an integer in [0, 8]")
+        floor = self.bracket_min_batch_size
+        if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int) or floor < 1):
+            raise ConfigError("search.bracket_min_batch_size", floor, "must be a positive integer or null")
+        if isinstance(self.narrow_rates, bool) or self.narrow_rates not in (1, 2, 3):
+            raise ConfigError("search.narrow_rates", self.narrow_rates, "must be 1, 2 or 3")
         if self.reference_rates not in REFERENCE_RATES:
             raise ConfigError("search.reference_rates", self.reference_rates,
                               f"must be one of {', '.join(REFERENCE_RATES)}")
