@@ -22,23 +22,23 @@ def launch_in_browser(web_url: str, specs: dict[str, str], shots: Path) -> None:
             print(f"chaos: launching {name} in the browser", flush=True)
             try:
                 driver.get(web_url)
-                e2e._wait(driver, lambda d: d.find_elements(By.XPATH, expander), 90, "the Launch page's YAML box")
-                driver.find_element(By.XPATH, expander).click()
-                e2e._input(driver, "YAML spec", "textarea").send_keys(text)
-                e2e._button(driver, "Load YAML into the form").click()
-                e2e._wait(driver, lambda d: e2e._input(d, "Study name").get_attribute("value") == name, 30,
-                          f"the form filled from {name}'s YAML")
-                e2e._button(driver, "Launch study").click()
+                _until(driver, lambda d: d.find_elements(By.XPATH, expander), 90, "the Launch page's YAML box")
+                _act(driver, lambda: driver.find_element(By.XPATH, expander).click())
+                _act(driver, lambda: e2e._input(driver, "YAML spec", "textarea").send_keys(text))
+                _act(driver, lambda: e2e._button(driver, "Load YAML into the form").click())
+                _until(driver, lambda d: e2e._input(d, "Study name").get_attribute("value") == name, 30,
+                       f"the form filled from {name}'s YAML")
+                _act(driver, lambda: e2e._button(driver, "Launch study").click())
                 held = "Not launched: the browser sent the form before it showed its values"
-                e2e._wait(driver, lambda d: page_errors(d) or held in d.page_source
-                          or ("/studies" in d.current_url and name in d.page_source), 300, f"{name}'s live page")
+                _until(driver, lambda d: page_errors(d) or held in d.page_source
+                       or ("/studies" in d.current_url and name in d.page_source), 300, f"{name}'s live page")
                 if held in driver.page_source and not page_errors(driver):
                     # clicked while the page still drew the YAML's values: it shows their plan and
                     # launches at the second click (issue 42, finding 4)
                     print(f"chaos: {name}: the page held the first click; clicking Launch again", flush=True)
-                    e2e._button(driver, "Launch study").click()
-                    e2e._wait(driver, lambda d: page_errors(d) or ("/studies" in d.current_url and name in d.page_source),
-                              300, f"{name}'s live page")
+                    _act(driver, lambda: e2e._button(driver, "Launch study").click())
+                    _until(driver, lambda d: page_errors(d) or ("/studies" in d.current_url and name in d.page_source),
+                           300, f"{name}'s live page")
                 if page_errors(driver):
                     raise RuntimeError(f"the Launch page says: {page_errors(driver)}")
             except Exception as exc:
@@ -47,6 +47,34 @@ def launch_in_browser(web_url: str, specs: dict[str, str], shots: Path) -> None:
                                    f"screenshot {shots / f'launch-{name}.png'}") from exc
             driver.save_screenshot(str(shots / f"launched-{name}.png"))
             print(f"chaos: {name} launched", flush=True)
+
+
+def _until(driver, condition, timeout_s: float, what: str):
+    """Wait for ``condition``; an element that Streamlit redrew between being found and being read
+    (StaleElementReferenceException) is looked up again at the next poll, not a failure (the
+    redis-pg full run of issue 42 failed on one while the Launch page redrew the form)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout_s, poll_frequency=0.5,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(condition, message=what)
+
+
+def _act(driver, action, tries: int = 5):
+    """Find an element and act on it, finding it again when Streamlit redrew it in between: a stale
+    element's click or keys never reached the page (the driver refuses the command), so repeating it
+    cannot act twice."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for attempt in range(tries):
+        try:
+            return action()
+        except StaleElementReferenceException:
+            if attempt == tries - 1:
+                raise
+            import time
+
+            time.sleep(0.5)
 
 
 def page_errors(driver) -> list[str]:

@@ -3,8 +3,9 @@
 Read straight from the tracking server with MLflow's client (no lab cache), for one phase of
 ``benchmarks/chaos.py`` at a time. A trial logs its training curve at every ``log_every_steps``
 step and at each evaluation step (``cbscore.train``: ``is_log``), and evaluates on a schedule that
-is a pure function of its own losses (``cbscore.eval_schedule``), so the undisturbed run's
-evaluation steps are the planned ones; CPU training resumes exactly, so the disturbed run's
+is a pure function of its budget and its own losses (``cbscore.eval_schedule``), so under the
+same budget the undisturbed run's evaluation steps are the planned ones (a cell's step cap depends
+on when the planner released it: ``against_calm``); CPU training resumes exactly, so the disturbed run's
 values equal the undisturbed run's at every step they share.
 """
 
@@ -42,6 +43,10 @@ class TrialHistory:
     """Tokens trained (the run's final ``progress/tokens``; -1 when it never reported its end)."""
     log_every: int
     metrics: dict[str, list[tuple[int, float]]]
+    step_budget: tuple = (None, None)
+    """The budget the planner gave the trial at its launch, ``(max_tokens, max_steps)`` (its
+    ``trial_spec``; ``max_steps`` is ``None`` without a step cap). Its evaluation grid is planned
+    from it (``cbscore.eval_schedule.default_every_steps``)."""
 
 
 def read_histories(tracking_uri: str, study: str) -> list[TrialHistory]:
@@ -69,7 +74,8 @@ def read_histories(tracking_uri: str, study: str) -> list[TrialHistory]:
             trial_id=tags.get("trial_id", ""), status=run.info.status, outcome=tags.get("status", ""),
             attempt=int(tags.get("attempt") or 1), end_step=int(run.data.metrics.get("progress/step", -1)),
             tokens=int(run.data.metrics.get("progress/tokens", -1)),
-            log_every=int((spec.get("train_config") or {}).get("log_every_steps") or 10), metrics=metrics))
+            log_every=int((spec.get("train_config") or {}).get("log_every_steps") or 10), metrics=metrics,
+            step_budget=(spec.get("max_tokens"), spec.get("max_steps"))))
     return out
 
 
@@ -121,15 +127,41 @@ def against_calm(calm: TrialHistory, chaos: TrialHistory) -> list[str]:
     end = min(calm.end_step, chaos.end_step)
     if calm.outcome != "pruned" and chaos.outcome != "pruned" and calm.end_step != chaos.end_step:
         faults.append(f"ended at step {chaos.end_step}, undisturbed at {calm.end_step}")
+    # The planner caps a cell above B_ref at (1 + budget_margin)·S of the smaller batch sizes
+    # measured when it releases the cell (cbscore/study/cell_plan.py), so which of them had ended
+    # by then sets the cap, and the cap sets the evaluation grid (every ceil(total/40) steps). Two
+    # phases that released a cell at different moments plan different grids: the steps are compared
+    # only under the same budget, the values always, at every step both logged.
+    same_grid = calm.step_budget == chaos.step_budget
     for key in ("eval/loss_ewa", "eval/loss_raw", *CURVE_KEYS):
         a = [(s, v) for s, v in calm.metrics.get(key, []) if s <= end]
         b = [(s, v) for s, v in chaos.metrics.get(key, []) if s <= end]
-        if steps_of(a) != steps_of(b):
+        if same_grid and steps_of(a) != steps_of(b):
             faults.append(f"{key}: steps differ from the undisturbed run's up to step {end}")
-        elif not all(same_value(x, y) for (_, x), (_, y) in zip(a, b)):
+            continue
+        if not same_grid:
+            shared = set(steps_of(a)) & set(steps_of(b))
+            a, b = [p for p in a if p[0] in shared], [p for p in b if p[0] in shared]
+        if not all(same_value(x, y) for (_, x), (_, y) in zip(a, b)):
             first = next(s for (s, x), (_, y) in zip(a, b) if not same_value(x, y))
             faults.append(f"{key}: values differ from the undisturbed run's from step {first}")
     return faults
+
+
+def budgets_differ(calm: list[TrialHistory], chaos: list[TrialHistory]) -> dict:
+    """The trials whose phases ran under different planned budgets (so on different evaluation
+    grids, compared at their shared steps): trial id → the two budgets and the steps compared."""
+    by_id = {h.trial_id: h for h in calm}
+    out = {}
+    for h in chaos:
+        c = by_id.get(h.trial_id)
+        if c is not None and c.step_budget != h.step_budget:
+            end = min(c.end_step, h.end_step)
+            shared = ({s for s, _ in c.metrics.get("eval/loss_ewa", []) if s <= end}
+                      & {s for s, _ in h.metrics.get("eval/loss_ewa", []) if s <= end})
+            out[h.trial_id] = {"calm_max_tokens_steps": list(c.step_budget), "chaos_max_tokens_steps": list(h.step_budget),
+                               "shared_evaluations": len(shared)}
+    return out
 
 
 def same_value(x: float, y: float) -> bool:
@@ -144,7 +176,7 @@ def compare_histories(calm: list[TrialHistory], chaos: list[TrialHistory]) -> di
     unmatched = sorted({h.trial_id for h in chaos} ^ {h.trial_id for h in calm})
     differ = {h.trial_id: f for h in chaos if h.trial_id in by_id and (f := against_calm(by_id[h.trial_id], h))}
     return {"histories_with_gaps_or_duplicates": gaps, "histories_unlike_calm": differ,
-            "trials_in_one_phase_only": unmatched,
+            "trials_in_one_phase_only": unmatched, "budgets_differ": budgets_differ(calm, chaos),
             "evaluations_checked": sum(len(h.metrics.get("eval/loss_ewa", [])) for h in chaos),
             "train_points_checked": sum(len(h.metrics.get("train/loss", [])) for h in chaos),
             "summaries_checked": sum(len(p) for h in chaos for k, p in h.metrics.items()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from benchmarks.chaos_history import TrialHistory, against_calm, trial_faults
+from benchmarks.chaos_history import TrialHistory, against_calm, budgets_differ, trial_faults
 
 EVALS = [0, 1, 2, 4, 8, 16, 20]
 #: every 10th step and each evaluation step, to the end (step 20)
@@ -73,3 +73,29 @@ def test_a_train_loss_divergence_is_a_measurement_not_a_fault():
     cut["train/loss"] = [*cut["train/loss"][:-1], (10, float("nan"))]
     diverged = dataclasses.replace(h, outcome="diverged", end_step=10, metrics=cut)
     assert trial_faults(diverged) == [] and against_calm(diverged, diverged) == []
+
+
+def regridded(h: TrialHistory, evals: list[int]) -> TrialHistory:
+    """``h`` evaluated at ``evals`` instead (same losses where it has them), logged on the grid they make."""
+    log = sorted({*range(h.log_every, h.end_step + 1, h.log_every), *(e for e in evals if e > 0)})
+    metrics = {k: [(s, 0.5 * s) for s in log] for k in ("train/loss", "optim/lr", "optim/grad_norm")}
+    metrics |= {k: [(s, 1.0 / (1 + s)) for s in evals] for k in ("eval/loss_ewa", "eval/loss_raw")}
+    return dataclasses.replace(h, metrics=metrics)
+
+
+def test_another_evaluation_grid_is_a_fault_under_the_same_budget_only():
+    """The full-size run of issue 42: a b32 trial released after another b16 trial had ended got a
+    step cap of 1631, not 1653, so it evaluated every 41 steps, not 42. Its histories are compared
+    at the steps both logged; under the same budget other evaluation steps stay a fault."""
+    calm = dataclasses.replace(whole(), step_budget=(846336, 1653))
+    other = regridded(calm, [0, 1, 2, 4, 8, 12, 18, 20])
+    assert trial_faults(other) == []
+    assert "eval/loss_ewa: steps differ from the undisturbed run's up to step 20" in against_calm(calm, other)
+    capped = dataclasses.replace(other, step_budget=(834816, 1631))
+    assert against_calm(calm, capped) == []
+    assert budgets_differ([calm], [capped]) == {"t": {"calm_max_tokens_steps": [846336, 1653],
+                                                      "chaos_max_tokens_steps": [834816, 1631],
+                                                      "shared_evaluations": 6}}
+    # the values are still compared, to the last digit, at every step both logged
+    wrong = with_metric(capped, "train/loss", [(s, v + (s == 10)) for s, v in capped.metrics["train/loss"]])
+    assert against_calm(calm, wrong) == ["train/loss: values differ from the undisturbed run's from step 10"]
