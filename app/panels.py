@@ -451,3 +451,43 @@ def _forecast(table, source: str) -> None:
     paper = fit_view.PAPER_LAWS_N[1](n_params / fit_view.N_UNIT)
     cols[2].metric("Paper, fixed-D law", f"{paper:,.0f}", help="621.3·N^0.087, N in millions (D fixed).")
     st.caption(f"From {law}{interval}.")
+
+
+# --------------------------------------------------------------------------- "Simulate this design"
+def simulate_job(spec, curves, config, seeds: int, *, seconds: float):
+    """``seeds`` simulated studies of ``spec`` in this session's background job
+    (:mod:`app.sim_jobs`: a child process with a time limit, ended with the session), with a
+    progress bar while the page waits. Returns ``(report, studies done)`` as
+    ``spec_form.simulate_within`` does; what the library raised is raised here.
+
+    A closed tab or a Stop ends the job at once; another click leaves it running (bounded) and a
+    click with the same settings waits for it again, so a session never runs two."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+    from app import sim_jobs
+    from app.failures import Nothing
+
+    ctx = get_script_run_ctx()
+    job = sim_jobs.start(ctx.session_id if ctx else "", spec, curves, config, seeds, seconds=seconds)
+    bar = st.progress(0.0, text=f"Simulating {seeds} studies of `{spec.name}`…")
+
+    def tick(job) -> None:  # an st call: where Streamlit interrupts the page (a rerun, a stop, a closed tab)
+        done = len(job.reports)
+        bar.progress(done / job.seeds, text=f"Simulated {done} of {job.seeds} studies of `{spec.name}` · "
+                                            f"{time.monotonic() - job.started_s:.0f} s (the web app starts none "
+                                            f"after {job.seconds:g} s, CBS_WEB_SIM_SECONDS)")
+
+    try:
+        sim_jobs.wait(job, tick)
+    except StopException:
+        job.kill("the page was stopped")
+        raise
+    bar.empty()
+    if job.error is not None:
+        raise job.error
+    report = job.report()
+    if report is None:
+        raise Nothing(f"The simulation ended before its first study did ({job.ended}); simulate fewer studies, "
+                      "or run `cbs study simulate` on the host.")
+    return report, len(report.seeds)

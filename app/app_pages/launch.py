@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import auth, failures, local_form, sources, spec_form, units
+from app import auth, failures, local_form, panels, sources, spec_form, units
 from app.spec_form import KIND_LABELS
 from cbscore.errors import CbsError, ConfigError
 from cbscore.recipe import RECIPE_RULES
@@ -402,17 +402,6 @@ def _recipe_preview(spec) -> None:
         })
 
 
-def _session_alive() -> bool:
-    """Whether this page's browser session is still connected (a closed tab ends a simulation)."""
-    from streamlit import runtime
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-    ctx = get_script_run_ctx()
-    if ctx is None or not runtime.exists():
-        return True
-    return runtime.get_instance().is_active_session(ctx.session_id)
-
-
 def _simulate(spec) -> None:
     """Preview → "Simulate this design": the real planner against simulated trials whose truth is
     known (:mod:`cbscore.study.simulate`), to see whether its savings move B*."""
@@ -467,9 +456,8 @@ def _simulate(spec) -> None:
                 max_trials, seconds = spec_form.sim_limits()
                 if not auth.is_admin(auth.current_user()):
                     spec_form.check_sim_size(spec, int(seeds), max_trials)
-                with st.spinner(f"Simulating {int(seeds)} studies of `{spec.name}`…"):
-                    report, done = spec_form.simulate_within(spec, curves, SimConfig(noise_sigma=float(noise)),
-                                                             int(seeds), seconds=seconds, alive=_session_alive)
+                report, done = panels.simulate_job(spec, curves, SimConfig(noise_sigma=float(noise)), int(seeds),
+                                                   seconds=seconds)  # a bounded child process (app/sim_jobs.py)
                 if done < int(seeds):
                     st.warning(f"Stopped after {done} of {int(seeds)} simulated studies: the web app simulates for "
                                f"at most {seconds:g} s (CBS_WEB_SIM_SECONDS); `cbs study simulate` on the host has "
