@@ -460,10 +460,10 @@ def simulate_job(spec, curves, config, seeds: int, *, seconds: float):
     progress bar while the page waits. Returns ``(report, studies done)`` as
     ``spec_form.simulate_within`` does; what the library raised is raised here.
 
-    A closed tab or a Stop ends the job at once; another click leaves it running (bounded) and a
-    click with the same settings waits for it again, so a session never runs two."""
+    A closed tab ends the job (:data:`app.sim_jobs.SESSION_GRACE_S` later); another click leaves it
+    running (bounded) and a click with the same settings waits for it again, so a session never
+    runs two."""
     from streamlit.runtime.scriptrunner import get_script_run_ctx
-    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
     from app import sim_jobs
     from app.failures import Nothing
@@ -478,11 +478,9 @@ def simulate_job(spec, curves, config, seeds: int, *, seconds: float):
                                             f"{time.monotonic() - job.started_s:.0f} s (the web app starts none "
                                             f"after {job.seconds:g} s, CBS_WEB_SIM_SECONDS)")
 
-    try:
-        sim_jobs.wait(job, tick)
-    except StopException:
-        job.kill("the page was stopped")
-        raise
+    # A rerun (another click) stops this page, not the job: Streamlit's fast reruns raise the same
+    # StopException a closed tab does, so the watchdog, which sees the session go, ends the job.
+    sim_jobs.wait(job, tick)
     bar.empty()
     if job.error is not None:
         raise job.error

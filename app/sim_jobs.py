@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import logging
 import math
 import os
 import pickle
@@ -38,6 +39,7 @@ WALL_SLACK_S = 5.0
 #: How often the watchdog and a waiting page look at the jobs (seconds).
 POLL_S = 0.25
 
+log = logging.getLogger("cbslab.app")
 _lock = threading.Lock()
 _jobs: dict[str, "Job"] = {}  # by browser session id
 _watchdog: threading.Thread | None = None
@@ -91,6 +93,7 @@ class Job:
             self.proc.wait()
         if not self.ended:
             self.ended = f"killed: {why}"
+            log.info("simulation job %d ended: %s", self.proc.pid, why)
 
     def report(self):
         """The studies that ended, as one report (the numbers of one ``simulate`` call when none was cut)."""
