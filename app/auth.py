@@ -132,21 +132,39 @@ def is_admin(user: str) -> bool:
     return user in admins() or (user == LOCAL_USER and not enabled())
 
 
+def is_old_owner(owner: str) -> bool:
+    """Whether ``owner`` is an owner tag of the old form ``oidc:<subject>`` (before owners named
+    their issuer, issue 41): a subject alone says nothing of which provider vouched for it, so no
+    sign-in is ever matched to it; an admin acts for such a study."""
+    return owner.startswith("oidc:") and "#" not in owner
+
+
+def owns(user: str, owner: str) -> bool:
+    """Whether ``user`` is the study's ``owner`` (exactly; an old-form owner is nobody's)."""
+    return bool(owner) and user == owner and not is_old_owner(owner)
+
+
+def _refusal(user: str, owner: str, action: str) -> NotAllowed:
+    if is_old_owner(owner):
+        return NotAllowed(f"Only an admin (CBS_ADMINS) may {action}: its owner {owner} is of the old form, without "
+                          f"the provider that vouched for it, which no sign-in matches; you are signed in as {user}.")
+    return NotAllowed(f"Only the owner of this study ({owner or 'unknown'}) or an admin (CBS_ADMINS) may {action}; "
+                      f"you are signed in as {user}.")
+
+
 def check_cancel(user: str, owner: str, what: str) -> None:
-    """:class:`NotAllowed` unless ``user`` owns the study (``owner``) or is an admin."""
-    if is_admin(user) or (owner and user == owner):
+    """:class:`NotAllowed` unless ``user`` owns the study (``owner``, :func:`owns`) or is an admin."""
+    if is_admin(user) or owns(user, owner):
         return
-    raise NotAllowed(f"Only the owner of this study ({owner or 'unknown'}) or an admin (CBS_ADMINS) may cancel "
-                     f"{what}; you are signed in as {user}.")
+    raise _refusal(user, owner, f"cancel {what}")
 
 
 def check_change(user: str, owner: str, what: str) -> None:
-    """:class:`NotAllowed` unless ``user`` owns the study (``owner``) or is an admin: who may
-    extend a study or run its trials again (``what`` names the action)."""
-    if is_admin(user) or (owner and user == owner):
+    """:class:`NotAllowed` unless ``user`` owns the study (``owner``, :func:`owns`) or is an admin:
+    who may extend a study or run its trials again (``what`` names the action)."""
+    if is_admin(user) or owns(user, owner):
         return
-    raise NotAllowed(f"Only the owner of this study ({owner or 'unknown'}) or an admin (CBS_ADMINS) may {what}; "
-                     f"you are signed in as {user}.")
+    raise _refusal(user, owner, what)
 
 
 def check_force(user: str) -> None:

@@ -116,3 +116,26 @@ def test_a_signed_in_user_who_is_no_admin_cannot_launch_past_the_limits(app_test
         app_test.button(key=LAUNCH).click().run()
     submit.assert_not_called()
     assert any("Only an admin (CBS_ADMINS) may launch past the sanity limits" in e.value for e in app_test.error)
+
+
+@pytest.mark.parametrize("claims", [{"sub": "alice", "iss": ISSUER}, {"sub": "alice", "iss": ""},
+                                    {"sub": "alice", "email": "alice", "email_verified": True}])
+def test_a_study_owned_under_the_old_form_oidc_subject_is_matched_by_no_sign_in_only_an_admin_acts(claims,
+                                                                                                   monkeypatch):
+    """Before owners named their issuer, a user without an e-mail owned studies as ``oidc:<sub>``;
+    a subject alone does not say which provider vouched for it, so no sign-in takes such a study
+    over (any provider can send ``sub: alice``); an admin acts for it."""
+    monkeypatch.setenv("CBS_ADMINS", "admin@lab.test")
+    old = "oidc:alice"
+    user = auth.identity(claims)
+    assert auth.is_old_owner(old) and not auth.is_old_owner(user) and not auth.owns(user, old)
+    with pytest.raises(auth.NotAllowed) as err:
+        auth.check_cancel(user, old, "the study s")
+    assert str(err.value) == (f"Only an admin (CBS_ADMINS) may cancel the study s: its owner oidc:alice is of the old "
+                              f"form, without the provider that vouched for it, which no sign-in matches; you are "
+                              f"signed in as {user}.")
+    with pytest.raises(auth.NotAllowed, match="Only an admin .* may extend s: its owner oidc:alice is of the old form"):
+        auth.check_change(user, old, "extend s")
+    assert not auth.owns(old, old)  # not even an identity spelled as the old tag
+    auth.check_cancel("admin@lab.test", old, "the study s")
+    auth.check_change("admin@lab.test", old, "extend s")
