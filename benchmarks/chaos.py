@@ -440,6 +440,7 @@ def run_backend(name: str, size_name: str, home_root: Path, seed: int, skip: tup
     specs = spec_yamls(size, root / "store" / "tokens")  # inside the data root, not the root itself
     (root / "store").mkdir()
     env["CBS_DATA_ROOTS"] = str(root / "store")  # the web app launches only stores inside a data root
+    env["CBS_STORE_ROOTS"] = str(root / "store")  # ... and a store folder of the lab (issue 41, finding 6)
     git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT).stdout.strip()  # noqa: E731
     report: dict = {
         "backend": name, "size": size_name, "seed": seed, "home": str(root), "commit": git("rev-parse", "--short", "HEAD"),

@@ -33,6 +33,8 @@ os.environ.setdefault("CBS_HOME", str(CACHE / ("cbs-home-tests" + (f"-{os.enviro
 # them as data roots (the product allows only $CBS_HOME unless the operator sets this; tests of
 # that rule unset it).
 os.environ.setdefault("CBS_DATA_ROOTS", os.pathsep.join([tempfile.gettempdir(), str(CACHE)]))
+# ... and as folders a store may be written to (the product allows only the store root).
+os.environ.setdefault("CBS_STORE_ROOTS", os.pathsep.join([tempfile.gettempdir(), str(CACHE)]))
 
 # Shared fixtures (a prepared built-in token store, ...) live in plugin modules.
 pytest_plugins = ["tests.data_fixtures"]

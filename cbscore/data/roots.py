@@ -1,7 +1,7 @@
 """Where a spec may point the lab's data: the data roots.
 
 A study spec comes from a web page, so its ``data.source`` and ``data.store_dir`` are untrusted
-paths on the server. Both must resolve (links followed) inside a *data root*:
+paths on the server. A source must resolve (links followed) inside a *data root*:
 
 * the store root, ``CBS_STORE_DIR`` or else ``$CBS_HOME/data`` — the token stores the lab builds
   (the default store location; :func:`cbscore.paths.store_root`);
@@ -10,6 +10,10 @@ paths on the server. Both must resolve (links followed) inside a *data root*:
   its path as ``data.source``);
 * every folder of ``CBS_DATA_ROOTS`` (``os.pathsep``-separated), an environment setting of the
   server, never a spec field, so a spec cannot widen it.
+
+A ``data.store_dir`` is written, so it must lie strictly inside the lab's store folder (the store
+root, or a folder of ``CBS_STORE_ROOTS``: :func:`store_roots`), never in a corpus root (issue 41,
+finding 6).
 
 ``builtin``, ``builtin-large`` and ``hub:NAME`` sources are not paths; a hub name must look like one (``owner/name``,
 letters, digits, ``.``, ``_``, ``-``), never a path such as ``hub:/etc``.
@@ -88,9 +92,25 @@ def check_files_inside(files: list[Path], source: str, field: str = "data.source
                                          f"({_roots_text(roots)}); copy the corpus into a root instead")
 
 
+def store_roots() -> list[Path]:
+    """Where a token store may be written, resolved: the lab's store folder (``CBS_STORE_DIR``, else
+    ``$CBS_HOME/data``) and the folders of ``CBS_STORE_ROOTS`` (``os.pathsep``-separated; an
+    environment setting of the server, e.g. a shared mount for stores, never a spec field). Never
+    ``$CBS_HOME/corpora`` nor a folder of ``CBS_DATA_ROOTS``: a corpus root is read, not written."""
+    from cbscore.paths import store_root
+
+    roots = [store_root()]
+    for raw in (os.environ.get("CBS_STORE_ROOTS") or "").split(os.pathsep):
+        if raw.strip():
+            roots.append(Path(raw.strip()).expanduser().resolve())
+    return roots
+
+
 def check_store_dir(path: Path, field: str = "data.store_dir") -> None:
-    """A store folder strictly inside a data root (checked before anything looks inside it)."""
-    roots = data_roots()
+    """A store folder strictly inside the lab's store folders (:func:`store_roots`; checked
+    before anything looks inside it)."""
+    roots = store_roots()
     if not inside_roots(Path(path), roots, strictly=True):
-        raise ConfigError(field, str(path), f"must be a folder inside the data roots ({_roots_text(roots)}); "
-                                            "the operator adds a root with CBS_DATA_ROOTS")
+        raise ConfigError(field, str(path), f"must be a folder inside the lab's store folder ({_roots_text(roots)}: "
+                                            "CBS_STORE_DIR, else $CBS_HOME/data), never elsewhere on the server; the "
+                                            "operator adds a store folder with CBS_STORE_ROOTS")

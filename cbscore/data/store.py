@@ -23,6 +23,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import shutil
 import time
 import uuid
@@ -314,14 +315,27 @@ def check_data_location(config: DataConfig) -> None:
     check_store_content(config)
 
 
+#: The name of a default store folder: :meth:`DataConfig.key`, 16 hex digits of its settings' hash.
+_DEFAULT_NAME = re.compile(r"[0-9a-f]{16}")
+
+
 def check_store_content(config: DataConfig) -> None:
     """Refuse a ``data.store_dir`` that holds a store of other settings (a ``ConfigError``).
 
     Every store is made for one set of content settings (the default folder is named by their hash,
     :meth:`DataConfig.key`); preparing a store of other settings in its folder would replace it
     under the studies that read it (their trials then fail). So a named folder that holds a store
-    is only ever reused or rebuilt for the same settings, never taken over by others."""
-    if config.store_dir is None or not is_store(config.store_path()):
+    is only ever reused or rebuilt for the same settings, never taken over by others; and a named
+    folder never takes the name of other settings' default folder (16 hex digits, their
+    :meth:`~DataConfig.key`), so a study cannot claim that folder before its own study prepares it."""
+    if config.store_dir is None:
+        return
+    name = config.store_path().name
+    if _DEFAULT_NAME.fullmatch(name) and name != config.key():  # another settings' default folder, made or not
+        raise ConfigError("data.store_dir", config.store_dir,
+                          f"is named as the default store of other settings ({name}, their hash; these settings' is "
+                          f"{config.key()}); name a folder of your own, or leave data.store_dir out")
+    if not is_store(config.store_path()):
         return
     held = json.loads((config.store_path() / MANIFEST).read_text()).get("config")
     if held != _content_settings(config):

@@ -82,6 +82,35 @@ def test_a_spec_cannot_take_over_another_studys_store_at_launch_or_in_the_worker
     assert (token_store.path / "manifest.json").read_text() == manifest
 
 
+def test_a_store_dir_outside_the_labs_store_folder_or_named_as_another_settings_store_is_refused_at_launch(
+        worker_env, monkeypatch):
+    """Issue 41, finding 6 (rest): a store is written only inside the lab's store folder (never in a
+    corpus root, though a corpus there may be read), and never under the name of other settings'
+    default store, which a study of those settings has not prepared yet."""
+    import os
+    from pathlib import Path
+
+    from cbscore.data import DataConfig
+    from cbscore.paths import store_root
+
+    monkeypatch.delenv("CBS_STORE_ROOTS", raising=False)
+    home = Path(os.environ["CBS_HOME"])
+    corpora = home / "corpora" / "mine"
+    victim = DataConfig.from_dict({**DATA, "store_dir": None, "vocab_size": 512})
+    squatted = store_root() / victim.key()
+    for folder, reason in ((corpora, "must be a folder inside the lab's store folder"),
+                           ("/tmp/elsewhere-store", "must be a folder inside the lab's store folder"),
+                           (squatted, "is named as the default store of other settings")):
+        start = time.perf_counter()
+        with pytest.raises(ConfigError) as err:
+            api.launch_study(tiny_spec_dict("stores", data={**DATA, "store_dir": str(folder)}), force=True)
+        assert time.perf_counter() - start < 1.0, folder
+        assert err.value.field == "data.store_dir" and err.value.value == str(folder) and reason in err.value.reason
+    s = WorkerSettings.from_env()
+    assert Tracker(s.tracking_uri).client.get_experiment_by_name("stores") is None and queue_depth("cpu") == 0
+    assert not corpora.exists() and not squatted.exists()
+
+
 def test_a_huge_vocabulary_is_refused_at_launch_naming_the_field_with_nothing_created(worker_env):
     """Issue 41, finding 9: the tokenizer trainer asked for 283 GB and aborted the trial process."""
     start = time.perf_counter()

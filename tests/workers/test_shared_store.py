@@ -38,21 +38,22 @@ def test_checkpoints_and_stores_live_under_their_shared_folders(worker_env, tmp_
     monkeypatch.setenv("CBS_CHECKPOINT_DIR", str(tmp_path / "nfs" / "checkpoints"))
     monkeypatch.setenv("CBS_STORE_DIR", str(tmp_path / "nfs" / "stores"))
     monkeypatch.delenv("CBS_DATA_ROOTS")
+    monkeypatch.delenv("CBS_STORE_ROOTS", raising=False)
     assert Path(checkpoint_dir("t1")) == (tmp_path / "nfs" / "checkpoints" / "t1").resolve()
     config = DataConfig(**SHARED)
     assert config.store_path() == (tmp_path / "nfs" / "stores").resolve() / config.key()
     # the store root replaces $CBS_HOME/data as a data root: a host's own folder is not shared
     assert data_roots() == [(tmp_path / "nfs" / "stores").resolve(), home.resolve() / "corpora"]
-    with pytest.raises(ConfigError, match="must be a folder inside the data roots"):
+    with pytest.raises(ConfigError, match="must be a folder inside the lab's store folder"):
         check_store_location(home / "data" / "mine")
     check_store_location(tmp_path / "nfs" / "stores" / "mine")
-    monkeypatch.setenv("CBS_DATA_ROOTS", str(tmp_path / "nfs"))  # the store root inside another root
+    monkeypatch.setenv("CBS_STORE_ROOTS", str(tmp_path / "nfs"))  # the store root inside another root
     with pytest.raises(ConfigError, match="the folder of all token stores"):
         check_store_location(tmp_path / "nfs" / "stores")
 
 
 def test_a_store_never_overlaps_the_checkpoints(worker_env, tmp_path, monkeypatch):
-    monkeypatch.setenv("CBS_DATA_ROOTS", str(tmp_path))
+    monkeypatch.setenv("CBS_STORE_ROOTS", str(tmp_path))
     monkeypatch.setenv("CBS_CHECKPOINT_DIR", str(tmp_path / "shared" / "checkpoints"))
     for bad in (tmp_path / "shared" / "checkpoints", tmp_path / "shared" / "checkpoints" / "s", tmp_path / "shared"):
         with pytest.raises(ConfigError, match="CBS_CHECKPOINT_DIR"):

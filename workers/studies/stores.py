@@ -2,7 +2,7 @@
 
 With several hosts (docs/operating.md, "Scaling out") the stores live on a filesystem every host mounts:
 ``CBS_STORE_DIR`` (the store root: a store is ``<CBS_STORE_DIR>/<key>``), or a spec's
-``data.store_dir`` inside a shared ``CBS_DATA_ROOTS`` folder. The first trial of a study that has
+``data.store_dir`` inside a shared ``CBS_STORE_ROOTS`` folder. The first trial of a study that has
 its store ready (prepared by it, or found up to date) pins the store's content digest in the
 ledger (:meth:`workers.studies.ledger.Ledger.pin_store`). From then on no host prepares that study's
 store again: before it trains, an attempt checks that the store is at its folder on this host,
@@ -85,7 +85,7 @@ def _host(host: str) -> str:
 def _fix(data: DataConfig) -> str:
     if data.store_dir is None:
         return "set CBS_STORE_DIR to the shared folder of the stores, or mount it there"
-    return "mount the shared folder of the spec's data.store_dir there (inside CBS_DATA_ROOTS)"
+    return "mount the shared folder of the spec's data.store_dir there (inside CBS_STORE_DIR or CBS_STORE_ROOTS)"
 
 
 def hold_slot(seconds: float) -> None:

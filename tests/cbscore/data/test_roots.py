@@ -16,9 +16,11 @@ from cbscore.errors import ConfigError
 
 @pytest.fixture
 def home(tmp_path, monkeypatch) -> Path:
-    """A private $CBS_HOME with the default roots only (no CBS_DATA_ROOTS)."""
+    """A private $CBS_HOME with the default roots only (no CBS_DATA_ROOTS, no CBS_STORE_ROOTS)."""
     monkeypatch.setenv("CBS_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("CBS_DATA_ROOTS", raising=False)
+    monkeypatch.delenv("CBS_STORE_ROOTS", raising=False)
+    monkeypatch.delenv("CBS_STORE_DIR", raising=False)
     return tmp_path / "home"
 
 

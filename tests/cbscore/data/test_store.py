@@ -138,7 +138,7 @@ def test_a_named_store_folder_is_never_taken_over_by_other_settings(tmp_path):
 def test_prepare_never_replaces_a_folder_that_is_not_a_store(tmp_path, monkeypatch):
     """A folder holding someone's files is refused, untouched, wherever it is."""
     monkeypatch.setenv("CBS_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("CBS_DATA_ROOTS", str(tmp_path))
+    monkeypatch.setenv("CBS_STORE_ROOTS", str(tmp_path))
     thesis = tmp_path / "thesis"
     thesis.mkdir()
     (thesis / "chapter1.tex").write_text("irreplaceable")
@@ -149,36 +149,59 @@ def test_prepare_never_replaces_a_folder_that_is_not_a_store(tmp_path, monkeypat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "thesis"]  # nothing built beside it
 
 
-def test_store_folders_live_under_the_data_roots(tmp_path, monkeypatch):
+def test_store_folders_live_under_the_labs_store_folders(tmp_path, monkeypatch):
     monkeypatch.setenv("CBS_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("CBS_DATA_ROOTS", raising=False)
+    monkeypatch.delenv("CBS_STORE_ROOTS", raising=False)
+    monkeypatch.setenv("CBS_DATA_ROOTS", str(tmp_path / "elsewhere"))  # a corpus root is read, never written
     outside = tmp_path / "elsewhere" / "store"
-    with pytest.raises(ConfigError, match="must be a folder inside the data roots"):
+    with pytest.raises(ConfigError, match="must be a folder inside the lab's store folder"):
         check_store_location(outside)
     assert not outside.parent.exists()
+    for corpora in (tmp_path / "home" / "corpora" / "store",):  # the lab's own corpus root neither
+        with pytest.raises(ConfigError, match="must be a folder inside the lab's store folder"):
+            check_store_location(corpora)
     # The state directory and its own folders are never a store.
     for bad in (tmp_path / "home", tmp_path / "home" / "checkpoints", tmp_path):
         with pytest.raises(ConfigError):
             check_store_location(bad)
     check_store_location(tmp_path / "home" / "data" / "mine")  # new, under $CBS_HOME/data: fine
-    monkeypatch.setenv("CBS_DATA_ROOTS", str(tmp_path / "elsewhere"))
-    check_store_location(outside)  # the operator allowed that root
+    monkeypatch.setenv("CBS_STORE_ROOTS", str(tmp_path / "elsewhere"))
+    check_store_location(outside)  # the operator made it a store folder
 
 
-def test_an_existing_store_may_be_rebuilt_inside_the_roots_only(tmp_path, monkeypatch):
+def test_an_existing_store_may_be_rebuilt_inside_the_store_folders_only(tmp_path, monkeypatch):
     """Issue 21, finding 7: a store outside the roots (another lab's) was renamed aside and deleted
     because ``is_store`` answered before the roots were checked."""
-    monkeypatch.setenv("CBS_DATA_ROOTS", str(tmp_path))
+    monkeypatch.setenv("CBS_STORE_ROOTS", str(tmp_path))
     folder = str(tmp_path / "s")
     prepare(DataConfig(max_documents=20, vocab_size=260, store_dir=folder))
     (tmp_path / "s" / "val.bin").write_bytes(b"")  # a damaged copy: rebuilt, since it holds a manifest
     rebuilt = prepare(DataConfig(max_documents=20, vocab_size=260, store_dir=folder))
     assert rebuilt.built and rebuilt.vocab_size == 260
     manifest = (tmp_path / "s" / "manifest.json").read_text()
-    monkeypatch.delenv("CBS_DATA_ROOTS")
-    with pytest.raises(ConfigError, match="inside the data roots"):
+    monkeypatch.delenv("CBS_STORE_ROOTS")
+    with pytest.raises(ConfigError, match="inside the lab's store folder"):
         prepare(DataConfig(max_documents=20, vocab_size=260, store_dir=folder))
     assert (tmp_path / "s" / "manifest.json").read_text() == manifest  # untouched
+
+
+def test_a_named_store_folder_never_takes_the_name_of_other_settings_default_store(tmp_path, monkeypatch):
+    """Issue 41, finding 6: the default store's folder is its settings' hash, a predictable name; a
+    spec of other settings that named it could claim it before the study it belongs to prepared it."""
+    from cbscore.data.store import check_data_location
+    from cbscore.paths import store_root
+
+    monkeypatch.setenv("CBS_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("CBS_STORE_DIR", raising=False)
+    victim = DataConfig(max_documents=40, vocab_size=512)
+    squatter = DataConfig(max_documents=40, vocab_size=300, store_dir=str(store_root() / victim.key()))
+    with pytest.raises(ConfigError) as err:
+        check_data_location(squatter)
+    assert err.value.field == "data.store_dir" and err.value.value == squatter.store_dir
+    assert f"is named as the default store of other settings ({victim.key()}" in str(err.value)
+    assert not (store_root() / victim.key()).exists()
+    # the same settings may name their own default folder (it is the store they would use anyway)
+    check_data_location(DataConfig(max_documents=40, vocab_size=512, store_dir=str(store_root() / victim.key())))
 
 
 @pytest.fixture
