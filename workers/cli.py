@@ -161,6 +161,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     retry.add_argument("--budget-factor", type=float, default=2.0, metavar="F",
                        help="cap and budget of a censored retry as a multiple of the old (default 2)")
     retry.set_defaults(handler=run_retry)
+    owner = sub.add_parser("owner", help="show a study's owner, or give it one (a study owned as oidc:<subject>, "
+                                         "which no sign-in matches, is given its user's identity)")
+    owner.add_argument("name")
+    owner.add_argument("identity", nargs="?", help="the new owner: a verified e-mail or oidc:<issuer>#<subject>")
+    owner.set_defaults(handler=run_owner)
     cancel = sub.add_parser("cancel", help="cancel every unfinished trial of a study")
     cancel.add_argument("name")
     cancel.set_defaults(handler=run_cancel)
@@ -606,6 +611,18 @@ def run_retry(args: argparse.Namespace) -> int:
     print(f"cbs study: {len(started)} trial(s) of {args.name!r} run again ({what}):")
     for trial_id in started:
         print(f"  {trial_id}")
+    return 0
+
+
+def run_owner(args: argparse.Namespace) -> int:
+    """``cbs study owner NAME [IDENTITY]``: the operator's migration of an old-form owner."""
+    from workers.query import api
+
+    if args.identity is None:
+        print(api.study_owner(args.name) or "(none recorded)")
+        return 0
+    before = api.set_study_owner(args.name, args.identity)
+    print(f"cbs study: {args.name!r} is owned by {args.identity.strip()} (was {before or 'none recorded'})")
     return 0
 
 

@@ -63,6 +63,7 @@ __all__ = [
     "open_tracker",
     "resolve_spec",
     "retry_study",
+    "set_study_owner",
     "run_url",
     "study_fit",
     "study_eval_curves",
@@ -121,6 +122,21 @@ def launch_study(spec: StudySpec | Mapping | str, *, force: bool = False, owner:
 def study_owner(name: str) -> str:
     """Who launched ``name`` (its ``owner`` tag; ``""`` for a study launched before owners were kept)."""
     return study_parent(open_tracker(), name).data.tags.get("owner", "")
+
+
+def set_study_owner(name: str, owner: str) -> str:
+    """Give ``name`` the owner ``owner`` (its ``owner`` tag); returns the owner it had. The
+    operator's migration (``cbs study owner NAME IDENTITY``) of a study owned under the old form
+    ``oidc:<subject>``, which no sign-in matches (issue 41): ``owner`` is a user as the web app
+    names one, a verified e-mail or ``oidc:<issuer>#<subject>``, never the old form."""
+    owner = owner.strip()
+    if not owner or any(c.isspace() or c == "," for c in owner) or (owner.startswith("oidc:") and "#" not in owner):
+        raise ConfigError("owner", owner, "must be a user as the web app names one: a verified e-mail, or "
+                                          "oidc:<issuer>#<subject> as the sidebar's 'Signed in as' shows it")
+    tracker = open_tracker()
+    parent = study_parent(tracker, name)
+    tracker.set_tags(parent.info.run_id, {"owner": owner})
+    return parent.data.tags.get("owner", "")
 
 
 def apply_forecast_from(spec: StudySpec):
