@@ -147,7 +147,8 @@ def owns(user: str, owner: str) -> bool:
 def _refusal(user: str, owner: str, action: str) -> NotAllowed:
     if is_old_owner(owner):
         return NotAllowed(f"Only an admin (CBS_ADMINS) may {action}: its owner {owner} is of the old form, without "
-                          f"the provider that vouched for it, which no sign-in matches; you are signed in as {user}.")
+                          f"the provider that vouched for it, which no sign-in matches (the operator gives it its owner with `cbs "
+                          f"study owner`); you are signed in as {user}.")
     return NotAllowed(f"Only the owner of this study ({owner or 'unknown'}) or an admin (CBS_ADMINS) may {action}; "
                       f"you are signed in as {user}.")
 

@@ -132,8 +132,8 @@ def test_a_study_owned_under_the_old_form_oidc_subject_is_matched_by_no_sign_in_
     with pytest.raises(auth.NotAllowed) as err:
         auth.check_cancel(user, old, "the study s")
     assert str(err.value) == (f"Only an admin (CBS_ADMINS) may cancel the study s: its owner oidc:alice is of the old "
-                              f"form, without the provider that vouched for it, which no sign-in matches; you are "
-                              f"signed in as {user}.")
+                              f"form, without the provider that vouched for it, which no sign-in matches (the "
+                              f"operator gives it its owner with `cbs study owner`); you are signed in as {user}.")
     with pytest.raises(auth.NotAllowed, match="Only an admin .* may extend s: its owner oidc:alice is of the old form"):
         auth.check_change(user, old, "extend s")
     assert not auth.owns(old, old)  # not even an identity spelled as the old tag
