@@ -481,6 +481,7 @@ def simulate_job(spec, curves, config, seeds: int, *, seconds: float):
     # A rerun (another click) stops this page, not the job: Streamlit's fast reruns raise the same
     # StopException a closed tab does, so the watchdog, which sees the session go, ends the job.
     sim_jobs.wait(job, tick)
+    sim_jobs.release(job)
     bar.empty()
     if job.error is not None:
         raise job.error

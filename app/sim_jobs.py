@@ -184,6 +184,9 @@ def start(session: str, spec, curves, config, seeds: int, *, seconds: float) -> 
     global _watchdog
     key = settings_key(spec, curves, config, seeds)
     with _lock:
+        for other, ended in [(s, j) for s, j in _jobs.items() if not j.running()]:
+            if not _session_alive(other):  # nobody will read its studies: let them go
+                del _jobs[other]
         job = _jobs.get(session)
         if job is not None and job.running():
             if job.key == key:
@@ -211,6 +214,13 @@ def start(session: str, spec, curves, config, seeds: int, *, seconds: float) -> 
             _watchdog = threading.Thread(target=_watch, name="sim-jobs-watchdog", daemon=True)
             _watchdog.start()
     return job
+
+
+def release(job: Job) -> None:
+    """Forget ``job`` once its page has read it (it has ended)."""
+    with _lock:
+        if _jobs.get(job.session) is job and not job.running():
+            del _jobs[job.session]
 
 
 def wait(job: Job, tick: Callable[[Job], None]) -> None:

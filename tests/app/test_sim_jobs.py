@@ -68,3 +68,12 @@ def test_a_job_past_its_wall_limit_is_killed(jobs, monkeypatch):
     sim_jobs.wait(job, lambda j: None)  # the child takes longer than 0.5 s to import the simulator alone
     assert job.ended == "killed: past its wall limit of 0.5 s" and job.report() is None
     assert job.proc.poll() == -9 and time.monotonic() - start < 0.5 + 1.0
+
+
+def test_an_ended_job_is_forgotten_once_read(jobs):
+    demo = load_preset("demo")
+    job = sim_jobs.start("s1", demo, spec_form.uniform_truth(demo, 8.0), SimConfig(), 1, seconds=60)
+    sim_jobs.wait(job, lambda j: None)
+    assert jobs == {"s1": job}
+    sim_jobs.release(job)
+    assert jobs == {} and job.report() is not None
