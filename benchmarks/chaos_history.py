@@ -2,8 +2,8 @@
 
 Read straight from the tracking server with MLflow's client (no lab cache), for one phase of
 ``benchmarks/chaos.py`` at a time. A trial logs its training curve at every ``log_every_steps``
-step and at each evaluation step (``cbscore.train``: ``is_log``), and evaluates on a schedule that
-is a pure function of its budget and its own losses (``cbscore.eval_schedule``), so under the
+step and at each evaluation step (``cbscore.train.trainer``: ``is_log``), and evaluates on a schedule that
+is a pure function of its budget and its own losses (``cbscore.train.eval_schedule``), so under the
 same budget the undisturbed run's evaluation steps are the planned ones (a cell's step cap depends
 on when the planner released it: ``against_calm``); CPU training resumes exactly, so the disturbed run's
 values equal the undisturbed run's at every step they share.
@@ -21,7 +21,7 @@ CURVE_KEYS = ("train/loss", "optim/lr", "optim/grad_norm")
 SPARSE_KEYS = ("perf/tokens_per_s", "perf/tokens_per_s_per_device", "perf/mfu")
 #: Outcomes that end at an evaluation (the final step is evaluated). A divergence ends where it is
 #: seen: at an evaluation (a non-finite held-out loss) or at a log step (the train loss), which is
-#: a measurement of the trial, not a fault of the record (``cbscore.train``).
+#: a measurement of the trial, not a fault of the record (``cbscore.train.trainer``).
 EVALUATED_END = ("reached", "censored", "finished")
 #: Written once, when the trial ends (a kill in the end-of-trial window must not write them twice).
 SUMMARY_PREFIX = "summary/"
@@ -46,7 +46,7 @@ class TrialHistory:
     step_budget: tuple = (None, None)
     """The budget the planner gave the trial at its launch, ``(max_tokens, max_steps)`` (its
     ``trial_spec``; ``max_steps`` is ``None`` without a step cap). Its evaluation grid is planned
-    from it (``cbscore.eval_schedule.default_every_steps``)."""
+    from it (``cbscore.train.eval_schedule.default_every_steps``)."""
 
 
 def read_histories(tracking_uri: str, study: str) -> list[TrialHistory]:
@@ -139,13 +139,25 @@ def against_calm(calm: TrialHistory, chaos: TrialHistory) -> list[str]:
         if same_grid and steps_of(a) != steps_of(b):
             faults.append(f"{key}: steps differ from the undisturbed run's up to step {end}")
             continue
-        if not same_grid:
-            shared = set(steps_of(a)) & set(steps_of(b))
-            a, b = [p for p in a if p[0] in shared], [p for p in b if p[0] in shared]
+        if not same_grid and key.startswith("eval/"):  # an evaluation is of the weights at its step
+            shared_steps = set(steps_of(a)) & set(steps_of(b))
+            a, b = [p for p in a if p[0] in shared_steps], [p for p in b if p[0] in shared_steps]
+        elif not same_grid:
+            # A logged train/loss is the mean since the previous log step (cbscore.train: the
+            # interval loss), and every evaluation step is a log step: a point is compared only
+            # where both runs logged the step before it too, so both averaged the same steps.
+            shared = set(windows(a)) & set(windows(b))
+            a, b = ([p for w, p in zip(windows(a), a) if w in shared], [p for w, p in zip(windows(b), b) if w in shared])
         if not all(same_value(x, y) for (_, x), (_, y) in zip(a, b)):
             first = next(s for (s, x), (_, y) in zip(a, b) if not same_value(x, y))
             faults.append(f"{key}: values differ from the undisturbed run's from step {first}")
     return faults
+
+
+def windows(history: list[tuple[int, float]]) -> list[tuple[int, int]]:
+    """Each point's ``(previous logged step, step)``: the steps a logged mean covers."""
+    steps = steps_of(history)
+    return list(zip([-1, *steps[:-1]], steps))
 
 
 def budgets_differ(calm: list[TrialHistory], chaos: list[TrialHistory]) -> dict:

@@ -99,3 +99,17 @@ def test_another_evaluation_grid_is_a_fault_under_the_same_budget_only():
     # the values are still compared, to the last digit, at every step both logged
     wrong = with_metric(capped, "train/loss", [(s, v + (s == 10)) for s, v in capped.metrics["train/loss"]])
     assert against_calm(calm, wrong) == ["train/loss: values differ from the undisturbed run's from step 10"]
+    wrong = with_metric(capped, "eval/loss_raw", [(s, v + (s == 20)) for s, v in capped.metrics["eval/loss_raw"]])
+    assert against_calm(calm, wrong) == ["eval/loss_raw: values differ from the undisturbed run's from step 20"]
+
+
+def test_a_train_loss_averaged_over_another_window_is_not_compared():
+    """A logged train/loss is the mean since the previous log step, and evaluation steps are log
+    steps: at step 20 the calm run averaged steps 17-20 (its last log step was 16), the regridded
+    one 19-20 (18). The redis-pg full run of issue 42 flagged such points as values that differ."""
+    calm = dataclasses.replace(whole(), step_budget=(846336, 1653))
+    other = regridded(calm, [0, 1, 2, 4, 8, 12, 18, 20])
+    other = dataclasses.replace(with_metric(other, "train/loss", [(s, v + (s == 20)) for s, v in
+                                                                   other.metrics["train/loss"]]),
+                                step_budget=(834816, 1631))
+    assert against_calm(calm, other) == []
