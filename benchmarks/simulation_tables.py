@@ -54,11 +54,11 @@ def run(preset: str, noise: float, seeds: int, order: str | None = None, far: bo
     if fraction is not None:
         spec = spec.replace(far_rate_fraction=fraction)
     if predict is not None:
-        spec = spec.replace(search=dataclasses.replace(spec.search, predict=predict))
+        spec = spec.replace(experimental=dataclasses.replace(spec.experimental, predict=predict))
     if margin is not None:
         spec = spec.replace(budget_margin=margin)
     if prior is not _SPEC:
-        spec = spec.replace(search=dataclasses.replace(spec.search, lr_prior=prior))
+        spec = spec.replace(experimental=dataclasses.replace(spec.experimental, lr_prior=prior))
     config = SimConfig(noise_sigma=noise, curves=None if curves is None else str(curves), lr_optimum_ref=optimum)
     return sim.simulate(spec, sim.paper_truth(spec), config, seeds=seeds).to_json_dict()
 
@@ -233,9 +233,10 @@ def run_search(preset: str, kind: str, config, seeds: int, shape: str | None = N
 
     spec = load_preset(preset)
     if kind != spec.search.kind:
-        spec = spec.replace(search=dataclasses.replace(spec.search, kind=kind, lr_prior=None, reference_rates=reference,
-                                                       bracket_ratio=ratio,
-                                                       predict=False if kind == "chained" else spec.search.predict))
+        spec = spec.replace(search=dataclasses.replace(spec.search, kind=kind, reference_rates=reference,
+                                                       bracket_ratio=ratio),
+                            experimental=dataclasses.replace(spec.experimental, lr_prior=None,
+                                                             predict=False if kind == "chained" else spec.experimental.predict))
     if search and kind == "chained":
         spec = spec.replace(search=dataclasses.replace(spec.search, **search))
     if margin is not None:
@@ -269,7 +270,7 @@ def rules_table(write: bool, part: str, presets: tuple[str, ...], seeds: int) ->
         # (At the lab's noise the two rules alone: their pair and lr_prior are judged at σ = 0.)
         for rule, search, changes in (RULES if part == "zero" else RULES[:2]):
             base = load_preset(preset)
-            spec = base.replace(search=dataclasses.replace(base.search, **search), **changes)
+            spec = base.replace(experimental=dataclasses.replace(base.experimental, **search, **changes))
             if part == "zero":
                 cases = [(f"noise0-{name}", SimConfig(noise_sigma=0.0, lr_penalty=k or LAB_NOISE["lr_penalty"],
                                                       lr_optimum_exponent=gamma,

@@ -95,7 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     simulate.add_argument("--order", choices=("predicted", "grid"), default=None,
                           help="override the spec's search.order (the order a cell starts its rates in)")
     simulate.add_argument("--predict", choices=("on", "off"), default=None,
-                          help="override the spec's search.predict (learning rates predicted per cell)")
+                          help="override the spec's experimental.predict (learning rates predicted per cell)")
     simulate.add_argument("--stop-far-rates", choices=("on", "off"), default=None,
                           help="override the spec's stop_far_rates (rates outside the leader's fit window "
                                "stopped at equal tokens; nothing projected)")
@@ -104,11 +104,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     simulate.add_argument("--far-rate-fraction", type=float, default=None,
                           help="override the spec's far_rate_fraction")
     simulate.add_argument("--prune-at-equal-tokens", choices=("on", "off"), default=None,
-                          help="override the spec's prune_at_equal_tokens (losing trials stopped at equal tokens)")
+                          help="override the spec's experimental.prune_at_equal_tokens (losing trials stopped at equal tokens)")
     simulate.add_argument("--equal-token-fraction", type=float, default=None, metavar="F",
                           help="override the spec's equal_token_fraction")
     simulate.add_argument("--lr-prior", default=None, metavar="ETA|none",
-                          help="override the spec's search.lr_prior (the first cell's predicted best rate; "
+                          help="override the spec's experimental.lr_prior (the first cell's predicted best rate; "
                                "'none': the grid's geometric middle)")
     simulate.add_argument("--budget-margin", type=float, default=None, metavar="M",
                           help="override the spec's budget_margin (step caps at (1 + M)·S of the next smaller B)")
@@ -256,7 +256,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     if args.order is not None:
         spec = spec.replace(search=dataclasses.replace(spec.search, order=args.order))
     if args.predict is not None:
-        spec = spec.replace(search=dataclasses.replace(spec.search, predict=args.predict == "on"))
+        spec = spec.replace(experimental=dataclasses.replace(spec.experimental, predict=args.predict == "on"))
     if args.stop_far_rates is not None:
         spec = spec.replace(stop_far_rates=args.stop_far_rates == "on")
     if args.far_rate_margin is not None:
@@ -264,13 +264,14 @@ def run_simulate(args: argparse.Namespace) -> int:
     if args.far_rate_fraction is not None:
         spec = spec.replace(far_rate_fraction=args.far_rate_fraction)
     if args.prune_at_equal_tokens is not None:
-        spec = spec.replace(prune_at_equal_tokens=args.prune_at_equal_tokens == "on")
+        spec = spec.replace(experimental=dataclasses.replace(spec.experimental,
+                                                             prune_at_equal_tokens=args.prune_at_equal_tokens == "on"))
     if args.equal_token_fraction is not None:
         spec = spec.replace(equal_token_fraction=args.equal_token_fraction)
     if args.budget_margin is not None:
         spec = spec.replace(budget_margin=args.budget_margin)
     if args.lr_prior is not None:
-        spec = spec.replace(search=dataclasses.replace(spec.search, lr_prior=_lr_prior_arg(args.lr_prior)))
+        spec = spec.replace(experimental=dataclasses.replace(spec.experimental, lr_prior=_lr_prior_arg(args.lr_prior)))
     if args.train_seeds is not None:
         if args.train_seeds < 1:
             raise ConfigError("--train-seeds", args.train_seeds, "must be a positive integer")

@@ -83,7 +83,7 @@ RANGES: dict[str, Range] = {
     "search.n_trials": Range(1, 10_000, integer=True),
     "search.parallel_per_cell": Range(1, 1024, integer=True),
     "search.lr_extensions": Range(0, 8, integer=True),
-    "search.lr_prior": Range(0, 10, lo_open=True),
+    "experimental.lr_prior": Range(0, 10, lo_open=True),
 }
 
 
@@ -136,6 +136,8 @@ def check_numbers(spec: Any) -> None:
     _check_fields(spec, "")
     if dataclasses.is_dataclass(spec.search):
         _check_fields(spec.search, "search.")
+    if dataclasses.is_dataclass(getattr(spec, "experimental", None)):
+        _check_fields(spec.experimental, "experimental.")
     for i, setting in enumerate(spec.settings):
         check_number(f"settings[{i}].tokens", setting.tokens, RANGES["settings.tokens"])
     for key, value in dict(spec.data).items():

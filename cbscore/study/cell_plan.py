@@ -86,7 +86,7 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
             rates, pending = (chained_rates(spec, recs, predicted, b) if predicted is not None
                               else ((), True))
         else:
-            rates, pending = cell_rates(spec, recs, role, predicted if spec.search.predict else None)
+            rates, pending = cell_rates(spec, recs, role, predicted if spec.experimental.predict else None)
         n_cell = len(rates) * len(spec.seeds) if rates else cell_size(spec, b)
     else:
         rates, n_cell = (), cell_size(spec)
@@ -141,7 +141,7 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
             # re-run crossed, is a neighbour of that crossing).
             near = best_neighbours(recs, target, rates)
             # (Stopped at equal tokens, a neighbour's steps are projected from its curve: no re-run.)
-            again = ("censored",) if spec.prune_at_equal_tokens else ("censored", "pruned")
+            again = ("censored",) if spec.experimental.prune_at_equal_tokens else ("censored", "pruned")
             rerun = [r for r in first if r.status in again and (r.seed, r.lr) in near]
     elif grid and role == "reference" and first_done and target is not None and best is not None:
         # The reference runs train (1 + margin)·D without a target; a neighbour of the best
@@ -233,7 +233,7 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
                 steps_budget = cell_budget_tokens(spec, setting, b, role, cap) // (b * spec.context_tokens)
                 expected = steps_budget / (1 + spec.budget_margin)
             not_judged = lost_set | stopping
-            if spec.prune_at_equal_tokens:
+            if spec.experimental.prune_at_equal_tokens:
                 far_margin, judge_from = spec.equal_token_margin, 0.0
             else:
                 # stop_far_rates: only once the curves stopped crossing over (far_rate_fraction),
@@ -244,9 +244,9 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
             for tid in equal_token_stops(recs, margin_nats=far_margin, protected=keep,
                                          skip=not_judged, min_step=judge_from, rates=rates):
                 stop.append((tid, "pruned"))
-                rule[tid] = "equal_token_margin" if spec.prune_at_equal_tokens else "stop_far_rates"
+                rule[tid] = "equal_token_margin" if spec.experimental.prune_at_equal_tokens else "stop_far_rates"
                 stopping.add(tid)
-            if spec.prune_at_equal_tokens:
+            if spec.experimental.prune_at_equal_tokens:
                 # The fit's own rates: stopped once their steps to target can be projected
                 # (with stop_far_rates alone they run to their crossing).
                 for tid in projectable_stops(recs, fraction=spec.equal_token_fraction, expected_steps=expected,
@@ -259,7 +259,7 @@ def plan_cell(spec: StudySpec, setting: Setting, b: int, recs: Sequence[TrialRec
     state = ("done" if complete else "resolved" if resolved else "running" if released else "waiting")
     cell = CellState(cell_id=cid, setting_id=setting.setting_id, batch_size=b, role=role, state=state,
                      n_trials=n_cell, counts=counts, steps_to_target=best, max_steps=cap,
-                     rates_note=(cell_rates_note(spec, recs, role, rates, predicted) if grid and spec.search.predict
+                     rates_note=(cell_rates_note(spec, recs, role, rates, predicted) if grid and spec.experimental.predict
                                  else _chained_note(rates, predicted) if chained and role == "trial" and predicted
                                  else ""))
     return CellPlan(cell=cell, start=tuple(start), ask=tuple(asks), stop=tuple(stop),

@@ -1,5 +1,5 @@
 """The learning rates each grid cell runs: the spec's grid, extended past an edge where a cell's
-best rate sits there, or (``search.predict``) chosen around the rate predicted from the setting's
+best rate sits there, or (``experimental.predict``) chosen around the rate predicted from the setting's
 other cells (:mod:`cbscore.study.lr_predict`); a chained search's cells other than the reference
 bracket their neighbour's best rate (:mod:`cbscore.study.chained`)."""
 
@@ -33,7 +33,7 @@ def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
     # as the full grid does.
     every = list(recs)
     recs = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
-    if spec.search.kind == "grid" and spec.search.predict:
+    if spec.search.kind == "grid" and spec.experimental.predict:
         return _predicted_cell_rates(spec, recs, role, predicted)
     base = reference_base(spec) if role == "reference" else sorted(spec.search.lrs)
     rates = sorted(set(base) | {r.lr for r in recs})
@@ -86,14 +86,14 @@ def _seed_best_rates(recs: Sequence[TrialRecord], role: str) -> list[float]:
 
 def _predicted_cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
                           predicted: float | None) -> tuple[tuple[float, ...], bool]:
-    """:func:`cell_rates` of a predicting search (``search.predict``, :mod:`cbscore.study.lr_predict`)."""
+    """:func:`cell_rates` of a predicting search (``experimental.predict``, :mod:`cbscore.study.lr_predict`)."""
     from cbscore.study.lr_predict import allowed_rates, first_rates, predict_lr, rates_to_run
 
     allowed = allowed_rates(spec.search.lrs, spec.search.lr_extensions)
     if not recs:
         guess = predicted
         if guess is None:
-            guess = predict_lr(spec.search.lrs, {}, spec.b_ref, spec.search.lr_prior)
+            guess = predict_lr(spec.search.lrs, {}, spec.b_ref, spec.experimental.lr_prior)
         return first_rates(allowed, guess), True
     tried = sorted({r.lr for r in recs})
     complete = len(recs) >= len(tried) * len(spec.seeds) and all(r.terminal for r in recs)
@@ -164,7 +164,7 @@ def cell_prediction(spec: StudySpec, setting_id: str, best_rates: Mapping[str, M
         others = [v[spec.b_ref] for v in best_rates.values() if spec.b_ref in v]
         if others:
             measured = {spec.b_ref: math.exp(sum(math.log(v) for v in others) / len(others))}
-    return predict_lr(spec.search.lrs, measured, batch_size, spec.search.lr_prior)
+    return predict_lr(spec.search.lrs, measured, batch_size, spec.experimental.lr_prior)
 
 
 def cell_rates_note(spec: StudySpec, recs: Sequence[TrialRecord], role: str, rates: Sequence[float],

@@ -82,7 +82,7 @@ def _plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
     # Each setting's measured best rates, once per call, where a rule predicts from them (the
     # order cells start their rates in, search.order, is one).
     best_rates = (_MEMO.best_rates(spec, seen)
-                  if grid and (spec.search.predict or spec.prune_at_equal_tokens or spec.search.order == "predicted")
+                  if grid and (spec.experimental.predict or spec.experimental.prune_at_equal_tokens or spec.search.order == "predicted")
                   else None)
     predicted_rate = _MEMO.predictor(spec, best_rates)
     if spec.search.kind == "chained":

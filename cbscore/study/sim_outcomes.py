@@ -153,7 +153,7 @@ def setting_outcomes(spec: StudySpec, sim: SimTrials, records: Mapping[str, Tria
     for sid, setting in sim.settings.items():
         cbs_truth = sim.truth[sid].cbs(spec.b_ref, spec.overhead)
         target = p.targets.get(sid)
-        study = _study_trials(records, sid, target, spec.prune_at_equal_tokens)
+        study = _study_trials(records, sid, target, spec.experimental.prune_at_equal_tokens)
         cbs_ci = None
         if sim.config.bootstrap:
             # The public analysis of the study's trials, seeds included, as `cbs fit` runs it on a

@@ -123,7 +123,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                 if run.spec.role != "trial":
                     continue
                 k = (math.floor(run.step_at(now) / run.eval_every) // EQUAL_TOKEN_WAKE + 1) * EQUAL_TOKEN_WAKE
-                if not spec.prune_at_equal_tokens:
+                if not spec.experimental.prune_at_equal_tokens:
                     b = best.get((run.spec.cell_id, run.spec.seed))
                     planned = run.spec.max_tokens // run.batch_tokens
                     if run.spec.max_steps is not None:
@@ -140,7 +140,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
             kind = min(kind, heapq.heappop(events)[1])
         # (A plan that stopped trials was made on the records from before the stops: the next one may
         # start a re-run, or a rate past an edge, as the runner's next pass would.)
-        wake_only = kind == 1 and not spec.prune_at_equal_tokens and not stopped_now
+        wake_only = kind == 1 and not spec.experimental.prune_at_equal_tokens and not stopped_now
         for tid in [k for k, r in running.items() if r.end() <= now + 1e-9]:
             run = running.pop(tid)
             wake_only = False
@@ -217,11 +217,11 @@ def simulate(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig | No
     runs = tuple(runs)
     settings = spec.resolve_settings()
     return SimulationReport(spec_name=spec.name, config=config, seeds=runs, grid_tokens=grid_tokens(spec),
-                            truth=", ".join(sorted({c.kind for c in truth.values()})), predict=spec.search.predict,
+                            truth=", ".join(sorted({c.kind for c in truth.values()})), predict=spec.experimental.predict,
                             search=(spec.search.kind if spec.search.kind != "chained"
                                     else f"chained (reference {spec.search.reference_rates})"),
-                            order=spec.search.order, lr_prior=spec.search.lr_prior,
+                            order=spec.search.order, lr_prior=spec.experimental.lr_prior,
                             budget_margin=spec.budget_margin,
-                            prune_at_equal_tokens=spec.prune_at_equal_tokens, stop_far_rates=spec.stop_far_rates,
+                            prune_at_equal_tokens=spec.experimental.prune_at_equal_tokens, stop_far_rates=spec.stop_far_rates,
                             far_rate_margin=spec.far_rate_margin, far_rate_fraction=spec.far_rate_fraction,
                             grid_flops=float(sum(setting_grid_tokens(spec, s) * s.flops_per_token for s in settings)))

@@ -28,8 +28,8 @@ from cbscore.errors import ConfigError
 from cbscore.study.decay_spec import DecaySpec, apply_decay
 from cbscore.study.local_spec import LocalSpec, apply_local, checkpoints
 # re-exported: the spec's parts are imported from here too
-from cbscore.study.spec_parts import (PAPER_LRS, SEARCH_KINDS, SearchSpec, Setting, SettingSpec,  # noqa: F401
-                                      _positive_float, _positive_int, _search_from_dict, _setting_from_dict,
+from cbscore.study.spec_parts import (PAPER_LRS, SEARCH_KINDS, ExperimentalSpec, SearchSpec, Setting,  # noqa: F401
+                                      SettingSpec, _positive_float, move_experimental, _positive_int, _search_from_dict, _setting_from_dict,
                                       format_tokens)
 
 KINDS = ("chinchilla", "fixed_n", "fixed_d", "custom", "local", "schedule")
@@ -69,6 +69,11 @@ class StudySpec:
     """Explicit held-out target loss per setting id; ``None`` = targets from reference runs."""
     search: SearchSpec = field(default_factory=SearchSpec)
     """Hyper-parameter search of each cell."""
+    experimental: ExperimentalSpec = field(default_factory=ExperimentalSpec)
+    """Rules that failed issue 40's criteria (``predict``, ``lr_prior``, ``prune_at_equal_tokens``;
+    :class:`~cbscore.study.spec_parts.ExperimentalSpec`), all off by default; a spec from before
+    that gives them at their old place (``search.predict``, ``search.lr_prior``, top level) loads
+    with a warning naming the new one."""
     budget_multiple: float = 2.0
     """Token budget (× D) of a non-reference cell only where no bound applies: explicit
     ``target_losses`` (no reference run) below B_ref, or above B_ref before any smaller batch
@@ -82,17 +87,12 @@ class StudySpec:
     docs/results/cheaper-search/budget-margin/)."""
     prune_margin: float = 0.1
     """Trials still above target at an evaluation past (1 + margin)·S_best steps stop as ``pruned``."""
-    prune_at_equal_tokens: bool = False
-    """Experimental (issue 40: B* off the truth by up to 1.1% at zero noise, criterion 1;
-    docs/results/cheaper-search/chained/). Stop a trial as ``pruned`` before the cell's best has crossed when, at the same step, its
-    held-out loss trails the cell's leader by more than ``equal_token_margin`` nats (never the
-    rates the fit reads, ``cbscore.study.equal_tokens``)."""
     stop_far_rates: bool = True
     """Stop a running first attempt as ``pruned`` before the cell's best has crossed when, at the
     same step, its held-out loss trails its seed's leader by more than ``far_rate_margin`` nats,
     it trained ``far_rate_fraction`` of the cell's expected steps, and its rate lies outside the
     leader's fit window (``cbscore.analysis.window_rates``). Unlike
-    ``prune_at_equal_tokens`` nothing is projected: every rate the fit reads runs to its crossing,
+    ``experimental.prune_at_equal_tokens`` nothing is projected: every rate the fit reads runs to its crossing,
     and a stopped rate that turns out to neighbour the cell's best is run again
     (``cbscore.study.equal_tokens``)."""
     far_rate_fraction: float = 0.5
@@ -107,13 +107,13 @@ class StudySpec:
     rate outside the leader's window stops. On the lab's curves a winner trailed by at most 0.19
     nats from a quarter of its steps on, 0.17 from half (calibration.txt)."""
     equal_token_fraction: float = 0.25
-    """With ``prune_at_equal_tokens``: a trial the cell's fit reads stops once it trained this
+    """With ``experimental.prune_at_equal_tokens``: a trial the cell's fit reads stops once it trained this
     fraction of the cell's expected steps (the best crossing so far, else the next smaller batch
     size's S) and trails its seed's leader; its steps to target are projected from its curve
     against the leader's (``cbscore.analysis.project_pruned``)."""
     equal_token_margin: float = 0.05
     """Loss gap (nats, EWA held-out loss at equal tokens) past which a trial is stopped by
-    ``prune_at_equal_tokens``; calibrated on the lab's own curves (docs/results/equal-tokens)."""
+    ``experimental.prune_at_equal_tokens``; calibrated on the lab's own curves (docs/results/equal-tokens)."""
     warmup_fraction: float = 0.25
     """Warm-up length as a fraction of D, fixed in tokens across batch sizes (paper: 25%)."""
     schedule: str = "constant"
@@ -146,12 +146,12 @@ class StudySpec:
     accumulation: the same update with less memory per pass; it must divide them); ``None`` =
     chosen from the GPU's free memory on CUDA, the whole per-device batch on a CPU."""
     devices_per_trial: int = 1
-    """Devices that train each trial together (DDP; ``cbscore.distributed``): GPUs, or gloo
+    """Devices that train each trial together (DDP; ``cbscore.train.distributed``): GPUs, or gloo
     processes on a CPU. Every batch size is split evenly across them, so each must be a multiple
     of it. A worker started with ``--devices-per-trial K`` runs trials on its own K instead (the
     same update, computed on other hardware)."""
     gns_micro_batch_size: int | None = None
-    """Measure the gradient noise scale ``B_simple`` (``cbscore.gns``) in the cells chosen by
+    """Measure the gradient noise scale ``B_simple`` (``cbscore.train.gns``) in the cells chosen by
     ``gns_cells``, by splitting each batch into passes of this many sequences (the same update;
     the split costs step time on small batches). It must be smaller than ``b_ref`` and divide
     every larger batch size of those cells (and ``micro_batch_size`` where that applies).
@@ -216,6 +216,11 @@ class StudySpec:
             s if isinstance(s, SettingSpec) else _setting_from_dict(s, i) for i, s in enumerate(self.settings)))
         if isinstance(self.search, Mapping):
             object.__setattr__(self, "search", _search_from_dict(self.search))
+        if isinstance(self.experimental, Mapping):
+            object.__setattr__(self, "experimental", ExperimentalSpec.from_dict(self.experimental))
+        elif not isinstance(self.experimental, ExperimentalSpec):
+            raise ConfigError("experimental", self.experimental, "must be a mapping of fields")
+        self._check_experimental()
         object.__setattr__(self, "data", dict(self.data))
         if self.target_losses is not None:
             object.__setattr__(self, "target_losses", dict(self.target_losses))
@@ -252,8 +257,6 @@ class StudySpec:
             raise ConfigError("recipe", self.recipe, f"must be one of {', '.join(RECIPE_RULES)}")
         if not (isinstance(self.prune_margin, (int, float)) and 0 <= self.prune_margin <= 10):
             raise ConfigError("prune_margin", self.prune_margin, "must be a number in [0, 10]")
-        if not isinstance(self.prune_at_equal_tokens, bool):
-            raise ConfigError("prune_at_equal_tokens", self.prune_at_equal_tokens, "must be true or false")
         if not isinstance(self.stop_far_rates, bool):
             raise ConfigError("stop_far_rates", self.stop_far_rates, "must be true or false")
         if isinstance(self.equal_token_fraction, bool) or not (isinstance(self.equal_token_fraction, (int, float))
@@ -347,8 +350,24 @@ class StudySpec:
     @property
     def compares_at_equal_tokens(self) -> bool:
         """Whether running trials are compared with their leader at equal tokens
-        (``stop_far_rates`` or ``prune_at_equal_tokens``): the planner needs their curves."""
-        return self.stop_far_rates or self.prune_at_equal_tokens
+        (``stop_far_rates`` or ``experimental.prune_at_equal_tokens``): the planner needs their curves."""
+        return self.stop_far_rates or self.experimental.prune_at_equal_tokens
+
+    def _check_experimental(self) -> None:
+        """The experimental rules against the search they modify."""
+        ex, search = self.experimental, self.search
+        if ex.predict and search.kind != "grid":
+            raise ConfigError("experimental.predict", ex.predict,
+                              f"applies to search.kind grid only, not {search.kind} (a chained search centres "
+                              "each cell on its neighbour's best rate)")
+        if ex.lr_prior is not None and search.runs_rates and search.lrs:
+            from cbscore.study.lr_predict import allowed_rates
+
+            allowed = allowed_rates(search.lrs, search.lr_extensions)
+            if not allowed[0] <= ex.lr_prior <= allowed[-1]:
+                raise ConfigError("experimental.lr_prior", ex.lr_prior,
+                                  f"must lie within the allowed rates [{allowed[0]:g}, {allowed[-1]:g}] "
+                                  "(search.lrs and search.lr_extensions past each edge)")
 
     def gns_batch_sizes(self) -> tuple[int, ...]:
         """Batch sizes whose trials get the ``gns_micro_batch_size`` split (none without it)."""
@@ -472,12 +491,15 @@ class StudySpec:
         d["pinned_targets"] = None if self.pinned_targets is None else dict(self.pinned_targets)
         d["local"] = None if self.local is None else self.local.to_dict()
         d["decay"] = None if self.decay is None else self.decay.to_dict()
+        if self.experimental == ExperimentalSpec():
+            del d["experimental"]  # the rules that failed the criteria appear only in a spec that uses one
         return d
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "StudySpec":
         if not isinstance(data, Mapping):
             raise ConfigError("spec", data, "must be a mapping of fields")
+        data = move_experimental(data)  # a spec from before issue 40 gives them at their old place
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -508,4 +530,13 @@ class StudySpec:
         return cls.from_dict(load_yaml(text))  # no aliases, at most 64 KiB, 12 deep
 
     def replace(self, **changes: Any) -> "StudySpec":
+        """A copy with ``changes``; the rules moved into ``experimental`` are still taken at their old
+        names (with a warning), merged into this spec's block."""
+        if "experimental" not in changes and ("prune_at_equal_tokens" in changes
+                                              or isinstance(changes.get("search"), Mapping)):
+            changes = move_experimental(changes)
+            if "experimental" in changes:  # moved ones over this spec's block
+                changes["experimental"] = {**dataclasses.asdict(self.experimental), **changes["experimental"]}
+        elif "experimental" in changes:
+            changes = move_experimental(changes)
         return dataclasses.replace(self, **changes)

@@ -68,19 +68,6 @@ class SearchSpec:
     """Grid search: rates a cell may add past each edge of ``lrs`` when its best rate sits at that
     edge (the next rate continues the grid's outermost ratio); 0 keeps the grid as given. Cells
     still at an edge are named in the fit's notes (DESIGN.md §1)."""
-    predict: bool = False
-    """Experimental (issue 40: 3.6-4.4× the oracle at σ = 0, dearer than ``kind: chained`` for the
-    same B*; docs/results/cheaper-search/chained/). Grid search: run each cell's predicted best rate first (``cbscore.study.lr_predict``: the
-    best rates of the setting's measured cells fitted in log B, Adam's √B rule before two are
-    known), its neighbours next, and add no rate once the optimum is bracketed and the fit's window
-    around it is run. ``lrs`` (with ``lr_extensions``) stays the set of allowed rates."""
-    lr_prior: float | None = None
-    """Experimental (issue 40: it saves nothing; the paper presets dropped it). Grid search: the best rate predicted for a cell before any cell of its setting (or any
-    study's reference cell) is measured; ``None`` takes the grid's geometric middle. The paper
-    presets set 0.00316, the single rate of the paper's released sweep configs at every batch size
-    (Zhang et al. 2025, github.com/hlzhang109/critical-batch-size, ``configs/critical-bs/``:
-    ``optimizer.learning_rate: 3.16e-3`` with β2 and τ from its table, ``recipe: paper_table``).
-    Orders the first cell's rates (``order: predicted``) and picks ``predict``'s first three."""
     chain_exponent: float = 0.5
     """Chained search: a cell's centre rate is its neighbour's best rate (the neighbour towards
     B_ref) times ``(B/B_neighbour)^chain_exponent``; 0.5 is Adam's square-root rule (Malladi et al.
@@ -115,8 +102,8 @@ class SearchSpec:
     cell's best crosses early and the far rates, started later, stop at the prune margin past it
     instead of running to their own crossing; every rate still runs and the fit reads the same
     crossings (simulated: 9-11% fewer tokens, B* on the full grid, docs/results/cheaper-search/).
-    ``grid``: ascending, as the spec lists them. ``predict`` and ``prune_at_equal_tokens`` always
-    order by the prediction."""
+    ``grid``: ascending, as the spec lists them. ``experimental.predict`` and
+    ``experimental.prune_at_equal_tokens`` always order by the prediction."""
 
     def __post_init__(self) -> None:
         if self.kind not in SEARCH_KINDS:
@@ -133,18 +120,6 @@ class SearchSpec:
         ext = self.lr_extensions
         if isinstance(ext, bool) or not isinstance(ext, int) or not 0 <= ext <= 8:
             raise ConfigError("search.lr_extensions", ext, "must be an integer in [0, 8]")
-        if not isinstance(self.predict, bool):
-            raise ConfigError("search.predict", self.predict, "must be true or false")
-        if self.lr_prior is not None:
-            _positive_float("search.lr_prior", self.lr_prior)
-            if self.kind in RATE_KINDS and self.lrs:
-                from cbscore.study.lr_predict import allowed_rates
-
-                allowed = allowed_rates(self.lrs, self.lr_extensions)
-                if not allowed[0] <= self.lr_prior <= allowed[-1]:
-                    raise ConfigError("search.lr_prior", self.lr_prior,
-                                      f"must lie within the allowed rates [{allowed[0]:g}, {allowed[-1]:g}] "
-                                      "(search.lrs and search.lr_extensions past each edge)")
         _positive_float("search.chain_exponent", self.chain_exponent)
         if not self.chain_exponent <= 2:
             raise ConfigError("search.chain_exponent", self.chain_exponent, "must be a number in (0, 2]")
@@ -165,9 +140,6 @@ class SearchSpec:
         if self.reference_rates not in REFERENCE_RATES:
             raise ConfigError("search.reference_rates", self.reference_rates,
                               f"must be one of {', '.join(REFERENCE_RATES)}")
-        if self.kind == "chained" and self.predict:
-            raise ConfigError("search.predict", self.predict, "applies to kind grid only (a chained search "
-                                                              "centres each cell on its neighbour's best rate)")
         if self.order not in SEARCH_ORDERS:
             raise ConfigError("search.order", self.order, f"must be one of {', '.join(SEARCH_ORDERS)}")
         _positive_float("search.lr_min", self.lr_min)
@@ -186,6 +158,97 @@ class SearchSpec:
         if self.kind == "chained" and (not reference or self.reference_rates == "bracket"):
             return 3
         return len(self.lrs) if self.kind in RATE_KINDS else self.n_trials
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentalSpec:
+    """Rules that failed issue 40's criteria (docs/results/cheaper-search/): kept for the simulator
+    and for studies that ran with them, off by default, absent from the Launch page and the presets
+    (a spec's ``experimental:`` mapping)."""
+
+    predict: bool = False
+    """Grid search: run each cell's predicted best rate first (``cbscore.study.lr_predict``: the
+    best rates of the setting's measured cells fitted in log B, Adam's √B rule before two are
+    known), its neighbours next, and add no rate once the optimum is bracketed and the fit's window
+    around it is run; ``search.lrs`` (with ``search.lr_extensions``) stays the set of allowed rates.
+    Experimental: 3.6-4.4× the oracle at σ = 0, dearer than ``search.kind: chained`` for the same B*
+    (issue 40; docs/results/cheaper-search/chained/)."""
+    lr_prior: float | None = None
+    """Grid search: the best rate predicted for a cell before any cell of its setting (or any
+    study's reference cell) is measured; ``None`` takes the grid's geometric middle. Orders the
+    first cell's rates (``search.order: predicted``) and picks ``predict``'s first three.
+    Experimental: it saves nothing (issue 40; docs/results/cheaper-search/prior/); the paper presets
+    once set 0.00316, the single rate of the paper's released sweep configs (Zhang et al. 2025,
+    github.com/hlzhang109/critical-batch-size, ``configs/critical-bs/``)."""
+    prune_at_equal_tokens: bool = False
+    """Stop a trial as ``pruned`` before the cell's best has crossed when, at the same step, its
+    held-out loss trails the cell's leader by more than ``equal_token_margin`` nats; its steps to
+    target are projected (``cbscore.study.equal_tokens``). Experimental: B* off the truth by up to
+    1.1% at zero noise, failing criterion 1 (issue 40; docs/results/cheaper-search/chained/)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.predict, bool):
+            raise ConfigError("experimental.predict", self.predict, "must be true or false")
+        if not isinstance(self.prune_at_equal_tokens, bool):
+            raise ConfigError("experimental.prune_at_equal_tokens", self.prune_at_equal_tokens, "must be true or false")
+        if self.lr_prior is not None:
+            _positive_float("experimental.lr_prior", self.lr_prior)
+
+    @classmethod
+    def from_dict(cls, value: Any) -> "ExperimentalSpec":
+        if not isinstance(value, Mapping):
+            raise ConfigError("experimental", value, "must be a mapping of fields")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ConfigError(f"experimental.{unknown[0]}", value[unknown[0]],
+                              f"is not an experimental field (known: {', '.join(sorted(known))})")
+        return cls(**dict(value))
+
+
+#: Fields that moved into ``experimental:`` (issue 40), by the place a spec from before gave them.
+MOVED_TO_EXPERIMENTAL = {"search.predict": "predict", "search.lr_prior": "lr_prior",
+                         "prune_at_equal_tokens": "prune_at_equal_tokens"}
+
+
+def move_experimental(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A spec's fields (a mapping, or ``replace``'s changes) with the rules given at their old place
+    (``search.predict``, ``search.lr_prior``, top-level ``prune_at_equal_tokens``) moved into
+    ``experimental``, so a spec written before issue 40 loads and plans as it did; each move warns
+    (a ``FutureWarning``, shown by default) naming the field and its new place."""
+    import warnings
+
+    out = dict(fields)
+    moved: dict[str, Any] = {}
+    search = out.get("search")
+    if isinstance(search, Mapping):
+        search = dict(search)
+        for key in ("predict", "lr_prior"):
+            if key in search:
+                moved[f"search.{key}"] = search.pop(key)
+        out["search"] = search
+    if "prune_at_equal_tokens" in out:
+        moved["prune_at_equal_tokens"] = out.pop("prune_at_equal_tokens")
+    if not moved:
+        return out
+    block = out.get("experimental")
+    if isinstance(block, ExperimentalSpec):
+        block = dataclasses.asdict(block)
+    elif block is None:
+        block = {}
+    elif not isinstance(block, Mapping):
+        raise ConfigError("experimental", block, "must be a mapping of fields")
+    block = dict(block)
+    for old, value in moved.items():
+        new = MOVED_TO_EXPERIMENTAL[old]
+        if new in block and block[new] != value:
+            raise ConfigError(old, value, f"moved to experimental.{new}, which the spec also sets to {block[new]!r}; "
+                                          "give it once, there")
+        block[new] = value
+        warnings.warn(f"{old} moved to experimental.{new} (issue 40: a rule that failed the criteria, "
+                      "docs/results/cheaper-search/); read from its old place this time", FutureWarning, stacklevel=3)
+    out["experimental"] = block
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,6 +286,9 @@ def _setting_from_dict(value: Any, index: int) -> SettingSpec:
 def _search_from_dict(value: Mapping[str, Any]) -> SearchSpec:
     known = {f.name for f in dataclasses.fields(SearchSpec)}
     unknown = sorted(set(value) - known)
+    for key in unknown:
+        if f"search.{key}" in MOVED_TO_EXPERIMENTAL:
+            raise ConfigError(f"search.{key}", value[key], f"moved to experimental.{key} (issue 40)")
     if unknown:
         raise ConfigError(f"search.{unknown[0]}", value[unknown[0]], f"is not a search field (known: {', '.join(sorted(known))})")
     return SearchSpec(**dict(value))

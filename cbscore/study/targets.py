@@ -28,7 +28,7 @@ def setting_targets(spec: StudySpec, records: Sequence[TrialRecord], *,
     targets: dict[str, float] = {}
     errors: list[str] = []
     # A predicting search runs what its cell asks for (plan() holds the target while it may add one).
-    n_ref = 1 if (spec.search.kind == "grid" and spec.search.predict) else cell_size(spec, spec.b_ref)
+    n_ref = 1 if (spec.search.kind == "grid" and spec.experimental.predict) else cell_size(spec, spec.b_ref)
     by_cell = records_by_cell(records) if by_cell is None else by_cell  # (plan passes the one it built)
     for setting in spec.resolve_settings():
         if spec.target_losses is not None:

@@ -264,7 +264,7 @@ def study_table(name: str) -> list[dict]:
             # Which rule pruned it (cbscore.study.plan_result.STOP_RULES); blank for other outcomes.
             "stopped_by": rec.stopped_by,
         })
-    if spec.prune_at_equal_tokens:  # the only rule whose stopped trials stand in by projection
+    if spec.experimental.prune_at_equal_tokens:  # the only rule whose stopped trials stand in by projection
         _project_pruned_rows(rows, records, runs_by_id, histories)
     return rows
 

@@ -66,7 +66,9 @@ def test_every_ranged_field_exists():
     import dataclasses
 
     from cbscore.study import SearchSpec
+    from cbscore.study.spec_parts import ExperimentalSpec
 
     names = {f.name for f in dataclasses.fields(StudySpec)} | {"settings.tokens"}
     names |= {f"search.{f.name}" for f in dataclasses.fields(SearchSpec)}
+    names |= {f"experimental.{f.name}" for f in dataclasses.fields(ExperimentalSpec)}
     assert set(RANGES) <= names

@@ -66,7 +66,7 @@ def test_rates_are_added_until_the_optimum_and_the_trend_are_bracketed():
 
 
 def test_a_predicting_cell_starts_with_three_rates_around_the_prediction():
-    spec = spec_with(search={"kind": "grid", "lrs": list(GRID), "predict": True})
+    spec = spec_with(experimental={"predict": True})
     p = plan(spec, [], 0.0)
     assert sorted(t.lr for t in p.start) == [0.008, 0.016, 0.032] or sorted(t.lr for t in p.start) == [0.004, 0.008, 0.016]
     assert {t.batch_size for t in p.start} == {16}  # the reference cell first
@@ -75,7 +75,7 @@ def test_a_predicting_cell_starts_with_three_rates_around_the_prediction():
 
 
 def test_a_predicting_cell_says_which_rates_it_runs_and_which_it_leaves_out():
-    spec = spec_with(search={"kind": "grid", "lrs": list(GRID), "predict": True})
+    spec = spec_with(experimental={"predict": True})
     ref = next(c for c in plan(spec, [], 0.0).cells if c.batch_size == 16)
     assert "runs 0.004, 0.008, 0.016" in ref.rates_note or "runs 0.008, 0.016, 0.032" in ref.rates_note
     assert "not run" in ref.rates_note and "0.064" in ref.rates_note
@@ -83,10 +83,10 @@ def test_a_predicting_cell_says_which_rates_it_runs_and_which_it_leaves_out():
 
 
 def test_the_switches_are_checked_by_name():
-    with pytest.raises(ConfigError, match="search.predict"):
-        spec_with(search={"kind": "grid", "lrs": list(GRID), "predict": "yes"})
-    with pytest.raises(ConfigError, match="prune_at_equal_tokens"):
-        spec_with(prune_at_equal_tokens=1)
+    with pytest.raises(ConfigError, match="experimental.predict"):
+        spec_with(experimental={"predict": "yes"})
+    with pytest.raises(ConfigError, match="experimental.prune_at_equal_tokens"):
+        spec_with(experimental={"prune_at_equal_tokens": 1})
     with pytest.raises(ConfigError, match="equal_token_margin"):
         spec_with(equal_token_margin=0)
 
@@ -168,8 +168,7 @@ def test_prediction_lowers_the_study_to_oracle_ratio_and_leaves_b_star_at_zero_n
     spec = spec_with()
     truth = {spec.resolve_settings()[0].setting_id: TruthCurve(s_min=100.0, b_noise=64.0)}
     off = simulate(spec, truth, SimConfig(noise_sigma=0.0))
-    on = simulate(spec.replace(search={"kind": "grid", "lrs": list(GRID), "predict": True},
-                               prune_at_equal_tokens=True), truth, SimConfig(noise_sigma=0.0))
+    on = simulate(spec.replace(experimental={"predict": True, "prune_at_equal_tokens": True}), truth, SimConfig(noise_sigma=0.0))
     d_off, d_on = off.to_json_dict(), on.to_json_dict()
     assert d_on["ratio_to_oracle_median"] < 0.75 * d_off["ratio_to_oracle_median"]
     assert d_off["ratio_to_oracle_median"] >= 1.0 and d_on["ratio_to_oracle_median"] >= 1.0
@@ -190,7 +189,7 @@ def test_the_fit_window_floor_bounds_every_study_that_reads_the_grids_crossings(
     setting = spec.resolve_settings()[0]
     truth = {setting.setting_id: TruthCurve(s_min=100.0, b_noise=64.0)}
     off = simulate(spec, truth, SimConfig(noise_sigma=0.0))
-    on = simulate(spec.replace(prune_at_equal_tokens=True), truth, SimConfig(noise_sigma=0.0))
+    on = simulate(spec.replace(experimental={"prune_at_equal_tokens": True}), truth, SimConfig(noise_sigma=0.0))
     o_off, o_on = off.seeds[0].settings[0], on.seeds[0].settings[0]
     # Same grid, same floor: it does not depend on the study's rules.
     assert o_off.tokens_fit_window == o_on.tokens_fit_window
@@ -218,7 +217,7 @@ def test_the_lab_curves_file_is_checked_and_shapes_the_equal_token_decisions(tmp
               for r in (-2.0, -1.0, 0.0, 1.0, 2.0)]
     path = tmp_path / "curves.json"
     path.write_text(json.dumps({"study": "t", "curves": curves}))
-    spec = spec_with(prune_at_equal_tokens=True)
+    spec = spec_with(experimental={"prune_at_equal_tokens": True})
     truth = {spec.resolve_settings()[0].setting_id: TruthCurve(s_min=100.0, b_noise=64.0)}
     same = simulate(spec, truth, SimConfig(noise_sigma=0.0)).summary()[0]
     lab = simulate(spec, truth, SimConfig(noise_sigma=0.0, curves=str(path)))
@@ -233,9 +232,9 @@ def test_the_first_cell_starts_at_the_specs_prior_rate_and_measured_cells_take_o
     # Nothing measured: lr_prior is the prediction at any batch size; the grid's middle without it.
     assert predict_lr(GRID, {}, 64, prior=0.004) == 0.004
     assert predict_lr(GRID, {16: 0.01}, 64, prior=0.004) == pytest.approx(0.02)
-    with_prior = spec_with(search={"kind": "grid", "lrs": list(GRID), "predict": True, "lr_prior": 0.004})
+    with_prior = spec_with(experimental={"predict": True, "lr_prior": 0.004})
     assert sorted(t.lr for t in plan(with_prior, [], 0.0).start) == [0.002, 0.004, 0.008]
-    ordered = plan(spec_with(search={"kind": "grid", "lrs": list(GRID), "lr_prior": 0.064}), [], 0.0)
+    ordered = plan(spec_with(experimental={"lr_prior": 0.064}), [], 0.0)
     # search.order predicted: every rate, the prior's first (the grid's top edge here).
     assert [t.lr for t in ordered.start][0] == 0.064 and sorted(t.lr for t in ordered.start) == list(GRID)
     middle = plan(spec_with(search={"kind": "grid", "lrs": list(GRID)}), [], 0.0)
@@ -243,12 +242,12 @@ def test_the_first_cell_starts_at_the_specs_prior_rate_and_measured_cells_take_o
 
 
 def test_a_prior_outside_the_allowed_rates_is_named_with_the_range():
-    with pytest.raises(ConfigError, match=r"search.lr_prior.*\[0.0005, 0.256\].*got 0.5"):
-        spec_with(search={"kind": "grid", "lrs": list(GRID), "lr_prior": 0.5})
-    with pytest.raises(ConfigError, match="search.lr_prior"):
-        spec_with(search={"kind": "grid", "lrs": list(GRID), "lr_prior": -0.01})
-    with pytest.raises(ConfigError, match="search.lr_prior"):
-        spec_with(search={"kind": "grid", "lrs": list(GRID), "lr_prior": "3e-3"})
+    with pytest.raises(ConfigError, match=r"experimental.lr_prior.*\[0.0005, 0.256\].*got 0.5"):
+        spec_with(experimental={"lr_prior": 0.5})
+    with pytest.raises(ConfigError, match="experimental.lr_prior"):
+        spec_with(experimental={"lr_prior": -0.01})
+    with pytest.raises(ConfigError, match="experimental.lr_prior"):
+        spec_with(experimental={"lr_prior": "3e-3"})
 
 
 @pytest.mark.parametrize("preset", ["paper-chinchilla", "paper-fixed-d", "paper-fixed-n"])
@@ -257,7 +256,7 @@ def test_the_paper_presets_start_at_the_grids_middle_without_a_prior(preset):
     from cbscore.study.presets import load_preset
 
     spec = load_preset(preset)
-    assert spec.search.lr_prior is None
+    assert spec.experimental.lr_prior is None
     first = plan(spec, [], 0.0).start
     # Every rate of the reference cell, the one nearest the grid's geometric middle (5.75e-3) first.
     assert {t.batch_size for t in first} == {spec.b_ref} and first[0].lr == 0.00632
@@ -353,7 +352,7 @@ def test_the_planner_stops_far_rates_only_with_the_switch_and_never_a_re_run():
     assert stops == [f"{spec.name}.{spec.resolve_settings()[0].setting_id}.b64.lr6.4e-2.s0"]
     assert dict(plan(spec, recs, 0.0).stopped_by) == {stops[0]: "stop_far_rates"}
     # The same stop under prune_at_equal_tokens is that rule's margin.
-    equal = spec.replace(stop_far_rates=False, prune_at_equal_tokens=True)
+    equal = spec.replace(stop_far_rates=False, experimental={"prune_at_equal_tokens": True})
     assert dict(plan(equal, recs, 0.0).stopped_by) == {stops[0]: "equal_token_margin"}
     assert not [s for s in plan(spec.replace(stop_far_rates=False), recs, 0.0).stop if ".b64." in s[0]]
     # A re-run is the last attempt: it is never stopped at equal tokens.
