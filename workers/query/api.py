@@ -73,6 +73,7 @@ __all__ = [
     "study_owner",
     "study_parent",
     "study_records",
+    "study_schedule_fit",
     "study_spec",
     "study_status",
     "study_table",
@@ -230,3 +231,12 @@ def advance_study(name: str):
     from workers.studies.runner import Runner
 
     return Runner().advance(name)
+
+
+def study_schedule_fit(name: str, *, bootstrap: int = 1000, seed: int = 0) -> dict:
+    """A ``schedule`` study's readout (issue 45): each schedule's target, steps table, S(B), B_noise and
+    B* with intervals, and WSD's E(S) fits (:func:`workers.studies.schedule_fit.schedule_fit`; the JSON of
+    ``cbs study fit``), for the Curves and Scaling laws pages."""
+    from workers.studies.schedule_fit import schedule_fit
+
+    return schedule_fit(name, bootstrap=bootstrap, seed=seed)
