@@ -7,7 +7,7 @@
     python benchmarks/simulation_tables.py far [--write] [--fraction F]   # stop_far_rates off and on, both curve models
     python benchmarks/simulation_tables.py prior [--write]   # search.lr_prior off and on, truth at the grid middle or the prior
     python benchmarks/simulation_tables.py margin [--write]  # budget_margin 0.25 against the paper presets' 0.5
-    python benchmarks/simulation_tables.py chained --part zero|lab|high [--preset P] [--seeds N] [--write]
+    python benchmarks/simulation_tables.py chained --part zero|lab|high [--preset P] [--seeds N] [--search F=V] [--write]
                                                              # the chained bracket against the grid (issue 40)
     python benchmarks/simulation_tables.py rules --part zero|lab [--preset P] [--seeds N] [--write]
                                                              # search.predict, prune_at_equal_tokens, lr_prior (issue 40)

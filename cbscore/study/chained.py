@@ -182,10 +182,15 @@ def describe_chained(spec: StudySpec) -> list[str]:
                f"(around the middle of {lrs}; up to {s.lr_extensions} more past each edge)")
     else:
         ref = f"the reference cell B={spec.b_ref} runs the grid ({lrs}, up to {s.lr_extensions} more past each edge)"
+    narrow = [b for b in spec.batch_sizes if is_narrow(spec, b)]
+    lines_narrow = ([f"  narrow cells (B < {s.bracket_min_batch_size}: {', '.join(str(b) for b in narrow)}) start with "
+                     + ("2 rates c/√ratio, c·√ratio" if s.narrow_rates == 2 else "the centre alone")
+                     + " instead (the trial count above counts 3)"] if narrow else [])
     return [
         f"chained search: {ref}; every other cell runs 3 rates c/{s.bracket_ratio:g}, c, c·{s.bracket_ratio:g} "
         f"centred at c = (its neighbour's best rate)·(B/B_neighbour)^{s.chain_exponent:g}, each to its own crossing",
         f"  cells released outward from B_ref once the neighbour settled: {'; '.join(order) or 'none'}",
         f"  a rate past an edge only where the edge beats its inner neighbour by more than "
         f"{s.extension_gain:.0%} in steps to target, at most {s.max_extensions} per cell (the trial count above has none of them)",
+        *lines_narrow,
     ]

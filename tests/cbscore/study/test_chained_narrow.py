@@ -7,7 +7,8 @@ import pytest
 
 from cbscore.errors import ConfigError
 from cbscore.study import plan
-from cbscore.study.chained import chain_centres, chained_rates, first_rates, is_narrow, settled_best
+from cbscore.study.chained import (chain_centres, chained_rates, describe_chained, first_rates, is_narrow,
+                                   settled_best)
 
 from tests.cbscore.study.test_chained import _reached, _reference, chained_spec
 
@@ -22,6 +23,8 @@ def test_cells_below_the_floor_start_with_two_rates_a_bracket_ratio_apart_around
     assert first_rates(chained_spec(bracket_min_batch_size=32, narrow_rates=1), 0.01, 8) == (0.01,)
     # Off by default: every cell is bracketed.
     assert not any(is_narrow(chained_spec(), b) for b in chained_spec().batch_sizes)
+    assert "narrow cells (B < 32: 4, 8) start with 2 rates" in "\n".join(describe_chained(spec))
+    assert "narrow" not in "\n".join(describe_chained(chained_spec()))
 
 
 def test_a_narrow_cell_extends_by_the_same_gate_and_hands_on_its_centre_when_bracketed():
