@@ -2,7 +2,7 @@
 
 Pure functions of small frozen inputs, unit-tested without Streamlit or MLflow, like
 :mod:`app.charts`. Definitions: ``B_simple = tr Σ / |G|²`` (McCandlish et al. 2018, §2.2, in
-sequences, :mod:`cbscore.gns`); the forecast ``S(B′) = Ŝ_min·(1 + B̂/B′)`` through the reference
+sequences, :mod:`cbscore.train.gns`); the forecast ``S(B′) = Ŝ_min·(1 + B̂/B′)`` through the reference
 run's own point, calibrated by ``c = B_noise(measured)/B̂`` (:mod:`cbscore.analysis`, module
 ``_noise_forecast``); ``B* = (1 + r)·B_ref + r·B_noise`` (DESIGN.md §1).
 """

@@ -70,7 +70,7 @@ def local_rows(spec) -> list[dict[str, Any]]:
 
     if spec.kind != "local":
         raise ConfigError("kind", spec.kind, "must be local for the branches' table")
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.config import TrainConfig
 
     rows = []
     for ts in local_trials(spec, {s: "(snapshots)" for s in spec.seeds}):

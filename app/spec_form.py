@@ -7,6 +7,7 @@ Every error is a :class:`~cbscore.errors.ConfigError` naming the spec field and 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any, Mapping
@@ -36,12 +37,15 @@ LABELS = {
     "search.n_trials": "Optuna trials per cell",
     "search.lr_min": "Lowest learning rate",
     "search.lr_max": "Highest learning rate",
+    "search.chain_exponent": "Chain exponent",
+    "search.bracket_ratio": "Bracket ratio",
+    "search.extension_gain": "Extension gain",
+    "search.max_extensions": "Most extensions per cell",
+    "search.reference_rates": "Reference cell's rates",
     "budget_multiple": "Fallback budget (× D)",
     "budget_margin": "Budget margin",
     "recipe": "Recipe rule",
     "prune_margin": "Prune margin",
-    "search.predict": "Predict learning rates",
-    "prune_at_equal_tokens": "Stop at equal tokens",
     "stop_far_rates": "Stop far rates",
     "seeds": "Seeds",
     "max_trials": "Max trials",
@@ -58,6 +62,15 @@ LABELS = {
     "devices_per_trial": "Devices per trial",
     "gns_micro_batch_size": "Noise-scale split (sequences)",
     "gns_cells": "Noise-scale cells",
+    # A schedule study's fields (cbscore.study.decay_spec).
+    "decay": "Schedules",
+    "decay.schedules": "Schedules measured",
+    "decay.decay_fraction": "WSD decay share",
+    "decay.min_lr_ratio": "Floor (share of the peak rate)",
+    "decay.horizon_low": "Shortest horizon (× D)",
+    "decay.horizon_high": "Longest horizon (× D)",
+    "decay.wsd_ratio": "Decay-branch horizon ratio",
+    "decay.cosine_ratio": "Cosine horizon ratio",
     # A local study's fields (app.local_form).
     "local": "Local CBS",
     "local.base_batch_size": "Base batch B0",
@@ -76,6 +89,38 @@ LABELS = {
     "b_noise": "B_noise of every setting",
     "--truth": "Truth",
 }
+
+
+#: The chained search's fields the form shows (issue 40; :mod:`cbscore.study.chained`).
+CHAINED_FIELDS = ("chain_exponent", "bracket_ratio", "extension_gain", "max_extensions", "reference_rates")
+#: A schedule study's fields the form shows (issue 45; :class:`cbscore.study.decay_spec.DecaySpec`).
+DECAY_FIELDS = ("schedules", "decay_fraction", "min_lr_ratio", "horizon_low", "horizon_high", "wsd_ratio",
+                "cosine_ratio")
+
+
+@functools.lru_cache(maxsize=16)
+def _field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a config dataclass, read from its source (the convention
+    of every spec class: a string literal right after the annotated field)."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def field_help(cls: type, name: str) -> str:
+    """A widget's help: the field's own docstring (the CLI and the docs read the same), with the
+    spec field named first so a researcher can find it in the YAML."""
+    prefix = {"SearchSpec": "search.", "DecaySpec": "decay.", "ExperimentalSpec": "experimental."}.get(cls.__name__, "")
+    return f"`{prefix}{name}`: {_field_docs(cls)[name]}"
 
 
 def label_of(field: str) -> str:
@@ -214,8 +259,6 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "budget_multiple": float(spec.get("budget_multiple", 2.0)),
         "budget_margin": float(spec.get("budget_margin", 0.25)),
         "prune_margin": float(spec.get("prune_margin", 0.1)),
-        "search.predict": bool(search.get("predict", False)),
-        "prune_at_equal_tokens": bool(spec.get("prune_at_equal_tokens", False)),
         "stop_far_rates": bool(spec.get("stop_far_rates", True)),
         "seeds": format_list(spec.get("seeds") or [0]),
         "max_trials": int(spec.get("max_trials", 2000)),
@@ -228,7 +271,31 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "devices_per_trial": int(spec.get("devices_per_trial") or 1),
         "gns_micro_batch_size": int(spec.get("gns_micro_batch_size") or 0),
         "gns_cells": str(spec.get("gns_cells") or "all"),
+        **chained_values(search),
+        **decay_values(spec.get("decay")),
     }
+
+
+def chained_values(search: Mapping[str, Any]) -> dict[str, Any]:
+    """The chained search's widget values (its defaults where the spec gives none)."""
+    from cbscore.study.spec_parts import SearchSpec
+
+    default = SearchSpec()
+    out = {}
+    for name in CHAINED_FIELDS:
+        value = search.get(name, getattr(default, name))
+        out[f"search.{name}"] = value if isinstance(value, str) else (int(value) if name == "max_extensions"
+                                                                      else float(value))
+    return out
+
+
+def decay_values(decay: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A schedule study's widget values (``DecaySpec``'s defaults where the spec gives none)."""
+    from cbscore.study.decay_spec import DecaySpec
+
+    d = DecaySpec.from_dict(decay or {})
+    return {"decay.schedules": list(d.schedules),
+            **{f"decay.{name}": float(getattr(d, name)) for name in DECAY_FIELDS if name != "schedules"}}
 
 
 def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
@@ -263,11 +330,12 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
                    "lrs": parse_floats("search.lrs", values["search.lrs"]),
                    "n_trials": int(values["search.n_trials"]), "lr_min": float(values["search.lr_min"]),
                    "lr_max": float(values["search.lr_max"])}
-    # Issue 20's switches (absent from an older form's values: the base spec's then).
-    if "search.predict" in values:
-        d["search"]["predict"] = bool(values["search.predict"])
-    if "prune_at_equal_tokens" in values:
-        d["prune_at_equal_tokens"] = bool(values["prune_at_equal_tokens"])
+    for name in CHAINED_FIELDS:  # absent from an older form's values: the base spec's then
+        if f"search.{name}" in values:
+            value = values[f"search.{name}"]
+            d["search"][name] = int(value) if name == "max_extensions" else value
+    # The rules that failed issue 40's criteria are not on the form: a pasted spec's ``experimental``
+    # block (in ``base``) is kept as it was.
     if "stop_far_rates" in values:
         d["stop_far_rates"] = bool(values["stop_far_rates"])
     d["seeds"] = parse_ints("seeds", values["seeds"])
@@ -285,6 +353,17 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
     d["gns_cells"] = values["gns_cells"]
     # A local study's own fields come from app.local_form (build_local_spec); no other kind has them.
     d["local"] = d.get("local") if kind == "local" else None
+    # A schedule study's decay fields (fields of the base the form does not show are kept).
+    if kind == "schedule":
+        decay = {**(base.get("decay") or {})}
+        if "decay.schedules" in values:
+            decay["schedules"] = list(values["decay.schedules"])
+        for name in DECAY_FIELDS[1:]:
+            if f"decay.{name}" in values:
+                decay[name] = float(values[f"decay.{name}"])
+        d["decay"] = decay
+    else:
+        d["decay"] = None
     return StudySpec.from_dict(d)
 
 
@@ -307,10 +386,10 @@ def budget_rule(spec, batch_size: int) -> str:
 def planned_cells(spec) -> list[dict[str, Any]]:
     """One row per cell (setting × batch size): its role, trials and per-trial budget (the most
     the planner can give it before anything is measured: above B_ref, the step cap from
-    ``S(B_ref) = D/(B_ref·T)``)."""
-    from cbscore.study.budgets import planned_budget
+    ``S(B_ref) = D/(B_ref·T)``). Trials per cell are the estimate's own (``cell_size``): cells of a
+    chained search are not equal (the reference cell may run the grid, the others three rates)."""
+    from cbscore.study.budgets import cell_size, planned_budget
 
-    per_cell = spec.search.trials_per_cell() * (len(spec.seeds) if spec.search.kind == "grid" else 1)
     rows = []
     for s in spec.resolve_settings():
         for b in spec.batch_sizes:
@@ -319,7 +398,7 @@ def planned_cells(spec) -> list[dict[str, Any]]:
             rows.append({
                 "setting": s.setting_id, "model": s.model, "N": s.n_params, "D (tokens)": s.tokens,
                 "B (sequences)": b, "role": "reference: sets the target" if reference else "search to target",
-                "trials": per_cell, "budget per trial (tokens)": budget,
+                "trials": cell_size(spec, b), "budget per trial (tokens)": budget,
                 "budget per trial (steps)": budget // (b * spec.context_tokens),
                 "budget rule": budget_rule(spec, b),
             })

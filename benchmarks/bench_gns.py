@@ -3,14 +3,14 @@
 Three measurements. The first alternates single steps with and without the probe in one process
 (the trainer's own ``StepFn``, the probe's host sync every 10 steps included), so that a shared
 machine's load hits both sides alike step by step; it is the figure to read on a busy machine. The
-other two run whole trials (``cbscore.train.train``), A/B interleaved and repeated:
+other two run whole trials (``cbscore.train.trainer.train``), A/B interleaved and repeated:
 
 0. **The probe, step by step** (``--interleaved-steps``, 0 to skip): median step time.
 
 1. **The probe on a step that already accumulates** (``micro_batch_size`` splits the batch):
    ``measure_gns`` on against off, the same passes. This is the issue's "< 3% of step time":
    per micro-batch, one subtraction, one norm and one copy over the gradients, plus one host sync
-   per log step (:class:`cbscore.gns.GnsProbe`).
+   per log step (:class:`cbscore.train.gns.GnsProbe`).
 2. **The opt-in split** of a batch that would run in one pass (``gns_micro_batch_size``): what a
    study pays for ``gns_micro_batch_size`` on small CPU batches (smaller matmuls, more passes), the
    probe included.
@@ -42,8 +42,8 @@ import time
 def _run(args: argparse.Namespace, **changes) -> tuple[float, float]:
     """``(wall seconds per step, train seconds per step)`` of one trial."""
     from cbscore.data import DataConfig
-    from cbscore.train import train
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.trainer import train
+    from cbscore.train.config import TrainConfig
 
     config = TrainConfig(
         model=args.model, batch_size=args.batch_size, context_tokens=args.context,
@@ -62,11 +62,11 @@ def interleaved(args: argparse.Namespace) -> dict:
 
     import torch
 
-    from cbscore.averaging import WeightAverage
+    from cbscore.train.averaging import WeightAverage
     from cbscore.data import DataConfig, prepare
-    from cbscore.gns import GnsProbe
+    from cbscore.train.gns import GnsProbe
     from cbscore.model import GPT, get_preset
-    from cbscore.step_fn import StepFn
+    from cbscore.train.step import StepFn
 
     torch.set_num_threads(args.threads)
     store = prepare(DataConfig(vocab_size=args.vocab_size))

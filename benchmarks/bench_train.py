@@ -1,6 +1,6 @@
 """Trainer throughput: tokens/s (and MFU on CUDA) of the real trainer, with peak memory.
 
-Every figure comes from ``cbscore.train.train`` itself (AdamW, clipping, weight averaging, the
+Every figure comes from ``cbscore.train.trainer.train`` itself (AdamW, clipping, weight averaging, the
 data stream; evaluation and the first step are off the clock, as in a study), each trial in its
 own process so that its peak memory is its own (CPU: peak RSS; CUDA: max_memory_allocated).
 
@@ -35,8 +35,8 @@ def _one(args: argparse.Namespace) -> dict:
 
     from cbscore.data import DataConfig, prepare
     from cbscore.model import get_preset
-    from cbscore.train import train
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.trainer import train
+    from cbscore.train.config import TrainConfig
 
     preset = get_preset(args.one)
     context = args.context or preset.context_tokens
@@ -70,7 +70,7 @@ def _reference(args: argparse.Namespace) -> dict:
     from torch import nn
 
     from cbscore.model import get_preset
-    from cbscore.throughput import peak_memory_bytes
+    from cbscore.train.throughput import peak_memory_bytes
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -115,7 +115,7 @@ def _free() -> None:
 def _progress_callback(report: Report, key: str):
     """A trainer callback: the first step's seconds (compilation) and each log step's figures,
     written as they come (a part cut short keeps them)."""
-    from cbscore.callbacks import Callback
+    from cbscore.train.callbacks import Callback
 
     class Progress(Callback):
         def __init__(self):
@@ -137,11 +137,11 @@ def _progress_callback(report: Report, key: str):
 
 
 def _estimate_bytes(model: str, context: int, micro: int, n_taus: int, vocab: int) -> int:
-    """The trainer's memory estimate of a trial (:mod:`cbscore.micro_batch`): static bytes per
+    """The trainer's memory estimate of a trial (:mod:`cbscore.train.micro_batch`): static bytes per
     parameter and the activations of one micro-batch."""
     import torch
 
-    from cbscore.micro_batch import activation_bytes_per_sequence, static_bytes
+    from cbscore.train.micro_batch import activation_bytes_per_sequence, static_bytes
     from cbscore.model import GPT, get_preset
 
     config = get_preset(model).config(vocab_size=vocab, context_tokens=context)
@@ -155,8 +155,8 @@ def trial(scale: Scale, report: Report, key: str, data, *, model: str, batch: in
     """Train one trial of ``model`` and report its figures under ``key``; returns them and the result."""
     import torch
 
-    from cbscore.train import train
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.trainer import train
+    from cbscore.train.config import TrainConfig
 
     preset = scale.models.get(model, model)
     settings = dict(model=preset, batch_size=batch, context_tokens=scale.context,
@@ -204,9 +204,9 @@ def part_environment(scale: Scale, report: Report, data) -> None:
     import numpy
     import torch
 
-    from cbscore.averaging import _has_lerp_scalar_list
-    from cbscore.distributed import buffer_sync_keyword
-    from cbscore.throughput import peak_flops
+    from cbscore.train.averaging import _has_lerp_scalar_list
+    from cbscore.train.distributed import buffer_sync_keyword
+    from cbscore.train.throughput import peak_flops
 
     figures = {"python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda,
                "numpy": numpy.__version__, "ddp_buffer_keyword": buffer_sync_keyword(),
@@ -311,7 +311,7 @@ def _refuse_passes_above(sequences: int):
     ``sequences`` sequences (the CPU rehearsal's device that is too small)."""
     import torch
 
-    from cbscore.callbacks import Callback
+    from cbscore.train.callbacks import Callback
 
     class TooSmall(Callback):
         def pre_train(self, state):
@@ -368,7 +368,7 @@ def part_ddp(scale: Scale, report: Report, data) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from cbscore.distributed import backend_for, bind_to_loopback, buffer_sync_keyword, file_store, make_ddp
+    from cbscore.train.distributed import backend_for, bind_to_loopback, buffer_sync_keyword, file_store, make_ddp
     from cbscore.model import GPT, get_preset
 
     params = inspect.signature(DistributedDataParallel.__init__).parameters
@@ -402,7 +402,7 @@ def part_ddp(scale: Scale, report: Report, data) -> None:
 
 def _stop_at(step: int):
     """A callback that stops the trial at ``step`` (a checkpoint is written, the trial resumes)."""
-    from cbscore.callbacks import Callback
+    from cbscore.train.callbacks import Callback
 
     class StopAt(Callback):
         def post_step(self, state, metrics):

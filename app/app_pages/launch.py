@@ -13,7 +13,9 @@ from cbscore.safe_yaml import MAX_BYTES as MAX_YAML_BYTES
 from cbscore.study import PRESET_NAMES, StudySpec, estimate, load_preset
 from cbscore.study.ceilings import check_ceilings
 from cbscore.study.models import preset_names
+from cbscore.study.decay_spec import SCHEDULE_NAMES, DecaySpec
 from cbscore.study.spec import GNS_CELLS, KINDS, SCHEDULES
+from cbscore.study.spec_parts import REFERENCE_RATES, SEARCH_KINDS, SearchSpec
 
 K = "launch."  # prefix of this page's session-state keys
 #: Throughput assumed for the time estimate until the researcher gives theirs (tokens/s per worker).
@@ -110,11 +112,17 @@ def _on_submit(action: str) -> None:
             st.session_state[K + "held"] = "Not launched: the YAML box holds a spec that is not valid (above)."
 
 
+#: The preset a switch to each single-setting kind starts from (its models, batch sizes and rates).
+KIND_PRESETS = {"local": "local-demo", "schedule": "ablation-schedule"}
+
+
 def _on_kind() -> None:
-    """Switching to a local study starts from its embedded defaults (the ``local-demo`` preset):
-    a grid study's several models and batch sizes mean nothing to one base run."""
-    if st.session_state.get(K + "kind") == "local" and st.session_state[K + "base"].get("kind") != "local":
-        _load(load_preset("local-demo").to_dict(), "preset local-demo")
+    """Switching to a local or a schedule study starts from its preset (``local-demo``,
+    ``ablation-schedule``): a grid study's several models mean nothing to one base run, and a
+    schedule study measures one setting."""
+    kind = st.session_state.get(K + "kind")
+    if kind in KIND_PRESETS and st.session_state[K + "base"].get("kind") != kind:
+        _load(load_preset(KIND_PRESETS[kind]).to_dict(), f"preset {KIND_PRESETS[kind]}")
 
 
 def _local_fields() -> None:
@@ -152,6 +160,51 @@ def _local_fields() -> None:
     cols[3].number_input("Tolerance ε (nats)", key=K + "local.epsilon", min_value=0.0, step=0.005, format="%.3f",
                          help="Merrill's rule: k* is the largest k whose smoothed loss after Δ is within ε of every "
                               "smaller k. Also the floor of the noise-aware rule's tolerances.")
+
+
+def _chained_fields() -> None:
+    """The chained bracket's own fields (issue 40; :mod:`cbscore.study.chained`), used when the
+    search is ``Chained bracket``; their help is the spec fields' own docs."""
+    chained = st.session_state.get(K + "search.kind") == "chained"
+    with st.expander("Chained bracket (search: chained)", expanded=chained):
+        st.caption("The reference cell runs its rates; every other cell, released outward from B_ref in both "
+                   "directions once its neighbour settled, runs three rates centred on the neighbour's best rate "
+                   "moved by (B/B′)^exponent, and extends past an edge only where that edge wins.")
+        cols = st.columns(5)
+        help_of = lambda name: spec_form.field_help(SearchSpec, name)  # noqa: E731
+        cols[0].number_input("Chain exponent", key=K + "search.chain_exponent", min_value=0.0, max_value=2.0,
+                             step=0.05, help=help_of("chain_exponent"))
+        cols[1].number_input("Bracket ratio", key=K + "search.bracket_ratio", min_value=1.1, max_value=10.0,
+                             step=0.25, help=help_of("bracket_ratio"))
+        cols[2].number_input("Extension gain", key=K + "search.extension_gain", min_value=0.0, max_value=1.0,
+                             step=0.05, help=help_of("extension_gain"))
+        cols[3].number_input("Most extensions per cell", key=K + "search.max_extensions", min_value=0, max_value=8,
+                             step=1, help=help_of("max_extensions"))
+        cols[4].selectbox("Reference cell's rates", REFERENCE_RATES, key=K + "search.reference_rates",
+                          help=help_of("reference_rates"))
+
+
+def _decay_fields() -> None:
+    """A schedule study's schedules and horizons (issue 45; :class:`cbscore.study.decay_spec.DecaySpec`)."""
+    st.markdown("**Schedules** — every rate and seed of each batch size gets one stable run to the longest "
+                "horizon; WSD is read off decay branches from its snapshots, cosine off a family of runs, one "
+                "per horizon (docs/schedules.md). The search is the grid of learning rates below.")
+    help_of = lambda name: spec_form.field_help(DecaySpec, name)  # noqa: E731
+    cols = st.columns([2, 1, 1])
+    cols[0].multiselect("Schedules measured", SCHEDULE_NAMES, key=K + "decay.schedules", help=help_of("schedules"))
+    cols[1].number_input("WSD decay share", key=K + "decay.decay_fraction", min_value=0.0, max_value=0.5,
+                         step=0.05, help=help_of("decay_fraction"))
+    cols[2].number_input("Floor (share of the peak rate)", key=K + "decay.min_lr_ratio", min_value=0.0,
+                         max_value=0.99, step=0.05, help=help_of("min_lr_ratio"))
+    cols = st.columns(4)
+    cols[0].number_input("Shortest horizon (× D)", key=K + "decay.horizon_low", min_value=0.0, max_value=1.0,
+                         step=0.1, help=help_of("horizon_low"))
+    cols[1].number_input("Longest horizon (× D)", key=K + "decay.horizon_high", min_value=1.0, max_value=16.0,
+                         step=0.5, help=help_of("horizon_high"))
+    cols[2].number_input("Decay-branch horizon ratio", key=K + "decay.wsd_ratio", min_value=1.0, max_value=4.0,
+                         step=0.1, format="%.4g", help=help_of("wsd_ratio"))
+    cols[3].number_input("Cosine horizon ratio", key=K + "decay.cosine_ratio", min_value=1.0, max_value=4.0,
+                         step=0.25, help=help_of("cosine_ratio"))
 
 
 def _local_preview(spec, est) -> None:
@@ -235,6 +288,8 @@ with st.form("launch", border=True):
     if kind == "local":
         _local_fields()
     else:
+        if kind == "schedule":
+            _decay_fields()
         st.markdown("**Batch sizes and the CBS rule**")
         cols = st.columns(4)
         cols[0].text_input("Batch sizes", key=K + "batch_sizes", help="In sequences of T tokens, e.g. `64, 128, 256`.")
@@ -255,13 +310,17 @@ with st.form("launch", border=True):
 
         st.markdown("**Learning-rate search**")
         cols = st.columns([1, 2, 1, 1, 1])
-        cols[0].radio("Search", ["grid", "optuna"], key=K + "search.kind",
-                      format_func=lambda s: {"grid": "Grid", "optuna": "Optuna"}[s])
+        cols[0].radio("Search", SEARCH_KINDS, key=K + "search.kind",
+                      format_func=lambda s: {"grid": "Grid", "chained": "Chained bracket", "optuna": "Optuna"}[s],
+                      help=spec_form.field_help(SearchSpec, "kind"))
         cols[1].text_input("Learning rates", key=K + "search.lrs",
-                           help="Grid: every learning rate per cell (the paper: 1e-3, 3.16e-3, 6.32e-3, 1e-2, 3.16e-2).")
+                           help="Grid: every learning rate per cell (the paper: 1e-3, 3.16e-3, 6.32e-3, 1e-2, 3.16e-2); "
+                                "chained: the reference cell's rates (or the middle its bracket centres on).")
         cols[2].number_input("Optuna trials per cell", key=K + "search.n_trials", min_value=1, step=1)
         cols[3].number_input("Lowest learning rate", key=K + "search.lr_min", min_value=0.0, format="%.1e")
         cols[4].number_input("Highest learning rate", key=K + "search.lr_max", min_value=0.0, format="%.1e")
+        if kind != "schedule":  # a schedule study runs every rate under every schedule (grid only)
+            _chained_fields()
 
     st.markdown("**Budget and data**")
     cols = st.columns(6)
@@ -286,18 +345,10 @@ with st.form("launch", border=True):
                             "the server's data roots: `$CBS_HOME/corpora` (where the operator puts corpora) or a "
                             "folder of `CBS_DATA_ROOTS`.")
 
+    # search.predict, search.lr_prior and prune_at_equal_tokens failed issue 40's criteria: they live
+    # in the spec's `experimental:` block, which the form does not show (a pasted YAML keeps it).
     cols = st.columns(3)
-    cols[0].checkbox("Predict learning rates", key=K + "search.predict",
-                     help="search.predict: each cell starts at its predicted best rate and its neighbours and adds "
-                          "rates only until the optimum is bracketed. Simulated: about 4.3× the oracle instead of "
-                          "6.8×, but B* more than 2% off the full grid in 12–18% of seeds; off by default "
-                          "(docs/results/cheaper-search).")
-    cols[1].checkbox("Stop losing trials at equal tokens", key=K + "prune_at_equal_tokens",
-                     help="prune_at_equal_tokens: trials trailing their cell's leader at the same step stop early; the "
-                          "fit reads their projected steps to target. Simulated: about 3× the oracle with B* on the "
-                          "full grid for power-law curves, off the grid for the lab's own curves (warm-up shapes "
-                          "differ by rate); off by default (docs/results/cheaper-search).")
-    cols[2].checkbox("Stop far rates", key=K + "stop_far_rates",
+    cols[0].checkbox("Stop far rates", key=K + "stop_far_rates",
                      help="stop_far_rates: a rate outside its cell leader's fit window that trails the leader by "
                           "far_rate_margin nats (0.3) once it trained far_rate_fraction (half) of the cell's "
                           "steps stops; nothing is projected, so every rate the fit reads still runs to its "
@@ -520,22 +571,32 @@ if preview or launch or st.session_state.get(K + "previewed"):
             m[4].metric("Compute (FLOPs)", f"{est.flops:.2g}")
             m[5].metric("Time (at most)", units.duration(est.seconds))
             st.markdown(spec_form.rates_line(spec))
+            if spec.search.kind == "chained" and spec.kind != "schedule":  # as `cbs study launch --dry-run` says it
+                from cbscore.study.chained import describe_chained
+
+                st.code("\n".join(describe_chained(spec)), language=None)
+            if spec.kind == "schedule":  # the stable runs, decay branches and cosine runs, with their tokens
+                from cbscore.study.decay_plan import describe_decay
+
+                st.code("\n".join(describe_decay(spec, units.count)), language=None)
             st.caption(f"Upper bounds at full budgets on {n_workers} worker(s) at {tokens_per_s:,.0f} tokens/s each: "
                        "trials stop at their target and pruning stops hopeless ones, so a study spends less.")
             if est.over_limit:
                 st.warning(f"This study is past a sanity limit: {est.over_limit}. Tick “Launch anyway” if you mean it.",
                            icon=":material/warning:")
-            st.dataframe(pd.DataFrame(spec_form.planned_cells(spec)), hide_index=True, width="stretch",
-                         height=min(420, 38 + 35 * est.cells), column_config={
-                             "N": st.column_config.NumberColumn(format="compact"),
-                             "D (tokens)": st.column_config.NumberColumn(format="compact"),
-                             "budget per trial (tokens)": st.column_config.NumberColumn(format="compact"),
-                         })
+            if spec.kind != "schedule":  # a schedule study's runs train their horizons (the lines above)
+                st.dataframe(pd.DataFrame(spec_form.planned_cells(spec)), hide_index=True, width="stretch",
+                             height=min(420, 38 + 35 * est.cells), column_config={
+                                 "N": st.column_config.NumberColumn(format="compact"),
+                                 "D (tokens)": st.column_config.NumberColumn(format="compact"),
+                                 "budget per trial (tokens)": st.column_config.NumberColumn(format="compact"),
+                             })
             _recipe_preview(spec)
             with st.expander("The spec as YAML"):
                 st.code(spec.to_yaml(), language="yaml")
                 st.download_button("Download YAML", spec.to_yaml(), file_name=f"{spec.name}.yaml", mime="application/x-yaml")
-            _simulate(spec)
+            if spec.kind != "schedule":  # the simulator models steps to target, not decay branches
+                _simulate(spec)
 
         if launch:
             if est.over_limit and not force:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 #: Most evaluations on each side of the first one at or below the target that the local fit uses.
 #: Five a side (where the history continues past the crossing) averages the noise of one
-#: evaluation down by about √10; the dense phase of :mod:`cbscore.eval_schedule` puts eight or
+#: evaluation down by about √10; the dense phase of :mod:`cbscore.train.eval_schedule` puts eight or
 #: more in the last 25% of the steps before the crossing.
 FIT_POINTS_PER_SIDE = 5
 

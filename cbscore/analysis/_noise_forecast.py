@@ -16,7 +16,7 @@ preconditioning (McCandlish §2.2; Merrill et al. 2025 find it off by orders of 
 Adam), so the forecast is only useful *calibrated*: :func:`calibrate` measures, per study, the
 factor ``c = B_noise(measured, S(B) fit) / B̂``.
 
-Pure Python and numpy, like the rest of :mod:`cbscore.analysis` (``cbscore.gns`` holds the
+Pure Python and numpy, like the rest of :mod:`cbscore.analysis` (``cbscore.train.gns`` holds the
 estimators that produce ``B_simple`` inside the trainer).
 """
 

@@ -8,7 +8,7 @@ import math
 import re
 import sys
 
-from cbscore.callbacks import Callback
+from cbscore.train.callbacks import Callback
 
 #: Keys of ``cbs train --json`` (exactly these, null where not applicable).
 TRAIN_JSON_KEYS = (
@@ -59,7 +59,7 @@ def register(subparsers) -> None:
                    help="sequences per forward pass; must divide the batch size (default: the batch)")
     p.add_argument("--gns-micro-batch-size", type=int, default=None, metavar="M",
                    help="measure the gradient noise scale by splitting each batch into passes of M sequences "
-                        "(the same update; cbscore.gns)")
+                        "(the same update; cbscore.train.gns)")
     p.add_argument("--gns-half-life-tokens", type=token_count, default=None, metavar="N",
                    help="half-life of the noise-scale averages in tokens (default: 10%% of the budget)")
     p.add_argument("--context", type=int, default=None, metavar="T",
@@ -119,7 +119,7 @@ def build_config(args: argparse.Namespace):
     """The TrainConfig of a ``cbs train`` command line (ConfigError on a bad value)."""
     from cbscore.data import DataConfig
     from cbscore.model import get_preset
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.config import TrainConfig
 
     preset = get_preset(args.model)
     return TrainConfig(
@@ -151,9 +151,9 @@ def build_config(args: argparse.Namespace):
 
 
 def _train(args: argparse.Namespace) -> int:
-    from cbscore.callbacks import ProgressBar
+    from cbscore.train.callbacks import ProgressBar
     from cbscore.data import prepare
-    from cbscore.train import train
+    from cbscore.train.trainer import train
 
     config = build_config(args)
     prepare(config.data, progress=not args.no_progress)  # idempotent; shows progress the first time

@@ -7,10 +7,10 @@ what the schedule needs.
 
 from __future__ import annotations
 
-from cbscore.checkpoint import snapshot_path
+from cbscore.train.checkpoint import snapshot_path
 from cbscore.decay._horizons import DecayPoint
 from cbscore.errors import ConfigError
-from cbscore.train_config import TrainConfig
+from cbscore.train.config import TrainConfig
 
 
 def _explicit(base: TrainConfig) -> TrainConfig:
@@ -39,7 +39,7 @@ def decay_branch_config(stable: TrainConfig, point: DecayPoint, *, decay_fractio
     """The decay branch from the stable run's snapshot at ``point.branch_step``: ``wsd`` with decay
     fraction ``decay_fraction`` to the floor ``min_lr_ratio·lr`` at ``point.horizon_steps``, the
     weights, AdamW moments and averages carried over (``branch_ewa: carry``), so that it is step
-    for step the run trained straight on that schedule (:func:`cbscore.branch.same_rates_before`)."""
+    for step the run trained straight on that schedule (:func:`cbscore.train.branch.same_rates_before`)."""
     if stable.snapshot_dir is None:
         raise ConfigError("snapshot_dir", None, "the stable run keeps no snapshots to branch from")
     branch_tokens, horizon_tokens = point.tokens(stable.batch_tokens)

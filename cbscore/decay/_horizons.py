@@ -4,7 +4,7 @@ Horizons are chosen in *tokens* (the same grid at every batch size, so every ``B
 same points of training), from ``low`` to ``high`` at a ratio ``ratio`` apart, and the
 setting's D itself, so that the reference cell's loss at D (the target) is one of them. At batch
 ``B`` a horizon rounds to ``H = round(tokens / (B·T))`` steps. A ``wsd`` horizon also needs its
-decay to start at a step of the stable run past the warm-up (:func:`cbscore.schedules.wsd_decay_start`);
+decay to start at a step of the stable run past the warm-up (:func:`cbscore.train.schedules.wsd_decay_start`);
 those that do not are dropped.
 """
 
@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from cbscore.errors import ConfigError
-from cbscore.schedules import wsd_decay_start
+from cbscore.train.schedules import wsd_decay_start
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,7 +8,7 @@ warm-up should reach the small-batch control's loss in far fewer steps; the larg
 shows what skipping it costs.
 
 *Equal tokens.* The trainer rounds a run's budget down to whole steps of its batch and switches a
-schedule at the first step boundary at or after ``tokens_from`` (:mod:`cbscore.batch_plan`). So
+schedule at the first step boundary at or after ``tokens_from`` (:mod:`cbscore.train.batch_plan`). So
 that all three arms end on the very same token, every switch sits on a multiple of
 ``u = B_final·T`` (a step boundary of every batch of the warm-up, since each divides ``B_final``)
 and the arms train ``D_eq = ⌊D/u⌋·u`` tokens: :func:`on_equal_token_grid` moves each switch of a
@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cbscore.batch_plan import build_plan
+from cbscore.train.batch_plan import build_plan
 from cbscore.errors import ConfigError
 from cbscore.field_checks import positive_finite, positive_int
 

@@ -6,9 +6,9 @@ optimizer state carried over, each branch trained for a window of ``Δ`` tokens.
 rule ``f`` is the square root for Adam (Malladi et al. 2022, arXiv 2205.10287, the SDE scaling
 rule: ``η ∝ √B``) and linear for SGD (Goyal et al. 2017, arXiv 1706.02677: ``η ∝ B``).
 
-:func:`branch_config` turns a base :class:`~cbscore.train_config.TrainConfig` and a
+:func:`branch_config` turns a base :class:`~cbscore.train.config.TrainConfig` and a
 :class:`BranchSpec` into the branch's own ``TrainConfig``: everything the trainer needs to carry
-the base on (:mod:`cbscore.branch`), with the recipe of the base stated explicitly.
+the base on (:mod:`cbscore.train.branch`), with the recipe of the base stated explicitly.
 
 *The weight average a branch is read on* (:data:`AVERAGING`; issue 39). The base's EWA τ is a
 decay per step. Carried into a branch of ``n`` steps unchanged (``carry``, what the lab did
@@ -17,7 +17,7 @@ before), it keeps a share ``τ^n`` of its weight on the base's past: at a fixed 
 (higher-loss) past and rises with ``k`` while its training loss falls. Two readings remove that:
 
 - ``branch`` (the default): the average starts at the branch (``TrainConfig.branch_ewa = reset``:
-  ``ξ_0 = 0``, bias correction ``1 − Π τ_s`` over the branch's own steps; :mod:`cbscore.averaging`)
+  ``ξ_0 = 0``, bias correction ``1 − Π τ_s`` over the branch's own steps; :mod:`cbscore.train.averaging`)
   and decays per token as the base does (``ewa_batch_size = B0``: ``τ^k`` per step of ``k·B0``), so
   every ``k`` weighs the same tokens of its window alike and nothing of the base's;
 - ``tokens``: the base's average carried on at ``τ_k = τ^k`` per step, so after ``Δ`` tokens every
@@ -31,10 +31,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cbscore.checkpoint import snapshot_path
+from cbscore.train.checkpoint import snapshot_path
 from cbscore.errors import ConfigError
 from cbscore.field_checks import positive_finite, positive_int
-from cbscore.train_config import TrainConfig
+from cbscore.train.config import TrainConfig
 
 LR_RULES = ("sqrt", "linear", "constant")
 AVERAGING = ("branch", "tokens", "carry")

@@ -144,7 +144,7 @@ class WindowLoss:
 def window_end_loss(losses, *, fraction: float = 0.1) -> WindowLoss:
     """Smoothed training loss at a window's end: the mean of the last ``fraction`` of a branch's
     logged losses (at least one), with its spread as a standard error. Logged losses are
-    already means over their log interval (:mod:`cbscore.callbacks`)."""
+    already means over their log interval (:mod:`cbscore.train.callbacks`)."""
     values = np.asarray(losses, dtype=float)
     if values.ndim != 1 or values.size == 0 or not np.all(np.isfinite(values)):
         raise ConfigError("losses", losses, "must be one or more finite losses")

@@ -7,7 +7,7 @@ arXiv 2205.10287). On the fitted curve ``B*(t) = a·t^b`` (:class:`LocalCbsCurve
 
     D_j = (2·B_j / a)^(1/b),    B_j = 2^j·B0,    lr_j = f(2^j)·η0.
 
-Steps are counted by the trainer's own plan (:func:`cbscore.batch_plan.build_plan`: a switch at
+Steps are counted by the trainer's own plan (:func:`cbscore.train.batch_plan.build_plan`: a switch at
 the first step boundary at or after ``D_j``, the budget rounded down to whole steps), so the
 count is the one a run of :attr:`WarmupPlan.batch_schedule` takes. Their OLMo 1B run (sequences of
 4,096 tokens, 1,024 → 2,048 at 168B tokens → 4,096 at 503B) takes 89.2k steps against 156.9k at
@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from cbscore.batch_plan import build_plan
+from cbscore.train.batch_plan import build_plan
 from cbscore.errors import ConfigError
 from cbscore.field_checks import positive_int
 from cbscore.local._branches import lr_factor

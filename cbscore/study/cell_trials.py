@@ -44,7 +44,7 @@ def cell_recipe(spec: StudySpec, setting: Setting, batch_size: int) -> tuple[flo
 def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr: float, seed: int,
                        max_tokens: int, max_steps: int | None, target_loss: float | None) -> dict:
     """The trainer's config of one trial, as ``TrainConfig.to_dict()`` (validated by the trainer)."""
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.config import TrainConfig
 
     beta2, taus = cell_recipe(spec, setting, batch_size)
     local = batch_size // spec.devices_per_trial  # sequences per step on one device
@@ -55,7 +55,7 @@ def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr
         # Gradient accumulation above the micro-batch (the same update, less memory per pass).
         "micro_batch_size": spec.micro_batch_size if spec.micro_batch_size and local > spec.micro_batch_size
         else None,
-        # An extra split of the same batch that measures the gradient noise scale (cbscore.gns).
+        # An extra split of the same batch that measures the gradient noise scale (cbscore.train.gns).
         "gns_micro_batch_size": spec.gns_micro_batch_size if batch_size in spec.gns_batch_sizes() else None,
         # Its averages' half-life: 10% of the setting's D at every batch size, in tokens.
         "gns_half_life_tokens": max(1, round(0.1 * setting.tokens)),

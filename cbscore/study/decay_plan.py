@@ -66,7 +66,7 @@ def snapshot_folder(root: str, batch_size: int, lr: float, seed: int) -> str:
 
 
 def _base(spec: StudySpec, batch_size: int, lr: float, seed: int):
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.config import TrainConfig
 
     setting = study_setting(spec)
     return TrainConfig.from_dict(build_train_config(spec, setting, batch_size=batch_size, lr=lr, seed=seed,

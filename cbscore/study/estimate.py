@@ -152,8 +152,8 @@ def _flops_with_head(model: str, context_tokens: int, vocab_size: int) -> float:
 
 def gpu_measure_batch(spec: StudySpec, model: str, free_bytes: float, *, vocab_size: int = 8192) -> int:
     """The micro-batch of a reference trial of ``model`` on one device: the spec's, or the one
-    :mod:`cbscore.micro_batch` chooses from ``free_bytes``, at most B_ref's share per device."""
-    from cbscore.micro_batch import activation_bytes_per_sequence, choose_micro_batch, static_bytes
+    :mod:`cbscore.train.micro_batch` chooses from ``free_bytes``, at most B_ref's share per device."""
+    from cbscore.train.micro_batch import activation_bytes_per_sequence, choose_micro_batch, static_bytes
     from cbscore.model_config import PRESETS, padded_vocab_size
 
     local = max(1, spec.b_ref // spec.devices_per_trial)

@@ -93,7 +93,7 @@ def base_trial(spec: StudySpec, seed: int, snapshot_dir: str) -> TrialSpec:
 def branch_trial(spec: StudySpec, checkpoint: Checkpoint, multiplier: float, seed: int, snapshot_dir: str) -> TrialSpec:
     """Branch ``k = multiplier`` of ``checkpoint`` from base ``seed``'s snapshot in ``snapshot_dir``."""
     from cbscore.local import BranchSpec, branch_config
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.config import TrainConfig
 
     setting, local = _setting(spec), spec.local
     base = TrainConfig.from_dict(base_train_config(spec, seed, snapshot_dir))
@@ -138,7 +138,7 @@ def arm_trial(spec: StudySpec, arm, seed: int) -> TrialSpec:
     arm's multiplier; its weight averages decay per ``B0·T`` tokens (``ewa_batch_size = B0``:
     ``τ^(B/B0)`` per step of ``B``), so the three arms' averaged losses weigh the same tokens alike
     (per step, as before issue 39, with ``local.averaging: carry``); no snapshots, no target."""
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.config import TrainConfig
 
     setting, local = _setting(spec), spec.local
     base = TrainConfig.from_dict(build_train_config(

@@ -51,7 +51,7 @@ LOSS_AT_TRUTH = 3.0
 #: the steps at every batch size and learning rate alike.
 LOSS_SLOPE = 0.2
 #: Evaluations near the crossing: one every ``need/EVALS_NEAR_TARGET`` steps, about 8 in the
-#: last quarter of the steps to target (the trainer's dense phase, cbscore.eval_schedule).
+#: last quarter of the steps to target (the trainer's dense phase, cbscore.train.eval_schedule).
 EVALS_NEAR_TARGET = 32
 #: The lab's measured noise, as :class:`SimConfig` fields (``SimConfig(**LAB_NOISE)``,
 #: ``--noise lab``): the components of :data:`cbscore.study.sim_tables.LAB_NOISE` (one source),

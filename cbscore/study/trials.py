@@ -54,7 +54,7 @@ class TrialSpec:
     search_number: int | None = None
     """Optuna trial number within the cell's Optuna study (``None`` for grid trials)."""
     train_config: Mapping[str, Any]
-    """``cbscore.train_config.TrainConfig.to_dict()`` of the trial."""
+    """``cbscore.train.config.TrainConfig.to_dict()`` of the trial."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

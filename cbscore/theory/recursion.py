@@ -24,7 +24,7 @@ Jain et al. 2018 (JMLR 18(223), "Parallelizing SGD for least squares", eq. 5), a
 and the expected excess risk of the last iterate is ``R_t = Σ_i λ_i A_i(t)`` (the population risk
 ``E(y − xᵀw)²`` is ``R_t + σ²``). With ``γ_i = η`` this is the issue's recursion.
 
-Averaged iterates. The lab's EWA (:mod:`cbscore.averaging`) is ``ξ_t = τ·ξ_{t−1} + (1 − τ)·w_t``,
+Averaged iterates. The lab's EWA (:mod:`cbscore.train.averaging`) is ``ξ_t = τ·ξ_{t−1} + (1 − τ)·w_t``,
 ``ξ_0 = 0``, evaluated bias corrected, ``ξ̂_t = ξ_t/(1 − τ^t)``; the uniform (Polyak–Ruppert)
 average is ``w̄_t = (1/t)·Σ_{s=1}^t w_s``. Both are ``Σ_s c·τ^{t−s}·w_s/N_t`` with ``N_t = S_t(τ) =
 Σ_{n<t} τ^n`` (``τ = 1`` for the uniform average), so ``ξ̂_t − w* = Σ_s τ^{t−s}·e_s/S_t(τ)``. The
@@ -285,7 +285,7 @@ class Spectrum:
                          asymptote=self.r_inf)
 
     def ewa(self, tau: float) -> RiskCurve:
-        """The bias-corrected EWA with decay ``τ`` (the lab's :class:`cbscore.averaging.WeightAverage`)."""
+        """The bias-corrected EWA with decay ``τ`` (the lab's :class:`cbscore.train.averaging.WeightAverage`)."""
         tau = check_tau(tau)
         kappa = 1.0 - tau
         for _ in range(8):

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from cbscore.averaging import WeightAverage
+from cbscore.train.averaging import WeightAverage
 
 
 def test_ewa_equals_hand_computed_bias_corrected_average():

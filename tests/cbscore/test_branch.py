@@ -1,4 +1,4 @@
-"""Branching a trial from another trial's snapshot (cbscore.branch): known answers on a CPU.
+"""Branching a trial from another trial's snapshot (cbscore.train.branch): known answers on a CPU.
 
 Base: tiny-0.1M, 8 sequences of 32 tokens a step (256 tokens), 30 steps, warm-up 10 steps;
 snapshots after steps 6 (inside the warm-up) and 12.
@@ -12,13 +12,13 @@ import math
 import pytest
 import torch
 
-from cbscore.callbacks import Callback
-from cbscore.checkpoint import load_checkpoint, save_checkpoint, snapshot_path
+from cbscore.train.callbacks import Callback
+from cbscore.train.checkpoint import load_checkpoint, save_checkpoint, snapshot_path
 from cbscore.data.stream import WindowStream
 from cbscore.errors import ConfigError
 from cbscore.local import BranchSpec, branch_config
-from cbscore.train import train
-from cbscore.train_config import TrainConfig
+from cbscore.train.trainer import train
+from cbscore.train.config import TrainConfig
 from tests.cbscore.test_train import CrashAt, Recorder
 
 STEP_TOKENS = 8 * 32
@@ -256,7 +256,7 @@ def test_branch_averaging_fields_are_checked_and_round_trip(base_run):
     assert TrainConfig.from_dict(config.to_dict()) == config
     old = config.to_dict()
     del old["branch_ewa"], old["ewa_batch_size"]
-    from cbscore.train_config import LATER_FIELDS
+    from cbscore.train.config import LATER_FIELDS
     assert TrainConfig.from_dict({**LATER_FIELDS, **old}).branch_ewa == "carry"  # a checkpoint from before: as it ran
     with pytest.raises(ConfigError, match=r"^branch_ewa: must be one of carry, reset, but got 'fresh'\."):
         config.replace(branch_ewa="fresh")

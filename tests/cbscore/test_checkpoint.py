@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cbscore.checkpoint import load_checkpoint, save_checkpoint
+from cbscore.train.checkpoint import load_checkpoint, save_checkpoint
 
 
 def test_round_trip_and_leftover_temporary_files_are_removed(tmp_path):
@@ -36,7 +36,7 @@ def test_a_folder_removed_under_a_save_is_not_made_again(tmp_path, monkeypatch):
     import os
     import shutil
 
-    from cbscore import checkpoint
+    from cbscore.train import checkpoint
 
     folder = tmp_path / "trial"
     assert save_checkpoint(folder, {"step": 1}) == folder / "checkpoint.pt"
@@ -57,7 +57,7 @@ def test_a_save_is_durable_in_order_file_then_rename_then_folder(tmp_path, monke
     import os
     import stat
 
-    from cbscore import checkpoint
+    from cbscore.train import checkpoint
 
     events = []
     fsync, replace = os.fsync, os.replace

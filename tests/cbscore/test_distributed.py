@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from cbscore.callbacks import Callback
-from cbscore.distributed import RankFailed
+from cbscore.train.callbacks import Callback
+from cbscore.train.distributed import RankFailed
 from cbscore.errors import ConfigError
-from cbscore.train import train
-from cbscore.train_config import TrainConfig
+from cbscore.train.trainer import train
+from cbscore.train.config import TrainConfig
 from tests.cbscore.test_train import tiny as _tiny
 
 
@@ -63,7 +63,7 @@ def test_a_batch_that_does_not_split_evenly_is_refused():
 
 
 def spawned_ranks() -> list[int]:
-    """Pids of the rank processes this process started (``python -m cbscore.distributed``)."""
+    """Pids of the rank processes this process started (``python -m cbscore.train.distributed``)."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -75,7 +75,7 @@ def spawned_ranks() -> list[int]:
                 cmdline = f.read()
         except OSError:
             continue
-        if ppid == os.getpid() and b"cbscore.distributed" in cmdline:
+        if ppid == os.getpid() and b"cbscore.train.distributed" in cmdline:
             pids.append(int(entry))
     return pids
 
@@ -106,7 +106,7 @@ def test_kill_9_of_one_rank_ends_the_attempt_and_the_trial_resumes_from_its_chec
     # no hang: gloo sees the closed socket at once, long before the 120 s deadline
     assert time.monotonic() - killer.at < 20
     assert killer.killed and not spawned_ranks()  # no rank left behind
-    from cbscore.checkpoint import load_checkpoint
+    from cbscore.train.checkpoint import load_checkpoint
 
     assert load_checkpoint(tmp_path / "ckpt")["step"] == 15
     resumed = train(config)
@@ -128,7 +128,7 @@ def test_ranks_die_with_a_killed_rank_0(builtin_slice_config, tmp_path):
     import sys
 
     config = tiny(builtin_slice_config, max_tokens=8 * 32 * 100_000, devices=2, allow_repeat=True)
-    script = ("import json, sys; from cbscore.train import train; from cbscore.train_config import TrainConfig; "
+    script = ("import json, sys; from cbscore.train.trainer import train; from cbscore.train.config import TrainConfig; "
               "train(TrainConfig.from_dict(json.loads(sys.stdin.read())))")
     leader = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE)
     leader.stdin.write(json.dumps(config.to_dict()).encode())
@@ -144,7 +144,7 @@ def test_ranks_die_with_a_killed_rank_0(builtin_slice_config, tmp_path):
                     cmdline = f.read()
             except (OSError, ValueError):
                 continue
-            if int(fields[1]) == leader.pid and b"cbscore.distributed" in cmdline:
+            if int(fields[1]) == leader.pid and b"cbscore.train.distributed" in cmdline:
                 found.append(int(entry))
         return found
 
@@ -203,7 +203,7 @@ class _NewDDP:
 
 
 def test_ddp_is_built_with_whichever_buffer_keyword_this_torch_has():
-    from cbscore.distributed import buffer_sync_keyword, make_ddp
+    from cbscore.train.distributed import buffer_sync_keyword, make_ddp
 
     model = torch.nn.Linear(2, 2)
     assert buffer_sync_keyword(_OldDDP) == "broadcast_buffers"
@@ -218,7 +218,7 @@ def test_ddp_of_this_torch_trains_on_a_one_rank_group(tmp_path):
     code = textwrap.dedent(f"""
         import os, torch
         import torch.distributed as dist
-        from cbscore.distributed import file_store, make_ddp
+        from cbscore.train.distributed import file_store, make_ddp
         dist.init_process_group("gloo", store=file_store({str(tmp_path / "store")!r}, 1, 30.0), rank=0, world_size=1)
         model = make_ddp(torch.nn.Linear(4, 1), torch.device("cpu"))
         model(torch.ones(3, 4)).sum().backward()

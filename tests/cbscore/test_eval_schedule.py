@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cbscore.eval_schedule import EvalSchedule, default_every_steps, min_every_steps, predicted_crossing
+from cbscore.train.eval_schedule import EvalSchedule, default_every_steps, min_every_steps, predicted_crossing
 
 
 def _steps(schedule: EvalSchedule, losses=lambda s: 10.0) -> list[int]:
@@ -52,7 +52,7 @@ def test_default_interval_gives_about_forty_regular_evaluations():
 
 
 def test_min_every_steps_caps_evaluation_compute():
-    from cbscore.eval_schedule import EvalSchedule, min_every_steps
+    from cbscore.train.eval_schedule import EvalSchedule, min_every_steps
 
     # 3 weight sets × 120 windows × 128 tokens / 3 = 15,360 training-token equivalents per evaluation;
     # at 2,048 tokens a step and half of training compute, evaluations are ≥ 15 steps apart.

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from cbscore.gns import (
+from cbscore.train.gns import (
     GnsTracker,
     forecast_b_noise,
     forecast_cbs,

@@ -10,7 +10,7 @@ import pytest
 
 from cbscore.errors import ConfigError
 from cbscore.local import equal_token_budget, on_equal_token_grid, warmup_arms
-from cbscore.train_config import TrainConfig
+from cbscore.train.config import TrainConfig
 
 SQRT2 = math.sqrt(2)
 

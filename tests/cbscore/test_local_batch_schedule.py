@@ -1,4 +1,4 @@
-"""A batch-size schedule in tokens (TrainConfig.batch_schedule, cbscore.batch_plan): exact steps,
+"""A batch-size schedule in tokens (TrainConfig.batch_schedule, cbscore.train.batch_plan): exact steps,
 the budget in tokens, the data stream without gap or repeat, and resuming across a switch.
 
 Schedule: 4 sequences of 32 tokens (128 tokens a step) to 2,048 tokens, 8 (×√2) to 6,144, then
@@ -11,11 +11,11 @@ import math
 
 import pytest
 
-from cbscore.batch_plan import build_plan
+from cbscore.train.batch_plan import build_plan
 from cbscore.data.stream import WindowStream
 from cbscore.errors import ConfigError
-from cbscore.train import train
-from cbscore.train_config import TrainConfig
+from cbscore.train.trainer import train
+from cbscore.train.config import TrainConfig
 from tests.cbscore.test_train import CrashAt, Recorder
 
 SCHEDULE = ((2048, 8, math.sqrt(2)), (6144, 16, 2.0))
@@ -102,7 +102,7 @@ def test_a_bad_schedule_is_refused_naming_the_entry():
 def test_averages_anchored_on_b0_decay_per_token_through_a_schedule(builtin_slice_config, tmp_path):
     # issue 39 (the warm-up arms): ewa_batch_size = 4 makes a step of B decay by τ^(B/4), so after the
     # 12,288 tokens of 96 B0-steps the correction is 1 − 0.9^96 (per step it would be 1 − 0.9^44)
-    from cbscore.checkpoint import load_checkpoint
+    from cbscore.train.checkpoint import load_checkpoint
 
     for anchor, steps in ((4, 96), (None, 44)):
         folder = tmp_path / f"anchor-{anchor}"

@@ -8,7 +8,7 @@ import pytest
 
 from cbscore.errors import ConfigError
 from cbscore.local import LocalCbsCurve, fit_local_cbs_curve, plan_warmup, schedule_warmup
-from cbscore.train_config import TrainConfig
+from cbscore.train.config import TrainConfig
 
 T = 4096  # OLMo 1B: documents of 4,096 tokens
 # Total run length: 156.9k steps at 1,024 × 4,096 tokens, about 658B tokens

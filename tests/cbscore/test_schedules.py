@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from cbscore.schedules import LrSchedule, warmup_steps
+from cbscore.train.schedules import LrSchedule, warmup_steps
 
 
 def test_warmup_steps_halve_when_the_batch_doubles():

@@ -9,9 +9,9 @@ import sys
 import pytest
 import torch
 
-from cbscore.allocator import keep_freed_memory
+from cbscore.train.allocator import keep_freed_memory
 from cbscore.errors import ConfigError
-from cbscore.throughput import (
+from cbscore.train.throughput import (
     PEAK_BF16_FLOPS,
     PEAK_FLOPS_ENV,
     mfu,
@@ -133,7 +133,7 @@ def test_the_first_step_compilation_is_off_the_logged_and_final_throughput(built
     in the first logged interval too (it used to count the compile time there)."""
     import time
 
-    from cbscore.train import train
+    from cbscore.train.trainer import train
     from tests.cbscore.test_train import Recorder, tiny
 
     class SlowFirstStep(Recorder):

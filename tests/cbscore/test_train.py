@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from cbscore.analysis import first_crossing
-from cbscore.callbacks import Callback
-from cbscore.checkpoint import load_checkpoint
+from cbscore.train.callbacks import Callback
+from cbscore.train.checkpoint import load_checkpoint
 from cbscore.errors import ConfigError, DataError
-from cbscore.train import train
-from cbscore.train_config import TrainConfig
+from cbscore.train.trainer import train
+from cbscore.train.config import TrainConfig
 
 
 def tiny(data, **changes) -> TrainConfig:
@@ -194,7 +194,7 @@ def test_a_time_based_checkpoint_is_written_atomically_and_resumed(builtin_slice
 def test_the_progress_bar_reports_tokens_and_loss(builtin_slice_config):
     import io
 
-    from cbscore.callbacks import ProgressBar
+    from cbscore.train.callbacks import ProgressBar
 
     out = io.StringIO()
     train(tiny(builtin_slice_config, max_steps=10), callbacks=[ProgressBar(file=out)])
@@ -223,7 +223,7 @@ def test_cuda_bf16_compiled_training_reaches_a_target_and_reports_mfu(builtin_sl
 def test_a_result_round_trips_through_json(builtin_slice_config):
     import json
 
-    from cbscore.trial_result import TrialResult
+    from cbscore.train.result import TrialResult
 
     result = train(tiny(builtin_slice_config, max_steps=6, target_loss=7.0))
     wire = json.loads(json.dumps(result.to_dict(), allow_nan=False))

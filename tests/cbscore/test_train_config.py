@@ -8,7 +8,7 @@ import pytest
 
 from cbscore.data import DataConfig
 from cbscore.errors import ConfigError
-from cbscore.train_config import TrainConfig
+from cbscore.train.config import TrainConfig
 
 BASE = dict(model="tiny-0.1M", batch_size=8, context_tokens=32, max_tokens=100_000, lr=1e-2)
 

@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch import nn
 
-from cbscore.callbacks import Callback
-from cbscore.checkpoint import load_checkpoint
+from cbscore.train.callbacks import Callback
+from cbscore.train.checkpoint import load_checkpoint
 from cbscore.errors import ConfigError
-from cbscore.gns import GnsProbe, two_batch_estimates
-from cbscore.train import train
-from cbscore.train_config import TrainConfig
+from cbscore.train.gns import GnsProbe, two_batch_estimates
+from cbscore.train.trainer import train
+from cbscore.train.config import TrainConfig
 from tests.cbscore.test_train import Recorder as _Recorder
 from tests.cbscore.test_train import tiny as _tiny
 
@@ -220,7 +220,7 @@ def test_probe_keeps_measuring_across_an_out_of_memory_halving():
 def test_probe_takes_all_norms_of_a_micro_batch_in_one_fused_launch(monkeypatch):
     from torch.profiler import ProfilerActivity, profile
 
-    import cbscore.gns
+    import cbscore.train.gns
 
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(6, 6) for _ in range(20)])  # 40 parameter tensors
@@ -238,7 +238,7 @@ def test_probe_takes_all_norms_of_a_micro_batch_in_one_fused_launch(monkeypatch)
     assert len(loose) == 1
     fused = probe.pending[0][0]
     # a small batch size in bytes: several fused launches per micro-batch, the same norms
-    monkeypatch.setattr(cbscore.gns, "NORM_BATCH_BYTES", 6 * 6 * 4 * 5)
+    monkeypatch.setattr(cbscore.train.gns, "NORM_BATCH_BYTES", 6 * 6 * 4 * 5)
     probe.pending.clear()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         _accumulate(model, probe, x, y, 2)

@@ -17,7 +17,7 @@ from workers.tracking import Tracker
 
 
 def rank_processes(parent: int) -> list[int]:
-    """Pids of the rank processes ``parent`` started (``python -m cbscore.distributed``)."""
+    """Pids of the rank processes ``parent`` started (``python -m cbscore.train.distributed``)."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -29,7 +29,7 @@ def rank_processes(parent: int) -> list[int]:
                 cmdline = f.read()
         except OSError:
             continue
-        if ppid == parent and b"cbscore.distributed" in cmdline:
+        if ppid == parent and b"cbscore.train.distributed" in cmdline:
             pids.append(int(entry))
     return pids
 

@@ -86,7 +86,7 @@ def test_an_extension_that_changes_what_ran_is_refused_and_changes_nothing(worke
 
 
 def test_retry_runs_exactly_the_failed_trials_again_as_new_trials(worker_env, token_store, monkeypatch, capsys):
-    import cbscore.train as train_module
+    import cbscore.train.trainer as train_module
 
     name = "retry1"
     api.launch_study(tiny_spec(name, batch_sizes=[4, 8, 16]))

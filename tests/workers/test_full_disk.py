@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import cbscore.train as train_module
+import cbscore.train.trainer as train_module
 from tests.workers.conftest import tiny_spec
 from workers.query import api
 from workers.infra.checkpoints import checkpoint_dir

@@ -17,8 +17,8 @@ import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
 
-import cbscore.train as train_module
-from cbscore.checkpoint import load_checkpoint
+import cbscore.train.trainer as train_module
+from cbscore.train.checkpoint import load_checkpoint
 from tests.workers.conftest import DATA
 from workers.tracking import MlflowCallback, Tracker
 
@@ -42,7 +42,7 @@ def new_run(tracker: Tracker, name: str) -> str:
 
 
 def config(folder):
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.config import TrainConfig
 
     # 58 steps, a checkpoint every 20, evaluations dense near the end; flushes only at the
     # start, before each checkpoint and at the end (flush_s below): the finding's worst case

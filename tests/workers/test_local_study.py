@@ -83,9 +83,9 @@ def test_a_local_study_runs_to_a_local_cbs_per_checkpoint(worker_env, token_stor
 
 def _branch_reference(config: dict, tmp: Path):
     """The branch run once more in this process, never interrupted: its result and logged losses."""
-    from cbscore.callbacks import Callback
-    from cbscore.train import train
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.callbacks import Callback
+    from cbscore.train.trainer import train
+    from cbscore.train.config import TrainConfig
 
     class Losses(Callback):
         def __init__(self):

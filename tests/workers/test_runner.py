@@ -150,9 +150,9 @@ def test_diverged_trial_is_kept_and_not_retried(worker_env, token_store):
 def test_redelivered_task_takes_over_from_a_dead_holder_and_resumes(worker_env, token_store):
     """A child killed mid-trial (its parent alive) gets its task redelivered: the next attempt
     resumes from the checkpoint the dead child left."""
-    from cbscore.callbacks import Callback
-    from cbscore.train import train
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.callbacks import Callback
+    from cbscore.train.trainer import train
+    from cbscore.train.config import TrainConfig
     from workers.studies.records import trial_spec
     from workers.trials.trial import checkpoint_dir, run_trial_attempt
 

@@ -9,7 +9,7 @@
 * ``worker_prefetch_multiplier=1``, ``worker_max_tasks_per_child=1`` (prefork): a trial never
   waits behind another in a prefetch buffer, and each runs in a fresh child process, so CUDA is
   only ever initialised in a child (a GPU worker's parent imports neither torch nor
-  cbscore.train; a CPU worker's parent preloads them for its children).
+  cbscore.train.trainer; a CPU worker's parent preloads them for its children).
 * Queues ``cpu`` and ``gpu``; ``cbs worker`` consumes the one of its device.
 * A broker outage is waited out: the worker reconnects however long it lasts, a running trial
   carries on, and an ack that fails meanwhile does not stop the worker from consuming again

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from cbscore.checkpoint import checkpoint_path, snapshot_path
+from cbscore.train.checkpoint import checkpoint_path, snapshot_path
 from cbscore.study import StudySpec, TrialRecord
 from cbscore.study.decay_plan import (DecaySnapshots, decay_trials, run_keys, snapshot_folder, stable_trial_id,
                                       wsd_grid)
@@ -47,7 +47,7 @@ def decay_snapshots(spec: StudySpec, records: Sequence[TrialRecord]) -> DecaySna
 def largest_trial(spec: StudySpec) -> tuple[int, str, int]:
     """Build every trial's ``TrainConfig`` (a bad one fails here, with the trainer's message) and
     return ``(tokens the longest trial reads, setting id, batch size)`` for the store check."""
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.config import TrainConfig
 
     largest = (0, "", 0)
     for ts in decay_trials(spec, snapshot_folders(spec)):

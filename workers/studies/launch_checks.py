@@ -24,7 +24,7 @@ def check_spec(spec: StudySpec, *, force: bool = False) -> None:
     # here, before anything is read or written (the worker checks again: cbscore.data.roots).
     from cbscore.data import DataConfig
     from cbscore.data.store import check_data_location
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.config import TrainConfig
 
     check_data_location(DataConfig.from_dict(dict(spec.data)))
     if spec.kind == "local":  # a base run and its branches, not a grid of cells

@@ -50,7 +50,7 @@ def local_readout(spec: StudySpec, records: Sequence[TrialRecord],
     """The fit JSON of a local study; ``train_losses(record)`` gives a branch's logged training
     losses in step order (from MLflow in :func:`local_fit`, from anything in a test), and
     ``b_simple`` each seed's base-run noise scale ``(tokens, B_simple)`` where its probe ran
-    (McCandlish et al. 2018, :mod:`cbscore.gns`; drawn beside the local CBS). Pure."""
+    (McCandlish et al. 2018, :mod:`cbscore.train.gns`; drawn beside the local CBS). Pure."""
     from cbscore.local import (fit_local_cbs_curve, merrill_local_cbs, noise_aware_local_cbs, plan_warmup,
                                window_end_loss)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from cbscore import paths
-from cbscore.checkpoint import checkpoint_path, snapshot_path
+from cbscore.train.checkpoint import checkpoint_path, snapshot_path
 from cbscore.errors import ConfigError
 from cbscore.study import LocalSnapshots, StudySpec, TrialRecord
 from cbscore.study.local_plan import base_trial_id, local_trials, study_checkpoints
@@ -84,7 +84,7 @@ def _rerooted(study: str, path) -> str | None:
 def largest_trial(spec: StudySpec) -> tuple[int, str, int]:
     """Build every trial's ``TrainConfig`` (a bad one fails here, with the trainer's message) and
     return ``(tokens the longest trial reads, setting id, batch size)`` for the store check."""
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.config import TrainConfig
 
     largest = (0, "", 0)
     for ts in local_trials(spec, {s: snapshot_dir(spec.name, s) for s in spec.seeds}):

@@ -125,8 +125,8 @@ def resend(runner, study: str, now: float) -> list[str]:
 def _checkpoint_result(trial_id: str):
     """The :class:`TrialResult` the trial's checkpoint holds (``None``: no checkpoint here, or one
     of a trial that had not ended)."""
-    from cbscore.checkpoint import load_checkpoint
-    from cbscore.trial_result import TrialResult
+    from cbscore.train.checkpoint import load_checkpoint
+    from cbscore.train.result import TrialResult
     from workers.infra.checkpoints import checkpoint_dir
 
     try:

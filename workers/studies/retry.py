@@ -19,7 +19,7 @@ def retry_study(runner, study: str, *, failed: bool = True, censored: bool = Fal
     cell that nothing reached (``censored``) at ``budget_factor`` times its cap and budget. The
     reason and who asked are the new runs' ``retry_of``/``retry_reason``/``retried_by`` tags.
     A done study runs again. Returns the new trial ids."""
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.config import TrainConfig
     from workers.studies.records import trial_spec
 
     if not (failed or censored):

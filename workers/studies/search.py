@@ -139,7 +139,7 @@ class CellSearch:
 def tell_outcome(s, study: str, tags: dict, outcome: str, result) -> None:
     """Tell the trial's Optuna study how it ended (Optuna trials only: a grid trial has no
     ``search_number`` tag). ``s``: the :class:`~workers.infra.settings.WorkerSettings`; ``result``: its
-    :class:`~cbscore.trial_result.TrialResult`, or ``None``."""
+    :class:`~cbscore.train.result.TrialResult`, or ``None``."""
     if not tags.get("search_number"):
         return
     CellSearch(s.optuna_storage, study).tell(

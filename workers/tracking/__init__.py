@@ -15,7 +15,7 @@ trial, linked by ``mlflow.parentRunId``:
 * metrics at ``step=`` optimizer step: ``train/loss``, ``optim/lr``, ``optim/grad_norm``,
   ``perf/tokens_per_s``, ``perf/mfu``, ``eval/loss_ewa`` (best τ), ``eval/loss_ewa_<τ>``,
   ``eval/loss_raw``, ``gns/g2``, ``gns/trace_sigma``, ``gns/b_simple`` (the gradient noise scale
-  at log steps, so at every evaluation step too, ``cbscore.gns``; B_simple in sequences),
+  at log steps, so at every evaluation step too, ``cbscore.train.gns``; B_simple in sequences),
   ``heartbeat`` (wall time, Unix seconds), ``progress/step``, ``progress/tokens``, and the
   ``summary/*`` figures at the end (``steps_to_target``, ``tokens_to_target``, ...).
 

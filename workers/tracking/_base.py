@@ -33,7 +33,7 @@ TERMINAL_RUN_STATUSES = ("FINISHED", "KILLED", "FAILED")
 #: Metric keys that make up a trial's curves (``trial_curve``).
 CURVE_PREFIXES = ("train/", "eval/", "optim/", "perf/", "gns/")
 
-#: Metrics-dict keys of the gradient noise scale (``cbscore.gns.GnsProbe.metrics``) → MLflow keys.
+#: Metrics-dict keys of the gradient noise scale (``cbscore.train.gns.GnsProbe.metrics``) → MLflow keys.
 GNS_METRICS = {"gns_g2": "gns/g2", "gns_trace_sigma": "gns/trace_sigma", "gns_b_simple": "gns/b_simple"}
 
 _SPEC_TAG = "cbs.spec"
@@ -235,7 +235,7 @@ def _default_params() -> dict[str, str]:
     import dataclasses
 
     from cbscore.data import DataConfig
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.config import TrainConfig
 
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
     defaults["data"] = {f.name: f.default for f in dataclasses.fields(DataConfig)

@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 from mlflow.entities import Metric, RunTag
 
-from cbscore.callbacks import Callback, TrainState
-from cbscore.trial_result import EvalPoint, TrialResult
+from cbscore.train.callbacks import Callback, TrainState
+from cbscore.train.result import EvalPoint, TrialResult
 from workers.tracking._base import (_MAX_TAG, CURVE_PREFIXES, EVAL_CURVE_TAG, GNS_METRICS, _ms, is_transient,
                                     retrying)
 from workers.tracking._tracker import Tracker

@@ -90,7 +90,7 @@ def _preload(**_: object) -> None:
     import workers.tracking  # noqa: F401
 
     if os.environ.get("CBS_WORKER_DEVICE") == "cpu":
-        import cbscore.train  # noqa: F401
+        import cbscore.train.trainer  # noqa: F401
         import workers.trials.trial  # noqa: F401
 
 

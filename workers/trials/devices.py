@@ -4,7 +4,7 @@ A worker given G GPUs and K devices per trial runs G/K trials at once (Celery pr
 per trial). Pool child ``i`` (billiard's process index: unique among the live children, and a
 child that replaces another takes its index) owns the GPU group ``gpus[i·K : (i+1)·K]``: it sets
 ``CUDA_VISIBLE_DEVICES`` to that group before anything in it touches CUDA, so rank r of its trial
-is ``cuda:r`` (:mod:`cbscore.distributed`). ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (set by ``cbs
+is ``cuda:r`` (:mod:`cbscore.train.distributed`). ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (set by ``cbs
 worker``) makes those indices the ones ``nvidia-smi`` prints.
 
 Never imports torch: this runs in the worker parent and at the start of every child.

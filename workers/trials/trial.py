@@ -4,7 +4,7 @@
    the current one, or whose trial already ended or is held by a live process, exits without
    training. A redelivered task whose previous holder died on this host takes the trial over as
    the next attempt, or ends it ``failed`` at the attempt cap (``CBS_MAX_ATTEMPTS``).
-2. Train through :func:`cbscore.train.train` with the MLflow callback and a stop watch; a
+2. Train through :func:`cbscore.train.trainer.train` with the MLflow callback and a stop watch; a
    heartbeat thread stamps the lease every ``CBS_HEARTBEAT_S`` and reads its stop reason. The
    trial resumes from ``<checkpoint root>/<trial_id>`` (``CBS_CHECKPOINT_DIR``, else
    ``$CBS_HOME/checkpoints``) when a checkpoint is there.
@@ -39,7 +39,7 @@ import threading
 import time
 import traceback
 
-from cbscore.callbacks import Callback, TrainState
+from cbscore.train.callbacks import Callback, TrainState
 from workers.infra.checkpoints import checkpoint_dir, remove_checkpoint
 from workers.studies.ledger import INTERRUPTED, Ledger, owner_is_dead, this_process
 from workers.infra.settings import WorkerSettings
@@ -248,11 +248,11 @@ def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, a
     # step with a checkpoint, then the same attempt goes back to the queue.
     on_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, lambda *_: heartbeat.interrupt()) if on_main else None
-    from cbscore.distributed import RankFailed
+    from cbscore.train.distributed import RankFailed
 
     try:
-        from cbscore.train import train
-        from cbscore.train_config import TrainConfig
+        from cbscore.train.trainer import train
+        from cbscore.train.config import TrainConfig
 
         config = TrainConfig.from_dict({**spec.train_config, **_operational(trial_id, spec.train_config, study)})
         ready_store(ledger, study, config.data)  # the study's one store, here; never a second one

@@ -151,7 +151,7 @@ def test_bad_window_rules_and_averagings_name_the_field_and_the_value(local, mes
 def test_branches_train_on_the_average_the_spec_names(averaging, branch_ewa, ewa_batch_size):
     from cbscore.local import AVERAGING
     from cbscore.study.local_spec import AVERAGING as SPEC_AVERAGING
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.config import TrainConfig
 
     assert SPEC_AVERAGING == AVERAGING  # the spec's copy (it imports no torch) is the branches' list
     s = spec(checkpoint_count=2, averaging=averaging)

@@ -13,7 +13,7 @@ from cbscore.errors import ConfigError
 from cbscore.study import LocalSnapshots, StudySpec, TrialRecord, estimate, plan
 from cbscore.study.extend import extend_spec
 from cbscore.study.local_plan import local_trials
-from cbscore.train_config import TrainConfig
+from cbscore.train.config import TrainConfig
 
 SQRT2 = math.sqrt(2)
 SCHEDULE = [[1024, 8, SQRT2], [2048, 16, 2.0]]

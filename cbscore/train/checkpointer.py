@@ -1,4 +1,4 @@
-"""The trainer's checkpoints (:mod:`cbscore.train`, "Resuming" and "Branches"): what a checkpoint
+"""The trainer's checkpoints (:mod:`cbscore.train.trainer`, "Resuming" and "Branches"): what a checkpoint
 holds, the resume of rank 0 and of the other ranks, and a branch's start from its
 base. A mixin of the trainer's trial: these methods read and set the trial's model, optimizer,
 averages, state and progress, and nothing else of it."""
@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import torch
 
-from cbscore.branch import carry_over, read_base
-from cbscore.checkpoint import checkpoint_path, load_checkpoint, rng_state, set_rng_state
-from cbscore.trial_progress import CHECKPOINT_FORMAT, Progress, check_same_trial
-from cbscore.trial_result import EvalPoint, TrialResult
+from cbscore.train.branch import carry_over, read_base
+from cbscore.train.checkpoint import checkpoint_path, load_checkpoint, rng_state, set_rng_state
+from cbscore.train.progress import CHECKPOINT_FORMAT, Progress, check_same_trial
+from cbscore.train.result import EvalPoint, TrialResult
 
 
 class TrialCheckpoints:
-    """Checkpoint methods of :class:`cbscore.train._Trial` (its ``config``, ``state``, ``model``,
+    """Checkpoint methods of :class:`cbscore.train.trainer._Trial` (its ``config``, ``state``, ``model``,
     ``optimizer``, ``average``, ``gns``, ``progress``, ``callbacks``, ``device``, ``group``,
     ``leader``, ``saved_here`` and ``last_checkpoint_at``)."""
 
@@ -62,7 +62,7 @@ class TrialCheckpoints:
 
     def _branch(self) -> None:
         """A branch's first attempt: model, AdamW state and (rank 0, ``branch_ewa = carry``)
-        averages from the base checkpoint, read only (:mod:`cbscore.branch`); every rank reads it
+        averages from the base checkpoint, read only (:mod:`cbscore.train.branch`); every rank reads it
         (the optimizer state is not broadcast), the data and schedule continue at
         ``branch_tokens`` (``self.plan``). With ``branch_ewa = reset`` the averages stay the fresh
         ones: they start at the branch."""

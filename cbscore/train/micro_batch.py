@@ -22,7 +22,7 @@ holds about 307: the rule picks 256, the largest divisor of the batch below it) 
 GPT-NeoX's 50,304 (about 183: 128 at B = 256), where the LM head is 45% of it. The estimate is
 deliberately plain (the GPU check, ``benchmarks/gpu_check.sh``, reports the measured peak beside
 it): where it is too optimistic, the trainer's out-of-memory handler halves the micro-batch and
-redoes the step (:class:`cbscore.step_fn.StepFn`).
+redoes the step (:class:`cbscore.train.step.StepFn`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Metrics dict on log steps: ``step``, ``tokens``, ``train_loss`` (mean since the 
 step, nats), ``lr``, ``grad_norm`` (before clipping), ``tokens_per_s`` (all devices together),
 ``tokens_per_s_per_device``, ``mfu`` (per device, against one device's peak); where the step
 accumulates ≥ 2 micro-batches in one process (so on every evaluation step, a log step too), also
-the gradient noise scale (:class:`cbscore.gns.GnsProbe`): ``gns_g2`` (smoothed ``|G|²``),
+the gradient noise scale (:class:`cbscore.train.gns.GnsProbe`): ``gns_g2`` (smoothed ``|G|²``),
 ``gns_trace_sigma`` (smoothed ``tr Σ``, per sequence) and ``gns_b_simple`` (their ratio, in
 sequences), each ``None`` where not finite.
 
@@ -31,13 +31,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from cbscore.trial_result import EvalPoint, TrialResult
+from cbscore.train.result import EvalPoint, TrialResult
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from cbscore.batch_plan import BatchPlan
-    from cbscore.train_config import TrainConfig
+    from cbscore.train.batch_plan import BatchPlan
+    from cbscore.train.config import TrainConfig
 
 
 @dataclass(kw_only=True, eq=False)
@@ -71,7 +71,7 @@ class TrainState:
     tokens_per_s_per_device: float | None = None
     """``tokens_per_s / devices``."""
     mfu: float | None = None
-    """Model-FLOPs utilisation of each device (:func:`cbscore.throughput.mfu`)."""
+    """Model-FLOPs utilisation of each device (:func:`cbscore.train.throughput.mfu`)."""
     devices: int = 1
     """Processes (devices) training the trial (DDP ranks)."""
     micro_batch_size: int | None = None
@@ -88,7 +88,7 @@ class TrainState:
     stop_reason: str | None = None
 
     plan: "BatchPlan | None" = None
-    """Which sequences each step takes (:mod:`cbscore.batch_plan`); ``None`` = ``batch_tokens``
+    """Which sequences each step takes (:mod:`cbscore.train.batch_plan`); ``None`` = ``batch_tokens``
     a step from position 0."""
 
     @property

@@ -7,8 +7,8 @@ takes from its base checkpoint the model, the AdamW moments (and their step coun
 bias correction carries on) and, with ``branch_ewa = carry``, the weight averages (with
 ``reset`` its averages start at the branch: they hold none of the base's past); its own
 hyper-parameters (learning rate, β2, ε, weight decay) are its config's, not the base's. The data stream and the learning-rate
-schedule continue at the base's stream position ``branch_tokens`` (:mod:`cbscore.batch_plan`,
-:class:`cbscore.schedules.TokenLrSchedule`: no re-warm-up). Its evaluation history, log and
+schedule continue at the base's stream position ``branch_tokens`` (:mod:`cbscore.train.batch_plan`,
+:class:`cbscore.train.schedules.TokenLrSchedule`: no re-warm-up). Its evaluation history, log and
 noise-scale averages start afresh (they describe the branch).
 
 A *decay branch* (:mod:`cbscore.decay`; Hägele et al. 2024, arXiv 2405.18392, §3) continues a
@@ -18,7 +18,7 @@ from a ``constant`` base's snapshot. Its ``schedule``, ``min_lr_ratio``, ``decay
 rate at every step the base took before the branch (:func:`same_rates_before`): the branch is
 then, step for step, a run trained straight on its own schedule.
 
-The base checkpoint is read only (:func:`cbscore.checkpoint.read_checkpoint`); a mismatch between
+The base checkpoint is read only (:func:`cbscore.train.checkpoint.read_checkpoint`); a mismatch between
 it and the branch's config is a :class:`~cbscore.errors.ConfigError` naming the field.
 """
 
@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from cbscore.checkpoint import read_checkpoint
+from cbscore.train.checkpoint import read_checkpoint
 from cbscore.errors import ConfigError
-from cbscore.train_config import LATER_FIELDS, TrainConfig
+from cbscore.train.config import LATER_FIELDS, TrainConfig
 
 # What the branch must share with its base for the carried state to mean what it meant there:
 # the same network, the same data order (the seed orders the windows), the same schedule shape.

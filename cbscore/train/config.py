@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from cbscore.batch_plan import BatchPlan, build_plan
+from cbscore.train.batch_plan import BatchPlan, build_plan
 from cbscore.data import DataConfig
 from cbscore.errors import ConfigError
 from cbscore.field_checks import finite as _finite
@@ -23,11 +23,11 @@ from cbscore.field_checks import non_negative_int as _non_negative_int
 from cbscore.field_checks import positive_finite as _positive_finite
 from cbscore.field_checks import positive_int as _positive_int
 from cbscore.model_config import PRESETS
-from cbscore.plan_checks import check_batch_schedule as _check_batch_schedule
-from cbscore.plan_checks import check_branch as _check_branch
-from cbscore.plan_checks import check_snapshots as _check_snapshots
+from cbscore.train.plan_checks import check_batch_schedule as _check_batch_schedule
+from cbscore.train.plan_checks import check_branch as _check_branch
+from cbscore.train.plan_checks import check_snapshots as _check_snapshots
 from cbscore.recipe import BETA1, EPS, GRAD_CLIP, WARMUP_FRACTION, WEIGHT_DECAY, Recipe, trial_recipe
-from cbscore.schedules import SCHEDULES, LrSchedule, TokenLrSchedule, warmup_steps
+from cbscore.train.schedules import SCHEDULES, LrSchedule, TokenLrSchedule, warmup_steps
 
 DEVICES = ("auto", "cpu", "cuda")
 BRANCH_EWA = ("carry", "reset")
@@ -45,7 +45,7 @@ class TrainConfig:
     micro_batch_size: int | None = None
     """Sequences per forward/backward pass on one device; must divide the per-device batch
     ``batch_size / devices`` (gradient accumulation). ``None`` = chosen from the GPU's free memory
-    on CUDA (:mod:`cbscore.micro_batch`), the whole per-device batch on a CPU. On CUDA an
+    on CUDA (:mod:`cbscore.train.micro_batch`), the whole per-device batch on a CPU. On CUDA an
     out-of-memory error halves it and redoes the step's passes (the same update)."""
     context_tokens: int = 512
     """Sequence length T in tokens (the paper: 512)."""
@@ -56,7 +56,7 @@ class TrainConfig:
     initialisation). For a run from scratch this is the budget, and the run lasts
     ``max_tokens // (batch_size · context_tokens)`` steps (rounded down to whole steps, never over
     budget); a branch trains from ``branch_tokens`` to it; ``batch_schedule`` changes the steps
-    (:mod:`cbscore.batch_plan`)."""
+    (:mod:`cbscore.train.batch_plan`)."""
     max_steps: int | None = None
     """Optional cap on optimizer steps (the planner caps a cell's budget this way)."""
     target_loss: float | None = None
@@ -78,7 +78,7 @@ class TrainConfig:
     """``wsd``: fraction of the steps spent in the final linear decay."""
     schedule_batch_size: int | None = None
     """Sequences per step of the run whose step schedule this one reads in tokens
-    (:class:`cbscore.schedules.TokenLrSchedule`): its warm-up lasts
+    (:class:`cbscore.train.schedules.TokenLrSchedule`): its warm-up lasts
     ``ceil(warmup_tokens / (schedule_batch_size · context_tokens))`` of those steps. ``None`` =
     ``batch_size``; a branch sets its base run's batch, so it continues that schedule exactly."""
     schedule_tokens: int | None = None
@@ -98,7 +98,7 @@ class TrainConfig:
     # ---------------------------------------------------------------- branching
     branch_from: str | None = None
     """Checkpoint folder of another trial (its ``checkpoint.pt``; typically a snapshot,
-    :func:`cbscore.checkpoint.snapshot_path`) that this trial starts from: model, AdamW moments
+    :func:`cbscore.train.checkpoint.snapshot_path`) that this trial starts from: model, AdamW moments
     and weight averages carried over, the data stream and the schedule continued at
     ``branch_tokens``. Read only: the branch never writes, moves or removes anything there; its
     own checkpoints go to ``checkpoint_dir``, and a checkpoint there takes precedence (resume).
@@ -114,7 +114,7 @@ class TrainConfig:
     """How a branch's weight averages start (with ``branch_from``): ``carry`` = the base's carried
     over and continued (they hold the base's past: after ``n`` branch steps a share ``Π τ_s`` of
     their weight is from before the branch); ``reset`` = afresh at the branch, ``ξ_0 = 0`` and the
-    bias correction counted over the branch's own steps only (:mod:`cbscore.averaging`), so they
+    bias correction counted over the branch's own steps only (:mod:`cbscore.train.averaging`), so they
     average the branch's iterates and nothing of the base's. A trial without ``branch_from`` takes
     ``carry`` (it has nothing to reset)."""
 
@@ -153,7 +153,7 @@ class TrainConfig:
     eval_every_steps: int | None = None
     """Regular evaluation interval in steps; ``None`` = ``ceil(total_steps / 40)``. Evaluations
     are log-spaced before it, five times denser near the target, and at least 8 in the last 25% of
-    the steps before the crossing whatever ``max_eval_fraction`` says (:mod:`cbscore.eval_schedule`)."""
+    the steps before the crossing whatever ``max_eval_fraction`` says (:mod:`cbscore.train.eval_schedule`)."""
     eval_near_target: float = 0.05
     """Evaluate densely once the loss is within this fraction above the target."""
     max_eval_fraction: float = 0.5
@@ -167,7 +167,7 @@ class TrainConfig:
 
     # ---------------------------------------------------------------- gradient noise scale
     measure_gns: bool = True
-    """Measure the gradient noise scale ``B_simple = tr Σ / |G|²`` (:mod:`cbscore.gns`) on every
+    """Measure the gradient noise scale ``B_simple = tr Σ / |G|²`` (:mod:`cbscore.train.gns`) on every
     step that accumulates ≥ 2 micro-batches; reported at evaluation steps. ``False``: never."""
     gns_micro_batch_size: int | None = None
     """Sequences per pass of an extra micro-batch split made to measure the noise scale: the same
@@ -196,7 +196,7 @@ class TrainConfig:
     threads: int | None = None
     """CPU threads for torch, per process (``None`` = torch's default)."""
     devices: int = 1
-    """Processes training this trial with DDP (:mod:`cbscore.distributed`): GPUs on CUDA (the
+    """Processes training this trial with DDP (:mod:`cbscore.train.distributed`): GPUs on CUDA (the
     first ``devices`` visible ones), gloo ranks on a CPU. The global batch ``batch_size`` is split
     evenly across them, so it must be a multiple of ``devices``; the update is the same."""
     dist_timeout_s: float = 300.0
@@ -380,7 +380,7 @@ class TrainConfig:
         return plan.end_tokens - plan.start_tokens
 
     def batch_plan(self) -> BatchPlan:
-        """Which sequences and batch size every step takes (:mod:`cbscore.batch_plan`)."""
+        """Which sequences and batch size every step takes (:mod:`cbscore.train.batch_plan`)."""
         return build_plan(start_tokens=self.start_tokens, batch_size=self.batch_size,
                           context_tokens=self.context_tokens, max_tokens=self.max_tokens,
                           max_steps=self.max_steps, schedule=self.batch_schedule)
@@ -471,7 +471,7 @@ class TrainConfig:
 OPERATIONAL_FIELDS = frozenset({
     "device", "compile", "threads", "micro_batch_size", "checkpoint_dir", "checkpoint_every_steps",
     "checkpoint_every_seconds", "log_every_steps", "devices", "dist_timeout_s",
-    # the noise-scale probe reads gradients, it never changes the update (cbscore.gns)
+    # the noise-scale probe reads gradients, it never changes the update (cbscore.train.gns)
     "measure_gns", "gns_micro_batch_size", "gns_half_life_tokens",
     # where a branch's base lies and where snapshots go (branch_step and branch_tokens say what)
     "branch_from", "snapshot_dir", "snapshot_tokens",

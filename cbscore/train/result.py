@@ -61,7 +61,7 @@ class EvalPoint:
 
 @dataclass(frozen=True, kw_only=True)
 class TrialResult:
-    """Outcome and measurements of one call to :func:`cbscore.train.train`."""
+    """Outcome and measurements of one call to :func:`cbscore.train.trainer.train`."""
 
     status: str
     """One of :data:`STATUSES` (module docstring)."""

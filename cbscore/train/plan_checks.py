@@ -1,4 +1,4 @@
-"""Checks of a :class:`~cbscore.train_config.TrainConfig`'s branch, batch-schedule and snapshot
+"""Checks of a :class:`~cbscore.train.config.TrainConfig`'s branch, batch-schedule and snapshot
 fields (called from its ``__post_init__``; each raises :class:`~cbscore.errors.ConfigError`
 naming the field and the value)."""
 
@@ -8,7 +8,7 @@ import math
 from cbscore.errors import ConfigError
 from cbscore.field_checks import non_negative_int, positive_finite, positive_int
 
-# ``cfg`` is a cbscore.train_config.TrainConfig (not imported: that module imports this one)
+# ``cfg`` is a cbscore.train.config.TrainConfig (not imported: that module imports this one)
 
 
 def check_branch(cfg) -> None:

@@ -1,4 +1,4 @@
-"""The trainer's held-out evaluation (:mod:`cbscore.train`): the mean next-token loss of the raw
+"""The trainer's held-out evaluation (:mod:`cbscore.train.trainer`): the mean next-token loss of the raw
 weights and of every tracked weight average on a fixed set of held-out windows.
 
 The windows are the same at every evaluation of a trial (``TokenStore.val_windows``), so the loss
@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from cbscore.micro_batch import is_out_of_memory
-from cbscore.trial_result import EvalPoint
+from cbscore.train.micro_batch import is_out_of_memory
+from cbscore.train.result import EvalPoint
 
 
 class HeldOut:

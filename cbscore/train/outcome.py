@@ -1,5 +1,5 @@
-"""A trial's :class:`~cbscore.trial_result.TrialResult`, built from the trainer's state when its
-loop ends (:mod:`cbscore.train`): the crossing read off the evaluations, the throughput with the
+"""A trial's :class:`~cbscore.train.result.TrialResult`, built from the trainer's state when its
+loop ends (:mod:`cbscore.train.trainer`): the crossing read off the evaluations, the throughput with the
 off-clock steps left out, and the losses a report shows."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from collections.abc import Sequence
 import torch
 
 from cbscore.analysis import first_crossing
-from cbscore.batch_plan import BatchPlan
-from cbscore.callbacks import TrainState
-from cbscore.throughput import mfu, peak_memory_bytes
-from cbscore.torch_device import finite_or_none
-from cbscore.train_config import TrainConfig
-from cbscore.trial_result import TrialResult
+from cbscore.train.batch_plan import BatchPlan
+from cbscore.train.callbacks import TrainState
+from cbscore.train.throughput import mfu, peak_memory_bytes
+from cbscore.train.device import finite_or_none
+from cbscore.train.config import TrainConfig
+from cbscore.train.result import TrialResult
 
 
 def trial_result(cfg: TrainConfig, state: TrainState, plan: BatchPlan, *, status: str, reason: str | None,

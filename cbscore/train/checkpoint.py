@@ -1,7 +1,7 @@
 """Trial checkpoints: one file, written atomically, read back to resume.
 
 A checkpoint holds the model, the optimizer, the averaged weights, the step, the RNG states and
-the evaluation history (everything :func:`cbscore.train.train` needs to continue exactly). It is
+the evaluation history (everything :func:`cbscore.train.trainer.train` needs to continue exactly). It is
 written to a temporary file in the same folder, flushed and ``fsync``-ed, moved over the old one
 with ``os.replace`` (atomic on POSIX), and then the folder itself is ``fsync``-ed, so a kill at any
 moment leaves either the old or the new checkpoint, never half of one. The folder's ``fsync``

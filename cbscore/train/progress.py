@@ -1,4 +1,4 @@
-"""What a trainer checkpoint carries besides the weights (:mod:`cbscore.train`): the loop's
+"""What a trainer checkpoint carries besides the weights (:mod:`cbscore.train.trainer`): the loop's
 bookkeeping, which a resumed trial needs to continue exactly, and the check that a checkpoint
 belongs to the trial that finds it."""
 
@@ -11,9 +11,9 @@ from typing import Any, Mapping
 import torch
 
 from cbscore.errors import ConfigError
-from cbscore.train_config import LATER_FIELDS, OPERATIONAL_FIELDS, TrainConfig
+from cbscore.train.config import LATER_FIELDS, OPERATIONAL_FIELDS, TrainConfig
 
-#: Version of the checkpoint payload written by :mod:`cbscore.train`.
+#: Version of the checkpoint payload written by :mod:`cbscore.train.trainer`.
 CHECKPOINT_FORMAT = 1
 
 
@@ -22,7 +22,7 @@ class Progress:
     """Loop bookkeeping that a checkpoint must carry to resume exactly."""
 
     next_eval: int = 0
-    """Step of the next evaluation (:mod:`cbscore.eval_schedule` decided it at the last one)."""
+    """Step of the next evaluation (:mod:`cbscore.train.eval_schedule` decided it at the last one)."""
     interval_loss: torch.Tensor | None = None
     """Device sum of the step losses since the last log step (a scalar)."""
     interval_steps: int = 0

@@ -7,20 +7,20 @@ held-out split. It stops
 
 - at the first evaluation whose best averaged loss is at or below ``target_loss`` (``reached``;
   steps-to-target read off a local power-law fit of the evaluations around the target,
-  :func:`cbscore.analysis.first_crossing`; :mod:`cbscore.eval_schedule` makes them dense there),
+  :func:`cbscore.analysis.first_crossing`; :mod:`cbscore.train.eval_schedule` makes them dense there),
 - when the budget is spent (``censored`` with a target, ``finished`` without),
 - when the loss is non-finite or a logged train loss exceeds ``divergence_factor`` × its running
   minimum after warm-up (``diverged``: an outcome, not an exception),
 - or when a callback calls ``state.request_stop(reason)`` (``stopped``).
 
 Device, dtype, autocast, compilation and the optimizer are decided once, before the loop. The
-per-step path (:class:`cbscore.step_fn.StepFn`) has no config branching, no I/O and no try/except but the
+per-step path (:class:`cbscore.train.step.StepFn`) has no config branching, no I/O and no try/except but the
 out-of-memory handler (free unless it fires); the train loss stays a device tensor and is read on
 the host only at log steps (``# host sync``). Evaluation, checkpoints and logging callbacks run
 off the throughput clock.
 
 Several devices. With ``devices = k > 1`` the trial runs as k DDP processes
-(:mod:`cbscore.distributed`): this process is rank 0, the only one that evaluates, checkpoints
+(:mod:`cbscore.train.distributed`): this process is rank 0, the only one that evaluates, checkpoints
 and calls the callbacks; the others train their share of every batch. Before every step rank 0's
 decisions (stop, the next evaluation step) are broadcast, so all ranks stop at the same step.
 
@@ -28,7 +28,7 @@ Out of memory. An out-of-memory error during a step's forward and backward passe
 halves the micro-batch and redoes the passes; the optimizer has not stepped yet, so the update is
 the same (a sum of the same gradients in another grouping). Near the ceiling an allocation can
 fail inside cuBLAS or an attention kernel and surface as a ``RuntimeError`` that says so: it is
-handled the same way (:func:`cbscore.micro_batch.is_out_of_memory`). An evaluation that runs out
+handled the same way (:func:`cbscore.train.micro_batch.is_out_of_memory`). An evaluation that runs out
 of memory halves its chunk and starts again; a halving of the training micro-batch caps it too.
 
 Throughput. The first step of a process (compilation, the allocator's warm-up) and a step redone
@@ -44,10 +44,10 @@ reproduces the uninterrupted one's losses exactly. A checkpoint of a trial that 
 holds its result, which is returned without training again.
 
 Branches, batch-size schedules and snapshots (Merrill et al. 2025, arXiv 2505.23971). Every step
-reads its windows and its learning rate by *stream position* in tokens (:mod:`cbscore.batch_plan`,
-:class:`cbscore.schedules.TokenLrSchedule`), so a ``batch_schedule`` changes the batch between
+reads its windows and its learning rate by *stream position* in tokens (:mod:`cbscore.train.batch_plan`,
+:class:`cbscore.train.schedules.TokenLrSchedule`), so a ``batch_schedule`` changes the batch between
 steps without a gap or a repeat in the data, and a branch (``branch_from``) starts from another
-trial's checkpoint, read only (:mod:`cbscore.branch`), and continues its data and schedule. A
+trial's checkpoint, read only (:mod:`cbscore.train.branch`), and continues its data and schedule. A
 trial's own checkpoint always takes precedence over its base (resume). With ``snapshot_dir`` the
 leader keeps a write-once copy of the state after the step that reaches each of
 ``snapshot_tokens``; it is not this trial's resume point, so it is written whatever
@@ -66,34 +66,34 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from cbscore.allocator import keep_freed_memory
-from cbscore.averaging import WeightAverage
-from cbscore.batch_plan import Segment
-from cbscore.callbacks import Callback, TrainState
-from cbscore.checkpoint import save_checkpoint, save_snapshot
-from cbscore.distributed import SINGLE, Group, device_for_rank, launch
+from cbscore.train.allocator import keep_freed_memory
+from cbscore.train.averaging import WeightAverage
+from cbscore.train.batch_plan import Segment
+from cbscore.train.callbacks import Callback, TrainState
+from cbscore.train.checkpoint import save_checkpoint, save_snapshot
+from cbscore.train.distributed import SINGLE, Group, device_for_rank, launch
 from cbscore.errors import ConfigError
-from cbscore.eval_schedule import EvalSchedule, default_every_steps, min_every_steps
-from cbscore.gns import NO_GNS, GnsProbe
-from cbscore.heldout import HeldOut
+from cbscore.train.eval_schedule import EvalSchedule, default_every_steps, min_every_steps
+from cbscore.train.gns import NO_GNS, GnsProbe
+from cbscore.train.heldout import HeldOut
 from cbscore.model import GPT, get_preset
-from cbscore.micro_batch import activation_bytes_per_sequence, choose_micro_batch, split_for_gns
+from cbscore.train.micro_batch import activation_bytes_per_sequence, choose_micro_batch, split_for_gns
 from cbscore.model_config import padded_vocab_size
-from cbscore.step_fn import StepFn
-from cbscore.torch_device import device_label, resolve_device, torch_threads, trial_threads
-from cbscore.throughput import mfu, peak_flops
-from cbscore.train_config import TrainConfig
-from cbscore.trial_outcome import trial_result
-from cbscore.trial_checkpoint import TrialCheckpoints
-from cbscore.trial_progress import Progress
-from cbscore.trial_result import EvalPoint, TrialResult
+from cbscore.train.step import StepFn
+from cbscore.train.device import device_label, resolve_device, torch_threads, trial_threads
+from cbscore.train.throughput import mfu, peak_flops
+from cbscore.train.config import TrainConfig
+from cbscore.train.outcome import trial_result
+from cbscore.train.checkpointer import TrialCheckpoints
+from cbscore.train.progress import Progress
+from cbscore.train.result import EvalPoint, TrialResult
 
 def train(config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrialResult:
     """Train one trial; see the module docstring for outcomes, evaluation and resuming.
 
     With ``config.devices > 1`` this process is rank 0 of a DDP trial and the other ranks are
-    spawned (:func:`cbscore.distributed.launch`); a rank that dies raises
-    :class:`cbscore.distributed.RankFailed`."""
+    spawned (:func:`cbscore.train.distributed.launch`); a rank that dies raises
+    :class:`cbscore.train.distributed.RankFailed`."""
     callbacks = tuple(callbacks)
     state = _new_state(config)
     with torch_threads(trial_threads(config)):
@@ -110,7 +110,7 @@ def train(config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrialResul
 
 def run_rank(config: TrainConfig, group: Group) -> None:
     """Rank ``group.rank > 0`` of a multi-device trial: trains its share of every batch, reports
-    nothing (rank 0 does); started by :mod:`cbscore.distributed`."""
+    nothing (rank 0 does); started by :mod:`cbscore.train.distributed`."""
     with torch_threads(trial_threads(config)):
         _Trial(config, _new_state(config), (), group).run()
 
@@ -188,7 +188,7 @@ class _Trial(TrialCheckpoints):
             self.autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)
             self.sync = lambda: torch.cuda.synchronize(device)
         else:
-            keep_freed_memory()  # no per-step page faults of the logits buffers (cbscore.allocator)
+            keep_freed_memory()  # no per-step page faults of the logits buffers (cbscore.train.allocator)
             self.autocast = contextlib.nullcontext
             self.sync = lambda: None
 
@@ -202,7 +202,7 @@ class _Trial(TrialCheckpoints):
         self.taus = cfg.resolved_ewa_taus()
         self.state.beta2, self.state.ewa_taus = self.beta2, self.taus
         self.average = WeightAverage(list(self.model.parameters()), self.taus) if leader else _NoAverage()
-        self.lr_schedule = cfg.lr_schedule()  # by stream position (cbscore.schedules.TokenLrSchedule)
+        self.lr_schedule = cfg.lr_schedule()  # by stream position (cbscore.train.schedules.TokenLrSchedule)
         if leader:
             self.eval_schedule = EvalSchedule(
                 total_steps=total,
@@ -246,7 +246,7 @@ class _Trial(TrialCheckpoints):
         per-device batch; on CUDA capped by memory (:meth:`_auto_micro_batch`). On CUDA a fully
         automatic micro-batch of a trial that measures the noise scale makes two passes at least,
         so the noise scale is measured at every batch size, not only where the batch is too
-        large for one pass (:func:`cbscore.micro_batch.split_for_gns`)."""
+        large for one pass (:func:`cbscore.train.micro_batch.split_for_gns`)."""
         cfg = self.config
         local_batch = local_batch or cfg.local_batch_size  # the current segment's per-device batch
         gns_split = cfg.gns_micro_batch_size if cfg.devices == 1 else None
@@ -262,7 +262,7 @@ class _Trial(TrialCheckpoints):
 
     def _auto_micro_batch(self, model_config, most: int) -> int:
         """The largest divisor of ``most`` whose activations fit in the GPU's free memory
-        (:mod:`cbscore.micro_batch`)."""
+        (:mod:`cbscore.train.micro_batch`)."""
         free, _ = torch.cuda.mem_get_info(self.device)
         # blocks the caching allocator holds but nothing uses are free for this trial too
         free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
@@ -293,7 +293,7 @@ class _Trial(TrialCheckpoints):
 
     def _enter_segment(self, seg: Segment) -> None:
         """Before step ``seg.first_step`` (and at the start): the batch size and learning-rate
-        multiplier of ``seg`` (:mod:`cbscore.batch_plan`). A new batch size gets its own
+        multiplier of ``seg`` (:mod:`cbscore.train.batch_plan`). A new batch size gets its own
         micro-batch; the noise-scale probe follows it (or stops where one pass is all a step
         makes, the estimators needing two batch sizes)."""
         cfg, state = self.config, self.state

@@ -1,7 +1,7 @@
-"""One optimizer step of the trainer (:mod:`cbscore.train`): micro-batches with gradient
+"""One optimizer step of the trainer (:mod:`cbscore.train.trainer`): micro-batches with gradient
 accumulation, gradient clipping, AdamW and the weight average, with the out-of-memory handler that
 halves the micro-batch and redoes the passes (the same update: a sum of the same gradients in
-another grouping; :mod:`cbscore.micro_batch`)."""
+another grouping; :mod:`cbscore.train.micro_batch`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from cbscore.averaging import WeightAverage
-from cbscore.gns import NO_GNS
-from cbscore.micro_batch import is_out_of_memory, smaller_micro_batch
+from cbscore.train.averaging import WeightAverage
+from cbscore.train.gns import NO_GNS
+from cbscore.train.micro_batch import is_out_of_memory, smaller_micro_batch
 
 
 class StepFn:
@@ -48,7 +48,7 @@ class StepFn:
         self.device = device
         # clip_grad_norm_ with max_norm=inf only measures the norm (scales by exactly 1)
         self.max_norm = grad_clip if grad_clip > 0 else math.inf
-        self.gns = gns  # GnsProbe (reads each micro-batch's gradient) or NO_GNS (cbscore.gns)
+        self.gns = gns  # GnsProbe (reads each micro-batch's gradient) or NO_GNS (cbscore.train.gns)
         if device.type == "cuda":
             self.to_device = lambda a: torch.from_numpy(a).pin_memory().to(device, non_blocking=True)
         else:

@@ -75,7 +75,7 @@ it ignores the Hessian and the optimizer's preconditioning, and the paper's ``B_
 the ``B_crit`` measured from ``S(B)`` curves (§3) only up to a task-dependent factor, so the
 fitted ``S(B)`` curve stays the measurement and this is a forecast beside it.
 
-In the trainer. :class:`GnsProbe` is what ``cbscore.train`` runs: it keeps the trainer's
+In the trainer. :class:`GnsProbe` is what ``cbscore.train.trainer`` runs: it keeps the trainer's
 ``(loss_i / n).backward()`` accumulation untouched (so the update is bit-for-bit the one without
 the probe, and a data-parallel ``no_sync`` accumulation is not disturbed) and reads each
 micro-batch gradient in a hook on every parameter, as backward hands it over (see above).

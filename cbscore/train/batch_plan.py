@@ -2,7 +2,7 @@
 
 A trial's position in the training stream is counted in *tokens* (``tokens = sequences · T``),
 not in steps, so that a run whose batch changes (a batch-size schedule) or that starts from
-another run's checkpoint (a branch, :mod:`cbscore.branch`) still reads the one seeded order of
+another run's checkpoint (a branch, :mod:`cbscore.train.branch`) still reads the one seeded order of
 windows (:class:`cbscore.data.stream.WindowStream`) without a gap or a repeat.
 
 The plan is a list of *segments*. Segment ``j`` starts at stream position ``first_tokens`` at this
@@ -112,7 +112,7 @@ def build_plan(*, start_tokens: int, batch_size: int, context_tokens: int, max_t
     """The plan of a run from stream position ``start_tokens`` to ``max_tokens``.
 
     ``schedule`` lists ``(tokens_from, batch_size, lr_multiplier)`` in increasing ``tokens_from``
-    (checked by :class:`cbscore.train_config.TrainConfig`); the run starts at ``batch_size`` with
+    (checked by :class:`cbscore.train.config.TrainConfig`); the run starts at ``batch_size`` with
     multiplier 1.0. ``max_steps`` caps this run's steps (the last segments shrink or vanish).
     """
     entries = [(start_tokens, batch_size, 1.0), *schedule]

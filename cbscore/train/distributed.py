@@ -2,7 +2,7 @@
 
 ``train(config)`` with ``config.devices = k > 1`` runs the trial as k processes: the calling
 process is rank 0 and :func:`launch` starts ranks 1 … k−1 as fresh interpreters (``python -m
-cbscore.distributed``; CUDA is not fork-safe, and a Celery pool child may not use
+cbscore.train.distributed``; CUDA is not fork-safe, and a Celery pool child may not use
 ``multiprocessing``, see :func:`_spawn`). They meet through a ``FileStore``, a file under
 ``$CBS_HOME/rendezvous`` (a ``TCPStore`` would listen on every interface, ``[::]``, whatever host
 it is given), and form a ``torch.distributed`` process group: NCCL on CUDA (rank r on the r-th
@@ -198,11 +198,11 @@ def _init(kind: str, rank: int, world_size: int, store, timeout_s: float) -> Gro
 
 
 def _spawn(rank: int, config, store_path: str, kind: str) -> subprocess.Popen:
-    """Start rank ``rank`` as a fresh interpreter (``python -m cbscore.distributed_rank``), the trial's
+    """Start rank ``rank`` as a fresh interpreter (``python -m cbscore.train.distributed_rank``), the trial's
     config on its stdin. Not ``multiprocessing``: a Celery pool child is a daemonic billiard
     process, which ``multiprocessing`` refuses children to and cannot pickle."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "CBS_RANK0_PID": str(os.getpid())}
-    proc = subprocess.Popen([sys.executable, "-m", "cbscore.distributed_rank", str(rank), store_path, kind],
+    proc = subprocess.Popen([sys.executable, "-m", "cbscore.train.distributed_rank", str(rank), store_path, kind],
                             stdin=subprocess.PIPE, env=env)
     proc.stdin.write(json.dumps(config.to_dict()).encode())
     proc.stdin.close()

@@ -1,7 +1,7 @@
-"""A rank > 0 of a multi-device trial: ``python -m cbscore.distributed_rank RANK STORE_FILE KIND``
-with the trial's config (JSON) on standard input (:func:`cbscore.distributed._spawn`).
+"""A rank > 0 of a multi-device trial: ``python -m cbscore.train.distributed_rank RANK STORE_FILE KIND``
+with the trial's config (JSON) on standard input (:func:`cbscore.train.distributed._spawn`).
 
-Its own module, above both :mod:`cbscore.distributed` (the group) and :mod:`cbscore.train` (the
+Its own module, above both :mod:`cbscore.train.distributed` (the group) and :mod:`cbscore.train.trainer` (the
 loop), so that neither imports the other: rank 0 runs the trainer, which launches the group; a
 follower joins the group, then runs the trainer's rank loop.
 """
@@ -14,9 +14,9 @@ import sys
 
 import torch.distributed as dist
 
-from cbscore.distributed import _die_with_parent, _init, file_store
-from cbscore.train import run_rank
-from cbscore.train_config import TrainConfig
+from cbscore.train.distributed import _die_with_parent, _init, file_store
+from cbscore.train.trainer import run_rank
+from cbscore.train.config import TrainConfig
 
 
 def follow(rank: int, config_dict: dict, store_path: str, kind: str) -> None:

@@ -1,4 +1,4 @@
-"""Where and with how many threads a trial trains (:mod:`cbscore.train`): the device a config names,
+"""Where and with how many threads a trial trains (:mod:`cbscore.train.trainer`): the device a config names,
 torch's CPU threads for the duration of a trial, and the label a result reports."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import torch
 
 from cbscore.errors import ConfigError
-from cbscore.train_config import TrainConfig
+from cbscore.train.config import TrainConfig
 
 
 def trial_threads(config: TrainConfig) -> int | None:
