@@ -11,7 +11,7 @@ import tempfile
 from cbscore.study import load_preset
 from cbscore.study.decay_plan import decay_trials, run_keys, stable_trial_id
 from cbscore.train import train
-from cbscore.train_config import TrainConfig
+from cbscore.train.config import TrainConfig
 
 spec = load_preset("ablation-schedule")
 root = tempfile.mkdtemp(prefix="decay-probe-", dir=os.environ.get("TMPDIR"))
