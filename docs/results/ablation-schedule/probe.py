@@ -10,7 +10,7 @@ import tempfile
 
 from cbscore.study import load_preset
 from cbscore.study.decay_plan import decay_trials, run_keys, stable_trial_id
-from cbscore.train import train
+from cbscore.train.trainer import train
 from cbscore.train.config import TrainConfig
 
 spec = load_preset("ablation-schedule")
