@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from cbscore.study.local_plan import stale_trials
 from cbscore.study.planner import CellState, Plan, build_train_config
 from cbscore.study.spec import Setting, StudySpec
 from cbscore.study.trials import TERMINAL, TrialRecord, TrialSpec, lr_tag
@@ -248,11 +249,7 @@ def plan_decay(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
     snapshots = snapshots or DecaySnapshots()
     d, setting = spec.decay, study_setting(spec)
     by_id = {r.trial_id: r for r in records}
-    lost, fail = [], []
-    for r in records:  # stale heartbeats: run again from the trial's own checkpoint (as planner.plan)
-        stale = r.status == "running" and r.heartbeat_s is not None and now_s - r.heartbeat_s > stale_after_s
-        if stale or r.status == "lost":
-            (lost if r.attempt < max_attempts else fail).append(r.trial_id)
+    lost, fail = stale_trials(records, now_s, stale_after_s=stale_after_s, max_attempts=max_attempts)
     start: list[TrialSpec] = []
     errors: list[str] = []
     cells: dict[str, list] = {}  # cell id -> [batch size, role, ids, blocked]

@@ -104,14 +104,9 @@ class DecaySpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DecaySpec":
-        if not isinstance(data, Mapping):
-            raise ConfigError("decay", data, "must be a mapping of fields")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"decay.{unknown[0]}", data[unknown[0]],
-                              f"is not a decay field (known: {', '.join(sorted(known))})")
-        return cls(**dict(data))
+        from cbscore.study.block_fields import block_fields
+
+        return cls(**block_fields(cls, data, "decay"))
 
 
 def apply_decay(spec) -> None:

@@ -186,16 +186,25 @@ def local_grid_tokens(spec: StudySpec) -> int:
     return len(spec.seeds) * per_seed
 
 
+def stale_trials(records: Sequence[TrialRecord], now_s: float, *, stale_after_s: float,
+                 max_attempts: int) -> tuple[list[str], list[str]]:
+    """``(to run again, to fail)``: the trials lost or running with a heartbeat older than
+    ``stale_after_s`` seconds at ``now_s`` (their worker is gone); one below ``max_attempts`` runs again
+    from its own checkpoint, the rest fail (as :func:`cbscore.study.planner.plan` triages)."""
+    lost, fail = [], []
+    for r in records:
+        stale = r.status == "running" and r.heartbeat_s is not None and now_s - r.heartbeat_s > stale_after_s
+        if stale or r.status == "lost":
+            (lost if r.attempt < max_attempts else fail).append(r.trial_id)
+    return lost, fail
+
+
 def plan_local(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *, snapshots: LocalSnapshots | None,
                stale_after_s: float = 120.0, max_attempts: int = 3) -> Plan:
     """What to run next in a local study. Pure: same inputs, same plan."""
     snapshots = snapshots or LocalSnapshots()
     by_id = {r.trial_id: r for r in records}
-    lost, fail = [], []
-    for r in records:  # stale heartbeats: run again from the trial's own checkpoint (as planner.plan)
-        stale = r.status == "running" and r.heartbeat_s is not None and now_s - r.heartbeat_s > stale_after_s
-        if stale or r.status == "lost":
-            (lost if r.attempt < max_attempts else fail).append(r.trial_id)
+    lost, fail = stale_trials(records, now_s, stale_after_s=stale_after_s, max_attempts=max_attempts)
     setting = _setting(spec)
     start: list[TrialSpec] = []
     cells: list[CellState] = []

@@ -203,14 +203,9 @@ class LocalSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LocalSpec":
-        if not isinstance(data, Mapping):
-            raise ConfigError("local", data, "must be a mapping of fields")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"local.{unknown[0]}", data[unknown[0]],
-                              f"is not a local field (known: {', '.join(sorted(known))})")
-        data = dict(data)
+        from cbscore.study.block_fields import block_fields
+
+        data = block_fields(cls, data, "local")
         if FIRST_FIELDS <= set(data) and not LATER_FIELDS & set(data):
             # written by an earlier to_dict (every field then, none of these): what it ran with
             data["window_rule"] = "fixed" if data.get("window_tokens") is not None else "growing"

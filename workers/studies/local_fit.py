@@ -268,13 +268,15 @@ def _verdict(by_role: Mapping[str, dict], c: dict | None) -> str | None:
         f"{head}{tail} ({seeds}; the arms did not train equal tokens)."
 
 
-def local_fit(name: str) -> dict:
-    """:func:`local_readout` of study ``name`` from MLflow and the ledger (as ``workers.query.api`` reads a
-    study; :func:`workers.query.api.study_local_fit` is this, for the pages)."""
+def kind_records(name: str, kind: str, *, with_history: bool | None = None):
+    """``(spec, records, tracker)`` of study ``name``, which must be of kind ``kind`` (``local``,
+    ``schedule``): its spec and its trials' records from MLflow and the ledger (with their evaluation
+    histories when ``with_history``; where the planner needs them when ``None``, as
+    :func:`workers.studies.records.build_records`), and the tracker they were read with."""
     from cbscore.errors import ConfigError
+    from workers.infra.settings import WorkerSettings
     from workers.studies.ledger import Ledger
     from workers.studies.records import build_records, in_spec
-    from workers.infra.settings import WorkerSettings
     from workers.tracking import Tracker
 
     s = WorkerSettings.from_env()
@@ -283,10 +285,17 @@ def local_fit(name: str) -> dict:
     if parent is None:
         raise ConfigError("name", name, "names no study")
     spec = StudySpec.from_dict(tracker.study_spec(parent))
-    if spec.kind != "local":
-        raise ConfigError("name", name, f"names a {spec.kind} study, not a local one")
+    if spec.kind != kind:
+        raise ConfigError("name", name, f"names a {spec.kind} study, not a {kind} one")
     runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
-    records = in_spec(spec, build_records(runs, Ledger(s.ledger_url).leases(name), tracker))
+    leases = Ledger(s.ledger_url).leases(name)
+    return spec, in_spec(spec, build_records(runs, leases, tracker, with_history=with_history)), tracker
+
+
+def local_fit(name: str) -> dict:
+    """:func:`local_readout` of study ``name`` from MLflow and the ledger (as ``workers.query.api`` reads a
+    study; :func:`workers.query.api.study_local_fit` is this, for the pages)."""
+    spec, records, tracker = kind_records(name, "local")
     cache: dict[str, Sequence[float]] = {}
 
     def train_losses(record: TrialRecord) -> Sequence[float]:

@@ -6,27 +6,12 @@ raw-weights loss."""
 
 from __future__ import annotations
 
-from cbscore.study import StudySpec
-
 
 def schedule_records(name: str):
     """``(spec, records with evaluation histories)`` of study ``name`` (a schedule study)."""
-    from cbscore.errors import ConfigError
-    from workers.infra.settings import WorkerSettings
-    from workers.studies.ledger import Ledger
-    from workers.studies.records import build_records, in_spec
-    from workers.tracking import Tracker
+    from workers.studies.local_fit import kind_records
 
-    s = WorkerSettings.from_env()
-    tracker = Tracker(s.tracking_uri, s.artifact_root)
-    parent = tracker.study_run(name)
-    if parent is None:
-        raise ConfigError("name", name, "names no study")
-    spec = StudySpec.from_dict(tracker.study_spec(parent))
-    if spec.kind != "schedule":
-        raise ConfigError("name", name, f"names a {spec.kind} study, not a schedule one")
-    runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
-    records = in_spec(spec, build_records(runs, Ledger(s.ledger_url).leases(name), tracker, with_history=True))
+    spec, records, _ = kind_records(name, "schedule", with_history=True)
     return spec, records
 
 

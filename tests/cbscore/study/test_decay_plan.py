@@ -109,3 +109,38 @@ def test_a_horizon_grid_too_fine_to_be_sane_is_refused_by_arithmetic():
         spec(wsd_ratio=1.000001)
     with pytest.raises(ConfigError, match="horizons from D×1e-300 to D×2"):
         spec(horizon_low=1e-300, cosine_ratio=2.0)
+
+
+@pytest.mark.parametrize("block, data, message", [
+    ("decay", {"horizon_hi": 2.0}, "decay.horizon_hi: is not a decay field (known: cosine_ratio, decay_fraction, "
+                                   "horizon_high, horizon_low, min_lr_ratio, schedules, wsd_ratio), but got 2.0."),
+    ("decay", ["wsd"], "decay: must be a mapping of fields, but got ['wsd']."),
+    ("local", "x", "local: must be a mapping of fields, but got 'x'."),
+])
+def test_a_block_of_a_spec_names_a_field_it_does_not_have_and_its_value(block, data, message):
+    """decay: and local: read their mapping alike (cbscore.study.block_fields)."""
+    from cbscore.study.decay_spec import DecaySpec
+    from cbscore.study.local_spec import LocalSpec
+
+    with pytest.raises(ConfigError) as err:
+        {"decay": DecaySpec, "local": LocalSpec}[block].from_dict(data)
+    assert str(err.value) == message
+
+
+def test_a_stale_heartbeat_or_a_lost_trial_runs_again_below_the_attempt_limit_and_fails_at_it():
+    """The triage plan_local and plan_decay share (cbscore.study.local_plan.stale_trials)."""
+    from cbscore.study.local_plan import stale_trials
+
+    def rec(tid, status, heartbeat_s=None, attempt=1):
+        return TrialRecord(**{**_record(tid, status), "heartbeat_s": heartbeat_s, "attempt": attempt})
+
+    records = [rec("fresh", "running", 950.0), rec("stale", "running", 800.0), rec("lost", "lost"),
+               rec("spent", "lost", attempt=3), rec("stale3", "running", 100.0, attempt=3), rec("done", "finished"),
+               rec("silent", "running")]
+    assert stale_trials(records, 1000.0, stale_after_s=120.0, max_attempts=3) == (["stale", "lost"],
+                                                                                 ["spent", "stale3"])
+    # a schedule study's planner triages with it: the stale stable run is run again
+    s = spec()
+    stable = stable_trial_id(s, 1, 0.01, 0)
+    p = plan(s, [TrialRecord(**{**_record(stable, "running"), "heartbeat_s": 0.0})], 1000.0)
+    assert stable in p.lost
