@@ -35,18 +35,35 @@ def test_form_round_trip_gives_back_every_preset(preset):
     assert spec_form.build_spec(base, spec_form.form_values(base)) == spec
 
 
-def test_the_cheaper_search_switches_go_from_the_form_into_the_spec():
+def test_the_form_sets_stop_far_rates_and_keeps_a_specs_experimental_block_without_showing_it():
     base = load_preset("demo").to_dict()
-    values = {**spec_form.form_values(base), "search.predict": True, "prune_at_equal_tokens": True,
-              "stop_far_rates": True}
+    values = spec_form.form_values(base)
+    assert not [k for k in values if any(x in k for x in ("predict", "lr_prior", "prune_at_equal_tokens"))]
+    assert spec_form.build_spec(base, {**values, "stop_far_rates": True}).stop_far_rates
+    assert not spec_form.build_spec(base, {**values, "stop_far_rates": False}).stop_far_rates
+    # A spec (a pasted YAML) with the rules that failed the criteria keeps them through the form.
+    ruled = {**base, "experimental": {"predict": True, "lr_prior": None, "prune_at_equal_tokens": True}}
+    spec = spec_form.build_spec(ruled, spec_form.form_values(ruled))
+    assert spec.experimental.predict and spec.experimental.prune_at_equal_tokens
+    assert not spec_form.build_spec(base, values).experimental.predict
+
+
+def test_the_chained_fields_go_from_the_form_into_the_spec_and_back():
+    base = load_preset("demo").to_dict()
+    values = {**spec_form.form_values(base), "search.kind": "chained", "search.chain_exponent": 0.3,
+              "search.bracket_ratio": 3.0, "search.extension_gain": 0.2, "search.max_extensions": 4,
+              "search.reference_rates": "grid"}
     spec = spec_form.build_spec(base, values)
-    assert spec.search.predict and spec.prune_at_equal_tokens and spec.stop_far_rates
-    assert spec_form.form_values(spec.to_dict())["search.predict"] is True
-    assert spec_form.form_values(spec.to_dict())["stop_far_rates"] is True
-    default = spec_form.build_spec(base, spec_form.form_values(base))
-    assert not default.search.predict and not default.prune_at_equal_tokens and default.stop_far_rates
-    off = spec_form.build_spec(base, {**spec_form.form_values(base), "stop_far_rates": False})
-    assert not off.stop_far_rates
+    s = spec.search
+    assert (s.kind, s.chain_exponent, s.bracket_ratio, s.extension_gain, s.max_extensions, s.reference_rates) == (
+        "chained", 0.3, 3.0, 0.2, 4, "grid")
+    assert {k: v for k, v in spec_form.form_values(spec.to_dict()).items() if k.startswith("search.")} == {
+        k: v for k, v in values.items() if k.startswith("search.")}
+    from cbscore.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        spec_form.build_spec(base, {**values, "search.bracket_ratio": 1.0})
+    assert err.value.field == "search.bracket_ratio" and "1.0" in str(err.value)
 
 
 def test_planned_cells_add_up_to_the_estimate():

@@ -1,0 +1,173 @@
+"""The Launch page's search and study kinds of issues 40 and 45, through AppTest: the chained
+bracket with its fields, the ``schedule`` study with its ``decay`` fields, and no experimental
+rule on the form.
+
+The launch itself is patched at the workers boundary (``workers.query.api.launch_study``), as in
+``test_launch_page.py``: what the page hands over is checked, nothing is enqueued.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from unittest import mock
+
+import pytest
+
+from cbscore.study import StudySpec, estimate, load_preset, plan
+from cbscore.study.budgets import cell_size
+
+PREVIEW = "FormSubmitter:launch-Preview"
+LAUNCH = "FormSubmitter:launch-Launch study"
+
+
+@pytest.fixture
+def launch(app_test, empty_env):
+    app_test.run()
+    assert not app_test.exception
+    return app_test
+
+
+def _chained_demo(name: str = "demo") -> StudySpec:
+    """The demo preset with the chained bracket the tests below set on the form: the reference cell
+    runs the grid (three rates × one seed here; every other cell three), a narrower chain."""
+    demo = load_preset("demo")
+    return demo.replace(name=name, seeds=(0, 1), search=dataclasses.replace(
+        demo.search, kind="chained", reference_rates="grid", lrs=(0.003, 0.006, 0.012, 0.024),
+        chain_exponent=0.4, bracket_ratio=1.5, extension_gain=0.05, max_extensions=1))
+
+
+def _set_chained(at) -> None:
+    at.radio(key="launch.search.kind").set_value("chained")
+    at.text_input(key="launch.search.lrs").set_value("0.003, 0.006, 0.012, 0.024")
+    at.text_input(key="launch.seeds").set_value("0, 1")
+    at.number_input(key="launch.search.chain_exponent").set_value(0.4)
+    at.number_input(key="launch.search.bracket_ratio").set_value(1.5)
+    at.number_input(key="launch.search.extension_gain").set_value(0.05)
+    at.number_input(key="launch.search.max_extensions").set_value(1)
+    at.selectbox(key="launch.search.reference_rates").set_value("grid")
+
+
+def test_the_search_offers_the_chained_bracket_with_the_field_docs_as_help(launch):
+    from cbscore.study.spec_parts import SearchSpec
+
+    radio = launch.radio(key="launch.search.kind")
+    assert list(radio.options) == ["Grid", "Chained bracket", "Optuna"]
+    help_text = launch.number_input(key="launch.search.chain_exponent").help
+    assert help_text.startswith("`search.chain_exponent`: Chained search: a cell's centre rate is its neighbour's")
+    assert "Malladi et al. 2022" in help_text
+    # read from the field's docstring (a known sentence of it), not written twice
+    assert launch.number_input(key="launch.search.extension_gain").help.endswith(
+        "an optimum at the centre leaves both edges about 10% behind.")
+    assert launch.selectbox(key="launch.search.reference_rates").help == (
+        "`search.reference_rates`: " + " ".join(_doc_of("reference_rates").split()))
+
+
+def _doc_of(name: str) -> str:
+    import ast
+    import inspect
+
+    from cbscore.study import spec_parts
+
+    body = next(n for n in ast.parse(inspect.getsource(spec_parts)).body
+                if isinstance(n, ast.ClassDef) and n.name == "SearchSpec").body
+    return next(after.value.value for node, after in zip(body, body[1:])
+                if isinstance(node, ast.AnnAssign) and node.target.id == name)
+
+
+def test_a_chained_preview_counts_unequal_cells_and_says_what_the_chain_runs(launch):
+    from cbscore.study.chained import describe_chained
+
+    _set_chained(launch)
+    launch.button(key=PREVIEW).click().run()
+    assert not launch.error, [e.value for e in launch.error]
+    expected = _chained_demo()
+    metrics = {m.label: m.value for m in launch.metric}
+    est = estimate(expected, 20_000)
+    settings, sizes = expected.resolve_settings(), expected.batch_sizes
+    # reference cell: the 4-rate grid × 2 seeds; every other cell: 3 rates × 2 seeds
+    assert est.trials == len(settings) * (4 * 2 + (len(sizes) - 1) * 3 * 2)
+    assert metrics["Trials"] == str(est.trials)
+    cells = launch.dataframe[0].value
+    assert sum(cells["trials"]) == est.trials
+    ref = cells[cells["B (sequences)"] == expected.b_ref]
+    assert set(ref["trials"]) == {8} and set(cells[cells["B (sequences)"] != expected.b_ref]["trials"]) == {6}
+    assert [cell_size(expected, b) for b in sizes] == [8, 6, 6, 6, 6]
+    (code,) = [c.value for c in launch.code if c.value.startswith("chained search:")]
+    assert code == "\n".join(describe_chained(expected))
+    assert "(B/B_neighbour)^0.4" in code and "at most 1 per cell" in code and "more than 5%" in code
+
+
+def test_a_chained_spec_launched_from_the_page_launches_exactly_the_chained_plan(launch):
+    _set_chained(launch)
+    launch.text_input(key="launch.name").set_value("chained-demo")
+    with mock.patch("workers.query.api.launch_study", return_value="chained-demo") as submit:
+        launch.button(key=LAUNCH).click().run()
+    (launched,), _ = submit.call_args
+    expected = _chained_demo("chained-demo")
+    assert launched == expected
+    first, want = plan(launched, [], 0.0), plan(expected, [], 0.0)
+    assert repr(first) == repr(want)
+    # the chained plan's first wave: the reference cell's grid, every rate × seed, at B_ref only
+    n_settings = len(expected.resolve_settings())
+    assert {t.batch_size for t in first.start} == {expected.b_ref}
+    assert sorted((t.lr, t.seed) for t in first.start) == sorted(
+        (lr, s) for lr in expected.search.lrs for s in expected.seeds for _ in range(n_settings))
+
+
+def test_the_form_shows_no_experimental_rule_and_a_pasted_block_is_kept(launch):
+    keys = {w.key for w in launch.checkbox}
+    assert "launch.stop_far_rates" in keys
+    assert not [k for k in keys if any(x in k for x in ("predict", "prune_at_equal_tokens", "lr_prior"))]
+    assert not [w for w in launch.number_input if "lr_prior" in (w.key or "")]
+    pasted = load_preset("demo").replace(name="with-rules", experimental={"predict": True, "prune_at_equal_tokens": True})
+    launch.text_area(key="launch.yaml_text").set_value(pasted.to_yaml())
+    launch.button(key="launch.yaml_load").click().run()
+    with mock.patch("workers.query.api.launch_study", return_value="with-rules") as submit:
+        launch.button(key=LAUNCH).click().run()
+    (launched,), _ = submit.call_args
+    assert launched == pasted and launched.experimental.predict and launched.experimental.prune_at_equal_tokens
+
+
+def test_a_pasted_spec_from_before_keeps_its_rules_under_their_new_place(launch):
+    old = load_preset("demo").to_dict() | {"name": "old-rules", "prune_at_equal_tokens": True}
+    import yaml
+
+    launch.text_area(key="launch.yaml_text").set_value(yaml.safe_dump(old, sort_keys=False))
+    with pytest.warns(FutureWarning, match="prune_at_equal_tokens moved to experimental.prune_at_equal_tokens"):
+        launch.button(key="launch.yaml_load").click().run()
+    with mock.patch("workers.query.api.launch_study", return_value="old-rules") as submit:
+        launch.button(key=LAUNCH).click().run()
+    (launched,), _ = submit.call_args
+    assert launched.experimental.prune_at_equal_tokens and launched.to_dict()["experimental"]["prune_at_equal_tokens"]
+
+
+def test_the_schedule_kind_starts_from_its_preset_and_previews_the_decay_branches_tokens(launch):
+    from app import units
+    from cbscore.study.decay_plan import decay_grid_tokens, describe_decay
+
+    launch.segmented_control(key="launch.kind").set_value("schedule").run()
+    assert launch.text_input(key="launch.filled_from").value.startswith("preset ablation-schedule")
+    launch.multiselect(key="launch.decay.schedules").set_value(["constant_ewa", "wsd"])
+    launch.number_input(key="launch.decay.decay_fraction").set_value(0.1)
+    launch.number_input(key="launch.decay.horizon_high").set_value(2.0)
+    launch.button(key=PREVIEW).click().run()
+    assert not launch.error, [e.value for e in launch.error]
+    preset = load_preset("ablation-schedule")
+    expected = preset.replace(decay=dataclasses.replace(preset.decay, schedules=("constant_ewa", "wsd"),
+                                                        decay_fraction=0.1, horizon_high=2.0))
+    (code,) = [c.value for c in launch.code if c.value.startswith("schedules ")]
+    assert code == "\n".join(describe_decay(expected, units.count))
+    assert "wsd decay branches (f = 0.1 to 0.1·lr)" in code and "cosine runs 0;" in code
+    metrics = {m.label: m.value for m in launch.metric}
+    assert metrics["Tokens (at most)"] == units.count(decay_grid_tokens(expected))
+    with mock.patch("workers.query.api.launch_study", return_value=expected.name) as submit:
+        launch.button(key=LAUNCH).click().run()
+    (launched,), _ = submit.call_args
+    assert launched == expected
+
+
+def test_a_bad_decay_field_is_named_with_its_value(launch):
+    launch.segmented_control(key="launch.kind").set_value("schedule").run()
+    launch.multiselect(key="launch.decay.schedules").set_value([])
+    launch.button(key=PREVIEW).click().run()
+    assert any("decay.schedules" in e.value and "must list one schedule" in e.value for e in launch.error)
