@@ -159,6 +159,16 @@ def best_learning_rates(rows: list[dict], allowed: tuple[float, ...]) -> list[di
     return out
 
 
+def study_best_rates(spec, rows: list[dict]) -> list[dict] | None:
+    """:func:`best_learning_rates` of a study whose search names each trial's rate (``grid``,
+    ``chained``: ``search.runs_rates``); ``None`` for Optuna. Only a grid has a fixed set of allowed
+    rates (its ``lrs`` and their extensions); a chained cell's rates follow its neighbour's best."""
+    if not spec.search.runs_rates:
+        return None
+    allowed = allowed_rates(spec.search.lrs, spec.search.lr_extensions) if spec.search.kind == "grid" else ()
+    return best_learning_rates(rows, allowed)
+
+
 def _wall_seconds(name: str) -> tuple[float | None, str | None, str | None]:
     """Seconds from the first trial's start to the last trial's end (MLflow run times)."""
     from datetime import datetime, timezone
@@ -240,8 +250,7 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
                         "cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
             "figures": figures,
-            "best_learning_rates": (best_learning_rates(full, allowed_rates(spec.search.lrs, spec.search.lr_extensions))
-                                    if spec.search.kind == "grid" else None),
+            "best_learning_rates": study_best_rates(spec, full),
         }
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         written = sorted(f.name for f in tmp.iterdir() if f.name != "README.md")

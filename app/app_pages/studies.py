@@ -74,8 +74,8 @@ def live(name: str) -> None:
                 help="The oracle is what a study would spend if it knew each cell's best learning rate in "
                      "advance; 1× is the floor. '≥' marks a grid figure in which trials stopped before the "
                      "target count what they trained. docs/user-guide.md, \"What a study costs\", explains the "
-                     "rules that lower the ratio (search.order, stop_far_rates, search.predict, "
-                     "prune_at_equal_tokens) and the fit-window floor no rule that reads every crossing "
+                     "rules that lower the ratio (search.kind chained, search.order, stop_far_rates; the "
+                     "experimental block's predict and prune_at_equal_tokens) and the fit-window floor no rule that reads every crossing "
                      "goes below (3.4-3.5x on the paper presets). 'Pruned trials' splits what stopped "
                      "trials trained by the rule that stopped them (prune_margin, stop_far_rates, ...).")
         st.progress(view.progress, text=f"{view.progress:.0%} of the planned trials have an outcome")
@@ -223,7 +223,7 @@ def _grow(name: str) -> None:
 
     spec = sources.call("study_spec", name)
     current = {k: v for k, v in spec.to_dict().items() if k in ("batch_sizes", "seeds")}
-    if spec.search.kind == "grid":
+    if spec.search.kind == "grid":  # not runs_rates: an extension adds rates to a grid only (cbscore.study.extend)
         current["search"] = {"lrs": list(spec.search.lrs)}
     st.markdown(f"**Extend {name}**: change the fields below (a spec's fields; an extension may change "
                 f"{', '.join(f'`{k}`' for k in EXTENSIBLE)}). Every trial already run keeps its result; only the new "

@@ -39,3 +39,23 @@ def test_an_extension_past_the_grid_brackets_a_best_rate_at_the_grids_end():
 def test_a_cell_without_a_reached_trial_has_no_entry():
     rows = [_row(4, 0.006, None, "censored"), _row(8, 0.006, 10)]
     assert [r["batch_size"] for r in best_learning_rates(rows, GRID)] == [8]
+
+
+
+def test_a_chained_study_gets_best_rates_edged_by_its_cells_own_rates_and_optuna_none():
+    """``summary.json`` gives best rates for every search that names each trial's rate
+    (``search.runs_rates``, issue 40): a chained cell's rates follow its neighbour's best, so it has
+    no allowed bound; a grid keeps its own; an Optuna study has none."""
+    from app.report import study_best_rates
+    from cbscore.study import load_preset
+
+    demo = load_preset("demo")
+    rows = [_row(8, 0.012, 90), _row(8, 0.024, 80), _row(8, 0.048, 85),  # bracketed
+            _row(16, 0.017, 60), _row(16, 0.034, 50), _row(16, 0.068, 45)]  # best at its top
+    chained = study_best_rates(demo.replace(search={**demo.to_dict()["search"], "kind": "chained"}), rows)
+    got = {r["batch_size"]: r for r in chained}
+    assert got[8]["best_lr"] == 0.024 and got[8]["at_grid_edge"] is None and not got[8]["allowed_edge"]
+    assert got[16]["at_grid_edge"] == "highest" and not got[16]["allowed_edge"]
+    grid = {r["batch_size"]: r for r in study_best_rates(demo, [_row(8, 0.012, 90), _row(8, max(allowed_rates(demo.search.lrs, demo.search.lr_extensions)), 80)])}
+    assert grid[8]["allowed_edge"]  # the grid's top extension: no study of this spec goes higher
+    assert study_best_rates(demo.replace(search={"kind": "optuna"}), rows) is None
