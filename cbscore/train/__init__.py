@@ -2,7 +2,7 @@
 
 ``trainer`` runs the loop (``run_trial``); ``config`` is its ``TrainConfig``; ``checkpointer`` saves
 and resumes a trial (``checkpoint`` holds the file format); ``callbacks`` are the loop's hooks;
-``result``/``outcome``/``progress`` say how a trial ended and where it is; ``step`` and
+``result`` and ``progress`` say how a trial ended and where it is; ``step`` and
 ``micro_batch`` take one optimizer step; ``heldout`` and ``eval_schedule`` evaluate; ``schedules``
 and ``averaging`` shape the learning rate and the weights; ``batch_plan`` and ``branch`` are the
 local-CBS batch schedule and branches; ``distributed``, ``gns``, ``device``, ``throughput`` and

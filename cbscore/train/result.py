@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,3 +148,12 @@ def _json_float(value: float | None) -> float | None:
 
 def _float(value: float | None) -> float:
     return math.nan if value is None else float(value)
+
+
+def crossing_tau(history: Sequence[EvalPoint], target: float) -> str | None:
+    """The τ key whose averaged loss is lowest at the first evaluation at or below ``target``."""
+    for point in history:
+        if math.isfinite(point.loss) and point.loss <= target:
+            finite = {k: v for k, v in point.ewa_losses.items() if math.isfinite(v)}
+            return min(finite, key=finite.get) if finite else None
+    return None

@@ -66,11 +66,13 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from cbscore.analysis import first_crossing
+
 from cbscore.train.allocator import keep_freed_memory
 from cbscore.train.averaging import WeightAverage
 from cbscore.train.batch_plan import Segment
 from cbscore.train.callbacks import Callback, TrainState
-from cbscore.train.checkpoint import save_checkpoint, save_snapshot
+from cbscore.train.checkpoint import rng_state, save_snapshot, set_rng_state
 from cbscore.train.distributed import SINGLE, Group, device_for_rank, launch
 from cbscore.errors import ConfigError
 from cbscore.train.eval_schedule import EvalSchedule, default_every_steps, min_every_steps
@@ -80,13 +82,12 @@ from cbscore.model import GPT, get_preset
 from cbscore.train.micro_batch import activation_bytes_per_sequence, choose_micro_batch, split_for_gns
 from cbscore.model_config import padded_vocab_size
 from cbscore.train.step import StepFn
-from cbscore.train.device import device_label, resolve_device, torch_threads, trial_threads
-from cbscore.train.throughput import mfu, peak_flops
+from cbscore.train.device import device_label, finite_or_none, resolve_device, torch_threads, trial_threads
+from cbscore.train.throughput import mfu, peak_flops, peak_memory_bytes
 from cbscore.train.config import TrainConfig
-from cbscore.train.outcome import trial_result
-from cbscore.train.checkpointer import TrialCheckpoints
-from cbscore.train.progress import Progress
-from cbscore.train.result import EvalPoint, TrialResult
+from cbscore.train.checkpointer import Checkpointer
+from cbscore.train.progress import CHECKPOINT_FORMAT, Progress
+from cbscore.train.result import EvalPoint, TrialResult, crossing_tau
 
 def train(config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrialResult:
     """Train one trial; see the module docstring for outcomes, evaluation and resuming.
@@ -140,7 +141,11 @@ class _NoAverage:
         pass
 
 
-class _Trial(TrialCheckpoints):
+class _Trial:
+    """One process's share of one trial: its model, optimizer, averages, state and progress; its
+    ``checkpointer`` (:class:`cbscore.train.checkpointer.Checkpointer`) decides where it resumes and
+    when it saves what :meth:`state_dict` gives."""
+
     def __init__(self, config: TrainConfig, state: TrainState, callbacks: tuple[Callback, ...],
                  group: Group = SINGLE):
         self.config = config
@@ -148,7 +153,7 @@ class _Trial(TrialCheckpoints):
         self.callbacks = callbacks
         self.group = group
         self.leader = group.leader
-        self.saved_here = False  # whether this trial's checkpoint folder exists because of this run
+        self.checkpointer = Checkpointer(config, callbacks)
 
     # ------------------------------------------------------------------------------ setup
     def _setup(self) -> None:
@@ -323,15 +328,56 @@ class _Trial(TrialCheckpoints):
 
     # ------------------------------------------------------------------------------ checkpoints
     def _save(self, result: TrialResult | None = None) -> None:
-        if self.config.checkpoint_dir is not None:
-            if not all(cb.may_checkpoint(self.state) for cb in self.callbacks):
-                return
-            # the folder is made by this trial's first save only: gone later, it was removed
-            # under this process (the trial ended or was taken over), and nothing is written
-            if save_checkpoint(self.config.checkpoint_dir, self._payload(result), create=not self.saved_here) is None:
-                return
-            self.saved_here = True
-            self.last_checkpoint_at = time.monotonic()
+        self.checkpointer.save(self.state, lambda: self.state_dict(result))
+
+    def state_dict(self, result: TrialResult | None = None) -> dict:
+        """What a checkpoint (or a snapshot) holds: plain tensors and values only, so that it
+        loads with ``weights_only`` and records no class path."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "config": self.config.to_dict(),
+            "step": self.state.step,
+            "tokens": self.state.tokens,  # stream position (a branch's base position is checked on it)
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "average": self.average.state_dict(),
+            "rng": rng_state(),
+            "eval_history": [e.to_dict() for e in self.state.eval_history],
+            "progress": self.progress.to_dict(),
+            "gns": self.gns.state_dict(),  # noise-scale averages (None without a probe)
+            "result": None if result is None else result.to_dict(),
+        }
+
+    def load_state_dict(self, ckpt: dict) -> None:
+        """Rank 0 resumes from ``ckpt`` (:meth:`state_dict`)."""
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.average.load_state_dict(ckpt["average"])
+        set_rng_state(ckpt["rng"])
+        self.gns.load_state_dict(ckpt.get("gns"))
+        self.state.step = int(ckpt["step"])
+        self.state.resumed_from_step = self.state.step
+        self.state.eval_history = [EvalPoint.from_dict(e) for e in ckpt["eval_history"]]
+        self.state.last_eval = self.state.eval_history[-1] if self.state.eval_history else None
+        self.progress = Progress.from_dict(ckpt["progress"], self.device)
+        if self.progress.train_log:
+            self.state.train_loss = self.progress.train_log[-1][1]
+
+    def _load_follower(self, ckpt: dict) -> None:
+        """Rank > 0 resumes from what rank 0 resumed from: weights and AdamW state (the partial
+        log interval in a checkpoint is already the mean over ranks, see ``_mean_interval``)."""
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.state.step = int(ckpt["step"])
+        saved = Progress.from_dict(ckpt["progress"], self.device)
+        self.progress = Progress(interval_loss=saved.interval_loss, interval_steps=saved.interval_steps)
+
+    def _branch(self) -> None:
+        """A branch's first attempt starts from its base; the averages come with it on rank 0 with
+        ``branch_ewa = carry`` (with ``reset`` they start fresh at the branch). The data and
+        schedule continue at ``branch_tokens`` (``self.plan``)."""
+        carry = self.leader and self.config.branch_ewa == "carry"
+        self.checkpointer.branch(self.model, self.optimizer, self.average if carry else None)
 
     def _mean_interval(self) -> None:
         """Replace every rank's partial log-interval loss by its mean over ranks (before a
@@ -350,7 +396,11 @@ class _Trial(TrialCheckpoints):
         store is then prepared once) and told the step it resumed from, or that it ended."""
         if self.leader:
             self._setup()
-            ckpt = self._restore()
+            ckpt = self.checkpointer.load()
+            if ckpt is None:
+                self._branch()
+            elif ckpt["result"] is None:  # a checkpoint of a trial that ended holds its result only
+                self.load_state_dict(ckpt)
             ended = ckpt is not None and ckpt["result"] is not None
             self.group.agree(int(ended), self.state.step)
             return ckpt
@@ -359,7 +409,7 @@ class _Trial(TrialCheckpoints):
             return {"result": True}
         self._setup()
         if step > 0:
-            self._restore_follower(step)
+            self._load_follower(self.checkpointer.load_at(step, self.group.rank))
         else:
             self._branch()
         return None
@@ -380,15 +430,14 @@ class _Trial(TrialCheckpoints):
         for cb in self.callbacks:
             cb.pre_train(state)
 
-        self.last_checkpoint_at = time.monotonic()
-        start_step = state.step
+        self.checkpointer.last_saved_at = time.monotonic()  # the interval counts from the first step
+        self.start_step = state.step
         # (seconds, tokens) of the steps off the throughput clock: this process's first (compilation,
         # the allocator's warm-up) and any redone after an out-of-memory halving (a recompilation)
-        off_clock = (0.0, 0)
+        self.off_clock = (0.0, 0)
         first = True
         status, reason = None, None
         log_every, ckpt_every = cfg.log_every_steps, cfg.checkpoint_every_steps
-        ckpt_seconds = cfg.checkpoint_every_seconds if cfg.checkpoint_dir is not None else None
         interval_clock, interval_tokens = 0.0, 0
         self._enter_segment(self.plan.segment_at(state.step))
         row_offset, rows = self.rows
@@ -447,7 +496,7 @@ class _Trial(TrialCheckpoints):
             state.train_seconds += dt
             state.last_step_at = time.time()
             if untimed:
-                off_clock = (off_clock[0] + dt, off_clock[1] + state.batch_tokens)
+                self.off_clock = (self.off_clock[0] + dt, self.off_clock[1] + state.batch_tokens)
             else:
                 interval_clock += dt
                 interval_tokens += state.batch_tokens
@@ -488,25 +537,71 @@ class _Trial(TrialCheckpoints):
             if not leader:
                 continue
             if snapshots and state.tokens == snapshots[0]:  # kept for branches (write once)
-                save_snapshot(cfg.snapshot_dir, snapshots.pop(0), self._payload())
+                save_snapshot(cfg.snapshot_dir, snapshots.pop(0), self.state_dict())
             for cb in self.callbacks:
                 cb.post_step(state, metrics)
-            if status is None and (is_ckpt or (
-                is_log and ckpt_seconds is not None and time.monotonic() - self.last_checkpoint_at >= ckpt_seconds
-            )):
+            if status is None and self.checkpointer.due(is_ckpt_step=is_ckpt, is_log_step=is_log):
                 self._save()
 
         self._mean_interval()  # every rank: a stopped trial's checkpoint carries the global interval
         if not leader:
             return None
-        return self._finish(status, reason, off_clock, start_step)
+        return self._finish(status, reason)
 
-    def _finish(self, status: str, reason: str | None, off_clock: tuple[float, int], start_step: int) -> TrialResult:
-        result = trial_result(self.config, self.state, self.plan, status=status, reason=reason, off_clock=off_clock,
-                              start_step=start_step, beta2=self.beta2, taus=self.taus, peak=self.peak,
-                              device=self.device, micro=self.micro, train_log=self.progress.train_log)
+    def _finish(self, status: str, reason: str | None) -> TrialResult:
+        result = self.result(status, reason)
         # A stopped trial keeps a resumable checkpoint; an ended one records its result.
         self._save(None if status == "stopped" else result)
         for cb in self.callbacks:
             cb.post_train(self.state, result)
         return result
+
+    def result(self, status: str, reason: str | None) -> TrialResult:
+        """The result of a loop that ended with ``status``: the crossing read off the evaluations,
+        the throughput of this process's own steps (a resumed trial's counted from
+        ``start_step``) with the ``off_clock`` ``(seconds, tokens)`` left out, and the losses a
+        report shows."""
+        cfg, state, plan, history = self.config, self.state, self.plan, self.state.eval_history
+        steps_to_target = target_tau = None
+        if status == "reached":
+            steps_to_target = first_crossing([e.step for e in history], [e.loss for e in history], cfg.target_loss)
+            target_tau = crossing_tau(history, cfg.target_loss)
+        trained_tokens = plan.tokens_at(state.step) - plan.tokens_at(self.start_step)
+        off_seconds, off_tokens = self.off_clock
+        tokens_per_s = None
+        if trained_tokens > 0 and state.train_seconds > 0:
+            tokens_per_s = trained_tokens / state.train_seconds
+            if trained_tokens > off_tokens and state.train_seconds > off_seconds:
+                tokens_per_s = (trained_tokens - off_tokens) / (state.train_seconds - off_seconds)
+        finite = [e.loss for e in history if math.isfinite(e.loss)]
+        return TrialResult(
+            status=status,
+            stop_reason=reason,
+            target_loss=cfg.target_loss,
+            steps_to_target=steps_to_target,
+            # tokens this run trained up to the crossing (a branch's base tokens not counted)
+            tokens_to_target=None if steps_to_target is None else plan.tokens_at(steps_to_target) - plan.start_tokens,
+            final_eval_loss=finite_or_none(history[-1].loss) if history else None,
+            best_eval_loss=min(finite) if finite else None,
+            final_raw_loss=finite_or_none(history[-1].raw_loss) if history else None,
+            steps=state.step,
+            tokens=state.tokens,
+            total_steps=state.total_steps,
+            warmup_steps=state.warmup_steps,
+            beta2=self.beta2,
+            ewa_taus=self.taus,
+            tokens_per_s=tokens_per_s,
+            mfu=mfu(None if tokens_per_s is None else tokens_per_s / cfg.devices, state.flops_per_token, self.peak),
+            n_params=state.n_params,
+            flops_per_token=state.flops_per_token,
+            train_seconds=state.train_seconds,
+            eval_seconds=state.eval_seconds,
+            peak_memory_bytes=peak_memory_bytes(self.device),
+            device=state.device,
+            resumed_from_step=state.resumed_from_step,
+            devices=cfg.devices,
+            micro_batch_size=self.micro,
+            target_tau=target_tau,
+            eval_history=tuple(history),
+            train_log=tuple(self.progress.train_log),
+        )
