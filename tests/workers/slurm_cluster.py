@@ -208,8 +208,15 @@ def slurm_cluster(tmp_path_factory):
 
 @pytest.fixture
 def slurm(slurm_cluster, monkeypatch):
-    """The cluster, with ``SLURM_CONF`` set for this test (``cbs slurm`` and the SLURM clients)."""
+    """The cluster, with ``SLURM_CONF`` set for this test (``cbs slurm`` and the SLURM clients), and
+    no job of an earlier test left in its queue (a cancelled job stays COMPLETING until its processes
+    end, up to KillWait later)."""
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    deadline = time.monotonic() + 60
+    while slurm_cluster.jobs():
+        if time.monotonic() > deadline:
+            pytest.fail(f"jobs of an earlier test still in SLURM's queue after 60 s: {slurm_cluster.jobs()}")
+        time.sleep(0.5)
     yield slurm_cluster
     # no job of this test outlives it
     subprocess.run(["scancel", f"--user={getpass.getuser()}"], env={**os.environ, **slurm_cluster.env},
