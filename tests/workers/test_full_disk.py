@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import cbscore.train.trainer as train_module
+import cbscore.train.checkpointer as checkpointer_module
 from tests.workers.conftest import tiny_spec
 from workers.query import api
 from workers.infra.checkpoints import checkpoint_dir
@@ -77,7 +77,7 @@ def test_a_full_disk_at_a_checkpoint_gives_the_attempt_back(worker_env, token_st
         raise OSError(errno.ENOSPC, "No space left on device", str(folder))
 
     with pytest.MonkeyPatch.context() as disk:
-        disk.setattr(train_module, "save_checkpoint", no_room)
+        disk.setattr(checkpointer_module, "save_checkpoint", no_room)
         disk.setattr(pathlib.Path, "write_text", full(pathlib.Path.write_text))
         disk.setattr(pathlib.Path, "mkdir", full(pathlib.Path.mkdir))
         out = run_trial_attempt("full1", record.trial_id, 1, worker="test")

@@ -17,6 +17,7 @@ import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
 
+import cbscore.train.checkpointer as checkpointer_module
 import cbscore.train.trainer as train_module
 from cbscore.train.checkpoint import load_checkpoint
 from tests.workers.conftest import DATA
@@ -84,7 +85,7 @@ def undisturbed(tracker, tmp_path, token_store):
 def dies_after_checkpoint(monkeypatch, callback: MlflowCallback, at_step: int) -> None:
     """The process dies right after the checkpoint of ``at_step`` is on disk: from then on
     nothing it sends reaches the store (its on_error flush included)."""
-    real = train_module.save_checkpoint
+    real = checkpointer_module.save_checkpoint
 
     def save_then_die(folder, payload, **kw):
         path = real(folder, payload, **kw)
@@ -96,7 +97,7 @@ def dies_after_checkpoint(monkeypatch, callback: MlflowCallback, at_step: int) -
             raise Killed
         return path
 
-    monkeypatch.setattr(train_module, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(checkpointer_module, "save_checkpoint", save_then_die)
 
 
 def test_a_kill_right_after_a_checkpoint_loses_no_point_and_logs_none_twice(tracker, tmp_path, undisturbed,
