@@ -38,6 +38,8 @@ import signal
 import threading
 import time
 import traceback
+from dataclasses import dataclass, field
+from typing import Any
 
 from cbscore.train.callbacks import Callback, TrainState
 from workers.infra.checkpoints import checkpoint_dir, remove_checkpoint
@@ -59,7 +61,7 @@ class Heartbeat:
     three quarters of ``CBS_STALE_AFTER_S``, before the runner may give the trial to another
     attempt) counts as superseded: it stops and writes no checkpoint. It is then ``cut_off`` (not
     told by the ledger that it lost the trial): an outage, not a fault of the trial, so the attempt
-    is given back once the ledger answers again (:func:`_give_back`), never lost."""
+    is given back once the ledger answers again (:meth:`Attempt.give_back`), never lost."""
 
     def __init__(self, ledger: Ledger, trial_id: str, attempt: int, owner: str, period_s: float,
                  deadline_s: float | None = None):
@@ -198,217 +200,302 @@ def run_trial_attempt(study: str, trial_id: str, attempt: int, *, worker: str = 
             return {"trial_id": trial_id, "attempt": attempt,
                     "skipped": f"lease is {lease.state} at attempt {lease.attempt}"}
         if attempt >= s.max_attempts:
-            return _fail_at_cap(s, ledger, study, trial_id, lease)
+            # the dead holder's attempt ends the trial: it is failed in that holder's name
+            held = Attempt(settings=s, ledger=ledger, study=study, trial_id=trial_id, number=lease.attempt,
+                           owner=lease.owner, run_id=lease.run_id)
+            held.fail(f"lost its worker {lease.attempt} times (CBS_MAX_ATTEMPTS={s.max_attempts})")
+            return held.summary(outcome="failed")
         if not ledger.take_over(trial_id, attempt, dead_owner=lease.owner, owner=owner, worker=worker,
                                 now_s=time.time()):
             return {"trial_id": trial_id, "attempt": attempt, "skipped": "another process took it over"}
         attempt += 1
     lease = ledger.lease(trial_id)
-    return _run_claimed(s, ledger, study, trial_id, attempt, owner, worker, lease.run_id)
+    return Attempt(settings=s, ledger=ledger, study=study, trial_id=trial_id, number=attempt, owner=owner,
+                   run_id=lease.run_id, worker=worker).run()
 
 
-def _fail_at_cap(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, lease) -> dict:
-    if ledger.finish(trial_id, lease.attempt, owner=lease.owner, outcome="failed", now_s=time.time()):
-        tracker = Tracker(s.tracking_uri, s.artifact_root)
-        tracker.end_trial(lease.run_id, "failed",
-                          stop_reason=f"lost its worker {lease.attempt} times (CBS_MAX_ATTEMPTS={s.max_attempts})")
-        tell(s, study, tracker.get_run(lease.run_id).data.tags, "failed", None)
-        remove_checkpoint(trial_id)
-        _advance(study)
-    return {"trial_id": trial_id, "attempt": lease.attempt, "outcome": "failed"}
+@dataclass(kw_only=True, eq=False)
+class Attempt:
+    """Attempt ``number`` of ``trial_id``, held by ``owner``: trains it, then ends it one way, each
+    a method: :meth:`finish` (an outcome), :meth:`fail`, :meth:`give_back` (the same attempt back to
+    the queue: an outage, a full disk, a host without the store), :meth:`requeue` (the worker shuts
+    down), :meth:`lose` (a rank died: the next attempt). Only the holder of the attempt can move its
+    lease (the ledger checks ``owner``)."""
 
+    settings: WorkerSettings
+    """The worker's settings (ledger, tracking, caps, heartbeat period)."""
+    ledger: Ledger
+    """The lab's ledger of leases."""
+    study: str
+    """The study's name."""
+    trial_id: str
+    """The trial's id."""
+    number: int
+    """Which attempt of the trial this is (1, 2, …)."""
+    owner: str
+    """The process that holds the lease (:func:`workers.studies.ledger.this_process`)."""
+    run_id: str
+    """The trial's MLflow run."""
+    worker: str = ""
+    """The worker's name, tagged on the run."""
+    mlflow_run: Any = None
+    """The MLflow run once read (its tags carry the queue and what Optuna is told); ``None`` before."""
+    _tracker: Tracker | None = field(default=None, repr=False)
 
-def _run_claimed(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,
-                 worker: str, run_id: str) -> dict:
-    from workers.studies.records import trial_spec
+    @property
+    def tracker(self) -> Tracker:
+        if self._tracker is None:
+            self._tracker = Tracker(self.settings.tracking_uri, self.settings.artifact_root)
+        return self._tracker
 
-    # Beat from the claim on: reading the run and importing the trainer can take longer than the
-    # staleness limit on a loaded machine.
-    heartbeat = Heartbeat(ledger, trial_id, attempt, owner, s.heartbeat_s, deadline_s=0.75 * s.stale_after_s).start()
-    run = None
-    try:
-        tracker = Tracker(s.tracking_uri, s.artifact_root)
-        run = tracker.get_run(run_id)
-        spec = trial_spec(run)
-        tracker.set_trial_status(run_id, "running", attempt=attempt, worker=worker, pid=os.getpid(), given_back="")
-    except Exception as exc:
-        # Before training: a store that is down costs no attempt; anything else fails the trial
-        # now instead of leaving a lease that looks lost (and burns every attempt in seconds).
-        heartbeat.stop()
-        if is_transient(exc):
-            return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, None, exc, cut_off=heartbeat.cut_off)
-        if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
-            _try_end(s, run_id, "failed", f"{type(exc).__name__}: {exc}"[:500])
-            if run is not None:
-                tell(s, study, run.data.tags, "failed", None)
-            remove_checkpoint(trial_id)
-            _advance(study)
-        raise
-    # SIGTERM (the pool stopping its children, a process-group kill) becomes a stop at the next
-    # step with a checkpoint, then the same attempt goes back to the queue.
-    on_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, lambda *_: heartbeat.interrupt()) if on_main else None
-    from cbscore.train.distributed import RankFailed
+    def summary(self, **fields) -> dict:
+        """The task's JSON summary of this attempt."""
+        return {"trial_id": self.trial_id, "attempt": self.number, **fields}
 
-    try:
-        from cbscore.train.trainer import train
-        from cbscore.train.config import TrainConfig
+    def run(self) -> dict:
+        """Read the run, train, and end the attempt (see the module docstring)."""
+        from workers.studies.records import trial_spec
 
-        config = TrainConfig.from_dict({**spec.train_config, **_operational(trial_id, spec.train_config, study)})
-        ready_store(ledger, study, config.data)  # the study's one store, here; never a second one
-        callbacks = [MlflowCallback(tracker, run_id, flush_s=s.heartbeat_s, fence=heartbeat.holds),
-                     StopWatch(heartbeat)]
-        result = train(config, callbacks)
-    except RankFailed as exc:  # another rank of the trial died: this attempt is lost, not the trial
-        heartbeat.stop()
-        return _lose_attempt(s, ledger, study, trial_id, attempt, owner, tracker, run, exc)
-    except (KeyboardInterrupt, SystemExit):  # interrupted harder: resume from the last checkpoint
-        heartbeat.stop()
-        if not heartbeat.superseded and ledger.release(trial_id, attempt, owner=owner, now_s=time.time()):
-            tracker.set_trial_status(run_id, "queued", attempt=attempt)
-            _send_again(s, study, trial_id, attempt, run)
-        raise
-    except BaseException as exc:
-        heartbeat.stop()
-        # one outage, two symptoms: the holder cut off, or its last flush unable to ask the ledger
-        if isinstance(exc, Exception) and is_transient(exc) and (heartbeat.cut_off or isinstance(exc, LeaseUnknown)):
-            return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, run, exc, cut_off=True)
-        if heartbeat.superseded:
+        s = self.settings
+        # Beat from the claim on: reading the run and importing the trainer can take longer than the
+        # staleness limit on a loaded machine.
+        heartbeat = Heartbeat(self.ledger, self.trial_id, self.number, self.owner, s.heartbeat_s,
+                              deadline_s=0.75 * s.stale_after_s).start()
+        run = None
+        try:
+            run = self.tracker.get_run(self.run_id)
+            spec = trial_spec(run)
+            self.tracker.set_trial_status(self.run_id, "running", attempt=self.number, worker=self.worker,
+                                          pid=os.getpid(), given_back="")
+        except Exception as exc:
+            # Before training: a store that is down costs no attempt (sent to the default queue: the
+            # run's tags are not taken as read); anything else fails the trial now instead of leaving
+            # a lease that looks lost (and burns every attempt in seconds).
+            heartbeat.stop()
+            if is_transient(exc):
+                return self.give_back(exc, cut_off=heartbeat.cut_off)
+            self.mlflow_run = run
+            self.fail(f"{type(exc).__name__}: {exc}"[:500], best_effort=True)
             raise
-        if isinstance(exc, Exception) and (is_transient(exc) or isinstance(exc, StoreUnavailable)):
-            return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, run, exc)
-        if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
-            message = f"{type(exc).__name__}: {exc}"
-            tracker.end_trial(run_id, "failed", stop_reason=message[:500])
-            tracker.log_text(run_id, traceback.format_exc(), f"errors/attempt-{attempt}.txt")
-            tell(s, study, run.data.tags, "failed", None)
-            remove_checkpoint(trial_id)
-            _advance(study)
-        raise
-    finally:
-        if on_main:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
-    heartbeat.stop()
-    # ask now (waiting out an outage): a holder that lost the trial meanwhile must not end its run
-    if heartbeat.superseded or not heartbeat.confirm():
-        if heartbeat.cut_off:  # the ledger was away, not the trial at fault: the attempt goes back
-            return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, run, heartbeat.last_error,
-                              cut_off=True)
-        return {"trial_id": trial_id, "attempt": attempt, "skipped": "superseded by a newer attempt"}
-    if result.status == "stopped" and result.stop_reason == INTERRUPTED:
-        return _requeue_interrupted(s, ledger, study, trial_id, attempt, owner, tracker, run, result)
-    outcome = result.status
-    if outcome == "stopped":
-        outcome = "pruned" if result.stop_reason == "pruned" else "stopped"
-    # Ordered ending: the run ends with all its tags first, then Optuna is told, then the ledger
-    # calls the trial done and the checkpoint goes. A crash or an outage in between leaves a lease
-    # that is not done and a checkpoint holding the result: the next attempt ends it the same way
-    # (ending and telling twice change nothing). Until the ledger is done the planner counts the
-    # trial as in flight (workers.studies.records.trial_status), so an Optuna cell asks for its next trial
-    # only once the sampler knows how this one ended: the proposals do not depend on timing.
-    try:
-        tracker.end_trial(run_id, outcome, **result_tags(result), **_late_config_key(ledger, study, run))
-        tell(s, study, run.data.tags, outcome, result)
-        done = ledger.finish(trial_id, attempt, owner=owner, outcome=outcome, now_s=time.time())
-    except Exception as exc:
-        if is_transient(exc):
-            return _give_back(s, ledger, study, trial_id, attempt, owner, run_id, run, exc)
-        raise
-    if done:
-        remove_checkpoint(trial_id)  # the lease is done: nobody resumes it
-        _keep_for_the_pages(ledger, tracker, trial_id)
-    _advance(study)
-    return {"trial_id": trial_id, "attempt": attempt, "outcome": outcome, "steps": result.steps,
-            "steps_to_target": result.steps_to_target, "resumed_from_step": result.resumed_from_step}
+        self.mlflow_run = run
+        # SIGTERM (the pool stopping its children, a process-group kill) becomes a stop at the next
+        # step with a checkpoint, then the same attempt goes back to the queue.
+        on_main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, lambda *_: heartbeat.interrupt()) if on_main else None
+        from cbscore.train.distributed import RankFailed
 
+        try:
+            from cbscore.train.config import TrainConfig
+            from cbscore.train.trainer import train
 
-def _keep_for_the_pages(ledger: Ledger, tracker: Tracker, trial_id: str) -> None:
-    """Keep the ended trial in the pages' read model (:mod:`workers.studies.read_model`). The trial
-    is done whatever happens here: an outage leaves the row to the next read of the study."""
-    from workers.studies.read_model import keep_ended
-
-    try:
-        keep_ended(ledger, tracker, trial_id)
-    except Exception as exc:
-        if not is_transient(exc):
+            config = TrainConfig.from_dict({**spec.train_config,
+                                            **_operational(self.trial_id, spec.train_config, self.study)})
+            ready_store(self.ledger, self.study, config.data)  # the study's one store, here; never a second one
+            callbacks = [MlflowCallback(self.tracker, self.run_id, flush_s=s.heartbeat_s, fence=heartbeat.holds),
+                         StopWatch(heartbeat)]
+            result = train(config, callbacks)
+        except RankFailed as exc:  # another rank of the trial died: this attempt is lost, not the trial
+            heartbeat.stop()
+            return self.lose(exc)
+        except (KeyboardInterrupt, SystemExit):  # interrupted harder: resume from the last checkpoint
+            heartbeat.stop()
+            if not heartbeat.superseded:
+                self.release()
             raise
-        print(f"cbs trial {trial_id}: the pages' read model is left to the next read ({exc})", flush=True)
+        except BaseException as exc:
+            heartbeat.stop()
+            # one outage, two symptoms: the holder cut off, or its last flush unable to ask the ledger
+            if (isinstance(exc, Exception) and is_transient(exc)
+                    and (heartbeat.cut_off or isinstance(exc, LeaseUnknown))):
+                return self.give_back(exc, cut_off=True)
+            if heartbeat.superseded:
+                raise
+            if isinstance(exc, Exception) and (is_transient(exc) or isinstance(exc, StoreUnavailable)):
+                return self.give_back(exc)
+            self.fail(f"{type(exc).__name__}: {exc}"[:500], traceback_text=traceback.format_exc())
+            raise
+        finally:
+            if on_main:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        heartbeat.stop()
+        # ask now (waiting out an outage): a holder that lost the trial meanwhile must not end its run
+        if heartbeat.superseded or not heartbeat.confirm():
+            if heartbeat.cut_off:  # the ledger was away, not the trial at fault: the attempt goes back
+                return self.give_back(heartbeat.last_error, cut_off=True)
+            return self.summary(skipped="superseded by a newer attempt")
+        if result.status == "stopped" and result.stop_reason == INTERRUPTED:
+            return self.requeue(result)
+        return self.finish(result)
 
+    def finish(self, result) -> dict:
+        """End the trial with the trainer's ``result``. Ordered: the run ends with all its tags
+        first, then Optuna is told, then the ledger calls the trial done and the checkpoint goes. A
+        crash or an outage in between leaves a lease that is not done and a checkpoint holding the
+        result: the next attempt ends it the same way (ending and telling twice change nothing).
+        Until the ledger is done the planner counts the trial as in flight
+        (:func:`workers.studies.records.trial_status`), so an Optuna cell asks for its next trial
+        only once the sampler knows how this one ended: the proposals do not depend on timing."""
+        outcome = result.status
+        if outcome == "stopped":
+            outcome = "pruned" if result.stop_reason == "pruned" else "stopped"
+        try:
+            self.tracker.end_trial(self.run_id, outcome, **result_tags(result), **self._late_config_key())
+            tell(self.settings, self.study, self.mlflow_run.data.tags, outcome, result)
+            done = self.ledger.finish(self.trial_id, self.number, owner=self.owner, outcome=outcome, now_s=time.time())
+        except Exception as exc:
+            if is_transient(exc):
+                return self.give_back(exc)
+            raise
+        if done:
+            remove_checkpoint(self.trial_id)  # the lease is done: nobody resumes it
+            self._keep_for_the_pages()
+        _advance(self.study)
+        return self.summary(outcome=outcome, steps=result.steps, steps_to_target=result.steps_to_target,
+                            resumed_from_step=result.resumed_from_step)
 
-def _late_config_key(ledger, study: str, run) -> dict[str, str]:
-    """``{"config_key": ...}`` for a run created before its study's token store was pinned (the
-    study's first trials, which prepare the store, get no key at their start: the runner cannot
-    read a store that does not exist yet), from the pin this trial trained on, so that a later
-    study can reuse it too (:mod:`workers.studies.reuse`); ``{}`` where the run has its key or nothing is
-    pinned."""
-    if run.data.tags.get("config_key"):
-        return {}
-    pin = ledger.store_pin(study)
-    if pin is None:
-        return {}
-    from workers.studies.records import trial_spec
-    from workers.studies.reuse import config_key
+    def fail(self, reason: str, *, best_effort: bool = False, traceback_text: str | None = None) -> bool:
+        """End the trial ``failed`` with ``reason``, if this attempt still holds it (True then): the
+        ledger first, then the run (with ``traceback_text`` as the attempt's error file), Optuna,
+        the checkpoint, the study's next pass. ``best_effort``: the tracking store may be down, so
+        an error ending the run is printed (the runner's repair pass ends it from the lease) and
+        Optuna is told only if the run was read."""
+        if not self.ledger.finish(self.trial_id, self.number, owner=self.owner, outcome="failed", now_s=time.time()):
+            return False
+        if best_effort:
+            try:
+                self.tracker.end_trial(self.run_id, "failed", stop_reason=reason)
+            except Exception as exc:  # noqa: BLE001 - the runner's repair pass ends it from the lease
+                print(f"cbs trial: could not end run {self.run_id}: {exc}", flush=True)
+            if self.mlflow_run is not None:
+                tell(self.settings, self.study, self.mlflow_run.data.tags, "failed", None)
+        else:
+            self.tracker.end_trial(self.run_id, "failed", stop_reason=reason)
+            if traceback_text is not None:
+                self.tracker.log_text(self.run_id, traceback_text, f"errors/attempt-{self.number}.txt")
+            run = self.mlflow_run if self.mlflow_run is not None else self.tracker.get_run(self.run_id)
+            tell(self.settings, self.study, run.data.tags, "failed", None)
+        remove_checkpoint(self.trial_id)
+        _advance(self.study)
+        return True
 
-    return {"config_key": config_key(trial_spec(run).train_config, pin.digest)}
+    def give_back(self, exc: BaseException | None, *, cut_off: bool = False) -> dict:
+        """A store was unreachable, a disk full, the ledger away past the heartbeat's deadline
+        (``cut_off``: never the trial's fault; the ledger answers again by then, so the trial is sent
+        again after a short pause, not a backoff), or this host cannot see the study's token store:
+        put the same attempt back in the queue (it costs no attempt; :meth:`Ledger.give_back`, which
+        also undoes a requeue the runner made while this holder was cut off) and send it again after a
+        pause; the checkpoint (with the result, if training ended) is kept. The ledger is waited out
+        for that (``CBS_OUTAGE_WAIT_S``, the bound a trial blocked on an outage keeps its worker).
+        Nothing is written into the checkpoint folder before the give-back (on a full disk that write
+        fails, and the lease would be stranded). A host without the store holds its slot for the pause
+        (:func:`workers.studies.stores.hold_slot`), so the trial goes to a host that has it."""
+        s, trial_id = self.settings, self.trial_id
+        reason = f"{type(exc).__name__}: {str(exc)[:300]}"
+        no_store = isinstance(exc, StoreUnavailable)
+        if is_out_of_resources(exc):
+            reason = f"{OUT_OF_ROOM_PREFIX} ({reason}); the trial waits for room"
+        elif no_store:
+            reason = str(exc)[:500]
+        elif cut_off:
+            reason = f"cut off from the ledger past the heartbeat's deadline ({reason})"
+        given = _give_backs(trial_id) + 1
+        # a repeated error the store answers may not be an outage after all: fail it at the cap; a
+        # ledger outage, a full disk or a host without the token store is never the trial's fault
+        # and never counts
+        counted = not (cut_off or is_out_of_resources(exc) or no_store)
+        if given > s.max_give_backs and counted:
+            self.fail(f"gave its attempt back {given - 1} times (CBS_MAX_GIVE_BACKS={s.max_give_backs}); "
+                      f"last error {reason}"[:500], best_effort=True)
+            return self.summary(outcome="failed")
+        tally = f"{given}/{s.max_give_backs}" if counted else f"give-back {given}, a fault of this host: not counted"
+        print(f"cbs trial {trial_id}: {reason}; attempt {self.number} goes back to the queue ({tally})", flush=True)
+        if not wait_out(lambda: self.ledger.give_back(trial_id, self.number, owner=self.owner, now_s=time.time()),
+                        what=f"trial {trial_id}: giving attempt {self.number} back",
+                        max_wait_s=max(1.0, s.heartbeat_s)):
+            return self.summary(skipped="lease lost while giving it back")
+        _count_give_back(trial_id, given)
+        try:
+            # a tracker of its own: the one that failed may be the reason for the give-back
+            Tracker(s.tracking_uri, s.artifact_root).set_trial_status(self.run_id, "queued", attempt=self.number,
+                                                                      given_back=reason[:250])
+        except Exception as tag_exc:  # noqa: BLE001 - the store is down: the runner's pass re-tags it
+            print(f"cbs trial {trial_id}: could not tag the run: {tag_exc}", flush=True)
+        # Back off: 15 s, 30 s, ... up to 10 min between tries of a store that stays down (a ledger
+        # that cut this holder off answers again by now: a short pause).
+        wait_s = min(600.0, max(15.0, 3 * s.heartbeat_s) * 2 ** (given - 1))
+        if cut_off:
+            wait_s = max(10.0, 2 * s.heartbeat_s)
+        self._send(self.number, countdown_s=wait_s)
+        if no_store:
+            hold_slot(wait_s)
+        return self.summary(requeued=f"store unreachable: {reason}")
 
+    def requeue(self, result) -> dict:
+        """The worker is shutting down: the trainer stopped at a checkpoint; put the same attempt back
+        in the queue (a new message; the one running now is acked when this returns)."""
+        self.release(interrupted_at_step=result.steps)
+        return self.summary(requeued=f"interrupted at step {result.steps}")
 
-def _give_back(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,
-               run_id: str, run, exc: BaseException | None, *, cut_off: bool = False) -> dict:
-    """A store was unreachable, a disk full, the ledger away past the heartbeat's deadline
-    (``cut_off``: never the trial's fault; the ledger answers again by then, so the trial is sent
-    again after a short pause, not a backoff), or this host cannot see the study's token store:
-    put the same attempt back in the queue (it costs no attempt; :meth:`Ledger.give_back`, which
-    also undoes a requeue the runner made while this holder was cut off) and send it again after a
-    pause; the checkpoint (with the result, if training ended) is kept. The ledger is waited out
-    for that (``CBS_OUTAGE_WAIT_S``, the bound a trial blocked on an outage keeps its worker).
-    Nothing is written into the checkpoint folder before the give-back (on a full disk that write
-    fails, and the lease would be stranded). A host without the store holds its slot for the pause
-    (:func:`workers.studies.stores.hold_slot`), so the trial goes to a host that has it."""
-    reason = f"{type(exc).__name__}: {str(exc)[:300]}"
-    no_store = isinstance(exc, StoreUnavailable)
-    if is_out_of_resources(exc):
-        reason = f"{OUT_OF_ROOM_PREFIX} ({reason}); the trial waits for room"
-    elif no_store:
-        reason = str(exc)[:500]
-    elif cut_off:
-        reason = f"cut off from the ledger past the heartbeat's deadline ({reason})"
-    given = _give_backs(trial_id) + 1
-    # a repeated error the store answers may not be an outage after all: fail it at the cap; a
-    # ledger outage, a full disk or a host without the token store is never the trial's fault
-    # and never counts
-    counted = not (cut_off or is_out_of_resources(exc) or no_store)
-    if given > s.max_give_backs and counted:
-        if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
-            _try_end(s, run_id, "failed", f"gave its attempt back {given - 1} times (CBS_MAX_GIVE_BACKS="
-                                          f"{s.max_give_backs}); last error {reason}"[:500])
-            if run is not None:
-                tell(s, study, run.data.tags, "failed", None)
-            remove_checkpoint(trial_id)
-            _advance(study)
-        return {"trial_id": trial_id, "attempt": attempt, "outcome": "failed"}
-    tally = f"{given}/{s.max_give_backs}" if counted else f"give-back {given}, a fault of this host: not counted"
-    print(f"cbs trial {trial_id}: {reason}; attempt {attempt} goes back to the queue ({tally})", flush=True)
-    if not wait_out(lambda: ledger.give_back(trial_id, attempt, owner=owner, now_s=time.time()),
-                    what=f"trial {trial_id}: giving attempt {attempt} back", max_wait_s=max(1.0, s.heartbeat_s)):
-        return {"trial_id": trial_id, "attempt": attempt, "skipped": "lease lost while giving it back"}
-    _count_give_back(trial_id, given)
-    try:
-        Tracker(s.tracking_uri, s.artifact_root).set_trial_status(run_id, "queued", attempt=attempt,
-                                                                  given_back=reason[:250])
-    except Exception as tag_exc:  # noqa: BLE001 - the store is down: the runner's pass re-tags it
-        print(f"cbs trial {trial_id}: could not tag the run: {tag_exc}", flush=True)
-    from workers.studies.runner import Runner
+    def release(self, **tags) -> None:
+        """Put the same attempt back in the queue, to resume from its last checkpoint (if this
+        attempt still holds it), its run tagged ``queued`` with ``tags``."""
+        if self.ledger.release(self.trial_id, self.number, owner=self.owner, now_s=time.time()):
+            self.tracker.set_trial_status(self.run_id, "queued", attempt=self.number, **tags)
+            self._send_again(self.number)
 
-    queue = (run.data.tags.get("queue") if run is not None else None) or "cpu"
-    # Back off: 15 s, 30 s, ... up to 10 min between tries of a store that stays down (a ledger
-    # that cut this holder off answers again by now: a short pause).
-    wait_s = min(600.0, max(15.0, 3 * s.heartbeat_s) * 2 ** (given - 1))
-    if cut_off:
-        wait_s = max(10.0, 2 * s.heartbeat_s)
-    Runner(s).send(study, trial_id, attempt, queue, countdown_s=wait_s)
-    if no_store:
-        hold_slot(wait_s)
-    return {"trial_id": trial_id, "attempt": attempt, "requeued": f"store unreachable: {reason}"}
+    def lose(self, exc: BaseException) -> dict:
+        """A rank of a multi-device trial died (``RankFailed``): the attempt ends as a lost one, as if
+        its worker had died. Below the attempt cap the trial goes back to the queue as the next
+        attempt (it resumes from its checkpoint); at the cap it ends ``failed``."""
+        message = f"{type(exc).__name__}: {exc}"
+        self.tracker.log_text(self.run_id, message, f"errors/attempt-{self.number}.txt")
+        if self.number >= self.settings.max_attempts:
+            self.fail(message[:500])
+            return self.summary(outcome="failed", lost=message)
+        if self.ledger.requeue(self.trial_id, self.number, now_s=time.time(), stale_before_s=0.0,
+                               dead_owner=self.owner):
+            self.tracker.set_trial_status(self.run_id, "queued", attempt=self.number + 1)
+            self._send_again(self.number + 1)
+        return self.summary(lost=message)
+
+    def _send_again(self, number: int) -> None:
+        """A new message for attempt ``number``, due in a few seconds: the worker shutting down may
+        still fetch it, but then holds it unstarted and hands it back to the broker as it exits."""
+        self._send(number, countdown_s=max(10.0, 2 * self.settings.heartbeat_s))
+
+    def _send(self, number: int, *, countdown_s: float) -> None:
+        from workers.studies.runner import Runner
+
+        queue = (self.mlflow_run.data.tags.get("queue") if self.mlflow_run is not None else None) or "cpu"
+        Runner(self.settings).send(self.study, self.trial_id, number, queue, countdown_s=countdown_s)
+
+    def _keep_for_the_pages(self) -> None:
+        """Keep the ended trial in the pages' read model (:mod:`workers.studies.read_model`). The trial
+        is done whatever happens here: an outage leaves the row to the next read of the study."""
+        from workers.studies.read_model import keep_ended
+
+        try:
+            keep_ended(self.ledger, self.tracker, self.trial_id)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            print(f"cbs trial {self.trial_id}: the pages' read model is left to the next read ({exc})", flush=True)
+
+    def _late_config_key(self) -> dict[str, str]:
+        """``{"config_key": ...}`` for a run created before its study's token store was pinned (the
+        study's first trials, which prepare the store, get no key at their start: the runner cannot
+        read a store that does not exist yet), from the pin this trial trained on, so that a later
+        study can reuse it too (:mod:`workers.studies.reuse`); ``{}`` where the run has its key or
+        nothing is pinned."""
+        if self.mlflow_run.data.tags.get("config_key"):
+            return {}
+        pin = self.ledger.store_pin(self.study)
+        if pin is None:
+            return {}
+        from workers.studies.records import trial_spec
+        from workers.studies.reuse import config_key
+
+        return {"config_key": config_key(trial_spec(self.mlflow_run).train_config, pin.digest)}
 
 
 def _give_backs(trial_id: str) -> int:
@@ -434,13 +521,6 @@ def _count_give_back(trial_id: str, given: int) -> None:
         print(f"cbs trial {trial_id}: could not count the give-back: {exc}", flush=True)
 
 
-def _try_end(s: WorkerSettings, run_id: str, outcome: str, reason: str) -> None:
-    try:
-        Tracker(s.tracking_uri, s.artifact_root).end_trial(run_id, outcome, stop_reason=reason)
-    except Exception as exc:  # noqa: BLE001 - the runner's repair pass ends it from the lease
-        print(f"cbs trial: could not end run {run_id}: {exc}", flush=True)
-
-
 def end_after_time_limit(study: str, trial_id: str, worker: str, limit_s: float | None,
                          settings: WorkerSettings | None = None) -> bool:
     """The hard time limit killed this worker's child running ``trial_id`` (called in the
@@ -451,59 +531,15 @@ def end_after_time_limit(study: str, trial_id: str, worker: str, limit_s: float 
     lease = ledger.lease(trial_id)
     if lease is None or lease.state != "running" or (worker and lease.worker != worker):
         return False
-    if not ledger.finish(trial_id, lease.attempt, owner=lease.owner, outcome="failed", now_s=time.time()):
-        return False
     if limit_s and s.time_limit_s is None:  # derived from the trial's budget (workers.infra.time_limits)
         reason = (f"exceeded the hard time limit of {limit_s:g} s derived from its budget (set "
                   "CBS_TRIAL_TIME_LIMIT_S on the workers to raise it)")
     else:
         reason = f"exceeded the hard time limit of {limit_s:g} s (CBS_TRIAL_TIME_LIMIT_S)" if limit_s else \
             "exceeded the hard time limit (CBS_TRIAL_TIME_LIMIT_S)"
-    tracker = Tracker(s.tracking_uri, s.artifact_root)
-    tracker.end_trial(lease.run_id, "failed", stop_reason=reason)
-    tell(s, study, tracker.get_run(lease.run_id).data.tags, "failed", None)
-    remove_checkpoint(trial_id)
-    _advance(study)
-    return True
-
-
-def _requeue_interrupted(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,
-                         tracker: Tracker, run, result) -> dict:
-    """The worker is shutting down: the trainer stopped at a checkpoint; put the same attempt back
-    in the queue (a new message; the one running now is acked when this returns)."""
-    if ledger.release(trial_id, attempt, owner=owner, now_s=time.time()):
-        tracker.set_trial_status(run.info.run_id, "queued", attempt=attempt, interrupted_at_step=result.steps)
-        _send_again(s, study, trial_id, attempt, run)
-    return {"trial_id": trial_id, "attempt": attempt, "requeued": f"interrupted at step {result.steps}"}
-
-
-def _lose_attempt(s: WorkerSettings, ledger: Ledger, study: str, trial_id: str, attempt: int, owner: str,
-                  tracker: Tracker, run, exc: BaseException) -> dict:
-    """A rank of a multi-device trial died (``RankFailed``): the attempt ends as a lost one, as if
-    its worker had died. Below the attempt cap the trial goes back to the queue as the next
-    attempt (it resumes from its checkpoint); at the cap it ends ``failed``."""
-    message = f"{type(exc).__name__}: {exc}"
-    tracker.log_text(run.info.run_id, message, f"errors/attempt-{attempt}.txt")
-    if attempt >= s.max_attempts:
-        if ledger.finish(trial_id, attempt, owner=owner, outcome="failed", now_s=time.time()):
-            tracker.end_trial(run.info.run_id, "failed", stop_reason=message[:500])
-            tell(s, study, run.data.tags, "failed", None)
-            remove_checkpoint(trial_id)
-            _advance(study)
-        return {"trial_id": trial_id, "attempt": attempt, "outcome": "failed", "lost": message}
-    if ledger.requeue(trial_id, attempt, now_s=time.time(), stale_before_s=0.0, dead_owner=owner):
-        tracker.set_trial_status(run.info.run_id, "queued", attempt=attempt + 1)
-        _send_again(s, study, trial_id, attempt + 1, run)
-    return {"trial_id": trial_id, "attempt": attempt, "lost": message}
-
-
-def _send_again(s: WorkerSettings, study: str, trial_id: str, attempt: int, run) -> None:
-    """A new message for the released attempt, due in a few seconds: the worker shutting down may
-    still fetch it, but then holds it unstarted and hands it back to the broker as it exits."""
-    from workers.studies.runner import Runner
-
-    Runner(s).send(study, trial_id, attempt, run.data.tags.get("queue") or "cpu",
-                   countdown_s=max(10.0, 2 * s.heartbeat_s))
+    held = Attempt(settings=s, ledger=ledger, study=study, trial_id=trial_id, number=lease.attempt,
+                   owner=lease.owner, run_id=lease.run_id, worker=worker)
+    return held.fail(reason)
 
 
 def _advance(study: str) -> None:
