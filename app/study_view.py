@@ -104,7 +104,7 @@ def waiting_notices(records: Sequence) -> list[str]:
     banner: a full disk (the trials go on when there is room) and a host that cannot see the
     study's token store (they go to a host that can; the operator must mount it or set
     ``CBS_STORE_DIR``). Each names how many trials wait and the first one's note (the path and the
-    setting to fix). Neither costs a trial an attempt (:func:`workers.trials.trial._give_back`)."""
+    setting to fix). Neither costs a trial an attempt (:meth:`workers.trials.trial.Attempt.give_back`)."""
     from workers.studies.stores import NO_STORE_PREFIX
     from workers.trials.trial import OUT_OF_ROOM_PREFIX
 

@@ -15,7 +15,7 @@ its own (a resumed trial would silently change data; a second store would mean t
 That is a fault of the host, not of the trial: the attempt is given back (it costs no attempt and
 does not count against ``CBS_MAX_GIVE_BACKS``), and the host's slot is held for the give-back's
 wait (:func:`hold_slot`), so the trial goes to a host that can see the store instead of bouncing
-on this one (:func:`workers.trials.trial._give_back`).
+on this one (:meth:`workers.trials.trial.Attempt.give_back`).
 """
 
 from __future__ import annotations
