@@ -34,7 +34,10 @@ def comparable(rows: list[dict], prune_margin: float = 0.1) -> list[dict]:
         late = s_best is not None and (r["outcome"] == "censored" or (
             r["outcome"] == "reached" and float(r["steps"]) > (1 + prune_margin) * s_best))
         prunable = r["outcome"] == "pruned" or late
-        out.append({**r, "outcome": "prunable", "steps": "", "tokens": "", "budget_steps": ""} if prunable else r)
+        # tau is the EWA whose loss the trial reported at its end: for a prunable trial that end is
+        # where the stop reached it (the full runs of issue 42: 0.997502 in one phase, 0.995011 in the other)
+        out.append({**r, "outcome": "prunable", "steps": "", "tokens": "", "budget_steps": "", "tau": ""}
+                   if prunable else r)
     return out
 
 

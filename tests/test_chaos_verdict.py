@@ -49,3 +49,20 @@ def test_the_run_keeps_the_default_attempt_limit(chaos):
     source = (BENCHMARKS / "chaos.py").read_text()
     assert '"CBS_MAX_ATTEMPTS": "' not in source  # never raised for the lab it starts
     assert "worker-freeze" in chaos.KILLS and sys.modules["chaos_processes"].freeze_one
+
+
+def test_a_prunable_trials_stop_dependent_columns_are_not_compared():
+    """A pruned trial's steps, tokens and EWA tau are read where the runner's stop reached it, which
+    depends on timing (issue 42's full runs: b4 at lr 0.03 ended with tau 0.997502 calm, 0.995011
+    under chaos); a reached trial keeps all of them."""
+    from chaos_checks import comparable
+
+    row = {"setting": "s", "batch_size": "4", "lr": "0.03", "seed": "0", "beta2": "0.996799"}
+    reached = {**row, "lr": "0.003", "outcome": "reached", "steps": "100.5", "tokens": "300000", "budget_steps": "",
+               "tau": "0.997502"}
+    calm = comparable([reached, {**row, "outcome": "pruned", "steps": "", "tokens": "", "budget_steps": "",
+                                 "tau": "0.997502"}])
+    chaos_rows = comparable([reached, {**row, "outcome": "pruned", "steps": "", "tokens": "", "budget_steps": "",
+                                       "tau": "0.995011"}])
+    assert calm == chaos_rows and calm[0] == reached and calm[1]["tau"] == ""
+    assert comparable([{**reached, "tau": "0.995011"}]) != comparable([reached])
