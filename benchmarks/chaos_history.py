@@ -147,7 +147,8 @@ def against_calm(calm: TrialHistory, chaos: TrialHistory) -> list[str]:
             # interval loss), and every evaluation step is a log step: a point is compared only
             # where both runs logged the step before it too, so both averaged the same steps.
             shared = set(windows(a)) & set(windows(b))
-            a, b = ([p for w, p in zip(windows(a), a) if w in shared], [p for w, p in zip(windows(b), b) if w in shared])
+            a = [p for w, p in zip(windows(a), a) if w in shared]
+            b = [p for w, p in zip(windows(b), b) if w in shared]
         if not all(same_value(x, y) for (_, x), (_, y) in zip(a, b)):
             first = next(s for (s, x), (_, y) in zip(a, b) if not same_value(x, y))
             faults.append(f"{key}: values differ from the undisturbed run's from step {first}")
@@ -171,7 +172,8 @@ def budgets_differ(calm: list[TrialHistory], chaos: list[TrialHistory]) -> dict:
             end = min(c.end_step, h.end_step)
             shared = ({s for s, _ in c.metrics.get("eval/loss_ewa", []) if s <= end}
                       & {s for s, _ in h.metrics.get("eval/loss_ewa", []) if s <= end})
-            out[h.trial_id] = {"calm_max_tokens_steps": list(c.step_budget), "chaos_max_tokens_steps": list(h.step_budget),
+            out[h.trial_id] = {"calm_max_tokens_steps": list(c.step_budget),
+                               "chaos_max_tokens_steps": list(h.step_budget),
                                "shared_evaluations": len(shared)}
     return out
 
