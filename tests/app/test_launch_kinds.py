@@ -16,15 +16,7 @@ import pytest
 from cbscore.study import StudySpec, estimate, load_preset, plan
 from cbscore.study.budgets import cell_size
 
-PREVIEW = "FormSubmitter:launch-Preview"
-LAUNCH = "FormSubmitter:launch-Launch study"
-
-
-@pytest.fixture
-def launch(app_test, empty_env):
-    app_test.run()
-    assert not app_test.exception
-    return app_test
+from tests.app.test_launch_page import LAUNCH, PREVIEW, launch  # noqa: F401 (the fixture)
 
 
 def _chained_demo(name: str = "demo") -> StudySpec:
