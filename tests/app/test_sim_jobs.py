@@ -4,6 +4,8 @@ the live tab-closing test is tests/app/test_live_simulation.py)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -65,7 +67,10 @@ def test_a_job_past_its_wall_limit_is_killed(jobs, monkeypatch):
     spec = load_preset("demo")
     start = time.monotonic()
     job = sim_jobs.start("s1", spec, spec_form.uniform_truth(spec, 8.0), SimConfig(), 50, seconds=0)
-    sim_jobs.wait(job, lambda j: None)  # the child takes longer than 0.5 s to import the simulator alone
+    # A hung child (frozen here, before it can write a line): only the watchdog ends it. Relying on the
+    # child being slow to import failed once in CI, where it printed ``done`` within 0.5 s.
+    os.kill(job.proc.pid, signal.SIGSTOP)
+    sim_jobs.wait(job, lambda j: None)
     assert job.ended == "killed: past its wall limit of 0.5 s" and job.report() is None
     assert job.proc.poll() == -9 and time.monotonic() - start < 0.5 + 1.0
 
