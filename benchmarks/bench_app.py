@@ -117,9 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     def runner_pass() -> None:
         """What one pass of ``cbs study watch`` reads of the study (``Runner._advance_once``): its
         trial runs and the records the planner needs, through the same tracker caches."""
+        from workers.infra.settings import WorkerSettings
         from workers.studies.ledger import Ledger
         from workers.studies.records import build_records
-        from workers.infra.settings import WorkerSettings
 
         parent = tracker.study_run("bench")
         runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)

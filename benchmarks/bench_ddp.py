@@ -23,8 +23,8 @@ import time
 
 def run(model: str, batch: int, context: int, steps: int, devices: int, cores: int) -> dict:
     from cbscore.data import DataConfig
-    from cbscore.train.trainer import train
     from cbscore.train.config import TrainConfig
+    from cbscore.train.trainer import train
 
     config = TrainConfig(
         model=model, batch_size=batch, context_tokens=context, max_tokens=batch * context * steps, lr=1e-3,

@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="write the measurements here")
     args = p.parse_args(argv)
 
-    from cbscore.train.trainer import train
     from cbscore.train.config import TrainConfig
+    from cbscore.train.trainer import train
 
     targets = json.load(open(args.targets))["targets"]
     if args.pick:

@@ -22,11 +22,11 @@ T0 = time.perf_counter()
 import numpy as np  # noqa: E402
 
 from cbscore.analysis import (  # noqa: E402
+    TrialSteps,
     analyze_table,
     bootstrap_steps_fit,
     fit_steps,
     measure_points,
-    TrialSteps,
 )
 
 BATCH_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -53,7 +53,7 @@ def fit_and_bootstrap(rows: list[dict]) -> None:
         by_setting.setdefault(row["setting"], []).append(
             TrialSteps(batch_size=row["batch_size"], steps=row["steps"])
         )
-    for name, trials in by_setting.items():
+    for trials in by_setting.values():
         points = measure_points(trials)
         fit = fit_steps([p.batch_size for p in points], [p.steps for p in points])
         bootstrap_steps_fit(points, fit, n_resamples=1000, seed=0)

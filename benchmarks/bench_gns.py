@@ -42,8 +42,8 @@ import time
 def _run(args: argparse.Namespace, **changes) -> tuple[float, float]:
     """``(wall seconds per step, train seconds per step)`` of one trial."""
     from cbscore.data import DataConfig
-    from cbscore.train.trainer import train
     from cbscore.train.config import TrainConfig
+    from cbscore.train.trainer import train
 
     config = TrainConfig(
         model=args.model, batch_size=args.batch_size, context_tokens=args.context,
@@ -62,10 +62,10 @@ def interleaved(args: argparse.Namespace) -> dict:
 
     import torch
 
-    from cbscore.train.averaging import WeightAverage
     from cbscore.data import DataConfig, prepare
-    from cbscore.train.gns import GnsProbe
     from cbscore.model import GPT, get_preset
+    from cbscore.train.averaging import WeightAverage
+    from cbscore.train.gns import GnsProbe
     from cbscore.train.step import StepFn
 
     torch.set_num_threads(args.threads)

@@ -35,8 +35,8 @@ def _one(args: argparse.Namespace) -> dict:
 
     from cbscore.data import DataConfig, prepare
     from cbscore.model import get_preset
-    from cbscore.train.trainer import train
     from cbscore.train.config import TrainConfig
+    from cbscore.train.trainer import train
 
     preset = get_preset(args.one)
     context = args.context or preset.context_tokens

@@ -81,6 +81,7 @@ from browser_launch import launch_in_browser  # noqa: E402
 from chaos_checks import comparable, leftovers, phase_record  # noqa: E402
 from chaos_history import compare_histories  # noqa: E402
 from chaos_processes import ROOT, freeze_one, kill_one, start_up, stop_up, study_progress  # noqa: E402
+
 KILLS = ("worker-child", "worker-group", "runner", "tracking", "web", "worker-freeze")
 #: Seconds a frozen pool child stays stopped: past the chaos run's CBS_STALE_AFTER_S (6 s), so its
 #: lease goes to a replacement before it thaws.
@@ -363,7 +364,7 @@ class Backend:
         return {"CBS_BROKER_URL": f"redis://127.0.0.1:{rd.port}/{redis_db}",
                 "CBS_OPTUNA_STORAGE": f"{base}/{db}_optuna"}, f"{base}/{db}"
 
-    def __enter__(self) -> "Backend":
+    def __enter__(self) -> Backend:
         if self.name == "redis-pg":
             try:
                 from tests.workers.tcp_proxy import Proxy

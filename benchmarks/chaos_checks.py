@@ -11,6 +11,7 @@ from pathlib import Path
 from chaos_history import read_histories
 from chaos_processes import cbs
 
+
 def table(name: str, env: dict) -> list[dict]:
     rows = list(csv.DictReader(io.StringIO(cbs("study", "export", name, "--all-columns", env=env))))
     keep = ("trial_id", "setting", "batch_size", "lr", "seed", "steps", "outcome", "budget_steps", "tau", "beta2",

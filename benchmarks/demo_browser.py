@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout-min", type=float, default=40.0, help="give up on the study after this long")
     args = p.parse_args(argv)
 
-    from tests.app import test_e2e_browser as e2e
     from benchmarks.browser_launch import chromium as _chromium
+    from tests.app import test_e2e_browser as e2e
 
     clone = args.workdir or Path(f"/tmp/cbs-demo-{int(time.time())}")
     if clone.exists():

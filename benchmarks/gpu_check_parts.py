@@ -141,8 +141,8 @@ def _estimate_bytes(model: str, context: int, micro: int, n_taus: int, vocab: in
     parameter and the activations of one micro-batch."""
     import torch
 
-    from cbscore.train.micro_batch import activation_bytes_per_sequence, static_bytes
     from cbscore.model import GPT, get_preset
+    from cbscore.train.micro_batch import activation_bytes_per_sequence, static_bytes
 
     config = get_preset(model).config(vocab_size=vocab, context_tokens=context)
     with torch.device("meta"):
@@ -155,8 +155,8 @@ def trial(scale: Scale, report: Report, key: str, data, *, model: str, batch: in
     """Train one trial of ``model`` and report its figures under ``key``; returns them and the result."""
     import torch
 
-    from cbscore.train.trainer import train
     from cbscore.train.config import TrainConfig
+    from cbscore.train.trainer import train
 
     preset = scale.models.get(model, model)
     settings = dict(model=preset, batch_size=batch, context_tokens=scale.context,
@@ -368,8 +368,8 @@ def part_ddp(scale: Scale, report: Report, data) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from cbscore.train.distributed import backend_for, bind_to_loopback, buffer_sync_keyword, file_store, make_ddp
     from cbscore.model import GPT, get_preset
+    from cbscore.train.distributed import backend_for, bind_to_loopback, buffer_sync_keyword, file_store, make_ddp
 
     params = inspect.signature(DistributedDataParallel.__init__).parameters
     report.set("signature", {"forward_sync_buffers": "forward_sync_buffers" in params,

@@ -54,8 +54,8 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cbscore.study.simulate import SimConfig, TruthCurve, simulate  # noqa: E402
 from cbscore.study.sim_trials import LAB_NOISE  # noqa: E402
+from cbscore.study.simulate import SimConfig, TruthCurve, simulate  # noqa: E402
 from workers.query.api import resolve_spec  # noqa: E402
 
 #: The lab's measured B_noise (sequences of ANCHOR_CONTEXT tokens) at ANCHOR_TOKENS for tiny-0.1M:

@@ -22,8 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cbscore.data import DataConfig
-from cbscore.data import sources
+from cbscore.data import DataConfig, sources
 from cbscore.data.store import FORMAT_VERSION, MANIFEST, TOKENIZER, _content_settings
 
 #: GPT-NeoX-20B's 50,277 tokens padded to a multiple of 128, as the paper's models see them.

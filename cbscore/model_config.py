@@ -110,7 +110,8 @@ class Preset:
 
 
 def _presets(*rows: tuple[str, int, int, int, int]) -> dict[str, Preset]:
-    return {name: Preset(name=name, d_model=d, n_layers=l, n_heads=h, context_tokens=t) for name, d, l, h, t in rows}
+    return {name: Preset(name=name, d_model=d, n_layers=layers, n_heads=h, context_tokens=t)
+            for name, d, layers, h, t in rows}
 
 
 #: Named model shapes. The paper's five (DESIGN.md §1; N = 12·L·d² matches each name), and small

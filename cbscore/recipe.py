@@ -17,8 +17,8 @@ between two powers of two on a log scale, so there are no ties.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 #: Batch sizes (sequences) of the paper's table.
 TABLE_BATCH_SIZES: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)

@@ -23,7 +23,10 @@ def _rows() -> dict[tuple[str, str], list[str]]:
 
 
 def _number(text: str) -> float:
-    return float(text.replace("−", "-").replace(",", "").rstrip("MhB% tokens/s"))
+    """The number of a table cell: a minus sign or thousands commas, and a unit after it (M, h, %, tokens/s)."""
+    number = re.match(r"[-+]?[\d.]+", text.replace("−", "-").replace(",", ""))
+    assert number, f"no number in the cell {text!r}"
+    return float(number.group())
 
 
 def test_every_row_of_the_table_is_the_committed_analysis():

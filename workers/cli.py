@@ -235,9 +235,9 @@ def run_launch(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(describe_plan(spec, args.tokens_per_s, n_workers=args.workers))
         return 0
-    from workers.studies.runner import Runner
-
     import getpass
+
+    from workers.studies.runner import Runner
 
     name = Runner().launch(spec, force=args.force, owner=f"cli:{getpass.getuser()}")  # the operator, on the host
     print(f"cbs study: launched {name!r}; follow it with `cbs study status {name}`")

@@ -91,7 +91,6 @@ def default_concurrency() -> int:
 
 def run_worker(args: argparse.Namespace) -> int:
     from workers.infra.settings import WorkerSettings
-
     from workers.trials.devices import parse_gpus
 
     gpus = parse_gpus(args.gpus) if args.gpus is not None else None

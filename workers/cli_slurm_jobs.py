@@ -28,8 +28,8 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from cbscore import paths
 from cbscore.credentials import masked

@@ -65,6 +65,7 @@ from cbscore.analysis._csv import MAX_CSV_ROWS, MAX_IMPORT_ROWS, check_csv_bound
 from cbscore.analysis._forecast import Forecast
 from cbscore.analysis._interval import LEVEL, percentile_interval
 from cbscore.analysis._joint_law import JointPowerLawFit, fit_joint_power_law
+from cbscore.analysis._models import joint_power_law, power_law, steps_model, steps_model_free
 from cbscore.analysis._noise import NoiseComponents, noise_components
 from cbscore.analysis._noise_forecast import (
     Calibration,
@@ -75,7 +76,6 @@ from cbscore.analysis._noise_forecast import (
     forecast_setting,
     weighted_noise_scale,
 )
-from cbscore.analysis._models import joint_power_law, power_law, steps_model, steps_model_free
 from cbscore.analysis._paper import (
     PAPER_EXPONENT_CHINCHILLA,
     PAPER_EXPONENT_D,
@@ -85,17 +85,31 @@ from cbscore.analysis._paper import (
     compare_with_paper,
     scales_with_d_not_n,
 )
-from cbscore.analysis._points import (DEFAULT_ESTIMATOR, ESTIMATORS, MeasuredPoint, fit_window, measure_points,
-                                     window_rates)
+from cbscore.analysis._points import (
+    DEFAULT_ESTIMATOR,
+    ESTIMATORS,
+    MeasuredPoint,
+    fit_window,
+    measure_points,
+    window_rates,
+)
 from cbscore.analysis._power_law import PowerLawFit, fit_power_law
-from cbscore.analysis._seeds import SeedTable
-from cbscore.analysis._shape import (DoublingRatio, LackOfFit, LawShape, RatioTrend, doubling_pairs, doubling_ratios,
-                                     lack_of_fit, law_ratio_trends)
 from cbscore.analysis._projection import project_pruned, step_at_loss, steps_ratio
 from cbscore.analysis._rows import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, normalize_row
 from cbscore.analysis._scaling import ScalingLaws, fit_scaling_laws
+from cbscore.analysis._seeds import SeedTable
 from cbscore.analysis._sensitivity import SENSITIVITY_OVERHEADS, SensitivityRow, sensitivity_table
 from cbscore.analysis._setting import SettingAnalysis, analyze_setting
+from cbscore.analysis._shape import (
+    DoublingRatio,
+    LackOfFit,
+    LawShape,
+    RatioTrend,
+    doubling_pairs,
+    doubling_ratios,
+    lack_of_fit,
+    law_ratio_trends,
+)
 from cbscore.analysis._steps_fit import MIN_BATCH_SIZES, StepsFit, fit_steps
 from cbscore.analysis._table import TableAnalysis, analyze_table
 from cbscore.analysis._target import EvalHistory, ReferenceTarget, reference_target, target_draws

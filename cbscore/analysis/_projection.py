@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from cbscore.analysis._target import EvalHistory
 from cbscore.analysis._trial import REACHED, TrialSteps

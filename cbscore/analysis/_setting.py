@@ -11,11 +11,11 @@ import numpy as np
 
 from cbscore.analysis._bootstrap import BootstrapResult, bootstrap_steps_fit
 from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, cbs_empirical, check_cbs_settings
+from cbscore.analysis._interval import percentile_interval
 from cbscore.analysis._points import DEFAULT_ESTIMATOR, MeasuredPoint, RateFit, measure_points, rate_fit
 from cbscore.analysis._seeds import SeedTable
-from cbscore.analysis._interval import percentile_interval
-from cbscore.analysis._shape import DoublingRatio, LackOfFit, doubling_ratios, knee, lack_of_fit
 from cbscore.analysis._sensitivity import SENSITIVITY_OVERHEADS, SensitivityRow, sensitivity_table
+from cbscore.analysis._shape import DoublingRatio, LackOfFit, doubling_ratios, knee, lack_of_fit
 from cbscore.analysis._steps_fit import MIN_BATCH_SIZES, StepsFit, fit_steps
 from cbscore.analysis._target import EvalHistory, ReferenceTarget, reference_target, retarget, target_draws
 from cbscore.analysis._trial import TrialSteps

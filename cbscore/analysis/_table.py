@@ -21,7 +21,6 @@ from cbscore.analysis._target import EvalHistory
 from cbscore.analysis._trial import REACHED, TrialSteps
 from cbscore.errors import ConfigError, DataError
 
-
 #: The note of a table fitted without evaluation histories (a plain steps CSV).
 FIXED_TARGET_NOTE = (
     "intervals hold each setting's target loss fixed (no evaluation histories given, as in a plain "

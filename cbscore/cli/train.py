@@ -151,8 +151,8 @@ def build_config(args: argparse.Namespace):
 
 
 def _train(args: argparse.Namespace) -> int:
-    from cbscore.train.callbacks import ProgressBar
     from cbscore.data import prepare
+    from cbscore.train.callbacks import ProgressBar
     from cbscore.train.trainer import train
 
     config = build_config(args)

@@ -56,7 +56,7 @@ def fingerprint() -> dict:
 
 def documents() -> Iterator[dict]:
     """Yield ``{"text", "group", "title"}`` per chapter, translation by translation, in canon order."""
-    for package, module, name in TRANSLATIONS:
+    for package, module, _name in TRANSLATIONS:
         bible = importlib.import_module(f"{module}.plain_text_readers_bible").bible
         starts, ends = bible.verse_start_indices, bible.verse_end_indices
         content = bible.scripture_content

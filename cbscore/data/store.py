@@ -31,11 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
+import cbscore.data.checksums as checksums  # the module, not the package (no import cycle)
+import cbscore.data.sources as sources  # the module, not the package (no import cycle)
 from cbscore.durable import fsync_file, fsync_folder
 from cbscore.errors import ConfigError, DataError
 
-import cbscore.data.sources as sources  # the module, not the package (no import cycle)
-import cbscore.data.checksums as checksums  # the module, not the package (no import cycle)
 from .config import DataConfig, _normalised_source
 from .roots import check_source, check_store_dir, data_roots  # noqa: F401 (data_roots: re-exported)
 from .stream import WindowStream

@@ -7,9 +7,9 @@ what the schedule needs.
 
 from __future__ import annotations
 
-from cbscore.train.checkpoint import snapshot_path
 from cbscore.decay._horizons import DecayPoint
 from cbscore.errors import ConfigError
+from cbscore.train.checkpoint import snapshot_path
 from cbscore.train.config import TrainConfig
 
 

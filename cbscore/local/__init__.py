@@ -17,8 +17,14 @@ result is a frozen dataclass with ``to_dict()`` where the study runner sends it 
 from cbscore.local._arms import ARM_ROLES, WarmupArm, equal_token_budget, on_equal_token_grid, warmup_arms
 from cbscore.local._branches import AVERAGING, DEFAULT_MULTIPLIERS, LR_RULES, BranchSpec, branch_config, lr_factor
 from cbscore.local._curve import LocalCbsCurve, fit_local_cbs_curve
-from cbscore.local._readout import (Z_ONE_SIDED_95, LocalCbsReadout, WindowLoss, merrill_local_cbs,
-                                    noise_aware_local_cbs, window_end_loss)
+from cbscore.local._readout import (
+                                    Z_ONE_SIDED_95,
+                                    LocalCbsReadout,
+                                    WindowLoss,
+                                    merrill_local_cbs,
+                                    noise_aware_local_cbs,
+                                    window_end_loss,
+)
 from cbscore.local._warmup import WarmupPlan, plan_warmup, schedule_warmup
 
 __all__ = [

@@ -26,9 +26,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cbscore.train.batch_plan import build_plan
 from cbscore.errors import ConfigError
 from cbscore.field_checks import positive_finite, positive_int
+from cbscore.train.batch_plan import build_plan
 
 #: The three arms, in the order they are reported.
 ARM_ROLES = ("warmup", "control-small", "control-large")

@@ -31,9 +31,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cbscore.train.checkpoint import snapshot_path
 from cbscore.errors import ConfigError
 from cbscore.field_checks import positive_finite, positive_int
+from cbscore.train.checkpoint import snapshot_path
 from cbscore.train.config import TrainConfig
 
 LR_RULES = ("sqrt", "linear", "constant")
@@ -86,7 +86,7 @@ class BranchSpec:
                 "window_tokens": self.window_tokens, "lr_rule": self.lr_rule, "averaging": self.averaging}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "BranchSpec":
+    def from_dict(cls, d: dict) -> BranchSpec:
         return cls(**dict(d))
 
 

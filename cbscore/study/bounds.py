@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 from cbscore.errors import ConfigError
 

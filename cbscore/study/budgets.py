@@ -13,11 +13,10 @@ A cell censored at its budget is run once more at :data:`RERUN_CAP_FACTOR` times
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 from cbscore.study.spec import Setting, StudySpec
 from cbscore.study.trials import TrialRecord
-
 
 #: A cell censored at its step cap or token budget, or a censored neighbour of a cell's best rate,
 #: is run once more at this multiple of its cap or token budget.

@@ -44,7 +44,7 @@ class Ceilings:
     """Longest ``context_tokens`` (``CBS_MAX_CONTEXT``)."""
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Ceilings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Ceilings:
         """The ceilings set in ``env`` (default: this process's environment), else the defaults."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}

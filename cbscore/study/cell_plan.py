@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from cbscore.study.budgets import RERUN_CAP_FACTOR, RERUN_TAG, cell_budget_tokens, cell_size
 from cbscore.study.cell_rates import cell_rates, cell_rates_note
-from cbscore.study.chained import chained_rates
 from cbscore.study.cell_trials import cell_id, make_trial, make_trial_id
+from cbscore.study.chained import chained_rates
 from cbscore.study.crossings import best_neighbours, best_steps_by_seed, record_crossing
 from cbscore.study.plan_result import AskRequest, CellState
 from cbscore.study.spec import Setting, StudySpec

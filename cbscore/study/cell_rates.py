@@ -6,7 +6,7 @@ bracket their neighbour's best rate (:mod:`cbscore.study.chained`)."""
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from cbscore.study.budgets import RERUN_TAG
 from cbscore.study.spec import StudySpec

@@ -4,7 +4,7 @@ trial and its :class:`~cbscore.study.trials.TrialSpec`, with the budget of
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from cbscore.study.budgets import cell_budget_tokens
 from cbscore.study.plan_result import AskRequest

@@ -32,7 +32,7 @@ rate as a bracketed cell does.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from cbscore.study.budgets import RERUN_TAG
 from cbscore.study.cell_rates import _seed_best_rates, cell_rates

@@ -16,8 +16,8 @@ bound (``stop_at_target_exact`` is False); the simulator knows it exactly.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from cbscore.study.spec import StudySpec
 from cbscore.study.trials import TrialRecord

@@ -4,11 +4,10 @@ records), each seed's fewest steps, and the best rate's neighbours that pruning 
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from cbscore.analysis import first_crossing, window_rates
 from cbscore.study.trials import TrialRecord
-
 
 #: Crossings read off trials' evaluations, by (trial, its state or evaluations so far, target): the
 #: planner asks again at every call.

@@ -19,8 +19,8 @@ cosine runs, and :func:`describe_decay` prints them for ``cbs study launch --dry
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from cbscore.study.local_plan import stale_trials
 from cbscore.study.planner import CellState, Plan, build_train_config

@@ -26,10 +26,17 @@ Pure (records in, a JSON-safe dict out); ``cbs study fit NAME`` reads the record
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
-from cbscore.study.decay_plan import (cosine_grid, cosine_trial_id, decay_trial_id, run_keys, stable_trial_id,
-                                      study_setting, wsd_grid)
+from cbscore.study.decay_plan import (
+    cosine_grid,
+    cosine_trial_id,
+    decay_trial_id,
+    run_keys,
+    stable_trial_id,
+    study_setting,
+    wsd_grid,
+)
 from cbscore.study.spec import StudySpec
 from cbscore.study.trials import TrialRecord
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from cbscore.errors import ConfigError
 
@@ -103,7 +104,7 @@ class DecaySpec:
         return d
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "DecaySpec":
+    def from_dict(cls, data: Mapping[str, Any]) -> DecaySpec:
         from cbscore.study.block_fields import block_fields
 
         return cls(**block_fields(cls, data, "decay"))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Collection, Sequence
+from collections.abc import Collection, Sequence
 
 from cbscore.analysis import step_at_loss, steps_ratio, window_rates
 from cbscore.study.trials import TrialRecord

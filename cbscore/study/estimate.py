@@ -8,11 +8,11 @@ Training FLOPs are ``flops_per_token · tokens`` with 6N + 12·L·d·T per token
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
-from cbscore.study.plan_kinds import grid_tokens, grid_trials
 from cbscore.study.budgets import setting_grid_tokens
+from cbscore.study.plan_kinds import grid_tokens, grid_trials
 from cbscore.study.spec import StudySpec
 
 
@@ -153,8 +153,8 @@ def _flops_with_head(model: str, context_tokens: int, vocab_size: int) -> float:
 def gpu_measure_batch(spec: StudySpec, model: str, free_bytes: float, *, vocab_size: int = 8192) -> int:
     """The micro-batch of a reference trial of ``model`` on one device: the spec's, or the one
     :mod:`cbscore.train.micro_batch` chooses from ``free_bytes``, at most B_ref's share per device."""
-    from cbscore.train.micro_batch import activation_bytes_per_sequence, choose_micro_batch, static_bytes
     from cbscore.model_config import PRESETS, padded_vocab_size
+    from cbscore.train.micro_batch import activation_bytes_per_sequence, choose_micro_batch, static_bytes
 
     local = max(1, spec.b_ref // spec.devices_per_trial)
     if spec.micro_batch_size:

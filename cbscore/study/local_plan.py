@@ -30,8 +30,8 @@ unstartable: the plan names them in ``errors`` and the study can still end.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from cbscore.study.local_spec import Checkpoint, checkpoints
 from cbscore.study.planner import CellState, Plan, build_train_config

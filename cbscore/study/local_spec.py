@@ -33,9 +33,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any, Mapping
+from typing import Any
 
 from cbscore.errors import ConfigError
 
@@ -202,7 +203,7 @@ class LocalSpec:
         return d
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "LocalSpec":
+    def from_dict(cls, data: Mapping[str, Any]) -> LocalSpec:
         from cbscore.study.block_fields import block_fields
 
         data = block_fields(cls, data, "local")

@@ -19,7 +19,7 @@ the geometric middle of the grid (the full grid's own centre).
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from cbscore.analysis import window_rates
 

@@ -4,7 +4,7 @@ and ``grid_tokens``, so a caller never asks which kind it holds."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import cbscore.study.decay_plan as decay_plan
 import cbscore.study.local_plan as local_plan

@@ -23,8 +23,8 @@ plan of a simulated study against a planner that remembers nothing.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 from cbscore.study.cell_plan import CellPlan, record_key
 from cbscore.study.cell_rates import cell_best_rate, cell_prediction

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 from cbscore.study.trials import TERMINAL, TrialRecord, TrialSpec
-
 
 #: The rules that stop a running trial as ``pruned``, as :attr:`Plan.stopped_by` and the ``stopped_by``
 #: tag name them: the spec field each is set by.

@@ -18,19 +18,32 @@ import dataclasses
 import json
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
 from cbscore.errors import ConfigError
 from cbscore.study.decay_spec import DecaySpec, apply_decay
 from cbscore.study.local_spec import LocalSpec, apply_local, checkpoints
+
 # re-exported: the spec's parts are imported from here too
-from cbscore.study.spec_parts import (PAPER_LRS, SEARCH_KINDS, ExperimentalSpec, SearchSpec, Setting,  # noqa: F401
-                                      SettingSpec, _positive_float, move_experimental, _positive_int, _search_from_dict, _setting_from_dict,
-                                      format_tokens)
+from cbscore.study.spec_parts import (  # noqa: F401
+    PAPER_LRS,
+    SEARCH_KINDS,
+    ExperimentalSpec,
+    SearchSpec,
+    Setting,
+    SettingSpec,
+    _positive_float,
+    _positive_int,
+    _search_from_dict,
+    _setting_from_dict,
+    format_tokens,
+    move_experimental,
+)
 
 KINDS = ("chinchilla", "fixed_n", "fixed_d", "custom", "local", "schedule")
 SCHEDULES = ("constant", "cosine", "wsd")
@@ -496,7 +509,7 @@ class StudySpec:
         return d
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "StudySpec":
+    def from_dict(cls, data: Mapping[str, Any]) -> StudySpec:
         if not isinstance(data, Mapping):
             raise ConfigError("spec", data, "must be a mapping of fields")
         data = move_experimental(data)  # a spec from before issue 40 gives them at their old place
@@ -515,7 +528,7 @@ class StudySpec:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     @classmethod
-    def from_yaml(cls, source: str | Path) -> "StudySpec":
+    def from_yaml(cls, source: str | Path) -> StudySpec:
         """Read a spec from a YAML (or JSON) file (a :class:`~pathlib.Path`) or from YAML text (a
         ``str``, always: a string is never taken for a path, so text pasted in the web page can
         never make the server read one of its files)."""
@@ -529,7 +542,7 @@ class StudySpec:
 
         return cls.from_dict(load_yaml(text))  # no aliases, at most 64 KiB, 12 deep
 
-    def replace(self, **changes: Any) -> "StudySpec":
+    def replace(self, **changes: Any) -> StudySpec:
         """A copy with ``changes``; the rules moved into ``experimental`` are still taken at their old
         names (with a warning), merged into this spec's block."""
         if "experimental" not in changes and ("prune_at_equal_tokens" in changes

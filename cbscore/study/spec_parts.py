@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from cbscore.errors import ConfigError
 
@@ -195,7 +196,7 @@ class ExperimentalSpec:
             _positive_float("experimental.lr_prior", self.lr_prior)
 
     @classmethod
-    def from_dict(cls, value: Any) -> "ExperimentalSpec":
+    def from_dict(cls, value: Any) -> ExperimentalSpec:
         if not isinstance(value, Mapping):
             raise ConfigError("experimental", value, "must be a mapping of fields")
         known = {f.name for f in dataclasses.fields(cls)}

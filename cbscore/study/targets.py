@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from cbscore.study.budgets import RERUN_TAG, cell_size
 from cbscore.study.cell_trials import cell_id, records_by_cell

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 #: Outcomes of a trial (DESIGN.md §2). ``finished`` is a reference run that spent its budget
 #: with no target to reach; ``lost`` is a trial whose heartbeat went stale (it is run again).
@@ -62,7 +63,7 @@ class TrialSpec:
         return d
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TrialSpec":
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialSpec:
         return cls(**dict(data))
 
 
@@ -138,7 +139,7 @@ class TrialRecord:
         return d
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TrialRecord":
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialRecord:
         return cls(**dict(data))
 
 

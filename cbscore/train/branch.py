@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from cbscore.train.checkpoint import read_checkpoint
 from cbscore.errors import ConfigError
+from cbscore.train.checkpoint import read_checkpoint
 from cbscore.train.config import LATER_FIELDS, TrainConfig
 
 # What the branch must share with its base for the carried state to mean what it meant there:

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 class TrainState:
     """Live view of a running trial, handed to every hook (mutable; read it, don't write it)."""
 
-    config: "TrainConfig"
+    config: TrainConfig
     total_steps: int
     """Budget in optimizer steps."""
     warmup_steps: int
@@ -58,7 +58,7 @@ class TrainState:
     """AdamW β2 in use (``TrainConfig.default_recipe`` when the config left it ``None``)."""
     ewa_taus: tuple[float, ...] = ()
     """EWA decay rates tracked."""
-    model: "nn.Module | None" = None
+    model: nn.Module | None = None
     """The raw (not averaged) model being trained."""
     step: int = 0
     """Optimizer steps done."""
@@ -87,7 +87,7 @@ class TrainState:
     """Wall clock of the last completed step (a heartbeat)."""
     stop_reason: str | None = None
 
-    plan: "BatchPlan | None" = None
+    plan: BatchPlan | None = None
     """Which sequences each step takes (:mod:`cbscore.train.batch_plan`); ``None`` = ``batch_tokens``
     a step from position 0."""
 

@@ -11,10 +11,10 @@ study runner sends it through Celery as JSON); a bad value raises
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
-from cbscore.train.batch_plan import BatchPlan, build_plan
 from cbscore.data import DataConfig
 from cbscore.errors import ConfigError
 from cbscore.field_checks import finite as _finite
@@ -23,10 +23,11 @@ from cbscore.field_checks import non_negative_int as _non_negative_int
 from cbscore.field_checks import positive_finite as _positive_finite
 from cbscore.field_checks import positive_int as _positive_int
 from cbscore.model_config import PRESETS
+from cbscore.recipe import BETA1, EPS, GRAD_CLIP, WARMUP_FRACTION, WEIGHT_DECAY, Recipe, trial_recipe
+from cbscore.train.batch_plan import BatchPlan, build_plan
 from cbscore.train.plan_checks import check_batch_schedule as _check_batch_schedule
 from cbscore.train.plan_checks import check_branch as _check_branch
 from cbscore.train.plan_checks import check_snapshots as _check_snapshots
-from cbscore.recipe import BETA1, EPS, GRAD_CLIP, WARMUP_FRACTION, WEIGHT_DECAY, Recipe, trial_recipe
 from cbscore.train.schedules import SCHEDULES, LrSchedule, TokenLrSchedule, warmup_steps
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -437,7 +438,7 @@ class TrainConfig:
             return self.gns_half_life_tokens
         return max(1, round(0.1 * self.budget_tokens))
 
-    def replace(self, **changes: Any) -> "TrainConfig":
+    def replace(self, **changes: Any) -> TrainConfig:
         """A copy with ``changes`` applied (and checked)."""
         return dataclasses.replace(self, **changes)
 
@@ -452,7 +453,7 @@ class TrainConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainConfig:
         if not isinstance(d, Mapping):
             raise ConfigError("train_config", d, "must be a dict of TrainConfig fields")
         known = {f.name for f in dataclasses.fields(cls)}

@@ -14,9 +14,9 @@ import sys
 
 import torch.distributed as dist
 
+from cbscore.train.config import TrainConfig
 from cbscore.train.distributed import _die_with_parent, _init, file_store
 from cbscore.train.trainer import run_rank
-from cbscore.train.config import TrainConfig
 
 
 def follow(rank: int, config_dict: dict, store_path: str, kind: str) -> None:

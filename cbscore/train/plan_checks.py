@@ -5,6 +5,7 @@ naming the field and the value)."""
 from __future__ import annotations
 
 import math
+
 from cbscore.errors import ConfigError
 from cbscore.field_checks import non_negative_int, positive_finite, positive_int
 

@@ -5,8 +5,9 @@ belongs to the trial that finds it."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -42,7 +43,7 @@ class Progress:
         }
 
     @classmethod
-    def from_dict(cls, saved: Mapping[str, Any], device: torch.device) -> "Progress":
+    def from_dict(cls, saved: Mapping[str, Any], device: torch.device) -> Progress:
         return cls(
             next_eval=int(saved["next_eval"]),
             interval_loss=saved["interval_loss"].to(device),

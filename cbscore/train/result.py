@@ -50,7 +50,7 @@ class EvalPoint:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "EvalPoint":
+    def from_dict(cls, d: dict[str, Any]) -> EvalPoint:
         return cls(
             step=int(d["step"]),
             tokens=int(d["tokens"]),
@@ -134,7 +134,7 @@ class TrialResult:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TrialResult":
+    def from_dict(cls, d: dict[str, Any]) -> TrialResult:
         d = dict(d)
         d["ewa_taus"] = tuple(d["ewa_taus"])
         d["eval_history"] = tuple(EvalPoint.from_dict(p) for p in d.get("eval_history", ()))

@@ -67,27 +67,27 @@ import numpy as np
 import torch
 
 from cbscore.analysis import first_crossing
-
+from cbscore.errors import ConfigError
+from cbscore.model import GPT, get_preset
+from cbscore.model_config import padded_vocab_size
 from cbscore.train.allocator import keep_freed_memory
 from cbscore.train.averaging import WeightAverage
 from cbscore.train.batch_plan import Segment
 from cbscore.train.callbacks import Callback, TrainState
 from cbscore.train.checkpoint import rng_state, save_snapshot, set_rng_state
+from cbscore.train.checkpointer import Checkpointer
+from cbscore.train.config import TrainConfig
+from cbscore.train.device import device_label, finite_or_none, resolve_device, torch_threads, trial_threads
 from cbscore.train.distributed import SINGLE, Group, device_for_rank, launch
-from cbscore.errors import ConfigError
 from cbscore.train.eval_schedule import EvalSchedule, default_every_steps, min_every_steps
 from cbscore.train.gns import NO_GNS, GnsProbe
 from cbscore.train.heldout import HeldOut
-from cbscore.model import GPT, get_preset
 from cbscore.train.micro_batch import activation_bytes_per_sequence, choose_micro_batch, split_for_gns
-from cbscore.model_config import padded_vocab_size
-from cbscore.train.step import StepFn
-from cbscore.train.device import device_label, finite_or_none, resolve_device, torch_threads, trial_threads
-from cbscore.train.throughput import mfu, peak_flops, peak_memory_bytes
-from cbscore.train.config import TrainConfig
-from cbscore.train.checkpointer import Checkpointer
 from cbscore.train.progress import CHECKPOINT_FORMAT, Progress
 from cbscore.train.result import EvalPoint, TrialResult, crossing_tau
+from cbscore.train.step import StepFn
+from cbscore.train.throughput import mfu, peak_flops, peak_memory_bytes
+
 
 def train(config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrialResult:
     """Train one trial; see the module docstring for outcomes, evaluation and resuming.

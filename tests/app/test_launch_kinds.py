@@ -15,7 +15,6 @@ import pytest
 
 from cbscore.study import StudySpec, estimate, load_preset, plan
 from cbscore.study.budgets import cell_size
-
 from tests.app.test_launch_page import LAUNCH, PREVIEW, launch  # noqa: F401 (the fixture)
 
 
@@ -40,7 +39,6 @@ def _set_chained(at) -> None:
 
 
 def test_the_search_offers_the_chained_bracket_with_the_field_docs_as_help(launch):
-    from cbscore.study.spec_parts import SearchSpec
 
     radio = launch.radio(key="launch.search.kind")
     assert list(radio.options) == ["Grid", "Chained bracket", "Optuna"]

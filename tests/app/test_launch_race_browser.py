@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.test_e2e_browser import (CHROMEDRIVER, CHROMIUM, _button, _free_port, _input, _wait, _wait_http,
-                                        chromium)
+from tests.app.test_e2e_browser import CHROMEDRIVER, CHROMIUM, _button, _free_port, _input, _wait, _wait_http, chromium
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

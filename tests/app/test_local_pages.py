@@ -13,8 +13,7 @@ from unittest import mock
 import pytest
 
 from cbscore.study import StudySpec, estimate, load_preset
-from tests.workers.conftest import (DATA, mlflow_template, mlflow_uri, processes, token_store,  # noqa: F401
-                                  wait_for, worker_env)
+from tests.workers.conftest import DATA, mlflow_template, mlflow_uri, processes, token_store, wait_for, worker_env  # noqa: F401
 
 PREVIEW = "FormSubmitter:launch-Preview"
 LAUNCH = "FormSubmitter:launch-Launch study"

@@ -21,8 +21,13 @@ import pytest
 
 from app import mlflow_proxy
 from tests.app.test_e2e_browser import _free_port, _wait, chromium
-from tests.app.test_sign_in import provider  # noqa: F401  (the same OIDC provider fixture)
-from tests.app.test_sign_in import ALICE, sign_in, text, web_with_sign_in
+from tests.app.test_sign_in import (
+    ALICE,
+    provider,  # noqa: F401  (the same OIDC provider fixture)
+    sign_in,
+    text,
+    web_with_sign_in,
+)
 from tests.process_groups import stop_group
 
 SERVICE = ("cbs-service", "a-long-service-password")

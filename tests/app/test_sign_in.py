@@ -20,8 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.test_e2e_browser import CHROMEDRIVER, CHROMIUM, _button, _free_port, _wait, _wait_http
-from tests.app.test_e2e_browser import browser  # noqa: F401  (the same headless chromium fixture)
+from tests.app.test_e2e_browser import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    _button,
+    _free_port,
+    _wait,
+    _wait_http,
+    browser,  # noqa: F401  (the same headless chromium fixture)
+)
 from tests.process_groups import stop_group
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from app import theory_charts
+from cbscore.theory import Grid, Problem, run_theory
 
 PAGE_TAUS = tuple(1.0 - 10.0**-x for x in range(1, 7))  # app/app_pages/theory.py
-from cbscore.theory import Grid, Problem, run_theory
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_loss_curves_cross_the_target_at_the_reported_steps(result):
     setting = result.settings[1]
     fig = theory_charts.loss_curves_figure(result, setting.d_samples)
     assert len(fig.data) == sum(s is not None for s in setting.steps)
-    for b, steps, best, curves in zip(setting.batch_sizes, setting.steps, setting.best, result.run.curves):
+    for steps, best, curves in zip(setting.steps, setting.best, result.run.curves):
         if best is not None:
             curve = curves[best]
             assert float(curve(steps)) <= setting.target < float(curve(steps - 1))

@@ -12,13 +12,13 @@ import math
 import pytest
 import torch
 
-from cbscore.train.callbacks import Callback
-from cbscore.train.checkpoint import load_checkpoint, save_checkpoint, snapshot_path
 from cbscore.data.stream import WindowStream
 from cbscore.errors import ConfigError
 from cbscore.local import BranchSpec, branch_config
-from cbscore.train.trainer import train
+from cbscore.train.callbacks import Callback
+from cbscore.train.checkpoint import load_checkpoint, save_checkpoint, snapshot_path
 from cbscore.train.config import TrainConfig
+from cbscore.train.trainer import train
 from tests.cbscore.test_train import CrashAt, Recorder
 
 STEP_TOKENS = 8 * 32

@@ -12,12 +12,20 @@ import math
 
 import pytest
 
-from cbscore.decay import (DecayPoint, cosine_config, cosine_horizons, decay_branch_config, horizon_tokens,
-                           stable_config, steps_from_horizons, wsd_points)
+from cbscore.decay import (
+    DecayPoint,
+    cosine_config,
+    cosine_horizons,
+    decay_branch_config,
+    horizon_tokens,
+    stable_config,
+    steps_from_horizons,
+    wsd_points,
+)
 from cbscore.errors import ConfigError
+from cbscore.train.config import TrainConfig
 from cbscore.train.schedules import LrSchedule, wsd_decay_start, wsd_horizon
 from cbscore.train.trainer import train
-from cbscore.train.config import TrainConfig
 
 STEP = 8 * 32
 POINTS = (DecayPoint(horizon_steps=20, branch_step=16, decay_steps=4),

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from cbscore.train.callbacks import Callback
-from cbscore.train.distributed import RankFailed
 from cbscore.errors import ConfigError
-from cbscore.train.trainer import train
+from cbscore.train.callbacks import Callback
 from cbscore.train.config import TrainConfig
+from cbscore.train.distributed import RankFailed
+from cbscore.train.trainer import train
 from tests.cbscore.test_train import tiny as _tiny
 
 

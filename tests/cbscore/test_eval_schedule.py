@@ -73,7 +73,9 @@ def test_cost_cap_never_leaves_fewer_than_eight_evaluations_per_budget():
 
 
 def test_predicted_crossing_is_exact_on_a_power_law():
-    curve = lambda s: 7.0 * s ** -0.15
+    def curve(s):
+        return 7.0 * s ** -0.15
+
     assert predicted_crossing((50, curve(50)), (80, curve(80)), curve(300.0)) == pytest.approx(300.0)
     assert predicted_crossing((0, 9.0), (80, 5.0), 4.0) is None  # no log of step 0
     assert predicted_crossing((50, 5.0), (80, 5.1), 4.0) is None  # not falling
@@ -115,7 +117,9 @@ def _reproduce_small_b_cells(spec: dict | None = None):
     n_models = 4  # raw weights + three EWA τ
     for d in sorted({s["tokens"] for s in spec["settings"]}):
         s_ref = d / (b_ref * T)
-        steps = lambda b: s_ref * (b_ref / b) * (b + 15) / (b_ref + 15)
+        def steps(b):
+            return s_ref * (b_ref / b) * (b + 15) / (b_ref + 15)
+
         for b in [b for b in spec["batch_sizes"] if b <= 8]:
             total = math.ceil((1 + margin) * (s_ref if b == b_ref else steps(b // 2)))
             cap = min_every_steps(eval_windows=spec["eval_windows"], context_tokens=T, n_models=n_models,
@@ -159,7 +163,9 @@ def test_without_the_promise_the_cost_cap_left_reproduce_one_evaluation_near_the
 
 def test_a_stalling_trial_leaves_the_near_target_window():
     # the loss flattens out 10% above the target: the predicted crossing recedes, evaluations thin out
-    curve = lambda s: 4.4 + 3.0 / (1 + s / 10)
+    def curve(s):
+        return 4.4 + 3.0 / (1 + s / 10)
+
     schedule = EvalSchedule(total_steps=4000, every_steps=100, target_loss=4.0)
     steps = _walk(schedule, curve, 1e9)
     assert len(steps) < 60

@@ -11,11 +11,11 @@ import math
 
 import pytest
 
-from cbscore.train.batch_plan import build_plan
 from cbscore.data.stream import WindowStream
 from cbscore.errors import ConfigError
-from cbscore.train.trainer import train
+from cbscore.train.batch_plan import build_plan
 from cbscore.train.config import TrainConfig
+from cbscore.train.trainer import train
 from tests.cbscore.test_train import CrashAt, Recorder
 
 SCHEDULE = ((2048, 8, math.sqrt(2)), (6144, 16, 2.0))

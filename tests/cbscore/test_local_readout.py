@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from cbscore.errors import ConfigError, FitError
-from cbscore.local import (fit_local_cbs_curve, merrill_local_cbs, noise_aware_local_cbs, window_end_loss)
+from cbscore.local import fit_local_cbs_curve, merrill_local_cbs, noise_aware_local_cbs, window_end_loss
 
 
 def test_merrill_takes_the_largest_k_within_epsilon_of_every_smaller_k():

@@ -5,13 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cbscore.train.callbacks import Callback
 from cbscore.errors import ConfigError
-from cbscore.train.micro_batch import (activation_bytes_per_sequence, choose_micro_batch, is_out_of_memory,
-                                 smaller_micro_batch, split_for_gns, static_bytes)
 from cbscore.model_config import get_preset, padded_vocab_size
-from cbscore.train.trainer import train
+from cbscore.train.callbacks import Callback
 from cbscore.train.config import TrainConfig
+from cbscore.train.micro_batch import (
+    activation_bytes_per_sequence,
+    choose_micro_batch,
+    is_out_of_memory,
+    smaller_micro_batch,
+    split_for_gns,
+    static_bytes,
+)
+from cbscore.train.trainer import train
 
 
 def test_activation_bytes_of_the_151m_preset_match_the_hand_count():

@@ -6,8 +6,16 @@ from __future__ import annotations
 import pytest
 
 from cbscore.recipe import (
-    BETA2_RANGE, TABLE_BATCH_SIZES, TAU_MIN_HALF_LIFE_STEPS, half_life_steps, paper_beta2, paper_ewa_tau,
-    reference_d_tokens, spec_recipe, study_recipe, trial_recipe,
+    BETA2_RANGE,
+    TABLE_BATCH_SIZES,
+    TAU_MIN_HALF_LIFE_STEPS,
+    half_life_steps,
+    paper_beta2,
+    paper_ewa_tau,
+    reference_d_tokens,
+    spec_recipe,
+    study_recipe,
+    trial_recipe,
 )
 from cbscore.study import StudySpec
 from cbscore.study.presets import load_preset

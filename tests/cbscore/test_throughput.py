@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from cbscore.train.allocator import keep_freed_memory
 from cbscore.errors import ConfigError
+from cbscore.train.allocator import keep_freed_memory
 from cbscore.train.throughput import (
     PEAK_BF16_FLOPS,
     PEAK_FLOPS_ENV,

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from cbscore.analysis import first_crossing
+from cbscore.errors import ConfigError, DataError
 from cbscore.train.callbacks import Callback
 from cbscore.train.checkpoint import load_checkpoint
-from cbscore.errors import ConfigError, DataError
-from cbscore.train.trainer import train
 from cbscore.train.config import TrainConfig
+from cbscore.train.trainer import train
 
 
 def tiny(data, **changes) -> TrainConfig:

@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch import nn
 
+from cbscore.errors import ConfigError
 from cbscore.train.callbacks import Callback
 from cbscore.train.checkpoint import load_checkpoint
-from cbscore.errors import ConfigError
+from cbscore.train.config import TrainConfig
 from cbscore.train.gns import GnsProbe, two_batch_estimates
 from cbscore.train.trainer import train
-from cbscore.train.config import TrainConfig
 from tests.cbscore.test_train import Recorder as _Recorder
 from tests.cbscore.test_train import tiny as _tiny
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.app import store_seed
-from workers.query import api
 from workers.infra.settings import WorkerSettings
+from workers.query import api
 from workers.tracking import Tracker
 
 

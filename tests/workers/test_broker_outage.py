@@ -20,9 +20,9 @@ import pytest
 from tests.workers.conftest import CBS, tiny_spec, wait_for
 from tests.workers.tcp_proxy import Proxy
 from tests.workers.test_worker_process import missing_service, no_run_left_running, study_done
+from workers.infra.settings import WorkerSettings
 from workers.query import api
 from workers.studies.ledger import Ledger
-from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"

@@ -8,16 +8,15 @@ import math
 import socket
 import urllib.error
 import urllib.request
-
 from pathlib import Path
 
 import pytest
 
 from cbs import main as cbs_main
 from tests.workers.conftest import CBS, tiny_spec, tiny_spec_dict, wait_for
-from workers.query import api
 from workers.cli_processes import worker_argv
 from workers.infra.broker_queues import queue_depth
+from workers.query import api
 
 
 def test_dry_run_prints_cells_trials_and_compute_and_enqueues_nothing(worker_env, tmp_path, capsys):
@@ -134,9 +133,9 @@ def test_tracking_server_serves_the_store_and_takes_writes(worker_env, processes
 
 def test_the_mlflow_floor_has_the_servers_host_check():
     """``mlflow>=3.0`` admitted servers without the Host/CORS middleware (added in 3.5)."""
-    import tomllib
     from importlib.metadata import version
 
+    import tomllib
     from packaging.requirements import Requirement
     from packaging.version import Version
 

@@ -11,10 +11,10 @@ import pytest
 
 from cbscore.errors import ConfigError
 from tests.workers.conftest import DATA, tiny_spec, tiny_spec_dict
-from workers.query import api
-from workers.studies.ledger import Ledger
 from workers.infra.broker_queues import queue_depth
 from workers.infra.settings import WorkerSettings
+from workers.query import api
+from workers.studies.ledger import Ledger
 from workers.tracking import Tracker
 
 

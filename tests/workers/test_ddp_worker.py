@@ -11,8 +11,8 @@ import pytest
 
 from tests.workers.conftest import tiny_spec, wait_for
 from tests.workers.test_worker_process import no_run_left_running, study_done
-from workers.query import api
 from workers.infra.settings import WorkerSettings
+from workers.query import api
 from workers.tracking import Tracker
 
 

@@ -9,24 +9,23 @@ import threading
 
 import optuna
 import pytest
-from mlflow import MlflowClient
 from mlflow.entities import ViewType
 
-from cbscore import paths
 from cbs import main as cbs_main
+from cbscore import paths
 from cbscore.errors import ConfigError
+from mlflow import MlflowClient
 from tests.workers.conftest import tiny_spec, wait_for
 from tests.workers.test_extend_retry import drain
 from tests.workers.test_reuse import advance_until_done, steps
+from workers.infra.settings import WorkerSettings
 from workers.query import api
 from workers.studies import delete
-from workers.infra.checkpoints import checkpoint_dir
 from workers.studies.delete import StudyInFlight
 from workers.studies.ledger import Ledger
 from workers.studies.local_study import study_artifacts
 from workers.studies.runner import Runner
 from workers.studies.search import storage
-from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 

@@ -16,16 +16,16 @@ from pathlib import Path
 import optuna
 import pytest
 import sqlalchemy.exc
-from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
 
+from mlflow import MlflowClient
 from tests.workers.conftest import tiny_spec
-from workers.query import api
 from workers.infra.checkpoints import checkpoint_dir
+from workers.infra.settings import WorkerSettings
+from workers.query import api
 from workers.studies.ledger import Ledger
 from workers.studies.runner import Runner
-from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 #: Tags an ended run carries from its trial's result.

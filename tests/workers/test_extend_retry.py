@@ -9,8 +9,8 @@ import pytest
 from cbs import main as cbs_main
 from cbscore.errors import ConfigError
 from tests.workers.conftest import tiny_spec
-from workers.query import api
 from workers.infra.settings import WorkerSettings
+from workers.query import api
 from workers.tracking import Tracker
 
 

@@ -19,10 +19,10 @@ import pytest
 
 import cbscore.train.checkpointer as checkpointer_module
 from tests.workers.conftest import tiny_spec
-from workers.query import api
 from workers.infra.checkpoints import checkpoint_dir
-from workers.studies.ledger import Ledger
 from workers.infra.settings import WorkerSettings
+from workers.query import api
+from workers.studies.ledger import Ledger
 from workers.tracking import Tracker, is_out_of_resources, is_transient
 
 

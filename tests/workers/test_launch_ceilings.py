@@ -10,9 +10,9 @@ import pytest
 
 from cbscore.errors import ConfigError
 from tests.workers.conftest import tiny_spec_dict
-from workers.query import api
 from workers.infra.broker_queues import queue_depth
 from workers.infra.settings import WorkerSettings
+from workers.query import api
 from workers.tracking import Tracker
 
 

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 from mlflow import MlflowClient
-
 from tests.workers.conftest import tiny_spec, wait_for
 from workers.infra.checkpoints import checkpoint_dir
 from workers.infra.settings import WorkerSettings

@@ -15,9 +15,9 @@ from cbs import main as cbs_main
 from cbscore.study import StudySpec
 from tests.workers.conftest import CBS, DATA, wait_for
 from tests.workers.test_extend_retry import drain
+from workers.infra.settings import WorkerSettings
 from workers.query import api
 from workers.studies.local_study import delete_study_artifacts, snapshot_dir
-from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 
@@ -84,8 +84,8 @@ def test_a_local_study_runs_to_a_local_cbs_per_checkpoint(worker_env, token_stor
 def _branch_reference(config: dict, tmp: Path):
     """The branch run once more in this process, never interrupted: its result and logged losses."""
     from cbscore.train.callbacks import Callback
-    from cbscore.train.trainer import train
     from cbscore.train.config import TrainConfig
+    from cbscore.train.trainer import train
 
     class Losses(Callback):
         def __init__(self):

@@ -4,8 +4,6 @@ lab's service account."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -15,8 +13,8 @@ from celery import Celery
 
 from cbscore.errors import ConfigError
 from tests.workers.conftest import CBS
-from workers.infra.broker import configure
 from workers.cli_processes import tracking_argv, tracking_auth_config
+from workers.infra.broker import configure
 from workers.infra.settings import WorkerSettings
 
 

@@ -15,17 +15,17 @@ import time
 from pathlib import Path
 
 import pytest
-from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, TEMPORARILY_UNAVAILABLE
 
+from mlflow import MlflowClient
 from tests.workers.conftest import tiny_spec, wait_for
 from tests.workers.test_runner import dead_owner
-from workers.query import api
 from workers.infra.checkpoints import checkpoint_dir
+from workers.infra.settings import WorkerSettings
+from workers.query import api
 from workers.studies.ledger import Ledger, this_process
 from workers.studies.runner import AdvanceReport, Runner
-from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker, is_transient
 
 

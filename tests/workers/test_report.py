@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tests.app import store_seed
 from cbs import main as cbs_main
+from tests.app import store_seed
 from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from tests.workers.conftest import tiny_spec
 from tests.workers.test_extend_retry import drain
+from workers.infra.settings import WorkerSettings
 from workers.query import api
 from workers.studies.runner import Runner
-from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 

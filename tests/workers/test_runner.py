@@ -11,11 +11,11 @@ import pytest
 
 from cbscore.errors import ConfigError
 from tests.workers.conftest import tiny_spec, tiny_spec_dict
+from workers.infra.broker_queues import queue_depth
+from workers.infra.settings import WorkerSettings
 from workers.query import api
 from workers.studies.ledger import Ledger, this_process
-from workers.infra.broker_queues import queue_depth
 from workers.studies.runner import Runner
-from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 
@@ -151,8 +151,8 @@ def test_redelivered_task_takes_over_from_a_dead_holder_and_resumes(worker_env, 
     """A child killed mid-trial (its parent alive) gets its task redelivered: the next attempt
     resumes from the checkpoint the dead child left."""
     from cbscore.train.callbacks import Callback
-    from cbscore.train.trainer import train
     from cbscore.train.config import TrainConfig
+    from cbscore.train.trainer import train
     from workers.studies.records import trial_spec
     from workers.trials.trial import checkpoint_dir, run_trial_attempt
 

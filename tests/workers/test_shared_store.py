@@ -19,9 +19,9 @@ from cbscore.data import DataConfig
 from cbscore.data.store import check_store_location, content_digest
 from cbscore.errors import ConfigError
 from tests.workers.conftest import DATA, tiny_spec
+from workers.infra.settings import WorkerSettings
 from workers.query import api
 from workers.studies.ledger import Ledger
-from workers.infra.settings import WorkerSettings
 from workers.tracking import Tracker
 
 #: The tests' small store settings, with no ``store_dir``: the store is ``<CBS_STORE_DIR>/<key>``.

@@ -11,12 +11,12 @@ import pytest
 
 from cbscore.errors import ConfigError
 from tests.workers.conftest import tiny_spec, tiny_spec_dict
-from workers.query import api
-from workers.studies.ledger import Ledger
 from workers.infra.broker_queues import queue_depth
-from workers.studies.runner import Runner
 from workers.infra.settings import WorkerSettings
 from workers.infra.time_limits import BASE_S, FLOOR_FLOPS, derived_time_limit_s, trial_flops, trial_time_limit_s
+from workers.query import api
+from workers.studies.ledger import Ledger
+from workers.studies.runner import Runner
 from workers.tracking import Tracker
 
 CONFIG = {"model": "tiny-0.1M", "batch_size": 8, "context_tokens": 16, "max_tokens": 15_000, "max_steps": None,

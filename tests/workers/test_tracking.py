@@ -95,8 +95,8 @@ class StopAt(Callback):
 
 
 def test_callback_sends_what_the_trainer_measured_and_marks_a_resume(tracker, tmp_path, token_store):
-    from cbscore.train.trainer import train
     from cbscore.train.config import TrainConfig
+    from cbscore.train.trainer import train
 
     exp_id, parent_id = make_study(tracker)
     run_id = tracker.create_trial(exp_id, parent_id, trial_id="t", tags={}, params={})
@@ -138,8 +138,8 @@ def test_an_ended_runs_eval_curve_tag_reads_as_its_metric_history(tracker, tmp_p
     """The result's ``eval_curve`` tag (issue 25's first read) gives exactly the ``eval/loss_ewa``
     history, so reading a study's records needs no history call per ended run; a run without the
     tag (one written before it) reads the history as before."""
-    from cbscore.train.trainer import train
     from cbscore.train.config import TrainConfig
+    from cbscore.train.trainer import train
     from workers.tracking import EVAL_CURVE_TAG, result_tags
 
     exp_id, parent_id = make_study(tracker)
@@ -239,8 +239,8 @@ def test_the_disk_cache_is_pruned_least_recently_used_first(tmp_path):
 
 
 def test_callback_logs_the_noise_scale_the_trainer_measured(tracker, token_store):
-    from cbscore.train.trainer import train
     from cbscore.train.config import TrainConfig
+    from cbscore.train.trainer import train
 
     class Seen(Callback):
         def __init__(self):

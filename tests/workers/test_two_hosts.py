@@ -34,10 +34,16 @@ import pytest
 
 from tests.workers.conftest import CBS, DATA, tiny_spec, wait_for
 from tests.workers.tcp_proxy import Proxy
-from tests.workers.test_worker_process import (POSTGRES_URL, REDIS_URL, fresh_postgres_databases, missing_service,
-                                               no_run_left_running, study_done)
-from workers.query import api
+from tests.workers.test_worker_process import (
+    POSTGRES_URL,
+    REDIS_URL,
+    fresh_postgres_databases,
+    missing_service,
+    no_run_left_running,
+    study_done,
+)
 from workers.infra.settings import WorkerSettings
+from workers.query import api
 from workers.tracking import Tracker
 
 #: The study: one reference trial of 976 steps (1.25 · 100k tokens at B = 8, T = 16), long enough to

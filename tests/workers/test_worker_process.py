@@ -16,8 +16,8 @@ import pytest
 
 from cbs import main as cbs_main
 from tests.workers.conftest import CBS, tiny_spec, wait_for
-from workers.query import api
 from workers.infra.settings import WorkerSettings
+from workers.query import api
 from workers.tracking import Tracker
 
 

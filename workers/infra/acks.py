@@ -45,7 +45,7 @@ class LateAckRequest(Request):
             self.send_event("task-rejected", requeue=requeue)
 
     def _settle(self, settle, what: str) -> None:
-        for attempt in (1, 2):  # a connection cut earlier (a broker back by now) fails once, then reconnects
+        for _attempt in (1, 2):  # a connection cut earlier (a broker back by now) fails once, then reconnects
             try:
                 settle()
                 return

@@ -50,9 +50,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from cbscore import paths
 from cbscore.errors import ConfigError
@@ -124,7 +124,7 @@ class WorkerSettings:
         return not self.tracking_uri.startswith(("http://", "https://", "databricks"))
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "WorkerSettings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
         env = os.environ if env is None else env
         broker_url = env.get("CBS_BROKER_URL") or "filesystem://"
         broker_dir = paths.subdir("broker") if broker_url.startswith("filesystem://") else None

@@ -15,7 +15,8 @@ the worker kills the child and :func:`workers.trials.trial.end_after_time_limit`
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from workers.infra.settings import WorkerSettings
 

@@ -8,24 +8,24 @@ every public name of both is reachable as ``api.NAME``. Bad input raises
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from cbscore.errors import ConfigError
 from cbscore.study import StudySpec, load_preset
 from workers.query.reads import (  # re-exported: the pages and the CLI read them as api.NAME
     FIT_COLUMNS,
+    TABLE_COLUMNS,
     StudyStatus,
     StudySummary,
-    TABLE_COLUMNS,
     WorkerInfo,
     alive_workers,
     list_studies,
     open_ledger,
     open_tracker,
     run_url,
-    study_fit,
     study_eval_curves,
+    study_fit,
     study_forecast,
     study_histories,
     study_local_fit,
@@ -40,7 +40,6 @@ from workers.query.reads import (  # re-exported: the pages and the CLI read the
     trial_curve,
     worker_settings,
 )
-
 
 __all__ = [
     "FIT_COLUMNS",

@@ -14,8 +14,9 @@ import logging
 import math
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 

@@ -36,15 +36,40 @@ metrics and tags of a result). Import from the package.
 """
 
 # _base first: it sets MLflow's environment before mlflow is imported
-from workers.tracking._base import (CURVE_PREFIXES, EVAL_CURVE_TAG, GNS_METRICS, RESOURCE_ERRNOS, RUN_STATUS,
-                                    TERMINAL_RUN_STATUSES, TrackingError, client, flatten, is_out_of_resources,
-                                    is_transient, load_service_password, outage_wait_s, prepare_store, retrying,
-                                    trial_params, wait_out)
+from workers.tracking._base import (
+                                    CURVE_PREFIXES,
+                                    EVAL_CURVE_TAG,
+                                    GNS_METRICS,
+                                    RESOURCE_ERRNOS,
+                                    RUN_STATUS,
+                                    TERMINAL_RUN_STATUSES,
+                                    TrackingError,
+                                    client,
+                                    flatten,
+                                    is_out_of_resources,
+                                    is_transient,
+                                    load_service_password,
+                                    outage_wait_s,
+                                    prepare_store,
+                                    retrying,
+                                    trial_params,
+                                    wait_out,
+)
+from workers.tracking._callback import (
+                                    LeaseLost,
+                                    LeaseUnknown,
+                                    MlflowCallback,
+                                    TrackingOutage,
+                                    eval_curve_json,
+                                    eval_curve_tag,
+                                    eval_metrics,
+                                    metric,
+                                    outage_hold_s,
+                                    result_tags,
+                                    summary_metrics,
+)
 from workers.tracking._disk_cache import _curve_bytes, prune_disk_cache
 from workers.tracking._tracker import Tracker
-from workers.tracking._callback import (LeaseLost, LeaseUnknown, MlflowCallback, TrackingOutage, eval_curve_json,
-                                        eval_curve_tag, eval_metrics, metric, outage_hold_s, result_tags,
-                                        summary_metrics)
 
 __all__ = [
     "CURVE_PREFIXES", "EVAL_CURVE_TAG", "GNS_METRICS", "RESOURCE_ERRNOS", "RUN_STATUS", "TERMINAL_RUN_STATUSES",

@@ -11,16 +11,17 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
-from typing import Any, Mapping, MutableMapping
+from typing import Any
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
-from mlflow import MlflowClient  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 
 from cbscore.errors import CbsError  # noqa: E402
+from mlflow import MlflowClient  # noqa: E402
 
 #: MLflow run status of each trial status.
 RUN_STATUS = {

@@ -6,15 +6,16 @@ import json
 import math
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from mlflow.entities import Metric, RunTag
 
 from cbscore.train.callbacks import Callback, TrainState
 from cbscore.train.result import EvalPoint, TrialResult
-from workers.tracking._base import (_MAX_TAG, CURVE_PREFIXES, EVAL_CURVE_TAG, GNS_METRICS, _ms, is_transient,
-                                    retrying)
+from workers.tracking._base import _MAX_TAG, CURVE_PREFIXES, EVAL_CURVE_TAG, GNS_METRICS, _ms, is_transient, retrying
 from workers.tracking._tracker import Tracker
+
 
 # ---------------------------------------------------------------------------- the callback
 class LeaseLost(Exception):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 # ---------------------------------------------------------------------------- on-disk caches
 #: Version of the on-disk caches (a new one ignores older files).

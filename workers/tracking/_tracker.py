@@ -6,16 +6,28 @@ import json
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from mlflow.entities import Metric, Param, RunTag, ViewType
 from mlflow.exceptions import MlflowException
 
 from cbscore.errors import ConfigError
-from workers.tracking._base import (CURVE_PREFIXES, EVAL_CURVE_TAG, RUN_STATUS, TERMINAL_RUN_STATUSES, _MAX_TAG,
-                                    _SPEC_TAG, _ms, client, flatten, retrying)
+from workers.tracking._base import (
+    _MAX_TAG,
+    _SPEC_TAG,
+    CURVE_PREFIXES,
+    EVAL_CURVE_TAG,
+    RUN_STATUS,
+    TERMINAL_RUN_STATUSES,
+    _ms,
+    client,
+    flatten,
+    retrying,
+)
 from workers.tracking._disk_cache import _curve_bytes, _disk_load, _disk_save
+
 
 # ---------------------------------------------------------------------------- the tracker
 class Tracker:
@@ -180,7 +192,7 @@ class Tracker:
                                               max_results=max_results, filter_string=f"tags.`{tag}` = '{value}'")
 
     #: Ended trial runs per (store, parent run), and when they were last fetched (Unix ms).
-    _ENDED: "dict[tuple[str, str], tuple[dict[str, Any], int]]" = {}
+    _ENDED: dict[tuple[str, str], tuple[dict[str, Any], int]] = {}
     _ENDED_LOCK = threading.Lock()
     #: A run that ended up to this long before the last fetch is fetched again (clock skew).
     ENDED_SLACK_MS = 30_000
@@ -232,7 +244,7 @@ class Tracker:
         folder.mkdir(exist_ok=True)
         return folder / f"{hashlib.sha1(self.uri.encode()).hexdigest()[:12]}-{name}.pickle"
 
-    def _load_ended(self, parent_run_id: str) -> "tuple[dict[str, Any], int] | None":
+    def _load_ended(self, parent_run_id: str) -> tuple[dict[str, Any], int] | None:
         """The ended runs of a study as this host last read them, and when (or ``None``)."""
         saved = _disk_load(self._cache_path("mlflow-runs", parent_run_id))
         return None if saved is None else (dict(saved["runs"]), int(saved["since_ms"]))
@@ -287,7 +299,7 @@ class Tracker:
                      attempts=attempts)
 
     # -------------------------------------------------------------- histories (cached when ended)
-    _HISTORY: "OrderedDict[tuple[str, str, str], tuple[tuple[float, ...], tuple[float, ...]]]" = OrderedDict()
+    _HISTORY: OrderedDict[tuple[str, str, str], tuple[tuple[float, ...], tuple[float, ...]]] = OrderedDict()
     #: Bytes the in-memory history cache may hold (``CBS_HISTORY_CACHE_MB``, default 256): a curve
     #: of n points costs about 64·n bytes (two tuples of float objects), so the cap is in bytes,
     #: not entries (20,000 curves of 100k points would be 128 GB).

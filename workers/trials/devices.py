@@ -13,7 +13,8 @@ Never imports torch: this runs in the worker parent and at the start of every ch
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from cbscore.errors import ConfigError
 

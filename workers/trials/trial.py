@@ -43,12 +43,18 @@ from typing import Any
 
 from cbscore.train.callbacks import Callback, TrainState
 from workers.infra.checkpoints import checkpoint_dir, remove_checkpoint
-from workers.studies.ledger import INTERRUPTED, Ledger, owner_is_dead, this_process
 from workers.infra.settings import WorkerSettings
+from workers.studies.ledger import INTERRUPTED, Ledger, owner_is_dead, this_process
 from workers.studies.stores import StoreUnavailable, hold_slot, ready_store
-from workers.tracking import (LeaseUnknown, MlflowCallback, Tracker, is_out_of_resources, is_transient,
-                              result_tags, wait_out)
-
+from workers.tracking import (
+    LeaseUnknown,
+    MlflowCallback,
+    Tracker,
+    is_out_of_resources,
+    is_transient,
+    result_tags,
+    wait_out,
+)
 
 #: How a give-back for a full disk (or another resource) begins (the trial's note; the Studies page's banner).
 OUT_OF_ROOM_PREFIX = "out of resources on this host"
@@ -128,7 +134,7 @@ class Heartbeat:
         if not self.stop_reason:
             self.stop_reason = INTERRUPTED
 
-    def start(self) -> "Heartbeat":
+    def start(self) -> Heartbeat:
         """One beat now (a stop asked before the trial started is seen at once), then the thread."""
         self.beat()
         self._thread.start()
@@ -168,8 +174,8 @@ def _operational(trial_id: str, train_config: dict, study: str = "") -> dict:
     """Fields that change how the trial runs here, not what it computes (the checkpoint allows them):
     the checkpoint folder and period, the device, threads, this worker's devices per trial, and a
     local study's snapshot folders on this host (:func:`workers.studies.local_study.host_paths`)."""
-    from workers.trials.devices import trial_devices
     from workers.studies.local_study import host_paths
+    from workers.trials.devices import trial_devices
 
     out: dict = {**trial_devices(train_config), **(host_paths(study, train_config) if study else {}),
                  "checkpoint_dir": checkpoint_dir(trial_id),

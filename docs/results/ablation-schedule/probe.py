@@ -10,8 +10,8 @@ import tempfile
 
 from cbscore.study import load_preset
 from cbscore.study.decay_plan import decay_trials, run_keys, stable_trial_id
-from cbscore.train.trainer import train
 from cbscore.train.config import TrainConfig
+from cbscore.train.trainer import train
 
 spec = load_preset("ablation-schedule")
 root = tempfile.mkdtemp(prefix="decay-probe-", dir=os.environ.get("TMPDIR"))

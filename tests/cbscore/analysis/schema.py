@@ -75,7 +75,7 @@ def check_fit_json(obj: dict) -> None:
         assert isinstance(s["batch_sizes"], list) and isinstance(s["steps"], list)
         assert len(s["batch_sizes"]) == len(s["steps"]) == len(s["steps_min"]) == len(s["estimators"])
         assert set(s["estimators"]) <= {"fit", "min"}
-        for v, low in zip(s["steps"], s["steps_min"]):
+        for low in s["steps_min"]:
             _number(low, f"{path}.steps_min", nullable=False)
         for b in s["batch_sizes"]:
             assert isinstance(b, int) and b > 0, f"{path}.batch_sizes: {b!r}"

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from cbscore.analysis._table import FIXED_TARGET_NOTE
 from cbs import main
+from cbscore.analysis._table import FIXED_TARGET_NOTE
 
 from .schema import check_fit_json
 from .synthetic import table_rows

@@ -40,9 +40,12 @@ def _noisy_bias(sigma: float, seeds: int, fn, truncate: bool) -> float:
     rng = np.random.default_rng(0)
     errors = []
     steps = np.arange(0, 1000, 6, dtype=float)
+
+    def curve(s):
+        return 3.0 + 4.0 * np.maximum(s, 1.0) ** -0.5
+
     for _ in range(seeds):
         true = rng.uniform(100, 300)
-        curve = lambda s: 3.0 + 4.0 * np.maximum(s, 1.0) ** -0.5
         losses = curve(steps) + sigma * rng.standard_normal(len(steps))
         target = curve(true)
         st, ls = list(steps), list(losses)

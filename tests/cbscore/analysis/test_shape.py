@@ -9,8 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cbscore.analysis import (MeasuredPoint, SeedTable, analyze_table, doubling_pairs, doubling_ratios, lack_of_fit,
-                              read_steps_csv)
+from cbscore.analysis import (
+    MeasuredPoint,
+    SeedTable,
+    analyze_table,
+    doubling_pairs,
+    doubling_ratios,
+    lack_of_fit,
+    read_steps_csv,
+)
 from cbscore.analysis._interval import student_t_quantile
 from cbscore.study.sim_tables import LAB_NOISE, LabNoise, SimSetting, TruthShape, simulated_rows
 

@@ -9,8 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from cbscore.data import DataConfig, builtin, prepare
-from cbscore.data import builtin_large
+from cbscore.data import DataConfig, builtin, builtin_large, prepare
 from cbscore.data.builtin_large import Source, aligned_books, chapter_group
 from cbscore.data.roots import check_source
 from cbscore.data.store import _split, check_data_location

@@ -10,8 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cbscore.data import DataConfig, prepare
-from cbscore.data import builtin, sources
+from cbscore.data import DataConfig, builtin, prepare, sources
 from cbscore.errors import DataError
 
 PARAGRAPHS = [

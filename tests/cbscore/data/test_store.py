@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from cbscore.data import DataConfig, open_store, prepare
-from cbscore.data import builtin
+from cbscore.data import DataConfig, builtin, open_store, prepare
 from cbscore.data.store import check_store_location
 from cbscore.errors import ConfigError, DataError
 

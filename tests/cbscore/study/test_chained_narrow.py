@@ -7,9 +7,7 @@ import pytest
 
 from cbscore.errors import ConfigError
 from cbscore.study import plan
-from cbscore.study.chained import (chain_centres, chained_rates, describe_chained, first_rates, is_narrow,
-                                   settled_best)
-
+from cbscore.study.chained import chain_centres, chained_rates, describe_chained, first_rates, is_narrow, settled_best
 from tests.cbscore.study.test_chained import _reached, _reference, chained_spec
 
 

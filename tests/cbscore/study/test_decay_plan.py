@@ -11,8 +11,14 @@ import pytest
 
 from cbscore.errors import ConfigError
 from cbscore.study import StudySpec, grid_tokens, grid_trials, load_preset, plan
-from cbscore.study.decay_plan import (DecaySnapshots, decay_trial_id, schedule_cost, stable_trial_id, wsd_grid,
-                                      cosine_grid)
+from cbscore.study.decay_plan import (
+    DecaySnapshots,
+    cosine_grid,
+    decay_trial_id,
+    schedule_cost,
+    stable_trial_id,
+    wsd_grid,
+)
 from cbscore.study.trials import TrialRecord
 
 

@@ -16,8 +16,17 @@ from cbscore.errors import ConfigError
 from cbscore.study import StudySpec, load_preset
 from cbscore.study.sim_trials import SimTrials
 from cbscore.study.sim_truth import rule_cbs
-from cbscore.study.simulate import (LAB_NOISE, PenaltyTruth, SimConfig, TableTruth, TruthCurve, apply_truth_shape,
-                                    read_truth, simulate, write_truth_csv)
+from cbscore.study.simulate import (
+    LAB_NOISE,
+    PenaltyTruth,
+    SimConfig,
+    TableTruth,
+    TruthCurve,
+    apply_truth_shape,
+    read_truth,
+    simulate,
+    write_truth_csv,
+)
 
 
 def two_seed_spec(**changes) -> StudySpec:

@@ -9,16 +9,21 @@ Run from a clone at a240859 (the trainer is unchanged since) on the loaded 2-cor
 import json
 from pathlib import Path
 
+from cbscore.train.callbacks import Callback
 from cbscore.train.config import TrainConfig
 from cbscore.train.trainer import train
-from cbscore.train.callbacks import Callback
 
 spec = json.loads((Path(__file__).parent / "spec_b32.json").read_text())["train_config"]
 
+
 class Rec(Callback):
-    def __init__(self): self.points = {}
+    def __init__(self):
+        self.points = {}
+
     def post_step(self, state, metrics):
-        if metrics and "train_loss" in metrics: self.points[state.step] = float(metrics["train_loss"])
+        if metrics and "train_loss" in metrics:
+            self.points[state.step] = float(metrics["train_loss"])
+
 
 out = {}
 for every in (33, 41):
