@@ -18,7 +18,7 @@ PYTEST_ARGS ?= --durations=5
 PYTEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
 
-.PHONY: install cuda-torch browser slurm run test test-all bench clean
+.PHONY: install cuda-torch browser slurm run lint test test-all bench clean
 
 # True when torch is a CUDA build (it may still see no GPU: that is the driver's business).
 HAS_CUDA_BUILD := import sys, torch; sys.exit(0 if torch.version.cuda else 1)
@@ -79,6 +79,10 @@ slurm:
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; \
 		else echo "note: the SLURM tests need slurm-wlm and munge (apt-get install slurm-wlm munge)"; fi; }
+
+# ruff, with the rules of pyproject.toml's [tool.ruff] (version pinned in the test extra).
+lint: install
+	$(PY) -m ruff check .
 
 test: install browser slurm
 	$(TEST_ENV) $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
