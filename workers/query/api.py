@@ -80,6 +80,7 @@ __all__ = [
     "tracking_ui_base",
     "tracking_ui_url",
     "trial_curve",
+    "warm_up",
     "worker_settings",
 ]
 
@@ -117,6 +118,19 @@ def launch_study(spec: StudySpec | Mapping | str, *, force: bool = False, owner:
 
     spec, _ = apply_forecast_from(_spec_of(spec))
     return Runner().launch(spec, force=force, owner=owner)
+
+
+def warm_up() -> None:
+    """Import what a launch needs (the runner with MLflow, Optuna and SQLAlchemy, Celery, the launch
+    checks' data and trainer configs) and open the tracking store and the ledger, whose clients are
+    kept per process. A long-lived process (the web app) calls it once as it starts, so that its
+    first launch, or that launch's refusal, takes milliseconds instead of seconds of imports."""
+    from cbscore.data import store  # noqa: F401  (the launch checks' store location and content)
+    from cbscore.train import config  # noqa: F401  (the launch checks build each cell's TrainConfig)
+    from workers.infra import broker  # noqa: F401  (Celery: where the launch sends the first trials)
+    from workers.studies.runner import Runner
+
+    Runner()
 
 
 def study_owner(name: str) -> str:
