@@ -42,11 +42,13 @@ def cell_recipe(spec: StudySpec, setting: Setting, batch_size: int) -> tuple[flo
 
 
 def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr: float, seed: int,
-                       max_tokens: int, max_steps: int | None, target_loss: float | None) -> dict:
-    """The trainer's config of one trial, as ``TrainConfig.to_dict()`` (validated by the trainer)."""
+                       max_tokens: int, max_steps: int | None, target_loss: float | None,
+                       recipe: tuple[float, tuple[float, ...]] | None = None) -> dict:
+    """The trainer's config of one trial, as ``TrainConfig.to_dict()`` (validated by the trainer);
+    ``recipe``: the cell's :func:`cell_recipe`, where the caller has it."""
     from cbscore.train.config import TrainConfig
 
-    beta2, taus = cell_recipe(spec, setting, batch_size)
+    beta2, taus = cell_recipe(spec, setting, batch_size) if recipe is None else recipe
     local = batch_size // spec.devices_per_trial  # sequences per step on one device
     config = TrainConfig.from_dict({
         "model": setting.model,
@@ -83,9 +85,11 @@ def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr
 
 def make_trial(spec: StudySpec, setting: Setting, *, batch_size: int, role: str, lr: float, seed: int,
                tag: str, max_steps: int | None, target_loss: float | None,
-               search_number: int | None = None, budget_factor: float = 1.0) -> TrialSpec:
+               search_number: int | None = None, budget_factor: float = 1.0,
+               recipe: tuple[float, tuple[float, ...]] | None = None) -> TrialSpec:
     """The TrialSpec of one trial of a cell, its budget from :func:`cell_budget_tokens` (times
-    ``budget_factor`` for a re-run below its step cap)."""
+    ``budget_factor`` for a re-run below its step cap); ``recipe``: the cell's :func:`cell_recipe`,
+    where the caller has it."""
     max_tokens = cell_budget_tokens(spec, setting, batch_size, role, max_steps)
     if budget_factor != 1.0 and not (batch_size > spec.b_ref and max_steps is not None):
         max_tokens = int(budget_factor * max_tokens)  # a re-run of a censored trial (its step cap grew already)
@@ -106,7 +110,8 @@ def make_trial(spec: StudySpec, setting: Setting, *, batch_size: int, role: str,
         target_loss=target_loss,
         search_number=search_number,
         train_config=build_train_config(spec, setting, batch_size=batch_size, lr=lr, seed=seed,
-                                        max_tokens=max_tokens, max_steps=max_steps, target_loss=target_loss),
+                                        max_tokens=max_tokens, max_steps=max_steps, target_loss=target_loss,
+                                        recipe=recipe),
     )
 
 

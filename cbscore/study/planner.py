@@ -12,181 +12,287 @@ Order of work within a setting (DESIGN.md §1, "Target loss"):
    released once the next smaller cell is *resolved* (a trial reached the target, or every trial
    ended), so its step cap can use what the smaller batch sizes already needed. With ``B_ref`` in
    the middle of the batch sizes this gives two chains that run side by side: upwards from
-   ``B_ref``, and upwards from the smallest batch size.
+   ``B_ref``, and upwards from the smallest batch size. (A chained search releases its cells
+   outward from ``B_ref`` instead, :mod:`cbscore.study.chained`.)
 
-Where the rules live: the budgets in :mod:`cbscore.study.budgets` (DESIGN.md §1, "Budgets that
-cannot bias B*"), the target in :mod:`cbscore.study.targets`, each cell's learning rates in
-:mod:`cbscore.study.cell_rates`, its step cap, re-runs, pruning and skipping in
-:mod:`cbscore.study.cell_plan`, what a plan holds in :mod:`cbscore.study.plan_result`, and what
-the planner keeps between calls (read off unchanged records only) in :mod:`cbscore.study.plan_memo`.
+A :class:`Planner` plans one study call after call and reads only what changed since its last call:
+records that are not the very objects it saw are read again, a cell is planned again only where
+what it reads of its records (:func:`cbscore.study.cell_plan.record_key`) or its inputs changed,
+and the targets, the predicted best rates and a chained search's centres only where the cells they
+read changed. Its plans are those of a fresh planner (:func:`plan`, which keeps nothing), given the
+same records; ``tests/cbscore/study/test_simulate.py`` checks every plan of simulated studies so.
+
+Where the rules live: each cell's plan in :mod:`cbscore.study.cell_plan`, composed of its search
+kind's rates (:mod:`cbscore.study.rate_rules`), the rules that stop running trials
+(:mod:`cbscore.study.stop_rules`) and when a cell is done (:mod:`cbscore.study.cell_done`); the
+budgets in :mod:`cbscore.study.budgets` (DESIGN.md §1, "Budgets that cannot bias B*"), the target
+in :mod:`cbscore.study.targets`, what a plan holds in :mod:`cbscore.study.plan_result`.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Sequence
 
 from cbscore.study.budgets import RERUN_CAP_FACTOR, RERUN_TAG, cell_budget_tokens, grid_tokens, grid_trials
-from cbscore.study.cell_plan import plan_cell
-from cbscore.study.cell_rates import cell_rates
+from cbscore.study.cell_plan import CellInputs, CellPlan, CellPlanner, ChainState, record_key
+from cbscore.study.cell_rates import cell_best_rate, cell_prediction, cell_rates
+from cbscore.study.cell_trials import build_train_config
+from cbscore.study.cell_trials import make_trial as _make_trial
 from cbscore.study.chained import chain_centres
-from cbscore.study.cell_trials import build_train_config, make_trial as _make_trial, records_by_cell
-from cbscore.study.plan_memo import CellSeen, PlanMemo
 from cbscore.study.plan_result import AskRequest, CellState, Plan
-from cbscore.study.spec import Setting, StudySpec
+from cbscore.study.spec import StudySpec
+from cbscore.study.targets import setting_targets
 from cbscore.study.trials import TrialRecord, TrialSpec
 
 # Read from here as well as from their own modules: the plan's types and a trial's config
 # (cbscore.study.local_plan), the grid's size (cbscore.study.plan_kinds) and what
 # tests/app/store_seed.py builds a re-run with.
-__all__ = ["RERUN_CAP_FACTOR", "RERUN_TAG", "AskRequest", "CellState", "Plan", "_make_trial", "build_train_config",
-           "cell_budget_tokens", "grid_tokens", "grid_trials", "plan"]
-
-
-#: What the planner keeps between calls (cbscore.study.plan_memo): every plan is the same without it.
-_MEMO = PlanMemo()
+__all__ = ["RERUN_CAP_FACTOR", "RERUN_TAG", "AskRequest", "CellState", "Plan", "Planner", "_make_trial",
+           "build_train_config", "cell_budget_tokens", "grid_tokens", "grid_trials", "plan"]
 
 
 def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
          stale_after_s: float = 120.0, max_attempts: int = 3) -> Plan:
     """Decide what to run, stop, re-run or fail next. Pure: same inputs, same plan."""
-    with _MEMO.lock:
-        _MEMO.use(spec)
-        return _plan(spec, records, now_s, stale_after_s=stale_after_s, max_attempts=max_attempts)
+    return Planner(spec).plan(records, now_s, stale_after_s=stale_after_s, max_attempts=max_attempts)
 
 
-def _plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
-          stale_after_s: float, max_attempts: int) -> Plan:
-    by_cell = records_by_cell(records)
-    start: list[TrialSpec] = []
-    asks: list[AskRequest] = []
-    stop: list[tuple[str, str]] = []
-    stopped_by: dict[str, str] = {}
-    cells: list[CellState] = []
-    errors: list[str] = []
-    all_done = True
-    grid = spec.search.runs_rates
+class _Cell:
+    """One cell's planner, its records as at the planner's last call and what was read off them."""
 
-    # Stale heartbeats: lost trials run again from their checkpoints, up to the attempt cap.
-    lost, fail = [], []
-    for r in records:
-        if r.status == "running" and r.heartbeat_s is not None and now_s - r.heartbeat_s > stale_after_s:
-            (lost if r.attempt < max_attempts else fail).append(r.trial_id)
-        elif r.status == "lost":
-            (lost if r.attempt < max_attempts else fail).append(r.trial_id)
+    __slots__ = ("planner", "setting_id", "batch_size", "recs", "key", "inputs", "out", "best", "pending")
 
-    lost_set = frozenset(lost)
-    # Every cell's records and what was read off them, the last call's where they are the same.
-    seen = _MEMO.seen_cells(by_cell, lost_set)
-    targets, target_errors = _MEMO.setting_targets(spec, records, by_cell, seen)
-    errors.extend(target_errors)
-    # Each setting's measured best rates, once per call, where a rule predicts from them (the
-    # order cells start their rates in, search.order, is one).
-    best_rates = (_MEMO.best_rates(spec, seen)
-                  if grid and (spec.experimental.predict or spec.experimental.prune_at_equal_tokens or spec.search.order == "predicted")
-                  else None)
-    predicted_rate = _MEMO.predictor(spec, best_rates)
-    if spec.search.kind == "chained":
-        # Each cell's centre from its settled neighbour towards B_ref (cbscore.study.chained); the
-        # reference cell keeps the grid's order.
-        predicted_rate = _chain_predictor(spec, by_cell, predicted_rate)
+    def __init__(self, planner: CellPlanner):
+        self.planner = planner
+        self.setting_id, self.batch_size = planner.setting.setting_id, planner.batch_size
+        self.recs: list[TrialRecord] = []
+        self.key: tuple | None = None
+        """What the cell plan reads of its records (``record_key`` of each), at the last call."""
+        self.inputs: CellInputs | None = None
+        self.out: CellPlan | None = None
+        """The cell's plan under ``inputs``, while ``key`` is unchanged."""
+        self.best: tuple[float | None] | None = None
+        """The cell's measured best rate (:func:`cbscore.study.cell_rates.cell_best_rate`), once read."""
+        self.pending: tuple[float | None, bool] | None = None
+        """A reference cell's guessed rate and whether it may still add a rate, once read."""
 
-    if grid and spec.target_losses is None:
-        # A reference cell that may still add a learning rate has no target yet: the target comes
-        # from the whole cell (DESIGN.md §1), so every cell is measured against the same one.
-        for setting in spec.resolve_settings():
-            guess = predicted_rate(setting.setting_id, spec.b_ref)
-            ref = seen.get(_MEMO.cell_id(setting.setting_id, spec.b_ref))
-            if ref is None:
-                pending = cell_rates(spec, [], "reference", guess)[1]
-            else:
+
+class Planner:
+    """The planner of one study, called again and again as its records change (module docstring).
+    One call at a time: it keeps what it read at the last call."""
+
+    def __init__(self, spec: StudySpec):
+        self.spec = spec
+        self.settings = spec.resolve_settings()
+        self._cells: dict[str, _Cell] = {}
+        self._by_setting: dict[str, list[_Cell]] = {}
+        for s in self.settings:
+            row = [_Cell(CellPlanner(spec, s, b)) for b in spec.batch_sizes]
+            self._by_setting[s.setting_id] = row
+            self._cells.update({c.planner.cell_id: c for c in row})
+        # What the cells' rules read across cells.
+        self._predicts = spec.search.runs_rates and (spec.experimental.predict or spec.experimental.prune_at_equal_tokens
+                                                     or spec.search.order == "predicted")
+        at_ref = list(spec.batch_sizes).index(spec.b_ref)  # (a spec's batch sizes hold B_ref)
+        self._ref_ids = {s.setting_id: self._by_setting[s.setting_id][at_ref] for s in self.settings}
+        # The last call's records, in order, and where each sits in its cell.
+        self._records: list[TrialRecord] = []
+        self._where: list[tuple[list[TrialRecord], int]] = []
+        self._others: dict[str, list[TrialRecord]] = {}  # records of cells outside the grid of cells
+        self._live: set[int] = set()  # indices of running and lost records: the stale-heartbeat triage reads them
+        self._lost: frozenset = frozenset()
+        self._targets: tuple[dict[str, float], list[str]] | None = None
+        self._best_rates: dict[str, dict[int, float]] | None = None
+        self._predicted: dict[str, dict[int, float | None]] = {}
+        self._centres: dict[str, dict[int, float]] = {}
+        self._versions: dict[object, int] = {}  # by setting id: its cells' keys moved; by ("predicted", id): its predictions
+        self._setting_out: dict[str, tuple[tuple, tuple]] = {}
+
+    # ------------------------------------------------------------------ records
+    def _read(self, records: Sequence[TrialRecord]) -> set[_Cell]:
+        """Take this call's records; the cells whose records are not the very objects of the last call."""
+        old = self._records
+        if len(records) < len(old):
+            return self._read_all(records)
+        moved = [i for i, (r, o) in enumerate(zip(records, old)) if r is not o]
+        if any(records[i].trial_id != old[i].trial_id or records[i].cell_id != old[i].cell_id for i in moved):
+            return self._read_all(records)  # another order: read every record again
+        changed: set[_Cell] = set()
+        for i in moved:
+            r = records[i]
+            recs, j = self._where[i]
+            recs[j] = r
+            old[i] = r
+            self._mark(i, r, changed)
+        for i in range(len(old), len(records)):
+            r = records[i]
+            recs = self._cell_records(r.cell_id, changed)
+            self._where.append((recs, len(recs)))
+            recs.append(r)
+            old.append(r)
+            self._mark(i, r, changed)
+        return changed
+
+    def _read_all(self, records: Sequence[TrialRecord]) -> set[_Cell]:
+        for c in self._cells.values():
+            c.recs = []
+        self._others = {}
+        self._records, self._where, self._live = [], [], set()
+        changed = set(self._cells.values())
+        self._read(records)
+        return changed
+
+    def _cell_records(self, cell_id: str, changed: set[_Cell]) -> list[TrialRecord]:
+        cell = self._cells.get(cell_id)
+        if cell is None:
+            return self._others.setdefault(cell_id, [])
+        changed.add(cell)
+        return cell.recs
+
+    def _mark(self, i: int, r: TrialRecord, changed: set[_Cell]) -> None:
+        cell = self._cells.get(r.cell_id)
+        if cell is not None:
+            changed.add(cell)
+        if r.status in ("running", "lost"):
+            self._live.add(i)
+        else:
+            self._live.discard(i)
+
+    # ------------------------------------------------------------------ a call
+    def plan(self, records: Sequence[TrialRecord], now_s: float, *, stale_after_s: float = 120.0,
+             max_attempts: int = 3) -> Plan:
+        """Decide what to run, stop, re-run or fail next (as :func:`plan` does)."""
+        spec = self.spec
+        touched = self._read(records)
+        # Stale heartbeats: lost trials run again from their checkpoints, up to the attempt cap.
+        lost, fail = [], []
+        for i in sorted(self._live):
+            r = self._records[i]
+            if r.status == "running" and r.heartbeat_s is not None and now_s - r.heartbeat_s > stale_after_s:
+                (lost if r.attempt < max_attempts else fail).append(r.trial_id)
+            elif r.status == "lost":
+                (lost if r.attempt < max_attempts else fail).append(r.trial_id)
+        lost_set = frozenset(lost)
+        if lost_set != self._lost:  # a record's key says whether it is lost
+            self._lost = lost_set
+            touched = set(self._cells.values())
+        changed = {c for c in touched if self._rekey(c, lost_set)}
+        if self._targets is None or any(c in changed for c in self._ref_ids.values()):
+            by_cell = {cid: c.recs for cid, c in self._cells.items() if c.recs}
+            by_cell.update(self._others)
+            self._targets = setting_targets(spec, self._records, by_cell=by_cell)
+        targets, errors = dict(self._targets[0]), list(self._targets[1])
+        if self._predicts and (self._best_rates is None or changed):
+            self._read_best_rates(changed)
+        if spec.search.kind == "chained":
+            for sid in {c.setting_id for c in changed} | (set() if self._centres else set(self._by_setting)):
+                self._centres[sid] = chain_centres(spec, {c.batch_size: c.recs for c in self._by_setting[sid]})
+        if spec.search.runs_rates and spec.target_losses is None:
+            # A reference cell that may still add a learning rate has no target yet: the target comes
+            # from the whole cell (DESIGN.md §1), so every cell is measured against the same one.
+            for sid, ref in self._ref_ids.items():
+                guess = self._centre(sid, spec.b_ref)
                 if ref.pending is None or ref.pending[0] != guess:
                     ref.pending = (guess, cell_rates(spec, ref.recs, "reference", guess)[1])
-                pending = ref.pending[1]
-            if pending:
-                targets.pop(setting.setting_id, None)
-    for setting in spec.resolve_settings():
-        target = targets.get(setting.setting_id)
-        setting_failed = any(e.startswith(f"setting {setting.setting_id!r}") for e in errors)
-        # A setting none of whose cells changed, under the same target and predictions, plans as
-        # at the last call (the simulator's wakes change one or two cells of one setting).
-        inputs = (target, setting_failed, lost_set,
-                  tuple(predicted_rate(setting.setting_id, b) for b in spec.batch_sizes))
-        now_seen = tuple(seen.get(_MEMO.cell_id(setting.setting_id, b)) for b in spec.batch_sizes)
-        planned = _MEMO.setting_plan(setting.setting_id, inputs, now_seen,
-                                     lambda: _plan_setting(spec, setting, by_cell, seen, target, setting_failed,
-                                                           lost_set, predicted_rate))
-        cells.extend(planned[0])
-        start.extend(planned[1])
-        asks.extend(planned[2])
-        stop.extend(planned[3])
-        stopped_by.update(planned[5])
-        if planned[4]:
-            all_done = False
+                if ref.pending[1]:
+                    targets.pop(sid, None)
+        cells: list[CellState] = []
+        start: list[TrialSpec] = []
+        asks: list[AskRequest] = []
+        stop: list[tuple[str, str]] = []
+        stopped_by: dict[str, str] = {}
+        all_done = True
+        for setting in self.settings:
+            sid = setting.setting_id
+            target = targets.get(sid)
+            failed = any(e.startswith(f"setting {sid!r}") for e in errors)
+            row = self._by_setting[sid]
+            # A setting none of whose cells changed, under the same target and predictions, plans as
+            # at the last call (the simulator's calls change one or two cells of one setting).
+            inputs = (target, failed, self._versions.get(("predicted", sid), 0), self._versions.get(sid, 0))
+            last = self._setting_out.get(sid)
+            if last is None or last[0] != inputs or any(c in changed for c in row):
+                last = self._setting_out[sid] = (inputs, self._plan_setting(row, target, failed, lost_set))
+            s_cells, s_start, s_asks, s_stop, s_incomplete, s_stopped_by = last[1]
+            cells.extend(s_cells)
+            start.extend(s_start)
+            asks.extend(s_asks)
+            stop.extend(s_stop)
+            stopped_by.update(s_stopped_by)
+            if s_incomplete:
+                all_done = False
+        return Plan(start=tuple(start), ask=tuple(asks), stop=tuple(stop), stopped_by=stopped_by,
+                    lost=tuple(lost), fail=tuple(fail), targets=targets, cells=tuple(cells), errors=tuple(errors),
+                    done=all_done and not lost)
 
-    return Plan(start=tuple(start), ask=tuple(asks), stop=tuple(stop), stopped_by=stopped_by,
-                lost=tuple(lost), fail=tuple(fail),
-                targets=targets, cells=tuple(cells), errors=tuple(errors),
-                done=all_done and not lost)
+    def _rekey(self, cell: _Cell, lost: frozenset) -> bool:
+        """Read the cell's record keys again; whether they changed (its plan and best rate go then)."""
+        key = tuple(record_key(r, lost) for r in cell.recs)
+        if key == cell.key:
+            return False
+        cell.key, cell.out, cell.pending = key, None, None
+        self._versions[cell.setting_id] = self._versions.get(cell.setting_id, 0) + 1
+        return True
 
+    def _read_best_rates(self, changed: set[_Cell]) -> None:
+        """Each setting's measured best rates (:func:`cbscore.study.cell_rates.cell_best_rate`), where a
+        rule predicts from them; a setting's predictions are made again where one of its cells' moved,
+        every setting's where a reference cell's did (a setting with no other measured cell predicts
+        its reference cell from the others')."""
+        spec = self.spec
+        first = self._best_rates is None
+        moved: set[str] = set(self._by_setting) if first else set()
+        for c in self._cells.values() if first else changed:
+            best = (cell_best_rate(spec, c.batch_size, c.recs) if c.recs else None,)
+            if best != c.best:
+                moved.add(c.setting_id)
+                if c.batch_size == spec.b_ref:
+                    moved.update(self._by_setting)
+            c.best = best
+        if not moved:
+            return
+        self._best_rates = {sid: {c.batch_size: c.best[0] for c in row if c.best is not None and c.best[0] is not None}
+                            for sid, row in self._by_setting.items()}
+        for sid in moved:
+            self._predicted[sid] = {}
+            self._versions[("predicted", sid)] = self._versions.get(("predicted", sid), 0) + 1
 
-def _chain_predictor(spec: StudySpec, by_cell: dict[str, list[TrialRecord]],
-                     reference: Callable[[str, int], float | None]) -> Callable[[str, int], float | None]:
-    """``predicted(setting id, batch size)`` of a chained search: each cell's centre
-    (:func:`cbscore.study.chained.chain_centres`; ``None`` until its neighbour settled), and at the
-    reference cell ``reference``'s prediction (the order its grid starts in)."""
-    centres = {s.setting_id: chain_centres(spec, {b: by_cell.get(_MEMO.cell_id(s.setting_id, b), ())
-                                                  for b in spec.batch_sizes})
-               for s in spec.resolve_settings()}
-    ref_role = spec.target_losses is None
+    def _centre(self, setting_id: str, batch_size: int) -> float | None:
+        """The cell's guessed best rate (:mod:`cbscore.study.rate_rules`): a chained cell's centre (at a
+        chained search's reference cell, the prediction the grid's order reads), else the prediction
+        from the setting's other cells where a rule asks for one, else ``None``."""
+        spec = self.spec
+        if spec.search.kind == "chained" and not (batch_size == spec.b_ref and spec.target_losses is None):
+            return self._centres[setting_id].get(batch_size)
+        if not self._predicts:
+            return None
+        known = self._predicted[setting_id]
+        if batch_size not in known:
+            known[batch_size] = cell_prediction(spec, setting_id, self._best_rates, batch_size)
+        return known[batch_size]
 
-    def predicted(setting_id: str, batch_size: int) -> float | None:
-        if batch_size == spec.b_ref and ref_role:
-            return reference(setting_id, batch_size)
-        return centres[setting_id].get(batch_size)
-
-    return predicted
-
-
-def _plan_setting(spec: StudySpec, setting: Setting, by_cell: dict[str, list[TrialRecord]],
-                  seen: dict[str, CellSeen], target: float | None, setting_failed: bool, lost_set: frozenset,
-                  predicted_rate: Callable[[str, int], float | None]
-                  ) -> tuple[list[CellState], list[TrialSpec], list[AskRequest], list[tuple[str, str]], bool,
-                             dict[str, str]]:
-    """One setting's cells in increasing batch size, each handing its chain state to the next:
-    ``(cells, trials to start, asks, stops, whether any cell is incomplete, the rule of each stop)``."""
-    cells: list[CellState] = []
-    start: list[TrialSpec] = []
-    asks: list[AskRequest] = []
-    stop: list[tuple[str, str]] = []
-    stopped_by: dict[str, str] = {}
-    incomplete = False
-    prev_resolved = True
-    # Fewest steps to target of the nearest smaller batch size that has one (its own
-    # measurement: a running minimum over many noisy cells is biased low, issue 19).
-    prev_best: float | None = None
-    # A lower bound on tokens to target from the smaller batch sizes: E(B) > at_least.
-    at_least = 0.0
-    for b in spec.batch_sizes:
-        cid = _MEMO.cell_id(setting.setting_id, b)
-        recs = by_cell.get(cid, [])
-        predicted = predicted_rate(setting.setting_id, b)
-        inputs = (target, prev_resolved, prev_best, at_least, setting_failed, predicted)
-        cell = seen.get(cid)
-        if cell is not None and cell.inputs == inputs:
-            out = cell.out
-        else:
-            out = _MEMO.cell_plan((setting.setting_id, b, *inputs, cell.key if cell is not None else ()),
-                                  lambda: plan_cell(spec, setting, b, recs, target, prev_resolved, prev_best,
-                                                    at_least, setting_failed, lost_set, predicted))
-            if cell is not None:
-                cell.inputs, cell.out = inputs, out
-        cells.append(out.cell)
-        if out.skipped:
-            continue  # resolved for the chain; the bound carries over unchanged
-        start.extend(out.start)
-        asks.extend(out.ask)
-        stop.extend(out.stop)
-        stopped_by.update(out.stopped_by)
-        incomplete = incomplete or out.incomplete
-        prev_resolved, prev_best, at_least = out.prev_resolved, out.prev_best, out.at_least
-    return cells, start, asks, stop, incomplete, stopped_by
+    def _plan_setting(self, row: list[_Cell], target: float | None, failed: bool, lost: frozenset) -> tuple:
+        """One setting's cells in increasing batch size, each handing its chain state to the next:
+        ``(cells, trials to start, asks, stops, whether any cell is incomplete, the rule of each stop)``."""
+        cells: list[CellState] = []
+        start: list[TrialSpec] = []
+        asks: list[AskRequest] = []
+        stop: list[tuple[str, str]] = []
+        stopped_by: dict[str, str] = {}
+        incomplete = False
+        chain = ChainState()
+        for c in row:
+            inputs = CellInputs(target, chain, failed, self._centre(c.setting_id, c.batch_size))
+            if c.out is None or c.inputs != inputs:
+                c.inputs, c.out = inputs, c.planner.plan(c.recs, inputs, lost)
+            out = c.out
+            cells.append(out.cell)
+            chain = out.chain
+            if out.skipped:
+                continue  # resolved for the chain; the bound carries over unchanged
+            start.extend(out.start)
+            asks.extend(out.ask)
+            stop.extend(out.stop)
+            stopped_by.update(out.stopped_by)
+            incomplete = incomplete or out.incomplete
+        return tuple(cells), tuple(start), tuple(asks), tuple(stop), incomplete, stopped_by

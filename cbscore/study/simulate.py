@@ -17,19 +17,29 @@ import bisect
 import heapq
 import math
 from collections import deque
-from typing import Callable, Mapping, Sequence
-
+from collections.abc import Callable, Mapping, Sequence
 
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study.budgets import grid_tokens, setting_grid_tokens
 from cbscore.study.costs import pruned_tokens_by_rule
-from cbscore.study.planner import plan
+from cbscore.study.planner import Planner
 from cbscore.study.sim_outcomes import setting_outcomes
 from cbscore.study.sim_report import SimulationReport, StudyOutcome, format_report
 from cbscore.study.sim_trials import LAB_NOISE, SimConfig, SimRun, SimTrials, run_record
-from cbscore.study.sim_truth import (PAPER_CHINCHILLA_LAW, PAPER_FIXED_D_LAW, PAPER_FIXED_N_EXPONENT, KneeShiftTruth,
-                                     PenaltyTruth, TableTruth, Truth, TruthCurve, apply_truth_shape, paper_truth,
-                                     read_truth, write_truth_csv)
+from cbscore.study.sim_truth import (
+    PAPER_CHINCHILLA_LAW,
+    PAPER_FIXED_D_LAW,
+    PAPER_FIXED_N_EXPONENT,
+    KneeShiftTruth,
+    PenaltyTruth,
+    TableTruth,
+    Truth,
+    TruthCurve,
+    apply_truth_shape,
+    paper_truth,
+    read_truth,
+    write_truth_csv,
+)
 from cbscore.study.spec import StudySpec
 from cbscore.study.trials import TrialRecord, TrialSpec
 
@@ -70,12 +80,14 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
     # adds no trial, and the prune margin's stops have wakes of their own), so it is not asked.
     wake_only = stopped_now = False
     members: dict[str, list[str]] = {}  # trial ids by cell, as they are queued
+    # The study's planner: it reads only the records that changed since its last call.
+    planner = Planner(spec)
     for _ in range(100_000):
         if wake_only and not _may_stop_far_rate(spec, records, running, members, now):
             stopped_now = False
         else:
             snapshot = [records[k] if k not in running else run_record(running[k], now) for k in records]
-            p = plan(spec, snapshot, now, stale_after_s=math.inf)
+            p = planner.plan(snapshot, now, stale_after_s=math.inf)
             stopped_now = False
             for tid, reason in p.stop:
                 if tid in running:

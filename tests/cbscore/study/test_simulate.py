@@ -9,8 +9,15 @@ import pytest
 
 from cbscore.errors import ConfigError, DataError
 from cbscore.study import StudySpec, load_preset
-from cbscore.study.simulate import (SimConfig, TruthCurve, format_report, paper_truth, read_truth, simulate,
-                                    write_truth_csv)
+from cbscore.study.simulate import (
+    SimConfig,
+    TruthCurve,
+    format_report,
+    paper_truth,
+    read_truth,
+    simulate,
+    write_truth_csv,
+)
 
 
 @pytest.mark.parametrize("preset", ["paper-chinchilla", "paper-fixed-d", "paper-fixed-n"])
@@ -154,37 +161,33 @@ def test_cli_prints_the_table_and_json(capsys, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("curves", [None, "lab"])
-def test_the_planners_memos_never_change_a_plan(monkeypatch, curves):
-    """The planner keeps what it read off unchanged cells, settings and reference cells between calls
-    (the simulator passes the same ended records again at every call). Every plan of a simulated
-    study, with stop_far_rates comparing running trials at equal tokens, equals the plan of a
-    planner that remembers nothing."""
+def test_a_planner_that_reads_only_what_changed_plans_as_a_fresh_one(monkeypatch, curves):
+    """The simulator keeps one Planner per study: it reads only the records that changed since its
+    last call and plans again only the cells whose records or inputs changed. Every plan of a
+    simulated study, with stop_far_rates comparing running trials at equal tokens, equals the plan
+    of a fresh planner (cbscore.study.planner.plan, which keeps nothing) given the same records."""
     from pathlib import Path
 
     import cbscore.study.planner as planner_module
-    import cbscore.study.simulate as simulate_module
     from cbscore.study import crossings
 
-    def forget() -> None:
-        planner_module._MEMO.clear()
-        crossings._CROSSINGS.clear()
-
     calls = {"n": 0, "stops": 0}
+    incremental = planner_module.Planner.plan
 
-    def checked(spec, records, now, **kw):
-        got = planner_module.plan(spec, records, now, **kw)
+    def checked(self, records, now, **kw):
+        got = incremental(self, records, now, **kw)
         calls["n"] += 1
         calls["stops"] += bool(got.stop)
         if calls["n"] % 7 == 0 or got.stop or got.start:
-            forget()
-            assert planner_module.plan(spec, list(records), now, **kw) == got
+            crossings._CROSSINGS.clear()
+            assert incremental(planner_module.Planner(self.spec), list(records), now, **kw) == got  # a fresh one
         return got
 
-    monkeypatch.setattr(simulate_module, "plan", checked)
+    monkeypatch.setattr(planner_module.Planner, "plan", checked)
     path = None if curves is None else str(Path(__file__).resolve().parents[3] / "docs/results/cheaper-search/lab-curves.json")
     spec = load_preset("paper-fixed-n")
     simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.1, curves=path), seeds=1)
-    assert calls["n"] > 100 and calls["stops"] > 5  # the memos were exercised, stops among them
+    assert calls["n"] > 100 and calls["stops"] > 5  # the planner's state was exercised, stops among them
 
 
 def test_skipping_the_wakes_where_nothing_trails_changes_no_study(monkeypatch):
