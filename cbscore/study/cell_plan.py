@@ -73,6 +73,17 @@ class CellPlan:
     incomplete: bool = False
     skipped: bool = False
     chain: ChainState = ChainState()
+    released: bool = False
+    """The cell may start trials (its stop rules judge its running ones)."""
+    rates: tuple = ()
+    """A grid cell's rates, as planned."""
+    ordered: bool = False
+    """It starts first attempts, in its rate rule's order (which may read the centre)."""
+
+    def reads_centre(self, rule) -> bool:
+        """Whether the plan reads its inputs' centre: under a rule that reads it only to order the
+        trials it starts (:meth:`cbscore.study.rate_rules.GridRates.orders_only`), only while it starts some."""
+        return self.ordered or not rule.orders_only()
 
 
 def record_key(r: TrialRecord, lost_set: frozenset) -> tuple:
@@ -157,7 +168,7 @@ class CellPlanner:
             counts[r.status] = counts.get(r.status, 0) + 1
         start: list[TrialSpec] = []
         asks: list[AskRequest] = []
-        stop: list[tuple[str, str]] = []
+        stop: tuple[tuple[str, str], ...] = ()
         if released:
             if grid:
                 start = self._grid_trials(recs, present, rates, centre, seed_best, target, cap, cap_smaller,
@@ -169,22 +180,50 @@ class CellPlanner:
                     asks.append(AskRequest(cell_id=self.cell_id, setting_id=setting.setting_id, batch_size=b,
                                            role=role, count=count, first_number=len(recs), max_steps=cap,
                                            target_loss=cell_target))
-            if role == "trial" and any(r.status == "running" for r in recs):
-                running = RunningCell(spec=spec, setting=setting, batch_size=b, recs=recs, target=target,
-                                      seed_best=seed_best, best=best, rates=rates if grid else (),
-                                      prev_best=chain.best_steps, cap=cap, lost=lost)
-                stopping: set[str] = set()
-                for rule in self.stops:
-                    for tid in rule.stops(running, stopping):
-                        stop.append((tid, rule.rule))
-                        stopping.add(tid)
+            stop = self._stops(recs, target, seed_best, best, rates if grid else (), chain, cap, lost)
         state, resolved = cell_state(role, complete, first_done, best, target, released)
         cell = CellState(cell_id=self.cell_id, setting_id=setting.setting_id, batch_size=b, role=role, state=state,
                          n_trials=n_cell, counts=counts, steps_to_target=best, max_steps=cap,
                          rates_note=self.rates.note(recs, rates, centre))
         return CellPlan(cell=cell, start=tuple(start), ask=tuple(asks), stop=tuple((tid, "pruned") for tid, _ in stop),
-                        stopped_by=tuple(stop), incomplete=not complete and not inputs.setting_failed,
-                        chain=ChainState(resolved, best if best is not None else chain.best_steps, at_least))
+                        stopped_by=stop, incomplete=not complete and not inputs.setting_failed,
+                        chain=ChainState(resolved, best if best is not None else chain.best_steps, at_least),
+                        released=released, rates=rates if grid else (),
+                        ordered=any(not t.trial_id.endswith("." + RERUN_TAG) for t in start))
+
+    def restop(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset, last: CellPlan) -> CellPlan:
+        """The plan of the cell when only its running trials' evaluations moved since ``last`` (made
+        under the same ``inputs``) and none of them has crossed the target, then or now: every part
+        of the plan but the stops reads a running trial's status alone, and its crossing (the cell's
+        best, step cap and fit window), so only the stop rules judge again."""
+        if not last.released or self.role != "trial" or not any(r.status == "running" for r in recs):
+            return last
+        target, chain = inputs.target, inputs.chain
+        seed_best = best_steps_by_seed(recs, target)
+        best = min(seed_best.values()) if seed_best else None
+        cap = self.cap(chain, best)[0]
+        stop = self._stops(recs, target, seed_best, best, last.rates, chain, cap, lost)
+        if stop == last.stopped_by:
+            return last
+        return dataclasses.replace(last, stop=tuple((tid, "pruned") for tid, _ in stop), stopped_by=stop)
+
+    def _stops(self, recs: Sequence[TrialRecord], target: float | None, seed_best: dict[int, float],
+               best: float | None, rates: Sequence[float], chain: ChainState, cap: int | None,
+               lost: frozenset) -> tuple[tuple[str, str], ...]:
+        """``(trial id, rule)`` of each running trial of a released cell that a stop rule stops now, the
+        rules judging in turn (:func:`cbscore.study.stop_rules.stop_rules`)."""
+        if self.role != "trial" or not any(r.status == "running" for r in recs):
+            return ()
+        running = RunningCell(spec=self.spec, setting=self.setting, batch_size=self.batch_size, recs=recs,
+                              target=target, seed_best=seed_best, best=best, rates=rates,
+                              prev_best=chain.best_steps, cap=cap, lost=lost)
+        stop: list[tuple[str, str]] = []
+        stopping: set[str] = set()
+        for rule in self.stops:
+            for tid in rule.stops(running, stopping):
+                stop.append((tid, rule.rule))
+                stopping.add(tid)
+        return tuple(stop)
 
     def _grid_trials(self, recs: Sequence[TrialRecord], present: set[str], rates: Sequence[float],
                      centre: float | None, seed_best: dict[int, float], target: float | None, cap: int | None,

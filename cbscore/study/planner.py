@@ -31,6 +31,7 @@ in :mod:`cbscore.study.targets`, what a plan holds in :mod:`cbscore.study.plan_r
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from cbscore.study.budgets import RERUN_CAP_FACTOR, RERUN_TAG, cell_budget_tokens, grid_tokens, grid_trials
@@ -39,6 +40,7 @@ from cbscore.study.cell_rates import cell_best_rate, cell_prediction, cell_rates
 from cbscore.study.cell_trials import build_train_config
 from cbscore.study.cell_trials import make_trial as _make_trial
 from cbscore.study.chained import chain_centres
+from cbscore.study.crossings import record_crossing
 from cbscore.study.plan_result import AskRequest, CellState, Plan
 from cbscore.study.spec import StudySpec
 from cbscore.study.targets import setting_targets
@@ -60,7 +62,8 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
 class _Cell:
     """One cell's planner, its records as at the planner's last call and what was read off them."""
 
-    __slots__ = ("planner", "setting_id", "batch_size", "recs", "key", "inputs", "out", "best", "pending")
+    __slots__ = ("planner", "setting_id", "batch_size", "recs", "key", "frame", "evals_only", "crossed", "inputs", "out",
+                 "best", "pending")
 
     def __init__(self, planner: CellPlanner):
         self.planner = planner
@@ -68,6 +71,12 @@ class _Cell:
         self.recs: list[TrialRecord] = []
         self.key: tuple | None = None
         """What the cell plan reads of its records (``record_key`` of each), at the last call."""
+        self.frame: tuple | None = None
+        """``key`` without the running trials' evaluations."""
+        self.evals_only = False
+        """Only running trials' evaluations moved since the plan in ``out``."""
+        self.crossed = True
+        """Some running trial had crossed the target at the plan in ``out``."""
         self.inputs: CellInputs | None = None
         self.out: CellPlan | None = None
         """The cell's plan under ``inputs``, while ``key`` is unchanged."""
@@ -226,11 +235,16 @@ class Planner:
                     done=all_done and not lost)
 
     def _rekey(self, cell: _Cell, lost: frozenset) -> bool:
-        """Read the cell's record keys again; whether they changed (its plan and best rate go then)."""
+        """Read the cell's record keys again; whether they changed (its plan goes then, unless only its
+        running trials' evaluations moved: its stop rules judge again, :meth:`CellPlanner.restop`)."""
         key = tuple(record_key(r, lost) for r in cell.recs)
         if key == cell.key:
             return False
-        cell.key, cell.out, cell.pending = key, None, None
+        frame = tuple(k if r.terminal else k[:8] + k[11:] for r, k in zip(cell.recs, key))
+        cell.evals_only = cell.out is not None and frame == cell.frame
+        if not cell.evals_only:
+            cell.out = None
+        cell.key, cell.frame, cell.pending = key, frame, None
         self._versions[cell.setting_id] = self._versions.get(cell.setting_id, 0) + 1
         return True
 
@@ -283,8 +297,18 @@ class Planner:
         chain = ChainState()
         for c in row:
             inputs = CellInputs(target, chain, failed, self._centre(c.setting_id, c.batch_size))
+            if c.out is not None and c.inputs != inputs and not c.out.reads_centre(c.planner.rates):
+                if dataclasses.replace(c.inputs, centre=inputs.centre) == inputs:
+                    c.inputs = inputs  # only the centre moved, and nothing reads it
             if c.out is None or c.inputs != inputs:
                 c.inputs, c.out = inputs, c.planner.plan(c.recs, inputs, lost)
+                c.crossed = _running_crossed(c.recs, target)
+            elif c.evals_only:
+                crossed = _running_crossed(c.recs, target)
+                c.out = (c.planner.restop(c.recs, inputs, lost, c.out) if not (crossed or c.crossed)
+                         else c.planner.plan(c.recs, inputs, lost))
+                c.crossed = crossed
+            c.evals_only = False
             out = c.out
             cells.append(out.cell)
             chain = out.chain
@@ -296,3 +320,8 @@ class Planner:
             stopped_by.update(out.stopped_by)
             incomplete = incomplete or out.incomplete
         return tuple(cells), tuple(start), tuple(asks), tuple(stop), incomplete, stopped_by
+
+
+def _running_crossed(recs: Sequence[TrialRecord], target: float | None) -> bool:
+    """Whether a trial of ``recs`` that has not ended has crossed ``target`` at an evaluation."""
+    return target is not None and any(record_crossing(r, target) is not None for r in recs if not r.terminal)

@@ -8,7 +8,9 @@
   (``pending``); an Optuna cell names none;
 * ``size(rates)``: the trials of its first attempts;
 * ``order(rates, centre)``: the order its rates start in (``search.order``);
-* ``note(recs, rates, centre)``: what the status pages say of its rates.
+* ``note(recs, rates, centre)``: what the status pages say of its rates;
+* ``orders_only()``: whether it reads ``centre`` only in ``order`` (a cell with nothing to start
+  plans the same whatever its centre).
 
 ``centre`` is the planner's guess of the cell's best rate: a chained cell's centre
 (:func:`cbscore.study.chained.chain_centres`), else the prediction from the setting's other cells
@@ -61,6 +63,9 @@ class GridRates:
             return cell_rates_note(self.spec, recs, self.role, rates, centre)
         return ""
 
+    def orders_only(self) -> bool:
+        return not self.spec.experimental.predict
+
 
 @dataclass(frozen=True)
 class ChainedRates(GridRates):
@@ -79,6 +84,9 @@ class ChainedRates(GridRates):
         if self.spec.experimental.predict:
             return cell_rates_note(self.spec, recs, self.role, rates, centre)
         return chained_note(rates, centre) if centre else ""
+
+    def orders_only(self) -> bool:
+        return False  # its rates are around the centre
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,9 @@ class AskedRates:
 
     def note(self, recs: Sequence[TrialRecord], rates: Sequence[float], centre: float | None) -> str:
         return ""
+
+    def orders_only(self) -> bool:
+        return True
 
 
 def rate_rule(spec: StudySpec, batch_size: int) -> GridRates | ChainedRates | AskedRates:

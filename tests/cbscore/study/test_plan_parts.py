@@ -254,3 +254,37 @@ def test_a_planner_finds_stale_trials_among_the_running_ones():
     assert p == plan(s, records, 500.0, stale_after_s=120.0, max_attempts=3)
     assert planner.plan(records, 10.0).lost == ()
     assert math.isfinite(p.targets["tiny-0.1M_D100K"])
+
+
+def test_a_cell_whose_running_trials_only_evaluated_again_is_judged_again_by_its_stop_rules():
+    """Between two calls a running trial only evaluated again: the cell's plan is kept but for its
+    stops, which the prune margin now asks for, as a fresh planner would."""
+    s = spec(search={"kind": "grid", "lrs": [0.001, 0.002, 0.004, 0.008, 0.016], "lr_extensions": 0, "order": "grid"})
+    planner = Planner(s)
+    refs = plan(s, [], now_s=0).start
+    steps, end = D // (8 * 32), 125_000 // (8 * 32)
+    records = [TrialRecord(trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id, role=t.role,
+                           batch_size=t.batch_size, lr=t.lr, status="finished", final_eval_loss=2.9,
+                           eval_steps=(100, 200, steps, end), eval_losses=(4.0, 3.5, loss, 2.9), tokens=125_000,
+                           last_step=end) for t, loss in zip(refs, (3.2, 3.0, 3.1, 3.3, 3.4))]
+    cell16 = [t for t in planner.plan(records, 0.0).start if t.batch_size == 16]
+    records += [as_record(cell16[0], "reached", steps_to_target=200.0, last_step=200)]
+    records += [as_record(t, "running", heartbeat_s=0.0, eval_steps=(100.0, 219.0), eval_losses=(4.0, 3.1))
+                for t in cell16[1:]]
+    before = planner.plan(records, 1.0)
+    assert before.stop == () and before == plan(s, records, 1.0)
+    slow = len(records) - 1  # the rate farthest from the best: outside its fit window
+    records[slow] = as_record(cell16[-1], "running", heartbeat_s=1.0, eval_steps=(100.0, 221.0),
+                              eval_losses=(4.0, 3.1))
+    after = planner.plan(records, 2.0)
+    assert after.stop == ((cell16[-1].trial_id, "pruned"),) and after.stopped_by == {cell16[-1].trial_id: "prune_margin"}
+    assert after == plan(s, records, 2.0)
+    at16 = [c.batch_size for c in after.cells].index(16)
+    assert after.cells[at16] is before.cells[at16]  # the rest of its plan kept, not made again
+
+
+def test_only_a_chained_or_predicting_cell_reads_its_centre_beyond_the_order_it_starts_in():
+    assert rate_rule(spec(), 16).orders_only()
+    assert not rate_rule(spec(search={"kind": "chained", "lrs": [0.01, 0.03]}), 16).orders_only()
+    assert not rate_rule(spec(search={"kind": "grid", "lrs": [0.01, 0.03]}, experimental={"predict": True}),
+                         16).orders_only()
