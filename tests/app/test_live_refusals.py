@@ -1,13 +1,15 @@
 """Issue 41's refusals against a live ``cbs web`` with sign-in (a real OIDC provider on 127.0.0.1)
 and chromium, as a signed-in user who is no admin meets them: Extend with a server path (finding 1),
 a design past the lab's ceiling (finding 4), a store folder outside the lab's store folder or named
-as another settings' store (finding 6), a huge vocabulary (finding 9), and a tracking-store outage
+as another settings' store, and one that holds the store another study reads (finding 6), a huge
+vocabulary and a steps CSV of a million rows (finding 9), and a tracking-store or broker outage
 whose URL holds a password (finding 7). Each names its field and arrives within :data:`SHOWN_WITHIN_S`
 of the click that asked for it (the page's whole rerun, in a browser, on a shared two-core host;
 the checks themselves take milliseconds: tests/workers/test_data_roots.py, test_launch_ceilings.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import socket
 import time
@@ -15,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.test_e2e_browser import _button, _input, _wait, chromium
-from tests.app.test_sign_in import ALICE, provider, sign_in, text, web_with_sign_in  # noqa: F401  (fixture)
+from tests.app.test_e2e_browser import CHROMEDRIVER, CHROMIUM, _button, _input, _wait, chromium
+from tests.app.test_live_sign_in import _rss_mib, wait_warm, web_signing_in
+from tests.app.test_sign_in import ALICE, BOB, provider, sign_in, text, web_with_sign_in  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 
@@ -24,8 +27,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 #: process too, once the process says it is warm (it imports the workers' stack as it starts:
 #: app/warm_up.py; before that the first Launch click took 6-7.7 s).
 SHOWN_WITHIN_S = 3.0
-#: Seconds a fresh ``cbs web`` may take to say it is warm (4.2 s measured on the loaded host).
-WARM_WITHIN_S = 60.0
 SECRET = "gho_live0123456789abcdefSECRET"
 TINY = """name: {name}
 kind: custom
@@ -37,21 +38,6 @@ b_ref: 4
 search: {{kind: grid, lrs: [0.01]}}
 data: {{source: builtin, vocab_size: {vocab}, max_documents: 120, val_fraction: 0.1{store}}}
 """
-
-
-def wait_warm(log: Path, timeout_s: float = WARM_WITHIN_S, line: str = "") -> str:
-    """The web app's log line that says its workers' stack is imported (``line``, by default
-    :data:`app.warm_up.WARM_LINE`), waited for; an AssertionError with the log's end if it does not come."""
-    from app.warm_up import WARM_LINE
-
-    line = line or WARM_LINE
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        said = [s for s in Path(log).read_text().splitlines() if s.startswith(line)]
-        if said:
-            return said[0]
-        time.sleep(0.1)
-    raise AssertionError(f"cbs web did not say {line!r} within {timeout_s} s: {Path(log).read_text()[-1500:]}")
 
 
 def _error_after(driver, click, needle: str) -> tuple[str, float]:
@@ -206,3 +192,105 @@ def test_a_tracking_store_outage_shows_its_url_with_the_password_masked(tmp_path
         assert "hunter2-db" not in driver.page_source
         print(wait_warm(log, line=STOPPED_LINE))  # the warm-up met the outage too, and said so
     assert "hunter2-db" not in Path(log).read_text()  # nor the web app's log
+
+
+def test_a_broker_outage_at_launch_shows_the_broker_url_with_the_password_masked(tmp_path, provider):
+    """Finding 7: the Launch page showed ``redis://:password@…`` (the runner's message) while the
+    broker was down."""
+    port = _closed_port()
+    env = {"CBS_BROKER_URL": f"redis://:hunter2-broker@127.0.0.1:{port}/0"}
+    with web_with_sign_in(tmp_path, provider, env) as (web, log), chromium(tmp_path / "profile") as driver:
+        sign_in(driver, web, ALICE)
+        _wait(driver, lambda d: "Launch a study" in text(d), 60, "the Launch page")
+        print(wait_warm(log))
+        message, took = _launch_refused(driver, "does not answer")  # the demo preset, as the form opens
+        assert f"the broker 'redis://:***@127.0.0.1:{port}/0' does not answer" in message, message
+        assert "nothing was launched" in message, message
+        assert "hunter2-broker" not in driver.page_source
+        print(f"refusal shown after {took:.2f} s")
+    assert "hunter2-broker" not in Path(log).read_text()  # nor the web app's log
+
+
+def _files(folder: Path) -> dict[str, tuple[str, int]]:
+    """Every file under ``folder``: its SHA-256 and modification time (ns), by relative path."""
+    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_spec_cannot_replace_the_store_another_users_study_reads(tmp_path, provider, monkeypatch):
+    """Finding 6: ``data.store_dir`` could name a folder that held another study's token store; the
+    launch prepared a store of other settings there, and the victim's trials failed with
+    ``StoreUnavailable``. Alice's study reads a store she named; Bob names the same folder with
+    another vocabulary: refused, naming the field, and Alice's store is left byte for byte."""
+    from cbscore.data import DataConfig, prepare
+
+    home = tmp_path / "home"
+    shared = home / "data" / "team-store"  # inside the lab's store folder ($CBS_HOME/data): allowed
+    monkeypatch.setenv("CBS_STORE_DIR", str(home / "data"))  # the web app's store folder, here and there
+    prepare(DataConfig(vocab_size=512, max_documents=120, val_fraction=0.1, store_dir=str(shared)))
+    before = _files(shared)
+    assert {"manifest.json", "train.bin", "val.bin"} <= set(before)
+    with web_with_sign_in(tmp_path, provider, {"CBS_STORE_ROOTS": ""}) as (web, log), \
+            chromium(tmp_path / "profile") as driver:
+        sign_in(driver, web, ALICE)
+        _wait(driver, lambda d: "Launch a study" in text(d), 60, "the Launch page")
+        print(wait_warm(log))
+        _load_yaml(driver, TINY.format(name="alices", vocab=512, store=f", store_dir: {shared}"))
+        _wait(driver, lambda d: _input(d, "Study name").get_attribute("value") == "alices", 30, "the form filled")
+        for _ in range(3):  # the same settings share the store: launched (a click held by the race guard is made again)
+            _button(driver, "Launch study").click()
+            _wait(driver, lambda d: "/studies" in d.current_url or "Not launched" in text(d), 60, "the launch")
+            if "/studies" in driver.current_url:
+                break
+        _wait(driver, lambda d: "study=alices" in d.current_url and "Status" in text(d), 60,
+              "Alice's study on the Studies page")
+
+        sign_in(driver, web, BOB)
+        _wait(driver, lambda d: "Launch a study" in text(d), 60, "the Launch page")
+        _load_yaml(driver, TINY.format(name="bobs", vocab=300, store=f", store_dir: {shared}"))
+        _wait(driver, lambda d: _input(d, "Study name").get_attribute("value") == "bobs", 30, "the form filled")
+        message, took = _launch_refused(driver, "holds a token store prepared with other settings")
+        assert "(data.store_dir)" in message and str(shared)[:40] in message, message
+        print(f"refusal shown after {took:.2f} s")
+        assert took < SHOWN_WITHIN_S
+    assert _files(shared) == before  # not rebuilt, not touched
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) process ``pid`` has used."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+#: CPU seconds the web process may spend on a refused upload of a million rows (it spent 112 s
+#: parsing one), and MiB its memory may grow by (it grew by 1.2 GB); the 8 MB upload itself is held.
+IMPORT_CPU_S = 5.0
+IMPORT_GROWTH_MIB = 150.0
+
+
+def test_a_steps_csv_of_a_million_rows_is_refused_before_it_is_parsed(tmp_path, provider):
+    """Finding 9: importing a 1M-row CSV cost the web process 112 s of CPU and 1.2 GB."""
+    from selenium.webdriver.common.by import By
+
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install -y chromium chromium-driver)")
+    big = tmp_path / "million.csv"
+    big.write_text("setting,batch_size,steps\n" + "s,4,100\n" * 1_000_000)
+    with web_signing_in(tmp_path, provider, {}) as (port, _, pid), chromium(tmp_path / "profile") as driver:
+        web = f"http://127.0.0.1:{port}"
+        sign_in(driver, web, ALICE)
+        print(wait_warm(tmp_path / "web.log"))  # its CPU is not counted below
+        driver.get(f"{web}/import_table")
+        _wait(driver, lambda d: "Import a steps table" in text(d) and d.find_elements(
+            By.CSS_SELECTOR, "input[type='file']"), 60, "the Import page")
+        cpu, rss = _cpu_s(pid), _rss_mib(pid)
+        upload = driver.find_element(By.CSS_SELECTOR, "input[type='file']")
+        message, took = _error_after(driver, lambda: upload.send_keys(str(big)), "MAX_IMPORT_ROWS")
+        cpu, rss = _cpu_s(pid) - cpu, _rss_mib(pid) - rss
+        assert "million.csv: 1,000,000 rows, over the limit of 50,000" in message, message
+        print(f"refusal shown {took:.2f} s after the file was chosen (upload included); the web process spent "
+              f"{cpu:.2f} s of CPU and grew by {rss:.0f} MiB")
+        assert took < SHOWN_WITHIN_S
+        assert cpu < IMPORT_CPU_S and rss < IMPORT_GROWTH_MIB

@@ -33,11 +33,10 @@ from tests.process_groups import stop_group
 pytestmark = [pytest.mark.timeout(240)]
 
 
-@contextlib.contextmanager
-def web_signing_in(folder: Path, provider_url: str, env: dict[str, str]):
-    """``cbs web`` with ``[auth]`` pointing at the provider; yields ``(port, cookie secret, pid)``."""
+def _start_web(folder: Path, provider_url: str, env: dict[str, str], secret: str) -> tuple[int, subprocess.Popen]:
+    """``cbs web`` started with ``[auth]`` pointing at the provider and ``cookie_secret`` ``secret``
+    (its output in ``folder/web.log``); ``(port, process)``, not waited for."""
     port = _free_port()
-    secret = secrets.token_hex(32)
     secrets_file = folder / "secrets.toml"
     secrets_file.write_text(
         "[auth]\n"
@@ -52,11 +51,38 @@ def web_signing_in(folder: Path, provider_url: str, env: dict[str, str]):
     with open(folder / "web.log", "w") as log:
         proc = subprocess.Popen([str(Path(sys.executable).parent / "cbs"), "web", "--port", str(port)], env=full_env,
                                 cwd=folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return port, proc
+
+
+@contextlib.contextmanager
+def web_signing_in(folder: Path, provider_url: str, env: dict[str, str]):
+    """``cbs web`` with ``[auth]`` pointing at the provider; yields ``(port, cookie secret, pid)``."""
+    secret = secrets.token_hex(32)
+    port, proc = _start_web(folder, provider_url, env, secret)
     try:
         _wait_http(f"http://127.0.0.1:{port}/_stcore/health", 90)
         yield port, secret, proc.pid
     finally:
         stop_group(proc)
+
+
+#: Seconds a fresh ``cbs web`` may take to say it is warm (4.2-9.6 s measured on the loaded host).
+WARM_WITHIN_S = 60.0
+
+
+def wait_warm(log: Path, timeout_s: float = WARM_WITHIN_S, line: str = "") -> str:
+    """The web app's log line that says its workers' stack is imported (``line``, by default
+    :data:`app.warm_up.WARM_LINE`), waited for; an AssertionError with the log's end if it does not come."""
+    from app.warm_up import WARM_LINE
+
+    line = line or WARM_LINE
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        said = [s for s in Path(log).read_text().splitlines() if s.startswith(line)]
+        if said:
+            return said[0]
+        time.sleep(0.1)
+    raise AssertionError(f"cbs web did not say {line!r} within {timeout_s} s: {Path(log).read_text()[-1500:]}")
 
 
 def _request(port: int, method: str, path: str, body: bytes = b"", headers: dict | None = None) -> tuple[int, bytes]:
@@ -160,6 +186,7 @@ def test_a_stranger_gets_nothing_from_uploads_metrics_or_media_and_a_flood_leave
         assert _request(port, "GET", "/media/0123456789abcdef.csv")[0] == 401
         xsrf = _xsrf(port)
         with live_session(port, xsrf) as session:
+            wait_warm(tmp_path / "web.log")  # the workers' stack, imported as the server starts, is not the flood's
             before = _rss_mib(pid)
             start = time.perf_counter()
             statuses = [_upload(port, xsrf, session, f"f{i}", 16 * 2**20) for i in range(12)]  # 192 MiB in all
@@ -314,3 +341,36 @@ def test_all_sessions_together_hold_a_bounded_size_of_uploads(tmp_path, provider
             assert _request(port, "DELETE", f"/_stcore/upload_file/{first}/a0", headers={
                 "X-Xsrftoken": xsrf, "Cookie": f"_streamlit_xsrf={xsrf}; {cookie}"})[0] == 204
             assert _upload(port, xsrf, second, "b1", 900_000, cookie) == 204  # room again
+
+
+#: Seconds ``cbs web`` may take to refuse its configuration and exit (it reads it before Streamlit starts).
+REFUSED_WITHIN_S = 60.0
+
+
+@pytest.mark.parametrize("secret", ["a long random string", "x" * 31], ids=["documented", "short"])
+def test_cbs_web_does_not_start_with_a_weak_cookie_secret_so_a_cookie_forged_with_it_reaches_nothing(
+        tmp_path, provider, secret):
+    """Issue 41, finding 8: any ``cookie_secret`` was accepted, docs/SECURITY.md's placeholder
+    included, and a cookie forged with it signed in as an admin and read ``/mlflow/``. ``cbs web``
+    with such a secret, and sign-in to a real provider otherwise in order, exits naming the
+    setting; nothing answers on its port, so the forged admin cookie reaches nothing."""
+    port, proc = _start_web(tmp_path, provider, {"CBS_ADMINS": "admin@lab.test"}, secret)
+    forged = _signed_cookie(secret, port, "admin@lab.test")
+    try:
+        deadline = time.monotonic() + REFUSED_WITHIN_S
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                status, _ = _request(port, "GET", "/_stcore/metrics", headers={"Cookie": forged})
+            except ConnectionRefusedError:
+                time.sleep(0.2)
+                continue
+            pytest.fail(f"cbs web serves with the cookie secret {secret!r}: a cookie forged with it as the admin got "
+                        f"{status} from /_stcore/metrics (401 unsigned)")
+        code = proc.poll()
+    finally:
+        stop_group(proc)
+    said = (tmp_path / "web.log").read_text()
+    assert code == 2 and "Traceback" not in said, said
+    assert "[auth] cookie_secret: must be " in said and secret not in said, said  # named, never shown
+    with pytest.raises(ConnectionRefusedError):
+        _request(port, "GET", "/_stcore/metrics", headers={"Cookie": forged})
