@@ -32,7 +32,7 @@ in :mod:`cbscore.study.targets`, what a plan holds in :mod:`cbscore.study.plan_r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from cbscore.study.budgets import RERUN_CAP_FACTOR, RERUN_TAG, cell_budget_tokens, grid_tokens, grid_trials
 from cbscore.study.cell_plan import CellInputs, CellPlan, CellPlanner, ChainState, record_key
@@ -118,12 +118,16 @@ class Planner:
         self._setting_out: dict[str, tuple[tuple, tuple]] = {}
 
     # ------------------------------------------------------------------ records
-    def _read(self, records: Sequence[TrialRecord]) -> set[_Cell]:
-        """Take this call's records; the cells whose records are not the very objects of the last call."""
+    def _read(self, records: Sequence[TrialRecord], changed: Collection[int] | None = None) -> set[_Cell]:
+        """Take this call's records; the cells whose records are not the very objects of the last call
+        (``changed``: their positions, where the caller knows them)."""
         old = self._records
         if len(records) < len(old):
             return self._read_all(records)
-        moved = [i for i, (r, o) in enumerate(zip(records, old)) if r is not o]
+        if changed is None:
+            moved = [i for i, (r, o) in enumerate(zip(records, old)) if r is not o]
+        else:
+            moved = [i for i in changed if i < len(old) and records[i] is not old[i]]
         if any(records[i].trial_id != old[i].trial_id or records[i].cell_id != old[i].cell_id for i in moved):
             return self._read_all(records)  # another order: read every record again
         changed: set[_Cell] = set()
@@ -169,10 +173,13 @@ class Planner:
 
     # ------------------------------------------------------------------ a call
     def plan(self, records: Sequence[TrialRecord], now_s: float, *, stale_after_s: float = 120.0,
-             max_attempts: int = 3) -> Plan:
-        """Decide what to run, stop, re-run or fail next (as :func:`plan` does)."""
+             max_attempts: int = 3, changed: Collection[int] | None = None) -> Plan:
+        """Decide what to run, stop, re-run or fail next (as :func:`plan` does). ``changed``: the
+        positions in ``records`` of those that are not the very objects of the last call, where the
+        caller knows them (the simulator does); records past the last call's are read anyway. Without
+        it every record is compared with the last call's."""
         spec = self.spec
-        touched = self._read(records)
+        touched = self._read(records, changed)
         # Stale heartbeats: lost trials run again from their checkpoints, up to the attempt cap.
         lost, fail = [], []
         for i in sorted(self._live):

@@ -80,24 +80,39 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
     # adds no trial, and the prune margin's stops have wakes of their own), so it is not asked.
     wake_only = stopped_now = False
     members: dict[str, list[str]] = {}  # trial ids by cell, as they are queued
-    # The study's planner: it reads only the records that changed since its last call.
+    # The study's planner: it reads only the records that changed since its last call. What it is
+    # given: every record in the order first made, the running trials' as of now; `ended`: trials
+    # whose record changed as they stopped running since the last call.
     planner = Planner(spec)
+    snapshot: list[TrialRecord] = []
+    where: dict[str, int] = {}
+    ended: list[str] = []
     for _ in range(100_000):
         if wake_only and not _may_stop_far_rate(spec, records, running, members, now):
             stopped_now = False
         else:
-            snapshot = [records[k] if k not in running else run_record(running[k], now) for k in records]
-            p = planner.plan(snapshot, now, stale_after_s=math.inf)
+            changed = []
+            for tid in ended:
+                snapshot[where[tid]] = records[tid]
+                changed.append(where[tid])
+            ended.clear()
+            for tid, run in running.items():
+                snapshot[where[tid]] = run_record(run, now)
+                changed.append(where[tid])
+            p = planner.plan(snapshot, now, stale_after_s=math.inf, changed=changed)
             stopped_now = False
             for tid, reason in p.stop:
                 if tid in running:
                     records[tid] = run_record(running.pop(tid), now, reason, p.stopped_by.get(tid, ""))
+                    ended.append(tid)
                     stopped_now = True
             for t in p.start:
                 if t.trial_id not in records:
                     records[t.trial_id] = TrialRecord(trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id,
                                                       role=t.role, batch_size=t.batch_size, lr=t.lr, status="queued",
                                                       max_steps=t.max_steps, seed=t.seed)
+                    where[t.trial_id] = len(snapshot)
+                    snapshot.append(records[t.trial_id])
                     members.setdefault(t.cell_id, []).append(t.trial_id)
                     queue.append(t)
             while queue and len(running) < config.workers:
@@ -157,6 +172,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
             run = running.pop(tid)
             wake_only = False
             r = records[tid] = run_record(run, run.end(), run.outcome)
+            ended.append(tid)
             if r.status == "reached" and r.steps_to_target is not None and r.role == "trial":
                 best[(r.cell_id, r.seed)] = min(best.get((r.cell_id, r.seed), math.inf), r.steps_to_target)
     else:  # pragma: no cover - a planner that never finishes is a bug worth a clear message
