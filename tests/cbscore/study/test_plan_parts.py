@@ -288,3 +288,18 @@ def test_only_a_chained_or_predicting_cell_reads_its_centre_beyond_the_order_it_
     assert not rate_rule(spec(search={"kind": "chained", "lrs": [0.01, 0.03]}), 16).orders_only()
     assert not rate_rule(spec(search={"kind": "grid", "lrs": [0.01, 0.03]}, experimental={"predict": True}),
                          16).orders_only()
+
+
+def test_a_planner_told_which_records_changed_plans_as_one_that_compares_them_all():
+    s = spec()
+    told, compares = Planner(s), Planner(s)
+    records = reference_records(s)
+    first = told.plan(records, 0.0, changed=())
+    assert first == compares.plan(records, 0.0)
+    records = records + [as_record(t, "running", heartbeat_s=0.0, eval_steps=(50.0,), eval_losses=(3.5,))
+                         for t in first.start]
+    assert told.plan(records, 1.0, changed=()) == compares.plan(records, 1.0)  # new records are read anyway
+    at = len(records) - 1
+    records[at] = as_record(records[at], "reached", steps_to_target=200.0, last_step=200,
+                            eval_steps=(50.0, 200.0), eval_losses=(3.5, 2.9))
+    assert told.plan(records, 2.0, changed=[at]) == compares.plan(records, 2.0) == plan(s, records, 2.0)
