@@ -20,6 +20,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from cbscore.study.budgets import RERUN_CAP_FACTOR, RERUN_TAG
 from cbscore.study.cell_done import cell_state, censored_bound, first_attempts, reruns, skipped
@@ -32,9 +33,9 @@ from cbscore.study.stop_rules import RunningCell, stop_rules
 from cbscore.study.trials import TrialRecord, TrialSpec, lr_tag
 
 
-@dataclass(frozen=True)
-class ChainState:
-    """What a cell hands the next batch size of its setting."""
+class ChainState(NamedTuple):
+    """What a cell hands the next batch size of its setting (a tuple: the planner compares it at
+    every cell of every call)."""
 
     resolved: bool = True
     """The cell is resolved (or skipped): the next one may be released."""
@@ -45,9 +46,8 @@ class ChainState:
     """A lower bound on tokens to target from the smaller batch sizes: ``E(B) >`` this."""
 
 
-@dataclass(frozen=True)
-class CellInputs:
-    """What a cell's plan reads besides its own records."""
+class CellInputs(NamedTuple):
+    """What a cell's plan reads besides its own records (a tuple, as :class:`ChainState`)."""
 
     target: float | None
     """The setting's target loss, where known."""

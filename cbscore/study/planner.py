@@ -31,7 +31,6 @@ in :mod:`cbscore.study.targets`, what a plan holds in :mod:`cbscore.study.plan_r
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Sequence
 
 from cbscore.study.budgets import RERUN_CAP_FACTOR, RERUN_TAG, cell_budget_tokens, grid_tokens, grid_trials
@@ -114,6 +113,7 @@ class Planner:
         self._best_rates: dict[str, dict[int, float]] | None = None
         self._predicted: dict[str, dict[int, float | None]] = {}
         self._centres: dict[str, dict[int, float]] = {}
+        self._centres_row: dict[str, tuple[tuple, tuple]] = {}
         self._versions: dict[object, int] = {}  # by setting id: its cells' keys moved; by ("predicted", id): its predictions
         self._setting_out: dict[str, tuple[tuple, tuple]] = {}
 
@@ -292,6 +292,16 @@ class Planner:
             known[batch_size] = cell_prediction(spec, setting_id, self._best_rates, batch_size)
         return known[batch_size]
 
+    def _row_centres(self, setting_id: str) -> tuple[float | None, ...]:
+        """:meth:`_centre` of each of the setting's cells, made again where its cells or its
+        predictions moved."""
+        key = (self._versions.get(("predicted", setting_id), 0), self._versions.get(setting_id, 0))
+        last = self._centres_row.get(setting_id)
+        if last is None or last[0] != key:
+            last = self._centres_row[setting_id] = (key, tuple(self._centre(setting_id, c.batch_size)
+                                                                for c in self._by_setting[setting_id]))
+        return last[1]
+
     def _plan_setting(self, row: list[_Cell], target: float | None, failed: bool, lost: frozenset) -> tuple:
         """One setting's cells in increasing batch size, each handing its chain state to the next:
         ``(cells, trials to start, asks, stops, whether any cell is incomplete, the rule of each stop)``."""
@@ -302,10 +312,10 @@ class Planner:
         stopped_by: dict[str, str] = {}
         incomplete = False
         chain = ChainState()
-        for c in row:
-            inputs = CellInputs(target, chain, failed, self._centre(c.setting_id, c.batch_size))
-            if c.out is not None and c.inputs != inputs and not c.out.reads_centre(c.planner.rates):
-                if dataclasses.replace(c.inputs, centre=inputs.centre) == inputs:
+        for c, centre in zip(row, self._row_centres(row[0].setting_id)):
+            inputs = CellInputs(target, chain, failed, centre)
+            if c.out is not None and c.inputs != inputs and c.inputs[:3] == inputs[:3]:
+                if not c.out.reads_centre(c.planner.rates):
                     c.inputs = inputs  # only the centre moved, and nothing reads it
             if c.out is None or c.inputs != inputs:
                 c.inputs, c.out = inputs, c.planner.plan(c.recs, inputs, lost)
