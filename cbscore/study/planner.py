@@ -114,7 +114,9 @@ class Planner:
         self._predicted: dict[str, dict[int, float | None]] = {}
         self._centres: dict[str, dict[int, float]] = {}
         self._centres_row: dict[str, tuple[tuple, tuple]] = {}
-        self._versions: dict[object, int] = {}  # by setting id: its cells' keys moved; by ("predicted", id): its predictions
+        # By setting id: its cells' keys moved; by ("predicted", id), ("centres", id): its predictions,
+        # its chained centres.
+        self._versions: dict[object, int] = {}
         self._setting_out: dict[str, tuple[tuple, tuple]] = {}
 
     # ------------------------------------------------------------------ records
@@ -202,7 +204,10 @@ class Planner:
             self._read_best_rates(changed)
         if spec.search.kind == "chained":
             for sid in {c.setting_id for c in changed} | (set() if self._centres else set(self._by_setting)):
-                self._centres[sid] = chain_centres(spec, {c.batch_size: c.recs for c in self._by_setting[sid]})
+                centres = chain_centres(spec, {c.batch_size: c.recs for c in self._by_setting[sid]})
+                if centres != self._centres.get(sid):
+                    self._centres[sid] = centres
+                    self._versions[("centres", sid)] = self._versions.get(("centres", sid), 0) + 1
         if spec.search.runs_rates and spec.target_losses is None:
             # A reference cell that may still add a learning rate has no target yet: the target comes
             # from the whole cell (DESIGN.md §1), so every cell is measured against the same one.
@@ -293,9 +298,9 @@ class Planner:
         return known[batch_size]
 
     def _row_centres(self, setting_id: str) -> tuple[float | None, ...]:
-        """:meth:`_centre` of each of the setting's cells, made again where its cells or its
-        predictions moved."""
-        key = (self._versions.get(("predicted", setting_id), 0), self._versions.get(setting_id, 0))
+        """:meth:`_centre` of each of the setting's cells, made again where its predictions or its
+        chained centres moved."""
+        key = (self._versions.get(("predicted", setting_id), 0), self._versions.get(("centres", setting_id), 0))
         last = self._centres_row.get(setting_id)
         if last is None or last[0] != key:
             last = self._centres_row[setting_id] = (key, tuple(self._centre(setting_id, c.batch_size)
