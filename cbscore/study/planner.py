@@ -230,10 +230,15 @@ class Planner:
             row = self._by_setting[sid]
             # A setting none of whose cells changed, under the same target and predictions, plans as
             # at the last call (the simulator's calls change one or two cells of one setting).
-            inputs = (target, failed, self._versions.get(("predicted", sid), 0), self._versions.get(sid, 0))
+            inputs = (target, failed, self._versions.get(("predicted", sid), 0), self._versions.get(("centres", sid), 0))
             last = self._setting_out.get(sid)
-            if last is None or last[0] != inputs or any(c in changed for c in row):
+            if last is None or last[0] != inputs:
                 last = self._setting_out[sid] = (inputs, self._plan_setting(row, target, failed, lost_set))
+            else:
+                # The cells below the smallest that changed plan as at the last call.
+                moved = [i for i, c in enumerate(row) if c in changed]
+                if moved:
+                    last = self._setting_out[sid] = (inputs, self._plan_setting(row, target, failed, lost_set, moved[0]))
             s_cells, s_start, s_asks, s_stop, s_incomplete, s_stopped_by = last[1]
             cells.extend(s_cells)
             start.extend(s_start)
@@ -307,9 +312,11 @@ class Planner:
                                                                 for c in self._by_setting[setting_id]))
         return last[1]
 
-    def _plan_setting(self, row: list[_Cell], target: float | None, failed: bool, lost: frozenset) -> tuple:
+    def _plan_setting(self, row: list[_Cell], target: float | None, failed: bool, lost: frozenset,
+                      first: int = 0) -> tuple:
         """One setting's cells in increasing batch size, each handing its chain state to the next:
-        ``(cells, trials to start, asks, stops, whether any cell is incomplete, the rule of each stop)``."""
+        ``(cells, trials to start, asks, stops, whether any cell is incomplete, the rule of each stop)``;
+        the cells below ``first`` as planned at the last call (their records and inputs unchanged)."""
         cells: list[CellState] = []
         start: list[TrialSpec] = []
         asks: list[AskRequest] = []
@@ -317,7 +324,18 @@ class Planner:
         stopped_by: dict[str, str] = {}
         incomplete = False
         chain = ChainState()
-        for c, centre in zip(row, self._row_centres(row[0].setting_id)):
+        for i, (c, centre) in enumerate(zip(row, self._row_centres(row[0].setting_id))):
+            if i < first:
+                out = c.out
+                cells.append(out.cell)
+                chain = out.chain
+                if not out.skipped:
+                    start.extend(out.start)
+                    asks.extend(out.ask)
+                    stop.extend(out.stop)
+                    stopped_by.update(out.stopped_by)
+                    incomplete = incomplete or out.incomplete
+                continue
             inputs = CellInputs(target, chain, failed, centre)
             if c.out is not None and c.inputs != inputs and c.inputs[:3] == inputs[:3]:
                 if not c.out.reads_centre(c.planner.rates):
