@@ -86,6 +86,20 @@ def _launch_refused(driver, needle: str) -> tuple[str, float]:
     raise AssertionError(f"the launch was held three times; the page: {text(driver)[-800:]}")
 
 
+def _launched(driver, name: str) -> None:
+    """Click "Launch study" until the study ``name`` is launched (its Studies page opens); a click
+    the race guard held (see :func:`_launch_refused`) is made again."""
+    for _ in range(3):
+        _button(driver, "Launch study").click()
+        kind = _wait(driver, lambda d: "launched" if f"study={name}" in d.current_url else
+                     "held" if "Not launched: the browser sent the form before" in text(d) else None, 90, "the launch")
+        if kind == "launched":
+            _wait(driver, lambda d: "Status" in text(d), 60, f"{name}'s Studies page")
+            return
+        _wait(driver, lambda d: "Plan of" in text(d), 60, "the held form's plan")
+    raise AssertionError(f"the launch was held three times; the page: {text(driver)[-800:]}")
+
+
 def _load_yaml(driver, yaml_text: str) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -237,13 +251,7 @@ def test_a_spec_cannot_replace_the_store_another_users_study_reads(tmp_path, pro
         print(wait_warm(log))
         _load_yaml(driver, TINY.format(name="alices", vocab=512, store=f", store_dir: {shared}"))
         _wait(driver, lambda d: _input(d, "Study name").get_attribute("value") == "alices", 30, "the form filled")
-        for _ in range(3):  # the same settings share the store: launched (a click held by the race guard is made again)
-            _button(driver, "Launch study").click()
-            _wait(driver, lambda d: "/studies" in d.current_url or "Not launched" in text(d), 60, "the launch")
-            if "/studies" in driver.current_url:
-                break
-        _wait(driver, lambda d: "study=alices" in d.current_url and "Status" in text(d), 60,
-              "Alice's study on the Studies page")
+        _launched(driver, "alices")  # the same settings share the store
 
         sign_in(driver, web, BOB)
         _wait(driver, lambda d: "Launch a study" in text(d), 60, "the Launch page")
