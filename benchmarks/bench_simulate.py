@@ -13,6 +13,19 @@ over the 10 s goal; before the memo 33.4 / 36.7 / 35.6 s. With ``stop_far_rates`
 cells, settings and targets; the simulator skips the equal-token wakes at which no trial trails
 by the margin; every plan unchanged): 18.5 / 17.1 / 20.2 s in-process, 17.9 / 18.8 / 19.4 s as
 the CLI, 2026-12-04 on two quiet cores, still over the 10 s goal.
+
+Issue 40 asks for under 5 s (paper-chinchilla) with the planner as small parts and no memo beside
+it: a ``Planner`` per simulated study reads only the records that changed (the simulator says which),
+re-plans only the cells whose records or inputs changed, and only a cell's stop rules where only its
+running trials evaluated again; every plan is byte-identical to 7159cfb's. Measured 2026-12-05 on two
+cores shared with other helpers' work (load average 3–7, so wall times are loose): this script at
+7159cfb 33.1 / 31.4 / 28.4 s in-process (32.5 / 25.7 / 21.1 s as the CLI; load 3.2–5.2), at 7973051
+9.7 / 10.4 / 10.0 s (10.5 / 11.1 / 11.2 s; load 3.7–5.2). Interleaved on the same cores, paper-chinchilla
+in-process, four runs each (load 5.8–7.7): 13.6–14.1 s of CPU at 7159cfb, 9.2–9.6 s at 7973051
+(wall 18.1–26.5 s and 11.7–18.8 s). Still over 5 s: of what is left (cProfile and timers, 20 seeds),
+the planner is about half (a tenth of all of it building and checking each trial's ``TrainConfig``),
+starting simulated trials (their noise draws and curves, ``sim_trials``) 16%, each setting's
+analysis (``sim_outcomes``) 12%, the records of running trials 6%, the wakes' equal-token check 5%.
 """
 
 from __future__ import annotations
