@@ -50,7 +50,8 @@ def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr
 
     beta2, taus = cell_recipe(spec, setting, batch_size) if recipe is None else recipe
     local = batch_size // spec.devices_per_trial  # sequences per step on one device
-    config = TrainConfig.from_dict({
+    # (The fields are named here: TrainConfig itself checks their values, as from_dict would.)
+    config = TrainConfig(**{
         "model": setting.model,
         "batch_size": batch_size,
         "devices": spec.devices_per_trial,
