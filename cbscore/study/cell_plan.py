@@ -192,20 +192,25 @@ class CellPlanner:
                         ordered=any(not t.trial_id.endswith("." + RERUN_TAG) for t in start))
 
     def restop(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset, last: CellPlan) -> CellPlan:
-        """The plan of the cell when only its running trials' evaluations moved since ``last`` (made
-        under the same ``inputs``) and none of them has crossed the target, then or now: every part
-        of the plan but the stops reads a running trial's status alone, and its crossing (the cell's
-        best, step cap and fit window), so only the stop rules judge again."""
-        if not last.released or self.role != "trial" or not any(r.status == "running" for r in recs):
-            return last
-        target, chain = inputs.target, inputs.chain
-        seed_best = best_steps_by_seed(recs, target)
-        best = min(seed_best.values()) if seed_best else None
-        cap = self.cap(chain, best)[0]
-        stop = self._stops(recs, target, seed_best, best, last.rates, chain, cap, lost)
+        """The plan of the cell when, since ``last`` (made under the same ``inputs``), only its trials
+        that have not ended moved (their evaluations, or their status between queued, running and
+        lost) and none of them has crossed the target, then or now: every part of the plan but the
+        status counts and the stops reads such a trial's id alone (it has not ended), and its crossing
+        (the cell's best, step cap and fit window), so only those are read again."""
+        counts: dict[str, int] = {}
+        for r in recs:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        out = last if counts == last.cell.counts else dataclasses.replace(
+            last, cell=dataclasses.replace(last.cell, counts=counts))
+        stop: tuple[tuple[str, str], ...] = ()
+        if last.released and self.role == "trial" and any(r.status == "running" for r in recs):
+            target, chain = inputs.target, inputs.chain
+            seed_best = best_steps_by_seed(recs, target)
+            best = min(seed_best.values()) if seed_best else None
+            stop = self._stops(recs, target, seed_best, best, last.rates, chain, self.cap(chain, best)[0], lost)
         if stop == last.stopped_by:
-            return last
-        return dataclasses.replace(last, stop=tuple((tid, "pruned") for tid, _ in stop), stopped_by=stop)
+            return out
+        return dataclasses.replace(out, stop=tuple((tid, "pruned") for tid, _ in stop), stopped_by=stop)
 
     def _stops(self, recs: Sequence[TrialRecord], target: float | None, seed_best: dict[int, float],
                best: float | None, rates: Sequence[float], chain: ChainState, cap: int | None,

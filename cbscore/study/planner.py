@@ -71,9 +71,9 @@ class _Cell:
         self.key: tuple | None = None
         """What the cell plan reads of its records (``record_key`` of each), at the last call."""
         self.frame: tuple | None = None
-        """``key`` without the running trials' evaluations."""
+        """``key`` without the evaluations and the status of trials that have not ended."""
         self.evals_only = False
-        """Only running trials' evaluations moved since the plan in ``out``."""
+        """Only trials that have not ended moved (evaluations, status) since the plan in ``out``."""
         self.crossed = True
         """Some running trial had crossed the target at the plan in ``out``."""
         self.inputs: CellInputs | None = None
@@ -253,11 +253,13 @@ class Planner:
 
     def _rekey(self, cell: _Cell, lost: frozenset) -> bool:
         """Read the cell's record keys again; whether they changed (its plan goes then, unless only its
-        running trials' evaluations moved: its stop rules judge again, :meth:`CellPlanner.restop`)."""
+        trials that have not ended moved: their counts and stop rules are read again, :meth:`CellPlanner.restop`)."""
         key = tuple(record_key(r, lost) for r in cell.recs)
         if key == cell.key:
             return False
-        frame = tuple(k if r.terminal else k[:8] + k[11:] for r, k in zip(cell.recs, key))
+        # The keys without what a trial that has not ended may change without a re-plan: its
+        # evaluations, and its status between queued, running and lost (CellPlanner.restop).
+        frame = tuple(k if r.terminal else (k[0],) + k[2:8] + k[11:] for r, k in zip(cell.recs, key))
         cell.evals_only = cell.out is not None and frame == cell.frame
         if not cell.evals_only:
             cell.out = None
