@@ -303,3 +303,17 @@ def test_a_planner_told_which_records_changed_plans_as_one_that_compares_them_al
     records[at] = as_record(records[at], "reached", steps_to_target=200.0, last_step=200,
                             eval_steps=(50.0, 200.0), eval_losses=(3.5, 2.9))
     assert told.plan(records, 2.0, changed=[at]) == compares.plan(records, 2.0) == plan(s, records, 2.0)
+
+
+def test_a_queued_trial_that_starts_running_changes_its_cells_counts_as_a_fresh_plan_would():
+    s = spec()
+    planner = Planner(s)
+    records = reference_records(s)
+    started = planner.plan(records, 0.0).start
+    records = records + [as_record(t, "queued") for t in started]
+    queued = planner.plan(records, 1.0)
+    records = records[:2] + [as_record(t, "running", heartbeat_s=1.0) for t in started]
+    running = planner.plan(records, 2.0)
+    assert running == plan(s, records, 2.0) and running != queued
+    at16 = [c.batch_size for c in running.cells].index(16)
+    assert queued.cells[at16].counts == {"queued": 2} and running.cells[at16].counts == {"running": 2}  # two rates
