@@ -12,6 +12,7 @@ from cbscore.study.trials import TrialRecord
 #: Crossings read off trials' evaluations, by (trial, its state or evaluations so far, target): the
 #: planner asks again at every call.
 _CROSSINGS: dict[tuple, float | None] = {}
+_UNREAD = object()
 
 
 def record_crossing(record: TrialRecord, target: float) -> float | None:
@@ -27,11 +28,15 @@ def record_crossing(record: TrialRecord, target: float) -> float | None:
            if record.terminal else
            (record.trial_id, "running", record.attempt, len(record.eval_steps), record.eval_steps[-1],
             record.eval_losses[-1], target))
-    if key not in _CROSSINGS:
-        if len(_CROSSINGS) >= 100_000:
-            _CROSSINGS.clear()
-        _CROSSINGS[key] = first_crossing(record.eval_steps, record.eval_losses, target)
-    return _CROSSINGS[key]
+    # (One read, and a local after: another thread's planner may empty the dict meanwhile.)
+    crossing = _CROSSINGS.get(key, _UNREAD)
+    if crossing is not _UNREAD:
+        return crossing
+    crossing = first_crossing(record.eval_steps, record.eval_losses, target)
+    if len(_CROSSINGS) >= 100_000:
+        _CROSSINGS.clear()
+    _CROSSINGS[key] = crossing
+    return crossing
 
 
 def best_steps_by_seed(recs: Iterable[TrialRecord], target: float | None) -> dict[int, float]:

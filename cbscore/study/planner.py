@@ -114,9 +114,9 @@ class Planner:
         self._predicted: dict[str, dict[int, float | None]] = {}
         self._centres: dict[str, dict[int, float]] = {}
         self._centres_row: dict[str, tuple[tuple, tuple]] = {}
-        # By setting id: its cells' keys moved; by ("predicted", id), ("centres", id): its predictions,
-        # its chained centres.
-        self._versions: dict[object, int] = {}
+        # By ("predicted", setting id), ("centres", setting id): how often its predictions, its chained
+        # centres moved.
+        self._versions: dict[tuple[str, str], int] = {}
         self._setting_out: dict[str, tuple[tuple, tuple]] = {}
 
     # ------------------------------------------------------------------ records
@@ -264,7 +264,6 @@ class Planner:
         if not cell.evals_only:
             cell.out = None
         cell.key, cell.frame, cell.pending = key, frame, None
-        self._versions[cell.setting_id] = self._versions.get(cell.setting_id, 0) + 1
         return True
 
     def _read_best_rates(self, changed: set[_Cell]) -> None:

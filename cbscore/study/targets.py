@@ -49,12 +49,15 @@ def setting_targets(spec: StudySpec, records: Sequence[TrialRecord], *,
             # Ended records never change: the planner asks at every call, the answer is kept.
             key = (tuple((r.trial_id, r.status, r.last_step, r.final_eval_loss, len(r.eval_steps)) for r in ended),
                    ref_steps)
-            if key not in _TARGETS:
+            target = _TARGETS.get(key)
+            if target is None:
                 histories = tuple(h for h in (reference_history(r) for r in ended) if h)
+                # (Kept in a local first: another thread's planner may empty the dict meanwhile.)
+                target = _cached_target(histories, ref_steps)
                 if len(_TARGETS) >= 256:
                     _TARGETS.clear()
-                _TARGETS[key] = _cached_target(histories, ref_steps)
-            targets[setting.setting_id] = _TARGETS[key]
+                _TARGETS[key] = target
+            targets[setting.setting_id] = target
         except FitError as exc:
             errors.append(f"setting {setting.setting_id!r}: no reference run at B_ref={spec.b_ref} "
                           f"gives a loss at D, so there is no target loss ({exc})")

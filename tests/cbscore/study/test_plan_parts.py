@@ -317,3 +317,15 @@ def test_a_queued_trial_that_starts_running_changes_its_cells_counts_as_a_fresh_
     assert running == plan(s, records, 2.0) and running != queued
     at16 = [c.batch_size for c in running.cells].index(16)
     assert queued.cells[at16].counts == {"queued": 2} and running.cells[at16].counts == {"running": 2}  # two rates
+
+
+def test_plans_made_at_once_from_several_threads_are_each_the_plan():
+    """plan() keeps nothing between calls (the web app plans from several page threads at once)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    s = spec(seeds=[0, 1])
+    records = reference_records(s)
+    expected = plan(s, records, 5.0)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: plan(s, records, 5.0), range(16)))
+    assert all(p == expected for p in got)
