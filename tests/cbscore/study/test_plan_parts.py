@@ -139,6 +139,18 @@ def test_far_rates_stop_only_from_their_fraction_of_the_expected_steps_and_never
     assert EqualTokenMargin(0.05).stops(running_cell(s, [leader, far], prev_best=700.0), set()) == [far.trial_id]
 
 
+def test_the_fits_own_rate_stops_once_it_trained_its_fraction_and_needs_clearly_more_steps():
+    s = spec()
+    steps = (100.0, 200.0, 400.0)
+    leader = rec(0.001, "running", evals=steps, losses=(3.5, 3.3, 3.1))
+    # It reaches its own 3.4 and 3.3 at 200 and 400 steps, the leader at 141 and 200: 1.68 times its steps.
+    trailing = rec(0.01, "running", evals=steps, losses=(3.6, 3.4, 3.3))
+    rule = EqualTokenFraction(0.5)
+    assert rule.stops(running_cell(s, [leader, trailing], prev_best=700.0), set()) == [trailing.trial_id]
+    # Its last evaluation (400) before half of 1000 expected steps: not judged yet.
+    assert rule.stops(running_cell(s, [leader, trailing], prev_best=1000.0), set()) == []
+
+
 def test_a_cells_expected_steps_are_its_best_else_its_neighbours_else_its_budgets_share():
     s = spec(budget_margin=0.25)
     assert running_cell(s, [], seed_best={0: 210.0}, prev_best=300.0).expected_steps == 210.0
