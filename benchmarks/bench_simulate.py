@@ -16,16 +16,17 @@ the CLI, 2026-12-04 on two quiet cores, still over the 10 s goal.
 
 Issue 40 asks for under 5 s (paper-chinchilla) with the planner as small parts and no memo beside
 it: a ``Planner`` per simulated study reads only the records that changed (the simulator says which),
-re-plans only the cells whose records or inputs changed, and only a cell's stop rules where only its
-running trials evaluated again; every plan is byte-identical to 7159cfb's. Measured 2026-12-05 on two
-cores shared with other helpers' work (load average 3–7, so wall times are loose): this script at
-7159cfb 33.1 / 31.4 / 28.4 s in-process (32.5 / 25.7 / 21.1 s as the CLI; load 3.2–5.2), at 7973051
-9.7 / 10.4 / 10.0 s (10.5 / 11.1 / 11.2 s; load 3.7–5.2). Interleaved on the same cores, paper-chinchilla
-in-process, four runs each (load 5.8–7.7): 13.6–14.1 s of CPU at 7159cfb, 9.2–9.6 s at 7973051
-(wall 18.1–26.5 s and 11.7–18.8 s). Still over 5 s: of what is left (cProfile and timers, 20 seeds),
-the planner is about half (a tenth of all of it building and checking each trial's ``TrainConfig``),
-starting simulated trials (their noise draws and curves, ``sim_trials``) 16%, each setting's
-analysis (``sim_outcomes``) 12%, the records of running trials 6%, the wakes' equal-token check 5%.
+re-plans only the cells whose records or inputs changed, and only a cell's status counts and stop
+rules where only its unended trials moved; every plan is byte-identical to 7159cfb's. Measured
+2026-12-05 on two cores shared with other helpers' work (so wall times are loose), this script
+run back to back: at 7159cfb 13.8 / 14.3 / 13.8 s in-process (14.8 / 15.2 / 15.3 s as the CLI), at
+aec77e2 9.3 / 9.0 / 8.9 s (10.3 / 9.6 / 10.1 s), load average 2.6–3.0. Interleaved paper-chinchilla
+runs in-process, three each (load 3.2–3.6): 13.2–13.6 s of CPU at 7159cfb, 8.5–8.6 s at 9c33cf8
+(wall 13.7–14.4 s and 8.7–9.3 s). Still over 5 s: of 9.2 s (50 seeds, timers around each part) the
+planner takes 4.7 s (0.9 s of it building and checking each trial's ``TrainConfig``; the rest about
+0.19 ms a call over ~400 calls a study), starting simulated trials (noise draws and curves,
+``sim_trials``) 1.5 s, each setting's analysis (``sim_outcomes``) 1.1 s, the running trials'
+records 0.6 s, the wakes' equal-token check 0.6 s: the parts outside the planner alone take about 4.6 s.
 """
 
 from __future__ import annotations
