@@ -247,6 +247,14 @@ def test_launch_a_tiny_study_by_clicking_and_see_its_fitted_b_star(stack, browse
     shown = _wait(browser, lambda d: _b_star(d) if _b_star(d) == expected else None, 60,
                   f"the page's B* to equal cbs study fit's {expected}")
     assert float(shown.replace(",", "")) > 4  # B* > B_ref by definition
+    # The README's screenshot of the web app is this page, taken here (CBS_SCREENSHOT_DIR=docs/screenshots).
+    browser.set_window_size(1400, 1750)  # the page down to the whole chart
+    time.sleep(3)  # the chart's own drawing after the value appears, and after the resize
+    browser.save_screenshot(str(tmp_path / "curves-done.png"))
+    png = (tmp_path / "curves-done.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+    if os.environ.get("CBS_SCREENSHOT_DIR"):
+        shutil.copyfile(tmp_path / "curves-done.png", Path(os.environ["CBS_SCREENSHOT_DIR"]) / "web-curves.png")
 
 
 def _cli(env: dict, cwd: Path, *args: str, json_out: bool = True) -> dict | str:
