@@ -84,7 +84,9 @@ slurm:
 lint: install
 	$(PY) -m ruff check .
 
+# ruff first: a lint error fails the run in a second, before nine minutes of tests.
 test: install browser slurm
+	$(PY) -m ruff check .
 	$(TEST_ENV) $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test-all: install browser slurm

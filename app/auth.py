@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+
+import tomllib
 
 from cbscore.errors import CbsError, ConfigError
 

@@ -11,8 +11,8 @@ is ``S(B) = a + b/B`` (their eq. 2, after McCandlish et al. 2018), linear scalin
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

@@ -9,8 +9,8 @@ Streamlit's own control flow (``st.rerun``, ``st.stop``, ``st.switch_page``) der
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import streamlit as st
 

@@ -10,8 +10,8 @@ run's own point, calibrated by ``c = B_noise(measured)/B̂`` (:mod:`cbscore.anal
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

@@ -55,7 +55,7 @@ def _factor_caption(cal) -> str:
         ratios = [r.ratio for r in cal.settings]
         text += (f"; per setting c runs from {min(ratios):.3g} to {max(ratios):.3g} (sd of ln c {cal.spread:.2f}): "
                  "one factor serves only where the settings agree")
-    for n, forecast, measured, k in cal.d_trends:
+    for n, forecast, measured, _ in cal.d_trends:
         text += f"; at N = {n:.3g} the forecast grows as D^{forecast:.2f}, the measured B_noise as D^{measured:.2f}"
     return text
 

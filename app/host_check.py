@@ -9,7 +9,7 @@ whose ``Host`` is not allowed gets ``403`` (a WebSocket is closed before it open
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 from urllib.parse import urlparse
 
 #: The body of a refused request (no page content, no hint of what the app is).

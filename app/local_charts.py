@@ -11,7 +11,8 @@ unit-tested without Streamlit or MLflow, like :mod:`app.charts`.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go

@@ -8,7 +8,8 @@ naming ``local.<field>``.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from app.spec_form import build_spec, format_count, format_list, parse_counts, parse_floats
 from cbscore.errors import ConfigError

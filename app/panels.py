@@ -73,7 +73,7 @@ def compare_picker(label: str, options: list[str], current: str, *, key: str, he
     return chosen
 
 
-def compared_rows(chosen: list[str]) -> dict[str, "StudyRows"]:
+def compared_rows(chosen: list[str]) -> dict[str, StudyRows]:
     """The steps tables of the studies a comparison draws; one with no finished trial yet is named
     in a note and left out."""
     from app.failures import Nothing
@@ -370,7 +370,7 @@ def _trends(table) -> None:
                  column_config={"slope per e-fold": st.column_config.NumberColumn(format="%+.3f")})
     other = fit_view.other_law_rows(table)
     if other:
-        st.markdown("**Laws without the reference point, and of the empirical B\***")
+        st.markdown(r"**Laws without the reference point, and of the empirical B\***")
         st.dataframe(pd.DataFrame(other), hide_index=True, width="stretch",
                      column_config={"exponent": st.column_config.NumberColumn(format="%+.3f")})
 

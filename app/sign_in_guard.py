@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 #: Routes that need a signed-in session when sign-in is configured (after the base URL path).
 GUARDED = ("/_stcore/upload_file/", "/_stcore/metrics", "/media/", "/component/")

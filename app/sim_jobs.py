@@ -41,7 +41,7 @@ POLL_S = 0.25
 
 log = logging.getLogger("cbslab.app")
 _lock = threading.Lock()
-_jobs: dict[str, "Job"] = {}  # by browser session id
+_jobs: dict[str, Job] = {}  # by browser session id
 _watchdog: threading.Thread | None = None
 
 
@@ -184,7 +184,7 @@ def start(session: str, spec, curves, config, seeds: int, *, seconds: float) -> 
     global _watchdog
     key = settings_key(spec, curves, config, seeds)
     with _lock:
-        for other, ended in [(s, j) for s, j in _jobs.items() if not j.running()]:
+        for other in [s for s, j in _jobs.items() if not j.running()]:
             if not _session_alive(other):  # nobody will read its studies: let them go
                 del _jobs[other]
         job = _jobs.get(session)

@@ -10,8 +10,9 @@ starts it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import streamlit as st
 

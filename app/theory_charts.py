@@ -77,7 +77,7 @@ def law_figure(result, *, height: int = 380) -> go.Figure:
     anchor = [(s.d_samples, s.cbs_empirical) for s in result.settings if s.cbs_empirical is not None]
     if anchor:
         d0, y0 = anchor[len(anchor) // 2]
-        for k, (which, dash) in enumerate((("averaged", "dash"), ("last", "dot"))):
+        for which, dash in (("averaged", "dash"), ("last", "dot")):
             beta = result.theory[which]
             fig.add_trace(go.Scatter(x=d_all, y=y0 * (d_all / d0) ** beta, mode="lines",
                                      name=f"theory, {which} iterate: D^{beta:.2f}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import failures, fit_view, gns_panels, panels, schedule_panels, sources
+from app import failures, gns_panels, panels, schedule_panels, sources
 
 st.title("Scaling laws")
 st.caption(

@@ -16,10 +16,21 @@ also go through the public analysis (:func:`cbscore.analysis.analyze_setting`, s
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from cbscore.analysis import (EvalHistory, SettingAnalysis, TrialSteps, analyze_setting, cbs_closed_form,
-                              first_crossing, fit_scaling_laws, fit_steps, fit_window, measure_points, project_pruned)
+from cbscore.analysis import (
+    EvalHistory,
+    SettingAnalysis,
+    TrialSteps,
+    analyze_setting,
+    cbs_closed_form,
+    first_crossing,
+    fit_scaling_laws,
+    fit_steps,
+    fit_window,
+    measure_points,
+    project_pruned,
+)
 from cbscore.errors import FitError
 from cbscore.study.plan_result import skipped_cells
 from cbscore.study.sim_report import LawOutcome, SettingOutcome

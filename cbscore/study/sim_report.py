@@ -5,13 +5,12 @@ with its summary, its JSON and the text of ``cbs study simulate``."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 
 from cbscore.study.sim_trials import SimConfig
-
 
 #: GPU-hours are quoted at this throughput: an H100 SXM's dense bf16 peak at 40% MFU (FLOP/s).
 GPU_FLOPS = 989e12 * 0.4
@@ -438,7 +437,7 @@ def _criteria_lines(d: Mapping) -> list[str]:
            else "— (this run has noise; run with --noise 0)"),
         f"  2 median bias within ±{MEDIAN_BIAS:.0%} in every setting: {verdict(d['criterion_median_bias'])} "
         f"({d['seeds']} simulated studies; meant at the lab's noise and ≥ 200)",
-        f"  3 precision per token, study/oracle × (RMSE ln B* / full grid's)²: "
+        "  3 precision per token, study/oracle × (RMSE ln B* / full grid's)²: "
         + ("—" if adjusted is None else f"{adjusted:.2f}× the oracle ({verdict(d['criterion_precision'])}: ≤ "
                                         f"{PRECISION_NOW:g}× now, {PRECISION_GOAL:g}× the goal)")
         + (f"; per setting {per}" if per else ""),

@@ -27,19 +27,18 @@ import bisect
 import json
 import math
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
 from cbscore.analysis import DEFAULT_ESTIMATOR, ESTIMATORS, first_crossing
-from cbscore.study.sim_tables import LAB_NOISE as _LAB
 from cbscore.errors import ConfigError
+from cbscore.study.sim_tables import LAB_NOISE as _LAB
 from cbscore.study.sim_truth import Truth
 from cbscore.study.spec import Setting, StudySpec
 from cbscore.study.trials import TrialRecord, TrialSpec
-
 
 #: Evaluations per run before the target is near (``TrainConfig.eval_every_steps`` default).
 EVALS_PER_RUN = 40

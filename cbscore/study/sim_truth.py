@@ -25,16 +25,15 @@ import math
 import os
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
 from cbscore.analysis import cbs_closed_form
 from cbscore.errors import ConfigError, DataError
 from cbscore.study.spec import StudySpec
-
 
 #: The largest batch size the 20% rule searches, as a multiple of ``B_ref`` (2^30): a truth whose
 #: curve still passes there has no finite B* (``inf``).

@@ -170,6 +170,33 @@ def _input(driver, label: str, tag: str = "input"):
                                          if e.is_displayed()), None), 30, f"{tag} {label!r}")
 
 
+def _open_expander(driver, title: str, label: str, tag: str = "input"):
+    """Open the expander titled ``title`` and return its input labelled ``label``.
+
+    A click on the expander can be lost to the page's rerun under load (CI at stop 50: the YAML box never
+    showed in 30 s after one click), and a second click on an open expander closes it, so this clicks only
+    while the expander is closed, and returns once the input shows (90 s in all).
+    """
+    import time as _time
+
+    from selenium.webdriver.common.by import By
+
+    summary = f"//details[.//summary[.//*[contains(text(), '{title}')]]]"
+    deadline = _time.monotonic() + 90
+    while _time.monotonic() < deadline:
+        shown = [e for e in driver.find_elements(By.CSS_SELECTOR, f"{tag}[aria-label='{label}']") if e.is_displayed()]
+        if shown:
+            return shown[0]
+        try:
+            details = driver.find_elements(By.XPATH, summary)
+            if details and details[0].get_attribute("open") is None:
+                details[0].find_element(By.TAG_NAME, "summary").click()
+        except Exception:  # the page re-rendered the element between the find and the click: look again
+            pass
+        _time.sleep(2)
+    raise AssertionError(f"the expander {title!r} never showed its {tag} {label!r} in 90 s")
+
+
 def _b_star(driver) -> str | None:
     """The first fitted B* the Curves page shows (its metric value), or None."""
     from selenium.webdriver.common.by import By
@@ -183,7 +210,6 @@ def _b_star(driver) -> str | None:
 
 
 def test_launch_a_tiny_study_by_clicking_and_see_its_fitted_b_star(stack, browser, tmp_path):
-    from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
     web_url, tracking_url, logs, env = stack
@@ -192,10 +218,7 @@ def test_launch_a_tiny_study_by_clicking_and_see_its_fitted_b_star(stack, browse
 
     # Paste a tiny spec into the YAML box and load it into the form.
     # Streamlit renders a page element by element: the title can be there before the expander.
-    expander = "//summary[.//*[contains(text(), 'Paste or upload a YAML spec')]]"
-    _wait(browser, lambda d: d.find_elements(By.XPATH, expander), 60, "the YAML expander")
-    browser.find_element(By.XPATH, expander).click()
-    yaml_box = _input(browser, "YAML spec", "textarea")
+    yaml_box = _open_expander(browser, "Paste or upload a YAML spec", "YAML spec", "textarea")
     yaml_box.send_keys(SPEC_YAML)
     _button(browser, "Load YAML into the form").click()
     _wait(browser, lambda d: _input(d, "Study name").get_attribute("value") == "pasted", 30, "the form filled from YAML")

@@ -21,7 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.test_e2e_browser import CHROMEDRIVER, CHROMIUM, _button, _free_port, _input, _wait, _wait_http, chromium
+from tests.app.test_e2e_browser import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    _button,
+    _free_port,
+    _input,
+    _open_expander,
+    _wait,
+    _wait_http,
+    chromium,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -97,12 +107,8 @@ def _launched_lrs(env: dict, name: str) -> list[float]:
 
 
 def _paste(driver, text: str) -> None:
-    from selenium.webdriver.common.by import By
 
-    expander = "//summary[.//*[contains(text(), 'Paste or upload a YAML spec')]]"
-    _wait(driver, lambda d: d.find_elements(By.XPATH, expander), 60, "the YAML expander")
-    driver.find_element(By.XPATH, expander).click()
-    _input(driver, "YAML spec", "textarea").send_keys(text)
+    _open_expander(driver, "Paste or upload a YAML spec", "YAML spec", "textarea").send_keys(text)
 
 
 def _value(driver, label: str) -> str | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.test_e2e_browser import CHROMEDRIVER, CHROMIUM, _button, _input, _wait, chromium
+from tests.app.test_e2e_browser import CHROMEDRIVER, CHROMIUM, _button, _input, _open_expander, _wait, chromium
 from tests.app.test_live_sign_in import _rss_mib, wait_warm, web_signing_in
 from tests.app.test_sign_in import ALICE, BOB, provider, sign_in, text, web_with_sign_in  # noqa: F401  (fixture)
 
@@ -101,15 +101,9 @@ def _launched(driver, name: str) -> None:
 
 
 def _load_yaml(driver, yaml_text: str) -> None:
-    from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    expander = "//summary[.//*[contains(text(), 'Paste or upload a YAML spec')]]"
-    _wait(driver, lambda d: d.find_elements(By.XPATH, expander), 60, "the YAML expander")
-    box = [e for e in driver.find_elements(By.CSS_SELECTOR, "textarea[aria-label='YAML spec']") if e.is_displayed()]
-    if not box:
-        driver.find_element(By.XPATH, expander).click()
-    box = _input(driver, "YAML spec", "textarea")
+    box = _open_expander(driver, "Paste or upload a YAML spec", "YAML spec", "textarea")
     box.send_keys(Keys.CONTROL, "a")
     box.send_keys(Keys.DELETE)
     box.send_keys(yaml_text)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.test_e2e_browser import CHROMEDRIVER, CHROMIUM, _button, _input, _wait, chromium
+from tests.app.test_e2e_browser import CHROMEDRIVER, CHROMIUM, _button, _open_expander, _wait, chromium
 from tests.app.test_live_sign_in import web_signing_in
 from tests.app.test_sign_in import ALICE, provider, sign_in, text  # noqa: F401  (the OIDC provider fixture)
 
@@ -49,7 +49,6 @@ def simulation_processes(web_pid: int) -> set[int]:
 
 
 def test_a_simulation_runs_in_one_child_a_second_click_starts_none_and_a_closed_tab_ends_it(tmp_path, provider):
-    from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
@@ -61,10 +60,7 @@ def test_a_simulation_runs_in_one_child_a_second_click_starts_none_and_a_closed_
         _wait(driver, lambda d: "Launch a study" in text(d), 60, "the Launch page")
         _button(driver, "Preview").click()
         _wait(driver, lambda d: "Plan of" in text(d), 60, "the preview")
-        expander = "//summary[.//*[contains(text(), 'Simulate this design')]]"
-        _wait(driver, lambda d: d.find_elements(By.XPATH, expander), 60, "the simulation's expander")
-        driver.find_element(By.XPATH, expander).click()
-        seeds = _input(driver, "Simulated studies")
+        seeds = _open_expander(driver, "Simulate this design", "Simulated studies")
         seeds.send_keys(Keys.CONTROL, "a")
         seeds.send_keys("200")
         seeds.send_keys(Keys.TAB)  # commit the number before the click (its rerun could swallow the click)

@@ -4,10 +4,9 @@ munged started by the test) and skip with the reason where SLURM is not installe
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import os
 import shlex
+from pathlib import Path
 
 import pytest
 

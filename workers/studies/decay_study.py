@@ -10,12 +10,11 @@ part below ``<study>/snapshots/``).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from cbscore.train.checkpoint import checkpoint_path, snapshot_path
 from cbscore.study import StudySpec, TrialRecord
-from cbscore.study.decay_plan import (DecaySnapshots, decay_trials, run_keys, snapshot_folder, stable_trial_id,
-                                      wsd_grid)
+from cbscore.study.decay_plan import DecaySnapshots, decay_trials, run_keys, snapshot_folder, stable_trial_id, wsd_grid
+from cbscore.train.checkpoint import checkpoint_path, snapshot_path
 from workers.studies.local_study import study_artifacts
 
 

@@ -57,8 +57,8 @@ from pathlib import Path
 
 from cbscore import paths
 from cbscore.errors import CbsError, ConfigError
-from workers.studies.ledger import Ledger, this_process
 from workers.infra.settings import WorkerSettings
+from workers.studies.ledger import Ledger, this_process
 from workers.tracking import Tracker
 
 #: Tags of a study's experiment: a study (``1``) or one being deleted (``deleting``), and its name.

@@ -29,7 +29,7 @@ number the JSON says why (``notes``) and holds ``null``.
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from cbscore.errors import CbsError
 from cbscore.study import StudySpec, TrialRecord
@@ -51,8 +51,13 @@ def local_readout(spec: StudySpec, records: Sequence[TrialRecord],
     losses in step order (from MLflow in :func:`local_fit`, from anything in a test), and
     ``b_simple`` each seed's base-run noise scale ``(tokens, B_simple)`` where its probe ran
     (McCandlish et al. 2018, :mod:`cbscore.train.gns`; drawn beside the local CBS). Pure."""
-    from cbscore.local import (fit_local_cbs_curve, merrill_local_cbs, noise_aware_local_cbs, plan_warmup,
-                               window_end_loss)
+    from cbscore.local import (
+        fit_local_cbs_curve,
+        merrill_local_cbs,
+        noise_aware_local_cbs,
+        plan_warmup,
+        window_end_loss,
+    )
 
     local = spec.local
     by_id = {r.trial_id: r for r in records}

@@ -16,14 +16,14 @@ resume on another host is the same trial).
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from cbscore import paths
-from cbscore.train.checkpoint import checkpoint_path, snapshot_path
 from cbscore.errors import ConfigError
 from cbscore.study import LocalSnapshots, StudySpec, TrialRecord
 from cbscore.study.local_plan import base_trial_id, local_trials, study_checkpoints
+from cbscore.train.checkpoint import checkpoint_path, snapshot_path
 from workers.studies.local_fit import AVERAGING_LABELS, WINDOW_LABELS
 
 

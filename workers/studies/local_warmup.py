@@ -19,7 +19,8 @@ next runner pass like any extension.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from cbscore.errors import ConfigError
 

@@ -29,10 +29,11 @@ import logging
 import pickle
 import time
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 

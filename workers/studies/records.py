@@ -16,7 +16,8 @@ process on this host is ``lost`` at once (no need to wait for the heartbeat to g
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from cbscore.study import TERMINAL, TrialRecord, TrialSpec
 from workers.infra.parse import as_float, as_int

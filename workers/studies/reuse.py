@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Mapping
-
+from collections.abc import Mapping
+from typing import Any
 
 #: Outcomes a trial reaches by itself (module docstring); only these are reused.
 REUSABLE = ("finished", "reached", "censored", "diverged")

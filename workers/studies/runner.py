@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study import StudySpec, TrialSpec, plan, status_counts, trial_from_ask
 from workers.infra.checkpoints import remove_checkpoint
+from workers.infra.settings import QUEUES, WorkerSettings
+from workers.infra.time_limits import trial_time_limit_s
+from workers.studies import repair
 from workers.studies.launch_checks import check_spec
 from workers.studies.ledger import Ledger, owner_is_alive_here, owner_is_dead, this_process
 from workers.studies.records import build_records, in_spec
-from workers.infra.settings import QUEUES, WorkerSettings
-from workers.studies.study_lock import LockKeeper
-from workers.infra.time_limits import trial_time_limit_s
-from workers.studies import repair
 from workers.studies.search import tell_outcome as tell
+from workers.studies.study_lock import LockKeeper
 from workers.tracking import Tracker, is_transient, outage_wait_s, trial_params
 
 #: How long a study lock holds unrenewed. A pass renews it every third of this (``LockKeeper``), so

@@ -28,7 +28,6 @@ from cbscore.data import DataConfig
 from cbscore.errors import DataError
 from workers.studies.ledger import Ledger, StorePin, host_id
 
-
 #: How a give-back for a store this host cannot use begins (the trial's note; the Studies page's banner).
 NO_STORE_PREFIX = "this host cannot use the token store"
 
@@ -58,9 +57,7 @@ def ready_store(ledger: Ledger, study: str, data: DataConfig) -> StorePin:
 
 def check_pinned(pin: StorePin, data: DataConfig) -> None:
     """The store at this host's folder for ``data`` is the pinned one and ready as it is."""
-    from cbscore.data.store import content_digest, reuse_problem
-
-    from cbscore.data.store import DAMAGED, prepare_command
+    from cbscore.data.store import DAMAGED, content_digest, prepare_command, reuse_problem
 
     path = data.store_path()
     problem = reuse_problem(data)

@@ -25,7 +25,7 @@ class LockKeeper:
             except Exception as exc:  # noqa: BLE001 - the database is briefly away: try again next period
                 print(f"cbs runner: renewing the lock of {self.study} failed: {exc}", flush=True)
 
-    def __enter__(self) -> "LockKeeper":
+    def __enter__(self) -> LockKeeper:
         self._thread.start()
         return self
 
