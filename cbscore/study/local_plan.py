@@ -189,13 +189,14 @@ def local_grid_tokens(spec: StudySpec) -> int:
 def stale_trials(records: Sequence[TrialRecord], now_s: float, *, stale_after_s: float,
                  max_attempts: int) -> tuple[list[str], list[str]]:
     """``(to run again, to fail)``: the trials lost or running with a heartbeat older than
-    ``stale_after_s`` seconds at ``now_s`` (their worker is gone); one below ``max_attempts`` runs again
+    ``stale_after_s`` seconds at ``now_s`` (their worker is gone); one whose attempts spent
+    (:attr:`TrialRecord.attempts_spent`) are below ``max_attempts`` runs again
     from its own checkpoint, the rest fail (as :func:`cbscore.study.planner.plan` triages)."""
     lost, fail = [], []
     for r in records:
         stale = r.status == "running" and r.heartbeat_s is not None and now_s - r.heartbeat_s > stale_after_s
         if stale or r.status == "lost":
-            (lost if r.attempt < max_attempts else fail).append(r.trial_id)
+            (lost if r.attempts_spent < max_attempts else fail).append(r.trial_id)
     return lost, fail
 
 

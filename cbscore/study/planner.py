@@ -187,9 +187,9 @@ class Planner:
         for i in sorted(self._live):
             r = self._records[i]
             if r.status == "running" and r.heartbeat_s is not None and now_s - r.heartbeat_s > stale_after_s:
-                (lost if r.attempt < max_attempts else fail).append(r.trial_id)
+                (lost if r.attempts_spent < max_attempts else fail).append(r.trial_id)
             elif r.status == "lost":
-                (lost if r.attempt < max_attempts else fail).append(r.trial_id)
+                (lost if r.attempts_spent < max_attempts else fail).append(r.trial_id)
         lost_set = frozenset(lost)
         if lost_set != self._lost:  # a record's key says whether it is lost
             self._lost = lost_set

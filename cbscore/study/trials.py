@@ -87,6 +87,13 @@ class TrialRecord:
     """``queued``, ``running``, ``lost`` or one of :data:`TERMINAL`."""
     attempt: int = 1
     """Attempt number (a re-enqueued lost trial is attempt 2, ...)."""
+    charged_attempts: int | None = None
+    """The attempts that count against the cap (``CBS_MAX_ATTEMPTS``) if the trial is lost now: each
+    earlier lost attempt that saved no checkpoint past the furthest one before it, plus the current
+    attempt unless it has saved one (``workers.studies.ledger.Lease.charged_if_lost``). A kill from
+    outside (a node gone, a chaos kill) after progress costs nothing; a trial that kills its own
+    worker (out of memory, a crash at one step) makes no progress and is failed at the cap.
+    ``None``: :attr:`attempt` (a record without a lease)."""
     steps_to_target: float | None = None
     """Interpolated optimizer step of the target crossing (reached trials)."""
     final_eval_loss: float | None = None
@@ -121,6 +128,11 @@ class TrialRecord:
     reused_from: str = ""
     """``study/run id`` of the finished trial this one's result was copied from (the same trainer
     config on the same store: ``workers.studies.reuse``); ``""`` = trained in this study."""
+
+    @property
+    def attempts_spent(self) -> int:
+        """What the attempt cap compares: :attr:`charged_attempts`, else :attr:`attempt`."""
+        return self.attempt if self.charged_attempts is None else self.charged_attempts
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
