@@ -4,15 +4,25 @@ The writes (launch, extend, retry, cancel, delete, one runner pass) live here; t
 their records, tables, status, fits, forecasts, workers, links) in :mod:`workers.query.reads`, and
 every public name of both is reachable as ``api.NAME``. Bad input raises
 :class:`~cbscore.errors.ConfigError` naming the field and the value, with nothing written.
+
+This is the app's one door into the workers (``tests/test_layers.py`` checks that the app imports
+no other workers module): the few constants, exceptions and helpers the pages and ``cbs study
+report`` need are re-exported here. Those whose module brings MLflow or the trial loop
+(:class:`StudyInFlight`, :data:`OUT_OF_ROOM_PREFIX`) are imported on first use, so importing the
+door stays as light as its reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cbscore.errors import ConfigError
 from cbscore.study import StudySpec, load_preset
+from workers.cli_processes import default_concurrency  # re-exported: `cbs up`'s trials at once
+from workers.infra.atomic_files import new_folder_beside, replace_folder  # re-exported: `cbs study report`
+from workers.infra.parse import as_float, as_int  # re-exported: the pages read the steps table's numbers
 from workers.query.reads import (  # re-exported: the pages and the CLI read them as api.NAME
     FIT_COLUMNS,
     TABLE_COLUMNS,
@@ -40,26 +50,42 @@ from workers.query.reads import (  # re-exported: the pages and the CLI read the
     trial_curve,
     worker_settings,
 )
+from workers.studies.local_warmup import warmup_blocker  # re-exported: the Local CBS page's launch button
+from workers.studies.stores import NO_STORE_PREFIX  # re-exported: the Studies page's waiting notices
+
+if TYPE_CHECKING:  # imported on first use by __getattr__ below (they bring MLflow, the trial loop)
+    from workers.studies.delete import StudyInFlight
+    from workers.trials.trial import OUT_OF_ROOM_PREFIX
 
 __all__ = [
     "FIT_COLUMNS",
+    "NO_STORE_PREFIX",
+    "OUT_OF_ROOM_PREFIX",
     "StudyStatus",
+    "StudyInFlight",
     "StudySummary",
     "TABLE_COLUMNS",
     "WorkerInfo",
     "advance_study",
     "alive_workers",
     "apply_forecast_from",
+    "as_float",
+    "as_int",
+    "build_records",
     "cancel_study",
     "cancel_trial",
+    "default_concurrency",
     "delete_study",
     "deletion_preview",
     "extend_study",
     "launch_local_warmup",
     "launch_study",
     "list_studies",
+    "load_service_password",
+    "new_folder_beside",
     "open_ledger",
     "open_tracker",
+    "replace_folder",
     "resolve_spec",
     "retry_study",
     "set_study_owner",
@@ -73,6 +99,7 @@ __all__ = [
     "study_parent",
     "study_records",
     "study_schedule_fit",
+    "study_schedule_table",
     "study_spec",
     "study_status",
     "study_table",
@@ -81,8 +108,22 @@ __all__ = [
     "tracking_ui_url",
     "trial_curve",
     "warm_up",
+    "warmup_blocker",
     "worker_settings",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The door's names whose modules are heavy, imported when first asked for (PEP 562)."""
+    if name == "StudyInFlight":  # the refusal of delete_study (its module brings MLflow)
+        from workers.studies import delete
+
+        return delete.StudyInFlight
+    if name == "OUT_OF_ROOM_PREFIX":  # a queued trial's note while its host is full (the trial loop's module)
+        from workers.trials import trial
+
+        return trial.OUT_OF_ROOM_PREFIX
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def resolve_spec(spec: StudySpec | Mapping | str) -> StudySpec:
@@ -253,3 +294,28 @@ def study_schedule_fit(name: str, *, bootstrap: int = 1000, seed: int = 0) -> di
     from workers.studies.schedule_fit import schedule_fit
 
     return schedule_fit(name, bootstrap=bootstrap, seed=seed)
+
+
+def study_schedule_table(name: str) -> list[dict]:
+    """A ``schedule`` study's steps table, every schedule's in one (``setting`` = ``{setting}.{schedule}``;
+    :func:`workers.studies.schedule_fit.schedule_table`): the CSV ``cbs fit`` reads."""
+    from workers.studies.schedule_fit import schedule_table
+
+    return schedule_table(name)
+
+
+def build_records(runs, leases: Mapping, tracker, *, with_history: bool | None = None) -> list:
+    """Records of trial runs a reader holds already, in trial-id order (``cbs study report``'s noise
+    rows; :func:`workers.studies.records.build_records`, whose module brings MLflow)."""
+    from workers.studies.records import build_records as build
+
+    return build(runs, leases, tracker, with_history=with_history)
+
+
+def load_service_password(env: MutableMapping[str, str] | None = None) -> None:
+    """The lab's MLflow service account password from ``CBS_TRACKING_PASSWORD_FILE`` into
+    ``MLFLOW_TRACKING_PASSWORD`` unless set (:func:`workers.tracking.load_service_password`; the web
+    app's MLflow proxy signs in with it)."""
+    from workers.tracking import load_service_password as load
+
+    load(env)
