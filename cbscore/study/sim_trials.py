@@ -217,11 +217,18 @@ class SimTrials:
     settings: dict[str, Setting] = field(default_factory=dict)
     draws: dict[tuple[str, int, float, int], float] = field(default_factory=dict)
     readings: dict[tuple, tuple[float, float] | None] = field(default_factory=dict)
+    # η*(B) by batch size and a trial's steps to the truth's loss by (setting, B, η, seed): read for
+    # every trial start, reading and curve, and the same numbers every time (spec, truth, config and
+    # draws are fixed), so each is worked out once.
+    optima: dict[int, float] = field(default_factory=dict, repr=False)
+    needs: dict[tuple[str, int, float, int], float | None] = field(default_factory=dict, repr=False)
 
     def lr_optimum(self, batch_size: int) -> float:
-        lrs = self.spec.search.lrs
-        ref = self.config.lr_optimum_ref or math.exp(float(np.mean(np.log(lrs))))
-        return ref * self.config.lr_optimum_factor(batch_size, self.spec.b_ref)
+        if batch_size not in self.optima:
+            lrs = self.spec.search.lrs
+            ref = self.config.lr_optimum_ref or math.exp(float(np.mean(np.log(lrs))))
+            self.optima[batch_size] = ref * self.config.lr_optimum_factor(batch_size, self.spec.b_ref)
+        return self.optima[batch_size]
 
     def noise(self, key: tuple[str, int, float, int]) -> float:
         """The noise factor of one trial (setting, B, η, seed): ``exp`` of its own draw, its seed ×
@@ -259,11 +266,12 @@ class SimTrials:
 
     def need(self, setting: Setting, batch_size: int, lr: float, seed: int) -> float | None:
         """Steps one trial needs to reach :data:`LOSS_AT_TRUTH` (``None``: it diverges)."""
-        m = self.multiplier(batch_size, lr)
-        if m is None:
-            return None
-        sid = setting.setting_id
-        return self.setting_scale(setting) * self.truth[sid].steps(batch_size) * m * self.noise((sid, batch_size, lr, seed))
+        key = (setting.setting_id, batch_size, lr, seed)
+        if key not in self.needs:
+            m = self.multiplier(batch_size, lr)
+            self.needs[key] = None if m is None else (
+                self.setting_scale(setting) * self.truth[key[0]].steps(batch_size) * m * self.noise(key))
+        return self.needs[key]
 
     def eval_noise(self, key: tuple, n: int) -> np.ndarray:
         """(n,) evaluation noise of one trial (nats), the same draws in the study and the grid."""
