@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from cbscore.study.budgets import RERUN_CAP_FACTOR, RERUN_TAG
 from cbscore.study.cell_done import cell_state, censored_bound, first_attempts, reruns, skipped
-from cbscore.study.cell_trials import cell_id, cell_recipe, make_trial, make_trial_id
+from cbscore.study.cell_trials import cell_id, cell_recipe, make_trial, make_trial_id, study_data
 from cbscore.study.crossings import best_neighbours, best_steps_by_seed
 from cbscore.study.plan_result import AskRequest, CellState
 from cbscore.study.rate_rules import rate_rule
@@ -107,6 +107,7 @@ class CellPlanner:
         self.role = self.rates.role
         self.stops = stop_rules(spec)
         self._recipe: tuple[float, tuple[float, ...]] | None = None
+        self._data = None
 
     @property
     def recipe(self) -> tuple[float, tuple[float, ...]]:
@@ -114,6 +115,13 @@ class CellPlanner:
         if self._recipe is None:
             self._recipe = cell_recipe(self.spec, self.setting, self.batch_size)
         return self._recipe
+
+    @property
+    def data(self):
+        """The spec's data config (:func:`cbscore.study.cell_trials.study_data`), read once."""
+        if self._data is None:
+            self._data = study_data(self.spec)
+        return self._data
 
     def cap(self, chain: ChainState, best: float | None) -> tuple[int | None, int | None]:
         """``(the cell's step cap, the cap of the best rate's neighbours)``: steps to target do not grow
@@ -249,12 +257,12 @@ class CellPlanner:
                     own_cap = cap_smaller if (seed, lr) in keep else cap
                     start.append(make_trial(spec, setting, batch_size=b, role=role, lr=lr, seed=seed,
                                             tag=lr_tag(lr), max_steps=own_cap, target_loss=cell_target,
-                                            recipe=self.recipe))
+                                            recipe=self.recipe, data=self.data))
         for r in rerun:
             if r.trial_id + "." + RERUN_TAG not in present:
                 larger = None if r.max_steps is None else int(math.ceil(RERUN_CAP_FACTOR * r.max_steps))
                 t = make_trial(spec, setting, batch_size=b, role=role, lr=r.lr, seed=r.seed, tag=lr_tag(r.lr),
                                max_steps=larger, target_loss=target, budget_factor=RERUN_CAP_FACTOR,
-                               recipe=self.recipe)
+                               recipe=self.recipe, data=self.data)
                 start.append(dataclasses.replace(t, trial_id=r.trial_id + "." + RERUN_TAG))
         return start

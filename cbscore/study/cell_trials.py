@@ -5,11 +5,15 @@ trial and its :class:`~cbscore.study.trials.TrialSpec`, with the budget of
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from cbscore.study.budgets import cell_budget_tokens
 from cbscore.study.plan_result import AskRequest
 from cbscore.study.spec import Setting, StudySpec
 from cbscore.study.trials import TrialRecord, TrialSpec
+
+if TYPE_CHECKING:
+    from cbscore.data import DataConfig
 
 
 def cell_id(setting_id: str, batch_size: int) -> str:
@@ -41,11 +45,22 @@ def cell_recipe(spec: StudySpec, setting: Setting, batch_size: int) -> tuple[flo
     return beta2, taus
 
 
+def study_data(spec: StudySpec) -> DataConfig:
+    """The spec's ``data`` as the trainer's :class:`~cbscore.data.DataConfig`, checked as
+    ``TrainConfig`` checks a dict of its fields (:meth:`DataConfig.from_dict`)."""
+    from cbscore.data import DataConfig
+
+    return DataConfig.from_dict(dict(spec.data))
+
+
 def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr: float, seed: int,
                        max_tokens: int, max_steps: int | None, target_loss: float | None,
-                       recipe: tuple[float, tuple[float, ...]] | None = None) -> dict:
+                       recipe: tuple[float, tuple[float, ...]] | None = None,
+                       data: DataConfig | None = None) -> dict:
     """The trainer's config of one trial, as ``TrainConfig.to_dict()`` (validated by the trainer);
-    ``recipe``: the cell's :func:`cell_recipe`, where the caller has it."""
+    ``recipe``: the cell's :func:`cell_recipe`, ``data``: the spec's :func:`study_data`, where the
+    caller has them (a frozen ``DataConfig`` is the same config as the dict it was read from, and
+    ``TrainConfig`` reads a dict again at every trial)."""
     from cbscore.train.config import TrainConfig
 
     beta2, taus = cell_recipe(spec, setting, batch_size) if recipe is None else recipe
@@ -76,7 +91,7 @@ def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr
         "grad_clip": spec.grad_clip,
         "target_loss": target_loss,
         "seed": seed,
-        "data": dict(spec.data),
+        "data": dict(spec.data) if data is None else data,
         "allow_repeat": spec.allow_repeat,
         "eval_windows": spec.eval_windows,
         "max_eval_fraction": spec.max_eval_fraction,
@@ -87,10 +102,10 @@ def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr
 def make_trial(spec: StudySpec, setting: Setting, *, batch_size: int, role: str, lr: float, seed: int,
                tag: str, max_steps: int | None, target_loss: float | None,
                search_number: int | None = None, budget_factor: float = 1.0,
-               recipe: tuple[float, tuple[float, ...]] | None = None) -> TrialSpec:
+               recipe: tuple[float, tuple[float, ...]] | None = None, data: DataConfig | None = None) -> TrialSpec:
     """The TrialSpec of one trial of a cell, its budget from :func:`cell_budget_tokens` (times
     ``budget_factor`` for a re-run below its step cap); ``recipe``: the cell's :func:`cell_recipe`,
-    where the caller has it."""
+    ``data``: the spec's :func:`study_data`, where the caller has them."""
     max_tokens = cell_budget_tokens(spec, setting, batch_size, role, max_steps)
     if budget_factor != 1.0 and not (batch_size > spec.b_ref and max_steps is not None):
         max_tokens = int(budget_factor * max_tokens)  # a re-run of a censored trial (its step cap grew already)
@@ -112,7 +127,7 @@ def make_trial(spec: StudySpec, setting: Setting, *, batch_size: int, role: str,
         search_number=search_number,
         train_config=build_train_config(spec, setting, batch_size=batch_size, lr=lr, seed=seed,
                                         max_tokens=max_tokens, max_steps=max_steps, target_loss=target_loss,
-                                        recipe=recipe),
+                                        recipe=recipe, data=data),
     )
 
 
