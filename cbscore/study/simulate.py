@@ -193,15 +193,21 @@ def _may_stop_far_rate(spec: StudySpec, records: Mapping[str, TrialRecord], runn
     conditions), so a wake where it fails would plan nothing new."""
     from cbscore.study.equal_tokens import loss_at_step
 
-    def evals(run: SimRun) -> tuple[Sequence[float], Sequence[float]]:
-        """A running trial's evaluations so far (as :func:`run_record` gives them)."""
-        n = bisect.bisect_right(run.curve[0], run.step_at(now))
-        return run.curve[0][:n], run.curve[1][:n]
+    read: dict[str, tuple[Sequence[float], Sequence[float]]] = {}
+
+    def evals(tid: str, run: SimRun) -> tuple[Sequence[float], Sequence[float]]:
+        """A running trial's evaluations so far (as :func:`run_record` gives them), read once per call
+        (each is compared with every other trial of its cell)."""
+        got = read.get(tid)
+        if got is None:
+            n = bisect.bisect_right(run.curve[0], run.step_at(now))
+            got = read[tid] = (run.curve[0][:n], run.curve[1][:n])
+        return got
 
     for tid, run in running.items():
         if run.spec.role != "trial" or not run.curve[0]:
             continue
-        steps, losses = evals(run)
+        steps, losses = evals(tid, run)
         if not steps or not math.isfinite(losses[-1]):
             continue
         t, level = steps[-1], losses[-1] - spec.far_rate_margin
@@ -213,7 +219,7 @@ def _may_stop_far_rate(spec: StudySpec, records: Mapping[str, TrialRecord], runn
                 if o.spec.seed != run.spec.seed:
                     continue
                 if o.curve[0]:
-                    o_steps, o_losses = evals(o)
+                    o_steps, o_losses = evals(other, o)
                 else:  # (a diverging or reference run: its record's evaluations)
                     rec = run_record(o, now)
                     o_steps, o_losses = rec.eval_steps, rec.eval_losses
