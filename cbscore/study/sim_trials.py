@@ -375,6 +375,17 @@ class SimTrials:
         return SimRun(t, now, budget, "censored", None, eval_every, batch_tokens, curve=curve)
 
 
+def run_evals(run: SimRun, now: float) -> int:
+    """What :func:`run_record` shows of a running trial's evaluations at ``now``: how many (a reference
+    run, a run with a curve), else the step of the last one."""
+    step = run.step_at(now)
+    if run.history[0]:
+        return bisect.bisect_right(run.history[0], step)
+    if run.curve[0]:
+        return bisect.bisect_right(run.curve[0], step)
+    return (int(step) // run.eval_every) * run.eval_every
+
+
 def run_record(run: SimRun, now: float, status: str | None = None, stopped_by: str = "") -> TrialRecord:
     """The record the planner sees of ``run`` at ``now`` (``status`` once it ended; ``stopped_by``: the
     rule that pruned it)."""

@@ -25,7 +25,7 @@ from cbscore.study.costs import pruned_tokens_by_rule
 from cbscore.study.planner import Planner
 from cbscore.study.sim_outcomes import setting_outcomes
 from cbscore.study.sim_report import SimulationReport, StudyOutcome, format_report
-from cbscore.study.sim_trials import LAB_NOISE, SimConfig, SimRun, SimTrials, run_record
+from cbscore.study.sim_trials import LAB_NOISE, SimConfig, SimRun, SimTrials, run_evals, run_record
 from cbscore.study.sim_truth import (
     PAPER_CHINCHILLA_LAW,
     PAPER_FIXED_D_LAW,
@@ -87,6 +87,11 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
     snapshot: list[TrialRecord] = []
     where: dict[str, int] = {}
     ended: list[str] = []
+    # The evaluations (run_evals) of each running trial's record in `snapshot`: a running trial with no
+    # evaluation since keeps that record. The new one would differ only in its steps, tokens and
+    # heartbeat, which the planner does not read of a running trial (cell_plan.record_key leaves them
+    # out; no heartbeat goes stale here), so it plans the same.
+    shown: dict[str, int] = {}
     for _ in range(100_000):
         if wake_only and not _may_stop_far_rate(spec, records, running, members, now):
             stopped_now = False
@@ -97,8 +102,11 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                 changed.append(where[tid])
             ended.clear()
             for tid, run in running.items():
-                snapshot[where[tid]] = run_record(run, now)
-                changed.append(where[tid])
+                seen = run_evals(run, now)
+                if shown.get(tid) != seen:
+                    shown[tid] = seen
+                    snapshot[where[tid]] = run_record(run, now)
+                    changed.append(where[tid])
             p = planner.plan(snapshot, now, stale_after_s=math.inf, changed=changed)
             stopped_now = False
             for tid, reason in p.stop:
