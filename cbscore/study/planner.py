@@ -52,6 +52,10 @@ __all__ = ["RERUN_CAP_FACTOR", "RERUN_TAG", "AskRequest", "CellState", "Plan", "
            "build_train_config", "cell_budget_tokens", "grid_tokens", "grid_trials", "plan"]
 
 
+#: A cell's centre not read yet (:meth:`Planner._row_centres`).
+_UNREAD = object()
+
+
 def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
          stale_after_s: float = 120.0, max_attempts: int = 3) -> Plan:
     """Decide what to run, stop, re-run or fail next. Pure: same inputs, same plan."""
@@ -113,7 +117,7 @@ class Planner:
         self._best_rates: dict[str, dict[int, float]] | None = None
         self._predicted: dict[str, dict[int, float | None]] = {}
         self._centres: dict[str, dict[int, float]] = {}
-        self._centres_row: dict[str, tuple[tuple, tuple]] = {}
+        self._centres_row: dict[str, tuple[tuple, list]] = {}
         # By ("predicted", setting id), ("centres", setting id): how often its predictions, its chained
         # centres moved.
         self._versions: dict[tuple[str, str], int] = {}
@@ -303,14 +307,14 @@ class Planner:
             known[batch_size] = cell_prediction(spec, setting_id, self._best_rates, batch_size)
         return known[batch_size]
 
-    def _row_centres(self, setting_id: str) -> tuple[float | None, ...]:
-        """:meth:`_centre` of each of the setting's cells, made again where its predictions or its
+    def _row_centres(self, setting_id: str) -> list:
+        """:meth:`_centre` of each of the setting's cells, :data:`_UNREAD` until a plan reads it (a cell
+        whose plan does not read its centre is not predicted), made again where its predictions or its
         chained centres moved."""
         key = (self._versions.get(("predicted", setting_id), 0), self._versions.get(("centres", setting_id), 0))
         last = self._centres_row.get(setting_id)
         if last is None or last[0] != key:
-            last = self._centres_row[setting_id] = (key, tuple(self._centre(setting_id, c.batch_size)
-                                                                for c in self._by_setting[setting_id]))
+            last = self._centres_row[setting_id] = (key, [_UNREAD] * len(self._by_setting[setting_id]))
         return last[1]
 
     def _plan_setting(self, row: list[_Cell], target: float | None, failed: bool, lost: frozenset,
@@ -325,31 +329,10 @@ class Planner:
         stopped_by: dict[str, str] = {}
         incomplete = False
         chain = ChainState()
-        for i, (c, centre) in enumerate(zip(row, self._row_centres(row[0].setting_id))):
-            if i < first:
-                out = c.out
-                cells.append(out.cell)
-                chain = out.chain
-                if not out.skipped:
-                    start.extend(out.start)
-                    asks.extend(out.ask)
-                    stop.extend(out.stop)
-                    stopped_by.update(out.stopped_by)
-                    incomplete = incomplete or out.incomplete
-                continue
-            inputs = CellInputs(target, chain, failed, centre)
-            if c.out is not None and c.inputs != inputs and c.inputs[:3] == inputs[:3]:
-                if not c.out.reads_centre(c.planner.rates):
-                    c.inputs = inputs  # only the centre moved, and nothing reads it
-            if c.out is None or c.inputs != inputs:
-                c.inputs, c.out = inputs, c.planner.plan(c.recs, inputs, lost)
-                c.crossed = _running_crossed(c.recs, target)
-            elif c.evals_only:
-                crossed = _running_crossed(c.recs, target)
-                c.out = (c.planner.restop(c.recs, inputs, lost, c.out) if not (crossed or c.crossed)
-                         else c.planner.plan(c.recs, inputs, lost))
-                c.crossed = crossed
-            c.evals_only = False
+        centres = self._row_centres(row[0].setting_id)
+        for i, c in enumerate(row):
+            if i >= first:
+                self._update_cell(c, centres, i, target, chain, failed, lost)
             out = c.out
             cells.append(out.cell)
             chain = out.chain
@@ -361,6 +344,36 @@ class Planner:
             stopped_by.update(out.stopped_by)
             incomplete = incomplete or out.incomplete
         return tuple(cells), tuple(start), tuple(asks), tuple(stop), incomplete, stopped_by
+
+    def _update_cell(self, c: _Cell, centres: list, i: int, target: float | None, chain: ChainState, failed: bool,
+                     lost: frozenset) -> None:
+        """Bring the plan of cell ``c`` (the ``i``-th of its setting) up to date with its records and
+        inputs: planned again where they changed, only its status counts and stops read again where
+        only its trials that have not ended moved and none crossed (:meth:`CellPlanner.restop`)."""
+        if c.out is None or c.inputs[:3] != (target, chain, failed) or c.out.reads_centre(c.planner.rates):
+            inputs = CellInputs(target, chain, failed, self._read_centre(centres, i, c))
+            if c.out is None or c.inputs != inputs:
+                c.inputs, c.out = inputs, c.planner.plan(c.recs, inputs, lost)
+                c.crossed = _running_crossed(c.recs, target)
+                c.evals_only = False
+                return
+        # (Else nothing of the plan reads the centre, whatever it is now: the plan stands, and its
+        # inputs keep the centre it was made under; the centre is read where the cell plans afresh.)
+        if c.evals_only:
+            crossed = _running_crossed(c.recs, target)
+            if crossed or c.crossed:
+                c.inputs = CellInputs(target, chain, failed, self._read_centre(centres, i, c))
+                c.out = c.planner.plan(c.recs, c.inputs, lost)
+            else:
+                c.out = c.planner.restop(c.recs, c.inputs, lost, c.out)  # (it reads the target and the chain)
+            c.crossed = crossed
+        c.evals_only = False
+
+    def _read_centre(self, centres: list, i: int, c: _Cell) -> float | None:
+        """The centre of cell ``c``, the ``i``-th of its setting's ``centres`` (:meth:`_row_centres`)."""
+        if centres[i] is _UNREAD:
+            centres[i] = self._centre(c.setting_id, c.batch_size)
+        return centres[i]
 
 
 def _running_crossed(recs: Sequence[TrialRecord], target: float | None) -> bool:
