@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from cbscore.study.budgets import RERUN_CAP_FACTOR, RERUN_TAG
@@ -79,6 +79,10 @@ class CellPlan:
     """A grid cell's rates, as planned."""
     ordered: bool = False
     """It starts first attempts, in its rate rule's order (which may read the centre)."""
+    read: dict = field(default_factory=dict, compare=False, repr=False)
+    """What the stop rules read off the cell's crossings (``seed_best``, ``keep``), kept for
+    :meth:`CellPlanner.restop`: while only trials that have not ended move and none crosses, no
+    crossing moves (this plan and the plans restop makes from it share it)."""
 
     def reads_centre(self, rule) -> bool:
         """Whether the plan reads its inputs' centre: under a rule that reads it only to order the
@@ -174,6 +178,7 @@ class CellPlanner:
         counts: dict[str, int] = {}
         for r in recs:
             counts[r.status] = counts.get(r.status, 0) + 1
+        read = {"seed_best": seed_best}
         start: list[TrialSpec] = []
         asks: list[AskRequest] = []
         stop: tuple[tuple[str, str], ...] = ()
@@ -188,7 +193,7 @@ class CellPlanner:
                     asks.append(AskRequest(cell_id=self.cell_id, setting_id=setting.setting_id, batch_size=b,
                                            role=role, count=count, first_number=len(recs), max_steps=cap,
                                            target_loss=cell_target))
-            stop = self._stops(recs, target, seed_best, best, rates if grid else (), chain, cap, lost)
+            stop = self._stops(recs, target, seed_best, best, rates if grid else (), chain, cap, lost, read)
         state, resolved = cell_state(role, complete, first_done, best, target, released)
         cell = CellState(cell_id=self.cell_id, setting_id=setting.setting_id, batch_size=b, role=role, state=state,
                          n_trials=n_cell, counts=counts, steps_to_target=best, max_steps=cap,
@@ -197,7 +202,7 @@ class CellPlanner:
                         stopped_by=stop, incomplete=not complete and not inputs.setting_failed,
                         chain=ChainState(resolved, best if best is not None else chain.best_steps, at_least),
                         released=released, rates=rates if grid else (),
-                        ordered=any(not t.trial_id.endswith("." + RERUN_TAG) for t in start))
+                        ordered=any(not t.trial_id.endswith("." + RERUN_TAG) for t in start), read=read)
 
     def restop(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset, last: CellPlan) -> CellPlan:
         """The plan of the cell when, since ``last`` (made under the same ``inputs``), only its trials
@@ -212,30 +217,40 @@ class CellPlanner:
             last, cell=dataclasses.replace(last.cell, counts=counts))
         stop: tuple[tuple[str, str], ...] = ()
         if last.released and self.role == "trial" and any(r.status == "running" for r in recs):
-            target, chain = inputs.target, inputs.chain
-            seed_best = best_steps_by_seed(recs, target)
+            target, chain, read = inputs.target, inputs.chain, last.read
+            # Every crossing is an ended trial's, unchanged since `last`: its seeds' bests and the
+            # rates next to them as they were.
+            if "seed_best" not in read:
+                read["seed_best"] = best_steps_by_seed(recs, target)
+            seed_best = read["seed_best"]
             best = min(seed_best.values()) if seed_best else None
-            stop = self._stops(recs, target, seed_best, best, last.rates, chain, self.cap(chain, best)[0], lost)
+            stop = self._stops(recs, target, seed_best, best, last.rates, chain, self.cap(chain, best)[0], lost,
+                               read)
         if stop == last.stopped_by:
             return out
         return dataclasses.replace(out, stop=tuple((tid, "pruned") for tid, _ in stop), stopped_by=stop)
 
     def _stops(self, recs: Sequence[TrialRecord], target: float | None, seed_best: dict[int, float],
                best: float | None, rates: Sequence[float], chain: ChainState, cap: int | None,
-               lost: frozenset) -> tuple[tuple[str, str], ...]:
+               lost: frozenset, read: dict | None = None) -> tuple[tuple[str, str], ...]:
         """``(trial id, rule)`` of each running trial of a released cell that a stop rule stops now, the
-        rules judging in turn (:func:`cbscore.study.stop_rules.stop_rules`)."""
+        rules judging in turn (:func:`cbscore.study.stop_rules.stop_rules`); ``read``: the plan's
+        :attr:`CellPlan.read`, where its best rates' neighbours (``keep``) are kept."""
         if self.role != "trial" or not any(r.status == "running" for r in recs):
             return ()
         running = RunningCell(spec=self.spec, setting=self.setting, batch_size=self.batch_size, recs=recs,
                               target=target, seed_best=seed_best, best=best, rates=rates,
                               prev_best=chain.best_steps, cap=cap, lost=lost)
+        if read is not None and "keep" in read:
+            running.__dict__["keep"] = read["keep"]  # (the cached property, as read before)
         stop: list[tuple[str, str]] = []
         stopping: set[str] = set()
         for rule in self.stops:
             for tid in rule.stops(running, stopping):
                 stop.append((tid, rule.rule))
                 stopping.add(tid)
+        if read is not None and "keep" in running.__dict__:
+            read["keep"] = running.__dict__["keep"]
         return tuple(stop)
 
     def _grid_trials(self, recs: Sequence[TrialRecord], present: set[str], rates: Sequence[float],
