@@ -32,11 +32,26 @@ def record_crossing(record: TrialRecord, target: float) -> float | None:
     crossing = _CROSSINGS.get(key, _UNREAD)
     if crossing is not _UNREAD:
         return crossing
-    crossing = first_crossing(record.eval_steps, record.eval_losses, target)
+    crossing = None if _never_at_target(record, target) else first_crossing(record.eval_steps, record.eval_losses, target)
     if len(_CROSSINGS) >= 100_000:
         _CROSSINGS.clear()
     _CROSSINGS[key] = crossing
     return crossing
+
+
+def _never_at_target(record: TrialRecord, target: float) -> bool:
+    """Whether none of ``record``'s evaluations is a finite loss at or below ``target``: then
+    :func:`cbscore.analysis.first_crossing` finds no crossing (its step 1), which is read here
+    without the copies it makes of the evaluations (a running trial's are read again at each new
+    one). Only float losses at int or float steps against a finite float target, as many steps as
+    losses; anything else goes to ``first_crossing`` as it is (it checks and converts them)."""
+    steps, losses = record.eval_steps, record.eval_losses
+    if type(target) is not float or not math.isfinite(target) or len(losses) != len(steps):
+        return False
+    for v in losses:
+        if type(v) is not float or v <= target:
+            return False
+    return all(type(s) is float or type(s) is int for s in steps)
 
 
 def best_steps_by_seed(recs: Iterable[TrialRecord], target: float | None) -> dict[int, float]:

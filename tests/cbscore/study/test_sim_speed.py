@@ -1,0 +1,63 @@
+"""Issue 40's speed-ups of the simulator and the planner read what they read before: each is the
+same answer by another road (byte-identical plans are checked on simulated studies in
+test_simulate.py; these hold the shortcuts to their long way on the cases that road skips)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from cbscore.analysis import first_crossing
+from cbscore.study.crossings import record_crossing
+from cbscore.study.trials import TrialRecord
+
+_IDS = iter(range(10**9))
+
+
+def _record(steps, losses, status="running") -> TrialRecord:
+    return TrialRecord(trial_id=f"speed.{next(_IDS)}", cell_id="c", setting_id="s", role="trial", batch_size=8,
+                       lr=0.01, status=status, eval_steps=tuple(steps), eval_losses=tuple(losses))
+
+
+def _long_way(steps, losses, target):
+    try:
+        return first_crossing(steps, losses, target)
+    except (TypeError, ValueError) as exc:
+        return type(exc)
+
+
+def _short_way(record, target):
+    try:
+        return record_crossing(record, target)
+    except (TypeError, ValueError) as exc:
+        return type(exc)
+
+
+@pytest.mark.parametrize("losses", [
+    (4.0, 3.5, 3.2), (4.0, math.nan, 3.2), (4.0, math.inf, 3.1), (4.0, -math.inf, 3.5), (3.0,), (4.0, 2.9),
+    (4.0, 3.0), (4.0, 3.2, 2.95, 3.3), (4, 3, 3.5), (4.0, "2.5"), (4.0, "3.5"),
+])
+@pytest.mark.parametrize("target", [3.0, 3, math.inf, math.nan])
+def test_a_crossing_is_read_as_first_crossing_reads_it(losses, target):
+    steps = tuple(10.0 * (i + 1) for i in range(len(losses)))
+    assert _short_way(_record(steps, losses), target) == _long_way(steps, losses, target)
+
+
+def test_steps_and_losses_of_other_kinds_or_lengths_go_the_long_way():
+    for steps, losses in [((10, 20), (4.0, 3.5)), ((10.0, "x"), (4.0, 3.5)), ((10.0,), (4.0, 3.5)),
+                          ((10.0, 20.0), (4.0, 2.0)), ((True, 20.0), (4.0, 3.5))]:
+        assert _short_way(_record(steps, losses), 3.0) == _long_way(steps, losses, 3.0)
+
+
+def test_random_histories_cross_where_first_crossing_says():
+    rng = random.Random(40)
+    for _ in range(2000):
+        n = rng.randint(1, 12)
+        steps = sorted(rng.sample(range(1, 500), n))
+        losses = [rng.choice([rng.uniform(2.5, 4.0), math.nan, math.inf]) if rng.random() < 0.1
+                  else rng.uniform(2.8, 4.0) for _ in range(n)]
+        target = rng.uniform(2.7, 3.3)
+        assert _short_way(_record([float(s) for s in steps], losses), target) == \
+            _long_way([float(s) for s in steps], losses, target)
