@@ -92,6 +92,11 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
     # heartbeat, which the planner does not read of a running trial (cell_plan.record_key leaves them
     # out; no heartbeat goes stale here), so it plans the same.
     shown: dict[str, int] = {}
+    # Each running trial's wakes that do not move with time: (its seed's best in its cell, the prune
+    # margin's wake) and (that best, its first evaluation judged at equal tokens).
+    prune_at: dict[str, tuple[float, float | None]] = {}
+    far_from: dict[str, tuple[float | None, int]] = {}
+    equal_tokens, prune_equal = spec.compares_at_equal_tokens, spec.experimental.prune_at_equal_tokens
     for _ in range(100_000):
         if wake_only and not _may_stop_far_rate(spec, records, running, members, now):
             stopped_now = False
@@ -140,31 +145,39 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                 break
         # Pruning happens at evaluations: wake up at each running trial's first evaluation past
         # (1 + margin)·best of its seed in its cell, where a best is known (`best`, kept as trials end).
-        for run in running.values():
+        # (Each trial's wake is worked out once per best: `prune_at`.)
+        for tid, run in running.items():
             b = best.get((run.spec.cell_id, run.spec.seed))
             if b is None or run.spec.role != "trial":
                 continue
-            limit = (1 + spec.prune_margin) * b
-            k = math.floor(limit / run.eval_every) + 1
-            at = run.start + k * run.eval_every * run.batch_tokens
-            if k * run.eval_every <= run.steps and at > now:
-                heapq.heappush(events, (at, 0))
-        if spec.compares_at_equal_tokens:
+            wake = prune_at.get(tid)
+            if wake is None or wake[0] != b:
+                limit = (1 + spec.prune_margin) * b
+                k = math.floor(limit / run.eval_every) + 1
+                wake = prune_at[tid] = (b, run.start + k * run.eval_every * run.batch_tokens
+                                        if k * run.eval_every <= run.steps else None)
+            if wake[1] is not None and wake[1] > now:
+                heapq.heappush(events, (wake[1], 0))
+        if equal_tokens:
             # Stopping at equal tokens is decided at evaluations: wake at every EQUAL_TOKEN_WAKE-th
             # evaluation of each running trial (each wake re-plans the study: every one is slow).
             # stop_far_rates alone judges a trial only from far_rate_fraction of its cell's expected
-            # steps (the best crossing, else its planned steps, as cell_plan reads them): no wake before.
-            for run in running.values():
+            # steps (the best crossing, else its planned steps, as cell_plan reads them): no wake before
+            # (its first evaluation then is worked out once per best: `far_from`).
+            for tid, run in running.items():
                 if run.spec.role != "trial":
                     continue
                 k = (math.floor(run.step_at(now) / run.eval_every) // EQUAL_TOKEN_WAKE + 1) * EQUAL_TOKEN_WAKE
-                if not spec.experimental.prune_at_equal_tokens:
+                if not prune_equal:
                     b = best.get((run.spec.cell_id, run.spec.seed))
-                    planned = run.spec.max_tokens // run.batch_tokens
-                    if run.spec.max_steps is not None:
-                        planned = min(planned, run.spec.max_steps)
-                    expected = b if b is not None else planned / (1 + spec.budget_margin)
-                    k = max(k, math.ceil(spec.far_rate_fraction * expected / run.eval_every))
+                    first = far_from.get(tid)
+                    if first is None or first[0] != b:
+                        planned = run.spec.max_tokens // run.batch_tokens
+                        if run.spec.max_steps is not None:
+                            planned = min(planned, run.spec.max_steps)
+                        expected = b if b is not None else planned / (1 + spec.budget_margin)
+                        first = far_from[tid] = (b, math.ceil(spec.far_rate_fraction * expected / run.eval_every))
+                    k = max(k, first[1])
                 at = run.start + k * run.eval_every * run.batch_tokens
                 if k * run.eval_every <= run.steps and at > now:
                     heapq.heappush(events, (at, 1))
@@ -175,7 +188,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
             kind = min(kind, heapq.heappop(events)[1])
         # (A plan that stopped trials was made on the records from before the stops: the next one may
         # start a re-run, or a rate past an edge, as the runner's next pass would.)
-        wake_only = kind == 1 and not spec.experimental.prune_at_equal_tokens and not stopped_now
+        wake_only = kind == 1 and not prune_equal and not stopped_now
         for tid in [k for k, r in running.items() if r.end() <= now + 1e-9]:
             run = running.pop(tid)
             wake_only = False
