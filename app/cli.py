@@ -215,7 +215,7 @@ def up_workers(workers: int | None) -> int:
     if workers is None:
         if not os.environ.get("CBS_WORKER_CONCURRENCY"):
             return max(1, min(MAX_DEFAULT_WORKERS, os.cpu_count() or 1))
-        from workers.cli_processes import default_concurrency
+        from workers.query.api import default_concurrency
 
         return default_concurrency()
     if isinstance(workers, bool) or workers < 1:

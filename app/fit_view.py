@@ -15,7 +15,7 @@ from typing import Any
 
 from app.charts import PowerLaw, ScalingPoint, SettingCurve, StepsPoint
 from cbscore.analysis import PAPER_EXPONENT_CHINCHILLA, PAPER_EXPONENT_D, PAPER_EXPONENT_N
-from workers.infra.parse import as_float
+from workers.query.api import as_float
 
 #: N on the scaling charts is in millions of non-embedding parameters (the paper's unit).
 N_UNIT = 1e6

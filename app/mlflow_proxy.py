@@ -78,7 +78,7 @@ NOT_SIGNED_IN = ("<!doctype html><title>CBS Lab</title><p>Sign in to CBS Lab to 
 
 def service_account() -> tuple[str, str] | None:
     """The lab's MLflow service account from this process's environment, or ``None``."""
-    from workers.tracking import load_service_password
+    from workers.query.api import load_service_password
 
     load_service_password()
     user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")

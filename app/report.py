@@ -28,8 +28,7 @@ from pathlib import Path
 from cbscore.cli.fit import format_analysis
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study.lr_predict import allowed_rates
-from workers.infra.atomic_files import new_folder_beside, replace_folder
-from workers.infra.parse import as_int
+from workers.query.api import as_int, new_folder_beside, replace_folder
 
 
 def _csv_text(rows: list[dict], columns: tuple[str, ...]) -> str:
@@ -97,14 +96,13 @@ def noise_rows(name: str) -> list[dict]:
     """Every ended trial's ``gns/g2``, ``gns/trace_sigma`` and ``gns/b_simple`` by step (MLflow)."""
     from cbscore.study import TERMINAL
     from workers.query import api
-    from workers.studies.records import build_records
 
     tracker = api.open_tracker()
     parent = api.study_parent(tracker, name)
     runs = {r.info.run_id: r for r in tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)}
     context = as_int(parent.data.params.get("context_tokens")) or 0
     rows = []
-    for rec in build_records(list(runs.values()), api.open_ledger().leases(name), tracker, with_history=False):
+    for rec in api.build_records(list(runs.values()), api.open_ledger().leases(name), tracker, with_history=False):
         run = runs.get(rec.run_id)
         if rec.status not in TERMINAL or run is None or "gns/b_simple" not in run.data.metrics:
             continue
@@ -198,9 +196,7 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
     spec = api.study_spec(name)
     status = api.study_status(name)
     if spec.kind == "schedule":  # one steps table per schedule, read off the decayed runs (issue 45)
-        from workers.studies.schedule_fit import schedule_table
-
-        full = schedule_table(name)
+        full = api.study_schedule_table(name)
     else:
         full = api.study_table(name)
     if not full:
@@ -221,9 +217,8 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
         (tmp / "fit.txt").write_text(format_analysis(table) + "\n")
         if spec.kind == "schedule":  # `cbs study fit`'s per-schedule readout, WSD's E(S) fits with it
             from cbscore.study.decay_readout import format_schedule
-            from workers.studies.schedule_fit import schedule_fit
 
-            readout = schedule_fit(name)
+            readout = api.study_schedule_fit(name)
             (tmp / "schedules.json").write_text(json.dumps(readout, indent=2, allow_nan=False) + "\n")
             (tmp / "schedules.txt").write_text(format_schedule(readout) + "\n")
         (tmp / "spec.yaml").write_text(spec.to_yaml())

@@ -105,8 +105,7 @@ def waiting_notices(records: Sequence) -> list[str]:
     study's token store (they go to a host that can; the operator must mount it or set
     ``CBS_STORE_DIR``). Each names how many trials wait and the first one's note (the path and the
     setting to fix). Neither costs a trial an attempt (:meth:`workers.trials.trial.Attempt.give_back`)."""
-    from workers.studies.stores import NO_STORE_PREFIX
-    from workers.trials.trial import OUT_OF_ROOM_PREFIX
+    from workers.query.api import NO_STORE_PREFIX, OUT_OF_ROOM_PREFIX
 
     queued = [r for r in records if r.status == "queued" and r.note]
     out = []

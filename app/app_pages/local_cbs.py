@@ -38,7 +38,7 @@ with st.expander("The two rules, and what ε decides"):
 def _schedule(name: str, fit: dict) -> None:
     """The warm-up run against its controls: the button that launches them (disabled, with the
     reason, until the curve is fitted), then their readout (Merrill et al. 2025, Table 1)."""
-    from workers.studies.local_warmup import warmup_blocker
+    from workers.query.api import warmup_blocker
 
     st.subheader("The warm-up against its controls")
     if fit.get("arms") is None:

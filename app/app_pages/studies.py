@@ -269,7 +269,7 @@ def _delete(name: str) -> None:
     if (st.button("Delete the study", type="primary", key="studies.delete_go", icon=":material/delete_forever:",
                   disabled=typed.strip() != name)
             and _may_change(name, f"delete the study {name}")):
-        from workers.studies.delete import StudyInFlight
+        from workers.query.api import StudyInFlight
 
         with failures.shown_as_message("deleting the study"):
             try:
