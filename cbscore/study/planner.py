@@ -279,6 +279,8 @@ class Planner:
         first = self._best_rates is None
         moved: set[str] = set(self._by_setting) if first else set()
         for c in self._cells.values() if first else changed:
+            if c.evals_only and c.best is not None:
+                continue  # (only trials that have not ended moved: its best reads ended first attempts alone)
             best = (cell_best_rate(spec, c.batch_size, c.recs) if c.recs else None,)
             if best != c.best:
                 moved.add(c.setting_id)
