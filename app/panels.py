@@ -168,8 +168,8 @@ def analyze(rows: list[dict], b_ref: int, overhead: float):
 def _analyze(key: str, b_ref: int, overhead: float, skipped: tuple[tuple[str, tuple[int, ...]], ...], study: str,
              *, _rows: list[dict]):
     if study:  # a study's table: the fit the lab keeps for it (computed once per table, on any host)
-        return sources.call("study_table_fit", study, _rows, b_ref=b_ref, overhead=overhead, bootstrap=BOOTSTRAP,
-                            seed=0, skipped=dict(skipped))
+        return sources.study_table_fit(study, _rows, b_ref=b_ref, overhead=overhead, bootstrap=BOOTSTRAP,
+                                       seed=0, skipped=dict(skipped))
     from cbscore.analysis import analyze_table
 
     return analyze_table(_rows, b_ref=b_ref, overhead=overhead, bootstrap=BOOTSTRAP, seed=0, skipped=dict(skipped))

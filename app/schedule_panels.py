@@ -23,7 +23,7 @@ def is_schedule(name: str) -> bool:
 @st.cache_data(ttl=sources.SLOW_TTL_S, max_entries=8, show_spinner=False)
 def readout(name: str) -> dict:
     """``cbs study fit NAME --json`` of a schedule study, with the pages' bootstrap."""
-    return dict(sources.call("study_schedule_fit", name, bootstrap=panels.BOOTSTRAP))
+    return dict(sources.study_schedule_fit(name, bootstrap=panels.BOOTSTRAP))
 
 
 def _readout(name: str) -> dict:

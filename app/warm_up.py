@@ -33,7 +33,7 @@ def warm() -> float:
 
     started = time.perf_counter()
     try:
-        sources.api().warm_up()
+        sources.warm_up()
     except Exception as exc:  # a store down at start: the pages show the outage; the log says it once
         reason = " ".join(masked(clipped(f"{type(exc).__name__}: {exc}")).split())  # one line
         print(f"{STOPPED_LINE} after {time.perf_counter() - started:.1f} s ({reason}); the first page that "

@@ -423,7 +423,7 @@ def _forecast_from(spec):
     noise-scale forecast (``workers.studies.forecast``), said in the Preview; an unknown study is an error."""
     if spec.forecast_from is None:
         return spec
-    spec, chosen = sources.call("apply_forecast_from", spec)
+    spec, chosen = sources.apply_forecast_from(spec)
     st.info(f"**forecast_from `{chosen.source}`** — {chosen.describe()}. The Preview below plans these batch "
             "sizes: from B_ref/4 to past 4× the largest calibrated B_noise, where the S(B) fit needs points.",
             icon=":material/insights:")
@@ -605,7 +605,7 @@ if preview or launch or st.session_state.get(K + "previewed"):
                 user = auth.current_user()
                 if est.over_limit:
                     auth.check_force(user)  # only an admin launches past the sanity limits
-                name = sources.call("launch_study", spec, force=force and auth.is_admin(user), owner=user)
+                name = sources.launch_study(spec, force=force and auth.is_admin(user), owner=user)
                 sources.refresh()
                 st.session_state["studies.selected"] = name
                 st.switch_page("app_pages/studies.py", query_params={"study": name})

@@ -52,7 +52,7 @@ def _schedule(name: str, fit: dict) -> None:
             st.caption(f"Not yet: {blocker}")
         if clicked and _may_change(name):
             with failures.shown_as_message("launching the schedule"):
-                _, changes = sources.call("launch_local_warmup", name, author=auth.current_user())
+                _, changes = sources.launch_local_warmup(name, author=auth.current_user())
                 sources.refresh()
                 st.success("Launched: " + "; ".join(changes))
         return
@@ -72,7 +72,7 @@ def _schedule(name: str, fit: dict) -> None:
 def _may_change(name: str) -> bool:
     """Only the study's owner or an admin may add trials to it (app/auth.py)."""
     try:
-        auth.check_change(auth.current_user(), sources.call("study_owner", name), f"launch the schedule of {name}")
+        auth.check_change(auth.current_user(), sources.study_owner(name), f"launch the schedule of {name}")
     except auth.NotAllowed as exc:
         st.error(str(exc), icon=":material/block:")
         return False

@@ -135,7 +135,7 @@ def _running_trial(spec, record, target: float | None, link: str | None) -> None
     gns_panels.noise_scale_chart(record, spec.context_tokens, curve)
     if (st.button("Cancel this trial", key=f"studies.cancel.{record.trial_id}", icon=":material/stop_circle:")
             and _may_cancel(spec.name, f"trial {record.trial_id}")):
-        sources.call("cancel_trial", record.trial_id)
+        sources.cancel_trial(record.trial_id)
         sources.refresh()
         st.toast(f"Stopping {record.trial_id}", icon=":material/stop_circle:")
 
@@ -208,7 +208,7 @@ def _may_change(study: str, what: str) -> bool:
 
 def _allowed(check, study: str, what: str) -> bool:
     try:
-        check(auth.current_user(), sources.call("study_owner", study), what)
+        check(auth.current_user(), sources.study_owner(study), what)
     except auth.NotAllowed as exc:
         st.error(str(exc), icon=":material/block:")
         return False
@@ -221,7 +221,7 @@ def _grow(name: str) -> None:
 
     from cbscore.study.extend import EXTENSIBLE
 
-    spec = sources.call("study_spec", name)
+    spec = sources.study_spec(name)
     current = {k: v for k, v in spec.to_dict().items() if k in ("batch_sizes", "seeds")}
     if spec.search.kind == "grid":  # not runs_rates: an extension adds rates to a grid only (cbscore.study.extend)
         current["search"] = {"lrs": list(spec.search.lrs)}
@@ -233,7 +233,7 @@ def _grow(name: str) -> None:
     if st.button("Extend the study", type="primary", key="studies.extend_go") and \
             _may_change(name, f"extend the study {name}"):
         with failures.shown_as_message("extending the study"):
-            _, changes = sources.call("extend_study", name, patch, author=auth.current_user())
+            _, changes = sources.extend_study(name, patch, author=auth.current_user())
             sources.refresh()
             st.success("Extended: " + "; ".join(changes))
     st.divider()
@@ -247,8 +247,8 @@ def _grow(name: str) -> None:
     censored = cols[0].button("Retry censored cells", key="studies.retry_censored")
     if (failed or censored) and _may_change(name, f"run trials of {name} again"):
         with failures.shown_as_message("retrying"):
-            started = sources.call("retry_study", name, failed=failed, censored=censored, budget_factor=factor,
-                                   author=auth.current_user())
+            started = sources.retry_study(name, failed=failed, censored=censored, budget_factor=factor,
+                                          author=auth.current_user())
             sources.refresh()
             if started:
                 st.success(f"{len(started)} trial(s) run again: " + ", ".join(f"`{t}`" for t in started))
@@ -273,7 +273,7 @@ def _delete(name: str) -> None:
 
         with failures.shown_as_message("deleting the study"):
             try:
-                report = sources.call("delete_study", name)
+                report = sources.delete_study(name)
             except StudyInFlight as exc:
                 st.error(f"{name} has {len(exc.trial_ids)} trial(s) queued or running, so it was not deleted: "
                          "cancel it first (Cancel…) and delete it once they have stopped.", icon=":material/block:")
@@ -314,14 +314,14 @@ def actions(name: str) -> None:
         st.markdown(f"Stop every unfinished trial of **{name}** and end the study?")
         if (st.button("Cancel the study", type="primary", key="studies.cancel_study")
                 and _may_cancel(name, f"the study {name}")):
-            n = sources.call("cancel_study", name)
+            n = sources.cancel_study(name)
             sources.refresh()
             st.success(f"Cancelled {name}: {n} unfinished trial(s) stopped.")
         records = [r for r in sources.records(name) if r.status in ("queued", "running")]
         if records:
             trial = st.selectbox("…or one trial", [r.trial_id for r in records], key="studies.cancel_pick")
             if st.button("Cancel this trial", key="studies.cancel_one") and _may_cancel(name, f"trial {trial}"):
-                outcome = sources.call("cancel_trial", trial)
+                outcome = sources.cancel_trial(trial)
                 sources.refresh()
                 st.success(f"{trial}: {outcome}.")
 
