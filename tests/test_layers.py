@@ -5,6 +5,9 @@ a function. A module can also be reached by name: ``importlib.import_module("wor
 ``__import__("app.cli")``, or a dotted name kept in a constant and imported later (the old
 ``cbs`` entry point in ``cbscore.cli`` did that). This test counts all of them as arrows and fails
 on any that runs up a layer. :mod:`cbs` (the command line) sits above the three layers.
+
+The app has one door into the workers, their public API :mod:`workers.query.api`: no app module
+reaches another workers module, by any of those ways.
 """
 
 from __future__ import annotations
@@ -136,3 +139,63 @@ def test_the_cbs_command_is_the_entry_point_above_the_layers():
     # each layer's commands, lowest layer first
     assert commands.index("fit") < commands.index("study") < commands.index("web")
     assert {"data", "train", "fit", "theory", "worker", "study", "tracking", "web", "up"} <= set(commands)
+
+
+#: The one workers module the app may import: the workers' public API (issue 43, "a typed door").
+DOOR = "workers.query.api"
+
+
+def past_the_door(source: str, module: str, known: set[str]) -> list[str]:
+    """The arrows of app module ``module`` into a workers module other than :data:`DOOR`, in words:
+    import statements anywhere (``from workers.query import api`` names the door, ``from
+    workers.query import reads`` does not), importing calls with a literal name and dotted names
+    kept as strings (:func:`arrows`)."""
+    tree = ast.parse(source)
+    out = [(line, how, target) for line, how, target in arrows(source, module, known) if how != "import"]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, "import", a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            for a in node.names:  # a submodule imported by name is the module reached
+                sub = f"{node.module}.{a.name}"
+                out.append((node.lineno, "import", sub if sub in known else node.module))
+    return [f"{module}:{line} {how} {target}" for line, how, target in sorted(set(out))
+            if target.split(".")[0] == "workers" and target != DOOR]
+
+
+def test_the_app_imports_nothing_from_the_workers_but_their_api():
+    known = project_modules()
+    bad = []
+    for path in sorted((ROOT / "app").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        bad += past_the_door(path.read_text(encoding="utf-8"), module, known)
+    assert not bad, f"app imports from the workers past {DOOR}:\n" + "\n".join(bad)
+
+
+def test_the_door_check_sees_every_way_past_the_door():
+    known = {"workers", "workers.query", "workers.query.api", "workers.query.reads", "workers.infra",
+             "workers.infra.parse", "app", "app.view"}
+    source = '''"""Named here for readers: workers.infra.parse."""
+import importlib
+
+import workers.query.api
+from workers.query import api
+from workers.query.api import launch_study
+from workers.infra.parse import as_float
+
+
+def page():
+    from workers.query import api, reads
+    import workers.infra
+    importlib.import_module("workers.query.reads")
+    importlib.import_module("workers.query.api")
+    return "workers.infra.parse.as_int"
+'''
+    assert past_the_door(source, "app.view", known) == [
+        "app.view:7 import workers.infra.parse",
+        "app.view:11 import workers.query.reads",
+        "app.view:12 import workers.infra",
+        "app.view:13 import_module() workers.query.reads",
+        "app.view:15 string workers.infra.parse",
+    ]
