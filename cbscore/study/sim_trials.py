@@ -318,7 +318,7 @@ class SimTrials:
             steps = np.append(steps, float(total))
         losses = LOSS_AT_TRUTH + LOSS_SLOPE * np.log(need / steps) + self.eval_noise((setting.setting_id, b, lr, seed),
                                                                                      len(steps))
-        return tuple(float(v) for v in steps), tuple(float(v) for v in losses)
+        return tuple(steps.tolist()), tuple(losses.tolist())  # (the same Python floats as float() of each)
 
     def curve(self, setting: Setting, t: TrialSpec, steps: float, every: int, crossing: float | None,
               stop: float) -> tuple[tuple, tuple]:
@@ -351,7 +351,7 @@ class SimTrials:
         if crossing is not None:
             xs = np.append(xs, stop)
             ys = np.append(ys, min(t.target_loss, LOSS_AT_TRUTH + LOSS_SLOPE * math.log(need / stop)))
-        return tuple(float(v) for v in xs), tuple(float(v) for v in ys)
+        return tuple(xs.tolist()), tuple(ys.tolist())  # (the same Python floats as float() of each)
 
     def start(self, t: TrialSpec, now: float) -> SimRun:
         setting = self.settings[t.setting_id]
