@@ -128,6 +128,10 @@ class Callback:
         the metrics up to this step yet: a checkpoint never runs ahead of the history)."""
         return True
 
+    def post_checkpoint(self, state: TrainState) -> None:
+        """A checkpoint at ``state.step`` was written (durable progress: a worker's ledger counts a
+        lost attempt that saved none as a strike against the attempt cap)."""
+
     def on_error(self, state: TrainState, exc: BaseException) -> None:
         pass
 

@@ -78,3 +78,5 @@ class Checkpointer:
             return
         self.saved_here = True
         self.last_saved_at = time.monotonic()
+        for cb in self.callbacks:
+            cb.post_checkpoint(state)

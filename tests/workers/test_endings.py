@@ -122,7 +122,7 @@ def test_optuna_is_told_of_a_cancel(worker_env):
 class Unreachable:
     """A ledger whose database is gone (the boundary: a real outage cannot be timed here)."""
 
-    def beat(self, *args):
+    def beat(self, *args, **kwargs):
         raise sqlalchemy.exc.OperationalError("UPDATE cbs_trial_leases", {}, Exception("could not connect"))
 
 
@@ -158,11 +158,11 @@ def test_a_trial_cut_off_from_the_ledger_writes_no_checkpoint_after_its_deadline
     real = Ledger.beat
     cut = {}
 
-    def beat(self, *args):
+    def beat(self, *args, **kwargs):
         if folder.exists():
             cut.setdefault("at", folder.stat().st_mtime_ns)
             raise sqlalchemy.exc.OperationalError("UPDATE", {}, Exception("could not connect"))
-        return real(self, *args)
+        return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Ledger, "beat", beat)
     out = run_trial_attempt("end5", record.trial_id, 1, worker="test")

@@ -156,3 +156,62 @@ def test_a_live_trial_in_another_pid_namespace_is_not_judged_dead():
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_lost_attempt_costs_a_strike_only_without_a_new_checkpoint(ledger):
+    """Issue 42: kills from outside after a checkpoint cost nothing; a trial that dies each time
+    before it gets further (its own fault) spends the attempt cap. Checkpoints only move forward."""
+    queued(ledger)
+    assert ledger.claim("s.t1", 1, owner="h:1", worker="cpu@h", now_s=1.0)
+    assert ledger.lease("s.t1").charged_if_lost() == 1  # nothing saved yet: a loss now would count
+    assert ledger.beat("s.t1", 1, "h:1", 2.0, checkpoint_step=40) == (True, None)
+    lease = ledger.lease("s.t1")
+    assert (lease.checkpoint_step, lease.progressed, lease.charged_if_lost()) == (40, True, 0)
+    assert ledger.requeue("s.t1", 1, now_s=3.0, stale_before_s=0.0, dead_owner="h:1")
+    lease = ledger.lease("s.t1")
+    assert (lease.attempt, lease.strikes, lease.resumed_step, lease.progressed) == (2, 0, 40, False)
+    # attempt 2 resumes from step 40 and dies before its next checkpoint: a strike
+    assert ledger.claim("s.t1", 2, owner="h:2", worker="cpu@h", now_s=4.0)
+    assert ledger.beat("s.t1", 2, "h:2", 5.0, checkpoint_step=30) == (True, None)  # an older one: ignored
+    assert ledger.lease("s.t1").checkpoint_step == 40
+    assert ledger.take_over("s.t1", 2, dead_owner="h:2", owner="h:3", worker="cpu@h", now_s=6.0)
+    lease = ledger.lease("s.t1")
+    assert (lease.attempt, lease.strikes, lease.charged_if_lost()) == (3, 1, 2)
+    assert lease.lost_reason(2) == ("lost its worker 3 times, 2 of them before saving a checkpoint past the "
+                                    "furthest one (CBS_MAX_ATTEMPTS=2 counts those)")
+    # attempt 3 saves past step 40: a loss now is free again
+    assert ledger.beat("s.t1", 3, "h:3", 7.0, checkpoint_step=41) == (True, None)
+    assert ledger.lease("s.t1").charged_if_lost() == 1
+
+
+def test_a_give_back_that_undoes_a_requeue_takes_its_strike_back(ledger):
+    queued(ledger)
+    assert ledger.claim("s.t1", 1, owner="h:1", worker="cpu@h", now_s=1.0)
+    # the holder was cut off from the ledger; the runner took it for lost (no checkpoint: a strike)
+    assert ledger.requeue("s.t1", 1, now_s=100.0, stale_before_s=50.0)
+    assert (ledger.lease("s.t1").attempt, ledger.lease("s.t1").strikes) == (2, 1)
+    assert ledger.give_back("s.t1", 1, owner="h:1", now_s=101.0)  # the outage, not the trial: undone
+    lease = ledger.lease("s.t1")
+    assert (lease.attempt, lease.state, lease.strikes, lease.last_strike) == (1, "queued", 0, 0)
+    lost_without_progress = lease.lost_reason(3)
+    assert lost_without_progress == "lost its worker 1 times (CBS_MAX_ATTEMPTS=3)"
+
+
+def test_a_ledger_made_before_the_strike_count_gets_it_with_earlier_losses_counted(tmp_path):
+    """A lab upgraded mid-study: its leases' earlier losses count as they did before (attempt - 1)."""
+    import sqlalchemy as sa
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    old = sa.create_engine(url)
+    with old.begin() as conn:  # the table as it shipped before issue 42's columns
+        conn.exec_driver_sql(
+            "CREATE TABLE cbs_trial_leases (trial_id VARCHAR(255) PRIMARY KEY, study VARCHAR(64) NOT NULL, "
+            "run_id VARCHAR(64), attempt INTEGER NOT NULL, state VARCHAR(16) NOT NULL, owner VARCHAR(255), "
+            "worker VARCHAR(255), queue VARCHAR(16), heartbeat_s FLOAT, sent_s FLOAT, updated_s FLOAT NOT NULL, "
+            "stop_reason VARCHAR(64), outcome VARCHAR(16))")
+        conn.exec_driver_sql("INSERT INTO cbs_trial_leases (trial_id, study, attempt, state, owner, updated_s) "
+                             "VALUES ('s.t1', 's', 3, 'running', 'h:1', 0.0)")
+    old.dispose()
+    lease = Ledger(url).lease("s.t1")
+    assert (lease.attempt, lease.strikes, lease.checkpoint_step, lease.charged_if_lost()) == (3, 2, None, 3)
+    assert Ledger(url).lease("s.t1").strikes == 2  # opened again: nothing added twice

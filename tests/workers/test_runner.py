@@ -126,6 +126,33 @@ def test_lost_trial_is_requeued_as_next_attempt_until_the_cap(worker_env, monkey
     assert run.data.tags["stop_reason"] == "lost its worker 2 times (CBS_MAX_ATTEMPTS=2)"
 
 
+def test_a_trial_lost_after_each_new_checkpoint_is_never_failed_one_that_makes_none_is(worker_env, monkeypatch):
+    """Issue 42: kills from outside (a chaos run's, a node taken away) after a checkpoint cost no
+    attempt, so a reference trial killed three times at the default cap still runs; losses that
+    saved nothing new are the trial's own and spend the cap."""
+    monkeypatch.setenv("CBS_MAX_ATTEMPTS", "2")
+    api.launch_study(tiny_spec("s3p"))
+    s = WorkerSettings.from_env()
+    ledger, runner = Ledger(s.ledger_url), Runner(s)
+    [record] = api.study_records("s3p")
+    tid = record.trial_id
+    for attempt, step in ((1, 20), (2, 40), (3, 60)):  # each holder saves a checkpoint, then dies
+        owner = dead_owner()
+        assert ledger.claim(tid, attempt, owner=owner, worker="cpu@x", now_s=1e9)
+        assert ledger.beat(tid, attempt, owner, 1e9, checkpoint_step=step)[0]
+        [record] = api.study_records("s3p")
+        assert (record.status, record.attempts_spent) == ("lost", 0)
+        assert runner.advance("s3p").requeued == (tid,)
+    for attempt, spent in ((4, 1), (5, 2)):  # then it dies twice before saving anything new
+        assert ledger.claim(tid, attempt, owner=dead_owner(), worker="cpu@x", now_s=1e9)
+        assert api.study_records("s3p")[0].attempts_spent == spent
+        report = runner.advance("s3p")
+        assert (report.requeued, report.failed) == (((tid,), ()) if spent < 2 else ((), (tid,)))
+    run = runner.tracker.get_run(api.study_records("s3p")[0].run_id)
+    assert run.data.tags["stop_reason"] == ("lost its worker 5 times, 2 of them before saving a checkpoint past "
+                                            "the furthest one (CBS_MAX_ATTEMPTS=2 counts those)")
+
+
 def test_diverged_trial_is_kept_and_not_retried(worker_env, token_store):
     from workers.trials.trial import run_trial_attempt
 

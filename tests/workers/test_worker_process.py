@@ -18,6 +18,7 @@ from cbs import main as cbs_main
 from tests.workers.conftest import CBS, tiny_spec, wait_for
 from workers.infra.settings import WorkerSettings
 from workers.query import api
+from workers.studies.ledger import Ledger
 from workers.tracking import Tracker
 
 
@@ -84,14 +85,18 @@ def test_killed_worker_trial_resumes_from_its_checkpoint(worker_env, processes, 
     [record] = api.study_records(name)
     ckpt = Path(worker_env["CBS_HOME"]) / "checkpoints" / record.trial_id / "checkpoint.pt"
 
-    def progressed():
+    ledger = Ledger(s.ledger_url)
+
+    def progressed():  # the holder told the ledger of its checkpoint (issue 42: the loss is then free)
         run = tracker.get_run(record.run_id)
-        return ckpt.exists() and run.data.metrics.get("progress/step", 0) >= 30
+        return (ckpt.exists() and run.data.metrics.get("progress/step", 0) >= 30
+                and ledger.lease(record.trial_id).checkpoint_step)
     wait_for(progressed, 120, what=lambda: "the trial to pass step 30 with a checkpoint\n" + processes.log(first)[-2000:])
     processes.kill(first, signal.SIGKILL)
     killed_at_ms = time.time() * 1000
     # Its holder is a dead process on this host: lost at once, no need to wait for staleness.
     [lost] = wait_for(lambda: [r for r in api.study_records(name) if r.status == "lost"], 10, what="lost status")
+    assert lost.attempts_spent == 0  # killed from outside after a checkpoint: the attempt cap is not spent
     assert tracker.get_run(record.run_id).info.status == "RUNNING"
 
     processes.worker()
@@ -100,6 +105,7 @@ def test_killed_worker_trial_resumes_from_its_checkpoint(worker_env, processes, 
     [record] = api.study_records(name)
     run = tracker.get_run(record.run_id)
     assert (record.status, record.attempt, run.info.status) == ("finished", 2, "FINISHED")
+    assert ledger.lease(record.trial_id).strikes == 0
     resumed = int(run.data.tags["resumed_from_step"])
     assert 0 < resumed < 1953  # from a checkpoint written before the kill, not from scratch
     after = [m.step for m in tracker.client.get_metric_history(record.run_id, "train/loss") if m.timestamp > killed_at_ms]

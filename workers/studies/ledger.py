@@ -14,6 +14,16 @@ cancel, a worker shutting down). A holder interrupted by a shutdown puts the lea
 ``queued`` with the *same* attempt (``release``). One MLflow run per trial is reused across
 attempts (its ``attempt`` tag is bumped).
 
+**What an attempt costs.** ``attempt`` is the fencing token and goes up with every loss; the cap
+(``CBS_MAX_ATTEMPTS``) counts only the losses that made no durable progress (``strikes``): a lost
+attempt whose holder saved no checkpoint past the furthest one before it (``checkpoint_step`` not
+above ``resumed_step``). A trial that kills its own worker (out of memory, a crash at one step) dies
+each time before it gets further and is failed at the cap; a kill from outside (a node taken away,
+the chaos run's kills) after a checkpoint costs nothing, and each such free loss moves the furthest
+checkpoint forward, so a trial cannot loop for ever. Outages, shutdowns and give-backs cost nothing
+either way (``release``, ``give_back``). A ledger made before these columns gets them on first use,
+its leases' earlier losses counted as strikes (``attempt - 1``).
+
 Default location: ``sqlite:///$CBS_HOME/runner/ledger.db``, or the Optuna PostgreSQL database
 when ``CBS_OPTUNA_STORAGE`` is set (tables ``cbs_trial_leases``, ``cbs_workers``, ``cbs_study_locks``,
 ``cbs_study_stores``, ``cbs_trial_results``, ``cbs_study_fits``).
@@ -63,7 +73,16 @@ LEASES = sa.Table(
     sa.Column("updated_s", sa.Float, nullable=False),
     sa.Column("stop_reason", sa.String(64)),
     sa.Column("outcome", sa.String(16)),
+    # the attempt cap's count (module docstring): losses that saved no checkpoint past the furthest one
+    sa.Column("strikes", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_strike", sa.Integer, nullable=False, server_default="0"),  # what the last requeue added
+    sa.Column("checkpoint_step", sa.Integer),  # the furthest step a holder saved a checkpoint at
+    sa.Column("resumed_step", sa.Integer),  # checkpoint_step when the current attempt began
 )
+
+#: Columns added to ``cbs_trial_leases`` after it first shipped, with the value an existing row gets
+#: (SQL): its earlier losses count as strikes, as they did before the count existed.
+_ADDED_LEASE_COLUMNS = {"strikes": "attempt - 1", "last_strike": "0", "checkpoint_step": None, "resumed_step": None}
 
 WORKERS = sa.Table(
     "cbs_workers", _META,
@@ -160,6 +179,32 @@ class Lease:
     updated_s: float
     stop_reason: str | None
     outcome: str | None
+    strikes: int = 0
+    """Lost attempts that made no durable progress (the attempt cap counts these)."""
+    last_strike: int = 0
+    """What the last requeue added to ``strikes`` (a give-back that undoes the requeue takes it back)."""
+    checkpoint_step: int | None = None
+    """The furthest optimizer step a holder of this trial saved a checkpoint at (None: none yet)."""
+    resumed_step: int | None = None
+    """``checkpoint_step`` when the current attempt began (None: it began with none)."""
+
+    @property
+    def progressed(self) -> bool:
+        """Whether the current attempt saved a checkpoint past the furthest one before it."""
+        return self.checkpoint_step is not None and (self.resumed_step is None
+                                                     or self.checkpoint_step > self.resumed_step)
+
+    def charged_if_lost(self) -> int:
+        """The attempts the cap would count if this attempt were lost now (module docstring)."""
+        return self.strikes + (0 if self.progressed else 1)
+
+    def lost_reason(self, max_attempts: int) -> str:
+        """Why a trial lost at the cap failed (its run's ``stop_reason``)."""
+        charged = self.charged_if_lost()
+        if charged == self.attempt:
+            return f"lost its worker {self.attempt} times (CBS_MAX_ATTEMPTS={max_attempts})"
+        return (f"lost its worker {self.attempt} times, {charged} of them before saving a checkpoint past "
+                f"the furthest one (CBS_MAX_ATTEMPTS={max_attempts} counts those)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,8 +307,34 @@ def engine(url: str) -> sa.Engine:
 
             with schema_lock(url, "ledger"):
                 _META.create_all(eng, checkfirst=True)
+                _add_lease_columns(eng)
             _ENGINES[key] = eng
         return eng
+
+
+def _add_lease_columns(eng: sa.Engine) -> None:
+    """Give a ledger made before them the columns of :data:`_ADDED_LEASE_COLUMNS` (SQLite and
+    PostgreSQL both add a column in place; the caller holds the schema lock)."""
+    have = {c["name"] for c in sa.inspect(eng).get_columns(LEASES.name)}
+    for name, value in _ADDED_LEASE_COLUMNS.items():
+        if name in have:
+            continue
+        column = LEASES.c[name]
+        kind = column.type.compile(eng.dialect)
+        default = f" NOT NULL DEFAULT {column.server_default.arg}" if column.server_default is not None else ""
+        with eng.begin() as conn:
+            conn.exec_driver_sql(f"ALTER TABLE {LEASES.name} ADD COLUMN {name} {kind}{default}")
+            if value is not None:
+                conn.exec_driver_sql(f"UPDATE {LEASES.name} SET {name} = {value}")
+
+
+def _lost_values(c=LEASES.c) -> dict:
+    """What a loss writes besides the attempt (module docstring): one more strike unless the lost
+    attempt saved a checkpoint past the furthest before it, and the next attempt's start."""
+    progressed = sa.and_(c.checkpoint_step.is_not(None),
+                         sa.or_(c.resumed_step.is_(None), c.checkpoint_step > c.resumed_step))
+    strike = sa.case((progressed, 0), else_=1)
+    return {"strikes": c.strikes + strike, "last_strike": strike, "resumed_step": c.checkpoint_step}
 
 
 class Ledger:
@@ -322,7 +393,7 @@ class Ledger:
         return self._cas(
             sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.attempt == attempt, LEASES.c.state == "running",
                     LEASES.c.owner == dead_owner),
-            attempt=attempt + 1, owner=owner, worker=worker, heartbeat_s=now_s, updated_s=now_s)
+            attempt=attempt + 1, owner=owner, worker=worker, heartbeat_s=now_s, updated_s=now_s, **_lost_values())
 
     def _lost(self, trial_id: str, attempt: int, stale_before_s: float, dead_owner: str | None):
         """A running lease of ``attempt`` whose heartbeat is older than ``stale_before_s`` or whose
@@ -336,7 +407,8 @@ class Ledger:
                 dead_owner: str | None = None) -> bool:
         """``running → queued`` as ``attempt + 1``: the trial was lost (and still is, as written)."""
         return self._cas(self._lost(trial_id, attempt, stale_before_s, dead_owner),
-                         attempt=attempt + 1, state="queued", owner=None, worker=None, sent_s=now_s, updated_s=now_s)
+                         attempt=attempt + 1, state="queued", owner=None, worker=None, sent_s=now_s, updated_s=now_s,
+                         **_lost_values())
 
     def fail_lost(self, trial_id: str, attempt: int, *, now_s: float, stale_before_s: float,
                   dead_owner: str | None = None, outcome: str = "failed") -> bool:
@@ -344,12 +416,20 @@ class Ledger:
         return self._cas(self._lost(trial_id, attempt, stale_before_s, dead_owner),
                          state="done", outcome=outcome, updated_s=now_s)
 
-    def beat(self, trial_id: str, attempt: int, owner: str, now_s: float) -> tuple[bool, str | None]:
-        """Stamp the heartbeat; returns (still held by ``owner``, stop reason or None)."""
+    def beat(self, trial_id: str, attempt: int, owner: str, now_s: float,
+             checkpoint_step: int | None = None) -> tuple[bool, str | None]:
+        """Stamp the heartbeat (and the furthest checkpoint the holder saved, if given); returns
+        (still held by ``owner``, stop reason or None)."""
+        values: dict = {"heartbeat_s": now_s}
+        if checkpoint_step is not None:  # only ever forward
+            c = LEASES.c
+            values["checkpoint_step"] = sa.case(
+                (sa.or_(c.checkpoint_step.is_(None), c.checkpoint_step < checkpoint_step), checkpoint_step),
+                else_=c.checkpoint_step)
         held = self._cas(
             sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.attempt == attempt, LEASES.c.state == "running",
                     LEASES.c.owner == owner),
-            heartbeat_s=now_s)
+            **values)
         lease = self.lease(trial_id)
         return held, (lease.stop_reason if lease is not None else None)
 
@@ -376,9 +456,10 @@ class Ledger:
         trial ended."""
         if self.release(trial_id, attempt, owner=owner, now_s=now_s):
             return True
-        return self._cas(sa.and_(LEASES.c.trial_id == trial_id, LEASES.c.attempt == attempt + 1,
-                                 LEASES.c.state == "queued"),
-                         attempt=attempt, sent_s=now_s, updated_s=now_s)
+        c = LEASES.c
+        return self._cas(sa.and_(c.trial_id == trial_id, c.attempt == attempt + 1, c.state == "queued"),
+                         attempt=attempt, strikes=c.strikes - c.last_strike, last_strike=0,
+                         sent_s=now_s, updated_s=now_s)
 
     def interrupt_worker(self, worker: str, reason: str = INTERRUPTED) -> int:
         """Ask every trial running on ``worker`` to stop at a checkpoint; returns how many."""

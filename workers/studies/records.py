@@ -83,6 +83,7 @@ def record_from_run(run, lease: Lease | None, tracker: Tracker, *, with_history:
         lr=as_float(tags.get("lr")) or 0.0,
         status=status,
         attempt=attempt,
+        charged_attempts=lease.charged_if_lost() if lease is not None else None,
         steps_to_target=as_float(metrics.get("summary/steps_to_target")) if status == "reached" else None,
         final_eval_loss=final,
         final_raw_loss=as_float(metrics.get("summary/final_raw_loss")),

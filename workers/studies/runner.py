@@ -251,7 +251,7 @@ class Runner:
             dead = lease.owner if owner_is_dead(lease.owner) else None
             if self.ledger.fail_lost(tid, lease.attempt, now_s=now, stale_before_s=stale_before, dead_owner=dead):
                 self.tracker.end_trial(rec.run_id, "failed",
-                                       stop_reason=f"lost its worker {lease.attempt} times (CBS_MAX_ATTEMPTS={s.max_attempts})")
+                                       stop_reason=lease.lost_reason(s.max_attempts))
                 tell(s, study, runs_by_trial[tid].data.tags, "failed", None)
                 remove_checkpoint(tid)
                 failed.append(tid)

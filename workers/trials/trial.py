@@ -81,13 +81,17 @@ class Heartbeat:
         self.last_error: Exception | None = None
         self.stop_reason: str | None = None
         self.last_held = time.monotonic()
+        #: The furthest step this holder saved a checkpoint at, sent with every beat (the attempt cap
+        #: counts a lost attempt only if it saved none past the furthest before it: ledger docstring).
+        self.checkpoint_step: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cbs-heartbeat", daemon=True)
 
     def beat(self) -> bool:
         """Stamp the lease; True when the ledger answered that this attempt still holds it."""
         try:
-            held, reason = self.ledger.beat(self.trial_id, self.attempt, self.owner, time.time())
+            held, reason = self.ledger.beat(self.trial_id, self.attempt, self.owner, time.time(),
+                                            checkpoint_step=self.checkpoint_step)
         except Exception as exc:  # the ledger is unreachable: try again next period, up to the deadline
             self.last_error = exc
             out_s = time.monotonic() - self.last_held
@@ -129,6 +133,11 @@ class Heartbeat:
         while not self._stop.wait(self.period_s):
             self.beat()
 
+    def checkpointed(self, step: int) -> None:
+        """A checkpoint at ``step`` was written: tell the ledger now (the next beats repeat it)."""
+        self.checkpoint_step = step if self.checkpoint_step is None else max(self.checkpoint_step, step)
+        self.beat()
+
     def interrupt(self) -> None:
         """The worker is going away: stop at the next step (unless another stop was asked first)."""
         if not self.stop_reason:
@@ -169,6 +178,9 @@ class StopWatch(Callback):
         after the trial ended and its folder was removed."""
         return self.heartbeat.beat()  # False too when the ledger cannot say (fails closed)
 
+    def post_checkpoint(self, state: TrainState) -> None:
+        self.heartbeat.checkpointed(state.step)
+
 
 def _operational(trial_id: str, train_config: dict, study: str = "") -> dict:
     """Fields that change how the trial runs here, not what it computes (the checkpoint allows them):
@@ -205,11 +217,11 @@ def run_trial_attempt(study: str, trial_id: str, attempt: int, *, worker: str = 
         if not dead:
             return {"trial_id": trial_id, "attempt": attempt,
                     "skipped": f"lease is {lease.state} at attempt {lease.attempt}"}
-        if attempt >= s.max_attempts:
+        if lease.charged_if_lost() >= s.max_attempts:
             # the dead holder's attempt ends the trial: it is failed in that holder's name
             held = Attempt(settings=s, ledger=ledger, study=study, trial_id=trial_id, number=lease.attempt,
                            owner=lease.owner, run_id=lease.run_id)
-            held.fail(f"lost its worker {lease.attempt} times (CBS_MAX_ATTEMPTS={s.max_attempts})")
+            held.fail(lease.lost_reason(s.max_attempts))
             return held.summary(outcome="failed")
         if not ledger.take_over(trial_id, attempt, dead_owner=lease.owner, owner=owner, worker=worker,
                                 now_s=time.time()):
@@ -455,7 +467,8 @@ class Attempt:
         attempt (it resumes from its checkpoint); at the cap it ends ``failed``."""
         message = f"{type(exc).__name__}: {exc}"
         self.tracker.log_text(self.run_id, message, f"errors/attempt-{self.number}.txt")
-        if self.number >= self.settings.max_attempts:
+        lease = self.ledger.lease(self.trial_id)
+        if (lease.charged_if_lost() if lease is not None else self.number) >= self.settings.max_attempts:
             self.fail(message[:500])
             return self.summary(outcome="failed", lost=message)
         if self.ledger.requeue(self.trial_id, self.number, now_s=time.time(), stale_before_s=0.0,
