@@ -16,7 +16,9 @@ Everything has a default that runs on one machine with no server (DESIGN.md §2,
 ``CBS_LEDGER_URL``             The runner's ledger (trial leases, worker presence): a SQLAlchemy URL;
                                default = ``CBS_OPTUNA_STORAGE`` when set, else
                                ``sqlite:///$CBS_HOME/runner/ledger.db``.
-``CBS_MAX_ATTEMPTS``           Attempts of a trial whose worker dies before it ends ``failed`` (3).
+``CBS_MAX_ATTEMPTS``           Lost attempts a trial may spend before it ends ``failed`` (3): a lost worker
+                               spends one only when the attempt saved no checkpoint past the furthest
+                               before it (a trial that kills its own worker); a kill after progress is free.
 ``CBS_TRIAL_SOFT_TIME_LIMIT_S`` Soft time limit of one trial, seconds (unset = none): the trial ends
                                ``failed`` with a message.
 ``CBS_TRIAL_TIME_LIMIT_S``     Hard time limit (the child is killed), seconds (unset = derived from each
