@@ -16,6 +16,7 @@ from pathlib import Path
 from cbscore import paths
 from cbscore.credentials import masked, masked_url
 from cbscore.errors import ConfigError
+from workers.infra.settings import default_concurrency
 
 
 def worker_argv(gpu: int | None, concurrency: int | None, loglevel: str = "INFO", *,
@@ -73,20 +74,6 @@ def worker_argv(gpu: int | None, concurrency: int | None, loglevel: str = "INFO"
             "-P", "custom", "-n", nodename, "--loglevel", loglevel, "--without-gossip", "--without-mingle",
             "--without-heartbeat"]
     return argv, env
-
-
-def default_concurrency() -> int:
-    """``$CBS_WORKER_CONCURRENCY`` (set by ``cbs up --workers``), else 1."""
-    raw = os.environ.get("CBS_WORKER_CONCURRENCY", "")
-    if not raw:
-        return 1
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ConfigError("CBS_WORKER_CONCURRENCY", raw, "must be a positive integer")
-    return value
 
 
 def run_worker(args: argparse.Namespace) -> int:

@@ -65,7 +65,7 @@ def test_up_runs_one_trial_per_core_up_to_four_unless_told(monkeypatch):
 
 @pytest.mark.parametrize("flag, env, field, value", [(0, None, "--workers", 0), (None, "two", "CBS_WORKER_CONCURRENCY", "two")])
 def test_bad_worker_counts_name_the_setting(monkeypatch, flag, env, field, value):
-    from workers.cli_processes import default_concurrency
+    from workers.infra.settings import default_concurrency
 
     monkeypatch.delenv("CBS_WORKER_CONCURRENCY", raising=False)
     if env is not None:

@@ -194,3 +194,17 @@ def _optional(env: Mapping[str, str], name: str) -> float | None:
 def settings() -> WorkerSettings:
     """The settings of this process, from ``os.environ`` (read each call: tests change the env)."""
     return WorkerSettings.from_env()
+
+
+def default_concurrency() -> int:
+    """``$CBS_WORKER_CONCURRENCY`` (set by ``cbs up --workers``), else 1."""
+    raw = os.environ.get("CBS_WORKER_CONCURRENCY", "")
+    if not raw:
+        return 1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError("CBS_WORKER_CONCURRENCY", raw, "must be a positive integer")
+    return value

@@ -8,7 +8,7 @@ every public name of both is reachable as ``api.NAME``. Bad input raises
 This is the app's one door into the workers (``tests/test_layers.py`` checks that the app imports
 no other workers module): the few constants, exceptions and helpers the pages and ``cbs study
 report`` need are re-exported here. Those whose module brings MLflow or the trial loop
-(:class:`StudyInFlight`, :data:`OUT_OF_ROOM_PREFIX`) are imported on first use, so importing the
+(:class:`StudyInFlight`) are imported on first use, so importing the
 door stays as light as its reads.
 """
 
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from cbscore.errors import ConfigError
 from cbscore.study import StudySpec, load_preset
-from workers.cli_processes import default_concurrency  # re-exported: `cbs up`'s trials at once
 from workers.infra.atomic_files import new_folder_beside, replace_folder  # re-exported: `cbs study report`
 from workers.infra.parse import as_float, as_int  # re-exported: the pages read the steps table's numbers
+from workers.infra.settings import default_concurrency  # re-exported: `cbs up`'s trials at once
 from workers.query.reads import (  # re-exported: the pages and the CLI read them as api.NAME
     FIT_COLUMNS,
     TABLE_COLUMNS,
@@ -51,11 +51,10 @@ from workers.query.reads import (  # re-exported: the pages and the CLI read the
     worker_settings,
 )
 from workers.studies.local_warmup import warmup_blocker  # re-exported: the Local CBS page's launch button
-from workers.studies.stores import NO_STORE_PREFIX  # re-exported: the Studies page's waiting notices
+from workers.studies.stores import NO_STORE_PREFIX, OUT_OF_ROOM_PREFIX  # re-exported: the Studies page's notices
 
 if TYPE_CHECKING:  # imported on first use by __getattr__ below (they bring MLflow, the trial loop)
     from workers.studies.delete import StudyInFlight
-    from workers.trials.trial import OUT_OF_ROOM_PREFIX
 
 __all__ = [
     "FIT_COLUMNS",
@@ -119,10 +118,6 @@ def __getattr__(name: str) -> Any:
         from workers.studies import delete
 
         return delete.StudyInFlight
-    if name == "OUT_OF_ROOM_PREFIX":  # a queued trial's note while its host is full (the trial loop's module)
-        from workers.trials import trial
-
-        return trial.OUT_OF_ROOM_PREFIX
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -31,6 +31,10 @@ from workers.studies.ledger import Ledger, StorePin, host_id
 #: How a give-back for a store this host cannot use begins (the trial's note; the Studies page's banner).
 NO_STORE_PREFIX = "this host cannot use the token store"
 
+#: How a give-back for a full disk (or another resource) begins (the trial's note; the Studies page's
+#: banner). Here beside the other give-back note, so the pages read it without the trial loop.
+OUT_OF_ROOM_PREFIX = "out of resources on this host"
+
 
 class StoreUnavailable(DataError):
     """This host cannot train on the study's pinned token store (it is missing here or differs)."""

@@ -45,7 +45,7 @@ from cbscore.train.callbacks import Callback, TrainState
 from workers.infra.checkpoints import checkpoint_dir, remove_checkpoint
 from workers.infra.settings import WorkerSettings
 from workers.studies.ledger import INTERRUPTED, Ledger, owner_is_dead, this_process
-from workers.studies.stores import StoreUnavailable, hold_slot, ready_store
+from workers.studies.stores import OUT_OF_ROOM_PREFIX, StoreUnavailable, hold_slot, ready_store
 from workers.tracking import (
     LeaseUnknown,
     MlflowCallback,
@@ -55,9 +55,6 @@ from workers.tracking import (
     result_tags,
     wait_out,
 )
-
-#: How a give-back for a full disk (or another resource) begins (the trial's note; the Studies page's banner).
-OUT_OF_ROOM_PREFIX = "out of resources on this host"
 
 
 class Heartbeat:
