@@ -197,6 +197,32 @@ def _open_expander(driver, title: str, label: str, tag: str = "input"):
     raise AssertionError(f"the expander {title!r} never showed its {tag} {label!r} in 90 s")
 
 
+def _open_popover(driver, button: str, label: str, tag: str = "input"):
+    """Click the popover button ``button`` until its input labelled ``label`` shows, and return it.
+
+    As with :func:`_open_expander`, a click can be lost to the page's rerun under load (CI at stop 51:
+    the Extend popover's patch box never showed), and a click on an open popover closes it, so this
+    clicks only while the input is not shown, a few seconds apart (90 s in all)."""
+    import time as _time
+
+    from selenium.webdriver.common.by import By
+
+    deadline = _time.monotonic() + 90
+    next_click = 0.0
+    while _time.monotonic() < deadline:
+        shown = [e for e in driver.find_elements(By.CSS_SELECTOR, f"{tag}[aria-label='{label}']") if e.is_displayed()]
+        if shown:
+            return shown[0]
+        if _time.monotonic() >= next_click:
+            try:
+                _button(driver, button).click()
+            except Exception:  # re-rendered between the find and the click: look again
+                pass
+            next_click = _time.monotonic() + 5
+        _time.sleep(0.5)
+    raise AssertionError(f"the popover {button!r} never showed its {tag} {label!r} in 90 s")
+
+
 def _b_star(driver) -> str | None:
     """The first fitted B* the Curves page shows (its metric value), or None."""
     from selenium.webdriver.common.by import By
@@ -314,8 +340,7 @@ def test_extend_a_study_on_its_page_then_compare_it_with_a_rerun_by_its_url(stac
     n_before = sum(before["counts"].values())
 
     browser.get(f"{web_url}/studies?study={first}")
-    _button(browser, "Extend or retry…").click()
-    patch = _input(browser, "Patch (YAML)", "textarea")
+    patch = _open_popover(browser, "Extend or retry…", "Patch (YAML)", "textarea")
     patch.send_keys(Keys.CONTROL, "a")
     patch.send_keys(Keys.DELETE)
     patch.send_keys("batch_sizes: [2, 4, 8, 16]\n")

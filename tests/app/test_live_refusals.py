@@ -17,7 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.test_e2e_browser import CHROMEDRIVER, CHROMIUM, _button, _input, _open_expander, _wait, chromium
+from tests.app.test_e2e_browser import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    _button,
+    _input,
+    _open_expander,
+    _open_popover,
+    _wait,
+    chromium,
+)
 from tests.app.test_live_sign_in import _rss_mib, wait_warm, web_signing_in
 from tests.app.test_sign_in import ALICE, BOB, provider, sign_in, text, web_with_sign_in  # noqa: F401  (fixture)
 
@@ -162,8 +171,7 @@ def test_extend_with_a_server_path_shows_neither_the_file_nor_whether_it_exists(
         took = {}
         for case, path in (("a file", hosts), ("no file", tmp_path / "nowhere.yml")):
             driver.get(f"{web}/studies?study=demo")
-            _button(driver, "Extend or retry…").click()
-            patch = _input(driver, "Patch (YAML)", "textarea")
+            patch = _open_popover(driver, "Extend or retry…", "Patch (YAML)", "textarea")
             patch.send_keys(Keys.CONTROL, "a")
             patch.send_keys(Keys.DELETE)
             patch.send_keys(str(path))
