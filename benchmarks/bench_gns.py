@@ -63,7 +63,8 @@ def interleaved(args: argparse.Namespace) -> dict:
     import torch
 
     from cbscore.data import DataConfig, prepare
-    from cbscore.model import GPT, get_preset
+    from cbscore.model.config import get_preset
+    from cbscore.model.gpt import GPT
     from cbscore.train.averaging import WeightAverage
     from cbscore.train.gns import GnsProbe
     from cbscore.train.step import StepFn

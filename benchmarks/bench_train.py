@@ -34,7 +34,7 @@ def _one(args: argparse.Namespace) -> dict:
     import torch
 
     from cbscore.data import DataConfig, prepare
-    from cbscore.model import get_preset
+    from cbscore.model.config import get_preset
     from cbscore.train.config import TrainConfig
     from cbscore.train.trainer import train
 
@@ -69,7 +69,7 @@ def _reference(args: argparse.Namespace) -> dict:
     import torch.nn.functional as F
     from torch import nn
 
-    from cbscore.model import get_preset
+    from cbscore.model.config import get_preset
     from cbscore.train.throughput import peak_memory_bytes
 
     if args.threads:

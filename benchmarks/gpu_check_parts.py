@@ -141,7 +141,8 @@ def _estimate_bytes(model: str, context: int, micro: int, n_taus: int, vocab: in
     parameter and the activations of one micro-batch."""
     import torch
 
-    from cbscore.model import GPT, get_preset
+    from cbscore.model.config import get_preset
+    from cbscore.model.gpt import GPT
     from cbscore.train.micro_batch import activation_bytes_per_sequence, static_bytes
 
     config = get_preset(model).config(vocab_size=vocab, context_tokens=context)
@@ -368,7 +369,8 @@ def part_ddp(scale: Scale, report: Report, data) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from cbscore.model import GPT, get_preset
+    from cbscore.model.config import get_preset
+    from cbscore.model.gpt import GPT
     from cbscore.train.distributed import backend_for, bind_to_loopback, buffer_sync_keyword, file_store, make_ddp
 
     params = inspect.signature(DistributedDataParallel.__init__).parameters

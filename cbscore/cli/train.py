@@ -97,7 +97,7 @@ def register(subparsers) -> None:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from cbscore.model_config import PRESETS
+    from cbscore.model.config import PRESETS
 
     rows = [
         {"name": p.name, "d_model": p.d_model, "n_layers": p.n_layers, "n_heads": p.n_heads,
@@ -118,7 +118,7 @@ def _models(args: argparse.Namespace) -> int:
 def build_config(args: argparse.Namespace):
     """The TrainConfig of a ``cbs train`` command line (ConfigError on a bad value)."""
     from cbscore.data import DataConfig
-    from cbscore.model import get_preset
+    from cbscore.model.config import get_preset
     from cbscore.train.config import TrainConfig
 
     preset = get_preset(args.model)

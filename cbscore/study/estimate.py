@@ -98,7 +98,8 @@ def measure_tokens_per_s(model: str, context_tokens: int, *, batch_size: int = 8
 
     import torch
 
-    from cbscore.model import GPT, get_preset
+    from cbscore.model.config import get_preset
+    from cbscore.model.gpt import GPT
 
     if threads:
         torch.set_num_threads(threads)
@@ -145,7 +146,7 @@ CPU_PROXY_MODEL = "tiny-0.8M"
 def _flops_with_head(model: str, context_tokens: int, vocab_size: int) -> float:
     """Training FLOPs per token with the untied LM head (``Preset.flops_per_token``): at V = 8192 the
     head dominates tiny models, so it must be in a ratio between a tiny and a large model."""
-    from cbscore.model_config import PRESETS
+    from cbscore.model.config import PRESETS
 
     return float(PRESETS[model].flops_per_token(context_tokens, vocab_size=vocab_size))
 
@@ -153,7 +154,7 @@ def _flops_with_head(model: str, context_tokens: int, vocab_size: int) -> float:
 def gpu_measure_batch(spec: StudySpec, model: str, free_bytes: float, *, vocab_size: int = 8192) -> int:
     """The micro-batch of a reference trial of ``model`` on one device: the spec's, or the one
     :mod:`cbscore.train.micro_batch` chooses from ``free_bytes``, at most B_ref's share per device."""
-    from cbscore.model_config import PRESETS, padded_vocab_size
+    from cbscore.model.config import PRESETS, padded_vocab_size
     from cbscore.train.micro_batch import activation_bytes_per_sequence, choose_micro_batch, static_bytes
 
     local = max(1, spec.b_ref // spec.devices_per_trial)
@@ -174,7 +175,7 @@ def measure_rates(spec: StudySpec, *, device: str | None = None, min_seconds: fl
     largest measured one (or from :data:`CPU_PROXY_MODEL` when none is small enough)."""
     import torch
 
-    from cbscore.model_config import PRESETS
+    from cbscore.model.config import PRESETS
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     from cbscore.data import DataConfig

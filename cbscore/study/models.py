@@ -1,6 +1,6 @@
 """Model presets as the study layer sees them: a name, N and training FLOPs per token.
 
-The presets themselves live in :mod:`cbscore.model_config`; this module only looks them up so that a
+The presets themselves live in :mod:`cbscore.model.config`; this module only looks them up so that a
 study spec names an unknown model with a clear message.
 """
 
@@ -13,7 +13,7 @@ from cbscore.errors import ConfigError
 
 @lru_cache(maxsize=1)
 def preset_names() -> tuple[str, ...]:
-    from cbscore.model_config import PRESETS
+    from cbscore.model.config import PRESETS
 
     return tuple(PRESETS)
 
@@ -31,7 +31,7 @@ def model_info(name: str, context_tokens: int, vocab_size: int | None = None) ->
     training FLOPs per token 6·(N + d·V) + 12·L·d·T (PaLM, Chowdhery et al. 2022, appendix B),
     output head included. ``vocab_size`` is the data's V (``DataConfig.expected_vocab_size``);
     ``None`` = the default BPE's 8192."""
-    from cbscore.model_config import DEFAULT_VOCAB_SIZE, PRESETS
+    from cbscore.model.config import DEFAULT_VOCAB_SIZE, PRESETS
 
     preset = PRESETS[name]
     vocab = DEFAULT_VOCAB_SIZE if vocab_size is None else vocab_size

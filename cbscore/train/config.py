@@ -22,7 +22,7 @@ from cbscore.field_checks import in_range as _in_range
 from cbscore.field_checks import non_negative_int as _non_negative_int
 from cbscore.field_checks import positive_finite as _positive_finite
 from cbscore.field_checks import positive_int as _positive_int
-from cbscore.model_config import PRESETS
+from cbscore.model.config import PRESETS
 from cbscore.recipe import BETA1, EPS, GRAD_CLIP, WARMUP_FRACTION, WEIGHT_DECAY, Recipe, trial_recipe
 from cbscore.train.batch_plan import BatchPlan, build_plan
 from cbscore.train.plan_checks import check_batch_schedule as _check_batch_schedule
@@ -40,7 +40,7 @@ class TrainConfig:
 
     # ---------------------------------------------------------------- model and batch
     model: str
-    """Model preset name (:data:`cbscore.model.PRESETS`, e.g. ``"tiny-0.8M"``, ``"85M"``)."""
+    """Model preset name (:data:`cbscore.model.config.PRESETS`, e.g. ``"tiny-0.8M"``, ``"85M"``)."""
     batch_size: int
     """Sequences per optimizer step (B); the batch in tokens is ``batch_size · context_tokens``."""
     micro_batch_size: int | None = None

@@ -28,7 +28,7 @@ redoes the step (:class:`cbscore.train.step.StepFn`).
 from __future__ import annotations
 
 from cbscore.errors import ConfigError
-from cbscore.model_config import GPTConfig
+from cbscore.model.config import GPTConfig
 
 #: Share of the free memory the activations may take (the allocator's fragmentation, cuBLAS
 #: workspaces and compilation buffers need the rest).

@@ -1,7 +1,7 @@
 """Tokens per second and model-FLOPs utilisation (MFU; Chowdhery et al. 2022, PaLM, appendix B).
 
 ``MFU = tokens_per_s · flops_per_token / peak_flops`` with ``flops_per_token = 6·(N + d·V) +
-12·L·d·T`` (:mod:`cbscore.model`: block matmuls, output head and attention) and ``peak_flops``
+12·L·d·T`` (:mod:`cbscore.model.gpt`: block matmuls, output head and attention) and ``peak_flops``
 the accelerator's dense bf16 peak from its data sheet, looked up by the exact CUDA device name:
 an H100 PCIe (756e12) is not an H100 SXM (989e12). A measured H200 reached about 790e12 bf16
 FLOP/s on large matmuls, so an MFU near 0.8 there is the practical ceiling, not 1.0.

@@ -68,8 +68,8 @@ import torch
 
 from cbscore.analysis import first_crossing
 from cbscore.errors import ConfigError
-from cbscore.model import GPT, get_preset
-from cbscore.model_config import padded_vocab_size
+from cbscore.model.config import get_preset, padded_vocab_size
+from cbscore.model.gpt import GPT
 from cbscore.train.allocator import keep_freed_memory
 from cbscore.train.averaging import WeightAverage
 from cbscore.train.batch_plan import Segment

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cbscore.errors import ConfigError
-from cbscore.model_config import get_preset, padded_vocab_size
+from cbscore.model.config import get_preset, padded_vocab_size
 from cbscore.train.callbacks import Callback
 from cbscore.train.config import TrainConfig
 from cbscore.train.micro_batch import (

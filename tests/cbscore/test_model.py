@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from cbscore.errors import ConfigError
-from cbscore.model import GPT, PRESETS, GPTConfig, get_preset
+from cbscore.model.config import PRESETS, GPTConfig, get_preset
+from cbscore.model.gpt import GPT
 
 torch.set_num_threads(1)
 

@@ -1,10 +1,10 @@
 """Model shapes: :class:`GPTConfig` and the named presets, torch-free.
 
-Kept apart from :mod:`cbscore.model` so that study planning, the CLI and the web app can name,
+Kept apart from :mod:`cbscore.model.gpt` so that study planning, the CLI and the web app can name,
 count and cost models without importing torch. ``N = 12·L·C²`` non-embedding parameters (Kaplan
 et al. 2020, §2.1); training FLOPs per token ``6·(N + C·V) + 12·L·C·T``: the block matmuls, the
 output head and attention (Chowdhery et al. 2022, PaLM, appendix B; Kaplan et al. 2020, table 1).
-See :mod:`cbscore.model` for the full accounting.
+See :mod:`cbscore.model.gpt` for the full accounting.
 """
 
 from __future__ import annotations

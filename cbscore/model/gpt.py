@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cbscore.model_config import PRESETS, GPTConfig, Preset, get_preset  # noqa: F401  (re-exported)
+from cbscore.model.config import GPTConfig
 
 
 class Rotary(nn.Module):
