@@ -1,5 +1,10 @@
-"""Errors that carry a message meant for the user (the CLI prints them without a traceback)."""
+"""Errors that carry a message meant for the user (the CLI prints them without a traceback), and the
+checks of single config fields that raise :class:`ConfigError` naming the field and the value it got."""
 
+from __future__ import annotations
+
+import math
+from typing import Any
 
 #: Longest value (its ``repr``) an error message shows: a message goes to a page and a log, and a
 #: value can be a whole pasted text; the rest is cut, so a message never echoes a document.
@@ -43,3 +48,32 @@ class DataError(CbsError):
 
 class FitError(CbsError):
     """The data cannot support the requested fit; the message says why."""
+
+# Checks of single config fields (each raises ConfigError naming the field and the value).
+
+def positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(name, value, "must be a positive integer")
+
+
+def non_negative_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(name, value, "must be a non-negative integer")
+
+
+def finite(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(name, value, "must be a finite number")
+
+
+def positive_finite(name: str, value: Any) -> None:
+    finite(name, value)
+    if value <= 0:
+        raise ConfigError(name, value, "must be a positive finite number")
+
+
+def in_range(name: str, value: Any, low: float, high: float, *, closed_high: bool = False) -> None:
+    finite(name, value)
+    if not (low <= value < high or (closed_high and value == high)):
+        bracket = "]" if closed_high else ")"
+        raise ConfigError(name, value, f"must be in [{low:g}, {high:g}{bracket}")

@@ -33,8 +33,8 @@ import numpy as np
 
 import cbscore.data.checksums as checksums  # the module, not the package (no import cycle)
 import cbscore.data.sources as sources  # the module, not the package (no import cycle)
-from cbscore.durable import fsync_file, fsync_folder
 from cbscore.errors import ConfigError, DataError
+from cbscore.paths import fsync_file, fsync_folder
 
 from .config import DataConfig, _normalised_source
 from .roots import check_source, check_store_dir, data_roots  # noqa: F401 (data_roots: re-exported)

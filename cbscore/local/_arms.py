@@ -26,8 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cbscore.errors import ConfigError
-from cbscore.field_checks import positive_finite, positive_int
+from cbscore.errors import ConfigError, positive_finite, positive_int
 from cbscore.train.batch_plan import build_plan
 
 #: The three arms, in the order they are reported.

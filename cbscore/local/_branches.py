@@ -31,8 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cbscore.errors import ConfigError
-from cbscore.field_checks import positive_finite, positive_int
+from cbscore.errors import ConfigError, positive_finite, positive_int
 from cbscore.train.checkpoint import snapshot_path
 from cbscore.train.config import TrainConfig
 

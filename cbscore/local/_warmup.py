@@ -19,8 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from cbscore.errors import ConfigError
-from cbscore.field_checks import positive_int
+from cbscore.errors import ConfigError, positive_int
 from cbscore.local._branches import lr_factor
 from cbscore.local._curve import LocalCbsCurve
 from cbscore.train.batch_plan import build_plan

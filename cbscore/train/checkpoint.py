@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cbscore.durable import fsync_folder
+from cbscore.paths import fsync_folder
 
 CHECKPOINT_NAME = "checkpoint.pt"
 SNAPSHOT_PREFIX = "tokens-"

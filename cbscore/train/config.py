@@ -17,11 +17,11 @@ from typing import Any
 
 from cbscore.data import DataConfig
 from cbscore.errors import ConfigError
-from cbscore.field_checks import finite as _finite
-from cbscore.field_checks import in_range as _in_range
-from cbscore.field_checks import non_negative_int as _non_negative_int
-from cbscore.field_checks import positive_finite as _positive_finite
-from cbscore.field_checks import positive_int as _positive_int
+from cbscore.errors import finite as _finite
+from cbscore.errors import in_range as _in_range
+from cbscore.errors import non_negative_int as _non_negative_int
+from cbscore.errors import positive_finite as _positive_finite
+from cbscore.errors import positive_int as _positive_int
 from cbscore.model.config import PRESETS
 from cbscore.recipe import BETA1, EPS, GRAD_CLIP, WARMUP_FRACTION, WEIGHT_DECAY, Recipe, trial_recipe
 from cbscore.train.batch_plan import BatchPlan, build_plan

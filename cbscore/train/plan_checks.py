@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import math
 
-from cbscore.errors import ConfigError
-from cbscore.field_checks import non_negative_int, positive_finite, positive_int
+from cbscore.errors import ConfigError, non_negative_int, positive_finite, positive_int
 
 # ``cfg`` is a cbscore.train.config.TrainConfig (not imported: that module imports this one)
 
