@@ -27,6 +27,24 @@ setting's three-rate cells share, :func:`cbscore.analysis.fit_across_rates`), or
 Such a cell is extended by the same gate; one that added no rate hands on its own centre (its
 rates sit either side of it, so neither is a better guess of the optimum), one that did its best
 rate as a bracketed cell does.
+
+Centring from what the neighbours measured (issue 40, "past 3×"; both off by default):
+
+* ``search.chain_centre: vertex``: a settled cell hands on its *continuous* optimum instead of its
+  best discrete rate: per seed, the vertex of the parabola in ``ln η`` that the estimator fits
+  across rates (:func:`cbscore.analysis._points.fit_across_rates`, its curvature shared by the
+  cells of the chain from ``B_ref`` out to this one, the optimum kept within the rates tried),
+  geometric mean over seeds; the reference cell's is the vertex of the parabola through the final
+  held-out losses of its best rate and that rate's two neighbours (what picks its best today). A
+  cell the fit does not read (one rate in its window, no positive curvature) hands on its best
+  rate as before (a narrow one its centre).
+* ``search.local_exponent: true``: once the two cells before it in the chain (``B_ref`` counts)
+  both handed on an optimum, a cell is centred with the slope of ``ln η_opt`` against ``ln B``
+  between them, clamped to :data:`LOCAL_EXPONENT_RANGE`, instead of ``chain_exponent`` (which
+  the first cell past ``B_ref`` still uses): it follows an optimum whose law turns (``peak``).
+
+Only cells at or nearer ``B_ref`` on a cell's own side feed its centre, and only their first
+attempts, which have all ended: a released cell's centre never moves.
 """
 
 from __future__ import annotations
@@ -34,10 +52,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from cbscore.analysis._points import fit_across_rates
+from cbscore.analysis._trial import TrialSteps
 from cbscore.study.budgets import RERUN_TAG
 from cbscore.study.cell_rates import _seed_best_rates, cell_rates
 from cbscore.study.spec import StudySpec
 from cbscore.study.trials import TrialRecord
+
+#: The slope a local exponent is clamped to (``search.local_exponent``): from an optimal rate that
+#: falls as ``B^-0.5`` to one that grows linearly with ``B`` (SGD's rule, Goyal et al. 2017).
+LOCAL_EXPONENT_RANGE = (-0.5, 1.0)
 
 
 def _round(lr: float) -> float:
@@ -136,6 +160,68 @@ def settled_best(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
     return True, _round(math.exp(sum(math.log(v) for v in best) / len(best)))
 
 
+def _geo(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def loss_vertex(recs: Sequence[TrialRecord]) -> float | None:
+    """A reference cell's continuous optimum (``search.chain_centre: vertex``): per seed, the vertex
+    in ``ln η`` of the parabola through the final held-out losses of its best rate and that rate's
+    two neighbours, kept between them; geometric mean over seeds. ``None`` where no seed has a best
+    rate with a neighbour on each side and a positive curvature there."""
+    out = []
+    for seed in sorted({r.seed for r in recs}):
+        scored = sorted((r.lr, r.final_eval_loss) for r in recs
+                        if r.seed == seed and r.status in ("finished", "reached", "censored")
+                        and r.final_eval_loss is not None and math.isfinite(r.final_eval_loss))
+        if len(scored) < 3:
+            continue
+        at = min(range(len(scored)), key=lambda i: (scored[i][1], scored[i][0]))
+        if at in (0, len(scored) - 1):
+            continue
+        (l0, y0), (l1, y1), (l2, y2) = scored[at - 1:at + 2]
+        u0, u2 = math.log(l0 / l1), math.log(l2 / l1)
+        # y = y1 + b·u + a·u² through the three points (u = ln η − ln η_best).
+        a = ((y0 - y1) / u0 - (y2 - y1) / u2) / (u0 - u2)
+        b = (y0 - y1) / u0 - a * u0
+        if not a > 0:
+            continue
+        out.append(l1 * math.exp(min(max(-b / (2 * a), u0), u2)))
+    return _round(_geo(out)) if out else None
+
+
+def steps_vertex(chain: Mapping[int, Sequence[TrialRecord]], batch_size: int) -> float | None:
+    """The continuous optimum of the settled cell ``batch_size`` (``search.chain_centre: vertex``):
+    per seed, the vertex the estimator's fit across rates reads (its curvature shared by the cells
+    of ``chain``, ``{batch size: first attempts}``), geometric mean over seeds; ``None`` where the
+    fit does not read the cell (it keeps the best discrete rate there)."""
+    cells: dict[tuple[int, int | None], list[TrialSteps]] = {}
+    tried: dict[tuple[int, int | None], list[float]] = {}
+    for b, recs in chain.items():
+        for r in recs:
+            tried.setdefault((b, r.seed), []).append(r.lr)
+            if r.status == "reached" and r.steps_to_target:
+                cells.setdefault((b, r.seed), []).append(
+                    TrialSteps(batch_size=b, outcome="reached", steps=r.steps_to_target, seed=r.seed, lr=r.lr))
+    fits = fit_across_rates(cells, tried)
+    lrs = [f.lr for (b, _), f in fits.items() if b == batch_size and f.fitted and f.lr]
+    return _round(_geo(lrs)) if lrs else None
+
+
+def local_exponent(spec: StudySpec, history: Sequence[tuple[int, float | None]]) -> float:
+    """The exponent that centres the next cell of a chain from ``history`` (its cells so far,
+    ``(batch size, optimum handed on)``, from ``B_ref`` outward): with ``search.local_exponent`` and
+    the last two cells' optima known, the slope of ``ln η`` against ``ln B`` between them, clamped
+    to :data:`LOCAL_EXPONENT_RANGE`; else ``search.chain_exponent``."""
+    if not spec.search.local_exponent or len(history) < 2:
+        return spec.search.chain_exponent
+    (b2, e2), (b1, e1) = history[-2:]
+    if e1 is None or e2 is None or b1 == b2:
+        return spec.search.chain_exponent
+    lo, hi = LOCAL_EXPONENT_RANGE
+    return min(max(math.log(e1 / e2) / math.log(b1 / b2), lo), hi)
+
+
 def chain_centres(spec: StudySpec, recs_by_batch: Mapping[int, Sequence[TrialRecord]]) -> dict[int, float]:
     """The centre of every cell of one setting whose neighbour towards ``B_ref`` has settled
     (``{batch size: centre}``; the reference cell has none), from ``{batch size: the cell's records}``."""
@@ -143,20 +229,34 @@ def chain_centres(spec: StudySpec, recs_by_batch: Mapping[int, Sequence[TrialRec
     sizes = list(spec.batch_sizes)
     at = sizes.index(spec.b_ref)
     out: dict[int, float] = {}
-    gamma = spec.search.chain_exponent
     middle = math.exp(sum(math.log(v) for v in spec.search.lrs) / len(spec.search.lrs))
+    vertex = spec.search.chain_centre == "vertex"
     if role_ref == "trial":
         # Explicit targets: no reference runs; B_ref is centred on the grid's geometric middle.
         out[spec.b_ref] = _round(middle)
     for chain in (sizes[at + 1:], sizes[:at][::-1]):  # upwards, then downwards from B_ref
         prev_b, prev_centre = spec.b_ref, out.get(spec.b_ref)
-        settled, best = settled_best(spec, recs_by_batch.get(spec.b_ref, ()), role_ref, prev_centre)
+        ref_recs = recs_by_batch.get(spec.b_ref, ())
+        settled, best = settled_best(spec, ref_recs, role_ref, prev_centre)
+        seen: dict[int, Sequence[TrialRecord]] = {}  # the chain's settled trial cells (vertex)
+        if settled and vertex:
+            if role_ref == "reference":
+                best = loss_vertex(first_attempts(ref_recs)) or best
+            else:
+                seen[spec.b_ref] = first_attempts(ref_recs)
+                best = steps_vertex(seen, spec.b_ref) or best
+        history = [(spec.b_ref, best)]
         for b in chain:
             if not settled:
                 break
             anchor = best if best is not None else prev_centre if prev_centre is not None else middle
-            centre = out[b] = _round(anchor * (b / prev_b) ** gamma)
-            settled, best = settled_best(spec, recs_by_batch.get(b, ()), "trial", centre, b)
+            centre = out[b] = _round(anchor * (b / prev_b) ** local_exponent(spec, history))
+            recs = recs_by_batch.get(b, ())
+            settled, best = settled_best(spec, recs, "trial", centre, b)
+            if settled and vertex:
+                seen[b] = first_attempts(recs)
+                best = steps_vertex(seen, b) or best
+            history.append((b, best))
             prev_b, prev_centre = b, centre
     return out
 

@@ -18,6 +18,8 @@ SEARCH_KINDS = ("grid", "chained", "optuna")
 RATE_KINDS = ("grid", "chained")
 #: What a chained search's reference cell runs (:attr:`SearchSpec.reference_rates`).
 REFERENCE_RATES = ("grid", "bracket")
+#: What a settled chained cell hands on to centre its neighbour (:attr:`SearchSpec.chain_centre`).
+CHAIN_CENTRES = ("best", "vertex")
 #: Orders a grid cell may start its rates in (:attr:`SearchSpec.order`).
 SEARCH_ORDERS = ("predicted", "grid")
 
@@ -97,6 +99,17 @@ class SearchSpec:
     """Chained search: rates a cell below ``bracket_min_batch_size`` starts with: 2 (``c/√ratio`` and
     ``c·√ratio``, read through the curvature the setting's bracketed cells share), 1 (the centre
     alone) or 3 (the bracket: no cell is narrow)."""
+    chain_centre: str = "best"
+    """Chained search (issue 40, "past 3×"): what a settled cell hands on to centre the next one.
+    ``best`` (the default): the geometric mean over seeds of each seed's best discrete rate;
+    ``vertex``: the continuous optimum, the vertex of the parabola in ``ln η`` the estimator fits
+    across the cell's rates (curvature shared along the chain; the reference cell's from its final
+    losses), :mod:`cbscore.study.chained`."""
+    local_exponent: bool = False
+    """Chained search (issue 40, "past 3×"): ``true`` centres a cell with the slope of ``ln η_opt``
+    against ``ln B`` between the two cells before it in the chain (clamped to [-0.5, 1]) instead of
+    ``chain_exponent``, once both handed on an optimum; ``false`` (the default): ``chain_exponent``
+    everywhere."""
     order: str = "predicted"
     """Grid search: the order a cell starts its rates in. ``predicted`` (the default): nearest the
     rate predicted from the setting's measured cells first (``cbscore.study.lr_predict``), so the
@@ -138,6 +151,10 @@ class SearchSpec:
             raise ConfigError("search.bracket_min_batch_size", floor, "must be a positive integer or null")
         if isinstance(self.narrow_rates, bool) or self.narrow_rates not in (1, 2, 3):
             raise ConfigError("search.narrow_rates", self.narrow_rates, "must be 1, 2 or 3")
+        if self.chain_centre not in CHAIN_CENTRES:
+            raise ConfigError("search.chain_centre", self.chain_centre, f"must be one of {', '.join(CHAIN_CENTRES)}")
+        if not isinstance(self.local_exponent, bool):
+            raise ConfigError("search.local_exponent", self.local_exponent, "must be true or false")
         if self.reference_rates not in REFERENCE_RATES:
             raise ConfigError("search.reference_rates", self.reference_rates,
                               f"must be one of {', '.join(REFERENCE_RATES)}")
