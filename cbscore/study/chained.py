@@ -286,9 +286,13 @@ def describe_chained(spec: StudySpec) -> list[str]:
     lines_narrow = ([f"  narrow cells (B < {s.bracket_min_batch_size}: {', '.join(str(b) for b in narrow)}) start with "
                      + ("2 rates c/√ratio, c·√ratio" if s.narrow_rates == 2 else "the centre alone")
                      + " instead (the trial count above counts 3)"] if narrow else [])
+    anchor = "its neighbour's fitted optimum" if s.chain_centre == "vertex" else "its neighbour's best rate"
+    lo, hi = LOCAL_EXPONENT_RANGE
+    power = (f"(the slope of the last two cells, in [{lo:g}, {hi:g}]; {s.chain_exponent:g} for the first)"
+             if s.local_exponent else f"{s.chain_exponent:g}")
     return [
         f"chained search: {ref}; every other cell runs 3 rates c/{s.bracket_ratio:g}, c, c·{s.bracket_ratio:g} "
-        f"centred at c = (its neighbour's best rate)·(B/B_neighbour)^{s.chain_exponent:g}, each to its own crossing",
+        f"centred at c = ({anchor})·(B/B_neighbour)^{power}, each to its own crossing",
         f"  cells released outward from B_ref once the neighbour settled: {'; '.join(order) or 'none'}",
         f"  a rate past an edge only where the edge beats its inner neighbour by more than "
         f"{s.extension_gain:.0%} in steps to target, at most {s.max_extensions} per cell (the trial count above has none of them)",

@@ -9,7 +9,14 @@ import math
 import pytest
 
 from cbscore.errors import ConfigError
-from cbscore.study.chained import LOCAL_EXPONENT_RANGE, chain_centres, local_exponent, loss_vertex, steps_vertex
+from cbscore.study.chained import (
+    LOCAL_EXPONENT_RANGE,
+    chain_centres,
+    describe_chained,
+    local_exponent,
+    loss_vertex,
+    steps_vertex,
+)
 from tests.cbscore.study.test_chained import _reached, _reference, chained_spec
 
 K = 0.2  # ln S = ln S0 + K·(ln η − ln η*)²
@@ -114,3 +121,9 @@ def test_the_centring_fields_round_trip():
     spec = chained_spec(chain_centre="vertex", local_exponent=True)
     back = StudySpec.from_dict(spec.to_dict())
     assert back.search.chain_centre == "vertex" and back.search.local_exponent is True
+
+
+def test_the_dry_run_says_how_the_cells_are_centred():
+    assert "(its neighbour's best rate)·(B/B_neighbour)^0.5," in describe_chained(chained_spec())[0]
+    line = describe_chained(chained_spec(chain_centre="vertex", local_exponent=True))[0]
+    assert "(its neighbour's fitted optimum)·(B/B_neighbour)^(the slope of the last two cells, in [-0.5, 1]" in line
