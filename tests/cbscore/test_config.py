@@ -1,0 +1,104 @@
+"""Config: the base of the frozen configs (wire format, coercion by type, field checks first)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+
+from cbscore.config import Config, above, at_least, between, boolean, checked, folder, one_of
+from cbscore.errors import ConfigError, positive_int
+
+CALLS: list[str] = []
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inner(Config):
+    size: int = checked(positive_int, 1)
+    """A positive count."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outer(Config):
+    name: str = checked(one_of(("a", "b")))
+    """Required, one of two."""
+    rate: float = checked(between(0.0, 1.0), 0.5)
+    steps: int | None = checked(positive_int, None)
+    """``None`` passes the check by."""
+    taus: tuple[float, ...] | None = None
+    table: tuple[tuple[int, int], ...] = ()
+    inner: Inner = field(default_factory=Inner)
+    limit: float = checked(above(1, "must be greater than 1"), 2.0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        CALLS.append("post_init")
+        if self.steps is not None and self.steps > self.inner.size:
+            raise ConfigError("steps", self.steps, f"must not exceed inner.size={self.inner.size}")
+
+
+def test_round_trip_through_json_with_nested_and_tuple_fields():
+    c = Outer(name="a", steps=2, taus=[0.9, 0.99], table=[[1, 2], [3, 4]], inner={"size": 3})
+    assert c.taus == (0.9, 0.99) and c.table == ((1, 2), (3, 4)) and c.inner == Inner(size=3)
+    wire = c.to_dict()
+    assert wire == {"name": "a", "rate": 0.5, "steps": 2, "taus": [0.9, 0.99], "table": [[1, 2], [3, 4]],
+                    "inner": {"size": 3}, "limit": 2.0}
+    assert list(wire) == ["name", "rate", "steps", "taus", "table", "inner", "limit"]  # field order
+    assert Outer.from_dict(json.loads(json.dumps(wire))) == c
+    assert Outer(name="b").to_dict()["taus"] is None
+
+
+def test_from_dict_refuses_unknown_and_missing_fields_and_non_mappings():
+    with pytest.raises(ConfigError, match=r"^colour: is not a Outer field, but got 'red'\.$"):
+        Outer.from_dict({"name": "a", "colour": "red"})
+    with pytest.raises(ConfigError, match=r"^name: is required, but got None\.$"):
+        Outer.from_dict({"rate": 0.1})
+    with pytest.raises(ConfigError, match=r"^outer: must be a dict of Outer fields, but got \[1\]\.$"):
+        Outer.from_dict([1])
+    with pytest.raises(ConfigError, match=r"^size0: is not a Inner field"):
+        Outer(name="a", inner={"size0": 1})
+    with pytest.raises(ConfigError, match=r"^inner: must be a Inner or a dict of its fields, but got 3\.$"):
+        Outer(name="a", inner=3)
+
+
+def test_field_checks_run_first_in_field_order_then_post_init():
+    CALLS.clear()
+    with pytest.raises(ConfigError) as err:  # both fields bad: the first field's check speaks
+        Outer(name="c", rate=2.0)
+    assert (err.value.field, err.value.reason) == ("name", "must be one of a, b") and CALLS == []
+    with pytest.raises(ConfigError, match=r"^rate: must be in \[0, 1\), but got 2\.0\.$"):
+        Outer(name="a", rate=2.0)
+    with pytest.raises(ConfigError, match=r"^steps: must be a positive integer, but got 0\.$"):
+        Outer(name="a", steps=0)  # the field check, not the cross-field rule
+    assert CALLS == []
+    with pytest.raises(ConfigError, match=r"^steps: must not exceed inner\.size=1"):
+        Outer(name="a", steps=2)
+    assert CALLS == ["post_init"]
+
+
+def test_checks_made_from_a_few_words():
+    for check, good, bad, reason in [
+        (between(0.0, 1.0, closed_high=True), 1.0, 1.5, "must be in [0, 1]"),
+        (above(1, "must be greater than 1"), 1.5, 1, "must be greater than 1"),
+        (at_least(0, "must be non-negative"), 0, -1, "must be non-negative"),
+        (one_of(("x", "y")), "y", "z", "must be one of x, y"),
+        (boolean, False, 0, "must be true or false"),
+        (folder, "a/b", "", "must be a folder path or None"),
+    ]:
+        check("f", good)
+        with pytest.raises(ConfigError) as err:
+            check("f", bad)
+        assert (err.value.field, err.value.value, err.value.reason) == ("f", bad, reason)
+    with pytest.raises(ConfigError, match="must be a finite number"):
+        above(0, "must be positive")("f", float("nan"))
+
+
+def test_replace_checks_again_and_configs_stay_frozen():
+    import dataclasses
+
+    c = Outer(name="a")
+    with pytest.raises(ConfigError, match="^rate: "):
+        dataclasses.replace(c, rate=-1.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.rate = 0.1  # type: ignore[misc]
