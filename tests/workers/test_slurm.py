@@ -507,6 +507,9 @@ def test_the_commands_of_the_operating_pages_slurm_section_run_in_order_on_a_rea
 
 @pytest.mark.slow
 @pytest.mark.services
+# its own waits add up to 975 s (calm 300, step 120, cancel 75, jobs 480): past the default 600 s of
+# pytest-timeout, which cut it at load 9 before its own wait could say what it waited for
+@pytest.mark.timeout(1500)
 def test_a_study_on_redis_and_postgresql_survives_a_cancelled_job_and_jobs_at_their_time_limit(
         redis_env, postgres_env, slurm, capsys, processes, token_store):
     """The scale-out path as a cluster runs it: broker on Redis, MLflow, Optuna and the ledger on
