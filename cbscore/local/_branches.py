@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from cbscore.config import Config, checked, one_of
 from cbscore.errors import ConfigError, positive_finite, positive_int
 from cbscore.train.checkpoint import snapshot_path
 from cbscore.train.config import TrainConfig
@@ -54,39 +55,23 @@ def lr_factor(multiplier: float, rule: str = "sqrt") -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
-class BranchSpec:
+class BranchSpec(Config):
     """One branch of a local-CBS study."""
 
-    checkpoint_tokens: int
+    checkpoint_tokens: int = checked(positive_int)
     """Stream position of the base snapshot it starts from, tokens (one of the base's
     ``snapshot_tokens``)."""
-    multiplier: float
+    multiplier: float = checked(positive_finite)
     """``k``: the branch's batch is ``k · B0`` sequences (a whole number)."""
-    window_tokens: int
+    window_tokens: int = checked(positive_int)
     """``Δ``: tokens the branch trains; a whole number of the branch's steps (choose a multiple of
     every ``k·B0·T`` of the grid, so that every branch sees the same tokens)."""
-    lr_rule: str = "sqrt"
+    lr_rule: str = checked(one_of(LR_RULES), "sqrt")
     """``f`` of :func:`lr_factor`: ``sqrt`` (Adam), ``linear`` (SGD) or ``constant``."""
-    averaging: str = "branch"
+    averaging: str = checked(one_of(AVERAGING), "branch")
     """The weight average the branch is read on (:data:`AVERAGING`): ``branch`` (starts at the
     branch, ``τ`` per ``B0·T`` tokens), ``tokens`` (the base's, ``τ^k`` per step) or ``carry`` (the
     base's, ``τ`` per step)."""
-
-    def __post_init__(self) -> None:
-        positive_int("checkpoint_tokens", self.checkpoint_tokens)
-        positive_finite("multiplier", self.multiplier)
-        positive_int("window_tokens", self.window_tokens)
-        lr_factor(self.multiplier, self.lr_rule)  # checks the rule
-        if self.averaging not in AVERAGING:
-            raise ConfigError("averaging", self.averaging, f"must be one of {', '.join(AVERAGING)}")
-
-    def to_dict(self) -> dict:
-        return {"checkpoint_tokens": self.checkpoint_tokens, "multiplier": self.multiplier,
-                "window_tokens": self.window_tokens, "lr_rule": self.lr_rule, "averaging": self.averaging}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> BranchSpec:
-        return cls(**dict(d))
 
 
 def branch_config(base: TrainConfig, spec: BranchSpec, *, snapshot_dir: str,

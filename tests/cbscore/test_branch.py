@@ -266,3 +266,18 @@ def test_branch_averaging_fields_are_checked_and_round_trip(base_run):
         base.replace(ewa_batch_size=0)
     with pytest.raises(ConfigError, match=r"^averaging: must be one of branch, tokens, carry, but got 'none'\."):
         BranchSpec(checkpoint_tokens=1536, multiplier=2, window_tokens=1024, averaging="none")
+
+
+def test_branch_spec_wire_format_and_checks():
+    spec = BranchSpec(checkpoint_tokens=1536, multiplier=1.5, window_tokens=1024, lr_rule="linear")
+    assert spec.to_dict() == {"checkpoint_tokens": 1536, "multiplier": 1.5, "window_tokens": 1024,
+                              "lr_rule": "linear", "averaging": "branch"}
+    assert BranchSpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(ConfigError, match=r"^window_tokens: is required, but got None\.$"):
+        BranchSpec.from_dict({"checkpoint_tokens": 1536, "multiplier": 2})
+    with pytest.raises(ConfigError, match=r"^k: is not a BranchSpec field, but got 2\.$"):
+        BranchSpec.from_dict({**spec.to_dict(), "k": 2})
+    with pytest.raises(ConfigError, match=r"^lr_rule: must be one of sqrt, linear, constant, but got 'cube'\.$"):
+        BranchSpec(checkpoint_tokens=1536, multiplier=2, window_tokens=1024, lr_rule="cube")
+    with pytest.raises(ConfigError, match=r"^multiplier: must be a finite number, but got nan\.$"):
+        BranchSpec(checkpoint_tokens=1536, multiplier=float("nan"), window_tokens=1024)
