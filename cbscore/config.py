@@ -125,7 +125,7 @@ class _ClassPlan:
 
     def _compiled(self) -> Callable[[Any], None]:
         """The coercions and checks as one function of straight-line code, as ``dataclasses`` writes
-        ``__init__``: a loop over the fields cost a TrainConfig a third more (~40 of them)."""
+        ``__init__``, so that a declared check costs what the same check written by hand does."""
         scope: dict[str, Any] = {"_set": object.__setattr__}
         lines = ["def run(self):", "    pass"]
         for i, (name, coerce) in enumerate(self.coercions):
