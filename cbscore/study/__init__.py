@@ -6,9 +6,9 @@ See ``docs/ARCHITECTURE.md`` ("Study spec and planner") for how the workers use 
 from cbscore.study.budgets import cell_budget_tokens, planned_budget, spent_tokens
 from cbscore.study.cell_trials import build_train_config, cell_id, trial_from_ask
 from cbscore.study.estimate import ComputeEstimate, SettingEstimate, estimate, measure_rates, measure_tokens_per_s
+from cbscore.study.kinds import grid_tokens, grid_trials, plan
 from cbscore.study.local_plan import LocalSnapshots
 from cbscore.study.local_spec import LocalSpec
-from cbscore.study.plan_kinds import grid_tokens, grid_trials, plan
 from cbscore.study.plan_result import (
                                        AskRequest,
                                        CellState,

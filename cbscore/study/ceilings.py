@@ -81,7 +81,7 @@ def check_ceilings(spec, ceilings: Ceilings | None = None) -> None:
     :meth:`Ceilings.from_env`): a context longer than ``max_context_tokens``, a list longer than
     ``max_list``, more trials than ``max_trials``, more tokens than ``max_total_tokens``. Nothing is
     built per trial or per cell."""
-    from cbscore.study.plan_kinds import grid_tokens, grid_trials
+    from cbscore.study.kinds import grid_tokens, grid_trials
 
     c = ceilings or Ceilings.from_env()
     if spec.context_tokens > c.max_context_tokens:

@@ -11,8 +11,7 @@ import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cbscore.study.budgets import setting_grid_tokens
-from cbscore.study.plan_kinds import grid_tokens, grid_trials
+from cbscore.study.kinds import study_kind
 from cbscore.study.spec import StudySpec
 
 
@@ -62,8 +61,9 @@ def estimate(spec: StudySpec, tokens_per_s: float | Mapping[str, float] | None =
     settings = spec.resolve_settings()
     out = []
     total_seconds: float | None = 0.0
+    kind = study_kind(spec)
     for s in settings:
-        toks = grid_tokens(spec) if spec.kind in ("local", "schedule") else setting_grid_tokens(spec, s)  # one setting
+        toks = kind.setting_grid_tokens(spec, s)
         rate = tokens_per_s.get(s.model) if isinstance(tokens_per_s, Mapping) else tokens_per_s
         secs = toks / rate if rate else None
         if secs is None:
@@ -72,7 +72,7 @@ def estimate(spec: StudySpec, tokens_per_s: float | Mapping[str, float] | None =
             total_seconds += secs
         out.append(SettingEstimate(setting_id=s.setting_id, model=s.model, n_params=s.n_params, tokens=s.tokens,
                                    grid_tokens=toks, flops=toks * s.flops_per_token, seconds=secs))
-    trials = grid_trials(spec)
+    trials = kind.grid_trials(spec)
     tokens = sum(e.grid_tokens for e in out)
     over = None
     if trials > spec.max_trials:

@@ -53,6 +53,22 @@ GNS_CELLS = ("all", "reference")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
+def _check_local_budget(spec) -> None:
+    _positive_int("tokens", spec.tokens[0])
+    checkpoints(spec.local, total_tokens=spec.tokens[0], context_tokens=spec.context_tokens)  # each on a step
+
+
+def _check_schedule_budget(spec) -> None:
+    _positive_int("tokens", spec.tokens[0])
+
+
+#: the kinds with a block of fields of their own, by kind: the block's field (``local:``, ``decay:``), what
+#: reads it into the spec (before the common checks) and what checks the one setting's budget (after the
+#: models). What each kind does beyond its spec is :mod:`cbscore.study.kinds`.
+_KIND_BLOCKS = {"local": ("local", apply_local, _check_local_budget),
+                "schedule": ("decay", apply_decay, _check_schedule_budget)}
+
+
 @dataclass(frozen=True, kw_only=True)
 class StudySpec:
     """A critical-batch-size study (DESIGN.md §1)."""
@@ -237,14 +253,11 @@ class StudySpec:
         object.__setattr__(self, "data", dict(self.data))
         if self.target_losses is not None:
             object.__setattr__(self, "target_losses", dict(self.target_losses))
-        if self.kind == "local":
-            apply_local(self)
-        elif self.local is not None:
-            raise ConfigError("local", self.local, f"applies to kind local only, not {self.kind}")
-        if self.kind == "schedule":
-            apply_decay(self)
-        elif self.decay is not None:
-            raise ConfigError("decay", self.decay, f"applies to kind schedule only, not {self.kind}")
+        for kind, (block, apply, _) in _KIND_BLOCKS.items():
+            if kind == self.kind:
+                apply(self)
+            elif getattr(self, block) is not None:
+                raise ConfigError(block, getattr(self, block), f"applies to kind {kind} only, not {self.kind}")
 
         if not self.batch_sizes:
             raise ConfigError("batch_sizes", list(self.batch_sizes), "must list at least one batch size")
@@ -421,12 +434,8 @@ class StudySpec:
             check_model("models", m)
         if len(set(self.models)) != len(self.models):
             raise ConfigError("models", list(self.models), "must not repeat a model")
-        if self.kind == "local":
-            _positive_int("tokens", self.tokens[0])
-            checkpoints(self.local, total_tokens=self.tokens[0], context_tokens=self.context_tokens)  # each on a step
-            return
-        if self.kind == "schedule":
-            _positive_int("tokens", self.tokens[0])
+        if self.kind in _KIND_BLOCKS:  # one setting: its budget, and what the kind's block asks of it
+            _KIND_BLOCKS[self.kind][2](self)
             return
         if self.kind == "fixed_n" and len(self.models) != 1:
             raise ConfigError("models", list(self.models), "a fixed_n study takes exactly one model")
