@@ -346,6 +346,8 @@ def describe_plan(spec, tokens_per_s: float | None = None, *, n_workers: int = 1
     """The dry-run text: settings, cells, trials, and compute at a tokens/s rate (one given
     figure, or measured here per model)."""
     from cbscore.study import estimate, measure_rates, plan
+    from cbscore.study.kinds import study_kind
+    from workers.studies.kinds import worker_kind
     from workers.studies.launch_checks import check_spec
 
     if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
@@ -371,24 +373,11 @@ def describe_plan(spec, tokens_per_s: float | None = None, *, n_workers: int = 1
     lines.append(f"compute at fixed budgets (an upper bound): {_human(est.tokens)} tokens, {est.flops:.3g} FLOPs, "
                  f"{_duration(est.seconds)} on {workers}")
     lines.append(f"throughput per worker: {rate_note}")
-    if spec.kind != "schedule":  # a schedule study's runs all train their whole horizon
+    kind = worker_kind(spec)
+    if study_kind(spec).stops_at_target:  # a schedule study's runs all train their whole horizon
         lines.append("stopping at the target, pruning and step caps spend less: `cbs study status` reports both")
-    if spec.kind == "local":  # base runs, then branches from their snapshots, one recipe (the base's)
-        from workers.studies.local_study import describe_local
-
-        lines.extend(describe_local(spec))
-    elif spec.kind == "schedule":  # stable runs, their decay branches and cosine runs, with their tokens
-        from cbscore.study.decay_plan import describe_decay
-
-        lines.extend(describe_decay(spec, _human))
-        lines.extend(describe_recipe(spec))
-    else:
-        lines.append(f"first wave: {len(first.start)} reference trials"
-                     + (f" and {sum(a.count for a in first.ask)} Optuna asks" if first.ask else ""))
-        if spec.search.kind == "chained":  # which rates each cell runs, and when (issue 40)
-            from cbscore.study.chained import describe_chained
-
-            lines.extend(describe_chained(spec))
+    lines.extend(kind.dry_run_lines(spec, first, _human))
+    if kind.shows_recipe:
         lines.extend(describe_recipe(spec))
     if est.over_limit:
         lines.append(f"over a sanity limit: {est.over_limit} (launch needs --force)")
@@ -474,19 +463,12 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_fit(args: argparse.Namespace) -> int:
     from workers.query import api
+    from workers.studies.kinds import worker_kind
 
-    if api.study_spec(args.name).kind == "local":  # a local-CBS readout, not a fit of S(B)
-        from workers.studies.local_fit import format_local, local_fit
-
-        out = local_fit(args.name)
-        print(json.dumps(out, indent=2, allow_nan=False) if args.json else format_local(out))
-        return 0
-    if api.study_spec(args.name).kind == "schedule":  # S(B) and B* per schedule, and WSD's E(S)
-        from cbscore.study.decay_readout import format_schedule
-        from workers.studies.schedule_fit import schedule_fit
-
-        out = schedule_fit(args.name, bootstrap=args.bootstrap, seed=args.seed)
-        print(json.dumps(out, indent=2, allow_nan=False) if args.json else format_schedule(out))
+    kind = worker_kind(api.study_spec(args.name))
+    if kind.readout is not None:  # the kind's own readout (local CBS; S(B) and B* per schedule), not the lab's fit
+        out = kind.readout(args.name, bootstrap=args.bootstrap, seed=args.seed)
+        print(json.dumps(out, indent=2, allow_nan=False) if args.json else kind.format_readout(out))
         return 0
     analysis = api.study_fit(args.name, bootstrap=args.bootstrap, seed=args.seed)
     # the noise-scale forecast of each setting and its calibration against this fit (issue 14)
@@ -522,13 +504,10 @@ def run_export(args: argparse.Namespace) -> int:
     import io
 
     from workers.query import api
+    from workers.studies.kinds import worker_kind
 
-    if api.study_spec(args.name).kind == "schedule":  # one steps table per schedule, in one CSV
-        from workers.studies.schedule_fit import schedule_table
-
-        rows = schedule_table(args.name)
-    else:
-        rows = api.study_table(args.name)
+    table = worker_kind(api.study_spec(args.name)).table  # a schedule study's: one steps table per schedule
+    rows = api.study_table(args.name) if table is None else table(args.name)
     columns = api.TABLE_COLUMNS if args.all_columns else api.FIT_COLUMNS
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
@@ -573,14 +552,14 @@ def run_extend(args: argparse.Namespace) -> int:
 def run_warmup(args: argparse.Namespace) -> int:
     import getpass
 
+    from cbscore.study.kinds import require_kind
     from workers.query import api
     from workers.studies.local_fit import local_fit
     from workers.studies.local_study import describe_arms
     from workers.studies.local_warmup import launch_warmup, warmup_patch
 
     stored = api.study_spec(args.name)
-    if stored.kind != "local":
-        raise ConfigError("name", args.name, f"names a {stored.kind} study, not a local one")
+    require_kind(args.name, stored, "local")  # the warm-up is local CBS's own
     if args.dry_run:
         from cbscore.study import StudySpec
 

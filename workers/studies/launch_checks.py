@@ -5,8 +5,9 @@ store holds the largest trial's tokens in one pass."""
 from __future__ import annotations
 
 from cbscore.errors import ConfigError
-from cbscore.study import StudySpec, build_train_config, estimate, planned_budget
+from cbscore.study import StudySpec, estimate
 from cbscore.study.ceilings import check_ceilings
+from workers.studies.kinds import worker_kind
 
 
 def check_spec(spec: StudySpec, *, force: bool = False) -> None:
@@ -24,31 +25,11 @@ def check_spec(spec: StudySpec, *, force: bool = False) -> None:
     # here, before anything is read or written (the worker checks again: cbscore.data.roots).
     from cbscore.data import DataConfig
     from cbscore.data.store import check_data_location
-    from cbscore.train.config import TrainConfig
 
     check_data_location(DataConfig.from_dict(dict(spec.data)))
-    if spec.kind == "local":  # a base run and its branches, not a grid of cells
-        from workers.studies.local_study import largest_trial
-
-        _check_store_holds(spec, *largest_trial(spec))
-        return
-    if spec.kind == "schedule":  # stable runs, decay branches and cosine runs: every config built
-        from workers.studies.decay_study import largest_trial as largest_schedule_trial
-
-        _check_store_holds(spec, *largest_schedule_trial(spec))
-        return
-    # Build every cell's TrainConfig once: a batch size the budget cannot hold, a bad data
-    # setting, ... fail here with the trainer's own message, not in a worker hours later.
-    largest = (0, "", 0)  # (tokens one trial reads, setting id, batch size)
-    for setting in spec.resolve_settings():
-        for b in spec.batch_sizes:
-            _, cap, role_tokens = planned_budget(spec, setting, b)
-            for lr in (spec.search.lrs if spec.search.kind == "grid" else (spec.search.lr_min,)):
-                config = TrainConfig.from_dict(build_train_config(
-                    spec, setting, batch_size=b, lr=lr, seed=spec.seeds[0], max_tokens=role_tokens, max_steps=cap,
-                    target_loss=None))
-                largest = max(largest, (config.total_steps * config.batch_tokens, setting.setting_id, b))
-    _check_store_holds(spec, *largest)
+    # every trial's TrainConfig built once: a batch size the budget cannot hold, a bad data setting,
+    # ... fail here with the trainer's own message, not in a worker hours later
+    _check_store_holds(spec, *worker_kind(spec).largest_trial(spec))
 
 
 def _check_store_holds(spec: StudySpec, tokens: int, setting_id: str, batch_size: int) -> None:

@@ -279,6 +279,7 @@ def kind_records(name: str, kind: str, *, with_history: bool | None = None):
     histories when ``with_history``; where the planner needs them when ``None``, as
     :func:`workers.studies.records.build_records`), and the tracker they were read with."""
     from cbscore.errors import ConfigError
+    from cbscore.study.kinds import require_kind
     from workers.infra.settings import WorkerSettings
     from workers.studies.ledger import Ledger
     from workers.studies.records import build_records, in_spec
@@ -290,8 +291,7 @@ def kind_records(name: str, kind: str, *, with_history: bool | None = None):
     if parent is None:
         raise ConfigError("name", name, "names no study")
     spec = StudySpec.from_dict(tracker.study_spec(parent))
-    if spec.kind != kind:
-        raise ConfigError("name", name, f"names a {spec.kind} study, not a {kind} one")
+    require_kind(name, spec, kind)
     runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
     leases = Ledger(s.ledger_url).leases(name)
     return spec, in_spec(spec, build_records(runs, leases, tracker, with_history=with_history)), tracker

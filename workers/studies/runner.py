@@ -33,6 +33,7 @@ from workers.infra.checkpoints import remove_checkpoint
 from workers.infra.settings import QUEUES, WorkerSettings
 from workers.infra.time_limits import trial_time_limit_s
 from workers.studies import repair
+from workers.studies.kinds import worker_kind
 from workers.studies.launch_checks import check_spec
 from workers.studies.ledger import Ledger, owner_is_alive_here, owner_is_dead, this_process
 from workers.studies.records import build_records, in_spec
@@ -230,15 +231,7 @@ class Runner:
 
         repaired = repair.repair_runs(self, study, leases, runs_by_trial)
 
-        snapshots = None
-        if spec.kind == "local":  # which base snapshots exist: the pure planner reads no disk
-            from workers.studies.local_study import local_snapshots
-
-            snapshots = local_snapshots(spec, records)
-        elif spec.kind == "schedule":  # which stable-run snapshots exist, likewise
-            from workers.studies.decay_study import decay_snapshots
-
-            snapshots = decay_snapshots(spec, records)
+        snapshots = worker_kind(spec).study_snapshots(spec, records)  # the pure planner reads no disk
         p = plan(spec, records, now, snapshots=snapshots, stale_after_s=s.stale_after_s, max_attempts=s.max_attempts)
 
         stale_before = now - s.stale_after_s
