@@ -18,6 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from app.charts import PALETTE, _log2_axis, _style
+from app.kinds import has_local_cbs
 
 _GRID = "#E6E9EF"
 #: Each rule as the page names it, and its colour.
@@ -37,7 +38,7 @@ def comparable_settings(local_spec, others: Mapping[str, Any]) -> list[tuple[str
     model = local_spec.models[0]
     out = []
     for name, other in sorted(others.items()):
-        if other.kind == "local" or other.context_tokens != local_spec.context_tokens \
+        if has_local_cbs(other.kind) or other.context_tokens != local_spec.context_tokens \
                 or data_key(other) != data_key(local_spec):
             continue
         out += [(name, s.setting_id) for s in other.resolve_settings() if s.model == model]

@@ -25,6 +25,7 @@ import platform
 import shutil
 from pathlib import Path
 
+from app.kinds import app_kind
 from cbscore.cli.fit import format_analysis
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study.lr_predict import allowed_rates
@@ -195,10 +196,8 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
         raise ConfigError("--out", str(out), "exists and is not a folder")
     spec = api.study_spec(name)
     status = api.study_status(name)
-    if spec.kind == "schedule":  # one steps table per schedule, read off the decayed runs (issue 45)
-        full = api.study_schedule_table(name)
-    else:
-        full = api.study_table(name)
+    kind = app_kind(spec)
+    full = (api.study_table if kind.report_table is None else kind.report_table)(name)  # a schedule study's: per schedule
     if not full:
         raise CbsError(f"study {name!r} has no finished trials yet, so there is nothing to report.")
     wall, first, last = _wall_seconds(name)
@@ -215,12 +214,8 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
         # The same fit as `cbs fit steps.csv --b-ref B --overhead r` prints it: per setting the interval's
         # basis, doubling ratios and lack of fit; the noise by source; which doublings carry each law.
         (tmp / "fit.txt").write_text(format_analysis(table) + "\n")
-        if spec.kind == "schedule":  # `cbs study fit`'s per-schedule readout, WSD's E(S) fits with it
-            from cbscore.study.decay_readout import format_schedule
-
-            readout = api.study_schedule_fit(name)
-            (tmp / "schedules.json").write_text(json.dumps(readout, indent=2, allow_nan=False) + "\n")
-            (tmp / "schedules.txt").write_text(format_schedule(readout) + "\n")
+        if kind.report_readout is not None:  # the kind's own readout (`cbs study fit`'s per schedule)
+            kind.report_readout(name, tmp)
         (tmp / "spec.yaml").write_text(spec.to_yaml())
         figs = _figures(table, full, spec.b_ref, spec.overhead)
         forecast = api.study_forecast(name, analysis=table)

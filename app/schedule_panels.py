@@ -15,11 +15,6 @@ from app import panels, sources
 _CONFIG = {"displaylogo": False}
 
 
-def is_schedule(name: str) -> bool:
-    """Whether study ``name`` is a ``schedule`` study."""
-    return getattr(sources.spec(name), "kind", None) == "schedule"
-
-
 @st.cache_data(ttl=sources.SLOW_TTL_S, max_entries=8, show_spinner=False)
 def readout(name: str) -> dict:
     """``cbs study fit NAME --json`` of a schedule study, with the pages' bootstrap."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import failures, fit_view, gns_panels, panels, schedule_panels, sources
+from app import failures, fit_view, gns_panels, panels, sources
+from app.kinds import study_app_kind
 
 st.title("Curves")
 st.caption(
@@ -43,8 +44,9 @@ def _compare(name: str, rows, b_ref: int, overhead: float) -> None:
 
 with failures.shown_as_message("the Curves page"):
     name = panels.study_picker("curves")
-    if schedule_panels.is_schedule(name):  # one setting under three schedules, each its own target (issue 45)
-        schedule_panels.render_curves(name)
+    kind = study_app_kind(name)
+    if kind is not None and kind.curves is not None:  # the kind's own view (a schedule study's three schedules)
+        kind.curves(name)
         st.stop()
     rows = panels.study_rows(name)
     b_ref, overhead = panels.fit_controls(rows, name, panels.study_rule(name))

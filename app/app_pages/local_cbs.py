@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from app import auth, failures, local_charts, sources
+from app.kinds import has_local_cbs
 
 st.title("Local CBS")
 st.caption(
@@ -80,7 +81,7 @@ def _may_change(name: str) -> bool:
 
 
 with failures.shown_as_message("the Local CBS page"):
-    names = [s.name for s in sources.studies() if s.kind == "local"]
+    names = [s.name for s in sources.studies() if has_local_cbs(s.kind)]
     if not names:
         raise failures.Nothing("No local study yet — launch one on the Launch page (kind **Local CBS**; its "
                                "embedded defaults run on a laptop CPU in a few minutes).")
@@ -94,7 +95,7 @@ with failures.shown_as_message("the Local CBS page"):
                 f"a local CBS at {ended} of {len(fit['checkpoints'])} checkpoints so far.")
     st.caption(f"Window: {fit['window_label']}; held-out loss {fit['averaging_label']}, and on the raw weights.")
     # The global CBS of other studies of the same model and data, for comparison (at their D).
-    others = {s.name: sources.spec(s.name) for s in sources.studies() if s.kind != "local"}
+    others = {s.name: sources.spec(s.name) for s in sources.studies() if not has_local_cbs(s.kind)}
     wanted = local_charts.comparable_settings(sources.spec(name), others)
     fits = {}
     for study in sorted({study for study, _ in wanted}):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import failures, gns_panels, panels, schedule_panels, sources
+from app import failures, gns_panels, panels, sources
+from app.kinds import study_app_kind
 
 st.title("Scaling laws")
 st.caption(
@@ -57,8 +58,9 @@ def _compare(name: str, table) -> None:
 
 with failures.shown_as_message("the Scaling laws page"):
     name = panels.study_picker("scaling")
-    if schedule_panels.is_schedule(name):  # B_noise, B* per schedule and WSD's E(S) fits (issue 45)
-        schedule_panels.render_scaling(name)
+    kind = study_app_kind(name)
+    if kind is not None and kind.scaling is not None:  # the kind's own view (B* per schedule, WSD's E(S) fits)
+        kind.scaling(name)
         st.stop()
     rows = panels.study_rows(name)
     b_ref, overhead = panels.fit_controls(rows, name, panels.study_rule(name))

@@ -111,3 +111,21 @@ def test_the_global_cbs_of_studies_of_the_same_model_and_data_is_drawn_at_their_
     assert list(star.x) == [15000.0] and list(star.y) == [9.5] and star.marker.symbol == "star"
     assert local_charts.global_points({"glob": {"settings": [{"setting": "tiny-0.1M_D15K", "tokens": 15000,
                                                                "cbs": None}]}}, wanted) == []
+
+
+def test_app_kinds_one_per_kind():
+    """The app's side of the study kinds: one entry per kind, local CBS only for local, a schedule
+    study's own pages and report files; an unknown kind refused naming the field and value."""
+    import pytest
+
+    from app.kinds import APP_KINDS, app_kind, has_local_cbs
+    from cbscore.errors import ConfigError
+    from cbscore.study.kinds import STUDY_KINDS
+
+    assert tuple(APP_KINDS) == tuple(STUDY_KINDS)
+    assert [k for k in APP_KINDS if has_local_cbs(k)] == ["local"] and not has_local_cbs("nonsense")
+    assert [k for k, a in APP_KINDS.items() if a.curves and a.scaling and a.report_table and a.report_readout] \
+        == ["schedule"]
+    with pytest.raises(ConfigError) as e:
+        app_kind("grid")
+    assert (e.value.field, e.value.value) == ("kind", "grid")
