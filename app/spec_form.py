@@ -352,20 +352,31 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
     d["devices_per_trial"] = int(values["devices_per_trial"])
     d["gns_micro_batch_size"] = int(values["gns_micro_batch_size"]) or None  # 0 = no extra split
     d["gns_cells"] = values["gns_cells"]
-    # A local study's own fields come from app.local_form (build_local_spec); no other kind has them.
-    d["local"] = d.get("local") if kind == "local" else None
-    # A schedule study's decay fields (fields of the base the form does not show are kept).
-    if kind == "schedule":
-        decay = {**(base.get("decay") or {})}
-        if "decay.schedules" in values:
-            decay["schedules"] = list(values["decay.schedules"])
-        for name in DECAY_FIELDS[1:]:
-            if f"decay.{name}" in values:
-                decay[name] = float(values[f"decay.{name}"])
-        d["decay"] = decay
-    else:
-        d["decay"] = None
+    # A kind's own block (``local:``, ``decay:``) from its fields; every other kind's block is dropped.
+    own = KIND_BLOCKS.get(kind)
+    for block in ("local", "decay"):
+        d[block] = own[1](base, d, values) if own is not None and own[0] == block else None
     return StudySpec.from_dict(d)
+
+
+def _local_block(base: Mapping[str, Any], d: Mapping[str, Any], values: Mapping[str, Any]):
+    """A local study's own fields come from app.local_form (build_local_spec), already in ``d``."""
+    return d.get("local")
+
+
+def _decay_block(base: Mapping[str, Any], d: Mapping[str, Any], values: Mapping[str, Any]) -> dict:
+    """A schedule study's decay fields (fields of the base the form does not show are kept)."""
+    decay = {**(base.get("decay") or {})}
+    if "decay.schedules" in values:
+        decay["schedules"] = list(values["decay.schedules"])
+    for name in DECAY_FIELDS[1:]:
+        if f"decay.{name}" in values:
+            decay[name] = float(values[f"decay.{name}"])
+    return decay
+
+
+#: the kinds with a block of their own, by the kind's name: the block's field and what builds it from the form
+KIND_BLOCKS = {"local": ("local", _local_block), "schedule": ("decay", _decay_block)}
 
 
 def budget_rule(spec, batch_size: int) -> str:
@@ -406,14 +417,22 @@ def planned_cells(spec) -> list[dict[str, Any]]:
     return rows
 
 
+def _local_rates_line(spec) -> str:
+    return (f"**Learning rates:** the base run at η0 = {spec.local.base_lr:g}; each branch at f(k)·η0 "
+            f"(`{spec.local.lr_rule}`).")
+
+
+#: the kinds whose learning rates are their own (not a search's), by the kind's name: their Preview line
+KIND_RATES_LINES = {"local": _local_rates_line}
+
+
 def rates_line(spec) -> str:
     """The learning rates a study will run, in words, for the Preview (the rates the Launch button
     starts are these: issue 42, a study once launched with rates that were not the pasted YAML's)."""
     search = spec.search
     rates = ", ".join(f"{lr:g}" for lr in search.lrs)
-    if spec.kind == "local":
-        return (f"**Learning rates:** the base run at η0 = {spec.local.base_lr:g}; each branch at f(k)·η0 "
-                f"(`{spec.local.lr_rule}`).")
+    if spec.kind in KIND_RATES_LINES:  # a kind whose rates are its own, not a search's
+        return KIND_RATES_LINES[spec.kind](spec)
     if search.kind == "optuna":
         return (f"**Learning rates:** Optuna proposes {search.n_trials} per cell, log-uniform between "
                 f"{search.lr_min:g} and {search.lr_max:g}.")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import pandas as pd
 import streamlit as st
 
@@ -13,6 +16,7 @@ from cbscore.safe_yaml import MAX_BYTES as MAX_YAML_BYTES
 from cbscore.study import PRESET_NAMES, StudySpec, estimate, load_preset
 from cbscore.study.ceilings import check_ceilings
 from cbscore.study.decay_spec import SCHEDULE_NAMES, DecaySpec
+from cbscore.study.kinds import study_kind
 from cbscore.study.models import preset_names
 from cbscore.study.spec import GNS_CELLS, KINDS, SCHEDULES
 from cbscore.study.spec_parts import REFERENCE_RATES, SEARCH_KINDS, SearchSpec
@@ -224,6 +228,30 @@ def _local_preview(spec, est) -> None:
                  column_config={"lr": st.column_config.NumberColumn(format="%.4g")})
 
 
+def _decay_lines(spec) -> list[str]:
+    """The stable runs, decay branches and cosine runs of a schedule study, with their tokens."""
+    from cbscore.study.decay_plan import describe_decay
+
+    return describe_decay(spec, units.count)
+
+
+@dataclass(frozen=True)
+class _KindForm:
+    """A kind's own part of the form and the preview."""
+
+    fields: Callable[[], None] | None = None  # its own fields
+    replaces_grid: bool = False  # they stand in for the grid's (batch sizes, target, learning-rate search)
+    chained: bool = True  # the chained search is offered (a schedule study runs every rate under every schedule)
+    preview: Callable | None = None  # its own preview, ``(spec, estimate)``, in place of the grid's
+    plan_lines: Callable[[object], list[str]] | None = None  # what it runs, under the grid's preview
+
+
+#: each kind's own part of the form by the kind's name; the grid kinds have none
+_KIND_FORMS = {"local": _KindForm(fields=_local_fields, replaces_grid=True, preview=_local_preview),
+               "schedule": _KindForm(fields=_decay_fields, chained=False, plan_lines=_decay_lines)}
+_GRID_FORM = _KindForm()
+
+
 def _on_yaml_text() -> None:
     _load_yaml(st.session_state.get(K + "yaml_text") or "")
 
@@ -285,11 +313,10 @@ with st.form("launch", border=True):
             cols[1].text_input("Token budgets D", key=K + "tokens",
                                help="Comma-separated token counts, e.g. `1M, 2M, 1.741B`.")
 
-    if kind == "local":
-        _local_fields()
-    else:
-        if kind == "schedule":
-            _decay_fields()
+    own = _KIND_FORMS.get(kind, _GRID_FORM)
+    if own.fields is not None:
+        own.fields()
+    if not own.replaces_grid:
         st.markdown("**Batch sizes and the CBS rule**")
         cols = st.columns(4)
         cols[0].text_input("Batch sizes", key=K + "batch_sizes", help="In sequences of T tokens, e.g. `64, 128, 256`.")
@@ -319,7 +346,7 @@ with st.form("launch", border=True):
         cols[2].number_input("Optuna trials per cell", key=K + "search.n_trials", min_value=1, step=1)
         cols[3].number_input("Lowest learning rate", key=K + "search.lr_min", min_value=0.0, format="%.1e")
         cols[4].number_input("Highest learning rate", key=K + "search.lr_max", min_value=0.0, format="%.1e")
-        if kind != "schedule":  # a schedule study runs every rate under every schedule (grid only)
+        if own.chained:
             _chained_fields()
 
     st.markdown("**Budget and data**")
@@ -559,8 +586,9 @@ if preview or launch or st.session_state.get(K + "previewed"):
             n_workers = 1
         est = estimate(spec, tokens_per_s, n_workers=n_workers)
 
-        if spec.kind == "local":
-            _local_preview(spec, est)
+        own = _KIND_FORMS.get(spec.kind, _GRID_FORM)
+        if own.preview is not None:
+            own.preview(spec, est)
         else:
             st.subheader(f"Plan of `{spec.name}`")
             m = st.columns(6)
@@ -571,20 +599,18 @@ if preview or launch or st.session_state.get(K + "previewed"):
             m[4].metric("Compute (FLOPs)", f"{est.flops:.2g}")
             m[5].metric("Time (at most)", units.duration(est.seconds))
             st.markdown(spec_form.rates_line(spec))
-            if spec.search.kind == "chained" and spec.kind != "schedule":  # as `cbs study launch --dry-run` says it
+            if spec.search.kind == "chained" and own.chained:  # as `cbs study launch --dry-run` says it
                 from cbscore.study.chained import describe_chained
 
                 st.code("\n".join(describe_chained(spec)), language=None)
-            if spec.kind == "schedule":  # the stable runs, decay branches and cosine runs, with their tokens
-                from cbscore.study.decay_plan import describe_decay
-
-                st.code("\n".join(describe_decay(spec, units.count)), language=None)
+            if own.plan_lines is not None:  # a schedule study's stable runs, decay branches and cosine runs
+                st.code("\n".join(own.plan_lines(spec)), language=None)
             st.caption(f"Upper bounds at full budgets on {n_workers} worker(s) at {tokens_per_s:,.0f} tokens/s each: "
                        "trials stop at their target and pruning stops hopeless ones, so a study spends less.")
             if est.over_limit:
                 st.warning(f"This study is past a sanity limit: {est.over_limit}. Tick “Launch anyway” if you mean it.",
                            icon=":material/warning:")
-            if spec.kind != "schedule":  # a schedule study's runs train their horizons (the lines above)
+            if study_kind(spec).stops_at_target:  # a schedule study's runs train their horizons (the lines above)
                 st.dataframe(pd.DataFrame(spec_form.planned_cells(spec)), hide_index=True, width="stretch",
                              height=min(420, 38 + 35 * est.cells), column_config={
                                  "N": st.column_config.NumberColumn(format="compact"),
@@ -595,7 +621,7 @@ if preview or launch or st.session_state.get(K + "previewed"):
             with st.expander("The spec as YAML"):
                 st.code(spec.to_yaml(), language="yaml")
                 st.download_button("Download YAML", spec.to_yaml(), file_name=f"{spec.name}.yaml", mime="application/x-yaml")
-            if spec.kind != "schedule":  # the simulator models steps to target, not decay branches
+            if study_kind(spec).stops_at_target:  # the simulator models steps to target, not decay branches
                 _simulate(spec)
 
         if launch:
