@@ -46,7 +46,7 @@ from cbscore.study.targets import setting_targets
 from cbscore.study.trials import TrialRecord, TrialSpec
 
 # Read from here as well as from their own modules: the plan's types and a trial's config
-# (cbscore.study.local_plan), the grid's size (cbscore.study.plan_kinds) and what
+# (cbscore.study.local_plan), the grid's size (cbscore.study.kinds) and what
 # tests/app/store_seed.py builds a re-run with.
 __all__ = ["RERUN_CAP_FACTOR", "RERUN_TAG", "AskRequest", "CellState", "Plan", "Planner", "_make_trial",
            "build_train_config", "cell_budget_tokens", "grid_tokens", "grid_trials", "plan"]
