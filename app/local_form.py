@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from app.kinds import has_local_cbs
 from app.spec_form import build_spec, format_count, format_list, parse_counts, parse_floats
 from cbscore.errors import ConfigError
 
@@ -69,7 +70,7 @@ def local_rows(spec) -> list[dict[str, Any]]:
     """One row per trial of a local study, in the order the planner can start them."""
     from cbscore.study.local_plan import local_trials
 
-    if spec.kind != "local":
+    if not has_local_cbs(spec.kind):
         raise ConfigError("kind", spec.kind, "must be local for the branches' table")
     from cbscore.train.config import TrainConfig
 
