@@ -14,8 +14,7 @@ from contextlib import contextmanager
 
 import streamlit as st
 
-from cbscore.credentials import masked
-from cbscore.errors import CbsError, ConfigError, clipped, shown
+from cbscore.errors import CbsError, ConfigError, clipped, masked, shown
 
 log = logging.getLogger("cbslab.app")
 
@@ -30,7 +29,7 @@ class Unavailable(Exception):
 
 def explain(exc: BaseException) -> str:
     """A one-paragraph message for ``exc`` that says what went wrong and what to do, with the
-    password of any URL in it masked (:func:`cbscore.credentials.masked`)."""
+    password of any URL in it masked (:func:`cbscore.errors.masked`)."""
     return masked(_explain(exc))
 
 

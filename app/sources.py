@@ -16,8 +16,7 @@ from contextlib import contextmanager
 import streamlit as st
 
 from app.failures import Unavailable
-from cbscore.credentials import masked_url
-from cbscore.errors import CbsError
+from cbscore.errors import CbsError, masked_url
 
 # A page fails fast when a tracking server is down, instead of retrying for a minute (these are
 # MLflow's own settings, read by its HTTP client in this process only).

@@ -16,8 +16,7 @@ import sys
 import threading
 import time
 
-from cbscore.credentials import masked
-from cbscore.errors import clipped
+from cbscore.errors import clipped, masked
 
 #: How the log line that says the stack is imported begins (the live tests wait for it).
 WARM_LINE = "cbs web: warm"

@@ -1,9 +1,17 @@
-"""Errors that carry a message meant for the user (the CLI prints them without a traceback), and the
-checks of single config fields that raise :class:`ConfigError` naming the field and the value it got."""
+"""Errors that carry a message meant for the user (the CLI prints them without a traceback), what a
+message may show of a value (:func:`shown`, :func:`clipped`) and of a credential (:func:`masked`), and
+the checks of single config fields that raise :class:`ConfigError` naming the field and the value it got.
+
+Credentials: a broker or database URL carries its password (``redis://:PASSWORD@host:6379/0``,
+``postgresql://cbs:PASSWORD@db/cbs_mlflow``). Every message that names one, on a page, in a log or on a
+command line, shows it through :func:`masked_url`, and a page shows any text through :func:`masked`,
+which masks every such URL in it.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 #: Longest value (its ``repr``) an error message shows: a message goes to a page and a log, and a
@@ -26,6 +34,24 @@ REASON_CHARS = 600
 def clipped(text: str, limit: int = REASON_CHARS) -> str:
     """``text`` cut to ``limit`` characters (ending in ``…`` when cut)."""
     return text if len(text) <= limit else f"{text[:limit]}…"
+
+
+#: What stands for a password.
+MASK = "***"
+
+# scheme://user:password@ — the password runs to the authority's last "@" (an unescaped "@" in it
+# is masked whole), never past a "/" or a space.
+_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*):(?P<password>[^\s/]*)@")
+
+
+def masked(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by :data:`MASK`."""
+    return _USERINFO.sub(lambda m: f"{m['head']}:{MASK}@" if m["password"] else m[0], text)
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password replaced by :data:`MASK` (``redis://:***@host:6379/0``)."""
+    return masked(url)
 
 
 class CbsError(Exception):

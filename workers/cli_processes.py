@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 from cbscore import paths
-from cbscore.credentials import masked, masked_url
-from cbscore.errors import ConfigError
+from cbscore.errors import ConfigError, masked, masked_url
 from workers.infra.settings import default_concurrency
 
 

@@ -32,8 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cbscore import paths
-from cbscore.credentials import masked
-from cbscore.errors import CbsError, ConfigError
+from cbscore.errors import CbsError, ConfigError, masked
 
 #: squeue's states of a job that holds or will hold a worker.
 LIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",

@@ -12,12 +12,12 @@ from app import auth, failures, local_form, panels, sources, spec_form, units
 from app.spec_form import KIND_LABELS
 from cbscore.errors import CbsError, ConfigError
 from cbscore.recipe import RECIPE_RULES
-from cbscore.safe_yaml import MAX_BYTES as MAX_YAML_BYTES
 from cbscore.study import PRESET_NAMES, StudySpec, estimate, load_preset
 from cbscore.study.ceilings import check_ceilings
 from cbscore.study.decay_spec import SCHEDULE_NAMES, DecaySpec
 from cbscore.study.kinds import study_kind
 from cbscore.study.models import preset_names
+from cbscore.study.safe_yaml import MAX_BYTES as MAX_YAML_BYTES
 from cbscore.study.spec import GNS_CELLS, KINDS, SCHEDULES
 from cbscore.study.spec_parts import REFERENCE_RATES, SEARCH_KINDS, SearchSpec
 

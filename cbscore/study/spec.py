@@ -547,7 +547,7 @@ class StudySpec:
             if not path.exists():
                 raise ConfigError("spec", str(path), "file does not exist")
             text = path.read_text()
-        from cbscore.safe_yaml import load_yaml
+        from cbscore.study.safe_yaml import load_yaml
 
         return cls.from_dict(load_yaml(text))  # no aliases, at most 64 KiB, 12 deep
 

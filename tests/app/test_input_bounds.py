@@ -7,7 +7,7 @@ import time
 from unittest import mock
 
 from app.cli import MAX_UPLOAD_MB, streamlit_command
-from tests.cbscore.test_safe_yaml import billion_laughs
+from tests.cbscore.study.test_safe_yaml import billion_laughs
 
 
 def test_an_alias_bomb_pasted_into_the_launch_page_is_refused_and_nothing_launched(app_test, empty_env):

@@ -1,10 +1,10 @@
-"""Issue 41, finding 7: a URL is shown with its password masked (cbscore.credentials)."""
+"""Issue 41, finding 7: a URL is shown with its password masked (cbscore.errors)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cbscore.credentials import masked, masked_url
+from cbscore.errors import masked, masked_url
 
 
 @pytest.mark.parametrize("url, shown", [

@@ -208,7 +208,7 @@ def test_an_alias_bomb_given_to_cbs_study_launch_is_refused_by_name_with_nothing
     import time
 
     from cbscore.errors import ConfigError
-    from tests.cbscore.test_safe_yaml import billion_laughs
+    from tests.cbscore.study.test_safe_yaml import billion_laughs
 
     path = tmp_path / "bomb.yaml"
     path.write_text(billion_laughs())

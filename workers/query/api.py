@@ -219,7 +219,7 @@ def extend_study(name: str, patch: Mapping | str, *, author: str = "", force: bo
     from workers.studies.runner import Runner
 
     if isinstance(patch, str):
-        from cbscore.safe_yaml import load_yaml
+        from cbscore.study.safe_yaml import load_yaml
 
         patch = load_yaml(patch, field="patch")
     return Runner().extend(name, patch, author=author, force=force)

@@ -128,7 +128,7 @@ class Runner:
         return spec.name
 
     def _check_broker(self) -> None:
-        from cbscore.credentials import masked_url
+        from cbscore.errors import masked_url
         from workers.infra.broker import app
 
         try:

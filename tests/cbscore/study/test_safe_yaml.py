@@ -8,8 +8,8 @@ import time
 import pytest
 
 from cbscore.errors import ConfigError
-from cbscore.safe_yaml import MAX_BYTES, load_yaml
 from cbscore.study import StudySpec
+from cbscore.study.safe_yaml import MAX_BYTES, load_yaml
 
 
 def billion_laughs(levels: int = 9) -> str:
