@@ -104,12 +104,13 @@ class _ClassPlan:
 
     def __init__(self, cls: type) -> None:
         fields = dataclasses.fields(cls)
+        prefix = f"{cls._block}." if cls._block else ""
         hints = typing.get_type_hints(cls)
         self.names = frozenset(f.name for f in fields)
         self.required = tuple(sorted(f.name for f in fields if f.default is dataclasses.MISSING
                                      and f.default_factory is dataclasses.MISSING))
         self.coercions: list[tuple[str, Callable[[Any], Any]]] = []
-        self.checks: list[tuple[str, Check, bool]] = []
+        self.checks: list[tuple[str, str, Check, bool]] = []  # (name in messages, field, check, optional)
         wire: list[tuple[str, Callable[[Any], Any] | None]] = []
         for f in fields:
             hint, optional = _strip_none(hints[f.name])
@@ -118,7 +119,7 @@ class _ClassPlan:
                 self.coercions.append((f.name, coerce))
             check = f.metadata.get("check")
             if check is not None:
-                self.checks.append((f.name, check, optional))
+                self.checks.append((prefix + f.name, f.name, check, optional))
             wire.append((f.name, _to_wire if coerce is not None else None))
         self.wire = tuple(wire)
         self.run = self._compiled()
@@ -131,12 +132,12 @@ class _ClassPlan:
         for i, (name, coerce) in enumerate(self.coercions):
             scope[f"coerce{i}"] = coerce
             lines += [f"    v = self.{name}", f"    n = coerce{i}(v)", f"    if n is not v: _set(self, {name!r}, n)"]
-        for i, (name, check, optional) in enumerate(self.checks):
+        for i, (shown, name, check, optional) in enumerate(self.checks):
             scope[f"check{i}"] = check
             if optional:
-                lines += [f"    v = self.{name}", f"    if v is not None: check{i}({name!r}, v)"]
+                lines += [f"    v = self.{name}", f"    if v is not None: check{i}({shown!r}, v)"]
             else:
-                lines.append(f"    check{i}({name!r}, self.{name})")
+                lines.append(f"    check{i}({shown!r}, self.{name})")
         exec("\n".join(lines), scope)  # noqa: S102 (field names are identifiers; the values stay in scope)
         return scope["run"]
 
@@ -191,6 +192,10 @@ class Config:
     """Mixin of a ``@dataclass(frozen=True, kw_only=True)`` config (module docstring)."""
 
     _plans: ClassVar[dict[type, _ClassPlan]] = {}
+    #: The study spec's block these fields are read from (``"search"``: checks and messages name
+    #: ``search.kind``, a non-mapping "must be a mapping of fields", an unknown field lists the
+    #: known ones); ``None``: a config of its own (``TrainConfig``).
+    _block: ClassVar[str | None] = None
 
     @classmethod
     def _plan(cls) -> _ClassPlan:
@@ -211,16 +216,23 @@ class Config:
     @classmethod
     def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
         """The config of a dict of its fields (:meth:`to_dict`'s, or JSON's)."""
+        block = cls._block
         if not isinstance(data, Mapping):
+            if block:
+                raise ConfigError(block, data, "must be a mapping of fields")
             raise ConfigError(_snake(cls.__name__), data, f"must be a dict of {cls.__name__} fields")
         plan = Config._plans.get(cls) or cls._plan()
         unknown = data.keys() - plan.names
         if unknown:
             first = sorted(unknown)[0]
+            if block:
+                article = "an" if block[0] in "aeiou" else "a"
+                raise ConfigError(f"{block}.{first}", data[first],
+                                  f"is not {article} {block} field (known: {', '.join(sorted(plan.names))})")
             raise ConfigError(first, data[first], f"is not a {cls.__name__} field")
         for name in plan.required:  # (sorted: the first missing in alphabetical order is named)
             if name not in data:
-                raise ConfigError(name, None, "is required")
+                raise ConfigError(f"{block}.{name}" if block else name, None, "is required")
         return cls(**dict(data))
 
 

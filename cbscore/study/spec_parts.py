@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cbscore.config import Config, boolean, checked, one_of
 from cbscore.errors import ConfigError
 
 SEARCH_KINDS = ("grid", "chained", "optuna")
@@ -40,6 +41,41 @@ def _positive_float(field_name: str, value: Any) -> float:
     return float(value)
 
 
+def _each_positive_float(field_name: str, values: Any) -> None:
+    for value in values:
+        _positive_float(field_name, value)
+
+
+def _integer_in(low: int, high: int) -> Callable[[str, Any], None]:
+    def check(field_name: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(field_name, value, f"must be an integer in [{low}, {high}]")
+    return check
+
+
+def _number_in(low: float, high: float) -> Callable[[str, Any], None]:
+    def check(field_name: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise ConfigError(field_name, value, f"must be a number in [{low:g}, {high:g}]")
+    return check
+
+
+def _chain_exponent(field_name: str, value: Any) -> None:
+    _positive_float(field_name, value)
+    if not value <= 2:
+        raise ConfigError(field_name, value, "must be a number in (0, 2]")
+
+
+def _batch_floor(field_name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(field_name, value, "must be a positive integer or null")
+
+
+def _narrow_rates(field_name: str, value: Any) -> None:
+    if isinstance(value, bool) or value not in (1, 2, 3):
+        raise ConfigError(field_name, value, "must be 1, 2 or 3")
+
+
 def format_tokens(tokens: float) -> str:
     """Short human form of a token count: 2000000 -> '2M', 1741000000 -> '1.741B'."""
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
@@ -49,57 +85,59 @@ def format_tokens(tokens: float) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SearchSpec:
+class SearchSpec(Config):
     """How the hyper-parameters of each cell ``(setting, batch size)`` are searched."""
 
-    kind: str = "grid"
+    _block = "search"
+
+    kind: str = checked(one_of(SEARCH_KINDS), "grid")
     """``grid`` (every learning rate of ``lrs`` in every cell), ``chained`` (the reference cell runs
     ``lrs``; every other cell three rates centred on its neighbour's best, :mod:`cbscore.study.chained`)
     or ``optuna`` (a sampler proposes ``n_trials``)."""
-    lrs: tuple[float, ...] = PAPER_LRS
+    lrs: tuple[float, ...] = checked(_each_positive_float, PAPER_LRS)
     """Peak learning rates of the grid (``kind='grid'``; with ``kind='chained'`` the reference cell's
     rates); the paper's grid by default."""
-    n_trials: int = 4
+    n_trials: int = checked(_positive_int, 4)
     """Trials per cell proposed by Optuna (``kind='optuna'``)."""
-    lr_min: float = 1e-4
+    lr_min: float = checked(_positive_float, 1e-4)
     """Lower bound of the Optuna learning-rate search (log-uniform)."""
-    lr_max: float = 1e-1
+    lr_max: float = checked(_positive_float, 1e-1)
     """Upper bound of the Optuna learning-rate search (log-uniform)."""
-    parallel_per_cell: int = 2
+    parallel_per_cell: int = checked(_positive_int, 2)
     """Optuna trials of one cell running at once (the sampler learns from finished ones)."""
-    lr_extensions: int = 2
+    lr_extensions: int = checked(_integer_in(0, 8), 2)
     """Grid search: rates a cell may add past each edge of ``lrs`` when its best rate sits at that
     edge (the next rate continues the grid's outermost ratio); 0 keeps the grid as given. Cells
     still at an edge are named in the fit's notes (DESIGN.md §1)."""
-    chain_exponent: float = 0.5
+    chain_exponent: float = checked(_chain_exponent, 0.5)
     """Chained search: a cell's centre rate is its neighbour's best rate (the neighbour towards
     B_ref) times ``(B/B_neighbour)^chain_exponent``; 0.5 is Adam's square-root rule (Malladi et al.
     2022, arXiv 2205.10287)."""
-    bracket_ratio: float = 2.0
+    bracket_ratio: float = checked(_number_in(1.1, 10), 2.0)
     """Chained search: a cell runs its centre rate ``c`` and ``c/ratio``, ``c·ratio``; an extension
     continues by the same ratio."""
-    extension_gain: float = 0.1
+    extension_gain: float = checked(_number_in(0, 1), 0.1)
     """Chained search: a cell adds the next rate past an edge only when that edge's steps to target
     (mean of ln S over seeds) beat its inner neighbour's by more than this fraction. With the lab's
     learning-rate curvature (k = 0.198: a rate a factor 2 off needs about 1.1× the steps) an optimum
     at the centre leaves both edges about 10% behind."""
-    max_extensions: int = 2
+    max_extensions: int = checked(_integer_in(0, 8), 2)
     """Chained search: rates a cell may add past its edges, both sides together."""
-    reference_rates: str = "bracket"
+    reference_rates: str = checked(one_of(REFERENCE_RATES), "bracket")
     """Chained search: what the reference cell runs. ``bracket`` (the default): three rates
     ``c/bracket_ratio, c, c·bracket_ratio`` around the geometric middle ``c`` of ``lrs``; ``grid``:
     every rate of ``lrs``. Either is extended past an edge where a seed's best rate sits there
     (``lr_extensions``). Simulated under the lab's noise, ``bracket`` is 3.07-3.26× the oracle
     precision-adjusted on the paper presets, ``grid`` 3.22-3.71× (docs/results/cheaper-search/chained/)."""
-    bracket_min_batch_size: int | None = None
+    bracket_min_batch_size: int | None = checked(_batch_floor, None)
     """Chained search (issue 40, "past 3×"): cells below this batch size (sequences), the reference
     cell excepted, start with ``narrow_rates`` rates instead of the three-rate bracket; ``None`` (the
     default): every cell is bracketed (docs/results/cheaper-search/chained/, "Past 3×")."""
-    narrow_rates: int = 3
+    narrow_rates: int = checked(_narrow_rates, 3)
     """Chained search: rates a cell below ``bracket_min_batch_size`` starts with: 2 (``c/√ratio`` and
     ``c·√ratio``, read through the curvature the setting's bracketed cells share), 1 (the centre
     alone) or 3 (the bracket: no cell is narrow)."""
-    chain_centre: str = "best"
+    chain_centre: str = checked(one_of(CHAIN_CENTRES), "best")
     """Chained search (issue 40, "past 3×"): what a settled cell hands on to centre the next one.
     ``best`` (the default): the geometric mean over seeds of each seed's best discrete rate;
     ``vertex``: the continuous optimum, the vertex of the parabola in ``ln η`` the estimator fits
@@ -107,12 +145,12 @@ class SearchSpec:
     losses), :mod:`cbscore.study.chained`. With ``local_exponent`` it follows an optimal rate that
     falls past a peak (simulated, lab noise, 200 studies, paper-chinchilla: 3.40× the oracle
     precision-adjusted under the ``peak`` law, 3.72× off) but stays above 3× (docs/results/cheaper-search/chained/)."""
-    local_exponent: bool = False
+    local_exponent: bool = checked(boolean, False)
     """Chained search (issue 40, "past 3×"): ``true`` centres a cell with the slope of ``ln η_opt``
     against ``ln B`` between the two cells before it in the chain (clamped to [-0.5, 1]) instead of
     ``chain_exponent``, once both handed on an optimum; ``false`` (the default): ``chain_exponent``
     everywhere. Meant with ``chain_centre: vertex`` (on best discrete rates its slope is 0 or ±1)."""
-    order: str = "predicted"
+    order: str = checked(one_of(SEARCH_ORDERS), "predicted")
     """Grid search: the order a cell starts its rates in. ``predicted`` (the default): nearest the
     rate predicted from the setting's measured cells first (``cbscore.study.lr_predict``), so the
     cell's best crosses early and the far rates, started later, stop at the prune margin past it
@@ -122,48 +160,11 @@ class SearchSpec:
     ``experimental.prune_at_equal_tokens`` always order by the prediction."""
 
     def __post_init__(self) -> None:
-        if self.kind not in SEARCH_KINDS:
-            raise ConfigError("search.kind", self.kind, f"must be one of {', '.join(SEARCH_KINDS)}")
-        object.__setattr__(self, "lrs", tuple(self.lrs))
+        super().__post_init__()
         if self.kind in RATE_KINDS and not self.lrs:
             raise ConfigError("search.lrs", list(self.lrs), "must list at least one learning rate")
-        for lr in self.lrs:
-            _positive_float("search.lrs", lr)
         if len(set(self.lrs)) != len(self.lrs):
             raise ConfigError("search.lrs", list(self.lrs), "must not repeat a learning rate")
-        _positive_int("search.n_trials", self.n_trials)
-        _positive_int("search.parallel_per_cell", self.parallel_per_cell)
-        ext = self.lr_extensions
-        if isinstance(ext, bool) or not isinstance(ext, int) or not 0 <= ext <= 8:
-            raise ConfigError("search.lr_extensions", ext, "must be an integer in [0, 8]")
-        _positive_float("search.chain_exponent", self.chain_exponent)
-        if not self.chain_exponent <= 2:
-            raise ConfigError("search.chain_exponent", self.chain_exponent, "must be a number in (0, 2]")
-        ratio = self.bracket_ratio
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 1.1 <= ratio <= 10:
-            raise ConfigError("search.bracket_ratio", ratio, "must be a number in [1.1, 10]")
-        gain = self.extension_gain
-        if isinstance(gain, bool) or not isinstance(gain, (int, float)) or not 0 <= gain <= 1:
-            raise ConfigError("search.extension_gain", gain, "must be a number in [0, 1]")
-        ext = self.max_extensions
-        if isinstance(ext, bool) or not isinstance(ext, int) or not 0 <= ext <= 8:
-            raise ConfigError("search.max_extensions", ext, "must be an integer in [0, 8]")
-        floor = self.bracket_min_batch_size
-        if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int) or floor < 1):
-            raise ConfigError("search.bracket_min_batch_size", floor, "must be a positive integer or null")
-        if isinstance(self.narrow_rates, bool) or self.narrow_rates not in (1, 2, 3):
-            raise ConfigError("search.narrow_rates", self.narrow_rates, "must be 1, 2 or 3")
-        if self.chain_centre not in CHAIN_CENTRES:
-            raise ConfigError("search.chain_centre", self.chain_centre, f"must be one of {', '.join(CHAIN_CENTRES)}")
-        if not isinstance(self.local_exponent, bool):
-            raise ConfigError("search.local_exponent", self.local_exponent, "must be true or false")
-        if self.reference_rates not in REFERENCE_RATES:
-            raise ConfigError("search.reference_rates", self.reference_rates,
-                              f"must be one of {', '.join(REFERENCE_RATES)}")
-        if self.order not in SEARCH_ORDERS:
-            raise ConfigError("search.order", self.order, f"must be one of {', '.join(SEARCH_ORDERS)}")
-        _positive_float("search.lr_min", self.lr_min)
-        _positive_float("search.lr_max", self.lr_max)
         if self.lr_min >= self.lr_max:
             raise ConfigError("search.lr_max", self.lr_max, f"must be above search.lr_min={self.lr_min}")
 
@@ -181,49 +182,32 @@ class SearchSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExperimentalSpec:
+class ExperimentalSpec(Config):
     """Rules that failed issue 40's criteria (docs/results/cheaper-search/): kept for the simulator
     and for studies that ran with them, off by default, absent from the Launch page and the presets
     (a spec's ``experimental:`` mapping)."""
 
-    predict: bool = False
+    _block = "experimental"
+
+    predict: bool = checked(boolean, False)
     """Grid search: run each cell's predicted best rate first (``cbscore.study.lr_predict``: the
     best rates of the setting's measured cells fitted in log B, Adam's √B rule before two are
     known), its neighbours next, and add no rate once the optimum is bracketed and the fit's window
     around it is run; ``search.lrs`` (with ``search.lr_extensions``) stays the set of allowed rates.
     Experimental: 3.6-4.4× the oracle at σ = 0, dearer than ``search.kind: chained`` for the same B*
     (issue 40; docs/results/cheaper-search/chained/)."""
-    lr_prior: float | None = None
+    lr_prior: float | None = checked(_positive_float, None)
     """Grid search: the best rate predicted for a cell before any cell of its setting (or any
     study's reference cell) is measured; ``None`` takes the grid's geometric middle. Orders the
     first cell's rates (``search.order: predicted``) and picks ``predict``'s first three.
     Experimental: it saves nothing (issue 40; docs/results/cheaper-search/prior/); the paper presets
     once set 0.00316, the single rate of the paper's released sweep configs (Zhang et al. 2025,
     github.com/hlzhang109/critical-batch-size, ``configs/critical-bs/``)."""
-    prune_at_equal_tokens: bool = False
+    prune_at_equal_tokens: bool = checked(boolean, False)
     """Stop a trial as ``pruned`` before the cell's best has crossed when, at the same step, its
     held-out loss trails the cell's leader by more than ``equal_token_margin`` nats; its steps to
     target are projected (``cbscore.study.equal_tokens``). Experimental: B* off the truth by up to
     1.1% at zero noise, failing criterion 1 (issue 40; docs/results/cheaper-search/chained/)."""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.predict, bool):
-            raise ConfigError("experimental.predict", self.predict, "must be true or false")
-        if not isinstance(self.prune_at_equal_tokens, bool):
-            raise ConfigError("experimental.prune_at_equal_tokens", self.prune_at_equal_tokens, "must be true or false")
-        if self.lr_prior is not None:
-            _positive_float("experimental.lr_prior", self.lr_prior)
-
-    @classmethod
-    def from_dict(cls, value: Any) -> ExperimentalSpec:
-        if not isinstance(value, Mapping):
-            raise ConfigError("experimental", value, "must be a mapping of fields")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise ConfigError(f"experimental.{unknown[0]}", value[unknown[0]],
-                              f"is not an experimental field (known: {', '.join(sorted(known))})")
-        return cls(**dict(value))
 
 
 #: Fields that moved into ``experimental:`` (issue 40), by the place a spec from before gave them.
@@ -304,11 +288,7 @@ def _setting_from_dict(value: Any, index: int) -> SettingSpec:
 
 
 def _search_from_dict(value: Mapping[str, Any]) -> SearchSpec:
-    known = {f.name for f in dataclasses.fields(SearchSpec)}
-    unknown = sorted(set(value) - known)
-    for key in unknown:
+    for key in sorted(value):
         if f"search.{key}" in MOVED_TO_EXPERIMENTAL:
             raise ConfigError(f"search.{key}", value[key], f"moved to experimental.{key} (issue 40)")
-    if unknown:
-        raise ConfigError(f"search.{unknown[0]}", value[unknown[0]], f"is not a search field (known: {', '.join(sorted(known))})")
-    return SearchSpec(**dict(value))
+    return SearchSpec.from_dict(value)
