@@ -137,9 +137,13 @@ SIZES = {
                   timeout_s=1200, max_documents=120),
     # docs/operating.md's figures, sized for ~25 min for both backends on two quiet cores (the old
     # one-rate spec at D = 600k/1.2M, 8 trials, took 8-12 min a backend): 12 grid trials and 3
-    # Optuna trials at D = 300k, three kills of each kind 5-15 s apart and the outages.
+    # Optuna trials at D = 300k, three kills of each kind 3-8 s apart and the outages. The storm needs
+    # about 90 s of outages, 36 s of freezes and three 45 s waits for a restarted worker's uptime; at
+    # 5-15 s apart it needed more than the chaos phase lasts once no trial is lost for good (stop 52,
+    # redis-pg: the studies ended at 316 s and 390 s with 19 and 23 of 24 episodes, so the run failed
+    # on `not_exercised` with every check of the data passing).
     "default": Size(tokens=300_000, batch_sizes=(4, 8, 16, 32), lrs=(0.003, 0.01, 0.03), optuna_trials=3,
-                    kill_every_s=(5.0, 15.0), min_uptime_s=45, kills_per_kind=3, outage_s=30, home_mb=256,
+                    kill_every_s=(3.0, 8.0), min_uptime_s=45, kills_per_kind=3, outage_s=30, home_mb=256,
                     timeout_s=2400, max_documents=1100),
 }
 
