@@ -115,7 +115,7 @@ class _ClassPlan:
         for f in fields:
             hint, optional = _strip_none(hints[f.name])
             coerce = _coercion(f.name, hint)
-            if coerce is not None:
+            if coerce is not None and f.metadata.get("coerce", True):  # False: __post_init__ reads it as given
                 self.coercions.append((f.name, coerce))
             check = f.metadata.get("check")
             if check is not None:

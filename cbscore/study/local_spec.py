@@ -33,11 +33,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
+from cbscore.config import Config, boolean, checked, one_of
 from cbscore.errors import ConfigError
 
 #: The issue's default grid of ``k`` (the foundation's ``cbscore.local.DEFAULT_MULTIPLIERS``).
@@ -58,79 +59,90 @@ def _number(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = True
     return x
 
 
+def _in(lo: float, hi: float, *, lo_open: bool = True, integer: bool = False) -> Callable[[str, Any], None]:
+    def check(name: str, value: Any) -> None:
+        _number(name, value, lo, hi, lo_open=lo_open, integer=integer)
+    return check
+
+
+def _a_list(name: str, value: Any) -> None:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ConfigError(name, value, "must be a list")
+
+
+def _token_counts(name: str, value: Any) -> None:
+    _a_list(name, value)
+    for t in value:
+        _number(name, t, 1, 10**15, lo_open=False, integer=True)
+
+
 @dataclass(frozen=True, kw_only=True)
-class LocalSpec:
+class LocalSpec(Config):
     """Base run and branches of a ``local`` study (the study's ``local:`` mapping)."""
 
-    base_batch_size: int = 8
+    _block = "local"
+
+    base_batch_size: int = checked(_in(1, 2**24, lo_open=False, integer=True), 8)
     """``B0``: the base run's batch, sequences of ``context_tokens`` tokens."""
-    base_lr: float = 0.01
+    base_lr: float = checked(_in(0, 10), 0.01)
     """``η0``: the base run's peak learning rate."""
-    checkpoint_count: int = 4
+    checkpoint_count: int = checked(_in(0, 30, lo_open=False, integer=True), 4)
     """Log-spaced checkpoints at ``D/2^j`` for ``j = checkpoint_count, …, 1`` (4: D/16, D/8, D/4,
     D/2), each rounded down to a whole step of ``B0·T`` tokens; 0 = only ``checkpoint_tokens``."""
-    checkpoint_tokens: tuple[int, ...] = ()
+    checkpoint_tokens: tuple[int, ...] = checked(_token_counts, ())
     """Further checkpoints, tokens; each a multiple of ``B0·T`` below D."""
-    multipliers: tuple[float, ...] = DEFAULT_MULTIPLIERS
+    multipliers: tuple[float, ...] = checked(_a_list, DEFAULT_MULTIPLIERS)
     """``k`` of the branches at every checkpoint; each ``k·B0`` a whole batch."""
-    early_multipliers: tuple[float, ...] = ()
+    early_multipliers: tuple[float, ...] = checked(_a_list, ())
     """Fractions below 1 (e.g. 0.5, 0.25) added at the first ``early_checkpoints`` checkpoints,
     where the local CBS may be below ``B0``; each ``k·B0`` a whole batch."""
-    early_checkpoints: int = 1
+    early_checkpoints: int = checked(_in(0, 30, lo_open=False, integer=True), 1)
     """How many of the first checkpoints get ``early_multipliers``."""
-    lr_rule: str = "sqrt"
+    lr_rule: str = checked(one_of(LR_RULES), "sqrt")
     """``f`` of the branches' learning rate ``f(k)·η0``: ``sqrt`` (Adam, Malladi et al. 2022) or
     ``linear`` (SGD, Goyal et al. 2017). The lab trains AdamW: ``sqrt``."""
-    window_rule: str = "fixed"
+    window_rule: str = checked(one_of(WINDOW_RULES), "fixed")
     """``fixed``: one ``Δ`` in tokens at every checkpoint (Merrill et al. 2025, §3), ``window_tokens``
     or else ``window_fraction`` × the first checkpoint's tokens; ``growing``: ``Δ = window_fraction·t``
     at each checkpoint ``t`` (the lab's rule before issue 39)."""
-    window_fraction: float = 0.5
+    window_fraction: float = checked(_in(0, 4), 0.5)
     """``Δ`` as a share of tokens, rounded up to a multiple of every ``k·B0·T``: of the first
     checkpoint's (``fixed`` without ``window_tokens``: 0.5 and checkpoints at D/16 … D/2 give
     ``Δ = D/32`` at every one), or of each checkpoint's (``growing``: a branch from ``t`` trains
     ``t/2``)."""
-    window_tokens: int | None = None
+    window_tokens: int | None = checked(_in(1, 10**15, lo_open=False, integer=True), None)
     """``Δ`` in tokens at every checkpoint (``window_rule: fixed`` only); a multiple of every
     ``k·B0·T``."""
-    averaging: str = "branch"
+    averaging: str = checked(one_of(AVERAGING), "branch")
     """The weight average a branch's held-out loss is read on (:data:`cbscore.local.AVERAGING`):
     ``branch`` (starts at the branch, decays per ``B0·T`` tokens: ``τ^k`` per step of ``k·B0``),
     ``tokens`` (the base's carried on at ``τ^k`` per step: equal horizons in tokens) or ``carry``
     (the base's at ``τ`` per step, before issue 39: a larger ``k`` reads more of the base's past).
     The warm-up arms decay per ``B0·T`` tokens too, except with ``carry``."""
-    epsilon: float = 0.01
+    epsilon: float = checked(_in(0, 10, lo_open=False), 0.01)
     """Merrill's tolerance ``ε`` on the smoothed training loss after ``Δ``, nats per token; also
     the floor of the noise-aware rule's tolerances."""
-    z: float = 1.6448536269514722
+    z: float = checked(_in(0, 10, lo_open=False), 1.6448536269514722)
     """The noise-aware rule's ``z``: a larger batch fails only when worse beyond ``z`` standard
     errors of the difference (one-sided 95%)."""
-    smooth_fraction: float = 0.1
+    smooth_fraction: float = checked(_in(0, 1), 0.1)
     """Share of a branch's last logged training losses averaged for Merrill's smoothed loss."""
-    warmup_run: bool = False
+    warmup_run: bool = checked(boolean, False)
     """Train the warm-up and its two controls (Merrill et al. 2025, Table 1) as trials of this
     study, one of each per seed, at equal tokens: the warm-up on :attr:`warmup_schedule`, the
     small-batch control at ``B0``/``η0`` throughout, the large-batch control at the schedule's
     final batch and rate throughout (:mod:`cbscore.local._arms`). Usually switched on after the
     curve is fitted, by ``cbs study warmup NAME`` or the Local CBS page's *Launch the schedule*
     (an extension of the study: :mod:`workers.studies.local_warmup`)."""
-    warmup_schedule: tuple[tuple[int, int, float], ...] = ()
+    warmup_schedule: tuple[tuple[int, int, float], ...] = dataclasses.field(default=(), metadata={"coerce": False})
     """The warm-up's ``(tokens_from, batch_size, lr_multiplier)`` switches (``TrainConfig.batch_schedule``),
     tokens, sequences and a multiple of ``η0``: the fitted curve's recommendation with each switch on a
     multiple of ``B_final·T`` (:func:`cbscore.local.on_equal_token_grid`), so that all three arms end
     on the same token. Required with :attr:`warmup_run`, and only with it."""
 
     def __post_init__(self) -> None:
-        for name in ("checkpoint_tokens", "multipliers", "early_multipliers"):
-            value = getattr(self, name)
-            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-                raise ConfigError(f"local.{name}", value, "must be a list")
-            object.__setattr__(self, name, tuple(value))
-        _number("local.base_batch_size", self.base_batch_size, 1, 2**24, lo_open=False, integer=True)
-        _number("local.base_lr", self.base_lr, 0, 10)
-        _number("local.checkpoint_count", self.checkpoint_count, 0, 30, lo_open=False, integer=True)
-        for t in self.checkpoint_tokens:
-            _number("local.checkpoint_tokens", t, 1, 10**15, lo_open=False, integer=True)
+        super().__post_init__()
+        object.__setattr__(self, "checkpoint_tokens", tuple(self.checkpoint_tokens))
         if len(set(self.checkpoint_tokens)) != len(self.checkpoint_tokens):
             raise ConfigError("local.checkpoint_tokens", list(self.checkpoint_tokens), "must not repeat a token count")
         if self.checkpoint_count == 0 and not self.checkpoint_tokens:
@@ -154,24 +166,9 @@ class LocalSpec:
                               "must be 1 or more (put fractions in early_multipliers)")
         if self.early_multipliers and max(self.early_multipliers) >= 1:
             raise ConfigError("local.early_multipliers", max(self.early_multipliers), "must be below 1")
-        _number("local.early_checkpoints", self.early_checkpoints, 0, 30, lo_open=False, integer=True)
-        if self.lr_rule not in LR_RULES:
-            raise ConfigError("local.lr_rule", self.lr_rule, f"must be one of {', '.join(LR_RULES)}")
-        if self.window_rule not in WINDOW_RULES:
-            raise ConfigError("local.window_rule", self.window_rule, f"must be one of {', '.join(WINDOW_RULES)}")
-        _number("local.window_fraction", self.window_fraction, 0, 4)
-        if self.window_tokens is not None:
-            _number("local.window_tokens", self.window_tokens, 1, 10**15, lo_open=False, integer=True)
-            if self.window_rule != "fixed":
-                raise ConfigError("local.window_tokens", self.window_tokens,
-                                  "is a fixed Δ: it needs window_rule fixed (growing reads window_fraction)")
-        if self.averaging not in AVERAGING:
-            raise ConfigError("local.averaging", self.averaging, f"must be one of {', '.join(AVERAGING)}")
-        _number("local.epsilon", self.epsilon, 0, 10, lo_open=False)
-        _number("local.z", self.z, 0, 10, lo_open=False)
-        _number("local.smooth_fraction", self.smooth_fraction, 0, 1)
-        if not isinstance(self.warmup_run, bool):
-            raise ConfigError("local.warmup_run", self.warmup_run, "must be true or false")
+        if self.window_tokens is not None and self.window_rule != "fixed":
+            raise ConfigError("local.window_tokens", self.window_tokens,
+                              "is a fixed Δ: it needs window_rule fixed (growing reads window_fraction)")
         object.__setattr__(self, "warmup_schedule", _warmup_schedule(self.warmup_schedule, self.base_batch_size))
         if self.warmup_run and not self.warmup_schedule:
             raise ConfigError("local.warmup_schedule", [], "must list the warm-up's switches when local.warmup_run is "
@@ -195,23 +192,13 @@ class LocalSpec:
             return ()
         return tuple(sorted({self.base_batch_size, *(b for _, b, _ in self.warmup_schedule)}))
 
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        for name in ("checkpoint_tokens", "multipliers", "early_multipliers"):
-            d[name] = list(d[name])
-        d["warmup_schedule"] = [list(e) for e in self.warmup_schedule]
-        return d
-
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LocalSpec:
-        from cbscore.study.block_fields import block_fields
-
-        data = block_fields(cls, data, "local")
-        if FIRST_FIELDS <= set(data) and not LATER_FIELDS & set(data):
+        if isinstance(data, Mapping) and FIRST_FIELDS <= set(data) and not LATER_FIELDS & set(data):
             # written by an earlier to_dict (every field then, none of these): what it ran with
-            data["window_rule"] = "fixed" if data.get("window_tokens") is not None else "growing"
-            data["averaging"] = "carry"
-        return cls(**data)
+            data = {**data, "window_rule": "fixed" if data.get("window_tokens") is not None else "growing",
+                    "averaging": "carry"}
+        return super().from_dict(data)
 
 
 #: Fields added by issue 39: a stored spec (``to_dict`` lists every field) that lists the first
