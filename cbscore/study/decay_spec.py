@@ -21,12 +21,12 @@ the grid of ``search.lrs``, ``seeds``, warm-up and recipe.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cbscore.config import Config, checked
 from cbscore.errors import ConfigError
 
 SCHEDULE_NAMES = ("constant_ewa", "cosine", "wsd")
@@ -34,58 +34,62 @@ MAX_HORIZONS = 48
 """Most horizons per grid (each is a run per cell)."""
 
 
-def _number(name: str, value: Any, lo: float, hi: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (lo < value <= hi):
-        raise ConfigError(f"decay.{name}", value, f"must be a number in ({lo:g}, {hi:g}]")
-    return float(value)
+def _in(lo: float, hi: float) -> Callable[[str, Any], None]:
+    def check(name: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (lo < value <= hi):
+            raise ConfigError(name, value, f"must be a number in ({lo:g}, {hi:g}]")
+    return check
+
+
+def _schedules(name: str, value: Any) -> None:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ConfigError(name, value, "must be a list")
+    if not value:
+        raise ConfigError(name, [], f"must list one schedule at least ({', '.join(SCHEDULE_NAMES)})")
+    for schedule in value:
+        if schedule not in SCHEDULE_NAMES:
+            raise ConfigError(name, schedule, f"must be one of {', '.join(SCHEDULE_NAMES)}")
+    if len(set(value)) != len(tuple(value)):
+        raise ConfigError(name, list(value), "must not repeat a schedule")
+
+
+def _min_lr_ratio(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ConfigError(name, value, "must be a number in [0, 1)")
+
+
+def _horizon_high(name: str, value: Any) -> None:
+    _in(0, 16)(name, value)
+    if value < 1:
+        raise ConfigError(name, value, "must be at least 1 (D is a horizon)")
 
 
 @dataclass(frozen=True, kw_only=True)
-class DecaySpec:
+class DecaySpec(Config):
     """Schedules and horizons of a ``schedule`` study (the study's ``decay:`` mapping)."""
 
-    schedules: tuple[str, ...] = SCHEDULE_NAMES
+    _block = "decay"
+
+    schedules: tuple[str, ...] = checked(_schedules, SCHEDULE_NAMES)
     """Schedules measured, from ``constant_ewa``, ``cosine`` and ``wsd``."""
-    decay_fraction: float = 0.2
+    decay_fraction: float = checked(_in(0, 0.5), 0.2)
     """``wsd``: share of a horizon's steps spent in the final linear decay (Hägele et al. 2024 found
     10-20% enough to match cosine)."""
-    min_lr_ratio: float = 0.1
+    min_lr_ratio: float = checked(_min_lr_ratio, 0.1)
     """The floor of ``wsd`` and ``cosine``, a fraction of the peak rate."""
-    horizon_low: float = 0.5
+    horizon_low: float = checked(_in(0, 1), 0.5)
     """Shortest horizon as a multiple of D (a decay must start after the warm-up)."""
-    horizon_high: float = 3.0
+    horizon_high: float = checked(_horizon_high, 3.0)
     """Longest horizon (the stable runs' length) as a multiple of D; a cell that reaches the target
     at none is censored there."""
-    wsd_ratio: float = math.sqrt(2)
+    wsd_ratio: float = checked(_in(1, 4), math.sqrt(2))
     """Ratio between consecutive decay-branch horizons (finer: a closer bracket, more branches)."""
-    cosine_ratio: float = 2.0
+    cosine_ratio: float = checked(_in(1, 4), 2.0)
     """Ratio between consecutive cosine runs' horizons (each a whole run)."""
 
     def __post_init__(self) -> None:
-        value = self.schedules
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-            raise ConfigError("decay.schedules", value, "must be a list")
-        object.__setattr__(self, "schedules", tuple(value))
-        if not self.schedules:
-            raise ConfigError("decay.schedules", [], f"must list one schedule at least ({', '.join(SCHEDULE_NAMES)})")
-        for name in self.schedules:
-            if name not in SCHEDULE_NAMES:
-                raise ConfigError("decay.schedules", name, f"must be one of {', '.join(SCHEDULE_NAMES)}")
-        if len(set(self.schedules)) != len(self.schedules):
-            raise ConfigError("decay.schedules", list(self.schedules), "must not repeat a schedule")
-        _number("decay_fraction", self.decay_fraction, 0, 0.5)
-        if isinstance(self.min_lr_ratio, bool) or not isinstance(self.min_lr_ratio, (int, float)) \
-                or not 0 <= self.min_lr_ratio < 1:
-            raise ConfigError("decay.min_lr_ratio", self.min_lr_ratio, "must be a number in [0, 1)")
-        _number("horizon_low", self.horizon_low, 0, 1)
-        _number("horizon_high", self.horizon_high, 0, 16)
-        if self.horizon_high < 1:
-            raise ConfigError("decay.horizon_high", self.horizon_high, "must be at least 1 (D is a horizon)")
-        _number("wsd_ratio", self.wsd_ratio, 1, 4)
-        _number("cosine_ratio", self.cosine_ratio, 1, 4)
-        if self.wsd_ratio == 1 or self.cosine_ratio == 1:
-            raise ConfigError("decay.wsd_ratio" if self.wsd_ratio == 1 else "decay.cosine_ratio", 1,
-                              "must be above 1")
+        super().__post_init__()
+        object.__setattr__(self, "schedules", tuple(self.schedules))  # (a mapping's keys, as before)
         for name in ("wsd_ratio", "cosine_ratio"):  # a sane number of runs per cell, refused by arithmetic
             count = math.floor(math.log(self.horizon_high / self.horizon_low) / math.log(getattr(self, name))) + 1
             if count > MAX_HORIZONS:
@@ -97,17 +101,6 @@ class DecaySpec:
     def needs_stable_runs(self) -> bool:
         """``constant_ewa`` and ``wsd`` read the stable runs."""
         return "constant_ewa" in self.schedules or "wsd" in self.schedules
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["schedules"] = list(self.schedules)
-        return d
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DecaySpec:
-        from cbscore.study.block_fields import block_fields
-
-        return cls(**block_fields(cls, data, "decay"))
 
 
 def apply_decay(spec) -> None:
