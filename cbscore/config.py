@@ -13,7 +13,11 @@ check in the field's metadata (:func:`checked`); ``Config`` gives it:
   first) keeps only the rules between fields;
 - ``to_dict()`` (JSON-safe: tuples become lists, nested configs dicts) and ``from_dict()``
   (refusing a non-mapping, an unknown field and a missing required field with
-  :class:`~cbscore.errors.ConfigError`).
+  :class:`~cbscore.errors.ConfigError`); a block of the study spec sets ``_block`` (``"search"``),
+  and its messages name ``search.kind`` and list the known fields, as the spec's always have.
+
+A field whose metadata says ``coerce=False`` is left as given for ``__post_init__`` to read (and
+still goes to the wire as lists).
 
 The work per class (type hints, checks, coercions) is done once, at its first instance: building
 a config costs what the hand-written checks cost (the study simulator builds thousands).

@@ -102,3 +102,31 @@ def test_replace_checks_again_and_configs_stay_frozen():
         dataclasses.replace(c, rate=-1.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.rate = 0.1  # type: ignore[misc]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Block(Config):
+    """A spec block (``_block``): its messages name ``extra.field`` as the study spec's do."""
+
+    _block = "extra"
+
+    size: int = checked(positive_int, 1)
+    table: tuple[tuple[int, int], ...] = field(default=(), metadata={"coerce": False})
+
+
+def test_a_spec_block_names_its_fields_and_lists_the_known_ones():
+    with pytest.raises(ConfigError) as err:
+        Block.from_dict({"size": 0})
+    assert str(err.value) == "extra.size: must be a positive integer, but got 0."
+    with pytest.raises(ConfigError) as err:
+        Block.from_dict({"sise": 2})
+    assert str(err.value) == "extra.sise: is not an extra field (known: size, table), but got 2."
+    with pytest.raises(ConfigError) as err:
+        Block.from_dict([1])
+    assert str(err.value) == "extra: must be a mapping of fields, but got [1]."
+
+
+def test_a_field_left_uncoerced_keeps_its_value_and_still_goes_to_the_wire_as_lists():
+    block = Block(table=[[1, 2]])
+    assert block.table == [[1, 2]]  # __post_init__ reads it as given (a message quotes it as given)
+    assert Block(table=((1, 2),)).to_dict() == {"size": 1, "table": [[1, 2]]}
