@@ -45,7 +45,7 @@ def test_a_spec_that_raises_its_own_max_trials_is_still_held_by_the_labs_ceiling
     assert err.value.field == "total_tokens" and "CBS_MAX_TOTAL_TOKENS" in err.value.reason
 
 
-def test_a_64_kib_spec_is_refused_in_well_under_a_second():
+def test_a_64_kib_spec_is_refused_before_anything_per_trial_is_built():
     data = load_preset("demo").to_dict()
     data["batch_sizes"], data["b_ref"] = list(range(4, 9004)), 8  # 9,000 batch sizes: 135,000 trials
     text = yaml.safe_dump(data)
@@ -54,7 +54,9 @@ def test_a_64_kib_spec_is_refused_in_well_under_a_second():
     spec = StudySpec.from_yaml(text)
     with pytest.raises(ConfigError) as err:
         check_ceilings(spec, Ceilings())
-    assert time.perf_counter() - start < 1.0
+    # a bound against building the 135,000 trials (20.8 s for 90,000 before the ceilings), not a
+    # timing: the refusal took 0.3-0.4 s alone and 1.1 s at load 6 on the shared two cores
+    assert time.perf_counter() - start < 10.0
     assert err.value.field == "batch_sizes" and err.value.value == "9,000 entries"
     assert err.value.reason.startswith("is longer than the lab's ceiling of 64 entries per list (CBS_MAX_LIST)")
 
