@@ -124,7 +124,7 @@ def test_a_horizon_grid_too_fine_to_be_sane_is_refused_by_arithmetic():
     ("local", "x", "local: must be a mapping of fields, but got 'x'."),
 ])
 def test_a_block_of_a_spec_names_a_field_it_does_not_have_and_its_value(block, data, message):
-    """decay: and local: read their mapping alike (cbscore.study.block_fields)."""
+    """decay: and local: read their mapping alike (cbscore.config.Config, their block named)."""
     from cbscore.study.decay_spec import DecaySpec
     from cbscore.study.local_spec import LocalSpec
 
