@@ -164,7 +164,9 @@ def study_best_rates(spec, rows: list[dict]) -> list[dict] | None:
     rates (its ``lrs`` and their extensions); a chained cell's rates follow its neighbour's best."""
     if not spec.search.runs_rates:
         return None
-    allowed = allowed_rates(spec.search.lrs, spec.search.lr_extensions) if spec.search.kind == "grid" else ()
+    # a schedule study's rates can move with B (decay.lr_exponent): then no one set is allowed at every B
+    fixed = spec.search.kind == "grid" and not getattr(spec.decay, "lr_exponent", 0)
+    allowed = allowed_rates(spec.search.lrs, spec.search.lr_extensions) if fixed else ()
     return best_learning_rates(rows, allowed)
 
 

@@ -91,7 +91,8 @@ def cosine_grid(spec: StudySpec, batch_size: int) -> tuple[int, ...]:
 
     d, setting = spec.decay, study_setting(spec)
     base = _base(spec, batch_size, spec.search.lrs[0], spec.seeds[0])
-    grid = horizon_tokens(setting.tokens, low=d.horizon_low, high=d.horizon_high, ratio=d.cosine_ratio)
+    high = d.horizon_high if d.cosine_high is None else d.cosine_high
+    grid = horizon_tokens(setting.tokens, low=d.horizon_low, high=high, ratio=d.cosine_ratio)
     return cosine_horizons(grid, batch_tokens=base.batch_tokens, warmup_steps=base.resolved_warmup_steps())
 
 
@@ -150,9 +151,18 @@ def cosine_trial(spec: StudySpec, batch_size: int, lr: float, seed: int, horizon
                   schedule_cell_id(study_setting(spec), batch_size, "cosine"), "cosine", batch_size, lr, seed, config)
 
 
+def rates_at(spec: StudySpec, batch_size: int) -> tuple[float, ...]:
+    """The learning rates run at ``batch_size``: ``search.lrs × (B / b_ref)^lr_exponent``
+    (:attr:`DecaySpec.lr_exponent`), rounded to the three significant digits of a trial id."""
+    if not spec.decay.lr_exponent:
+        return tuple(spec.search.lrs)
+    scale = (batch_size / spec.b_ref) ** spec.decay.lr_exponent
+    return tuple(float(f"{lr * scale:.3g}") for lr in spec.search.lrs)
+
+
 def run_keys(spec: StudySpec):
     """``(B, lr, seed)`` of every stable run / cosine family, batch-major."""
-    return [(b, lr, s) for b in spec.batch_sizes for lr in spec.search.lrs for s in spec.seeds]
+    return [(b, lr, s) for b in spec.batch_sizes for lr in rates_at(spec, b) for s in spec.seeds]
 
 
 def decay_trials(spec: StudySpec, folders: Mapping[str, str]) -> list[TrialSpec]:
@@ -222,6 +232,9 @@ def describe_decay(spec: StudySpec, human=lambda x: f"{x:,}") -> list[str]:
     n = len(spec.search.lrs) * len(spec.seeds)
     lines = [f"schedules {', '.join(d.schedules)}: per batch size × {len(spec.search.lrs)} learning rates × "
              f"{len(spec.seeds)} seeds ({n} runs per kind and horizon); horizons D×{d.horizon_low:g} … D×{d.horizon_high:g}"]
+    if d.lr_exponent:
+        lines.append(f"  learning rates × (B/{spec.b_ref})^{d.lr_exponent:g}: "
+                     + "; ".join(f"B={b}: {', '.join(f'{lr:g}' for lr in rates_at(spec, b))}" for b in spec.batch_sizes))
     for b in spec.batch_sizes:
         bt = b * spec.context_tokens
         if d.needs_stable_runs:

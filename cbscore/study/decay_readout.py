@@ -32,6 +32,7 @@ from cbscore.study.decay_plan import (
     cosine_grid,
     cosine_trial_id,
     decay_trial_id,
+    rates_at,
     run_keys,
     stable_trial_id,
     study_setting,
@@ -87,7 +88,7 @@ def schedule_targets(spec: StudySpec, records: Sequence[TrialRecord]) -> tuple[d
     targets, notes = {}, []
     for schedule in spec.decay.schedules:
         per_lr = {}
-        for lr in spec.search.lrs:
+        for lr in rates_at(spec, spec.b_ref):
             values = []
             for s in spec.seeds:
                 if schedule == "constant_ewa":

@@ -16,7 +16,7 @@ Each cell ``(B, lr, seed)`` gets one stable run to the largest horizon; horizons
 grid in tokens, ``D·horizon_low`` to ``D·horizon_high``, ``wsd_ratio`` apart for the decay branches
 and ``cosine_ratio`` apart for the cosine family, both holding D (the target's horizon). The
 study's own fields give the rest: its one model and token budget D, ``batch_sizes``, ``b_ref``,
-the grid of ``search.lrs``, ``seeds``, warm-up and recipe.
+the grid of ``search.lrs`` (scaled per B by ``lr_exponent``), ``seeds``, warm-up and recipe.
 """
 
 from __future__ import annotations
@@ -58,6 +58,11 @@ def _min_lr_ratio(name: str, value: Any) -> None:
         raise ConfigError(name, value, "must be a number in [0, 1)")
 
 
+def _exponent(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1 <= value <= 1:
+        raise ConfigError(name, value, "must be a number in [-1, 1]")
+
+
 def _horizon_high(name: str, value: Any) -> None:
     _in(0, 16)(name, value)
     if value < 1:
@@ -86,10 +91,22 @@ class DecaySpec(Config):
     """Ratio between consecutive decay-branch horizons (finer: a closer bracket, more branches)."""
     cosine_ratio: float = checked(_in(1, 4), 2.0)
     """Ratio between consecutive cosine runs' horizons (each a whole run)."""
+    cosine_high: float | None = checked(_horizon_high, None)
+    """Longest cosine horizon as a multiple of D (``None``: ``horizon_high``). A cosine costs a
+    whole run per horizon, so its family can stop below the stable runs' length where the
+    largest batch sizes need the longer horizons only under ``wsd`` and ``constant_ewa``."""
+    lr_exponent: float = checked(_exponent, 0.0)
+    """The learning rates at batch size B are ``search.lrs × (B / b_ref)^lr_exponent``, three
+    significant digits (a trial id's precision). 0 runs the same rates at every B; 0.5 follows
+    the square-root rule for Adam (Malladi et al. 2022, arXiv 2205.10287, §4), so three rates √2
+    apart bracket each B's optimum where one grid for all B would need seven."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "schedules", tuple(self.schedules))  # (a mapping's keys, as before)
+        if self.cosine_high is not None and self.cosine_high > self.horizon_high:
+            raise ConfigError("decay.cosine_high", self.cosine_high,
+                              f"must be at most decay.horizon_high ({self.horizon_high:g})")
         for name in ("wsd_ratio", "cosine_ratio"):  # a sane number of runs per cell, refused by arithmetic
             count = math.floor(math.log(self.horizon_high / self.horizon_low) / math.log(getattr(self, name))) + 1
             if count > MAX_HORIZONS:

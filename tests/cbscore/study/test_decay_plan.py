@@ -15,6 +15,9 @@ from cbscore.study.decay_plan import (
     DecaySnapshots,
     cosine_grid,
     decay_trial_id,
+    describe_decay,
+    rates_at,
+    run_keys,
     schedule_cost,
     stable_trial_id,
     wsd_grid,
@@ -49,6 +52,34 @@ def test_the_cost_counts_stable_runs_decay_branches_and_cosine_runs():
     assert grid_tokens(s) == cost.total_tokens and grid_trials(s) == cost.trials
     only_wsd = spec(schedules=["wsd"])
     assert schedule_cost(only_wsd).cosine_tokens == 0 and schedule_cost(only_wsd).trials == 2 * 6
+
+
+def test_the_rates_follow_the_batch_size_by_the_stated_exponent_and_only_then():
+    s = StudySpec.from_dict({**spec().to_dict(), "batch_sizes": [1, 2, 4, 8],
+                             "search": {"kind": "grid", "lrs": [0.00707107, 0.01, 0.0141421]},
+                             "decay": {"horizon_low": 0.5, "horizon_high": 2.0, "lr_exponent": 0.5}})
+    # × (B/1)^0.5, three significant digits: the same three rates √2 apart slide up one step per doubling
+    assert rates_at(s, 1) == (0.00707, 0.01, 0.0141)
+    assert rates_at(s, 2) == (0.01, 0.0141, 0.02)
+    assert rates_at(s, 8) == (0.02, 0.0283, 0.04)
+    assert [(b, lr) for b, lr, _ in run_keys(s)][3:6] == [(2, 0.01), (2, 0.0141), (2, 0.02)]
+    assert "B=4: 0.0141, 0.02, 0.0283" in describe_decay(s)[1]
+    # every trial id and record carries its own B's rate
+    assert stable_trial_id(s, 8, 0.04, 0) in {t.trial_id for t in plan(s, [], 0.0, snapshots=DecaySnapshots(
+        folders={stable_trial_id(s, b, lr, 0): f"/snap/{b}.{lr}" for b, lr, _ in run_keys(s)})).start}
+    # exponent 0 (the default) leaves the grid's rates as written, unrounded
+    assert rates_at(spec(), 2) == (0.01,) and rates_at(StudySpec.from_dict(
+        {**spec().to_dict(), "search": {"kind": "grid", "lrs": [0.012345]}}), 2) == (0.012345,)
+
+
+def test_the_cosine_family_can_stop_below_the_stable_runs():
+    s = spec(cosine_high=1.0)
+    assert cosine_grid(s, 1) == (128, 256) and wsd_grid(s, 1)[-1].horizon_steps == 512
+    assert schedule_cost(s).cosine_tokens == (128 + 256) * 32 + (64 + 128) * 64
+    with pytest.raises(ConfigError, match=r"decay.cosine_high: must be at most decay.horizon_high \(2\), but got 3"):
+        spec(cosine_high=3.0)
+    with pytest.raises(ConfigError, match="decay.lr_exponent"):
+        spec(lr_exponent=2)
 
 
 def test_decay_branches_start_once_their_snapshot_exists():
@@ -95,6 +126,8 @@ def test_the_ablation_schedule_preset_round_trips_and_measures_three_schedules()
     assert StudySpec.from_dict(s.to_dict()) == s
     assert s.decay.schedules == ("constant_ewa", "cosine", "wsd")
     assert schedule_cost(s).decay_tokens > 0 and schedule_cost(s).cosine_tokens > 0
+    # its rates are centred on 0.006·(B/4)^0.5 at each B (the first run's one grid had the best at an edge)
+    assert [rates_at(s, b)[1] for b in s.batch_sizes] == [0.006, 0.00849, 0.012, 0.017]
 
 
 def _record(trial_id: str, status: str) -> dict:
@@ -118,8 +151,9 @@ def test_a_horizon_grid_too_fine_to_be_sane_is_refused_by_arithmetic():
 
 
 @pytest.mark.parametrize("block, data, message", [
-    ("decay", {"horizon_hi": 2.0}, "decay.horizon_hi: is not a decay field (known: cosine_ratio, decay_fraction, "
-                                   "horizon_high, horizon_low, min_lr_ratio, schedules, wsd_ratio), but got 2.0."),
+    ("decay", {"horizon_hi": 2.0}, "decay.horizon_hi: is not a decay field (known: cosine_high, cosine_ratio, "
+                                   "decay_fraction, horizon_high, horizon_low, lr_exponent, min_lr_ratio, schedules, "
+                                   "wsd_ratio), but got 2.0."),
     ("decay", ["wsd"], "decay: must be a mapping of fields, but got ['wsd']."),
     ("local", "x", "local: must be a mapping of fields, but got 'x'."),
 ])
