@@ -30,6 +30,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from cbscore.errors import CbsError, ConfigError, DataError, FitError
+
 #: Simulation jobs all sessions may run at once (``CBS_WEB_SIM_JOBS``): the web host has few cores.
 MAX_JOBS = 2
 #: Seconds a job's session may be gone before the job is ended (a reconnecting tab keeps its session).
@@ -127,13 +129,17 @@ def _read(job: Job) -> None:
     job.ended = job.ended or f"exit {code}"
 
 
+#: The exceptions the page shows as the library's own (by class name, as the child sends them); any
+#: other comes back as a ``RuntimeError`` with the child's message. A fixed table, not an import of
+#: whatever module the child names: the page imports only what the layer checker can see.
+_SHOWN = {cls.__qualname__: cls for cls in (CbsError, ConfigError, DataError, FitError)}
+
+
 def _exception(state: dict) -> BaseException:
     """The child's exception, rebuilt without calling its ``__init__`` (``ConfigError`` takes three
     arguments, so pickling the exception itself would not load)."""
-    import importlib
-
-    cls = getattr(importlib.import_module(state["module"]), state["name"], None)
-    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+    cls = _SHOWN.get(state["name"]) if state.get("module") == "cbscore.errors" else None
+    if cls is None:
         return RuntimeError(state["message"])
     exc = cls.__new__(cls)
     exc.args = state["args"]
@@ -179,7 +185,6 @@ def start(session: str, spec, curves, config, seeds: int, *, seconds: float) -> 
     """``session``'s job for these settings: the running one if it simulates the same, else a new
     child. A session with a job of other settings running, or a web app running
     :func:`max_jobs` jobs, gets a :class:`~cbscore.errors.ConfigError` naming the limit."""
-    from cbscore.errors import ConfigError
 
     global _watchdog
     key = settings_key(spec, curves, config, seeds)

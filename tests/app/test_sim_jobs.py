@@ -82,3 +82,16 @@ def test_an_ended_job_is_forgotten_once_read(jobs):
     assert jobs == {"s1": job}
     sim_jobs.release(job)
     assert jobs == {} and job.report() is not None
+
+
+def test_an_error_the_child_names_outside_the_library_is_its_message_and_imports_nothing():
+    import sys
+
+    state = {"module": "json.decoder", "name": "JSONDecodeError", "args": ("x",), "dict": {}, "message": "bad json"}
+    sys.modules.pop("http.cookies", None)
+    foreign = sim_jobs._exception({**state, "module": "http.cookies", "name": "CookieError"})
+    assert type(foreign) is RuntimeError and str(foreign) == "bad json" and "http.cookies" not in sys.modules
+    assert type(sim_jobs._exception(state)) is RuntimeError
+    field = sim_jobs._exception({"module": "cbscore.errors", "name": "ConfigError", "args": ("m",),
+                                 "dict": {"field": "search.kind", "value": "optuna"}, "message": "m"})
+    assert isinstance(field, ConfigError) and field.field == "search.kind"
