@@ -7,7 +7,6 @@ Every error is a :class:`~cbscore.errors.ConfigError` naming the spec field and 
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Mapping
@@ -43,6 +42,8 @@ LABELS = {
     "search.extension_gain": "Extension gain",
     "search.max_extensions": "Most extensions per cell",
     "search.reference_rates": "Reference cell's rates",
+    "search.bracket_min_batch_size": "Narrow cells below B",
+    "search.narrow_rates": "Rates of a narrow cell",
     "budget_multiple": "Fallback budget (× D)",
     "budget_margin": "Budget margin",
     "recipe": "Recipe rule",
@@ -92,36 +93,47 @@ LABELS = {
 }
 
 
-#: The chained search's fields the form shows (issue 40; :mod:`cbscore.study.chained`).
-CHAINED_FIELDS = ("chain_exponent", "bracket_ratio", "extension_gain", "max_extensions", "reference_rates")
+#: The chained search's fields the form shows (issue 40; :mod:`cbscore.study.chained`): not
+#: ``chain_centre`` or ``local_exponent``, which stay off the Launch page (a pasted spec keeps them).
+CHAINED_FIELDS = ("chain_exponent", "bracket_ratio", "extension_gain", "max_extensions", "reference_rates",
+                  "bracket_min_batch_size", "narrow_rates")
+#: Chained fields that are whole numbers on the form; ``bracket_min_batch_size``'s 0 is ``None``.
+_CHAINED_INTS = ("max_extensions", "bracket_min_batch_size", "narrow_rates")
 #: A schedule study's fields the form shows (issue 45; :class:`cbscore.study.decay_spec.DecaySpec`).
 DECAY_FIELDS = ("schedules", "decay_fraction", "min_lr_ratio", "horizon_low", "horizon_high", "wsd_ratio",
                 "cosine_ratio")
 
+#: How a field is typed on this form, where that is the form's own (a list as text, 0 for ``None``):
+#: added under the field's doc, which says what the field means.
+INPUT_HINTS = {
+    "tokens": "Comma-separated counts, e.g. `1M, 2M, 1.741B`.",
+    "settings": "One setting per line: a model preset and its D, e.g. `tiny-0.1M, 1M`.",
+    "batch_sizes": "Comma-separated, e.g. `64, 128, 256`.",
+    "target_losses": "Only for explicit targets: one `setting_id: loss` per line.",
+    "search.lrs": "Comma-separated, e.g. `0.001, 0.00316, 0.01`.",
+    "search.bracket_min_batch_size": "0 = `None`.",
+    "seeds": "Comma-separated, e.g. `0, 1`.",
+    "max_trials": "“Launch anyway” below is the `force`.",
+    "data.source": "A path must lie inside the server's data roots: `$CBS_HOME/corpora` (where the operator "
+                   "puts corpora) or a folder of `CBS_DATA_ROOTS`.",
+    "beta2": "Empty = `None`.",
+    "micro_batch_size": "0 = `None`.",
+    "gns_micro_batch_size": "0 = `None`.",
+    "local.checkpoint_tokens": "Comma-separated, e.g. `12288, 50k`.",
+    "local.multipliers": "Comma-separated, e.g. `1, 1.5, 2, 3, 4, 6, 8`.",
+    "local.early_multipliers": "Comma-separated, e.g. `0.5, 0.25`.",
+    "local.window_tokens": "0 = `None`: the share above.",
+}
 
-@functools.lru_cache(maxsize=16)
-def _field_docs(cls: type) -> dict[str, str]:
-    """The docstring under each field of a config dataclass, read from its source (the convention
-    of every spec class: a string literal right after the annotated field)."""
-    import ast
-    import inspect
-    import textwrap
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
-    docs = {}
-    for node, after in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
-            docs[node.target.id] = " ".join(after.value.value.split())
-    return docs
+def field_help(name: str) -> str:
+    """A widget's help: the spec field's own docstring (``cbs study fields`` prints the same words,
+    :mod:`cbscore.study.spec_docs`), the field named first so a researcher finds it in the YAML,
+    and how the form reads it where that is the form's own (:data:`INPUT_HINTS`)."""
+    from cbscore.study.spec_docs import spec_field_doc
 
-
-def field_help(cls: type, name: str) -> str:
-    """A widget's help: the field's own docstring (the CLI and the docs read the same), with the
-    spec field named first so a researcher can find it in the YAML."""
-    prefix = {"SearchSpec": "search.", "DecaySpec": "decay.", "ExperimentalSpec": "experimental."}.get(cls.__name__, "")
-    return f"`{prefix}{name}`: {_field_docs(cls)[name]}"
+    hint = INPUT_HINTS.get(name)
+    return f"`{name}`: {spec_field_doc(name)}" + (f"\n\n{hint}" if hint else "")
 
 
 def label_of(field: str) -> str:
@@ -285,8 +297,8 @@ def chained_values(search: Mapping[str, Any]) -> dict[str, Any]:
     out = {}
     for name in CHAINED_FIELDS:
         value = search.get(name, getattr(default, name))
-        out[f"search.{name}"] = value if isinstance(value, str) else (int(value) if name == "max_extensions"
-                                                                      else float(value))
+        out[f"search.{name}"] = (value if isinstance(value, str) else int(value or 0) if name in _CHAINED_INTS
+                                 else float(value))
     return out
 
 
@@ -334,7 +346,8 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
     for name in CHAINED_FIELDS:  # absent from an older form's values: the base spec's then
         if f"search.{name}" in values:
             value = values[f"search.{name}"]
-            d["search"][name] = int(value) if name == "max_extensions" else value
+            d["search"][name] = (int(value) or None if name == "bracket_min_batch_size"
+                                 else int(value) if name in _CHAINED_INTS else value)
     # The rules that failed issue 40's criteria are not on the form: a pasted spec's ``experimental``
     # block (in ``base``) is kept as it was.
     if "stop_far_rates" in values:

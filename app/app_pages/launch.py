@@ -14,14 +14,18 @@ from cbscore.errors import CbsError, ConfigError
 from cbscore.recipe import RECIPE_RULES
 from cbscore.study import PRESET_NAMES, StudySpec, estimate, load_preset
 from cbscore.study.ceilings import check_ceilings
-from cbscore.study.decay_spec import SCHEDULE_NAMES, DecaySpec
+from cbscore.study.decay_spec import SCHEDULE_NAMES
 from cbscore.study.kinds import study_kind
 from cbscore.study.models import preset_names
 from cbscore.study.safe_yaml import MAX_BYTES as MAX_YAML_BYTES
 from cbscore.study.spec import GNS_CELLS, KINDS, SCHEDULES
-from cbscore.study.spec_parts import REFERENCE_RATES, SEARCH_KINDS, SearchSpec
+from cbscore.study.spec_parts import REFERENCE_RATES, SEARCH_KINDS
 
+#: What a chained cell below ``search.bracket_min_batch_size`` may start with (``SearchSpec.narrow_rates``).
+NARROW_RATES = (3, 2, 1)
 K = "launch."  # prefix of this page's session-state keys
+#: A spec field's help: its docstring, as `cbs study fields` prints it (app.spec_form.field_help).
+H = spec_form.field_help
 #: Throughput assumed for the time estimate until the researcher gives theirs (tokens/s per worker).
 DEFAULT_TOKENS_PER_S = 20_000
 
@@ -136,34 +140,29 @@ def _local_fields() -> None:
                 "with learning rate f(k)·η0, optimizer state carried over.")
     cols = st.columns(4)
     cols[0].number_input("Base batch B0", key=K + "local.base_batch_size", min_value=1, step=1,
-                         help="Sequences of T tokens; every k·B0 must be a whole batch.")
-    cols[1].number_input("Base learning rate η0", key=K + "local.base_lr", min_value=0.0, format="%.2e")
-    cols[2].number_input("Context length T", key=K + "context_tokens", min_value=1, step=16,
-                         help="Tokens per sequence.")
+                         help=H("local.base_batch_size"))
+    cols[1].number_input("Base learning rate η0", key=K + "local.base_lr", min_value=0.0, format="%.2e",
+                         help=H("local.base_lr"))
+    cols[2].number_input("Context length T", key=K + "context_tokens", min_value=1, step=16, help=H("context_tokens"))
     cols[3].selectbox("Learning-rate rule f(k)", list(local_form.LR_RULE_LABELS), key=K + "local.lr_rule",
-                      format_func=local_form.LR_RULE_LABELS.get)
+                      format_func=local_form.LR_RULE_LABELS.get, help=H("local.lr_rule"))
     cols = st.columns(4)
     cols[0].number_input("Log-spaced checkpoints", key=K + "local.checkpoint_count", min_value=0, max_value=30,
-                         help="j of D/2^j for j = this, …, 1 (4: D/16, D/8, D/4, D/2), each rounded down to "
-                              "a whole step of B0·T tokens.")
+                         help=H("local.checkpoint_count"))
     cols[1].text_input("Extra checkpoints (tokens)", key=K + "local.checkpoint_tokens",
-                       help="Further checkpoints, each a multiple of B0·T, e.g. `12288, 50k`.")
-    cols[2].text_input("Multipliers k", key=K + "local.multipliers",
-                       help="The branches' k at every checkpoint (must contain 1), e.g. `1, 1.5, 2, 3, 4, 6, 8`.")
+                       help=H("local.checkpoint_tokens"))
+    cols[2].text_input("Multipliers k", key=K + "local.multipliers", help=H("local.multipliers"))
     cols[3].text_input("Early multipliers (below 1)", key=K + "local.early_multipliers",
-                       help="Fractions added at the first checkpoints, where the local CBS may be below B0.")
+                       help=H("local.early_multipliers"))
     cols = st.columns(4)
     cols[0].number_input("Checkpoints with early multipliers", key=K + "local.early_checkpoints", min_value=0,
-                         max_value=30)
+                         max_value=30, help=H("local.early_checkpoints"))
     cols[1].number_input("Window Δ (share of t)", key=K + "local.window_fraction", min_value=0.0, step=0.1,
-                         help="Δ = this × the first checkpoint's t, the same at every checkpoint (Merrill et al.: "
-                              "Δ fixed in tokens; `window_rule: growing` in the YAML takes this × each t), rounded "
-                              "up to a multiple of every k·B0·T (every branch sees the same tokens in whole steps).")
+                         help=H("local.window_fraction"))
     cols[2].number_input("Window Δ (tokens)", key=K + "local.window_tokens", min_value=0, step=1024,
-                         help="One Δ for every checkpoint instead of the share; 0 = the share.")
+                         help=H("local.window_tokens"))
     cols[3].number_input("Tolerance ε (nats)", key=K + "local.epsilon", min_value=0.0, step=0.005, format="%.3f",
-                         help="Merrill's rule: k* is the largest k whose smoothed loss after Δ is within ε of every "
-                              "smaller k. Also the floor of the noise-aware rule's tolerances.")
+                         help=H("local.epsilon"))
 
 
 def _chained_fields() -> None:
@@ -175,17 +174,23 @@ def _chained_fields() -> None:
                    "directions once its neighbour settled, runs three rates centred on the neighbour's best rate "
                    "moved by (B/B′)^exponent, and extends past an edge only where that edge wins.")
         cols = st.columns(5)
-        help_of = lambda name: spec_form.field_help(SearchSpec, name)  # noqa: E731
         cols[0].number_input("Chain exponent", key=K + "search.chain_exponent", min_value=0.0, max_value=2.0,
-                             step=0.05, help=help_of("chain_exponent"))
+                             step=0.05, help=H("search.chain_exponent"))
         cols[1].number_input("Bracket ratio", key=K + "search.bracket_ratio", min_value=1.1, max_value=10.0,
-                             step=0.25, help=help_of("bracket_ratio"))
+                             step=0.25, help=H("search.bracket_ratio"))
         cols[2].number_input("Extension gain", key=K + "search.extension_gain", min_value=0.0, max_value=1.0,
-                             step=0.05, help=help_of("extension_gain"))
+                             step=0.05, help=H("search.extension_gain"))
         cols[3].number_input("Most extensions per cell", key=K + "search.max_extensions", min_value=0, max_value=8,
-                             step=1, help=help_of("max_extensions"))
+                             step=1, help=H("search.max_extensions"))
         cols[4].selectbox("Reference cell's rates", REFERENCE_RATES, key=K + "search.reference_rates",
-                          help=help_of("reference_rates"))
+                          help=H("search.reference_rates"))
+        # Cells below a batch size may start narrower than the bracket (issue 40, "past 3×"); how a
+        # settled cell centres the next (chain_centre, local_exponent) stays off the page.
+        cols = st.columns([1, 1, 3])
+        cols[0].number_input("Narrow cells below B", key=K + "search.bracket_min_batch_size", min_value=0, step=1,
+                             help=H("search.bracket_min_batch_size"))
+        cols[1].selectbox("Rates of a narrow cell", NARROW_RATES, key=K + "search.narrow_rates",
+                          help=H("search.narrow_rates"))
 
 
 def _decay_fields() -> None:
@@ -193,22 +198,21 @@ def _decay_fields() -> None:
     st.markdown("**Schedules** — every rate and seed of each batch size gets one stable run to the longest "
                 "horizon; WSD is read off decay branches from its snapshots, cosine off a family of runs, one "
                 "per horizon (docs/schedules.md). The search is the grid of learning rates below.")
-    help_of = lambda name: spec_form.field_help(DecaySpec, name)  # noqa: E731
     cols = st.columns([2, 1, 1])
-    cols[0].multiselect("Schedules measured", SCHEDULE_NAMES, key=K + "decay.schedules", help=help_of("schedules"))
+    cols[0].multiselect("Schedules measured", SCHEDULE_NAMES, key=K + "decay.schedules", help=H("decay.schedules"))
     cols[1].number_input("WSD decay share", key=K + "decay.decay_fraction", min_value=0.0, max_value=0.5,
-                         step=0.05, help=help_of("decay_fraction"))
+                         step=0.05, help=H("decay.decay_fraction"))
     cols[2].number_input("Floor (share of the peak rate)", key=K + "decay.min_lr_ratio", min_value=0.0,
-                         max_value=0.99, step=0.05, help=help_of("min_lr_ratio"))
+                         max_value=0.99, step=0.05, help=H("decay.min_lr_ratio"))
     cols = st.columns(4)
     cols[0].number_input("Shortest horizon (× D)", key=K + "decay.horizon_low", min_value=0.0, max_value=1.0,
-                         step=0.1, help=help_of("horizon_low"))
+                         step=0.1, help=H("decay.horizon_low"))
     cols[1].number_input("Longest horizon (× D)", key=K + "decay.horizon_high", min_value=1.0, max_value=16.0,
-                         step=0.5, help=help_of("horizon_high"))
+                         step=0.5, help=H("decay.horizon_high"))
     cols[2].number_input("Decay-branch horizon ratio", key=K + "decay.wsd_ratio", min_value=1.0, max_value=4.0,
-                         step=0.1, format="%.4g", help=help_of("wsd_ratio"))
+                         step=0.1, format="%.4g", help=H("decay.wsd_ratio"))
     cols[3].number_input("Cosine horizon ratio", key=K + "decay.cosine_ratio", min_value=1.0, max_value=4.0,
-                         step=0.25, help=help_of("cosine_ratio"))
+                         step=0.25, help=H("decay.cosine_ratio"))
 
 
 def _local_preview(spec, est) -> None:
@@ -284,7 +288,7 @@ top[1].file_uploader("Upload a .yaml spec", type=["yaml", "yml", "json"], key=K 
                      on_change=_on_yaml_file)
 
 kind = st.segmented_control("Study kind", KINDS, key=K + "kind", required=True, on_change=_on_kind,
-                            format_func=lambda k: KIND_LABELS[k])
+                            format_func=lambda k: KIND_LABELS[k], help=H("kind"))
 
 with st.form("launch", border=True):
     # The YAML box is part of the form: a Launch sends the text as typed (a box outside the form
@@ -296,22 +300,19 @@ with st.form("launch", border=True):
         st.form_submit_button("Load YAML into the form", key=K + "yaml_load", on_click=_on_yaml_text)
     if st.session_state.get(K + "yaml_error"):
         st.error(st.session_state[K + "yaml_error"], icon=":material/error:")
-    st.text_input("Study name", key=K + "name", help="Letters, digits, '-' and '_'; one MLflow experiment per study.")
+    st.text_input("Study name", key=K + "name", help=H("name"))
     st.markdown("**Settings (N, D)**")
     if kind == "custom":
-        st.text_area("Settings (model, tokens)", key=K + "settings", height=110,
-                     help="One setting per line: a model preset and its token budget D, e.g. `tiny-0.1M, 1M`.")
+        st.text_area("Settings (model, tokens)", key=K + "settings", height=110, help=H("settings"))
         st.caption("Models: " + ", ".join(f"`{m}`" for m in preset_names()))
     else:
         cols = st.columns(2)
-        cols[0].multiselect("Models", preset_names(), key=K + "models",
-                            help="Model presets: N = 12·L·d² non-embedding parameters.")
+        cols[0].multiselect("Models", preset_names(), key=K + "models", help=H("models"))
         if kind == "chinchilla":
             cols[1].number_input("Tokens per parameter", key=K + "tokens_per_param", min_value=0.0, step=1.0,
-                                 help="D = this × N (the paper's Chinchilla ratio is 20).")
+                                 help=H("tokens_per_param"))
         else:
-            cols[1].text_input("Token budgets D", key=K + "tokens",
-                               help="Comma-separated token counts, e.g. `1M, 2M, 1.741B`.")
+            cols[1].text_input("Token budgets D", key=K + "tokens", help=H("tokens"))
 
     own = _KIND_FORMS.get(kind, _GRID_FORM)
     if own.fields is not None:
@@ -319,104 +320,68 @@ with st.form("launch", border=True):
     if not own.replaces_grid:
         st.markdown("**Batch sizes and the CBS rule**")
         cols = st.columns(4)
-        cols[0].text_input("Batch sizes", key=K + "batch_sizes", help="In sequences of T tokens, e.g. `64, 128, 256`.")
-        cols[1].number_input("Reference batch size B_ref", key=K + "b_ref", min_value=1, step=1,
-                             help="Reference runs at B_ref set each setting's target; must be one of the batch sizes.")
+        cols[0].text_input("Batch sizes", key=K + "batch_sizes", help=H("batch_sizes"))
+        cols[1].number_input("Reference batch size B_ref", key=K + "b_ref", min_value=1, step=1, help=H("b_ref"))
         cols[2].number_input("Context length T", key=K + "context_tokens", min_value=1, step=64,
-                             help="Tokens per sequence (the paper: 512).")
+                             help=H("context_tokens"))
         cols[3].number_input("Overhead r", key=K + "overhead", min_value=0.0, step=0.05, format="%.2f",
-                             help="B* is the largest B with S(B) ≤ (1 + r)·S(B_ref)·B_ref/B (the paper: 0.2).")
+                             help=H("overhead"))
 
         st.markdown("**Target loss**")
         cols = st.columns([1, 2])
         cols[0].radio("Target rule", ["reference", "explicit"], key=K + "target_rule",
                       format_func=lambda r: {"reference": "From reference runs at B_ref (paper)",
                                              "explicit": "Explicit target losses"}[r])
-        cols[1].text_area("Target losses", key=K + "target_losses", height=90,
-                          help="Only for explicit targets: one `setting_id: loss` per line (held-out loss, nats/token).")
+        cols[1].text_area("Target losses", key=K + "target_losses", height=90, help=H("target_losses"))
 
         st.markdown("**Learning-rate search**")
         cols = st.columns([1, 2, 1, 1, 1])
         cols[0].radio("Search", SEARCH_KINDS, key=K + "search.kind",
                       format_func=lambda s: {"grid": "Grid", "chained": "Chained bracket", "optuna": "Optuna"}[s],
-                      help=spec_form.field_help(SearchSpec, "kind"))
-        cols[1].text_input("Learning rates", key=K + "search.lrs",
-                           help="Grid: every learning rate per cell (the paper: 1e-3, 3.16e-3, 6.32e-3, 1e-2, 3.16e-2); "
-                                "chained: the reference cell's rates (or the middle its bracket centres on).")
-        cols[2].number_input("Optuna trials per cell", key=K + "search.n_trials", min_value=1, step=1)
-        cols[3].number_input("Lowest learning rate", key=K + "search.lr_min", min_value=0.0, format="%.1e")
-        cols[4].number_input("Highest learning rate", key=K + "search.lr_max", min_value=0.0, format="%.1e")
+                      help=H("search.kind"))
+        cols[1].text_input("Learning rates", key=K + "search.lrs", help=H("search.lrs"))
+        cols[2].number_input("Optuna trials per cell", key=K + "search.n_trials", min_value=1, step=1,
+                             help=H("search.n_trials"))
+        cols[3].number_input("Lowest learning rate", key=K + "search.lr_min", min_value=0.0, format="%.1e",
+                             help=H("search.lr_min"))
+        cols[4].number_input("Highest learning rate", key=K + "search.lr_max", min_value=0.0, format="%.1e",
+                             help=H("search.lr_max"))
         if own.chained:
             _chained_fields()
 
     st.markdown("**Budget and data**")
     cols = st.columns(6)
     cols[0].number_input("Budget margin", key=K + "budget_margin", min_value=0.0, step=0.05, format="%.2f",
-                         help="Below B_ref a trial gets (1 + margin)·D tokens; above B_ref (1 + margin)·S(smaller B) "
-                              "steps, S(smaller B) being the fewest steps a smaller batch size needed. Tokens to "
-                              "target never exceed D below B_ref and steps to target never grow with B, so these "
-                              "budgets leave B* alone; a cell censored at one is a lower bound. The paper presets "
-                              "use 0.25.")
+                         help=H("budget_margin"))
     cols[1].number_input("Fallback budget (× D)", key=K + "budget_multiple", min_value=0.0, step=0.5,
-                         help="Only with explicit target losses (no reference run): the tokens a trial may spend, "
-                              "as a multiple of D, below B_ref, and above it until a smaller batch size reached "
-                              "the target.")
-    cols[2].number_input("Prune margin", key=K + "prune_margin", min_value=0.0, step=0.05,
-                         help="A trial still above the target at (1 + margin)·S_best steps is pruned.")
-    cols[3].text_input("Seeds", key=K + "seeds", help="Training seeds; each is one more trial per learning rate.")
-    cols[4].number_input("Max trials", key=K + "max_trials", min_value=1, step=100,
-                         help="Sanity limit; a larger study needs 'Launch anyway'.")
-    cols[5].text_input("Data source", key=K + "data.source",
-                       help="`builtin` (the shipped corpus), `builtin-large` (a larger one, with the `corpus-large` extra), "
-                            "`hub:NAME` for a Hugging Face dataset, or a path inside "
-                            "the server's data roots: `$CBS_HOME/corpora` (where the operator puts corpora) or a "
-                            "folder of `CBS_DATA_ROOTS`.")
+                         help=H("budget_multiple"))
+    cols[2].number_input("Prune margin", key=K + "prune_margin", min_value=0.0, step=0.05, help=H("prune_margin"))
+    cols[3].text_input("Seeds", key=K + "seeds", help=H("seeds"))
+    cols[4].number_input("Max trials", key=K + "max_trials", min_value=1, step=100, help=H("max_trials"))
+    cols[5].text_input("Data source", key=K + "data.source", help=H("data.source"))
 
     # search.predict, search.lr_prior and prune_at_equal_tokens failed issue 40's criteria: they live
     # in the spec's `experimental:` block, which the form does not show (a pasted YAML keeps it).
     cols = st.columns(3)
-    cols[0].checkbox("Stop far rates", key=K + "stop_far_rates",
-                     help="stop_far_rates: a rate outside its cell leader's fit window that trails the leader by "
-                          "far_rate_margin nats (0.3) once it trained far_rate_fraction (half) of the cell's "
-                          "steps stops; nothing is projected, so every rate the fit reads still runs to its "
-                          "crossing (docs/results/cheaper-search/far-rates).")
+    cols[0].checkbox("Stop far rates", key=K + "stop_far_rates", help=H("stop_far_rates"))
 
     with st.expander("Recipe (paper defaults)"):
         cols = st.columns(5)
-        cols[0].selectbox("Schedule", SCHEDULES, key=K + "schedule",
-                          help="After a linear warm-up fixed in tokens; the paper uses a constant rate.")
-        cols[1].selectbox("Recipe rule", RECIPE_RULES, key=K + "recipe",
-                          help="How β2 and the EWA τ are chosen. `fixed` (default): one β2 and τ per batch size "
-                               "for the whole study, the paper's horizons (half-lives) as the same share of the "
-                               "study's reference D = √(D_min·D_max), so the D-exponent does not measure the "
-                               "recipe. `scaled`: the same shares of each setting's own D (the recipe moves with "
-                               "D). Both keep β2's horizon in tokens (a smaller batch gets a larger β2, within "
-                               "[0.95, 0.999]) and τ's half-life at least 4 steps. `paper_table`: the paper's "
-                               "table by batch size in sequences (T = 512, runs of thousands of steps: the paper "
-                               "presets). Three τ are tracked; the Preview lists them and the bounds hit.")
+        cols[0].selectbox("Schedule", SCHEDULES, key=K + "schedule", help=H("schedule"))
+        cols[1].selectbox("Recipe rule", RECIPE_RULES, key=K + "recipe", help=H("recipe"))
         cols[2].number_input("Warm-up fraction", key=K + "warmup_fraction", min_value=0.0, max_value=0.99, step=0.05,
-                             help="Warm-up length as a fraction of D (the paper: 0.25).")
-        cols[3].text_input("β2", key=K + "beta2", help="Empty = from the recipe rule; a number here is used for "
-                                                       "every batch size.")
+                             help=H("warmup_fraction"))
+        cols[3].text_input("β2", key=K + "beta2", help=H("beta2"))
         cols[4].number_input("Micro-batch size", key=K + "micro_batch_size", min_value=0, step=8,
-                             help="Sequences per forward pass on one device (gradient accumulation); 0 = chosen "
-                                  "from the GPU's free memory on CUDA, the whole batch on a CPU.")
+                             help=H("micro_batch_size"))
 
     with st.expander("Devices and noise scale"):
         cols = st.columns(3)
         cols[0].number_input("Devices per trial", key=K + "devices_per_trial", min_value=1, step=1,
-                             help="Devices that train one trial together (DDP: NCCL on GPUs, gloo processes on a "
-                                  "CPU), the batch split evenly across them, so it must divide every batch size. "
-                                  "The same update as on one device. A worker started with `cbs worker --gpus "
-                                  "0,1,2,3 --devices-per-trial K` uses its own K instead.")
+                             help=H("devices_per_trial"))
         cols[1].number_input("Noise-scale split (sequences)", key=K + "gns_micro_batch_size", min_value=0, step=1,
-                             help="Measure the gradient noise scale B_simple (McCandlish et al. 2018) by splitting "
-                                  "each batch into passes of this many sequences: the same update, some step time "
-                                  "on small batches. It feeds the forecast of B* on the Curves and Scaling pages. "
-                                  "0 = measure only where the micro-batch already accumulates. Smaller than B_ref.")
-        cols[2].selectbox("Noise-scale cells", GNS_CELLS, key=K + "gns_cells",
-                          help="Cells that get the split: `all`, or `reference` (only B_ref, all the forecast "
-                               "needs; the other cells then run at full speed).")
+                             help=H("gns_micro_batch_size"))
+        cols[2].selectbox("Noise-scale cells", GNS_CELLS, key=K + "gns_cells", help=H("gns_cells"))
 
     # Last of the spec's fields (the browser draws the form in order): a submit that carries this
     # fill's name carries every field above as this fill drew it (see _on_submit).

@@ -52,11 +52,11 @@ def test_the_chained_fields_go_from_the_form_into_the_spec_and_back():
     base = load_preset("demo").to_dict()
     values = {**spec_form.form_values(base), "search.kind": "chained", "search.chain_exponent": 0.3,
               "search.bracket_ratio": 3.0, "search.extension_gain": 0.2, "search.max_extensions": 4,
-              "search.reference_rates": "grid"}
+              "search.reference_rates": "grid", "search.bracket_min_batch_size": 32, "search.narrow_rates": 2}
     spec = spec_form.build_spec(base, values)
     s = spec.search
-    assert (s.kind, s.chain_exponent, s.bracket_ratio, s.extension_gain, s.max_extensions, s.reference_rates) == (
-        "chained", 0.3, 3.0, 0.2, 4, "grid")
+    assert (s.kind, s.chain_exponent, s.bracket_ratio, s.extension_gain, s.max_extensions, s.reference_rates,
+            s.bracket_min_batch_size, s.narrow_rates) == ("chained", 0.3, 3.0, 0.2, 4, "grid", 32, 2)
     assert {k: v for k, v in spec_form.form_values(spec.to_dict()).items() if k.startswith("search.")} == {
         k: v for k, v in values.items() if k.startswith("search.")}
     from cbscore.errors import ConfigError
@@ -64,6 +64,54 @@ def test_the_chained_fields_go_from_the_form_into_the_spec_and_back():
     with pytest.raises(ConfigError) as err:
         spec_form.build_spec(base, {**values, "search.bracket_ratio": 1.0})
     assert err.value.field == "search.bracket_ratio" and "1.0" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        spec_form.build_spec(base, {**values, "search.narrow_rates": 4})
+    assert err.value.field == "search.narrow_rates" and "4" in str(err.value)
+
+
+def test_no_narrow_cells_is_0_on_the_form_and_none_in_the_spec():
+    base = load_preset("demo").to_dict()
+    values = {**spec_form.form_values(base), "search.kind": "chained"}
+    assert values["search.bracket_min_batch_size"] == 0 and values["search.narrow_rates"] == 3
+    assert spec_form.build_spec(base, values).search.bracket_min_batch_size is None
+
+
+def test_the_form_keeps_a_pasted_specs_chain_centre_and_local_exponent_without_showing_them():
+    base = load_preset("demo").to_dict()
+    base["search"] = {**base["search"], "kind": "chained", "chain_centre": "vertex", "local_exponent": True}
+    values = spec_form.form_values(base)
+    assert not [k for k in values if "chain_centre" in k or "local_exponent" in k]
+    s = spec_form.build_spec(base, values).search
+    assert (s.chain_centre, s.local_exponent) == ("vertex", True)
+
+
+def test_every_field_on_the_launch_form_has_its_doc_as_help():
+    """Each widget value the form keeps is a spec field whose help is its docstring (target_rule is
+    the form's own choice, explicit target losses or not)."""
+    from app import local_form
+    from cbscore.study.spec_docs import spec_field_doc
+
+    values = {**spec_form.form_values(load_preset("demo").to_dict()),
+              **local_form.local_form_values(load_preset("local-demo").to_dict())}
+    fields = sorted(set(values) - {"target_rule"})
+    assert "search.narrow_rates" in fields and "decay.horizon_high" in fields and "local.epsilon" in fields
+    for name in fields:
+        help_text = spec_form.field_help(name)
+        assert help_text.startswith(f"`{name}`: {spec_field_doc(name)}"), name
+        assert len(spec_field_doc(name)) > 20, name
+
+
+def test_the_budget_margin_help_says_what_the_paper_presets_set():
+    """Once hand-written, the help said the paper presets use 0.25; they set 0.5, as the field's doc says."""
+    help_text = spec_form.field_help("budget_margin")
+    assert load_preset("paper-chinchilla").budget_margin == 0.5
+    assert "The paper presets set 0.5" in help_text and "0.25" not in help_text
+
+
+def test_a_help_adds_how_the_form_reads_the_field_below_its_doc():
+    assert spec_form.field_help("search.lrs").endswith("\n\nComma-separated, e.g. `0.001, 0.00316, 0.01`.")
+    assert "CBS_DATA_ROOTS" in spec_form.field_help("data.source")
+    assert spec_form.field_help("data.source").startswith("`data.source`: `builtin` (public-domain English corpus")
 
 
 def test_planned_cells_add_up_to_the_estimate():

@@ -1,0 +1,27 @@
+"""The study spec's field docs, as the Launch form's help and ``cbs study fields`` show them: both
+read them here, from the docstrings under the fields (:mod:`cbscore.field_docs`), so their words
+cannot drift apart."""
+
+from __future__ import annotations
+
+from cbscore.data.config import DataConfig
+from cbscore.field_docs import FieldDoc, field_doc, field_rows, readable
+from cbscore.study.spec import StudySpec
+
+#: Spec fields typed as a plain mapping, by the config whose fields their keys are.
+NESTED = {"data": DataConfig}
+
+
+def spec_field_doc(name: str) -> str:
+    """The doc of a dotted spec field (``search.lrs``, ``data.source``) as a reader sees it
+    (:func:`~cbscore.field_docs.readable`); a :class:`KeyError` names a field that is not there."""
+    return readable(field_doc(StudySpec, name, NESTED))
+
+
+def spec_fields() -> list[FieldDoc]:
+    """Every spec field in declaration order, each block's fields after its row (``search``,
+    ``search.kind``, ...), with the docs as written."""
+    return field_rows(StudySpec, NESTED)
+
+
+__all__ = ["NESTED", "spec_field_doc", "spec_fields"]
