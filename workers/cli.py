@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from cbscore.errors import ConfigError
+from workers.cli_fields import register_fields
 from workers.cli_processes import run_tracking, run_worker
 from workers.cli_slurm import register_slurm
 
@@ -189,6 +190,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     watch.set_defaults(handler=run_watch)
     listing = sub.add_parser("list", help="every study with its status")
     listing.set_defaults(handler=run_list)
+    register_fields(sub)
     study.set_defaults(handler=lambda args: (study.print_help(), 2)[1])
 
     tracking = subparsers.add_parser(
