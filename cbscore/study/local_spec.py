@@ -92,7 +92,8 @@ class LocalSpec(Config):
     checkpoint_tokens: tuple[int, ...] = checked(_token_counts, ())
     """Further checkpoints, tokens; each a multiple of ``B0·T`` below D."""
     multipliers: tuple[float, ...] = checked(_a_list, DEFAULT_MULTIPLIERS)
-    """``k`` of the branches at every checkpoint; each ``k·B0`` a whole batch."""
+    """``k`` of the branches at every checkpoint, 1 among them (the branch that continues at ``B0``,
+    the one every other is compared with); each ``k·B0`` a whole batch."""
     early_multipliers: tuple[float, ...] = checked(_a_list, ())
     """Fractions below 1 (e.g. 0.5, 0.25) added at the first ``early_checkpoints`` checkpoints,
     where the local CBS may be below ``B0``; each ``k·B0`` a whole batch."""
@@ -120,8 +121,9 @@ class LocalSpec(Config):
     (the base's at ``τ`` per step, before issue 39: a larger ``k`` reads more of the base's past).
     The warm-up arms decay per ``B0·T`` tokens too, except with ``carry``."""
     epsilon: float = checked(_in(0, 10, lo_open=False), 0.01)
-    """Merrill's tolerance ``ε`` on the smoothed training loss after ``Δ``, nats per token; also
-    the floor of the noise-aware rule's tolerances."""
+    """Merrill's tolerance ``ε``, nats per token: the local CBS ``k*·B0`` is the largest ``k`` whose
+    smoothed training loss after ``Δ`` is within ``ε`` of every smaller ``k``'s. Also the floor of
+    the noise-aware rule's tolerances."""
     z: float = checked(_in(0, 10, lo_open=False), 1.6448536269514722)
     """The noise-aware rule's ``z``: a larger batch fails only when worse beyond ``z`` standard
     errors of the difference (one-sided 95%)."""
