@@ -14,8 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from cbscore.cli.study_fields import register_fields
 from cbscore.errors import ConfigError
-from workers.cli_fields import register_fields
 from workers.cli_processes import run_tracking, run_worker
 from workers.cli_slurm import register_slurm
 

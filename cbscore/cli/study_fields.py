@@ -1,5 +1,8 @@
 """``cbs study fields [FIELD]``: each study-spec field with its type, default and doc.
 
+The ``study`` group is :mod:`workers.cli`'s; this command reads only the spec's classes, so it
+lives in cbscore beside them.
+
 The docs are the docstrings under the fields (:mod:`cbscore.study.spec_docs`), the same words the
 Launch page shows as each field's help, so the terminal and the page cannot say different things.
 """
