@@ -88,12 +88,25 @@ def attribute_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """The resolved annotation of each field of ``cls`` (once per class: a page asks for dozens)."""
+    try:
+        return typing.get_type_hints(cls)
+    except NameError:  # a field's annotation names something absent at run time: resolve one by one
+        scope = vars(sys.modules[cls.__module__])
+        out = {}
+        for f in dataclasses.fields(cls):
+            try:
+                out[f.name] = eval(f.type, scope) if isinstance(f.type, str) else f.type  # noqa: S307 (source text)
+            except NameError:
+                out[f.name] = Any
+        return out
+
+
 def _hint(cls: type, name: str) -> Any:
     """The resolved type of field ``name`` of ``cls``, ``None`` (and ``X | None``) stripped."""
-    try:
-        hint = typing.get_type_hints(cls)[name]
-    except NameError:  # another field's annotation names something absent at run time
-        hint = eval(_field(cls, name).type, vars(sys.modules[cls.__module__]))  # noqa: S307 (source text)
+    hint = _hints(cls)[name]
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         rest = [a for a in typing.get_args(hint) if a is not type(None)]
         if len(rest) == 1:

@@ -111,3 +111,18 @@ def test_every_spec_and_trainer_field_has_a_doc():
     assert [r.name for r in field_rows(TrainConfig) if not r.doc] == []
     names = [r.name for r in spec_fields()]
     assert names[:2] == ["name", "kind"] and "search.narrow_rates" in names and "data.store_dir" in names
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Unresolvable:
+    """A config whose one annotation names a type absent at run time (imported for type checking only)."""
+
+    later: NotImportedHere | None = None  # noqa: F821
+    """Typed by a name that is not there."""
+    inner: _Inner | None = None
+    """The inner block."""
+
+
+def test_an_annotation_absent_at_run_time_leaves_the_other_fields_followed():
+    assert field_doc(_Unresolvable, "inner.width") == "Width in cells, on two lines."
+    assert [r.name for r in field_rows(_Unresolvable)] == ["later", "inner", "inner.width", "inner.unnamed"]
