@@ -1,8 +1,8 @@
 """From a steps table and its analysis to what the results pages draw and list.
 
-Pure functions (no Streamlit): a :class:`cbscore.analysis.TableAnalysis` plus the raw rows it
-came from (which may carry the best trial's ``lr``, ``beta2``, ``tau`` and ``run_id``) become
-the chart inputs of :mod:`app.charts` and the rows of the results table. The study pages and the
+Pure functions (no Streamlit): a :class:`cbscore.analysis.TableAnalysis` plus the typed rows it
+came from (:class:`cbscore.analysis.StepsRow`, which may carry the best trial's ``lr``, ``beta2``,
+``tau`` and ``run_id``) become the chart inputs of :mod:`app.charts` and the rows of the results table. The study pages and the
 Import page share them, so a published steps table is drawn exactly like a study run here.
 """
 
@@ -14,8 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from app.charts import PowerLaw, ScalingPoint, SettingCurve, StepsPoint
-from cbscore.analysis import PAPER_EXPONENT_CHINCHILLA, PAPER_EXPONENT_D, PAPER_EXPONENT_N
-from workers.query.api import as_float
+from cbscore.analysis import PAPER_EXPONENT_CHINCHILLA, PAPER_EXPONENT_D, PAPER_EXPONENT_N, StepsRow
 
 #: N on the scaling charts is in millions of non-embedding parameters (the paper's unit).
 N_UNIT = 1e6
@@ -28,49 +27,52 @@ PAPER_LAWS_N = (
 
 
 
-def _reached(row: Mapping) -> bool:
-    outcome = str(row.get("outcome") or "reached").strip().lower()
-    return outcome == "reached" and (as_float(row.get("steps")) or 0) > 0
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
-def best_trials(rows: Iterable[Mapping]) -> dict[tuple[str, int], Mapping]:
+def _reached(row: StepsRow) -> bool:
+    return row.outcome == "reached" and (_finite(row.steps) or 0) > 0
+
+
+def best_trials(rows: Iterable[StepsRow]) -> dict[tuple[str, int], StepsRow]:
     """The reached row with the fewest steps for each ``(setting, batch size)``: the trial its point links to."""
-    best: dict[tuple[str, int], Mapping] = {}
+    best: dict[tuple[str, int], StepsRow] = {}
     for row in rows:
         if not _reached(row):
             continue
-        key = (str(row["setting"]).strip(), int(float(row["batch_size"])))
-        if key not in best or float(row["steps"]) < float(best[key]["steps"]):
+        key = (row.setting, row.batch_size)
+        if key not in best or row.steps < best[key].steps:
             best[key] = row
     return best
 
 
-def censored_floors(rows: Iterable[Mapping]) -> dict[tuple[str, int], float]:
+def censored_floors(rows: Iterable[StepsRow]) -> dict[tuple[str, int], float]:
     """Per cell, the smallest budget (steps) a censored trial ran without reaching the target: its
     ``budget_steps`` (the study export), else the ``steps`` the row gives. ``S(B)`` is a minimum
     over trials and each censored trial's ``S`` exceeds its own budget, so ``S(B)`` exceeds the
     smallest (a lower bound)."""
     floor: dict[tuple[str, int], float] = {}
     for row in rows:
-        if str(row.get("outcome") or "").strip().lower() != "censored":
+        if row.outcome != "censored":
             continue
-        steps = as_float(row.get("budget_steps")) or as_float(row.get("steps"))
+        steps = _finite(row.budget_steps) or _finite(row.steps)
         if steps and steps > 0:
-            key = (str(row["setting"]).strip(), int(float(row["batch_size"])))
+            key = (row.setting, row.batch_size)
             floor[key] = min(floor.get(key, math.inf), steps)
     return floor
 
 
-def _hyper(row: Mapping) -> str:
+def _hyper(row: StepsRow) -> str:
     parts = []
-    for key, name, fmt in (("lr", "lr", "{:.3g}"), ("beta2", "β2", "{:g}"), ("tau", "τ", "{:g}")):
-        value = as_float(row.get(key))
+    for value, name, fmt in ((row.lr, "lr", "{:.3g}"), (row.beta2, "β2", "{:g}"), (row.tau, "τ", "{:g}")):
+        value = _finite(value)
         if value is not None:
             parts.append(f"{name} {fmt.format(value)}")
     return ", ".join(parts)
 
 
-def setting_curves(table, rows: Sequence[Mapping]) -> list[SettingCurve]:
+def setting_curves(table, rows: Sequence[StepsRow]) -> list[SettingCurve]:
     """One :class:`SettingCurve` per setting of ``table`` (a ``TableAnalysis`` of ``rows``)."""
     best = best_trials(rows)
     floors = censored_floors(rows)
@@ -80,9 +82,9 @@ def setting_curves(table, rows: Sequence[Mapping]) -> list[SettingCurve]:
         for p in s.points:
             key = (s.setting, p.batch_size)
             if p.steps is not None:
-                row = best.get(key, {})
-                run_id = str(row.get("run_id") or "")
-                hyper = _hyper(row)
+                row = best.get(key)
+                run_id = row.run_id if row is not None else ""
+                hyper = _hyper(row) if row is not None else ""
                 read = ("fit across learning rates" if p.estimator == "fit" else "best learning rate")
                 how = (f"mean over {p.n_seeds} seeds of each seed's {read}" if p.seed_steps
                        else f"{read} of {p.n_reached} reached / {p.n_trials} trials")
@@ -298,9 +300,9 @@ def _interval(ci) -> str:
     return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
-def batch_sizes(rows: Iterable[Mapping]) -> list[int]:
+def batch_sizes(rows: Iterable[StepsRow]) -> list[int]:
     """Distinct batch sizes of a steps table, ascending."""
-    return sorted({int(float(r["batch_size"])) for r in rows})
+    return sorted({r.batch_size for r in rows})
 
 
 def default_b_ref(sizes: Sequence[int], preferred: int | None = None) -> int:

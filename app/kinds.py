@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cbscore.analysis import StepsRow
 from cbscore.study import StudySpec
 from cbscore.study.kinds import STUDY_KINDS, study_kind
 
@@ -24,7 +25,7 @@ class AppKind:
     curves: Callable[[str], None] | None = None
     scaling: Callable[[str], None] | None = None
     #: ``cbs report``'s steps table of a study by name (``None``: the lab's, ``api.study_table``)
-    report_table: Callable[[str], list[dict]] | None = None
+    report_table: Callable[[str], list[StepsRow]] | None = None
     #: ``cbs report``'s extra readout files of a study by name, written into a folder
     report_readout: Callable[[str, Path], None] | None = None
 
@@ -41,7 +42,7 @@ def _schedule_scaling(name: str) -> None:  # B_noise, B* per schedule and WSD's 
     schedule_panels.render_scaling(name)
 
 
-def _schedule_table(name: str) -> list[dict]:  # one steps table per schedule, read off the decayed runs
+def _schedule_table(name: str) -> list[StepsRow]:  # one steps table per schedule, read off the decayed runs
     from workers.query import api
 
     return api.study_schedule_table(name)

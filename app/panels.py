@@ -8,11 +8,15 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
 from app import sources, units
+
+if TYPE_CHECKING:
+    from cbscore.analysis import StepsRow
 
 
 def optuna_dashboard_url() -> str | None:
@@ -99,7 +103,8 @@ def study_rule(name: str) -> tuple[int | None, float | None]:
 
 
 class StudyRows(list):
-    """A study's steps table (one dict per trial, as :func:`sources.table` gives it) that also
+    """A study's steps table (one :class:`~cbscore.analysis.StepsRow` per trial, as
+    :func:`sources.table` gives it) that also
     carries :attr:`skipped`: per setting, the batch sizes the planner never ran. :func:`analyze`
     names them in the notes, so every page that fits a study's rows lists them."""
 
@@ -110,10 +115,10 @@ class StudyRows(list):
     """The study whose table it is (its fits are kept in the lab's read model)."""
 
 
-def table_key(rows: list[dict]) -> str:
+def table_key(rows: Sequence[StepsRow]) -> str:
     """A digest of a steps table: the key its fit is cached by (hashing a thousand rows on every
     cache lookup cost more than a page's reads)."""
-    text = json.dumps(list(rows), sort_keys=True, default=repr, separators=(",", ":"))
+    text = json.dumps([r.to_dict() for r in rows], sort_keys=True, default=repr, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -155,7 +160,7 @@ NO_LAW = ("No scaling law yet: a law needs B* at two or more settings that share
           "4 or more settings where N and D vary independently.")
 
 
-def analyze(rows: list[dict], b_ref: int, overhead: float):
+def analyze(rows: Sequence[StepsRow], b_ref: int, overhead: float):
     """:func:`cbscore.analysis.analyze_table` of ``rows`` (with the skipped cells of a
     :class:`StudyRows`), cached per table (:func:`table_key`), ``B_ref`` and ``r``."""
     skipped = getattr(rows, "skipped", None) or {}
@@ -166,7 +171,7 @@ def analyze(rows: list[dict], b_ref: int, overhead: float):
 # A resource, not data: the frozen result is shared, not copied on every lookup (a page reads it 4 times).
 @st.cache_resource(ttl=600, max_entries=32, show_spinner="Fitting S(B) and bootstrapping B*…")
 def _analyze(key: str, b_ref: int, overhead: float, skipped: tuple[tuple[str, tuple[int, ...]], ...], study: str,
-             *, _rows: list[dict]):
+             *, _rows: list[StepsRow]):
     if study:  # a study's table: the fit the lab keeps for it (computed once per table, on any host)
         return sources.study_table_fit(study, _rows, b_ref=b_ref, overhead=overhead, bootstrap=BOOTSTRAP,
                                        seed=0, skipped=dict(skipped))
@@ -175,7 +180,7 @@ def _analyze(key: str, b_ref: int, overhead: float, skipped: tuple[tuple[str, tu
     return analyze_table(_rows, b_ref=b_ref, overhead=overhead, bootstrap=BOOTSTRAP, seed=0, skipped=dict(skipped))
 
 
-def fit_controls(rows: list[dict], source: str,
+def fit_controls(rows: Sequence[StepsRow], source: str,
                  rule: tuple[int | None, float | None] = (None, None)) -> tuple[int, float]:
     """``B_ref`` and ``r`` pickers, starting from ``rule`` (the study's own ``(B_ref, r)``); the
     choice is kept per data source across pages."""
@@ -205,8 +210,10 @@ def _notes(table) -> None:
             st.markdown("\n".join(f"- {e}" for e in table.errors))
 
 
-def render_curves(rows: list[dict], source: str, b_ref: int, overhead: float) -> None:
-    """Steps-to-target against B per setting, the normalised view, the results table and downloads."""
+def render_curves(rows: Sequence[StepsRow], source: str, b_ref: int, overhead: float, *,
+                  as_read: Sequence[Mapping] | None = None) -> None:
+    """Steps-to-target against B per setting, the normalised view, the results table and downloads
+    (the steps table's: ``as_read``, the rows of an uploaded file as they were read, else ``rows``)."""
     import pandas as pd
 
     from app import charts, fit_view
@@ -249,7 +256,11 @@ def render_curves(rows: list[dict], source: str, b_ref: int, overhead: float) ->
     cols = st.columns([1, 1, 2])
     cols[0].download_button("Results as CSV", results.to_csv(index=False), file_name=f"{source}-cbs.csv",
                             mime="text/csv", icon=":material/download:", on_click="ignore")
-    cols[1].download_button("Steps table as CSV", pd.DataFrame(rows).to_csv(index=False),
+    # dtype=object: each cell as it is, as the dicts with "" for a blank gave it (inferred, a column of
+    # integers with a blank cell would be written as floats: 1200.0).
+    table_csv = (pd.DataFrame(list(as_read)) if as_read is not None
+                 else pd.DataFrame([r.to_dict() for r in rows], dtype=object)).to_csv(index=False)
+    cols[1].download_button("Steps table as CSV", table_csv,
                             file_name=f"{source}-steps.csv", mime="text/csv", icon=":material/download:",
                             on_click="ignore", help="The `cbs fit` input: one row per trial.")
     _shape_of_curves(table)
@@ -314,7 +325,7 @@ def _selected_run(event) -> None:
         st.caption(f"Best trial: run `{run_id}` — start the MLflow UI with `cbs tracking` to open it.")
 
 
-def render_scaling(rows: list[dict], source: str, b_ref: int, overhead: float) -> None:
+def render_scaling(rows: Sequence[StepsRow], source: str, b_ref: int, overhead: float) -> None:
     """B* against N and against D with the fitted and the paper's laws, and a forecast calculator."""
     import pandas as pd
 

@@ -23,16 +23,18 @@ import json
 import os
 import platform
 import shutil
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from app.kinds import app_kind
+from cbscore.analysis import StepsRow
 from cbscore.cli.fit import format_analysis
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study.lr_predict import allowed_rates
-from workers.query.api import as_int, new_folder_beside, replace_folder
+from workers.query.api import new_folder_beside, replace_folder
 
 
-def _csv_text(rows: list[dict], columns: tuple[str, ...]) -> str:
+def _csv_text(rows: Iterable[Mapping], columns: tuple[str, ...]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
@@ -50,7 +52,7 @@ def fit_of_csv(steps_csv: Path, *, b_ref: int, overhead: float):
     return analysis, json.dumps(analysis.to_json_dict(), indent=2, allow_nan=False) + "\n"
 
 
-def _figures(table, rows: list[dict], b_ref: int, overhead: float) -> dict[str, object]:
+def _figures(table, rows: Sequence[StepsRow], b_ref: int, overhead: float) -> dict[str, object]:
     """The pages' figures of the study (pure builders in ``app.charts``/``app.fit_view``): the fits
     of ``table`` (the committed CSV's), each point's best trial from ``rows`` (the full table)."""
     from app import charts, fit_view
@@ -93,29 +95,6 @@ NOISE_COLUMNS = ("trial_id", "setting", "batch_size", "role", "lr", "outcome", "
                  "trace_sigma", "b_simple")
 
 
-def noise_rows(name: str) -> list[dict]:
-    """Every ended trial's ``gns/g2``, ``gns/trace_sigma`` and ``gns/b_simple`` by step (MLflow)."""
-    from cbscore.study import TERMINAL
-    from workers.query import api
-
-    tracker = api.open_tracker()
-    parent = api.study_parent(tracker, name)
-    runs = {r.info.run_id: r for r in tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)}
-    context = as_int(parent.data.params.get("context_tokens")) or 0
-    rows = []
-    for rec in api.build_records(list(runs.values()), api.open_ledger().leases(name), tracker, with_history=False):
-        run = runs.get(rec.run_id)
-        if rec.status not in TERMINAL or run is None or "gns/b_simple" not in run.data.metrics:
-            continue
-        series = {k: dict(zip(*tracker.history(run, f"gns/{k}"))) for k in ("g2", "trace_sigma", "b_simple")}
-        for step in sorted(set().union(*series.values())):
-            rows.append({"trial_id": rec.trial_id, "setting": rec.setting_id, "batch_size": rec.batch_size,
-                         "role": rec.role, "lr": rec.lr, "outcome": rec.status, "step": int(step),
-                         "tokens": int(step) * rec.batch_size * context,
-                         **{k: series[k].get(step) for k in series}})
-    return rows
-
-
 def _write_figures(figs: dict[str, object], folder: Path) -> list[str]:
     """PNG through kaleido where it can render (it needs a Chrome), else standalone HTML."""
     written = []
@@ -129,36 +108,36 @@ def _write_figures(figs: dict[str, object], folder: Path) -> list[str]:
     return written
 
 
-def best_learning_rates(rows: list[dict], allowed: tuple[float, ...]) -> list[dict]:
+def best_learning_rates(rows: Iterable[StepsRow], allowed: tuple[float, ...]) -> list[dict]:
     """Per cell, the learning rate of its fastest trial and whether it sits at an end of the rates
     that cell ran (then the best rate may lie outside them, and S(B) is an upper bound on the tuned
     value; ``"only"`` when the cell ran one rate). The rates run are the cell's own: the planner extends a cell's rates past the spec's grid
     (``search.lr_extensions``), so the spec's grid is not the edge. ``allowed_edge`` says whether the
     best rate is also an end of ``allowed`` (the grid and its extensions), past which no study of
     this spec could go."""
-    best: dict[tuple[str, int], dict] = {}
+    best: dict[tuple[str, int], StepsRow] = {}
     run: dict[tuple[str, int], set[float]] = {}
     for r in rows:
-        if r.get("lr") in (None, ""):
+        if r.lr is None:
             continue
-        key = (r["setting"], int(r["batch_size"]))
-        if r.get("outcome") != "failed":
-            run.setdefault(key, set()).add(float(r["lr"]))
-        if r.get("outcome") != "reached" or r.get("steps") in (None, ""):
+        key = (r.setting, r.batch_size)
+        if r.outcome != "failed":
+            run.setdefault(key, set()).add(float(r.lr))
+        if r.outcome != "reached" or r.steps is None:
             continue
-        if key not in best or float(r["steps"]) < float(best[key]["steps"]):
+        if key not in best or r.steps < best[key].steps:
             best[key] = r
     out = []
     for (setting, b), r in sorted(best.items()):
-        lr, rates = float(r["lr"]), sorted(run[(setting, b)])
+        lr, rates = float(r.lr), sorted(run[(setting, b)])
         edge = "only" if len(rates) < 2 else "lowest" if lr == rates[0] else "highest" if lr == rates[-1] else None
-        out.append({"setting": setting, "batch_size": b, "best_lr": lr, "steps": float(r["steps"]),
-                    "tau": r.get("tau"), "rates_run": rates, "at_grid_edge": edge,
+        out.append({"setting": setting, "batch_size": b, "best_lr": lr, "steps": float(r.steps),
+                    "tau": r.tau, "rates_run": rates, "at_grid_edge": edge,
                     "allowed_edge": bool(allowed) and lr in (min(allowed), max(allowed))})
     return out
 
 
-def study_best_rates(spec, rows: list[dict]) -> list[dict] | None:
+def study_best_rates(spec, rows: Sequence[StepsRow]) -> list[dict] | None:
     """:func:`best_learning_rates` of a study whose search names each trial's rate (``grid``,
     ``chained``: ``search.runs_rates``); ``None`` for Optuna. Only a grid has a fixed set of allowed
     rates (its ``lrs`` and their extensions); a chained cell's rates follow its neighbour's best."""
@@ -209,8 +188,9 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
     try:
         if (out / "README.md").is_file():
             shutil.copy2(out / "README.md", tmp / "README.md")
-        (tmp / "steps.csv").write_text(_csv_text(full, api.FIT_COLUMNS))
-        (tmp / "trials.csv").write_text(_csv_text(full, api.TABLE_COLUMNS))
+        table_rows = [row.to_dict() for row in full]
+        (tmp / "steps.csv").write_text(_csv_text(table_rows, api.FIT_COLUMNS))
+        (tmp / "trials.csv").write_text(_csv_text(table_rows, api.TABLE_COLUMNS))
         table, fit_text = fit_of_csv(tmp / "steps.csv", b_ref=spec.b_ref, overhead=spec.overhead)
         (tmp / "fit.json").write_text(fit_text)
         # The same fit as `cbs fit steps.csv --b-ref B --overhead r` prints it: per setting the interval's
@@ -226,7 +206,7 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
             (tmp / "forecast.json").write_text(
                 json.dumps({"forecast": fc_json, "calibration": cal_json}, indent=2, allow_nan=False) + "\n")
             figs.update(_forecast_figures(table, forecast, spec.b_ref, spec.overhead))
-        noise = noise_rows(name)
+        noise = api.study_noise_scale_rows(name)
         if noise:
             (tmp / "gns.csv").write_text(_csv_text(noise, NOISE_COLUMNS))
         figures = _write_figures(figs, tmp)

@@ -10,13 +10,17 @@ starts it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
 from app.failures import Unavailable
 from cbscore.errors import CbsError, masked_url
+
+if TYPE_CHECKING:
+    from cbscore.analysis import StepsRow
 
 # A page fails fast when a tracking server is down, instead of retrying for a minute (these are
 # MLflow's own settings, read by its HTTP client in this process only).
@@ -148,12 +152,13 @@ def spec(study: str):
 
 
 @st.cache_data(ttl=SLOW_TTL_S, max_entries=16, show_spinner=False)
-def table(study: str) -> list[dict]:
-    """The steps table of ``study``: rows in the ``cbs fit`` CSV format plus lr, beta2, tau, run_id."""
+def table(study: str) -> list[StepsRow]:
+    """The steps table of ``study``: one typed row per ended trial (the ``cbs fit`` columns plus
+    trial_id, role, lr, beta2, tau, run_id)."""
     with reachable():
         from workers.query import api
 
-        return [dict(row) for row in api.study_table(study)]
+        return list(api.study_table(study))
 
 
 @st.cache_data(ttl=SLOW_TTL_S, max_entries=16, show_spinner=False)
@@ -256,7 +261,7 @@ def study_owner(name: str) -> str:
         return api.study_owner(name)
 
 
-def study_table_fit(name: str, rows: list[dict], *, b_ref: int, overhead: float, bootstrap: int, seed: int = 0,
+def study_table_fit(name: str, rows: Sequence[StepsRow], *, b_ref: int, overhead: float, bootstrap: int, seed: int = 0,
                     skipped: Mapping[str, tuple[int, ...]] | None = None):
     """The fit of study ``name``'s steps table ``rows``, kept in the lab's read model
     (:func:`workers.query.api.study_table_fit`)."""

@@ -505,6 +505,7 @@ def run_export(args: argparse.Namespace) -> int:
     import csv
     import io
 
+    from cbscore.analysis import StepsRow
     from workers.query import api
     from workers.studies.kinds import worker_kind
 
@@ -515,6 +516,8 @@ def run_export(args: argparse.Namespace) -> int:
     writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
+        if isinstance(row, StepsRow):  # the lab's table is typed; a kind's own may be mappings
+            row = row.to_dict()
         writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
     if args.output:
         from workers.infra.atomic_files import write_text

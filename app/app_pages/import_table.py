@@ -8,7 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import failures, panels
-from cbscore.analysis import check_csv_bounds, check_csv_rows, read_steps_csv
+from cbscore.analysis import StepsRow, check_csv_bounds, check_csv_rows, read_steps_csv
 
 EXAMPLE = """setting,batch_size,steps,n_params,tokens,outcome
 85M,64,20480,84934656,1741000000,reached
@@ -38,15 +38,16 @@ else:
         check_csv_rows(raw, upload.name)  # rows, before any parsing: a refusal costs milliseconds
         text = io.StringIO(raw)
         text.name = upload.name
-        rows = read_steps_csv(text)
+        read = read_steps_csv(text)
+        rows = [StepsRow.from_mapping(r, f"{upload.name} row {i}") for i, r in enumerate(read, start=1)]
         source = "import-" + Path(upload.name).stem
-        n_settings = len({r["setting"] for r in rows})
+        n_settings = len({r.setting for r in rows})
         st.success(f"Read {len(rows)} trials of {n_settings} setting(s) from `{upload.name}`.",
                    icon=":material/check_circle:")
         b_ref, overhead = panels.fit_controls(rows, source)
         curves, scaling = st.tabs(["Curves", "Scaling laws"])
         with curves:
-            panels.render_curves(rows, source, b_ref, overhead)
+            panels.render_curves(rows, source, b_ref, overhead, as_read=read)
         with scaling:
             panels.render_scaling(rows, source, b_ref, overhead)
             panels.render_paper_comparison(panels.analyze(rows, b_ref, overhead))

@@ -50,7 +50,8 @@ Noise-scale forecast
     ``calibrate(forecasts, setting_analyses)`` → ``Calibration`` (measured ``B_noise`` / ``B̂``
     per setting and the study's factor with a bootstrap interval); ``forecast_batch_sizes``.
 Tables
-    ``read_steps_csv(path)`` → validated rows; ``analyze_table(rows, b_ref=256, overhead=0.2,
+    ``read_steps_csv(path)`` → validated rows; ``StepsRow`` → one trial's row, typed (what the
+    lab's reads return; ``to_dict()`` is its CSV row); ``analyze_table(rows, b_ref=256, overhead=0.2,
     free_alpha=False, bootstrap=1000, seed=0, skipped=None)`` → ``TableAnalysis`` whose
     ``to_json_dict()`` is the ``cbs fit --json`` object.
 
@@ -111,6 +112,7 @@ from cbscore.analysis._shape import (
     law_ratio_trends,
 )
 from cbscore.analysis._steps_fit import MIN_BATCH_SIZES, StepsFit, fit_steps
+from cbscore.analysis._steps_row import StepsRow
 from cbscore.analysis._table import TableAnalysis, analyze_table
 from cbscore.analysis._target import EvalHistory, ReferenceTarget, reference_target, target_draws
 from cbscore.analysis._trial import OUTCOMES, TrialSteps, trial_steps
@@ -165,6 +167,7 @@ __all__ = [
     "SensitivityRow",
     "SettingAnalysis",
     "StepsFit",
+    "StepsRow",
     "TableAnalysis",
     "TrialSteps",
     "analyze_setting",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from cbscore.analysis._steps_row import StepsRow
 from cbscore.analysis._trial import CENSORED, OUTCOMES, REACHED
 from cbscore.errors import DataError
 
@@ -61,17 +62,20 @@ def _seed(where: str, value: object) -> int:
     return int(number)
 
 
-def normalize_row(row: Mapping, where: str) -> dict:
-    """One row, typed: ``setting`` str, ``batch_size`` int, ``steps`` float or ``None``,
-    ``n_params``/``tokens`` float or ``None``, ``context`` int or ``None``, ``outcome`` one of
-    :data:`OUTCOMES` (``reached`` when blank and steps are given), ``seed`` int ≥ 0 or ``None``,
-    ``lr`` float or ``None``, ``budget_steps`` float or ``None`` (censored rows only: the ``budget_steps`` column, else the
-    steps the row gives, which a censored trial ran without reaching). Other keys are kept as
+def normalize_row(row: Mapping | StepsRow, where: str) -> dict:
+    """One row (a mapping of column to value, or a :class:`StepsRow`), checked and typed:
+    ``setting`` str, ``batch_size`` int, ``steps`` float or ``None``, ``n_params``/``tokens``
+    float or ``None``, ``context`` int or ``None``, ``outcome`` one of :data:`OUTCOMES`
+    (``reached`` when blank and steps are given), ``seed`` int ≥ 0 or ``None``, ``lr`` float or
+    ``None``, ``budget_steps`` float or ``None`` (censored rows only: the ``budget_steps`` column,
+    else the steps the row gives, which a censored trial ran without reaching). Other keys are kept as
     they are. ``where`` names the row in messages (e.g. ``"steps.csv line 4 (row 3)"``).
 
     Raises:
         DataError: a missing column or a value that cannot be used, naming row and column.
     """
+    if isinstance(row, StepsRow):
+        row = row.to_dict()
     for column in REQUIRED_COLUMNS:
         if column not in row:
             raise DataError(f"{where}: missing column {column!r}.")

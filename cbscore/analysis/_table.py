@@ -17,6 +17,7 @@ from cbscore.analysis._rows import normalize_row
 from cbscore.analysis._scaling import ScalingLaws, fit_scaling_laws
 from cbscore.analysis._setting import SettingAnalysis, analyze_setting, json_number
 from cbscore.analysis._shape import LawShape, law_ratio_trends
+from cbscore.analysis._steps_row import StepsRow
 from cbscore.analysis._target import EvalHistory
 from cbscore.analysis._trial import REACHED, TrialSteps
 from cbscore.errors import ConfigError, DataError
@@ -162,7 +163,7 @@ def _joint_json(joint: JointPowerLawFit | None) -> dict | None:
 
 
 def analyze_table(
-    rows: Iterable[Mapping],
+    rows: Iterable[Mapping | StepsRow],
     b_ref: float = DEFAULT_B_REF,
     overhead: float = DEFAULT_OVERHEAD,
     free_alpha: bool = False,
@@ -177,7 +178,8 @@ def analyze_table(
     Args:
         rows: one mapping per trial with ``setting``, ``batch_size``, ``steps`` and optionally
             ``n_params``, ``tokens``, ``context``, ``outcome``, ``seed``, ``budget_steps``
-            (strings or numbers; the rows of :func:`read_steps_csv` or of the study export).
+            (strings or numbers; the rows of :func:`read_steps_csv` or of the study export), or
+            one :class:`~cbscore.analysis.StepsRow` per trial (the lab's reads).
         b_ref: reference batch size ``B_ref`` in sequences (the paper's 256).
         overhead: ``r`` of the overhead rule (the paper's 0.2).
         free_alpha: also fit ``a + b·B^-alpha`` and report it beside.

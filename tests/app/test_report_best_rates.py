@@ -5,13 +5,14 @@ is not the edge (the issue-27 report flagged six bracketed cells that way)."""
 from __future__ import annotations
 
 from app.report import best_learning_rates
+from cbscore.analysis import StepsRow
 from cbscore.study.lr_predict import allowed_rates
 
 GRID = (0.003, 0.006, 0.012)
 
 
-def _row(b: int, lr: float, steps: float | None, outcome: str = "reached") -> dict:
-    return {"setting": "s", "batch_size": b, "lr": lr, "steps": steps, "outcome": outcome, "tau": 0.99}
+def _row(b: int, lr: float, steps: float | None, outcome: str = "reached") -> StepsRow:
+    return StepsRow(setting="s", batch_size=b, lr=lr, steps=steps, outcome=outcome, tau=0.99)
 
 
 def test_an_extension_past_the_grid_brackets_a_best_rate_at_the_grids_end():

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from app import fit_view, spec_form, study_view, units
+from cbscore.analysis import StepsRow
 from cbscore.errors import ConfigError
 from cbscore.study import PRESET_NAMES, estimate, load_preset
 
@@ -174,19 +175,32 @@ def test_simulation_rows_and_summary_read_a_report():
 
 
 def test_best_trial_of_a_cell_is_the_fewest_steps_and_censored_gives_a_floor():
-    rows = [
+    rows = [StepsRow.from_mapping(r) for r in (
         {"setting": "s", "batch_size": 64, "steps": 900.0, "outcome": "reached", "lr": 0.01},
         {"setting": "s", "batch_size": 64, "steps": 700.0, "outcome": "reached", "lr": 0.003},
         {"setting": "s", "batch_size": 64, "steps": "", "outcome": "diverged", "lr": 0.03},
         {"setting": "s", "batch_size": 128, "steps": 300.0, "outcome": "censored"},
-    ]
+    )]
     best = fit_view.best_trials(rows)
-    assert list(best) == [("s", 64)] and best[("s", 64)]["lr"] == 0.003
+    assert list(best) == [("s", 64)] and best[("s", 64)].lr == 0.003
     assert fit_view.censored_floors(rows) == {("s", 128): 300.0}
     # The study export leaves steps empty and gives budget_steps; S(B) > the smallest budget.
-    rows += [{"setting": "s", "batch_size": 256, "steps": "", "outcome": "censored", "budget_steps": 90},
-             {"setting": "s", "batch_size": 256, "steps": "", "outcome": "censored", "budget_steps": 80}]
+    rows += [StepsRow(setting="s", batch_size=256, outcome="censored", budget_steps=90),
+             StepsRow(setting="s", batch_size=256, outcome="censored", budget_steps=80)]
     assert fit_view.censored_floors(rows) == {("s", 128): 300.0, ("s", 256): 80.0}
+
+
+def test_a_points_hover_names_its_best_trials_rates_and_run():
+    from cbscore.analysis import analyze_table
+
+    rows = [StepsRow(setting="s", batch_size=b, steps=1000.0 * (1 + 500 / b), lr=0.01, beta2=0.95, tau=12.5,
+                     run_id=f"run{b:09d}x") for b in (64, 128, 256, 512)]
+    rows.append(StepsRow(setting="s", batch_size=64, steps=9000.0, lr=0.03, run_id="slower"))
+    (curve,) = fit_view.setting_curves(analyze_table(rows, bootstrap=0), rows)
+    point = next(p for p in curve.points if p.batch_size == 64)
+    assert point.run_id == "run000000064x"  # the fewer steps of the cell's two trials
+    assert "lr 0.01, β2 0.95, τ 12.5" in point.hover and "run run000000064" in point.hover
+    assert fit_view.batch_sizes(rows) == [64, 128, 256, 512]
 
 
 def _steps_rows(settings, batch_sizes=(64, 128, 256, 512, 1024, 2048, 4096)):
@@ -198,10 +212,9 @@ def _steps_rows(settings, batch_sizes=(64, 128, 256, 512, 1024, 2048, 4096)):
 def test_censored_cells_are_drawn_as_lower_bounds_at_their_cap():
     from cbscore.analysis import analyze_table
 
-    rows = _steps_rows([("s", 1e8, 2e9, 500.0)])
-    rows += [{"setting": "s", "batch_size": 8192, "steps": "", "outcome": "censored", "budget_steps": 1700,
-              "n_params": 1e8, "tokens": 2e9},
-             {"setting": "s", "batch_size": 8192, "steps": "", "outcome": "diverged", "n_params": 1e8, "tokens": 2e9}]
+    rows = [StepsRow.from_mapping(r) for r in _steps_rows([("s", 1e8, 2e9, 500.0)])]
+    rows += [StepsRow(setting="s", batch_size=8192, outcome="censored", budget_steps=1700, n_params=1e8, tokens=2e9),
+             StepsRow(setting="s", batch_size=8192, outcome="diverged", n_params=1e8, tokens=2e9)]
     table = analyze_table(rows, bootstrap=0)
     (curve,) = fit_view.setting_curves(table, rows)
     (bound,) = [p for p in curve.points if p.censored]

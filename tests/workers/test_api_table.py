@@ -24,17 +24,17 @@ def test_reference_runs_cross_the_planners_own_exact_target(worker_env, monkeypa
     [target] = api.study_status("exact").targets.values()
     assert target == pytest.approx(4.1234549, abs=0.01)
     records = {r.trial_id: r for r in api.study_records("exact")}
-    refs = [r for r in rows if r["role"] == "reference"]
-    assert refs and any(r["outcome"] == "reached" for r in refs)
+    refs = [r for r in rows if r.role == "reference"]
+    assert refs and any(r.outcome == "reached" for r in refs)
     for row in refs:
-        rec = records[row["trial_id"]]
+        rec = records[row.trial_id]
         crossing = first_crossing(rec.eval_steps, rec.eval_losses, target)
-        assert (row["outcome"] == "reached") == (crossing is not None)
+        assert (row.outcome == "reached") == (crossing is not None)
         if crossing is not None:
-            assert row["steps"] == crossing
+            assert row.steps == crossing
     # The middle learning rate is the seeded best: it crosses near D at B_ref (488 steps).
-    best = min((r for r in refs if r["outcome"] == "reached"), key=lambda r: r["steps"])
-    assert best["lr"] == 0.01 and best["steps"] == pytest.approx(seeded.steps(16), rel=0.05)
+    best = min((r for r in refs if r.outcome == "reached"), key=lambda r: r.steps)
+    assert best.lr == 0.01 and best.steps == pytest.approx(seeded.steps(16), rel=0.05)
     # The other cells cross at the seeded S(B).
-    best = min(r["steps"] for r in rows if r["outcome"] == "reached" and r["batch_size"] == 8)
+    best = min(r.steps for r in rows if r.outcome == "reached" and r.batch_size == 8)
     assert best == pytest.approx(seeded.steps(8), rel=1e-6)

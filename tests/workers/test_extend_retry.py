@@ -43,7 +43,7 @@ def test_extending_a_finished_study_by_a_batch_size_and_a_seed_runs_only_the_new
     first = drain(name)
     assert len(first) == 3 and api.study_status(name).status == "done"
     before, table = ended(name), api.study_table(name)
-    assert sorted(r["batch_size"] for r in table) == [4, 8, 16]
+    assert sorted(r.batch_size for r in table) == [4, 8, 16]
 
     patch = tmp_path / "patch.yaml"
     patch.write_text("batch_sizes: [4, 8, 16, 32]\nseeds: [0, 1]\n")
@@ -60,7 +60,7 @@ def test_extending_a_finished_study_by_a_batch_size_and_a_seed_runs_only_the_new
     assert {t: after[t] for t in before} == before  # same runs, not ended again
     assert api.study_status(name).status == "done"
     table = api.study_table(name)
-    assert sorted((r["batch_size"], r["seed"]) for r in table) == [(b, s) for b in (4, 8, 16, 32) for s in (0, 1)]
+    assert sorted((r.batch_size, r.seed) for r in table) == [(b, s) for b in (4, 8, 16, 32) for s in (0, 1)]
     # the target stayed where the first version set it, and the spec history has both versions
     spec = api.study_spec(name)
     assert spec.seeds == (0, 1) and spec.pinned_targets is not None
@@ -115,7 +115,7 @@ def test_retry_runs_exactly_the_failed_trials_again_as_new_trials(worker_env, to
     assert {t: v for t, v in ended(name).items() if t in before} == before
     run = Tracker(WorkerSettings.from_env().tracking_uri).get_run(records[f"{failed}.retry1"].run_id)
     assert run.data.tags["retry_of"] == failed and run.data.tags["retry_reason"].startswith("failed (RuntimeError: a bad node")
-    assert sorted(r["batch_size"] for r in api.study_table(name) if r["outcome"] != "failed") == [4, 8, 16]
+    assert sorted(r.batch_size for r in api.study_table(name) if r.outcome != "failed") == [4, 8, 16]
     # nothing failed any more: a second retry runs nothing
     assert api.retry_study(name) == []
     with pytest.raises(ConfigError, match="budget_factor"):

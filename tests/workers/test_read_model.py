@@ -92,7 +92,7 @@ def test_a_row_serves_only_the_lease_it_was_kept_for(worker_env, monkeypatch):
     record = {r.trial_id: r for r in api.study_records(STUDY)}[done]
     assert record.status == "queued" and record.attempt == 2
     assert any(lease.run_id in f for f in filters)
-    assert done not in {r["trial_id"] for r in api.study_table(STUDY)}
+    assert done not in {r.trial_id for r in api.study_table(STUDY)}
 
 
 def test_a_ledger_from_before_the_read_model_gets_its_table_and_fills_it_as_it_reads(worker_env, tmp_path, monkeypatch):
@@ -129,7 +129,7 @@ def test_a_study_the_ledger_does_not_index_is_read_from_mlflow(worker_env):
     assert Ledger(s.ledger_url).leases("unindexed") == {}
     rows = api.study_table("unindexed")
     [setting] = seeded.values()
-    best = min(r["steps"] for r in rows if r["outcome"] == "reached" and r["batch_size"] == 8)
+    best = min(r.steps for r in rows if r.outcome == "reached" and r.batch_size == 8)
     assert best == pytest.approx(setting.steps(8), rel=1e-6)
     assert Ledger(s.ledger_url).results("unindexed") == {}
 

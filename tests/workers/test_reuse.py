@@ -25,7 +25,7 @@ def advance_until_done(name: str, limit: int = 20) -> list[str]:
 
 
 def steps(name: str) -> list[tuple]:
-    return sorted((r["setting"], r["batch_size"], r["seed"], r["outcome"], r["steps"]) for r in api.study_table(name))
+    return sorted((r.setting, r.batch_size, r.seed, r.outcome, r.steps) for r in api.study_table(name))
 
 
 def test_a_study_that_repeats_a_finished_one_trains_nothing_and_gets_its_table(worker_env, token_store):

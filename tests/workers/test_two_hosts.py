@@ -193,7 +193,7 @@ def lease_of(name: str):
 
 def table(name: str) -> list[dict]:
     """The steps table without the names that differ between two studies of one spec."""
-    return [{k: v for k, v in row.items() if k not in ("trial_id", "run_id")} for row in api.study_table(name)]
+    return [{k: v for k, v in row.to_dict().items() if k not in ("trial_id", "run_id")} for row in api.study_table(name)]
 
 
 @pytest.mark.slow  # in `make test-all` (the default run stays a few minutes; docs/operating.md#tests-and-benchmarks)

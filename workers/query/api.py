@@ -18,10 +18,10 @@ from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cbscore.analysis import StepsRow
 from cbscore.errors import ConfigError
 from cbscore.study import StudySpec, load_preset
 from workers.infra.atomic_files import new_folder_beside, replace_folder  # re-exported: `cbs study report`
-from workers.infra.parse import as_float, as_int  # re-exported: the pages read the steps table's numbers
 from workers.infra.settings import default_concurrency  # re-exported: `cbs up`'s trials at once
 from workers.query.reads import (  # re-exported: the pages and the CLI read them as api.NAME
     FIT_COLUMNS,
@@ -39,6 +39,7 @@ from workers.query.reads import (  # re-exported: the pages and the CLI read the
     study_forecast,
     study_histories,
     study_local_fit,
+    study_noise_scale_rows,
     study_parent,
     study_records,
     study_spec,
@@ -68,8 +69,6 @@ __all__ = [
     "advance_study",
     "alive_workers",
     "apply_forecast_from",
-    "as_float",
-    "as_int",
     "build_records",
     "cancel_study",
     "cancel_trial",
@@ -94,6 +93,7 @@ __all__ = [
     "study_forecast",
     "study_histories",
     "study_local_fit",
+    "study_noise_scale_rows",
     "study_owner",
     "study_parent",
     "study_records",
@@ -291,12 +291,13 @@ def study_schedule_fit(name: str, *, bootstrap: int = 1000, seed: int = 0) -> di
     return schedule_fit(name, bootstrap=bootstrap, seed=seed)
 
 
-def study_schedule_table(name: str) -> list[dict]:
+def study_schedule_table(name: str) -> list[StepsRow]:
     """A ``schedule`` study's steps table, every schedule's in one (``setting`` = ``{setting}.{schedule}``;
-    :func:`workers.studies.schedule_fit.schedule_table`): the CSV ``cbs fit`` reads."""
+    :func:`workers.studies.schedule_fit.schedule_table`), typed: ``row.to_dict()`` is its line of
+    the CSV ``cbs fit`` reads."""
     from workers.studies.schedule_fit import schedule_table
 
-    return schedule_table(name)
+    return [StepsRow.from_mapping(row, f"study {name!r} row {i}") for i, row in enumerate(schedule_table(name), 1)]
 
 
 def build_records(runs, leases: Mapping, tracker, *, with_history: bool | None = None) -> list:

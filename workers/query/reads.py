@@ -9,17 +9,19 @@ the rest, metric histories only for the curves asked for, cached once a run has 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from cbscore.analysis import StepsRow
 from cbscore.errors import ConfigError
 from cbscore.study import TERMINAL, StudySpec, TrialRecord
 from workers.infra.parse import as_float, as_int
@@ -216,9 +218,10 @@ def study_eval_curves(name: str) -> dict[str, tuple[tuple[float, ...], tuple[flo
     return {rec.trial_id: histories.history(by_id[rec.run_id], "eval/loss_ewa") for rec in records}
 
 
-def study_table(name: str) -> list[dict]:
-    """The steps table of ``name``: one row per trial with an outcome, in the ``cbs fit`` CSV format
-    (:data:`FIT_COLUMNS`) plus trial_id, role, lr, beta2, tau, seed and run_id.
+def study_table(name: str) -> list[StepsRow]:
+    """The steps table of ``name``: one typed row per trial with an outcome
+    (:class:`cbscore.analysis.StepsRow`; ``row.to_dict()`` is its line of the ``cbs fit`` CSV,
+    :data:`FIT_COLUMNS`, with trial_id, role, lr, beta2, tau, seed and run_id beside).
 
     A reference trial's steps are its crossing of the setting's target (the best reference run
     reaches it at its last evaluation). Trials still queued or running are left out.
@@ -252,51 +255,50 @@ def study_table(name: str) -> list[dict]:
         taus = {k[len("eval/loss_ewa_"):]: v for k, v in metrics.items() if k.startswith("eval/loss_ewa_")}
         # The τ that made the crossing (recorded by the trainer), else the best at the end.
         best_tau = tags.get("target_tau") or (min(taus, key=taus.get) if taus else "")
-        rows.append({
-            "setting": rec.setting_id, "batch_size": rec.batch_size,
-            "steps": "" if outcome != "reached" else steps,
-            "n_params": as_int(tags.get("n_params")), "tokens": as_int(tags.get("setting_tokens")),
-            "context": as_int(tags.get("context_tokens")) or context, "outcome": outcome,
-            "trial_id": rec.trial_id, "role": rec.role, "lr": rec.lr,
-            "beta2": as_float(tags.get("beta2")), "tau": as_float(best_tau), "seed": rec.seed, "run_id": rec.run_id,
+        rows.append(StepsRow(
+            setting=rec.setting_id, batch_size=rec.batch_size,
+            steps=steps if outcome == "reached" else None,
+            n_params=as_int(tags.get("n_params")), tokens=as_int(tags.get("setting_tokens")),
+            context=as_int(tags.get("context_tokens")) or context, outcome=outcome,
+            trial_id=rec.trial_id, role=rec.role, lr=rec.lr,
+            beta2=as_float(tags.get("beta2")), tau=as_float(best_tau), seed=rec.seed, run_id=rec.run_id,
             # A censored trial is a lower bound: S > the steps it trained without reaching the target.
-            "budget_steps": rec.last_step if outcome == "censored" else "",
-            "steps_projected": "",
+            budget_steps=rec.last_step if outcome == "censored" else None,
             # Which rule pruned it (cbscore.study.plan_result.STOP_RULES); blank for other outcomes.
-            "stopped_by": rec.stopped_by,
-        })
+            stopped_by=rec.stopped_by,
+        ))
     if spec.experimental.prune_at_equal_tokens:  # the only rule whose stopped trials stand in by projection
-        _project_pruned_rows(rows, records, runs_by_id, histories)
+        rows = _project_pruned_rows(rows, records, runs_by_id, histories)
     return rows
 
 
-def _project_pruned_rows(rows: list[dict], records, runs_by_id, histories) -> None:
-    """Fill ``steps_projected`` of the trials stopped at equal tokens (``prune_at_equal_tokens``):
+def _project_pruned_rows(rows: list[StepsRow], records, runs_by_id, histories) -> list[StepsRow]:
+    """``rows`` with ``steps_projected`` of the trials stopped at equal tokens (``prune_at_equal_tokens``):
     their steps to target projected from their curve against their cell's leader
     (:func:`cbscore.analysis.steps_ratio`); one history read per pruned trial (ended: cached)."""
     from cbscore.analysis import steps_ratio
 
-    pruned = [r for r in rows if r["outcome"] == "pruned"]
-    if not pruned:
-        return
+    if not any(r.outcome == "pruned" for r in rows):
+        return rows
     by_id = {rec.trial_id: rec for rec in records}
-    leaders: dict[tuple, dict] = {}
+    leaders: dict[tuple, StepsRow] = {}
     for r in rows:
-        if r["outcome"] == "reached" and r["role"] == "trial":
-            key = (r["setting"], r["batch_size"], r["seed"])
-            if key not in leaders or r["steps"] < leaders[key]["steps"]:
+        if r.outcome == "reached" and r.role == "trial":
+            key = (r.setting, r.batch_size, r.seed)
+            if key not in leaders or r.steps < leaders[key].steps:
                 leaders[key] = r
-    for r in pruned:
-        lead = leaders.get((r["setting"], r["batch_size"], r["seed"]))
-        if lead is None:
-            continue
-        lead_rec = by_id[lead["trial_id"]]
-        steps, losses = histories.history(runs_by_id[r["run_id"]], "eval/loss_ewa")
-        if not lead_rec.eval_steps or len(steps) < 2:
-            continue
-        c = steps_ratio(steps, losses, lead_rec.eval_steps, lead_rec.eval_losses)
-        if c is not None:
-            r["steps_projected"] = c * lead["steps"]
+    out = []
+    for r in rows:
+        lead = leaders.get((r.setting, r.batch_size, r.seed)) if r.outcome == "pruned" else None
+        if lead is not None:
+            lead_rec = by_id[lead.trial_id]
+            steps, losses = histories.history(runs_by_id[r.run_id], "eval/loss_ewa")
+            if lead_rec.eval_steps and len(steps) >= 2:
+                c = steps_ratio(steps, losses, lead_rec.eval_steps, lead_rec.eval_losses)
+                if c is not None:
+                    r = dataclasses.replace(r, steps_projected=c * lead.steps)
+        out.append(r)
+    return out
 
 
 def study_status(name: str) -> StudyStatus:
@@ -374,6 +376,30 @@ def study_histories(name: str) -> dict:
     return out
 
 
+def study_noise_scale_rows(name: str) -> list[dict]:
+    """Every ended trial's logged ``gns/g2``, ``gns/trace_sigma`` and ``gns/b_simple`` by step, one
+    row each with the trial's id, setting, batch size, role, lr, outcome and tokens at the step
+    (MLflow; ``cbs study report``'s ``gns.csv``)."""
+    from workers.studies.records import build_records
+
+    tracker = open_tracker()
+    parent = study_parent(tracker, name)
+    runs = {r.info.run_id: r for r in tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)}
+    context = as_int(parent.data.params.get("context_tokens")) or 0
+    rows = []
+    for rec in build_records(list(runs.values()), open_ledger().leases(name), tracker, with_history=False):
+        run = runs.get(rec.run_id)
+        if rec.status not in TERMINAL or run is None or "gns/b_simple" not in run.data.metrics:
+            continue
+        series = {k: dict(zip(*tracker.history(run, f"gns/{k}"))) for k in ("g2", "trace_sigma", "b_simple")}
+        for step in sorted(set().union(*series.values())):
+            rows.append({"trial_id": rec.trial_id, "setting": rec.setting_id, "batch_size": rec.batch_size,
+                         "role": rec.role, "lr": rec.lr, "outcome": rec.status, "step": int(step),
+                         "tokens": int(step) * rec.batch_size * context,
+                         **{k: series[k].get(step) for k in series}})
+    return rows
+
+
 def study_local_fit(name: str) -> dict:
     """A ``local`` study's readout: local CBS per checkpoint by both rules, their power law over
     tokens and the warm-up (:func:`workers.studies.local_fit.local_fit`; the JSON of ``cbs study fit``)."""
@@ -391,7 +417,7 @@ def study_fit(name: str, *, bootstrap: int = 1000, seed: int = 0, free_alpha: bo
     from cbscore.errors import FitError
 
     spec = study_spec(name)
-    rows = [{k: row[k] for k in FIT_COLUMNS} for row in study_table(name)]
+    rows = study_table(name)
     if not rows:
         raise FitError(f"study {name!r} has no finished trials yet, so there is nothing to fit.")
     from cbscore.study import plan, skipped_cells
@@ -403,8 +429,8 @@ def study_fit(name: str, *, bootstrap: int = 1000, seed: int = 0, free_alpha: bo
                          bootstrap=bootstrap, seed=seed, skipped=skipped or None, histories=histories)
 
 
-def study_table_fit(name: str, rows: list[dict], *, b_ref: int, overhead: float, bootstrap: int, seed: int = 0,
-                    skipped: Mapping[str, tuple[int, ...]] | None = None):
+def study_table_fit(name: str, rows: Sequence[StepsRow], *, b_ref: int, overhead: float, bootstrap: int,
+                    seed: int = 0, skipped: Mapping[str, tuple[int, ...]] | None = None):
     """:func:`cbscore.analysis.analyze_table` of ``rows``, study ``name``'s steps table (as
     :func:`study_table` gave it), kept in the read model: the pages of every host read one fit per
     table and settings (:func:`workers.studies.read_model.kept_fit`) instead of bootstrapping it again."""
@@ -413,7 +439,7 @@ def study_table_fit(name: str, rows: list[dict], *, b_ref: int, overhead: float,
 
     settings = {"b_ref": b_ref, "overhead": overhead, "bootstrap": bootstrap, "seed": seed,
                 "skipped": {k: list(v) for k, v in sorted((skipped or {}).items())}}
-    key = fit_key(rows, settings)
+    key = fit_key([row.to_dict() for row in rows], settings)
     ledger = open_ledger()
     fit = kept_fit(ledger, name, key)
     if fit is None:
