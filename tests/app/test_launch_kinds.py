@@ -171,3 +171,23 @@ def test_a_bad_decay_field_is_named_with_its_value(launch):
     launch.multiselect(key="launch.decay.schedules").set_value([])
     launch.button(key=PREVIEW).click().run()
     assert any("decay.schedules" in e.value and "must list one schedule" in e.value for e in launch.error)
+
+
+def test_narrow_chained_cells_set_on_the_page_reach_the_preview_and_the_launched_spec(launch):
+    """Issue 40's narrow cells: below ``search.bracket_min_batch_size`` a chained cell starts with
+    ``search.narrow_rates`` rates; set on the form, they are what the Preview describes and what
+    Launch hands over (0 on the form is ``None``, every cell bracketed: tests/app/test_views.py)."""
+    _set_chained(launch)
+    launch.number_input(key="launch.search.bracket_min_batch_size").set_value(8)
+    launch.selectbox(key="launch.search.narrow_rates").set_value(2)
+    launch.text_input(key="launch.name").set_value("narrow-demo")
+    launch.button(key=PREVIEW).click().run()
+    assert not launch.exception and not launch.error, [e.value for e in launch.error]
+    expected = _chained_demo("narrow-demo")
+    expected = expected.replace(search=dataclasses.replace(expected.search, bracket_min_batch_size=8, narrow_rates=2))
+    (code,) = [c.value for c in launch.code if c.value.startswith("chained search:")]
+    assert "narrow cells (B < 8: 4) start with 2 rates c/√ratio, c·√ratio" in code  # B_ref = 2 is bracketed
+    with mock.patch("workers.query.api.launch_study", return_value="narrow-demo") as submit:
+        launch.button(key=LAUNCH).click().run()
+    (launched,), _ = submit.call_args
+    assert launched == expected and launched.search.bracket_min_batch_size == 8
