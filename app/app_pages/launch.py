@@ -171,8 +171,9 @@ def _chained_fields() -> None:
     chained = st.session_state.get(K + "search.kind") == "chained"
     with st.expander("Chained bracket (search: chained)", expanded=chained):
         st.caption("The reference cell runs its rates; every other cell, released outward from B_ref in both "
-                   "directions once its neighbour settled, runs three rates centred on the neighbour's best rate "
-                   "moved by (B/B′)^exponent, and extends past an edge only where that edge wins.")
+                   "directions once its neighbour settled, runs three rates (fewer below the narrow cells' B) "
+                   "centred on the neighbour's best rate moved by (B/B′)^exponent, and extends past an edge only "
+                   "where that edge wins.")
         cols = st.columns(5)
         cols[0].number_input("Chain exponent", key=K + "search.chain_exponent", min_value=0.0, max_value=2.0,
                              step=0.05, help=H("search.chain_exponent"))

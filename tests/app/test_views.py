@@ -454,3 +454,14 @@ def test_a_reason_shared_by_settings_is_said_once():
         "setting 'b': no target yet (its reference runs have not finished)",
         "calibration needs a fitted setting"]
     assert fit_view.reasons_once([]) == []
+
+
+def test_the_previews_rates_line_names_narrow_chained_cells():
+    demo = load_preset("demo")
+    chained = demo.replace(search={**demo.to_dict()["search"], "kind": "chained"})
+    assert "every other cell three rates (×/÷ 2) around its neighbour's best × (B/B′)^0.5, at most" in (
+        spec_form.rates_line(chained))
+    narrow = chained.replace(search={**chained.to_dict()["search"], "bracket_min_batch_size": 8, "narrow_rates": 2})
+    assert "(B/B′)^0.5 (below B = 8: two, ×/÷ √2), at most" in spec_form.rates_line(narrow)
+    alone = chained.replace(search={**chained.to_dict()["search"], "bracket_min_batch_size": 8, "narrow_rates": 1})
+    assert "(B/B′)^0.5 (below B = 8: the centre alone), at most" in spec_form.rates_line(alone)
