@@ -149,23 +149,6 @@ def study_best_rates(spec, rows: Sequence[StepsRow]) -> list[dict] | None:
     return best_learning_rates(rows, allowed)
 
 
-def _wall_seconds(name: str) -> tuple[float | None, str | None, str | None]:
-    """Seconds from the first trial's start to the last trial's end (MLflow run times)."""
-    from datetime import datetime, timezone
-
-    from workers.query import api
-
-    tracker = api.open_tracker()
-    parent = api.study_parent(tracker, name)
-    runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
-    starts = [r.info.start_time for r in runs if r.info.start_time]
-    ends = [r.info.end_time for r in runs if r.info.end_time]
-    if not starts or not ends:
-        return None, None, None
-    iso = lambda ms: datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")  # noqa: E731
-    return (max(ends) - min(starts)) / 1000.0, iso(min(starts)), iso(max(ends))
-
-
 def write_report(name: str, out: str | os.PathLike, *, command: str | None = None) -> list[str]:
     """Write the study's report folder; returns the files written."""
     import torch
@@ -181,7 +164,7 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
     full = (api.study_table if kind.report_table is None else kind.report_table)(name)  # a schedule study's: per schedule
     if not full:
         raise CbsError(f"study {name!r} has no finished trials yet, so there is nothing to report.")
-    wall, first, last = _wall_seconds(name)
+    wall = api.study_wall_time(name)
     # The whole report is made in a folder beside ``out`` and put in place with one rename: a file
     # of an earlier report never survives (the hand-written README.md is carried over).
     tmp = new_folder_beside(out)
@@ -215,7 +198,7 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
             "tokens_spent": status.tokens_spent, "tokens_fixed_budget_grid": status.grid_tokens,
             # Against the grid stopped at the target and the oracle (cbscore.study.costs).
             "costs": status.costs.to_dict() if status.costs is not None else None,
-            "wall_seconds": wall, "first_trial_start": first, "last_trial_end": last,
+            "wall_seconds": wall.seconds, "first_trial_start": wall.first_start, "last_trial_end": wall.last_end,
             "targets": dict(status.targets), "command": command,
             "refit": f"cbs fit steps.csv --b-ref {spec.b_ref} --overhead {spec.overhead:g} --json",
             "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),

@@ -28,6 +28,7 @@ from workers.query.reads import (  # re-exported: the pages and the CLI read the
     TABLE_COLUMNS,
     StudyStatus,
     StudySummary,
+    StudyWallTime,
     WorkerInfo,
     alive_workers,
     list_studies,
@@ -46,6 +47,7 @@ from workers.query.reads import (  # re-exported: the pages and the CLI read the
     study_status,
     study_table,
     study_table_fit,
+    study_wall_time,
     tracking_ui_base,
     tracking_ui_url,
     trial_curve,
@@ -64,12 +66,12 @@ __all__ = [
     "StudyStatus",
     "StudyInFlight",
     "StudySummary",
+    "StudyWallTime",
     "TABLE_COLUMNS",
     "WorkerInfo",
     "advance_study",
     "alive_workers",
     "apply_forecast_from",
-    "build_records",
     "cancel_study",
     "cancel_trial",
     "default_concurrency",
@@ -103,6 +105,7 @@ __all__ = [
     "study_status",
     "study_table",
     "study_table_fit",
+    "study_wall_time",
     "tracking_ui_base",
     "tracking_ui_url",
     "trial_curve",
@@ -298,14 +301,6 @@ def study_schedule_table(name: str) -> list[StepsRow]:
     from workers.studies.schedule_fit import schedule_table
 
     return [StepsRow.from_mapping(row, f"study {name!r} row {i}") for i, row in enumerate(schedule_table(name), 1)]
-
-
-def build_records(runs, leases: Mapping, tracker, *, with_history: bool | None = None) -> list:
-    """Records of trial runs a reader holds already, in trial-id order (``cbs study report``'s noise
-    rows; :func:`workers.studies.records.build_records`, whose module brings MLflow)."""
-    from workers.studies.records import build_records as build
-
-    return build(runs, leases, tracker, with_history=with_history)
 
 
 def load_service_password(env: MutableMapping[str, str] | None = None) -> None:

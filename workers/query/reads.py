@@ -87,6 +87,18 @@ class WorkerInfo:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StudyWallTime:
+    """When a study's trials ran, by their MLflow runs' start and end times (``None`` until one ended)."""
+
+    seconds: float | None
+    """From the first trial's start to the last trial's end."""
+    first_start: str | None
+    """The first trial's start, ISO 8601 in UTC to the second."""
+    last_end: str | None
+    """The last trial's end, ISO 8601 in UTC to the second."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class StudyStatus:
     """``cbs study status``: cells, trials by outcome, progress and tokens."""
 
@@ -398,6 +410,22 @@ def study_noise_scale_rows(name: str) -> list[dict]:
                          "tokens": int(step) * rec.batch_size * context,
                          **{k: series[k].get(step) for k in series}})
     return rows
+
+
+def study_wall_time(name: str) -> StudyWallTime:
+    """Seconds from the first trial's start to the last trial's end (MLflow run times)."""
+    from datetime import datetime, timezone
+
+    tracker = open_tracker()
+    parent = study_parent(tracker, name)
+    runs = tracker.trial_runs(parent.info.experiment_id, parent.info.run_id)
+    starts = [r.info.start_time for r in runs if r.info.start_time]
+    ends = [r.info.end_time for r in runs if r.info.end_time]
+    if not starts or not ends:
+        return StudyWallTime(seconds=None, first_start=None, last_end=None)
+    iso = lambda ms: datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")  # noqa: E731
+    return StudyWallTime(seconds=(max(ends) - min(starts)) / 1000.0, first_start=iso(min(starts)),
+                         last_end=iso(max(ends)))
 
 
 def study_local_fit(name: str) -> dict:
