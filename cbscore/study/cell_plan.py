@@ -104,8 +104,10 @@ def record_key(r: TrialRecord, lost_set: frozenset) -> tuple:
 class CellPlanner:
     """The plan of one cell ``(setting, batch size)`` from its records and :class:`CellInputs`."""
 
-    def __init__(self, spec: StudySpec, setting: Setting, batch_size: int):
+    def __init__(self, spec: StudySpec, setting: Setting, batch_size: int, *, configs: bool = True):
         self.spec, self.setting, self.batch_size = spec, setting, batch_size
+        self.configs = configs
+        """Whether the trials it starts carry the trainer's config (:class:`cbscore.study.planner.Planner`)."""
         self.cell_id = cell_id(setting.setting_id, batch_size)
         self.rates = rate_rule(spec, batch_size)
         self.role = self.rates.role
@@ -272,12 +274,12 @@ class CellPlanner:
                     own_cap = cap_smaller if (seed, lr) in keep else cap
                     start.append(make_trial(spec, setting, batch_size=b, role=role, lr=lr, seed=seed,
                                             tag=lr_tag(lr), max_steps=own_cap, target_loss=cell_target,
-                                            recipe=self.recipe, data=self.data))
+                                            recipe=self.recipe, data=self.data, with_config=self.configs))
         for r in rerun:
             if r.trial_id + "." + RERUN_TAG not in present:
                 larger = None if r.max_steps is None else int(math.ceil(RERUN_CAP_FACTOR * r.max_steps))
                 t = make_trial(spec, setting, batch_size=b, role=role, lr=r.lr, seed=r.seed, tag=lr_tag(r.lr),
                                max_steps=larger, target_loss=target, budget_factor=RERUN_CAP_FACTOR,
-                               recipe=self.recipe, data=self.data)
+                               recipe=self.recipe, data=self.data, with_config=self.configs)
                 start.append(dataclasses.replace(t, trial_id=r.trial_id + "." + RERUN_TAG))
         return start

@@ -102,10 +102,13 @@ def build_train_config(spec: StudySpec, setting: Setting, *, batch_size: int, lr
 def make_trial(spec: StudySpec, setting: Setting, *, batch_size: int, role: str, lr: float, seed: int,
                tag: str, max_steps: int | None, target_loss: float | None,
                search_number: int | None = None, budget_factor: float = 1.0,
-               recipe: tuple[float, tuple[float, ...]] | None = None, data: DataConfig | None = None) -> TrialSpec:
+               recipe: tuple[float, tuple[float, ...]] | None = None, data: DataConfig | None = None,
+               with_config: bool = True) -> TrialSpec:
     """The TrialSpec of one trial of a cell, its budget from :func:`cell_budget_tokens` (times
     ``budget_factor`` for a re-run below its step cap); ``recipe``: the cell's :func:`cell_recipe`,
-    ``data``: the spec's :func:`study_data`, where the caller has them."""
+    ``data``: the spec's :func:`study_data`, where the caller has them; ``with_config=False``: an empty
+    ``train_config`` (the simulator, which trains nothing, checks each cell's config once instead:
+    :func:`check_cell_configs`)."""
     max_tokens = cell_budget_tokens(spec, setting, batch_size, role, max_steps)
     if budget_factor != 1.0 and not (batch_size > spec.b_ref and max_steps is not None):
         max_tokens = int(budget_factor * max_tokens)  # a re-run of a censored trial (its step cap grew already)
@@ -127,8 +130,22 @@ def make_trial(spec: StudySpec, setting: Setting, *, batch_size: int, role: str,
         search_number=search_number,
         train_config=build_train_config(spec, setting, batch_size=batch_size, lr=lr, seed=seed,
                                         max_tokens=max_tokens, max_steps=max_steps, target_loss=target_loss,
-                                        recipe=recipe, data=data),
+                                        recipe=recipe, data=data) if with_config else {},
     )
+
+
+def check_cell_configs(spec: StudySpec) -> None:
+    """Build the trainer's config of one trial per cell (each setting and batch size, at the spec's
+    smallest rate and first seed, uncapped): the simulator plans without trainer configs
+    (``make_trial(with_config=False)``), and a spec whose trials the trainer refuses is refused
+    there too, naming the field."""
+    data = study_data(spec)
+    for setting in spec.resolve_settings():
+        for b in spec.batch_sizes:
+            role = "reference" if b == spec.b_ref else "trial"
+            build_train_config(spec, setting, batch_size=b, lr=min(spec.search.lrs), seed=spec.seeds[0],
+                               max_tokens=cell_budget_tokens(spec, setting, b, role, None), max_steps=None,
+                               target_loss=None, data=data)
 
 
 def trial_from_ask(spec: StudySpec, ask: AskRequest, *, lr: float, number: int) -> TrialSpec:

@@ -65,13 +65,21 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
 class _Cell:
     """One cell's planner, its records as at the planner's last call and what was read off them."""
 
-    __slots__ = ("planner", "setting_id", "batch_size", "recs", "key", "frame", "evals_only", "crossed", "inputs", "out",
-                 "best", "pending")
+    __slots__ = ("planner", "setting_id", "batch_size", "index", "recs", "keyed", "keys", "frames", "key", "frame",
+                 "evals_only", "crossed", "inputs", "out", "best", "pending")
 
-    def __init__(self, planner: CellPlanner):
+    def __init__(self, planner: CellPlanner, index: int):
         self.planner = planner
         self.setting_id, self.batch_size = planner.setting.setting_id, planner.batch_size
+        self.index = index
+        """Its place in its setting's cells (increasing batch size)."""
         self.recs: list[TrialRecord] = []
+        self.keyed: list[TrialRecord] = []
+        self.keys: list[tuple] = []
+        """``record_key`` of each of ``keyed``, the records as at the last call: only a record that is
+        not the very object read then is read again (while the lost trials stay the same)."""
+        self.frames: list[tuple] = []
+        """:func:`_frame` of each of ``keyed``."""
         self.key: tuple | None = None
         """What the cell plan reads of its records (``record_key`` of each), at the last call."""
         self.frame: tuple | None = None
@@ -91,15 +99,18 @@ class _Cell:
 
 class Planner:
     """The planner of one study, called again and again as its records change (module docstring).
-    One call at a time: it keeps what it read at the last call."""
+    One call at a time: it keeps what it read at the last call. ``configs=False``: the trials it
+    starts carry no trainer config (``TrialSpec.train_config`` empty: the simulator, which trains
+    none of them, checks each cell's once, :func:`cbscore.study.cell_trials.check_cell_configs`)."""
 
-    def __init__(self, spec: StudySpec):
+    def __init__(self, spec: StudySpec, *, configs: bool = True):
         self.spec = spec
+        self.configs = configs
         self.settings = spec.resolve_settings()
         self._cells: dict[str, _Cell] = {}
         self._by_setting: dict[str, list[_Cell]] = {}
         for s in self.settings:
-            row = [_Cell(CellPlanner(spec, s, b)) for b in spec.batch_sizes]
+            row = [_Cell(CellPlanner(spec, s, b, configs=configs), i) for i, b in enumerate(spec.batch_sizes)]
             self._by_setting[s.setting_id] = row
             self._cells.update({c.planner.cell_id: c for c in row})
         # What the cells' rules read across cells.
@@ -154,7 +165,7 @@ class Planner:
 
     def _read_all(self, records: Sequence[TrialRecord]) -> set[_Cell]:
         for c in self._cells.values():
-            c.recs = []
+            c.recs, c.keyed, c.keys, c.frames = [], [], [], []
         self._others = {}
         self._records, self._where, self._live = [], [], set()
         changed = set(self._cells.values())
@@ -198,6 +209,8 @@ class Planner:
         if lost_set != self._lost:  # a record's key says whether it is lost
             self._lost = lost_set
             touched = set(self._cells.values())
+            for c in touched:
+                c.keyed, c.keys, c.frames = [], [], []
         changed = {c for c in touched if self._rekey(c, lost_set)}
         if self._targets is None or any(c in changed for c in self._ref_ids.values()):
             by_cell = {cid: c.recs for cid, c in self._cells.items() if c.recs}
@@ -227,6 +240,10 @@ class Planner:
         stop: list[tuple[str, str]] = []
         stopped_by: dict[str, str] = {}
         all_done = True
+        lowest: dict[str, int] = {}  # by setting, its smallest cell that changed
+        for c in changed:
+            if c.index < lowest.get(c.setting_id, len(spec.batch_sizes)):
+                lowest[c.setting_id] = c.index
         for setting in self.settings:
             sid = setting.setting_id
             target = targets.get(sid)
@@ -240,9 +257,8 @@ class Planner:
                 last = self._setting_out[sid] = (inputs, self._plan_setting(row, target, failed, lost_set))
             else:
                 # The cells below the smallest that changed plan as at the last call.
-                moved = [i for i, c in enumerate(row) if c in changed]
-                if moved:
-                    last = self._setting_out[sid] = (inputs, self._plan_setting(row, target, failed, lost_set, moved[0]))
+                if sid in lowest:
+                    last = self._setting_out[sid] = (inputs, self._plan_setting(row, target, failed, lost_set, lowest[sid]))
             s_cells, s_start, s_asks, s_stop, s_incomplete, s_stopped_by = last[1]
             cells.extend(s_cells)
             start.extend(s_start)
@@ -258,12 +274,19 @@ class Planner:
     def _rekey(self, cell: _Cell, lost: frozenset) -> bool:
         """Read the cell's record keys again; whether they changed (its plan goes then, unless only its
         trials that have not ended moved: their counts and stop rules are read again, :meth:`CellPlanner.restop`)."""
-        key = tuple(record_key(r, lost) for r in cell.recs)
+        recs, keyed, keys, frames = cell.recs, cell.keyed, cell.keys, cell.frames
+        for j in range(len(keyed)):
+            if recs[j] is not keyed[j]:
+                keyed[j], keys[j] = recs[j], record_key(recs[j], lost)
+                frames[j] = _frame(recs[j], keys[j])
+        for j in range(len(keyed), len(recs)):
+            keyed.append(recs[j])
+            keys.append(record_key(recs[j], lost))
+            frames.append(_frame(recs[j], keys[j]))
+        key = tuple(keys)
         if key == cell.key:
             return False
-        # The keys without what a trial that has not ended may change without a re-plan: its
-        # evaluations, and its status between queued, running and lost (CellPlanner.restop).
-        frame = tuple(k if r.terminal else (k[0],) + k[2:8] + k[11:] for r, k in zip(cell.recs, key))
+        frame = tuple(frames)
         cell.evals_only = cell.out is not None and frame == cell.frame
         if not cell.evals_only:
             cell.out = None
@@ -376,6 +399,12 @@ class Planner:
         if centres[i] is _UNREAD:
             centres[i] = self._centre(c.setting_id, c.batch_size)
         return centres[i]
+
+
+def _frame(r: TrialRecord, key: tuple) -> tuple:
+    """A record's ``record_key`` without what a trial that has not ended may change without a re-plan:
+    its evaluations, and its status between queued, running and lost (:meth:`CellPlanner.restop`)."""
+    return key if r.terminal else (key[0],) + key[2:8] + key[11:]
 
 
 def _running_crossed(recs: Sequence[TrialRecord], target: float | None) -> bool:

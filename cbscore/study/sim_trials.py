@@ -197,6 +197,9 @@ class SimRun:
     curve: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
     """Any other run's evaluations every ``eval_every`` steps to its stop: the planner compares
     running trials at equal tokens with them (``stop_far_rates``, ``prune_at_equal_tokens``)."""
+    running: TrialRecord | None = field(default=None, repr=False, compare=False)
+    """Its first record while running (:func:`run_record`): each later one differs from it only in
+    its steps, tokens, heartbeat and evaluations."""
 
     def step_at(self, now: float) -> float:
         return min(self.steps, (now - self.start) / self.batch_tokens)
@@ -406,10 +409,21 @@ def run_record(run: SimRun, now: float, status: str | None = None, stopped_by: s
         last_eval = (int(step) // run.eval_every) * run.eval_every
         evals = (float(last_eval),) if last_eval > 0 else ()
         losses = tuple(10.0 for _ in evals)  # above any target until the crossing
+    if not done and run.running is not None:
+        # A running trial's record, many times a study: its first one with the fields that move
+        # replaced, without the checks of TrialRecord.__init__ that the first one passed (the status
+        # is "running", the evaluations tuples).
+        r = object.__new__(TrialRecord)
+        r.__dict__.update(run.running.__dict__, last_step=int(step), tokens=int(step) * run.batch_tokens,
+                          heartbeat_s=now, eval_steps=evals, eval_losses=losses)
+        return r
     final = losses[-1] if (done and run.outcome == "finished" and losses) else None
-    return TrialRecord(
+    r = TrialRecord(
         trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id, role=t.role, batch_size=t.batch_size,
         lr=t.lr, status=status or "running", steps_to_target=run.crossing if status == "reached" else None,
         final_eval_loss=final, last_step=int(step),
         tokens=int(step) * run.batch_tokens, heartbeat_s=now, eval_steps=evals, eval_losses=losses,
         max_steps=t.max_steps, seed=t.seed, stopped_by=stopped_by if status == "pruned" else "")
+    if not done:
+        run.running = r
+    return r

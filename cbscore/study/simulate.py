@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study.budgets import grid_tokens, setting_grid_tokens
+from cbscore.study.cell_trials import check_cell_configs
 from cbscore.study.costs import pruned_tokens_by_rule
 from cbscore.study.planner import Planner
 from cbscore.study.sim_outcomes import setting_outcomes
@@ -54,12 +55,17 @@ __all__ = ["KneeShiftTruth", "LAB_NOISE", "PAPER_CHINCHILLA_LAW", "PAPER_FIXED_D
 EQUAL_TOKEN_WAKE = 4
 
 
-def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig, seed: int) -> StudyOutcome:
-    """Run the planner against simulated trials until the study is done."""
+def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig, seed: int, *,
+                  check_configs: bool = True) -> StudyOutcome:
+    """Run the planner against simulated trials until the study is done. Its planner builds no trainer
+    config (it trains nothing): each cell's is checked once instead, unless the caller did
+    (``check_configs=False``: :func:`simulate`, once for all its seeds)."""
     if not spec.search.runs_rates:
         raise ConfigError("search.kind", spec.search.kind, "the simulator runs grid and chained searches only")
     if spec.target_losses is not None:
         raise ConfigError("target_losses", "given", "the simulator sets targets from reference runs")
+    if check_configs:
+        check_cell_configs(spec)
     sim = SimTrials(spec=spec, truth=truth, config=config, seed=seed)
     sim.settings = {s.setting_id: s for s in spec.resolve_settings()}
     for setting in sim.settings.values():
@@ -72,6 +78,9 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
     # (time, kind) at which to ask the planner again: kind 0 for trial ends and evaluations past a limit,
     # 1 for a wake to compare trials at equal tokens.
     events: list[tuple[float, int]] = []
+    # The events in `events`, each once: a wake is worked out again at every event until it comes, and
+    # pushing it again would only make the heap longer (the events at one time are taken together).
+    pending: set[tuple[float, int]] = set()
     now, started = 0.0, 0
     # Each (cell, seed)'s fewest steps to target among ended trials: the prune margin's wakes read it.
     best: dict[tuple[str, int], float] = {}
@@ -83,7 +92,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
     # The study's planner: it reads only the records that changed since its last call. What it is
     # given: every record in the order first made, the running trials' as of now; `ended`: trials
     # whose record changed as they stopped running since the last call.
-    planner = Planner(spec)
+    planner = Planner(spec, configs=False)
     snapshot: list[TrialRecord] = []
     where: dict[str, int] = {}
     ended: list[str] = []
@@ -132,9 +141,12 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                 t = queue.popleft()
                 run = sim.start(t, now)
                 running[t.trial_id] = run
-                records[t.trial_id] = run_record(run, now)
+                # (Its record stays the queued one here: the planner's next call reads it afresh, as it
+                # has no evaluation shown yet, and nothing reads a running trial's entry in `records`.)
                 started += 1
-                heapq.heappush(events, (run.end(), 0))
+                if (ev := (run.end(), 0)) not in pending:
+                    pending.add(ev)
+                    heapq.heappush(events, ev)
             if p.done:
                 break
             if not running and not queue:
@@ -157,7 +169,9 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                 wake = prune_at[tid] = (b, run.start + k * run.eval_every * run.batch_tokens
                                         if k * run.eval_every <= run.steps else None)
             if wake[1] is not None and wake[1] > now:
-                heapq.heappush(events, (wake[1], 0))
+                if (ev := (wake[1], 0)) not in pending:
+                    pending.add(ev)
+                    heapq.heappush(events, ev)
         if equal_tokens:
             # Stopping at equal tokens is decided at evaluations: wake at every EQUAL_TOKEN_WAKE-th
             # evaluation of each running trial (each wake re-plans the study: every one is slow).
@@ -180,12 +194,17 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                     k = max(k, first[1])
                 at = run.start + k * run.eval_every * run.batch_tokens
                 if k * run.eval_every <= run.steps and at > now:
-                    heapq.heappush(events, (at, 1))
+                    if (ev := (at, 1)) not in pending:
+                        pending.add(ev)
+                        heapq.heappush(events, ev)
         while events and events[0][0] <= now:
-            heapq.heappop(events)
-        now, kind = heapq.heappop(events)
+            pending.discard(heapq.heappop(events))
+        now, kind = ev = heapq.heappop(events)
+        pending.discard(ev)
         while events and events[0][0] <= now:
-            kind = min(kind, heapq.heappop(events)[1])
+            ev = heapq.heappop(events)
+            pending.discard(ev)
+            kind = min(kind, ev[1])
         # (A plan that stopped trials was made on the records from before the stops: the next one may
         # start a re-run, or a rate past an edge, as the runner's next pass would.)
         wake_only = kind == 1 and not prune_equal and not stopped_now
@@ -266,7 +285,7 @@ def simulate(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig | No
         raise ConfigError("seeds", seeds, "must be a positive integer")
     runs = []
     for i in range(seeds):
-        runs.append(simulate_once(spec, truth, config, first_seed + i))
+        runs.append(simulate_once(spec, truth, config, first_seed + i, check_configs=i == 0))
         if progress is not None:
             progress(i + 1, seeds)
     runs = tuple(runs)

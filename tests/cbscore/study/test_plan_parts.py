@@ -4,6 +4,7 @@ only what changed."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -253,6 +254,22 @@ def test_a_planner_called_again_plans_only_the_cells_that_changed_and_as_a_fresh
     # The same records in another order, and a record gone: as a fresh planner.
     assert planner.plan(records[::-1], 3.0) == plan(s, records[::-1], 3.0)
     assert planner.plan(records[:-1], 4.0) == plan(s, records[:-1], 4.0)
+
+
+def test_a_planner_without_trainer_configs_plans_the_same_trials_with_none():
+    """The simulator's planner (``configs=False``) builds no trainer config: its plans are those of
+    the runner's planner with every started trial's ``train_config`` empty."""
+    s = spec()
+    records = reference_records(s)
+    told, bare = Planner(s), Planner(s, configs=False)
+    for now in (0.0, 1.0):
+        full, empty = told.plan(records, now), bare.plan(records, now)
+        assert (len(full.start) > 0) == (now == 0.0) and all(t.train_config for t in full.start)
+        assert [t.train_config for t in empty.start] == [{}] * len(full.start)
+        assert empty == dataclasses.replace(full, start=tuple(dataclasses.replace(t, train_config={})
+                                                              for t in full.start))
+        records = records + [as_record(t, "running", heartbeat_s=now, eval_steps=(50.0,), eval_losses=(3.5,))
+                             for t in full.start]
 
 
 def test_a_planner_finds_stale_trials_among_the_running_ones():

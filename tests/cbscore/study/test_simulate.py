@@ -145,6 +145,30 @@ def test_bad_simulation_settings_are_refused_by_name():
         simulate(spec, paper_truth(load_preset("paper-fixed-d")))
 
 
+def test_the_simulator_checks_each_cells_trainer_config_once_and_refuses_what_the_trainer_would(monkeypatch):
+    """Its planner builds no trainer config per trial (it trains none): each cell's is built once per
+    simulation, all seeds together, and one the trainer refuses stops the simulation by name."""
+    import cbscore.study.cell_trials as cell_trials
+
+    spec = load_preset("paper-fixed-d")
+    real, built = cell_trials.build_train_config, []
+
+    def counted(spec_, setting, **kw):
+        built.append((setting.setting_id, kw["batch_size"]))
+        if kw["batch_size"] == 1024 and refuse:
+            raise ConfigError("micro_batch_size", 3, "must divide batch_size=1024")
+        return real(spec_, setting, **kw)
+
+    monkeypatch.setattr(cell_trials, "build_train_config", counted)
+    refuse = False
+    simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.1), seeds=2)
+    cells = [(s.setting_id, b) for s in spec.resolve_settings() for b in spec.batch_sizes]
+    assert built == cells
+    refuse = True
+    with pytest.raises(ConfigError, match="^micro_batch_size: "):
+        simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.1))
+
+
 def test_cli_prints_the_table_and_json(capsys, tmp_path, monkeypatch):
     from cbs import main
 
@@ -180,7 +204,8 @@ def test_a_planner_that_reads_only_what_changed_plans_as_a_fresh_one(monkeypatch
         calls["stops"] += bool(got.stop)
         if calls["n"] % 7 == 0 or got.stop or got.start:
             crossings._CROSSINGS.clear()
-            assert incremental(planner_module.Planner(self.spec), list(records), now, **kw) == got  # a fresh one
+            fresh = planner_module.Planner(self.spec, configs=self.configs)  # (the simulator's builds no trainer configs)
+            assert incremental(fresh, list(records), now, **kw) == got
         return got
 
     monkeypatch.setattr(planner_module.Planner, "plan", checked)
