@@ -45,15 +45,15 @@ def comparable_settings(local_spec, others: Mapping[str, Any]) -> list[tuple[str
     return out
 
 
-def global_points(fits: Mapping[str, Mapping[str, Any]], wanted: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    """The global B* of each wanted ``(study, setting)`` from its ``cbs study fit --json`` object
-    (``fits``: study → JSON), where the fit gave one."""
+def global_points(fits: Mapping[str, Any], wanted: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The global B* of each wanted ``(study, setting)`` from its fit (``fits``: study →
+    :class:`cbscore.analysis.TableAnalysis`), where the fit gave one."""
     out = []
     for study, setting in wanted:
-        for entry in (fits.get(study) or {}).get("settings", []):
-            cbs = entry.get("cbs")
-            if entry.get("setting") == setting and cbs is not None and math.isfinite(cbs) and cbs > 0:
-                out.append({"study": study, "setting": setting, "tokens": float(entry["tokens"]), "cbs": float(cbs)})
+        table = fits.get(study)
+        for s in table.settings if table is not None else ():
+            if s.setting == setting and s.cbs is not None and math.isfinite(s.cbs) and s.cbs > 0:
+                out.append({"study": study, "setting": setting, "tokens": float(s.tokens), "cbs": float(s.cbs)})
     return out
 
 

@@ -181,13 +181,13 @@ def local_fit(study: str) -> dict:
 
 
 @st.cache_data(ttl=SLOW_TTL_S, max_entries=16, show_spinner=False)
-def fit_json(study: str) -> dict:
-    """``cbs study fit NAME --json``'s fit of a global study, without intervals (the Local CBS
-    page sets its B* beside a local study's curve)."""
+def study_fit(study: str):
+    """``cbs study fit NAME``'s fit of a global study (:class:`cbscore.analysis.TableAnalysis`),
+    without intervals (the Local CBS page sets its B* beside a local study's curve)."""
     with reachable():
         from workers.query import api
 
-        return api.study_fit(study, bootstrap=0).to_json_dict()
+        return api.study_fit(study, bootstrap=0)
 
 
 @st.cache_data(ttl=LIVE_TTL_S, max_entries=2, show_spinner=False)
@@ -348,5 +348,5 @@ def cancel_trial(trial_id: str) -> str:
 
 def refresh() -> None:
     """Forget every cached read (after launching or cancelling something)."""
-    for fn in (studies, records, curve, eval_curves, table, forecast, local_fit, fit_json, alive_workers):
+    for fn in (studies, records, curve, eval_curves, table, forecast, local_fit, study_fit, alive_workers):
         fn.clear()

@@ -100,7 +100,7 @@ with failures.shown_as_message("the Local CBS page"):
     fits = {}
     for study in sorted({study for study, _ in wanted}):
         try:
-            fits[study] = sources.fit_json(study)
+            fits[study] = sources.study_fit(study)
         except Exception as exc:  # noqa: BLE001 - a study that cannot be fitted yet is left out, and said so
             st.caption(f"`{study}` is not drawn: its fit failed ({type(exc).__name__}: {exc}).")
     st.plotly_chart(local_charts.local_cbs_figure(fit, global_cbs=local_charts.global_points(fits, wanted)),

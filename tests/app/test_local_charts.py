@@ -3,11 +3,13 @@ known, and the Local CBS page's figures and table built from it (``app.local_cha
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from app import local_charts
+from cbscore.analysis import StepsRow, analyze_table
 from cbscore.study import StudySpec, TrialRecord
 from workers.studies.local_fit import local_readout
 
@@ -102,15 +104,20 @@ def test_the_global_cbs_of_studies_of_the_same_model_and_data_is_drawn_at_their_
     other_t = same.replace(name="glob512", context_tokens=512)
     wanted = local_charts.comparable_settings(here, {"glob": same, "glob512": other_t, "loc": here})
     assert wanted == [("glob", "tiny-0.1M_D15K")]  # same model, T and data only; never a local study
-    fits = {"glob": {"settings": [{"setting": "tiny-0.1M_D15K", "tokens": 15000, "cbs": 9.5},
-                                  {"setting": "tiny-0.3M_D15K", "tokens": 15000, "cbs": 12.0}]}}
-    points = local_charts.global_points(fits, wanted)
-    assert points == [{"study": "glob", "setting": "tiny-0.1M_D15K", "tokens": 15000.0, "cbs": 9.5}]
+    # The fit of "glob" (S = 1000·(1 + B_noise/B) exactly at each setting; B_noise 20 and 80).
+    rows = [StepsRow(setting=name, batch_size=b, steps=1000.0 * (1 + noise / b), n_params=n, tokens=15000)
+            for name, n, noise in (("tiny-0.1M_D15K", 1e5, 20.0), ("tiny-0.3M_D15K", 3e5, 80.0)) for b in (2, 4, 8, 16)]
+    table = analyze_table(rows, b_ref=4, overhead=0.2, bootstrap=0)
+    cbs = table.settings[0].cbs
+    assert cbs == pytest.approx(1.2 * 4 + 0.2 * 20.0)  # (1 + r)·B_ref + r·B_noise
+    points = local_charts.global_points({"glob": table}, wanted)
+    assert points == [{"study": "glob", "setting": "tiny-0.1M_D15K", "tokens": 15000.0, "cbs": cbs}]
     fig = local_charts.local_cbs_figure(fit, global_cbs=points)
     star = next(t for t in fig.data if t.name == "global B* of glob (tiny-0.1M_D15K)")
-    assert list(star.x) == [15000.0] and list(star.y) == [9.5] and star.marker.symbol == "star"
-    assert local_charts.global_points({"glob": {"settings": [{"setting": "tiny-0.1M_D15K", "tokens": 15000,
-                                                               "cbs": None}]}}, wanted) == []
+    assert list(star.x) == [15000.0] and list(star.y) == [cbs] and star.marker.symbol == "star"
+    # a setting the fit gave no B* is not drawn
+    unfitted = dataclasses.replace(table, settings=(dataclasses.replace(table.settings[0], cbs=None),))
+    assert local_charts.global_points({"glob": unfitted}, wanted) == []
 
 
 def test_app_kinds_one_per_kind():
