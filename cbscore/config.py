@@ -17,7 +17,9 @@ check in the field's metadata (:func:`checked`); ``Config`` gives it:
   and its messages name ``search.kind`` and list the known fields, as the spec's always have.
 
 A field whose metadata says ``coerce=False`` is left as given for ``__post_init__`` to read (and
-still goes to the wire as lists).
+still goes to the wire as lists). A field whose metadata gives a function as ``coerce``
+(``checked(..., coerce=f)``) is coerced by it instead of by its type, among the coercions above; it
+goes to the wire as a coerced field does (a mapping as a new dict).
 
 The work per class (type hints, checks, coercions) is done once, at its first instance: building
 a config costs what the hand-written checks cost (the study simulator builds thousands).
@@ -39,11 +41,16 @@ C = TypeVar("C", bound="Config")
 Check = Callable[[str, Any], None]
 
 
-def checked(check: Check, default: Any = dataclasses.MISSING, *,
-            default_factory: Any = dataclasses.MISSING) -> Any:
+def checked(check: Check | None, default: Any = dataclasses.MISSING, *,
+            default_factory: Any = dataclasses.MISSING, coerce: Callable[[Any], Any] | None = None) -> Any:
     """A dataclass field whose value ``check(name, value)`` accepts (run by :class:`Config` before
-    ``__post_init__``'s own rules; a ``None`` is not checked where the field's type allows it)."""
-    return dataclasses.field(default=default, default_factory=default_factory, metadata={"check": check})
+    ``__post_init__``'s own rules; a ``None`` is not checked where the field's type allows it);
+    ``coerce``: how a wire value becomes the field's value, in place of the one its type implies
+    (it gets every value, ``None`` too, and returns the same object where nothing changes)."""
+    metadata: dict[str, Any] = {"check": check}
+    if coerce is not None:
+        metadata["coerce"] = coerce
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
 
 # ---------------------------------------------------------------- checks made from a few words
@@ -119,7 +126,10 @@ class _ClassPlan:
         for f in fields:
             hint, optional = _strip_none(hints[f.name])
             coerce = _coercion(f.name, hint)
-            if coerce is not None and f.metadata.get("coerce", True):  # False: __post_init__ reads it as given
+            given = f.metadata.get("coerce", True)
+            if callable(given):  # the field's own, in place of its type's
+                coerce = given
+            if coerce is not None and given:  # False: __post_init__ reads it as given
                 self.coercions.append((f.name, coerce))
             check = f.metadata.get("check")
             if check is not None:
@@ -184,11 +194,14 @@ def _coercion(name: str, hint: Any) -> Callable[[Any], Any] | None:
 
 
 def _to_wire(value: Any) -> Any:
-    """JSON's form of a coerced field: a nested config's dict, a tuple's list (of lists)."""
+    """JSON's form of a coerced field: a nested config's dict, a tuple's list (of lists, of nested
+    configs' dicts), a mapping's new dict (the caller may change it; the config stays as it is)."""
     if isinstance(value, tuple):
-        return [_to_wire(e) if isinstance(e, tuple) else e for e in value]
+        return [_to_wire(e) if isinstance(e, (tuple, Config)) else e for e in value]
     if isinstance(value, Config):
         return value.to_dict()
+    if isinstance(value, Mapping):
+        return dict(value)
     return value
 
 

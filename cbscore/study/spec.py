@@ -8,24 +8,30 @@ during one run by branching from its checkpoints (Merrill et al. 2025; :mod:`cbs
 ``schedule`` measures one setting's CBS under constant+EWA, cosine and WSD from the same stable runs
 and their decay branches (:mod:`cbscore.study.decay_spec`).
 
-The spec is a frozen dataclass; ``to_dict()``/``from_dict()`` is the wire format (JSON/YAML), and
-every check raises :class:`~cbscore.errors.ConfigError` naming the field and the value.
+The spec is a frozen dataclass on :class:`cbscore.config.Config`: each field's own check sits in its
+metadata and runs first, ``__post_init__`` keeps the rules between fields (a kind's block, the batch
+sizes a local study derives, the settings); ``to_dict()``/``from_dict()`` is the wire format
+(JSON/YAML), and every check raises :class:`~cbscore.errors.ConfigError` naming the field and the value.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from cbscore.config import Config, boolean, checked, one_of
 from cbscore.errors import ConfigError
+from cbscore.recipe import RECIPE_RULES
+from cbscore.study.bounds import check_numbers
 from cbscore.study.decay_spec import DecaySpec, apply_decay
 from cbscore.study.local_spec import LocalSpec, apply_local, checkpoints
 
@@ -37,10 +43,12 @@ from cbscore.study.spec_parts import (  # noqa: F401
     SearchSpec,
     Setting,
     SettingSpec,
+    _each_setting,
+    _experimental_given,
     _positive_float,
     _positive_int,
-    _search_from_dict,
-    _setting_from_dict,
+    _search_given,
+    _settings_given,
     format_tokens,
     move_experimental,
 )
@@ -51,6 +59,78 @@ GNS_CELLS = ("all", "reference")
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_NO_EXPERIMENTAL = ExperimentalSpec()
+
+
+# ---------------------------------------------------------------- one field's checks and coercions
+def _study_name(field_name: str, value: Any) -> None:
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):  # "$" would admit a trailing newline
+        raise ConfigError(field_name, value, "must be 1-64 letters, digits, '-' or '_', starting with a letter or digit")
+
+
+def _other_study(field_name: str, value: Any) -> None:
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
+        raise ConfigError(field_name, value, "must be the name of another study")
+
+
+def _listed(value: Any) -> Any:
+    """A list field from the wire: any iterable but a string becomes a tuple (a mapping: its keys);
+    a string or a scalar stays for :func:`_a_list` to refuse."""
+    if isinstance(value, (tuple, str, bytes)) or not hasattr(value, "__iter__"):
+        return value
+    return tuple(value)
+
+
+def _a_list(field_name: str, value: Any) -> None:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ConfigError(field_name, value, "must be a list")
+
+
+def _seeds(field_name: str, value: Any) -> None:
+    _a_list(field_name, value)
+    if not value:
+        raise ConfigError(field_name, list(value), "must list at least one seed")
+    for s in value:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ConfigError(field_name, s, "each seed must be a non-negative integer")
+
+
+def _taus(field_name: str, value: Any) -> None:
+    if not value:
+        raise ConfigError(field_name, list(value), "must list at least one τ or be null")
+    for tau in value:
+        if not (isinstance(tau, (int, float)) and 0 < tau < 1):
+            raise ConfigError(field_name, tau, "each τ must be in (0, 1)")
+
+
+def _budget_multiple(field_name: str, value: Any) -> None:
+    _positive_float(field_name, value)
+    if value < 1:
+        raise ConfigError(field_name, value, "must be at least 1 (a trial gets at least D tokens)")
+
+
+def _within(low: float, high: float, reason: str, *, low_open: bool = False, high_open: bool = False,
+            booleans: bool = False) -> Callable[[str, Any], None]:
+    """A number in the interval, else ``reason``; ``booleans``: a boolean passes here, to be refused
+    by :func:`~cbscore.study.bounds.check_numbers` with the field's stated range."""
+    def check(field_name: str, value: Any) -> None:
+        if ((isinstance(value, bool) and not booleans) or not isinstance(value, (int, float))
+                or not (low < value if low_open else low <= value) or not (value < high if high_open else value <= high)):
+            raise ConfigError(field_name, value, reason)
+    return check
+
+
+def _mapping(field_name: str, value: Any) -> None:
+    if not isinstance(value, Mapping):
+        raise ConfigError(field_name, value, "must map setting ids to losses")
+
+
+def _dict_or_none(value: Any) -> Any:
+    return None if value is None else dict(value)
+
+
+def _dict_if_mapping(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 def _check_local_budget(spec) -> None:
@@ -63,60 +143,61 @@ def _check_schedule_budget(spec) -> None:
 
 
 #: the kinds with a block of fields of their own, by kind: the block's field (``local:``, ``decay:``), what
-#: reads it into the spec (before the common checks) and what checks the one setting's budget (after the
-#: models). What each kind does beyond its spec is :mod:`cbscore.study.kinds`.
+#: reads it into the spec (after the fields' own checks, before the rules between fields) and what checks
+#: the one setting's budget (after the models). What each kind does beyond its spec is
+#: :mod:`cbscore.study.kinds`.
 _KIND_BLOCKS = {"local": ("local", apply_local, _check_local_budget),
                 "schedule": ("decay", apply_decay, _check_schedule_budget)}
 
 
 @dataclass(frozen=True, kw_only=True)
-class StudySpec:
+class StudySpec(Config):
     """A critical-batch-size study (DESIGN.md §1)."""
 
-    name: str
+    name: str = checked(_study_name)
     """Study name: letters, digits, ``-`` and ``_``; one MLflow experiment per name."""
-    kind: str = "custom"
+    kind: str = checked(one_of(KINDS), "custom")
     """``chinchilla``, ``fixed_n``, ``fixed_d``, ``custom``, ``local`` or ``schedule``."""
-    models: tuple[str, ...] = ()
+    models: tuple[str, ...] = checked(_a_list, (), coerce=_listed)
     """Model presets (``chinchilla``, ``fixed_d``: several; ``fixed_n``: exactly one)."""
-    tokens: tuple[int, ...] = ()
+    tokens: tuple[int, ...] = checked(_a_list, (), coerce=_listed)
     """Token budgets D (``fixed_n``: several; ``fixed_d``: exactly one; ``chinchilla``: optional,
     one per model, overriding ``tokens_per_param``)."""
-    tokens_per_param: float = 20.0
+    tokens_per_param: float = checked(_positive_float, 20.0)
     """``chinchilla``: D = tokens_per_param · N (the paper's Chinchilla ratio is 20)."""
-    settings: tuple[SettingSpec, ...] = ()
+    settings: tuple[SettingSpec, ...] = checked(_each_setting, (), coerce=_settings_given)
     """``custom``: the explicit list of ``(model, tokens)``."""
-    batch_sizes: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
+    batch_sizes: tuple[int, ...] = checked(_a_list, (64, 128, 256, 512, 1024, 2048), coerce=_listed)
     """Batch sizes to measure, in sequences of ``context_tokens`` tokens; must contain ``b_ref``."""
-    context_tokens: int = 512
+    context_tokens: int = checked(_positive_int, 512)
     """Sequence length T in tokens (the paper: 512)."""
     b_ref: int = 256
     """Reference batch size B_ref in sequences: its runs set each setting's target (paper: 256)."""
-    overhead: float = 0.2
+    overhead: float = checked(_positive_float, 0.2)
     """The r of the 20% rule: B* is the largest B with S(B) ≤ (1 + r)·S_lin(B)."""
-    target_losses: Mapping[str, float] | None = None
+    target_losses: Mapping[str, float] | None = checked(None, None, coerce=_dict_or_none)
     """Explicit held-out target loss per setting id; ``None`` = targets from reference runs."""
-    search: SearchSpec = field(default_factory=SearchSpec)
+    search: SearchSpec = checked(None, default_factory=SearchSpec, coerce=_search_given)
     """Hyper-parameter search of each cell."""
-    experimental: ExperimentalSpec = field(default_factory=ExperimentalSpec)
+    experimental: ExperimentalSpec = checked(None, default_factory=ExperimentalSpec, coerce=_experimental_given)
     """Rules that failed issue 40's criteria (``predict``, ``lr_prior``, ``prune_at_equal_tokens``;
     :class:`~cbscore.study.spec_parts.ExperimentalSpec`), all off by default; a spec from before
     that gives them at their old place (``search.predict``, ``search.lr_prior``, top level) loads
     with a warning naming the new one."""
-    budget_multiple: float = 2.0
+    budget_multiple: float = checked(_budget_multiple, 2.0)
     """Token budget (× D) of a non-reference cell only where no bound applies: explicit
     ``target_losses`` (no reference run) below B_ref, or above B_ref before any smaller batch
     size reached the target. Otherwise budgets follow the rule of DESIGN.md §1 (cells below
     B_ref: (1 + budget_margin)·D tokens; above: (1 + budget_margin)·S(smaller B) steps)."""
-    budget_margin: float = 0.25
+    budget_margin: float = checked(_within(0, 10, "must be a number in [0, 10]"), 0.25)
     """Slack of the budgets: tokens to target never exceed D below B_ref and steps to target
     never grow with B above it (McCandlish et al. 2018, eqs. 2.11-2.12), up to tuning noise. The
     paper presets set 0.5: on their wide learning-rate grid fewer first attempts are censored and
     re-run (simulated: 2.3-2.6% fewer tokens, B* on the full grid in every seed,
     docs/results/cheaper-search/budget-margin/)."""
-    prune_margin: float = 0.1
+    prune_margin: float = checked(_within(0, 10, "must be a number in [0, 10]", booleans=True), 0.1)
     """Trials still above target at an evaluation past (1 + margin)·S_best steps stop as ``pruned``."""
-    stop_far_rates: bool = True
+    stop_far_rates: bool = checked(boolean, True)
     """Stop a running first attempt as ``pruned`` before the cell's best has crossed when, at the
     same step, its held-out loss trails its seed's leader by more than ``far_rate_margin`` nats,
     it trained ``far_rate_fraction`` of the cell's expected steps, and its rate lies outside the
@@ -124,35 +205,35 @@ class StudySpec:
     ``experimental.prune_at_equal_tokens`` nothing is projected: every rate the fit reads runs to its crossing,
     and a stopped rate that turns out to neighbour the cell's best is run again
     (``cbscore.study.equal_tokens``)."""
-    far_rate_fraction: float = 0.5
+    far_rate_fraction: float = checked(_within(0, 1, "must be a number in [0, 1]"), 0.5)
     """With ``stop_far_rates``: a trial is judged only once it trained this fraction of the cell's
     expected steps (the best crossing so far, else the next smaller batch size's S). Earlier, the
     lab's curves cross over: a rate that reached the target first trailed by up to 1.1 nats at a
     tenth of its steps (docs/results/cheaper-search/calibration.txt). 0.25 saves more in simulation
     but moved B* off the full grid in 1 of 200 seeds (by up to 9.9%); 0.5 in none
     (docs/results/cheaper-search/far-rates)."""
-    far_rate_margin: float = 0.3
+    far_rate_margin: float = checked(_within(0, 10, "must be a number in (0, 10] (nats)", low_open=True), 0.3)
     """With ``stop_far_rates``: the loss gap (nats, EWA held-out loss at equal tokens) past which a
     rate outside the leader's window stops. On the lab's curves a winner trailed by at most 0.19
     nats from a quarter of its steps on, 0.17 from half (calibration.txt)."""
-    equal_token_fraction: float = 0.25
+    equal_token_fraction: float = checked(_within(0, 1, "must be a number in (0, 1]", low_open=True), 0.25)
     """With ``experimental.prune_at_equal_tokens``: a trial the cell's fit reads stops once it trained this
     fraction of the cell's expected steps (the best crossing so far, else the next smaller batch
     size's S) and trails its seed's leader; its steps to target are projected from its curve
     against the leader's (``cbscore.analysis.project_pruned``)."""
-    equal_token_margin: float = 0.05
+    equal_token_margin: float = checked(_within(0, 10, "must be a number in (0, 10] (nats)", low_open=True), 0.05)
     """Loss gap (nats, EWA held-out loss at equal tokens) past which a trial is stopped by
     ``experimental.prune_at_equal_tokens``; calibrated on the lab's own curves (docs/results/equal-tokens)."""
-    warmup_fraction: float = 0.25
+    warmup_fraction: float = checked(_within(0, 1, "must be in [0, 1)", high_open=True, booleans=True), 0.25)
     """Warm-up length as a fraction of D, fixed in tokens across batch sizes (paper: 25%)."""
     schedule: str = "constant"
     """Learning-rate schedule after warm-up: ``constant`` (paper; ``constant_ewa`` is the same), ``cosine``
     or ``wsd``. Under ``cosine`` and ``wsd`` every trial decays at its own budget, so its steps to
     target mix the horizon with the batch size: a ``schedule`` study measures them from decay
     branches instead (:mod:`cbscore.study.decay_spec`)."""
-    beta1: float = 0.95
+    beta1: float = checked(_within(0, 1, "must be in [0, 1)", high_open=True, booleans=True), 0.95)
     """AdamW β1 (paper: 0.95)."""
-    recipe: str = "fixed"
+    recipe: str = checked(one_of(RECIPE_RULES), "fixed")
     """How β2 and the EWA τ are chosen (``cbscore.recipe.study_recipe``). ``fixed`` (the default of
     every kind): one β2 and one set of τ per batch size for the whole study, the paper's horizons
     (half-lives in tokens) as the same share of the study's reference D, √(D_min·D_max) of its
@@ -162,67 +243,68 @@ class StudySpec:
     sequences (the paper presets: T = 512, runs of thousands of steps). ``fixed`` and ``scaled``
     keep β2's horizon in tokens below 8·B_ref (a smaller batch gets a larger β2) within [0.95,
     0.999], and τ's half-life at least 4 steps. Three τ are tracked (half-lives ×½, ×1, ×2)."""
-    beta2: float | None = None
+    beta2: float | None = checked(_within(0, 1, "must be in [0, 1) or null for the paper's table", high_open=True,
+                                          booleans=True), None)
     """AdamW β2 for every cell; ``None`` = from ``recipe``."""
-    ewa_taus: tuple[float, ...] | None = None
+    ewa_taus: tuple[float, ...] | None = checked(_taus, None, coerce=_listed)
     """EWA decay rates tracked in every cell; ``None`` = from ``recipe``."""
-    weight_decay: float = 0.0
+    weight_decay: float = checked(_within(0, math.inf, "must be a non-negative number", booleans=True), 0.0)
     """AdamW weight decay (paper: 0)."""
-    grad_clip: float = 1.0
+    grad_clip: float = checked(_positive_float, 1.0)
     """Gradient-norm clipping threshold (paper: 1.0)."""
-    micro_batch_size: int | None = None
+    micro_batch_size: int | None = checked(_positive_int, None)
     """Sequences per forward pass on one device, for the per-device batches above it (gradient
     accumulation: the same update with less memory per pass; it must divide them); ``None`` =
     chosen from the GPU's free memory on CUDA, the whole per-device batch on a CPU."""
-    devices_per_trial: int = 1
+    devices_per_trial: int = checked(_positive_int, 1)
     """Devices that train each trial together (DDP; ``cbscore.train.distributed``): GPUs, or gloo
     processes on a CPU. Every batch size is split evenly across them, so each must be a multiple
     of it. A worker started with ``--devices-per-trial K`` runs trials on its own K instead (the
     same update, computed on other hardware)."""
-    gns_micro_batch_size: int | None = None
+    gns_micro_batch_size: int | None = checked(_positive_int, None)
     """Measure the gradient noise scale ``B_simple`` (``cbscore.train.gns``) in the cells chosen by
     ``gns_cells``, by splitting each batch into passes of this many sequences (the same update;
     the split costs step time on small batches). It must be smaller than ``b_ref`` and divide
     every larger batch size of those cells (and ``micro_batch_size`` where that applies).
     ``None`` = measure only where ``micro_batch_size`` already accumulates."""
-    gns_cells: str = "all"
+    gns_cells: str = checked(one_of(GNS_CELLS), "all")
     """Cells that get the ``gns_micro_batch_size`` split: ``all``, or ``reference`` (only the
     reference cell at ``b_ref``, which is all the forecast needs)."""
-    forecast_from: str | None = None
+    forecast_from: str | None = checked(_other_study, None)
     """Name of an earlier study whose calibrated noise-scale forecast chooses this study's batch
     sizes (``cbscore.study.forecast_range``); checked against the tracking store at launch."""
-    eval_windows: int = 128
+    eval_windows: int = checked(_positive_int, 128)
     """Held-out windows of ``context_tokens + 1`` tokens per evaluation (more: a less noisy target
     crossing, slower evaluations)."""
-    max_eval_fraction: float = 0.5
+    max_eval_fraction: float = checked(_positive_float, 0.5)
     """Cap on each trial's evaluation compute as a fraction of its training compute (evaluations
     are spaced at least that far apart; lower: faster trials, a coarser crossing)."""
-    seeds: tuple[int, ...] = (0,)
+    seeds: tuple[int, ...] = checked(_seeds, (0,), coerce=_listed)
     """Training seeds; each seed is one more trial per learning rate."""
-    data: Mapping[str, Any] = field(default_factory=lambda: {"source": "builtin"})
+    data: Mapping[str, Any] = checked(None, default_factory=lambda: {"source": "builtin"}, coerce=dict)
     """Data settings (``cbscore.data.DataConfig`` fields): source, vocab_size, ..."""
     allow_repeat: bool = False
     """Allow more than one pass over the corpus (the paper trains single pass)."""
-    max_trials: int = 2000
+    max_trials: int = checked(_positive_int, 2000)
     """Sanity limit on the number of trials; a larger study needs ``force``."""
-    max_total_tokens: float = 1e13
+    max_total_tokens: float = checked(_positive_float, 1e13)
     """Sanity limit on the grid's total training tokens; a larger study needs ``force``."""
-    reuse_trials: bool = True
+    reuse_trials: bool = checked(boolean, True)
     """Train nothing that a finished trial of any study already trained with the same trainer
     config on the same token store: its run is copied into this study, tagged ``reused_from``
     (:mod:`workers.studies.reuse`). ``false``: train every trial here."""
-    recipe_d_ref_tokens: int | None = None
+    recipe_d_ref_tokens: int | None = checked(_positive_int, None)
     """The ``fixed`` recipe's reference D in tokens; ``None`` = √(D_min·D_max) of the settings.
     ``cbs study extend`` pins it when it adds settings, so the trials already run keep their β2
     and τ (:mod:`cbscore.study.extend`)."""
-    local: LocalSpec | None = None
+    local: LocalSpec | None = field(default=None, metadata={"coerce": False})  # read by its kind's block
     """``local`` studies: the base run's batch and rate, its checkpoints and the branches from each
     (:class:`~cbscore.study.local_spec.LocalSpec`; ``None`` = its defaults). A local study's
     ``batch_sizes`` and ``b_ref`` are derived from it (every ``k·B0``, and ``B0``)."""
-    decay: DecaySpec | None = None
+    decay: DecaySpec | None = field(default=None, metadata={"coerce": False})  # read by its kind's block
     """``schedule`` studies: the schedules measured, the decay and the horizons read
     (:class:`~cbscore.study.decay_spec.DecaySpec`; ``None`` = its defaults)."""
-    pinned_targets: Mapping[str, float] | None = None
+    pinned_targets: Mapping[str, float] | None = checked(_mapping, None, coerce=_dict_if_mapping)
     """Targets (held-out loss, nats per token) that settings had when the study was extended: the
     planner uses them instead of recomputing them from the reference cell, so trials that
     stopped at a target stay measured against it (a new seed's reference runs would move the mean
@@ -230,35 +312,14 @@ class StudySpec:
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):  # "$" would admit a trailing newline
-            raise ConfigError("name", self.name, "must be 1-64 letters, digits, '-' or '_', starting with a letter or digit")
-        if self.kind not in KINDS:
-            raise ConfigError("kind", self.kind, f"must be one of {', '.join(KINDS)}")
-        for name in ("models", "tokens", "batch_sizes", "seeds"):
-            value = getattr(self, name)
-            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-                raise ConfigError(name, value, "must be a list")
-            object.__setattr__(self, name, tuple(value))
-        if self.ewa_taus is not None:
-            object.__setattr__(self, "ewa_taus", tuple(self.ewa_taus))
-        object.__setattr__(self, "settings", tuple(
-            s if isinstance(s, SettingSpec) else _setting_from_dict(s, i) for i, s in enumerate(self.settings)))
-        if isinstance(self.search, Mapping):
-            object.__setattr__(self, "search", _search_from_dict(self.search))
-        if isinstance(self.experimental, Mapping):
-            object.__setattr__(self, "experimental", ExperimentalSpec.from_dict(self.experimental))
-        elif not isinstance(self.experimental, ExperimentalSpec):
-            raise ConfigError("experimental", self.experimental, "must be a mapping of fields")
+        super().__post_init__()  # wire values coerced, each field's own check (its metadata)
         self._check_experimental()
-        object.__setattr__(self, "data", dict(self.data))
-        if self.target_losses is not None:
-            object.__setattr__(self, "target_losses", dict(self.target_losses))
         for kind, (block, apply, _) in _KIND_BLOCKS.items():
             if kind == self.kind:
                 apply(self)
             elif getattr(self, block) is not None:
                 raise ConfigError(block, getattr(self, block), f"applies to kind {kind} only, not {self.kind}")
-
+        # checked here, after the kind's block: a local study derives its batch sizes and b_ref
         if not self.batch_sizes:
             raise ConfigError("batch_sizes", list(self.batch_sizes), "must list at least one batch size")
         for b in self.batch_sizes:
@@ -269,60 +330,16 @@ class StudySpec:
         _positive_int("b_ref", self.b_ref)
         if self.b_ref not in self.batch_sizes:
             raise ConfigError("b_ref", self.b_ref, f"must be one of batch_sizes {list(self.batch_sizes)}")
-        _positive_int("context_tokens", self.context_tokens)
-        _positive_float("overhead", self.overhead)
-        _positive_float("budget_multiple", self.budget_multiple)
-        if self.budget_multiple < 1:
-            raise ConfigError("budget_multiple", self.budget_multiple, "must be at least 1 (a trial gets at least D tokens)")
-        if isinstance(self.budget_margin, bool) or not (isinstance(self.budget_margin, (int, float))
-                                                           and 0 <= self.budget_margin <= 10):
-            raise ConfigError("budget_margin", self.budget_margin, "must be a number in [0, 10]")
-        from cbscore.recipe import RECIPE_RULES
-
-        if self.recipe not in RECIPE_RULES:
-            raise ConfigError("recipe", self.recipe, f"must be one of {', '.join(RECIPE_RULES)}")
-        if not (isinstance(self.prune_margin, (int, float)) and 0 <= self.prune_margin <= 10):
-            raise ConfigError("prune_margin", self.prune_margin, "must be a number in [0, 10]")
-        if not isinstance(self.stop_far_rates, bool):
-            raise ConfigError("stop_far_rates", self.stop_far_rates, "must be true or false")
-        if isinstance(self.equal_token_fraction, bool) or not (isinstance(self.equal_token_fraction, (int, float))
-                                                                  and 0 < self.equal_token_fraction <= 1):
-            raise ConfigError("equal_token_fraction", self.equal_token_fraction, "must be a number in (0, 1]")
-        if isinstance(self.far_rate_fraction, bool) or not (isinstance(self.far_rate_fraction, (int, float))
-                                                            and 0 <= self.far_rate_fraction <= 1):
-            raise ConfigError("far_rate_fraction", self.far_rate_fraction, "must be a number in [0, 1]")
-        if isinstance(self.far_rate_margin, bool) or not (isinstance(self.far_rate_margin, (int, float))
-                                                          and 0 < self.far_rate_margin <= 10):
-            raise ConfigError("far_rate_margin", self.far_rate_margin, "must be a number in (0, 10] (nats)")
-        if isinstance(self.equal_token_margin, bool) or not (isinstance(self.equal_token_margin, (int, float))
-                                                                and 0 < self.equal_token_margin <= 10):
-            raise ConfigError("equal_token_margin", self.equal_token_margin, "must be a number in (0, 10] (nats)")
-        if not (isinstance(self.warmup_fraction, (int, float)) and 0 <= self.warmup_fraction < 1):
-            raise ConfigError("warmup_fraction", self.warmup_fraction, "must be in [0, 1)")
+        # after the kind's block too: a schedule study names its own rule for a schedule first
         if self.schedule == "constant_ewa":  # the name a schedule study's decay.schedules gives it
             object.__setattr__(self, "schedule", "constant")
         if self.schedule not in SCHEDULES:
             raise ConfigError("schedule", self.schedule, f"must be one of {', '.join(SCHEDULES)} (or constant_ewa)")
-        if not (isinstance(self.beta1, (int, float)) and 0 <= self.beta1 < 1):
-            raise ConfigError("beta1", self.beta1, "must be in [0, 1)")
-        if self.beta2 is not None and not (isinstance(self.beta2, (int, float)) and 0 <= self.beta2 < 1):
-            raise ConfigError("beta2", self.beta2, "must be in [0, 1) or null for the paper's table")
-        if self.ewa_taus is not None:
-            if not self.ewa_taus:
-                raise ConfigError("ewa_taus", list(self.ewa_taus), "must list at least one τ or be null")
-            for tau in self.ewa_taus:
-                if not (isinstance(tau, (int, float)) and 0 < tau < 1):
-                    raise ConfigError("ewa_taus", tau, "each τ must be in (0, 1)")
-        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
-            raise ConfigError("weight_decay", self.weight_decay, "must be a non-negative number")
-        _positive_float("grad_clip", self.grad_clip)
-        _positive_int("devices_per_trial", self.devices_per_trial)
         uneven = [b for b in self.batch_sizes if b % self.devices_per_trial]
         if uneven:
             raise ConfigError("devices_per_trial", self.devices_per_trial,
                               f"must divide every batch size (it does not divide {uneven})")
         if self.micro_batch_size is not None:
-            _positive_int("micro_batch_size", self.micro_batch_size)
             k = self.devices_per_trial
             bad = [b for b in self.batch_sizes if b // k > self.micro_batch_size and (b // k) % self.micro_batch_size]
             if bad:
@@ -330,20 +347,8 @@ class StudySpec:
                 raise ConfigError("micro_batch_size", self.micro_batch_size,
                                   f"must divide every larger {what} (it does not divide {bad})")
         self._check_gns()
-        if self.forecast_from is not None and (not isinstance(self.forecast_from, str) or not _NAME_RE.fullmatch(self.forecast_from)):
-            raise ConfigError("forecast_from", self.forecast_from, "must be the name of another study")
         if self.forecast_from is not None and self.forecast_from == self.name:
             raise ConfigError("forecast_from", self.forecast_from, "must name another study, not this one")
-        _positive_int("eval_windows", self.eval_windows)
-        _positive_float("max_eval_fraction", self.max_eval_fraction)
-        if not self.seeds:
-            raise ConfigError("seeds", list(self.seeds), "must list at least one seed")
-        for s in self.seeds:
-            if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-                raise ConfigError("seeds", s, "each seed must be a non-negative integer")
-        _positive_int("max_trials", self.max_trials)
-        _positive_float("max_total_tokens", self.max_total_tokens)
-        _positive_float("tokens_per_param", self.tokens_per_param)
         self._check_kind()
         if self.target_losses is not None:
             ids = {s.setting_id for s in self.resolve_settings()}
@@ -355,22 +360,13 @@ class StudySpec:
             missing = sorted(ids - set(self.target_losses))
             if missing:
                 raise ConfigError("target_losses", dict(self.target_losses), f"must give a target for every setting (missing {missing})")
-        if not isinstance(self.reuse_trials, bool):
-            raise ConfigError("reuse_trials", self.reuse_trials, "must be true or false")
-        if self.recipe_d_ref_tokens is not None:
-            _positive_int("recipe_d_ref_tokens", self.recipe_d_ref_tokens)
         if self.pinned_targets is not None:
-            if not isinstance(self.pinned_targets, Mapping):
-                raise ConfigError("pinned_targets", self.pinned_targets, "must map setting ids to losses")
-            object.__setattr__(self, "pinned_targets", dict(self.pinned_targets))
             ids = {s.setting_id for s in self.resolve_settings()}
             for key, loss in self.pinned_targets.items():
                 if key not in ids:
                     raise ConfigError("pinned_targets", key, f"names no setting of this study (settings: {sorted(ids)})")
                 if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not 0 < loss <= sys.float_info.max:
                     raise ConfigError(f"pinned_targets.{key}", loss, "must be a positive finite loss")
-        from cbscore.study.bounds import check_numbers
-
         check_numbers(self)  # and every number finite, in its stated range (the checks above name types and signs)
 
     @property
@@ -403,12 +399,9 @@ class StudySpec:
         return tuple(b for b in chosen if b > self.gns_micro_batch_size)
 
     def _check_gns(self) -> None:
-        if self.gns_cells not in GNS_CELLS:
-            raise ConfigError("gns_cells", self.gns_cells, f"must be one of {', '.join(GNS_CELLS)}")
         m = self.gns_micro_batch_size
         if m is None:
             return
-        _positive_int("gns_micro_batch_size", m)
         if m >= self.b_ref:
             raise ConfigError("gns_micro_batch_size", m,
                               f"must be smaller than b_ref={self.b_ref} (the forecast needs the reference runs split in two at least)")
@@ -502,33 +495,26 @@ class StudySpec:
 
     # ------------------------------------------------------------------ wire format
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        for key in ("models", "tokens", "batch_sizes", "seeds"):
-            d[key] = list(d[key])
-        d["settings"] = [dict(s) for s in d["settings"]]
-        d["search"]["lrs"] = list(d["search"]["lrs"])
-        d["ewa_taus"] = None if self.ewa_taus is None else list(self.ewa_taus)
-        d["data"] = dict(self.data)
-        d["target_losses"] = None if self.target_losses is None else dict(self.target_losses)
-        d["pinned_targets"] = None if self.pinned_targets is None else dict(self.pinned_targets)
-        d["local"] = None if self.local is None else self.local.to_dict()
-        d["decay"] = None if self.decay is None else self.decay.to_dict()
-        if self.experimental == ExperimentalSpec():
+        d = super().to_dict()
+        if self.experimental == _NO_EXPERIMENTAL:
             del d["experimental"]  # the rules that failed the criteria appear only in a spec that uses one
         return d
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StudySpec:
+        """The base's reading, with the study's own messages (``spec: must be a mapping of fields``,
+        ``is not a study field (known: ...)``) and the rules given at their place before issue 40
+        moved into ``experimental`` (with a warning)."""
         if not isinstance(data, Mapping):
             raise ConfigError("spec", data, "must be a mapping of fields")
         data = move_experimental(data)  # a spec from before issue 40 gives them at their old place
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        known = cls._plan().names
+        unknown = sorted(data.keys() - known)
         if unknown:
             raise ConfigError(unknown[0], data[unknown[0]], f"is not a study field (known: {', '.join(sorted(known))})")
         if "name" not in data:
             raise ConfigError("name", None, "is required")
-        return cls(**dict(data))
+        return cls(**data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

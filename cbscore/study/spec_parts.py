@@ -256,8 +256,9 @@ def move_experimental(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SettingSpec:
-    """One ``(model, D)`` of a ``custom`` study."""
+class SettingSpec(Config):
+    """One ``(model, D)`` of a ``custom`` study (checked by the study: only a ``custom`` study reads
+    them, and its messages name the entry, ``settings[0].model``)."""
 
     model: str
     """Model preset name (``cbs models`` lists them)."""
@@ -281,14 +282,37 @@ class Setting:
     """Training FLOPs per token of the preset at the study's context (PaLM appendix B)."""
 
 
-def _setting_from_dict(value: Any, index: int) -> SettingSpec:
-    if not isinstance(value, Mapping) or set(value) != {"model", "tokens"}:
-        raise ConfigError(f"settings[{index}]", value, "must be a mapping with exactly the keys model and tokens")
-    return SettingSpec(model=value["model"], tokens=value["tokens"])
+def _settings_given(value: Any) -> Any:
+    """``StudySpec.settings`` as given on the wire: each ``{model, tokens}`` mapping becomes a
+    :class:`SettingSpec`; any other entry stays for :func:`_each_setting` to name with its index
+    (a string or a mapping is read entry by entry, as a list of its characters or keys)."""
+    if not hasattr(value, "__iter__"):
+        return value  # refused by iterating it in the check
+    if isinstance(value, tuple) and all(isinstance(s, SettingSpec) for s in value):
+        return value
+    return tuple(SettingSpec(model=s["model"], tokens=s["tokens"])
+                 if isinstance(s, Mapping) and set(s) == {"model", "tokens"} else s for s in value)
 
 
-def _search_from_dict(value: Mapping[str, Any]) -> SearchSpec:
-    for key in sorted(value):
-        if f"search.{key}" in MOVED_TO_EXPERIMENTAL:
-            raise ConfigError(f"search.{key}", value[key], f"moved to experimental.{key} (issue 40)")
+def _each_setting(field_name: str, value: Any) -> None:
+    for index, setting in enumerate(value):
+        if not isinstance(setting, SettingSpec):
+            raise ConfigError(f"{field_name}[{index}]", setting, "must be a mapping with exactly the keys model and tokens")
+
+
+def _search_given(value: Any) -> Any:
+    """``StudySpec.search`` as given: a mapping read by :meth:`SearchSpec.from_dict`, refusing a rule
+    given at the place it moved from (``StudySpec.from_dict`` moves those first, with a warning;
+    a spec built in code gets told where it went)."""
+    if isinstance(value, SearchSpec):
+        return value
+    if isinstance(value, Mapping):
+        for key in sorted(value):
+            if f"search.{key}" in MOVED_TO_EXPERIMENTAL:
+                raise ConfigError(f"search.{key}", value[key], f"moved to experimental.{key} (issue 40)")
     return SearchSpec.from_dict(value)
+
+
+def _experimental_given(value: Any) -> Any:
+    """``StudySpec.experimental`` as given: a mapping read by :meth:`ExperimentalSpec.from_dict`."""
+    return value if isinstance(value, ExperimentalSpec) else ExperimentalSpec.from_dict(value)

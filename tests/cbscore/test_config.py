@@ -130,3 +130,29 @@ def test_a_field_left_uncoerced_keeps_its_value_and_still_goes_to_the_wire_as_li
     block = Block(table=[[1, 2]])
     assert block.table == [[1, 2]]  # __post_init__ reads it as given (a message quotes it as given)
     assert Block(table=((1, 2),)).to_dict() == {"size": 1, "table": [[1, 2]]}
+
+
+def _halves(value):
+    return tuple(v / 2 for v in value) if isinstance(value, list) else value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Owned(Config):
+    """Fields coerced by their own function (``checked(..., coerce=f)``), a mapping, a list of configs."""
+
+    halves: tuple[float, ...] = checked(None, (), coerce=_halves)
+    labels: dict[str, int] | None = checked(None, None, coerce=lambda v: None if v is None else dict(v))
+    inners: tuple[Inner, ...] = checked(None, (), coerce=lambda v: tuple(Inner.from_dict(e) if isinstance(e, dict)
+                                                                         else e for e in v))
+
+
+def test_a_field_coerced_by_its_own_function_and_its_wire_form():
+    c = Owned(halves=[1.0, 3.0], labels={"a": 1}, inners=[{"size": 2}, Inner(size=3)])
+    assert c.halves == (0.5, 1.5)  # the field's function, not the type's list -> tuple
+    assert c.inners == (Inner(size=2), Inner(size=3))
+    wire = c.to_dict()
+    assert wire == {"halves": [0.5, 1.5], "labels": {"a": 1}, "inners": [{"size": 2}, {"size": 3}]}
+    wire["labels"]["a"] = 9  # the wire's mapping is a new dict: the frozen config keeps its own
+    assert c.labels == {"a": 1}
+    assert Owned(halves=(1.0,)).halves == (1.0,)  # a tuple is taken as given by this function
+    assert Owned().to_dict()["labels"] is None
