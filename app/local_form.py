@@ -76,10 +76,10 @@ def local_rows(spec) -> list[dict[str, Any]]:
 
     rows = []
     for ts in local_trials(spec, {s: "(snapshots)" for s in spec.seeds}):
-        tc = ts.train_config
-        start = tc.get("branch_tokens") or 0
+        branch = ts.train_config.get("branch") or {}
+        start = branch.get("branch_tokens") or 0
         # the warm-up's steps change with its batch: the trainer's own count
-        steps = TrainConfig.from_dict(tc).total_steps if tc.get("batch_schedule") else \
+        steps = TrainConfig.from_dict(ts.train_config).total_steps if branch.get("batch_schedule") else \
             (ts.max_tokens - start) // (ts.batch_size * spec.context_tokens)
         rows.append({"trial": ts.trial_id, "role": ts.role, "from (tokens)": start, "to (tokens)": ts.max_tokens,
                      "k": ts.batch_size / spec.local.base_batch_size, "B (sequences)": ts.batch_size, "lr": ts.lr,

@@ -6,7 +6,7 @@
   :func:`noise_aware_local_cbs`, :class:`LocalCbsReadout`);
 - :mod:`._curve`: the power law of the local CBS over tokens (:func:`fit_local_cbs_curve`);
 - :mod:`._warmup`: the batch-size warm-up it recommends (:func:`plan_warmup`, :func:`schedule_warmup`,
-  :class:`WarmupPlan`), its ``batch_schedule`` ready for ``TrainConfig``;
+  :class:`WarmupPlan`), its ``batch_schedule`` ready for ``TrainConfig.branch``;
 - :mod:`._arms`: the warm-up run and its small- and large-batch controls at equal tokens
   (:func:`warmup_arms`, :func:`on_equal_token_grid`, :class:`WarmupArm`).
 

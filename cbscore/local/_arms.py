@@ -44,7 +44,7 @@ class WarmupArm:
     lr: float
     """Peak learning rate at the start (``η0``, or the warm-up's final rate for the large control)."""
     batch_schedule: tuple[tuple[int, int, float], ...]
-    """``TrainConfig.batch_schedule``: the warm-up's switches; empty for the controls."""
+    """``TrainConfig.branch.batch_schedule``: the warm-up's switches; empty for the controls."""
     max_tokens: int
     """``D_eq``: the tokens every arm trains, a multiple of ``B_final·T``."""
     steps: int

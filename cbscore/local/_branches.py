@@ -16,7 +16,7 @@ before), it keeps a share ``τ^n`` of its weight on the base's past: at a fixed 
 ``k = 8`` branch takes 8× fewer steps than ``k = 1``, so its averaged loss reads more of the
 (higher-loss) past and rises with ``k`` while its training loss falls. Two readings remove that:
 
-- ``branch`` (the default): the average starts at the branch (``TrainConfig.branch_ewa = reset``:
+- ``branch`` (the default): the average starts at the branch (``TrainConfig.branch.branch_ewa = reset``:
   ``ξ_0 = 0``, bias correction ``1 − Π τ_s`` over the branch's own steps; :mod:`cbscore.train.averaging`)
   and decays per token as the base does (``ewa_batch_size = B0``: ``τ^k`` per step of ``k·B0``), so
   every ``k`` weighs the same tokens of its window alike and nothing of the base's;
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from cbscore.config import Config, checked, one_of
 from cbscore.errors import ConfigError, positive_finite, positive_int
+from cbscore.train.branch_config import BranchConfig
 from cbscore.train.checkpoint import snapshot_path
 from cbscore.train.config import TrainConfig
 
@@ -60,7 +61,7 @@ class BranchSpec(Config):
 
     checkpoint_tokens: int = checked(positive_int)
     """Stream position of the base snapshot it starts from, tokens (one of the base's
-    ``snapshot_tokens``)."""
+    ``branch.snapshot_tokens``)."""
     multiplier: float = checked(positive_finite)
     """``k``: the branch's batch is ``k · B0`` sequences (a whole number)."""
     window_tokens: int = checked(positive_int)
@@ -76,11 +77,11 @@ class BranchSpec(Config):
 
 def branch_config(base: TrainConfig, spec: BranchSpec, *, snapshot_dir: str,
                   checkpoint_dir: str | None = None) -> TrainConfig:
-    """The branch's ``TrainConfig``: ``branch_from = snapshot_path(snapshot_dir, tokens)``, batch
+    """The branch's ``TrainConfig``: ``branch.branch_from = snapshot_path(snapshot_dir, tokens)``, batch
     ``k·B0``, learning rate ``f(k)·η0``, trained from ``checkpoint_tokens`` to
     ``checkpoint_tokens + window_tokens``; the base's β2, τ, warm-up and schedule anchor made
     explicit (so the branch continues them), its averages as ``spec.averaging`` says
-    (``branch_ewa``, ``ewa_batch_size``), no target, no snapshots of its own."""
+    (``branch.branch_ewa``, ``ewa_batch_size``), no target, no snapshots of its own."""
     batch = spec.multiplier * base.batch_size
     if batch != round(batch):
         raise ConfigError("multiplier", spec.multiplier,
@@ -112,18 +113,17 @@ def branch_config(base: TrainConfig, spec: BranchSpec, *, snapshot_dir: str,
         gns_half_life_tokens=base.resolved_gns_half_life_tokens(),
         beta2=base.resolved_beta2(),
         ewa_taus=base.resolved_ewa_taus(),
-        branch_ewa="reset" if spec.averaging == "branch" else "carry",
         # τ per step of the base's batch: τ^k per step of k·B0 (the same decay per token)
         ewa_batch_size=None if spec.averaging == "carry" else base.ewa_batch_size or base.batch_size,
         warmup_tokens=base.resolved_warmup_tokens(),
         schedule_batch_size=schedule.anchor_batch_tokens // base.context_tokens,
         schedule_tokens=schedule.steps.total_steps * schedule.anchor_batch_tokens,
-        batch_schedule=(),
-        branch_from=str(snapshot_path(snapshot_dir, spec.checkpoint_tokens)),
-        branch_step=plan.steps_before(spec.checkpoint_tokens),
-        branch_tokens=spec.checkpoint_tokens,
-        snapshot_dir=None,
-        snapshot_tokens=(),
+        branch=BranchConfig(
+            branch_from=str(snapshot_path(snapshot_dir, spec.checkpoint_tokens)),
+            branch_step=plan.steps_before(spec.checkpoint_tokens),
+            branch_tokens=spec.checkpoint_tokens,
+            branch_ewa="reset" if spec.averaging == "branch" else "carry",
+        ),
         checkpoint_dir=checkpoint_dir,
         checkpoint_every_steps=base.checkpoint_every_steps if checkpoint_dir is not None else None,
     )

@@ -36,7 +36,7 @@ class WarmupPlan:
     total_tokens: int
     """The run's budget, tokens."""
     batch_schedule: tuple[tuple[int, int, float], ...]
-    """``(tokens_from, batch_size, lr_multiplier)``: ``TrainConfig.batch_schedule`` as is."""
+    """``(tokens_from, batch_size, lr_multiplier)``: ``TrainConfig.branch.batch_schedule`` as is."""
     steps: int
     """Optimizer steps of the warm-up run."""
     constant_steps: int

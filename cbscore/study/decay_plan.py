@@ -33,7 +33,7 @@ class DecaySnapshots:
     """What the runner found of the stable runs' snapshots (the planner reads no disk)."""
 
     folders: Mapping[str, str] = field(default_factory=dict)
-    """Stable trial id → its snapshot folder (``TrainConfig.snapshot_dir``) on the runner's host."""
+    """Stable trial id → its snapshot folder (``TrainConfig.branch.snapshot_dir``) on the runner's host."""
     ready: Mapping[str, frozenset[int]] = field(default_factory=dict)
     """Stable trial id → branch points (tokens) whose snapshot exists and that the run has passed."""
 

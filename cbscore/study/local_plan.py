@@ -7,7 +7,7 @@ same plan and a pass can be re-run after any failure.
 Order of work (Merrill et al. 2025, arXiv 2505.23971, §3):
 
 1. one *base run* per seed, ``{study}.base.s{seed}``: batch ``B0``, rate ``η0``, D tokens, keeping a
-   read-only snapshot at every checkpoint (``TrainConfig.snapshot_tokens``);
+   read-only snapshot at every checkpoint (``TrainConfig.branch.snapshot_tokens``);
 2. from base ``s``'s snapshot at ``t`` tokens, one *branch* per ``k``,
    ``{study}.t{t}.k{k}.s{seed}``: ``k·B0`` sequences at ``f(k)·η0`` for ``Δ`` tokens
    (:func:`cbscore.local.branch_config`), startable as soon as that snapshot exists, while the
@@ -44,7 +44,7 @@ class LocalSnapshots:
     """What the runner found of the base runs' snapshots (the planner reads no disk)."""
 
     folders: Mapping[int, str] = field(default_factory=dict)
-    """Seed → the base run's snapshot folder (``TrainConfig.snapshot_dir``) on the runner's host."""
+    """Seed → the base run's snapshot folder (``TrainConfig.branch.snapshot_dir``) on the runner's host."""
     ready: Mapping[int, frozenset[int]] = field(default_factory=dict)
     """Seed → checkpoint token counts whose snapshot exists and that the base run has passed."""
 
@@ -77,7 +77,10 @@ def base_train_config(spec: StudySpec, seed: int, snapshot_dir: str) -> dict:
     setting, local = _setting(spec), spec.local
     config = build_train_config(spec, setting, batch_size=local.base_batch_size, lr=local.base_lr, seed=seed,
                                 max_tokens=setting.tokens, max_steps=None, target_loss=None)
-    return {**config, "snapshot_dir": snapshot_dir, "snapshot_tokens": [c.tokens for c in study_checkpoints(spec)]}
+    from cbscore.train.branch_config import BranchConfig
+
+    snapshots = BranchConfig(snapshot_dir=snapshot_dir, snapshot_tokens=tuple(c.tokens for c in study_checkpoints(spec)))
+    return {**config, "branch": snapshots.to_dict()}
 
 
 def base_trial(spec: StudySpec, seed: int, snapshot_dir: str) -> TrialSpec:
@@ -138,6 +141,7 @@ def arm_trial(spec: StudySpec, arm, seed: int) -> TrialSpec:
     arm's multiplier; its weight averages decay per ``B0·T`` tokens (``ewa_batch_size = B0``:
     ``τ^(B/B0)`` per step of ``B``), so the three arms' averaged losses weigh the same tokens alike
     (per step, as before issue 39, with ``local.averaging: carry``); no snapshots, no target."""
+    from cbscore.train.branch_config import BranchConfig
     from cbscore.train.config import TrainConfig
 
     setting, local = _setting(spec), spec.local
@@ -150,7 +154,8 @@ def arm_trial(spec: StudySpec, arm, seed: int) -> TrialSpec:
         return micro if micro is not None and all((b // base.devices) % micro == 0 for b in batches) else None
 
     config = base.replace(
-        batch_size=arm.batch_size, lr=arm.lr, batch_schedule=arm.batch_schedule, max_tokens=arm.max_tokens,
+        batch_size=arm.batch_size, lr=arm.lr, branch=BranchConfig(batch_schedule=arm.batch_schedule),
+        max_tokens=arm.max_tokens,
         micro_batch_size=divides(base.micro_batch_size), gns_micro_batch_size=None,
         beta2=base.resolved_beta2(), ewa_taus=base.resolved_ewa_taus(), warmup_tokens=base.resolved_warmup_tokens(),
         ewa_batch_size=None if local.averaging == "carry" else local.base_batch_size,

@@ -137,7 +137,7 @@ class LocalSpec(Config):
     curve is fitted, by ``cbs study warmup NAME`` or the Local CBS page's *Launch the schedule*
     (an extension of the study: :mod:`workers.studies.local_warmup`)."""
     warmup_schedule: tuple[tuple[int, int, float], ...] = dataclasses.field(default=(), metadata={"coerce": False})
-    """The warm-up's ``(tokens_from, batch_size, lr_multiplier)`` switches (``TrainConfig.batch_schedule``),
+    """The warm-up's ``(tokens_from, batch_size, lr_multiplier)`` switches (``TrainConfig.branch.batch_schedule``),
     tokens, sequences and a multiple of ``η0``: the fitted curve's recommendation with each switch on a
     multiple of ``B_final·T`` (:func:`cbscore.local.on_equal_token_grid`), so that all three arms end
     on the same token. Required with :attr:`warmup_run`, and only with it."""

@@ -1,4 +1,4 @@
-"""Starting a trial from another trial's checkpoint (a *branch*; ``TrainConfig.branch_from``).
+"""Starting a trial from another trial's checkpoint (a *branch*; ``TrainConfig.branch.branch_from``).
 
 Merrill et al. 2025 (arXiv 2505.23971, §3) measure the local critical batch size by branching
 from checkpoints of one run: each branch continues with a new batch size ``k·B0`` and learning
@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from cbscore.errors import ConfigError
+from cbscore.train.branch_config import NO_BRANCH, flat_dict
 from cbscore.train.checkpoint import read_checkpoint
 from cbscore.train.config import LATER_FIELDS, TrainConfig
 
@@ -41,21 +42,22 @@ SCHEDULE_SHAPE_FIELDS = ("schedule", "min_lr_ratio", "decay_fraction")
 
 
 def read_base(config: TrainConfig) -> dict:
-    """The checkpoint at ``config.branch_from``, checked against the branch's config."""
+    """The checkpoint at ``config.branch.branch_from``, checked against the branch's config."""
+    branch = config.branch
     try:
-        ckpt = read_checkpoint(config.branch_from)
+        ckpt = read_checkpoint(branch.branch_from)
     except FileNotFoundError:
-        raise ConfigError("branch_from", config.branch_from, "holds no checkpoint.pt (the base trial's snapshot)") from None
+        raise ConfigError("branch_from", branch.branch_from, "holds no checkpoint.pt (the base trial's snapshot)") from None
     except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError, EOFError, UnpicklingError, ...
-        raise ConfigError("branch_from", config.branch_from,
+        raise ConfigError("branch_from", branch.branch_from,
                           f"holds a checkpoint that cannot be read ({type(exc).__name__}: {exc})") from exc
-    base = TrainConfig.from_dict({**LATER_FIELDS, **ckpt["config"]})
+    base = TrainConfig.from_dict({**LATER_FIELDS, **flat_dict(ckpt["config"])})  # (a base of any age)
     step = int(ckpt["step"])
-    if step != config.branch_step:
-        raise ConfigError("branch_step", config.branch_step, f"does not match the checkpoint at branch_from (step {step})")
+    if step != branch.branch_step:
+        raise ConfigError("branch_step", branch.branch_step, f"does not match the checkpoint at branch_from (step {step})")
     tokens = int(ckpt["tokens"]) if "tokens" in ckpt else base.batch_plan().tokens_at(step)
-    if tokens != config.branch_tokens:
-        raise ConfigError("branch_tokens", config.branch_tokens,
+    if tokens != branch.branch_tokens:
+        raise ConfigError("branch_tokens", branch.branch_tokens,
                           f"does not match the checkpoint at branch_from ({tokens} tokens)")
     _check_compatible(config, base)
     return ckpt
@@ -63,12 +65,14 @@ def read_base(config: TrainConfig) -> dict:
 
 def same_rates_before(config: TrainConfig, base: TrainConfig) -> bool:
     """Whether ``config``'s learning-rate schedule gives exactly the base's rate at every step the
-    base took before ``config.branch_tokens`` (same peak rate, warm-up and rates after it): a
+    base took before ``config.branch.branch_tokens`` (same peak rate, warm-up and rates after it): a
     branch with another schedule shape is then a run trained straight on its own."""
-    if config.branch_tokens is None or config.lr != base.lr or config.batch_schedule != base.batch_schedule:
+    branch_tokens = None if config.branch is None else config.branch.branch_tokens
+    if (branch_tokens is None or config.lr != base.lr
+            or config.branch.batch_schedule != (base.branch or NO_BRANCH).batch_schedule):
         return False
     ours, theirs, plan = config.lr_schedule(), base.lr_schedule(), base.batch_plan()
-    for step in range(plan.steps_before(config.branch_tokens)):
+    for step in range(plan.steps_before(branch_tokens)):
         tokens = plan.tokens_at(step)
         if ours.lr_at_tokens(tokens) != theirs.lr_at_tokens(tokens):
             return False

@@ -58,7 +58,7 @@ class Checkpointer:
         """A branch's first attempt: model, AdamW state and (given ``average``) the averages from
         the base checkpoint, read only (:mod:`cbscore.train.branch`); nothing for a trial that is
         no branch. Every rank reads it (the optimizer state is not broadcast)."""
-        if self.config.branch_from is not None:
+        if self.config.branch is not None and self.config.branch.branch_from is not None:
             carry_over(read_base(self.config), model, optimizer, average)
 
     def due(self, *, is_ckpt_step: bool, is_log_step: bool) -> bool:

@@ -12,6 +12,7 @@ in its metadata (run first), ``__post_init__`` keeps the rules between fields.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +22,14 @@ from cbscore.errors import ConfigError, non_negative_int, positive_finite, posit
 from cbscore.model.config import PRESETS
 from cbscore.recipe import BETA1, EPS, GRAD_CLIP, WARMUP_FRACTION, WEIGHT_DECAY, Recipe, trial_recipe
 from cbscore.train.batch_plan import BatchPlan, build_plan
+from cbscore.train.branch_config import BRANCH_FIELDS, NO_BRANCH, BranchConfig, as_branch, fold_flat
 from cbscore.train.plan_checks import check_batch_schedule as _check_batch_schedule
 from cbscore.train.plan_checks import check_branch as _check_branch
 from cbscore.train.plan_checks import check_snapshots as _check_snapshots
 from cbscore.train.schedules import SCHEDULES, LrSchedule, TokenLrSchedule, warmup_steps
 
 DEVICES = ("auto", "cpu", "cuda")
-BRANCH_EWA = ("carry", "reset")
+BRANCH_KEYS = frozenset(BRANCH_FIELDS)
 
 
 def _model_preset(name: str, value: Any) -> None:
@@ -72,7 +74,7 @@ class TrainConfig(Config):
     """Stream position in tokens at which training ends (tokens the model has seen since its
     initialisation). For a run from scratch this is the budget, and the run lasts
     ``max_tokens // (batch_size · context_tokens)`` steps (rounded down to whole steps, never over
-    budget); a branch trains from ``branch_tokens`` to it; ``batch_schedule`` changes the steps
+    budget); a branch trains from ``branch.branch_tokens`` to it; ``branch.batch_schedule`` changes the steps
     (:mod:`cbscore.train.batch_plan`)."""
     max_steps: int | None = checked(positive_int, None)
     """Optional cap on optimizer steps (the planner caps a cell's budget this way)."""
@@ -103,46 +105,13 @@ class TrainConfig(Config):
     to its end). ``None`` = this run's own end (its last step's stream position); a branch sets
     its base run's, so it continues the base's decay rather than starting one of its own."""
 
-    # ---------------------------------------------------------------- batch-size schedule
-    batch_schedule: tuple[tuple[int, int, float], ...] = ()
-    """Batch-size schedule in tokens: ``(tokens_from, batch_size, lr_multiplier)`` entries in
-    increasing ``tokens_from`` (stream positions in tokens). From the first step boundary at or
-    after ``tokens_from`` steps take ``batch_size`` sequences and the learning rate is
-    ``lr_multiplier`` × the schedule's (the multiplier is absolute, not compounded; the run starts
-    at ``batch_size`` and 1.0). Merrill et al. 2025's warm-up doubles the batch with ×√2 each time
-    (:func:`cbscore.local.plan_warmup`). Empty = one batch size throughout."""
-
-    # ---------------------------------------------------------------- branching
-    branch_from: str | None = None
-    """Checkpoint folder of another trial (its ``checkpoint.pt``; typically a snapshot,
-    :func:`cbscore.train.checkpoint.snapshot_path`) that this trial starts from: model, AdamW moments
-    and weight averages carried over, the data stream and the schedule continued at
-    ``branch_tokens``. Read only: the branch never writes, moves or removes anything there; its
-    own checkpoints go to ``checkpoint_dir``, and a checkpoint there takes precedence (resume).
-    Needs ``branch_step``, ``branch_tokens`` and an explicit ``beta2``, ``ewa_taus`` and
-    ``warmup_tokens``. ``None`` = start from the initialisation."""
-    branch_step: int | None = None
-    """The base trial's optimizer step at ``branch_from`` (checked against the checkpoint)."""
-    branch_tokens: int | None = None
-    """The base trial's stream position in tokens at ``branch_from`` (checked against the
-    checkpoint): where this trial's data and learning-rate schedule start."""
-
-    branch_ewa: str = checked(one_of(BRANCH_EWA), "carry")
-    """How a branch's weight averages start (with ``branch_from``): ``carry`` = the base's carried
-    over and continued (they hold the base's past: after ``n`` branch steps a share ``Π τ_s`` of
-    their weight is from before the branch); ``reset`` = afresh at the branch, ``ξ_0 = 0`` and the
-    bias correction counted over the branch's own steps only (:mod:`cbscore.train.averaging`), so they
-    average the branch's iterates and nothing of the base's. A trial without ``branch_from`` takes
-    ``carry`` (it has nothing to reset)."""
-
-    # ---------------------------------------------------------------- snapshots
-    snapshot_dir: str | None = checked(folder, None)
-    """Folder of read-only snapshots of this trial's state for branches to start from:
-    ``snapshot_path(snapshot_dir, tokens)`` for each of ``snapshot_tokens``. Written once each
-    (an existing snapshot is never overwritten) and never removed by the trainer."""
-    snapshot_tokens: tuple[int, ...] = ()
-    """Stream positions in tokens at which a snapshot is kept, increasing; each must be a step
-    boundary of this run (:meth:`BatchPlan.is_boundary`, e.g. a multiple of ``batch_tokens``)."""
+    # ---------------------------------------------------------------- branch, snapshots, batch schedule
+    branch: BranchConfig | None = field(default=None, metadata={"coerce": False})
+    """Where this trial starts among runs of one stream (another trial's snapshot), the snapshots
+    it keeps for branches, and its batch-size schedule (:class:`cbscore.train.branch_config.BranchConfig`);
+    ``None`` = a run of its own: from the initialisation, no snapshots, one batch size. A dict
+    is read as one; an older config's flat fields (``branch_from``, ``snapshot_dir``, ...) are
+    folded in by :meth:`from_dict`."""
 
     # ---------------------------------------------------------------- optimizer
     beta1: float = checked(between(0.0, 1.0), BETA1)
@@ -163,7 +132,7 @@ class TrainConfig(Config):
     ewa_batch_size: int | None = checked(positive_int, None)
     """Sequences per step of the run whose per-step ``ewa_taus`` these are: a step of ``B``
     sequences decays the averages by ``τ^(B / ewa_batch_size)``, so every batch (a branch's ``k·B0``,
-    each segment of a ``batch_schedule``) averages over the same tokens. ``None`` = ``τ`` per step
+    each segment of a ``branch.batch_schedule``) averages over the same tokens. ``None`` = ``τ`` per step
     at whatever batch (the paper's recipe, one batch per run: Zhang et al. 2025, §3.1)."""
     eval_windows: int = checked(positive_int, 128)
     """Held-out windows of ``context_tokens + 1`` tokens per evaluation."""
@@ -245,16 +214,19 @@ class TrainConfig(Config):
                     "micro_batch_size", self.micro_batch_size,
                     f"must divide the per-device batch batch_size/devices = {self.local_batch_size}",
                 )
-        _check_branch(self)
+        branch = as_branch(self.branch)
+        if branch is not self.branch:
+            object.__setattr__(self, "branch", branch)  # (Config's coercion of a nested config refuses None)
+        if branch is not None:
+            _check_branch(self)
         if self.max_tokens < self.start_tokens + self.batch_tokens:
             after = "" if not self.start_tokens else f" after branch_tokens={self.start_tokens}"
             raise ConfigError(
                 "max_tokens", self.max_tokens,
                 f"must allow at least one step of batch_size·context_tokens = {self.batch_tokens} tokens{after}",
             )
-        _check_batch_schedule(self)
-        if self.branch_ewa != "carry" and self.branch_from is None:
-            raise ConfigError("branch_ewa", self.branch_ewa, "needs branch_from (only a branch has averages to reset)")
+        if branch is not None:
+            _check_batch_schedule(self)
         if self.gns_micro_batch_size is not None:
             pass_size = self.micro_batch_size or self.batch_size
             if pass_size % self.gns_micro_batch_size:
@@ -265,7 +237,17 @@ class TrainConfig(Config):
                                   f"must be smaller than batch_size={self.batch_size} (two micro-batches at least)")
         if self.checkpoint_every_steps is not None and self.checkpoint_dir is None:
             raise ConfigError("checkpoint_every_steps", self.checkpoint_every_steps, "needs checkpoint_dir")
-        _check_snapshots(self)
+        if branch is not None:
+            _check_snapshots(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
+        """The config of a dict of its fields (:meth:`to_dict`'s, or JSON's); an older dict's flat
+        branch fields are folded into ``branch`` (:func:`cbscore.train.branch_config.fold_flat`), so a
+        stored trial reads back as the same config."""
+        if isinstance(data, Mapping) and not BRANCH_KEYS.isdisjoint(data):
+            data = fold_flat(data)
+        return super().from_dict(data)
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -289,8 +271,8 @@ class TrainConfig(Config):
 
     @property
     def start_tokens(self) -> int:
-        """Stream position before the first step: ``branch_tokens`` for a branch, else 0."""
-        return self.branch_tokens or 0
+        """Stream position before the first step: ``branch.branch_tokens`` for a branch, else 0."""
+        return 0 if self.branch is None else self.branch.start_tokens
 
     @property
     def budget_tokens(self) -> int:
@@ -302,7 +284,7 @@ class TrainConfig(Config):
         """Which sequences and batch size every step takes (:mod:`cbscore.train.batch_plan`)."""
         return build_plan(start_tokens=self.start_tokens, batch_size=self.batch_size,
                           context_tokens=self.context_tokens, max_tokens=self.max_tokens,
-                          max_steps=self.max_steps, schedule=self.batch_schedule)
+                          max_steps=self.max_steps, schedule=(self.branch or NO_BRANCH).batch_schedule)
 
     def resolved_warmup_tokens(self) -> int:
         """Warm-up in tokens (25% of ``max_tokens`` when ``warmup_tokens`` is ``None``)."""
@@ -362,7 +344,8 @@ class TrainConfig(Config):
 
 
 # Fields that may differ between a checkpoint and the config resuming it: they change how the
-# trial runs, not what it computes.
+# trial runs, not what it computes. Named as in the flat form that checkpoints are compared in
+# (cbscore.train.branch_config.flat_dict).
 OPERATIONAL_FIELDS = frozenset({
     "device", "compile", "threads", "micro_batch_size", "checkpoint_dir", "checkpoint_every_steps",
     "checkpoint_every_seconds", "log_every_steps", "devices", "dist_timeout_s",
@@ -373,7 +356,8 @@ OPERATIONAL_FIELDS = frozenset({
 })
 
 # Wire values of the fields added after the first checkpoints were written: a checkpoint without
-# them was written with these (a trial resumed across the upgrade is the same trial).
+# them was written with these (a trial resumed across the upgrade is the same trial). In the flat
+# form (cbscore.train.branch_config.flat_dict).
 LATER_FIELDS = {
     "schedule_batch_size": None, "schedule_tokens": None, "batch_schedule": [], "branch_from": None,
     "branch_step": None, "branch_tokens": None, "snapshot_dir": None, "snapshot_tokens": [],

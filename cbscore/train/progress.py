@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from cbscore.errors import ConfigError
+from cbscore.train.branch_config import flat_dict
 from cbscore.train.config import LATER_FIELDS, OPERATIONAL_FIELDS, TrainConfig
 
 #: Version of the checkpoint payload written by :mod:`cbscore.train.trainer`.
@@ -55,9 +56,10 @@ class Progress:
 
 def science_fields(config_dict: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of a ``TrainConfig.to_dict()`` that decide the trial's numbers (not where it runs
-    or how it is checkpointed). A checkpoint written before a field existed was written with its
-    default."""
-    return {k: v for k, v in {**LATER_FIELDS, **config_dict}.items() if k not in OPERATIONAL_FIELDS}
+    or how it is checkpointed), in the flat form (:func:`cbscore.train.branch_config.flat_dict`) that
+    a checkpoint written before ``branch`` holds. A checkpoint written before a field existed was
+    written with its default."""
+    return {k: v for k, v in {**LATER_FIELDS, **flat_dict(config_dict)}.items() if k not in OPERATIONAL_FIELDS}
 
 
 def check_same_trial(saved_config: Mapping[str, Any], config: TrainConfig) -> None:

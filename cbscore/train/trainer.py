@@ -45,12 +45,12 @@ holds its result, which is returned without training again.
 
 Branches, batch-size schedules and snapshots (Merrill et al. 2025, arXiv 2505.23971). Every step
 reads its windows and its learning rate by *stream position* in tokens (:mod:`cbscore.train.batch_plan`,
-:class:`cbscore.train.schedules.TokenLrSchedule`), so a ``batch_schedule`` changes the batch between
-steps without a gap or a repeat in the data, and a branch (``branch_from``) starts from another
+:class:`cbscore.train.schedules.TokenLrSchedule`), so a ``branch.batch_schedule`` changes the batch between
+steps without a gap or a repeat in the data, and a branch (``branch.branch_from``) starts from another
 trial's checkpoint, read only (:mod:`cbscore.train.branch`), and continues its data and schedule. A
-trial's own checkpoint always takes precedence over its base (resume). With ``snapshot_dir`` the
+trial's own checkpoint always takes precedence over its base (resume). With ``branch.snapshot_dir`` the
 leader keeps a write-once copy of the state after the step that reaches each of
-``snapshot_tokens``; it is not this trial's resume point, so it is written whatever
+``branch.snapshot_tokens``; it is not this trial's resume point, so it is written whatever
 ``may_checkpoint`` says (its content is a pure function of the config, whichever attempt writes it).
 """
 
@@ -73,6 +73,7 @@ from cbscore.model.gpt import GPT
 from cbscore.train.allocator import keep_freed_memory
 from cbscore.train.averaging import WeightAverage
 from cbscore.train.batch_plan import Segment
+from cbscore.train.branch_config import NO_BRANCH
 from cbscore.train.callbacks import Callback, TrainState
 from cbscore.train.checkpoint import rng_state, save_snapshot, set_rng_state
 from cbscore.train.checkpointer import Checkpointer
@@ -374,9 +375,9 @@ class _Trial:
 
     def _branch(self) -> None:
         """A branch's first attempt starts from its base; the averages come with it on rank 0 with
-        ``branch_ewa = carry`` (with ``reset`` they start fresh at the branch). The data and
-        schedule continue at ``branch_tokens`` (``self.plan``)."""
-        carry = self.leader and self.config.branch_ewa == "carry"
+        ``branch.branch_ewa = carry`` (with ``reset`` they start fresh at the branch). The data and
+        schedule continue at ``branch.branch_tokens`` (``self.plan``)."""
+        carry = self.leader and (self.config.branch or NO_BRANCH).branch_ewa == "carry"
         self.checkpointer.branch(self.model, self.optimizer, self.average if carry else None)
 
     def _mean_interval(self) -> None:
@@ -441,7 +442,7 @@ class _Trial:
         interval_clock, interval_tokens = 0.0, 0
         self._enter_segment(self.plan.segment_at(state.step))
         row_offset, rows = self.rows
-        snapshots = [t for t in cfg.snapshot_tokens if t > state.tokens]  # still to write, in order
+        snapshots = [t for t in (cfg.branch or NO_BRANCH).snapshot_tokens if t > state.tokens]  # still to write, in order
 
         while True:
             # ---- rank 0 decides (evaluation off the throughput clock) ----------------------
@@ -537,7 +538,7 @@ class _Trial:
             if not leader:
                 continue
             if snapshots and state.tokens == snapshots[0]:  # kept for branches (write once)
-                save_snapshot(cfg.snapshot_dir, snapshots.pop(0), self.state_dict())
+                save_snapshot(cfg.branch.snapshot_dir, snapshots.pop(0), self.state_dict())
             for cb in self.callbacks:
                 cb.post_step(state, metrics)
             if status is None and self.checkpointer.due(is_ckpt_step=is_ckpt, is_log_step=is_log):

@@ -15,6 +15,7 @@ import torch
 from cbscore.data.stream import WindowStream
 from cbscore.errors import ConfigError
 from cbscore.local import BranchSpec, branch_config
+from cbscore.train.branch_config import BranchConfig, flat_dict
 from cbscore.train.callbacks import Callback
 from cbscore.train.checkpoint import load_checkpoint, save_checkpoint, snapshot_path
 from cbscore.train.config import TrainConfig
@@ -28,8 +29,9 @@ def base_config(data, snapshots, **changes) -> TrainConfig:
     fields = dict(
         model="tiny-0.1M", batch_size=8, context_tokens=32, max_tokens=STEP_TOKENS * 30, lr=1e-2,
         warmup_tokens=STEP_TOKENS * 10, ewa_taus=(0.9,), eval_windows=16, log_every_steps=1,
-        data=data, device="cpu", threads=1, snapshot_dir=str(snapshots),
-        snapshot_tokens=(STEP_TOKENS * 6, STEP_TOKENS * 12),
+        data=data, device="cpu", threads=1,
+        branch=None if snapshots is None else BranchConfig(snapshot_dir=str(snapshots),
+                                                           snapshot_tokens=(STEP_TOKENS * 6, STEP_TOKENS * 12)),
     )
     return TrainConfig(**{**fields, **changes})
 
@@ -65,20 +67,20 @@ def base_run(builtin_slice_config, tmp_path_factory):
 
 def test_a_base_run_keeps_a_snapshot_at_each_token_count(base_run):
     config, result, _ = base_run
-    assert sorted(p.name for p in snapshot_path(config.snapshot_dir, 0).parent.iterdir()) == [
+    assert sorted(p.name for p in snapshot_path(config.branch.snapshot_dir, 0).parent.iterdir()) == [
         "tokens-000000000001536", "tokens-000000000003072"]
-    ckpt = load_checkpoint(snapshot_path(config.snapshot_dir, STEP_TOKENS * 6))
+    ckpt = load_checkpoint(snapshot_path(config.branch.snapshot_dir, STEP_TOKENS * 6))
     assert (ckpt["step"], ckpt["tokens"], ckpt["result"]) == (6, 1536, None)
     assert result.steps == 30
 
 
 def test_a_branch_at_k1_continues_the_base_trajectory_bit_for_bit(base_run):
     base, base_result, _ = base_run
-    folder = snapshot_path(base.snapshot_dir, STEP_TOKENS * 6)
+    folder = snapshot_path(base.branch.snapshot_dir, STEP_TOKENS * 6)
     before = folder_digest(folder)
     config = branch_config(base, BranchSpec(checkpoint_tokens=STEP_TOKENS * 6, multiplier=1, window_tokens=STEP_TOKENS * 24,
-                                            averaging="carry"), snapshot_dir=base.snapshot_dir)
-    assert (config.branch_step, config.branch_tokens, config.total_steps, config.lr) == (6, 1536, 24, base.lr)
+                                            averaging="carry"), snapshot_dir=base.branch.snapshot_dir)
+    assert (config.branch.branch_step, config.branch.branch_tokens, config.total_steps, config.lr) == (6, 1536, 24, base.lr)
     result = train(config)
     # the same update as not branching: every later step's loss, and (the base's averages carried
     # on) the final averaged weights' loss
@@ -93,7 +95,7 @@ def test_a_branch_at_k2_sees_the_base_tokens_at_sqrt2_lr_without_rewarming(base_
     spy = WindowSpy(monkeypatch)
     rec = Recorder()
     config = branch_config(base, BranchSpec(checkpoint_tokens=STEP_TOKENS * 6, multiplier=2, window_tokens=STEP_TOKENS * 24),
-                           snapshot_dir=base.snapshot_dir)
+                           snapshot_dir=base.branch.snapshot_dir)
     result = train(config, callbacks=[rec])
     assert (config.batch_size, result.steps) == (16, 12)
     assert config.lr == pytest.approx(math.sqrt(2) * base.lr)
@@ -111,7 +113,7 @@ def test_a_branch_at_k2_sees_the_base_tokens_at_sqrt2_lr_without_rewarming(base_
 def test_a_killed_branch_resumes_from_its_own_checkpoint_to_the_same_end(base_run, tmp_path):
     base, _, _ = base_run
     spec = BranchSpec(checkpoint_tokens=STEP_TOKENS * 12, multiplier=2, window_tokens=STEP_TOKENS * 18)
-    config = branch_config(base, spec, snapshot_dir=base.snapshot_dir, checkpoint_dir=str(tmp_path / "branch"))
+    config = branch_config(base, spec, snapshot_dir=base.branch.snapshot_dir, checkpoint_dir=str(tmp_path / "branch"))
     config = config.replace(checkpoint_every_steps=3)
     uninterrupted = train(config.replace(checkpoint_dir=str(tmp_path / "other"), checkpoint_every_steps=None))
     with pytest.raises(RuntimeError, match="simulated kill"):
@@ -125,7 +127,7 @@ def test_a_killed_branch_resumes_from_its_own_checkpoint_to_the_same_end(base_ru
 def test_a_branch_killed_before_its_first_checkpoint_starts_again_from_the_base(base_run, tmp_path):
     base, _, _ = base_run
     spec = BranchSpec(checkpoint_tokens=STEP_TOKENS * 12, multiplier=2, window_tokens=STEP_TOKENS * 6)
-    config = branch_config(base, spec, snapshot_dir=base.snapshot_dir, checkpoint_dir=str(tmp_path / "b"))
+    config = branch_config(base, spec, snapshot_dir=base.branch.snapshot_dir, checkpoint_dir=str(tmp_path / "b"))
     with pytest.raises(RuntimeError, match="simulated kill"):
         train(config, callbacks=[CrashAt(2)])
     again = train(config)
@@ -136,28 +138,28 @@ def test_a_branch_killed_before_its_first_checkpoint_starts_again_from_the_base(
 def test_a_branch_whose_base_does_not_match_is_refused_naming_the_field(base_run, tmp_path):
     base, _, _ = base_run
     spec = BranchSpec(checkpoint_tokens=STEP_TOKENS * 6, multiplier=2, window_tokens=STEP_TOKENS * 4)
-    config = branch_config(base, spec, snapshot_dir=base.snapshot_dir)
+    config = branch_config(base, spec, snapshot_dir=base.branch.snapshot_dir)
     with pytest.raises(ConfigError, match=r"branch_step: does not match the checkpoint at branch_from \(step 6\), but got 7"):
-        train(config.replace(branch_step=7))
+        train(config.replace(branch=config.branch.replace(branch_step=7)))
     with pytest.raises(ConfigError, match=r"seed: must be the base trial's \(0\) for a branch, but got 1"):
         train(config.replace(seed=1))
     with pytest.raises(ConfigError, match=r"ewa_taus: must give the base trial's"):
         train(config.replace(ewa_taus=(0.8,)))
     with pytest.raises(ConfigError, match=r"branch_from: holds no checkpoint.pt"):
-        train(config.replace(branch_from=str(tmp_path / "nowhere")))
+        train(config.replace(branch=config.branch.replace(branch_from=str(tmp_path / "nowhere"))))
     assert not (tmp_path / "nowhere").exists()  # nothing made where the base was looked for
 
 
 def test_branch_fields_are_checked_and_round_trip(base_run):
     base, _, _ = base_run
     config = branch_config(base, BranchSpec(checkpoint_tokens=STEP_TOKENS * 6, multiplier=1.5, window_tokens=STEP_TOKENS * 3),
-                           snapshot_dir=base.snapshot_dir)
+                           snapshot_dir=base.branch.snapshot_dir)
     assert config.batch_size == 12 and config.lr == pytest.approx(math.sqrt(1.5) * base.lr)
     assert TrainConfig.from_dict(config.to_dict()) == config
     with pytest.raises(ConfigError, match="branch_step: is required with branch_from"):
-        config.replace(branch_step=None)
+        config.branch.replace(branch_step=None)
     with pytest.raises(ConfigError, match="branch_tokens: needs branch_from"):
-        base.replace(branch_tokens=256)
+        base.branch.replace(branch_tokens=256)
     with pytest.raises(ConfigError, match="beta2: must be given for a branch"):
         config.replace(beta2=None)
     with pytest.raises(ConfigError, match="multiplier: must make a whole batch"):
@@ -165,17 +167,15 @@ def test_branch_fields_are_checked_and_round_trip(base_run):
     with pytest.raises(ConfigError, match="window_tokens: must be a whole number of the branch's steps"):
         branch_config(base, BranchSpec(checkpoint_tokens=1536, multiplier=2, window_tokens=256), snapshot_dir="s")
     with pytest.raises(ConfigError, match="snapshot_tokens: must be a stream position"):
-        base.replace(snapshot_tokens=(300,))
+        base.replace(branch=base.branch.replace(snapshot_tokens=(300,)))
 
 
 def test_a_checkpoint_written_before_branching_existed_still_resumes(builtin_slice_config, tmp_path):
-    config = base_config(builtin_slice_config, tmp_path / "s", snapshot_tokens=(), snapshot_dir=None,
-                         max_tokens=STEP_TOKENS * 12, checkpoint_dir=str(tmp_path / "c"))
+    config = base_config(builtin_slice_config, None, max_tokens=STEP_TOKENS * 12, checkpoint_dir=str(tmp_path / "c"))
     with pytest.raises(RuntimeError, match="simulated kill"):
         train(config.replace(checkpoint_every_steps=5), callbacks=[CrashAt(7)])
     ckpt = load_checkpoint(tmp_path / "c")
-    for name in ("batch_schedule", "branch_from", "branch_step", "branch_tokens", "schedule_batch_size",
-                 "schedule_tokens", "snapshot_dir", "snapshot_tokens"):
+    for name in ("branch", "schedule_batch_size", "schedule_tokens"):
         del ckpt["config"][name]  # as the trainer wrote it before these fields existed
     del ckpt["tokens"]
     save_checkpoint(tmp_path / "c", ckpt)
@@ -215,8 +215,8 @@ def corrected(average: dict) -> list[torch.Tensor]:
 def test_a_branch_averaged_from_the_branch_holds_its_own_iterates_only(base_run, tmp_path):
     base, _, _ = base_run
     spec = BranchSpec(checkpoint_tokens=STEP_TOKENS * 12, multiplier=2, window_tokens=STEP_TOKENS * 8)
-    config = branch_config(base, spec, snapshot_dir=base.snapshot_dir, checkpoint_dir=str(tmp_path / "b"))
-    assert (spec.averaging, config.branch_ewa, config.ewa_batch_size) == ("branch", "reset", 8)  # the default
+    config = branch_config(base, spec, snapshot_dir=base.branch.snapshot_dir, checkpoint_dir=str(tmp_path / "b"))
+    assert (spec.averaging, config.branch.branch_ewa, config.ewa_batch_size) == ("branch", "reset", 8)  # the default
     seen = Iterates()
     train(config, callbacks=[seen])
     average = load_checkpoint(tmp_path / "b")["average"]
@@ -229,13 +229,13 @@ def test_a_branch_averaged_from_the_branch_holds_its_own_iterates_only(base_run,
 
 def test_a_branch_carried_at_tau_k_keeps_the_same_share_of_the_base_at_every_k(base_run, tmp_path):
     base, _, _ = base_run
-    snapshot = load_checkpoint(snapshot_path(base.snapshot_dir, STEP_TOKENS * 12))["average"]  # 12 steps at τ = 0.9
+    snapshot = load_checkpoint(snapshot_path(base.branch.snapshot_dir, STEP_TOKENS * 12))["average"]  # 12 steps at τ = 0.9
     decays = {}
     for k in (1, 2):
         spec = BranchSpec(checkpoint_tokens=STEP_TOKENS * 12, multiplier=k, window_tokens=STEP_TOKENS * 8,
                           averaging="tokens")
-        config = branch_config(base, spec, snapshot_dir=base.snapshot_dir, checkpoint_dir=str(tmp_path / f"k{k}"))
-        assert (config.branch_ewa, config.ewa_batch_size) == ("carry", 8)
+        config = branch_config(base, spec, snapshot_dir=base.branch.snapshot_dir, checkpoint_dir=str(tmp_path / f"k{k}"))
+        assert (config.branch.branch_ewa, config.ewa_batch_size) == ("carry", 8)
         seen = Iterates()
         train(config, callbacks=[seen])
         average = load_checkpoint(tmp_path / f"k{k}")["average"]
@@ -252,16 +252,16 @@ def test_a_branch_carried_at_tau_k_keeps_the_same_share_of_the_base_at_every_k(b
 def test_branch_averaging_fields_are_checked_and_round_trip(base_run):
     base, _, _ = base_run
     config = branch_config(base, BranchSpec(checkpoint_tokens=STEP_TOKENS * 6, multiplier=2, window_tokens=STEP_TOKENS * 4),
-                           snapshot_dir=base.snapshot_dir)
+                           snapshot_dir=base.branch.snapshot_dir)
     assert TrainConfig.from_dict(config.to_dict()) == config
-    old = config.to_dict()
+    old = flat_dict(config.to_dict())  # the flat form a checkpoint of before held
     del old["branch_ewa"], old["ewa_batch_size"]
     from cbscore.train.config import LATER_FIELDS
-    assert TrainConfig.from_dict({**LATER_FIELDS, **old}).branch_ewa == "carry"  # a checkpoint from before: as it ran
+    assert TrainConfig.from_dict({**LATER_FIELDS, **old}).branch.branch_ewa == "carry"  # a checkpoint from before: as it ran
     with pytest.raises(ConfigError, match=r"^branch_ewa: must be one of carry, reset, but got 'fresh'\."):
-        config.replace(branch_ewa="fresh")
+        config.branch.replace(branch_ewa="fresh")
     with pytest.raises(ConfigError, match=r"^branch_ewa: needs branch_from .*, but got 'reset'\."):
-        base.replace(branch_ewa="reset")
+        base.branch.replace(branch_ewa="reset")
     with pytest.raises(ConfigError, match=r"^ewa_batch_size: .*but got 0\."):
         base.replace(ewa_batch_size=0)
     with pytest.raises(ConfigError, match=r"^averaging: must be one of branch, tokens, carry, but got 'none'\."):

@@ -67,7 +67,7 @@ def test_the_horizon_grid_is_geometric_in_tokens_and_holds_d():
 def test_a_decay_branch_equals_the_run_trained_straight_to_its_horizon(stable_run):
     stable, stable_result = stable_run
     branch = decay_branch_config(stable, POINTS[0], decay_fraction=0.2, min_lr_ratio=0.1)
-    assert (branch.branch_step, branch.total_steps, branch.schedule) == (16, 4, "wsd")
+    assert (branch.branch.branch_step, branch.total_steps, branch.schedule) == (16, 4, "wsd")
     straight = base_config(stable.data, max_tokens=STEP * 20, schedule="wsd", decay_fraction=0.2, min_lr_ratio=0.1)
     rates = straight.lr_schedule().steps
     assert [rates.lr_at(i) for i in (15, 16, 17, 19)] == pytest.approx([1e-2, 1e-2, 7e-3, 1e-3])

@@ -10,6 +10,7 @@ import pytest
 
 from cbscore.errors import ConfigError
 from cbscore.local import equal_token_budget, on_equal_token_grid, warmup_arms
+from cbscore.train.branch_config import BranchConfig
 from cbscore.train.config import TrainConfig
 
 SQRT2 = math.sqrt(2)
@@ -46,7 +47,7 @@ def test_three_arms_at_equal_tokens_with_the_warmups_steps_counted_exactly():
     assert (large.lr, large.batch_schedule) == (pytest.approx(0.02), ())  # the warm-up's final rate throughout
     for arm in (warm, small, large):  # the trainer's plan takes the same steps and ends on the same token
         config = TrainConfig(model="tiny-0.1M", batch_size=arm.batch_size, context_tokens=16, lr=arm.lr,
-                             max_tokens=arm.max_tokens, batch_schedule=arm.batch_schedule)
+                             max_tokens=arm.max_tokens, branch=BranchConfig(batch_schedule=arm.batch_schedule))
         assert config.total_steps == arm.steps and config.batch_plan().end_tokens == 4096
 
 

@@ -14,6 +14,7 @@ import pytest
 from cbscore.data.stream import WindowStream
 from cbscore.errors import ConfigError
 from cbscore.train.batch_plan import build_plan
+from cbscore.train.branch_config import BranchConfig
 from cbscore.train.config import TrainConfig
 from cbscore.train.trainer import train
 from tests.cbscore.test_train import CrashAt, Recorder
@@ -25,7 +26,7 @@ def scheduled(data, **changes) -> TrainConfig:
     fields = dict(
         model="tiny-0.1M", batch_size=4, context_tokens=32, max_tokens=12288, lr=1e-2, warmup_tokens=1024,
         ewa_taus=(0.9,), eval_windows=16, log_every_steps=1, data=data, device="cpu", threads=1,
-        batch_schedule=SCHEDULE,
+        branch=BranchConfig(batch_schedule=SCHEDULE),
     )
     return TrainConfig(**{**fields, **changes})
 
@@ -88,15 +89,15 @@ def test_the_noise_scale_probe_follows_the_batch_through_a_schedule(builtin_slic
 def test_a_bad_schedule_is_refused_naming_the_entry():
     base = dict(model="tiny-0.1M", batch_size=4, context_tokens=32, max_tokens=12288, lr=1e-2)
     with pytest.raises(ConfigError, match=r"batch_schedule: tokens_from must be above the previous switch"):
-        TrainConfig(**base, batch_schedule=((4096, 8, 1.0), (2048, 16, 2.0)))
+        TrainConfig(**base, branch=BranchConfig(batch_schedule=((4096, 8, 1.0), (2048, 16, 2.0))))
     with pytest.raises(ConfigError, match=r"batch_schedule: tokens_from must be below max_tokens=12288"):
-        TrainConfig(**base, batch_schedule=((12288, 8, 1.0),))
+        TrainConfig(**base, branch=BranchConfig(batch_schedule=((12288, 8, 1.0),)))
     with pytest.raises(ConfigError, match=r"batch_schedule: micro_batch_size=4 must divide"):
-        TrainConfig(**base, micro_batch_size=4, batch_schedule=((2048, 6, 1.0),))
+        TrainConfig(**base, micro_batch_size=4, branch=BranchConfig(batch_schedule=((2048, 6, 1.0),)))
     with pytest.raises(ConfigError, match=r"batch_schedule lr_multiplier: must be a positive finite number"):
-        TrainConfig(**base, batch_schedule=((2048, 8, 0.0),))
-    config = TrainConfig(**base, batch_schedule=SCHEDULE)
-    assert TrainConfig.from_dict(config.to_dict()) == config and config.to_dict()["batch_schedule"][0] == [2048, 8, math.sqrt(2)]
+        TrainConfig(**base, branch=BranchConfig(batch_schedule=((2048, 8, 0.0),)))
+    config = TrainConfig(**base, branch=BranchConfig(batch_schedule=SCHEDULE))
+    assert TrainConfig.from_dict(config.to_dict()) == config and config.to_dict()["branch"]["batch_schedule"][0] == [2048, 8, math.sqrt(2)]
 
 
 def test_averages_anchored_on_b0_decay_per_token_through_a_schedule(builtin_slice_config, tmp_path):

@@ -8,6 +8,7 @@ import pytest
 
 from cbscore.errors import ConfigError
 from cbscore.local import LocalCbsCurve, fit_local_cbs_curve, plan_warmup, schedule_warmup
+from cbscore.train.branch_config import BranchConfig
 from cbscore.train.config import TrainConfig
 
 T = 4096  # OLMo 1B: documents of 4,096 tokens
@@ -54,7 +55,7 @@ def test_a_curve_that_does_not_grow_recommends_no_switch():
 def test_the_plan_is_a_batch_schedule_the_trainer_takes_in_as_many_steps():
     plan = schedule_warmup(base_batch_size=4, context_tokens=32, total_tokens=12_000, switch_tokens=(2000, 6000))
     config = TrainConfig(model="tiny-0.1M", batch_size=4, context_tokens=32, max_tokens=12_000, lr=1e-2,
-                         batch_schedule=plan.batch_schedule)
+                         branch=BranchConfig(batch_schedule=plan.batch_schedule))
     assert config.total_steps == plan.steps == 16 + 16 + 11  # switches at 2,048 and 6,144; 11,776 ≤ 12,000
     with pytest.raises(ConfigError, match="switch_tokens: must increase"):
         schedule_warmup(base_batch_size=4, context_tokens=32, total_tokens=12_000, switch_tokens=(6000, 2000))

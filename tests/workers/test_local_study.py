@@ -136,7 +136,8 @@ def test_a_branch_killed_with_its_worker_resumes_with_identical_numbers(worker_e
     resumed = int(run.data.tags["resumed_from_step"])
     assert 0 < resumed < 1024  # from the branch's own checkpoint, not from the snapshot
     spec_dict = json.loads(run.data.tags["trial_spec"])
-    config = {**spec_dict["train_config"], "branch_from": str(Path(snapshot_dir(name, 0)) / "tokens-000000000016384")}
+    stored = spec_dict["train_config"]
+    config = {**stored, "branch": {**stored["branch"], "branch_from": str(Path(snapshot_dir(name, 0)) / "tokens-000000000016384")}}
     result, losses = _branch_reference(config, tmp_path / "reference")
     assert result.steps == 1024 and result.resumed_from_step is None
     assert float(run.data.metrics["summary/final_eval_loss"]) == result.final_eval_loss

@@ -51,5 +51,5 @@ def largest_trial(spec: StudySpec) -> tuple[int, str, int]:
     largest = (0, "", 0)
     for ts in decay_trials(spec, snapshot_folders(spec)):
         config = TrainConfig.from_dict(ts.train_config)
-        largest = max(largest, (config.max_tokens - (config.branch_tokens or 0), ts.setting_id, ts.batch_size))
+        largest = max(largest, (config.max_tokens - config.start_tokens, ts.setting_id, ts.batch_size))
     return largest

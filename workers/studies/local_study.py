@@ -1,6 +1,6 @@
 """Where a ``local`` study keeps its base runs' snapshots, and what the runner tells the planner.
 
-A base run writes a read-only snapshot at each checkpoint (``TrainConfig.snapshot_dir``); the
+A base run writes a read-only snapshot at each checkpoint (``TrainConfig.branch.snapshot_dir``); the
 branches start from them. They are the study's artifacts, not a trial's checkpoint: a trial's
 checkpoint folder (``<checkpoint root>/<trial_id>``, :mod:`workers.infra.checkpoints`) is removed when
 the trial ends, and a snapshot there would vanish under the branches still to run. So they live
@@ -35,7 +35,7 @@ def study_artifacts(study: str) -> Path:
 
 
 def snapshot_dir(study: str, seed: int) -> str:
-    """The folder of base run ``seed``'s snapshots (``TrainConfig.snapshot_dir``)."""
+    """The folder of base run ``seed``'s snapshots (``TrainConfig.branch.snapshot_dir``)."""
     return str(study_artifacts(study) / "snapshots" / f"s{int(seed)}")
 
 
@@ -57,16 +57,20 @@ def local_snapshots(spec: StudySpec, records: Sequence[TrialRecord]) -> LocalSna
 
 def host_paths(study: str, train_config: Mapping) -> dict:
     """``snapshot_dir`` / ``branch_from`` of a local or schedule study's trial on this host (empty
-    for others): the part of the path below ``<study>/snapshots/`` kept under this host's root (a
-    local study's ``s<seed>``, a schedule study's ``b<B>.lr<lr>.s<seed>``, :mod:`workers.studies.decay_study`)."""
+    for others), as fields to lay over ``train_config``: the part of the path below
+    ``<study>/snapshots/`` kept under this host's root (a local study's ``s<seed>``, a schedule
+    study's ``b<B>.lr<lr>.s<seed>``, :mod:`workers.studies.decay_study`). A trial stored before
+    ``TrainConfig.branch`` holds them flat, and gets them flat (:mod:`cbscore.train.branch_config`)."""
+    nested = "branch" in train_config
+    branch = (train_config.get("branch") or {}) if nested else train_config
     out: dict = {}
     seed = int(train_config.get("seed", 0))
-    if train_config.get("snapshot_dir"):
-        out["snapshot_dir"] = _rerooted(study, train_config["snapshot_dir"]) or snapshot_dir(study, seed)
-    if train_config.get("branch_from") and train_config.get("branch_tokens") is not None:
-        out["branch_from"] = (_rerooted(study, train_config["branch_from"])
-                              or str(snapshot_path(snapshot_dir(study, seed), int(train_config["branch_tokens"]))))
-    return out
+    if branch.get("snapshot_dir"):
+        out["snapshot_dir"] = _rerooted(study, branch["snapshot_dir"]) or snapshot_dir(study, seed)
+    if branch.get("branch_from") and branch.get("branch_tokens") is not None:
+        out["branch_from"] = (_rerooted(study, branch["branch_from"])
+                              or str(snapshot_path(snapshot_dir(study, seed), int(branch["branch_tokens"]))))
+    return {"branch": {**branch, **out}} if nested and out else out
 
 
 def _rerooted(study: str, path) -> str | None:
@@ -89,7 +93,7 @@ def largest_trial(spec: StudySpec) -> tuple[int, str, int]:
     largest = (0, "", 0)
     for ts in local_trials(spec, {s: snapshot_dir(spec.name, s) for s in spec.seeds}):
         config = TrainConfig.from_dict(ts.train_config)
-        read = config.max_tokens - (config.branch_tokens or 0)
+        read = config.max_tokens - config.start_tokens
         largest = max(largest, (read, ts.setting_id, ts.batch_size))
     return largest
 

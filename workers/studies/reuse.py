@@ -29,6 +29,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from cbscore.train.branch_config import flat_dict
+
 #: Outcomes a trial reaches by itself (module docstring); only these are reused.
 REUSABLE = ("finished", "reached", "censored", "diverged")
 
@@ -41,7 +43,8 @@ _OWN_TAGS = frozenset({"trial_id", "study", "setting", "cell", "role", "queue", 
 
 def config_key(train_config: Mapping[str, Any], store_digest: str) -> str:
     """The key two trials share exactly when one's result is the other's (module docstring)."""
-    text = json.dumps({"train_config": dict(train_config), "store": store_digest}, sort_keys=True, default=str)
+    # hashed in the flat form the key was first made on, so a trial keeps its key across the change
+    text = json.dumps({"train_config": flat_dict(train_config), "store": store_digest}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

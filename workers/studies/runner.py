@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study import StudySpec, TrialSpec, plan, status_counts, trial_from_ask
+from cbscore.train.branch_config import flat_dict
 from workers.infra.checkpoints import remove_checkpoint
 from workers.infra.settings import QUEUES, WorkerSettings
 from workers.infra.time_limits import trial_time_limit_s
@@ -355,7 +356,7 @@ class Runner:
                 "target_loss": "" if ts.target_loss is None else repr(ts.target_loss),
                 "search_number": "" if ts.search_number is None else str(ts.search_number),
                 "n_params": str(ts.n_params), "setting_tokens": str(ts.setting_tokens),
-                "branch_tokens": str(tc.get("branch_tokens") or ""),  # a local study's branch: where it starts
+                "branch_tokens": str(flat_dict(tc).get("branch_tokens") or ""),  # a local study's branch: where it starts
                 "context_tokens": str(tc.get("context_tokens", "")),
                 "queue": queue, "trial_spec": json.dumps(ts.to_dict(), sort_keys=True),
             }

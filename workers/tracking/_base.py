@@ -236,20 +236,24 @@ def _default_params() -> dict[str, str]:
     import dataclasses
 
     from cbscore.data import DataConfig
+    from cbscore.train.branch_config import flat_dict
     from cbscore.train.config import TrainConfig
 
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
     defaults["data"] = {f.name: f.default for f in dataclasses.fields(DataConfig)
                         if f.default is not dataclasses.MISSING}
-    return flatten(defaults)
+    return flatten(flat_dict(defaults))
 
 
 def trial_params(train_config: Mapping[str, Any]) -> dict[str, str]:
     """A trial run's MLflow params: :data:`CORE_TRIAL_PARAMS` and every other field of its
     ``TrainConfig.to_dict()`` that differs from the trainer's default, flattened (``data.source``).
     The whole config is the run's ``trial_spec`` tag. Fewer params per run is what a study's read
-    costs most (MLflow loads every param of every run it returns; issue 25's first read)."""
-    flat, defaults = flatten(train_config), _default_params()
+    costs most (MLflow loads every param of every run it returns; issue 25's first read). The branch
+    fields go flat, by the names runs have always had (:func:`cbscore.train.branch_config.flat_dict`)."""
+    from cbscore.train.branch_config import flat_dict
+
+    flat, defaults = flatten(flat_dict(train_config)), _default_params()
     return {k: v for k, v in flat.items() if k in CORE_TRIAL_PARAMS or k not in defaults or defaults[k] != v}
 
 

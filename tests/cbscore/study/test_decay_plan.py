@@ -90,7 +90,7 @@ def test_decay_branches_start_once_their_snapshot_exists():
     assert sorted(t.trial_id for t in first.start) == sorted(folders)
     stable = first.start[0]
     assert stable.train_config["schedule"] == "constant"
-    assert stable.train_config["snapshot_tokens"] == [p.branch_step * 32 for p in wsd_grid(s, 1)]
+    assert stable.train_config["branch"]["snapshot_tokens"] == [p.branch_step * 32 for p in wsd_grid(s, 1)]
     running = TrialRecord.from_dict({**_record(sid, "running"), "tokens": 205 * 32})
     ready = DecaySnapshots(folders=folders, ready={sid: frozenset({102 * 32, 145 * 32})})
     second = plan(s, [running], 0.0, snapshots=ready)
@@ -98,9 +98,9 @@ def test_decay_branches_start_once_their_snapshot_exists():
     assert set(started) == {decay_trial_id(s, 1, 0.01, 0, 128), decay_trial_id(s, 1, 0.01, 0, 181),
                             stable_trial_id(s, 2, 0.01, 0)}
     branch = started[decay_trial_id(s, 1, 0.01, 0, 128)].train_config
-    assert (branch["schedule"], branch["branch_step"], branch["max_tokens"], branch["schedule_tokens"]) == (
+    assert (branch["schedule"], branch["branch"]["branch_step"], branch["max_tokens"], branch["schedule_tokens"]) == (
         "wsd", 102, 128 * 32, 128 * 32)
-    assert branch["branch_from"].startswith("/snap/b1/") and not second.done
+    assert branch["branch"]["branch_from"].startswith("/snap/b1/") and not second.done
 
 
 def test_a_stable_run_that_ended_early_blocks_its_later_branches():

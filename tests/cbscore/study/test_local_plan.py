@@ -78,7 +78,7 @@ def test_branches_start_once_their_snapshot_is_reported_and_carry_the_base_on():
     first = plan(s, [], 0.0, snapshots=LocalSnapshots(folders=folders))
     assert [t.trial_id for t in first.start] == ["loc.base.s0", "loc.base.s1"] and not first.done
     base0 = first.start[0].train_config
-    assert base0["snapshot_dir"] == "/snap/s0" and base0["snapshot_tokens"] == [1024, 2048]
+    assert base0["branch"]["snapshot_dir"] == "/snap/s0" and base0["branch"]["snapshot_tokens"] == [1024, 2048]
     running = [record("loc.base.s0", "running", 1100), record("loc.base.s1", "running", 900)]
     p = plan(s, running, 0.0, snapshots=LocalSnapshots(folders=folders, ready={0: frozenset({1024}),
                                                                                 1: frozenset()}))
@@ -87,8 +87,8 @@ def test_branches_start_once_their_snapshot_is_reported_and_carry_the_base_on():
     tc = k2.train_config
     assert (k2.batch_size, k2.role, k2.cell_id) == (8, "branch", "tiny-0.1M_D4.096K.t1024.k2")
     assert k2.lr == pytest.approx(0.01 * 2 ** 0.5)  # √k·η0 (Malladi et al. 2022)
-    assert tc["branch_from"] == "/snap/s0/tokens-000000000001024" and tc["branch_tokens"] == 1024
-    assert tc["branch_step"] == 1024 // 64 and tc["max_tokens"] == 1024 + 512
+    assert tc["branch"]["branch_from"] == "/snap/s0/tokens-000000000001024" and tc["branch"]["branch_tokens"] == 1024
+    assert tc["branch"]["branch_step"] == 1024 // 64 and tc["max_tokens"] == 1024 + 512
     assert tc["beta2"] == base0["beta2"] and tc["warmup_tokens"] == base0["warmup_tokens"]  # the base's recipe
     assert estimate(s).trials == 2 * (1 + 2 * 3) == len(local_trials(s, folders))
 
@@ -158,6 +158,6 @@ def test_branches_train_on_the_average_the_spec_names(averaging, branch_ewa, ewa
     for t in local_trials(s, FOLDERS):
         config = TrainConfig.from_dict(t.train_config)
         if t.role == "branch":  # k·B0 sequences a step decay by τ^k with an anchor of B0 = 4
-            assert (config.branch_ewa, config.ewa_batch_size) == (branch_ewa, ewa_batch_size)
+            assert (config.branch.branch_ewa, config.ewa_batch_size) == (branch_ewa, ewa_batch_size)
         else:
-            assert (config.branch_ewa, config.ewa_batch_size) == ("carry", None)
+            assert (config.branch.branch_ewa, config.ewa_batch_size) == ("carry", None)

@@ -37,12 +37,12 @@ def test_the_arms_start_at_once_per_seed_at_equal_tokens_with_the_schedule_and_i
                                   for seed in (0, 1))
     configs = {t.role: TrainConfig.from_dict(t.train_config) for t in arms.values() if t.seed == 1}
     warm, small, large = configs["warmup"], configs["control-small"], configs["control-large"]
-    assert warm.batch_schedule == ((1024, 8, SQRT2), (2048, 16, 2.0)) and (warm.batch_size, warm.lr) == (4, 0.01)
-    assert (small.batch_size, small.lr, small.batch_schedule) == (4, 0.01, ())
-    assert (large.batch_size, large.batch_schedule) == (16, ()) and large.lr == pytest.approx(0.02)
+    assert warm.branch.batch_schedule == ((1024, 8, SQRT2), (2048, 16, 2.0)) and (warm.batch_size, warm.lr) == (4, 0.01)
+    assert (small.batch_size, small.lr, small.branch) == (4, 0.01, None)  # one batch: no branch fields
+    assert (large.batch_size, large.branch) == (16, None) and large.lr == pytest.approx(0.02)
     assert [c.batch_plan().end_tokens for c in (warm, small, large)] == [4096] * 3  # equal tokens
     assert [c.total_steps for c in (warm, small, large)] == [32, 64, 16]
-    assert {c.seed for c in configs.values()} == {1} and not any(c.snapshot_tokens for c in configs.values())
+    assert {c.seed for c in configs.values()} == {1} and not any(c.branch and c.branch.snapshot_tokens for c in configs.values())
     # one learning-rate schedule in tokens (the base's warm-up, anchored at B0): the same rate at every token
     base = TrainConfig.from_dict(next(t for t in p.start if t.trial_id == "loc.base.s1").train_config)
     for tokens in (0, 256, 1024, 3000):
