@@ -157,7 +157,10 @@ class StudySpec(Config):
     name: str = checked(_study_name)
     """Study name: letters, digits, ``-`` and ``_``; one MLflow experiment per name."""
     kind: str = checked(one_of(KINDS), "custom")
-    """``chinchilla``, ``fixed_n``, ``fixed_d``, ``custom``, ``local`` or ``schedule``."""
+    """What the study varies: ``chinchilla`` (N and D together at ``tokens_per_param``), ``fixed_n``
+    (one model, several D), ``fixed_d`` (several models, one D), ``custom`` (any ``settings``),
+    ``local`` (the CBS during one run, from its checkpoints) or ``schedule`` (one setting under
+    constant+EWA, cosine and WSD)."""
     models: tuple[str, ...] = checked(_a_list, (), coerce=_listed)
     """Model presets (``chinchilla``, ``fixed_d``: several; ``fixed_n``: exactly one)."""
     tokens: tuple[int, ...] = checked(_a_list, (), coerce=_listed)
@@ -174,7 +177,9 @@ class StudySpec(Config):
     b_ref: int = 256
     """Reference batch size B_ref in sequences: its runs set each setting's target (paper: 256)."""
     overhead: float = checked(_positive_float, 0.2)
-    """The r of the 20% rule: B* is the largest B with S(B) ≤ (1 + r)·S_lin(B)."""
+    """The r of the 20% rule: B* is the largest B with S(B) ≤ (1 + r)·S_lin(B), where
+    S_lin(B) = S(B_ref)·B_ref/B is perfect linear scaling from the reference batch size
+    (Zhang et al. 2025, §2)."""
     target_losses: Mapping[str, float] | None = checked(None, None, coerce=_dict_or_none)
     """Explicit held-out target loss per setting id; ``None`` = targets from reference runs."""
     search: SearchSpec = checked(None, default_factory=SearchSpec, coerce=_search_given)
@@ -190,11 +195,12 @@ class StudySpec(Config):
     size reached the target. Otherwise budgets follow the rule of DESIGN.md §1 (cells below
     B_ref: (1 + budget_margin)·D tokens; above: (1 + budget_margin)·S(smaller B) steps)."""
     budget_margin: float = checked(_within(0, 10, "must be a number in [0, 10]"), 0.25)
-    """Slack of the budgets: tokens to target never exceed D below B_ref and steps to target
-    never grow with B above it (McCandlish et al. 2018, eqs. 2.11-2.12), up to tuning noise. The
-    paper presets set 0.5: on their wide learning-rate grid fewer first attempts are censored and
-    re-run (simulated: 2.3-2.6% fewer tokens, B* on the full grid in every seed,
-    docs/results/cheaper-search/budget-margin/)."""
+    """Slack of each trial's budget: below B_ref a trial gets (1 + margin)·D tokens, above it
+    (1 + margin)·S(the next smaller B) steps, since tokens to target never exceed D below B_ref
+    and steps to target never grow with B above it (McCandlish et al. 2018, eqs. 2.11-2.12), up
+    to tuning noise. A trial cut off at its budget gives only a lower bound and runs again with a
+    larger one. The paper presets set 0.5: on their wide learning-rate grid fewer first attempts
+    are censored (docs/results/cheaper-search/budget-margin/)."""
     prune_margin: float = checked(_within(0, 10, "must be a number in [0, 10]", booleans=True), 0.1)
     """Trials still above target at an evaluation past (1 + margin)·S_best steps stop as ``pruned``."""
     stop_far_rates: bool = checked(boolean, True)
@@ -266,7 +272,8 @@ class StudySpec(Config):
     ``gns_cells``, by splitting each batch into passes of this many sequences (the same update;
     the split costs step time on small batches). It must be smaller than ``b_ref`` and divide
     every larger batch size of those cells (and ``micro_batch_size`` where that applies).
-    ``None`` = measure only where ``micro_batch_size`` already accumulates."""
+    ``None`` = measure only where ``micro_batch_size`` already accumulates. The measured noise
+    scale feeds the B* forecast on the Curves and Scaling pages."""
     gns_cells: str = checked(one_of(GNS_CELLS), "all")
     """Cells that get the ``gns_micro_batch_size`` split: ``all``, or ``reference`` (only the
     reference cell at ``b_ref``, which is all the forecast needs)."""
@@ -286,7 +293,8 @@ class StudySpec(Config):
     allow_repeat: bool = False
     """Allow more than one pass over the corpus (the paper trains single pass)."""
     max_trials: int = checked(_positive_int, 2000)
-    """Sanity limit on the number of trials; a larger study needs ``force``."""
+    """Sanity limit on the number of trials; a larger study needs ``force`` ("Launch anyway" on
+    the Launch page, ``--force`` in the CLI)."""
     max_total_tokens: float = checked(_positive_float, 1e13)
     """Sanity limit on the grid's total training tokens; a larger study needs ``force``."""
     reuse_trials: bool = checked(boolean, True)

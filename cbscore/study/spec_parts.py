@@ -95,8 +95,9 @@ class SearchSpec(Config):
     ``lrs``; every other cell three rates centred on its neighbour's best, :mod:`cbscore.study.chained`)
     or ``optuna`` (a sampler proposes ``n_trials``)."""
     lrs: tuple[float, ...] = checked(_each_positive_float, PAPER_LRS)
-    """Peak learning rates of the grid (``kind='grid'``; with ``kind='chained'`` the reference cell's
-    rates); the paper's grid by default."""
+    """Peak learning rates of the grid (``kind='grid'``); with ``kind='chained'`` the reference
+    cell's: with ``reference_rates: bracket`` (the default) their geometric middle is the centre of
+    its three-rate bracket, with ``grid`` all of them; the paper's grid by default."""
     n_trials: int = checked(_positive_int, 4)
     """Trials per cell proposed by Optuna (``kind='optuna'``)."""
     lr_min: float = checked(_positive_float, 1e-4)
@@ -127,26 +128,26 @@ class SearchSpec(Config):
     """Chained search: what the reference cell runs. ``bracket`` (the default): three rates
     ``c/bracket_ratio, c, c·bracket_ratio`` around the geometric middle ``c`` of ``lrs``; ``grid``:
     every rate of ``lrs``. Either is extended past an edge where a seed's best rate sits there
-    (``lr_extensions``). Simulated under the lab's noise, ``bracket`` is 3.07-3.26× the oracle
-    precision-adjusted on the paper presets, ``grid`` 3.22-3.71× (docs/results/cheaper-search/chained/)."""
+    (``lr_extensions``). ``bracket`` costs less for the same precision in simulation
+    (docs/results/cheaper-search/chained/)."""
     bracket_min_batch_size: int | None = checked(_batch_floor, None)
-    """Chained search (issue 40, "past 3×"): cells below this batch size (sequences), the reference
-    cell excepted, start with ``narrow_rates`` rates instead of the three-rate bracket; ``None`` (the
-    default): every cell is bracketed (docs/results/cheaper-search/chained/, "Past 3×")."""
+    """Chained search: cells below this batch size (sequences), the reference cell excepted, start
+    with ``narrow_rates`` rates instead of the three-rate bracket, where an error of the rate law
+    costs little; ``None`` (the default): every cell is bracketed (what each choice costs and
+    misses in simulation: docs/results/cheaper-search/chained/)."""
     narrow_rates: int = checked(_narrow_rates, 3)
     """Chained search: rates a cell below ``bracket_min_batch_size`` starts with: 2 (``c/√ratio`` and
     ``c·√ratio``, read through the curvature the setting's bracketed cells share), 1 (the centre
     alone) or 3 (the bracket: no cell is narrow)."""
     chain_centre: str = checked(one_of(CHAIN_CENTRES), "best")
-    """Chained search (issue 40, "past 3×"): what a settled cell hands on to centre the next one.
+    """Chained search: what a settled cell hands on to centre the next one.
     ``best`` (the default): the geometric mean over seeds of each seed's best discrete rate;
     ``vertex``: the continuous optimum, the vertex of the parabola in ``ln η`` the estimator fits
     across the cell's rates (curvature shared along the chain; the reference cell's from its final
     losses), :mod:`cbscore.study.chained`. With ``local_exponent`` it follows an optimal rate that
-    falls past a peak (simulated, lab noise, 200 studies, paper-chinchilla: 3.40× the oracle
-    precision-adjusted under the ``peak`` law, 3.72× off) but stays above 3× (docs/results/cheaper-search/chained/)."""
+    falls past a peak (docs/results/cheaper-search/chained/ has what it costs)."""
     local_exponent: bool = checked(boolean, False)
-    """Chained search (issue 40, "past 3×"): ``true`` centres a cell with the slope of ``ln η_opt``
+    """Chained search: ``true`` centres a cell with the slope of ``ln η_opt``
     against ``ln B`` between the two cells before it in the chain (clamped to [-0.5, 1]) instead of
     ``chain_exponent``, once both handed on an optimum; ``false`` (the default): ``chain_exponent``
     everywhere. Meant with ``chain_centre: vertex`` (on best discrete rates its slope is 0 or ±1)."""
@@ -155,7 +156,7 @@ class SearchSpec(Config):
     rate predicted from the setting's measured cells first (``cbscore.study.lr_predict``), so the
     cell's best crosses early and the far rates, started later, stop at the prune margin past it
     instead of running to their own crossing; every rate still runs and the fit reads the same
-    crossings (simulated: 9-11% fewer tokens, B* on the full grid, docs/results/cheaper-search/).
+    crossings (what it saves: docs/results/cheaper-search/).
     ``grid``: ascending, as the spec lists them. ``experimental.predict`` and
     ``experimental.prune_at_equal_tokens`` always order by the prediction."""
 

@@ -16,7 +16,7 @@ def test_one_field_prints_its_type_default_and_doc(capsys):
     assert head == "budget_margin: float = 0.25"
     text = " ".join(line.strip() for line in doc)
     assert all(line.startswith("    ") and len(line) <= 100 for line in doc)  # wrapped under the name
-    assert text.startswith("Slack of the budgets: tokens to target never exceed D")
+    assert text.startswith("Slack of each trial's budget: below B_ref a trial gets")
     assert "The paper presets set 0.5" in text
 
 

@@ -83,14 +83,14 @@ def test_rows_give_each_field_its_type_as_written_its_default_and_doc():
 
 
 def test_the_study_specs_known_docstrings():
-    assert field_doc(StudySpec, "search.lrs").startswith("Peak learning rates of the grid (``kind='grid'``;")
+    assert field_doc(StudySpec, "search.lrs").startswith("Peak learning rates of the grid (``kind='grid'``);")
     assert owner(StudySpec, "search.lrs") == (SearchSpec, "lrs")
     assert field_doc(StudySpec, "decay.horizon_high") == (
         "Longest horizon (the stable runs' length) as a multiple of D; a cell that reaches the target at none "
         "is censored there.")
     assert owner(StudySpec, "decay.horizon_high") == (DecaySpec, "horizon_high")
     assert owner(StudySpec, "local.epsilon") == (LocalSpec, "epsilon")
-    assert field_doc(StudySpec, "budget_margin").startswith("Slack of the budgets:")
+    assert field_doc(StudySpec, "budget_margin").startswith("Slack of each trial's budget:")
     assert "The paper presets set 0.5" in field_doc(StudySpec, "budget_margin")
 
 
