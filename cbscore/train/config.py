@@ -106,7 +106,7 @@ class TrainConfig(Config):
     its base run's, so it continues the base's decay rather than starting one of its own."""
 
     # ---------------------------------------------------------------- branch, snapshots, batch schedule
-    branch: BranchConfig | None = field(default=None, metadata={"coerce": False})
+    branch: BranchConfig | None = checked(None, None, coerce=as_branch)
     """Where this trial starts among runs of one stream (another trial's snapshot), the snapshots
     it keeps for branches, and its batch-size schedule (:class:`cbscore.train.branch_config.BranchConfig`);
     ``None`` = a run of its own: from the initialisation, no snapshots, one batch size. A dict
@@ -214,9 +214,7 @@ class TrainConfig(Config):
                     "micro_batch_size", self.micro_batch_size,
                     f"must divide the per-device batch batch_size/devices = {self.local_batch_size}",
                 )
-        branch = as_branch(self.branch)
-        if branch is not self.branch:
-            object.__setattr__(self, "branch", branch)  # (Config's coercion of a nested config refuses None)
+        branch = self.branch
         if branch is not None:
             _check_branch(self)
         if self.max_tokens < self.start_tokens + self.batch_tokens:
