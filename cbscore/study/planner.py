@@ -363,10 +363,13 @@ class Planner:
             chain = out.chain
             if out.skipped:
                 continue  # resolved for the chain; the bound carries over unchanged
-            start.extend(out.start)
-            asks.extend(out.ask)
-            stop.extend(out.stop)
-            stopped_by.update(out.stopped_by)
+            if out.start:
+                start.extend(out.start)
+            if out.ask:
+                asks.extend(out.ask)
+            if out.stop:  # (its stopped_by names the same trials)
+                stop.extend(out.stop)
+                stopped_by.update(out.stopped_by)
             incomplete = incomplete or out.incomplete
         return tuple(cells), tuple(start), tuple(asks), tuple(stop), incomplete, stopped_by
 

@@ -106,6 +106,9 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
     prune_at: dict[str, tuple[float, float | None]] = {}
     far_from: dict[str, tuple[float | None, int]] = {}
     equal_tokens, prune_equal = spec.compares_at_equal_tokens, spec.experimental.prune_at_equal_tokens
+    # How often the running trials or the bests moved, and as of which the prune margin's wakes were
+    # queued: while neither moves they are the same wakes (each queued or past), so they are not worked out again.
+    moved, prune_woken = 0, -1
     for _ in range(100_000):
         if wake_only and not _may_stop_far_rate(spec, records, running, members, now):
             stopped_now = False
@@ -128,6 +131,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                     records[tid] = run_record(running.pop(tid), now, reason, p.stopped_by.get(tid, ""))
                     ended.append(tid)
                     stopped_now = True
+                    moved += 1
             for t in p.start:
                 if t.trial_id not in records:
                     records[t.trial_id] = TrialRecord(trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id,
@@ -141,6 +145,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                 t = queue.popleft()
                 run = sim.start(t, now)
                 running[t.trial_id] = run
+                moved += 1
                 # (Its record stays the queued one here: the planner's next call reads it afresh, as it
                 # has no evaluation shown yet, and nothing reads a running trial's entry in `records`.)
                 started += 1
@@ -158,7 +163,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
         # Pruning happens at evaluations: wake up at each running trial's first evaluation past
         # (1 + margin)·best of its seed in its cell, where a best is known (`best`, kept as trials end).
         # (Each trial's wake is worked out once per best: `prune_at`.)
-        for tid, run in running.items():
+        for tid, run in running.items() if prune_woken != moved else ():
             b = best.get((run.spec.cell_id, run.spec.seed))
             if b is None or run.spec.role != "trial":
                 continue
@@ -172,6 +177,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                 if (ev := (wake[1], 0)) not in pending:
                     pending.add(ev)
                     heapq.heappush(events, ev)
+        prune_woken = moved
         if equal_tokens:
             # Stopping at equal tokens is decided at evaluations: wake at every EQUAL_TOKEN_WAKE-th
             # evaluation of each running trial (each wake re-plans the study: every one is slow).
@@ -211,6 +217,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
         for tid in [k for k, r in running.items() if r.end() <= now + 1e-9]:
             run = running.pop(tid)
             wake_only = False
+            moved += 1
             r = records[tid] = run_record(run, run.end(), run.outcome)
             ended.append(tid)
             if r.status == "reached" and r.steps_to_target is not None and r.role == "trial":
@@ -231,26 +238,23 @@ def _may_stop_far_rate(spec: StudySpec, records: Mapping[str, TrialRecord], runn
     than ``far_rate_margin`` at equal steps: a necessary condition of every stop at equal tokens that
     ``stop_far_rates`` makes (:func:`cbscore.study.equal_tokens.equal_token_stops`, without its other
     conditions), so a wake where it fails would plan nothing new."""
-    from cbscore.study.equal_tokens import loss_at_step
+    shown: dict[str, int] = {}
 
-    read: dict[str, tuple[Sequence[float], Sequence[float]]] = {}
-
-    def evals(tid: str, run: SimRun) -> tuple[Sequence[float], Sequence[float]]:
-        """A running trial's evaluations so far (as :func:`run_record` gives them), read once per call
-        (each is compared with every other trial of its cell)."""
-        got = read.get(tid)
-        if got is None:
-            n = bisect.bisect_right(run.curve[0], run.step_at(now))
-            got = read[tid] = (run.curve[0][:n], run.curve[1][:n])
-        return got
+    def evals(tid: str, run: SimRun) -> int:
+        """How many of a running trial's evaluations its record shows now (:func:`run_record`: the
+        first ones of its curve), read once per call (each is compared with every other trial of its cell)."""
+        n = shown.get(tid)
+        if n is None:
+            n = shown[tid] = bisect.bisect_right(run.curve[0], run.step_at(now))
+        return n
 
     for tid, run in running.items():
         if run.spec.role != "trial" or not run.curve[0]:
             continue
-        steps, losses = evals(tid, run)
-        if not steps or not math.isfinite(losses[-1]):
+        n = evals(tid, run)
+        if not n or not math.isfinite(run.curve[1][n - 1]):
             continue
-        t, level = steps[-1], losses[-1] - spec.far_rate_margin
+        t, level = run.curve[0][n - 1], run.curve[1][n - 1] - spec.far_rate_margin
         for other in members.get(run.spec.cell_id, ()):
             if other == tid:
                 continue
@@ -259,21 +263,40 @@ def _may_stop_far_rate(spec: StudySpec, records: Mapping[str, TrialRecord], runn
                 if o.spec.seed != run.spec.seed:
                     continue
                 if o.curve[0]:
-                    o_steps, o_losses = evals(other, o)
+                    o_steps, o_losses = o.curve
+                    o_n = evals(other, o)
                 else:  # (a diverging or reference run: its record's evaluations)
                     rec = run_record(o, now)
                     o_steps, o_losses = rec.eval_steps, rec.eval_losses
+                    o_n = len(o_steps)
             else:
                 r = records[other]
                 if r.seed != run.spec.seed or r.status in ("diverged", "failed"):
                     continue
                 o_steps, o_losses = r.eval_steps, r.eval_losses
-            if not o_steps:
+                o_n = len(o_steps)
+            if not o_n:
                 continue
-            got = loss_at_step(o_steps, o_losses, t)
+            got = _loss_at_step(o_steps, o_losses, o_n, t)
             if got is not None and got < level:
                 return True
     return False
+
+
+def _loss_at_step(steps: Sequence[float], losses: Sequence[float], n: int, at: float) -> float | None:
+    """:func:`cbscore.study.equal_tokens.loss_at_step` of the first ``n`` evaluations (without a copy
+    of them: a running trial's are read at every wake), the same arithmetic."""
+    if not n or at < steps[0] or at > steps[n - 1]:
+        return None
+    j = bisect.bisect_left(steps, at, 0, n)
+    if steps[j] == at:
+        return float(losses[j])
+    s0, s1, l0, l1 = steps[j - 1], steps[j], losses[j - 1], losses[j]
+    if not (math.isfinite(l0) and math.isfinite(l1)):
+        return None
+    # (Linear in steps from an evaluation at step 0, before training.)
+    w = (at - s0) / (s1 - s0) if s0 <= 0 else math.log(at / s0) / math.log(s1 / s0)
+    return float(l0 + w * (l1 - l0))
 
 
 def simulate(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig | None = None, *,

@@ -82,10 +82,11 @@ class PruneMargin:
         out = []
         for r in cell.recs:
             own = cell.seed_best.get(r.seed)
-            if own is None or (r.seed, r.lr) in cell.keep:
+            if own is None or r.status != "running" or r.trial_id in cell.lost:
                 continue
             last_eval = r.eval_steps[-1] if r.eval_steps else 0.0
-            if r.status == "running" and last_eval > (1 + self.margin) * own and r.trial_id not in cell.lost:
+            # (The best's neighbours, read off every crossing of the cell, only where a trial is past its margin.)
+            if last_eval > (1 + self.margin) * own and (r.seed, r.lr) not in cell.keep:
                 out.append(r.trial_id)
         return out
 
@@ -103,10 +104,14 @@ class FarRates:
     rule = "stop_far_rates"
 
     def stops(self, cell: RunningCell, stopping: Collection[str]) -> list[str]:
+        min_step = self.fraction * cell.expected_steps
+        # No running trial evaluated from its fraction on (most calls): none is judged, and the best's
+        # neighbours (read off every crossing of the cell) are not needed.
+        if not any(r.status == "running" and r.eval_steps and not r.eval_steps[-1] < min_step for r in cell.recs):
+            return []
         reruns = {r.trial_id for r in cell.recs if r.trial_id.endswith("." + RERUN_TAG)}
         return equal_token_stops(cell.recs, margin_nats=self.margin_nats, protected=cell.keep,
-                                 skip=cell.lost | set(stopping) | reruns,
-                                 min_step=self.fraction * cell.expected_steps, rates=cell.rates)
+                                 skip=cell.lost | set(stopping) | reruns, min_step=min_step, rates=cell.rates)
 
 
 @dataclass(frozen=True)
