@@ -90,6 +90,15 @@ class CellPlan:
         return self.ordered or not rule.orders_only()
 
 
+def _replaced(obj, **changes):
+    """``dataclasses.replace(obj, **changes)`` of a :class:`CellPlan` or :class:`CellState` (frozen, no
+    ``__post_init__``, every field set by ``__init__``): the same copy, without reading its fields'
+    definitions again at each of the many restops of a study."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__, **changes)
+    return new
+
+
 def record_key(r: TrialRecord, lost_set: frozenset) -> tuple:
     """Everything of a record that a :class:`CellPlanner` reads (an ended record's evaluations never
     change). A running trial's steps and tokens since its last evaluation are left out: pruning and
@@ -128,6 +137,11 @@ class CellPlanner:
         if self._data is None:
             self._data = study_data(self.spec)
         return self._data
+
+    def _config_parts(self) -> dict:
+        """What ``make_trial`` builds a trainer config from (the cell's recipe, the spec's data), read
+        only where the trials carry one."""
+        return {"recipe": self.recipe, "data": self.data} if self.configs else {}
 
     def cap(self, chain: ChainState, best: float | None) -> tuple[int | None, int | None]:
         """``(the cell's step cap, the cap of the best rate's neighbours)``: steps to target do not grow
@@ -215,8 +229,7 @@ class CellPlanner:
         counts: dict[str, int] = {}
         for r in recs:
             counts[r.status] = counts.get(r.status, 0) + 1
-        out = last if counts == last.cell.counts else dataclasses.replace(
-            last, cell=dataclasses.replace(last.cell, counts=counts))
+        out = last if counts == last.cell.counts else _replaced(last, cell=_replaced(last.cell, counts=counts))
         stop: tuple[tuple[str, str], ...] = ()
         if last.released and self.role == "trial" and any(r.status == "running" for r in recs):
             target, chain, read = inputs.target, inputs.chain, last.read
@@ -230,7 +243,7 @@ class CellPlanner:
                                read)
         if stop == last.stopped_by:
             return out
-        return dataclasses.replace(out, stop=tuple((tid, "pruned") for tid, _ in stop), stopped_by=stop)
+        return _replaced(out, stop=tuple((tid, "pruned") for tid, _ in stop), stopped_by=stop)
 
     def _stops(self, recs: Sequence[TrialRecord], target: float | None, seed_best: dict[int, float],
                best: float | None, rates: Sequence[float], chain: ChainState, cap: int | None,
@@ -274,12 +287,12 @@ class CellPlanner:
                     own_cap = cap_smaller if (seed, lr) in keep else cap
                     start.append(make_trial(spec, setting, batch_size=b, role=role, lr=lr, seed=seed,
                                             tag=lr_tag(lr), max_steps=own_cap, target_loss=cell_target,
-                                            recipe=self.recipe, data=self.data, with_config=self.configs))
+                                            with_config=self.configs, **self._config_parts()))
         for r in rerun:
             if r.trial_id + "." + RERUN_TAG not in present:
                 larger = None if r.max_steps is None else int(math.ceil(RERUN_CAP_FACTOR * r.max_steps))
                 t = make_trial(spec, setting, batch_size=b, role=role, lr=r.lr, seed=r.seed, tag=lr_tag(r.lr),
                                max_steps=larger, target_loss=target, budget_factor=RERUN_CAP_FACTOR,
-                               recipe=self.recipe, data=self.data, with_config=self.configs)
+                               with_config=self.configs, **self._config_parts())
                 start.append(dataclasses.replace(t, trial_id=r.trial_id + "." + RERUN_TAG))
         return start

@@ -378,7 +378,11 @@ class Planner:
         """Bring the plan of cell ``c`` (the ``i``-th of its setting) up to date with its records and
         inputs: planned again where they changed, only its status counts and stops read again where
         only its trials that have not ended moved and none crossed (:meth:`CellPlanner.restop`)."""
-        if c.out is None or c.inputs[:3] != (target, chain, failed) or c.out.reads_centre(c.planner.rates):
+        ins = c.inputs
+        # (Each compared as in a tuple, the very object first: most calls hand on the same chain.)
+        if (c.out is None or (ins.chain is not chain and ins.chain != chain)
+                or (ins.target is not target and ins.target != target) or ins.setting_failed != failed
+                or c.out.reads_centre(c.planner.rates)):
             inputs = CellInputs(target, chain, failed, self._read_centre(centres, i, c))
             if c.out is None or c.inputs != inputs:
                 c.inputs, c.out = inputs, c.planner.plan(c.recs, inputs, lost)

@@ -79,3 +79,25 @@ def test_a_loss_at_equal_steps_read_off_the_first_evaluations_is_loss_at_step_of
         at = rng.choice([rng.uniform(-10, 450), *steps])
         want, got = loss_at_step(steps[:n], losses[:n], at), _loss_at_step(steps, losses, n, at)
         assert (want is None and got is None) or (want == got or (math.isnan(want) and math.isnan(got)))
+
+
+def test_a_restops_copy_of_a_cell_plan_is_dataclasses_replace_of_it():
+    """``restop`` copies a cell's plan and state with new counts or stops without ``dataclasses.replace``
+    (many times a study): the same objects, every field, the shared ``read`` included."""
+    import dataclasses
+
+    from cbscore.study.cell_plan import CellPlan, ChainState, _replaced
+    from cbscore.study.plan_result import CellState
+
+    state = CellState(cell_id="s.b8", setting_id="s", batch_size=8, role="trial", state="running", n_trials=4,
+                      counts={"running": 2}, steps_to_target=120.0, max_steps=180, rates_note="note")
+    plan = CellPlan(cell=state, start=(), stop=(("a", "pruned"),), stopped_by=(("a", "prune_margin"),),
+                    incomplete=True, chain=ChainState(False, 120.0, 3.0), released=True, rates=(0.01, 0.02),
+                    ordered=False, read={"seed_best": {0: 120.0}})
+    for obj, changes in [(state, {"counts": {"running": 1, "pruned": 1}}),
+                         (plan, {"cell": state, "stop": (), "stopped_by": ()}),
+                         (plan, {"stop": (("b", "pruned"),), "stopped_by": (("b", "stop_far_rates"),)})]:
+        got, want = _replaced(obj, **changes), dataclasses.replace(obj, **changes)
+        assert type(got) is type(want) and got == want and got is not obj
+        assert all(getattr(got, f.name) is getattr(want, f.name) for f in dataclasses.fields(want))
+    assert _replaced(plan, stop=()).read is plan.read
