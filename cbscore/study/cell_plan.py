@@ -122,6 +122,7 @@ class CellPlanner:
         self.role = self.rates.role
         self.stops = stop_rules(spec)
         self._recipe: tuple[float, tuple[float, ...]] | None = None
+        self._ids: dict[float, tuple[str, ...]] = {}
         self._data = None
 
     @property
@@ -137,6 +138,14 @@ class CellPlanner:
         if self._data is None:
             self._data = study_data(self.spec)
         return self._data
+
+    def _trial_ids(self, lr: float) -> tuple[str, ...]:
+        """The ids of the cell's trials at rate ``lr``, one per seed (worked out once per rate)."""
+        ids = self._ids.get(lr)
+        if ids is None:
+            ids = self._ids[lr] = tuple(make_trial_id(self.spec, self.setting, self.batch_size, lr_tag(lr), seed)
+                                        for seed in self.spec.seeds)
+        return ids
 
     def _config_parts(self) -> dict:
         """What ``make_trial`` builds a trainer config from (the cell's recipe, the spec's data), read
@@ -278,9 +287,10 @@ class CellPlanner:
         spec, setting, b, role = self.spec, self.setting, self.batch_size, self.role
         start: list[TrialSpec] = []
         keep: set[tuple[int, float]] | None = None
-        for lr in self.rates.order(rates, centre):
-            for seed in spec.seeds:
-                tid = make_trial_id(spec, setting, b, lr_tag(lr), seed)
+        # (Ordered only where a trial is missing: most plans of a cell have all of them.)
+        missing = any(tid not in present for lr in rates for tid in self._trial_ids(lr))
+        for lr in self.rates.order(rates, centre) if missing else ():
+            for seed, tid in zip(spec.seeds, self._trial_ids(lr)):
                 if tid not in present:
                     if keep is None:
                         keep = best_neighbours(recs, target, rates) if (role == "trial" and seed_best) else set()

@@ -65,7 +65,7 @@ def plan(spec: StudySpec, records: Sequence[TrialRecord], now_s: float, *,
 class _Cell:
     """One cell's planner, its records as at the planner's last call and what was read off them."""
 
-    __slots__ = ("planner", "setting_id", "batch_size", "index", "recs", "keyed", "keys", "frames", "key", "frame",
+    __slots__ = ("planner", "setting_id", "batch_size", "index", "recs", "keyed", "keys", "frames", "fresh", "key", "frame",
                  "evals_only", "crossed", "inputs", "out", "best", "pending")
 
     def __init__(self, planner: CellPlanner, index: int):
@@ -80,6 +80,8 @@ class _Cell:
         not the very object read then is read again (while the lost trials stay the same)."""
         self.frames: list[tuple] = []
         """:func:`_frame` of each of ``keyed``."""
+        self.fresh: list[TrialRecord] = []
+        """The records whose keys were read again at the last call."""
         self.key: tuple | None = None
         """What the cell plan reads of its records (``record_key`` of each), at the last call."""
         self.frame: tuple | None = None
@@ -275,14 +277,17 @@ class Planner:
         """Read the cell's record keys again; whether they changed (its plan goes then, unless only its
         trials that have not ended moved: their counts and stop rules are read again, :meth:`CellPlanner.restop`)."""
         recs, keyed, keys, frames = cell.recs, cell.keyed, cell.keys, cell.frames
+        fresh = cell.fresh = []
         for j in range(len(keyed)):
             if recs[j] is not keyed[j]:
                 keyed[j], keys[j] = recs[j], record_key(recs[j], lost)
                 frames[j] = _frame(recs[j], keys[j])
+                fresh.append(recs[j])
         for j in range(len(keyed), len(recs)):
             keyed.append(recs[j])
             keys.append(record_key(recs[j], lost))
             frames.append(_frame(recs[j], keys[j]))
+            fresh.append(recs[j])
         key = tuple(keys)
         if key == cell.key:
             return False
@@ -392,7 +397,9 @@ class Planner:
         # (Else nothing of the plan reads the centre, whatever it is now: the plan stands, and its
         # inputs keep the centre it was made under; the centre is read where the cell plans afresh.)
         if c.evals_only:
-            crossed = _running_crossed(c.recs, target)
+            # (None had crossed at the last call: only the records read again this call may have; one
+            # unchanged since, or changed with its key unchanged, crosses where it did.)
+            crossed = _running_crossed(c.fresh if not c.crossed else c.recs, target)
             if crossed or c.crossed:
                 c.inputs = CellInputs(target, chain, failed, self._read_centre(centres, i, c))
                 c.out = c.planner.plan(c.recs, c.inputs, lost)

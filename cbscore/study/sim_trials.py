@@ -302,13 +302,16 @@ class SimTrials:
                 every = max(1, int(cross // EVALS_NEAR_TARGET))
                 steps = np.arange(max(every, int(0.7 * cross) // every * every), int(3 * cross) + 2 * every, every,
                                   dtype=float)  # (E,)
-                losses = LOSS_AT_TRUTH + LOSS_SLOPE * np.log(need / steps) + self.eval_noise(key[:4], len(steps))
+                losses = LOSS_AT_TRUTH + LOSS_SLOPE * np.log(need / steps)
+                if self.config.eval_noise:  # (else its zeros: adding them changes no loss near 3 nats)
+                    losses = losses + self.eval_noise(key[:4], len(steps))
                 hit = np.flatnonzero(losses <= target)
                 if hit.size == 0:  # noise kept it above: it stops past any budget
                     self.readings[key] = (math.inf, math.inf)
                 else:
                     stop = int(hit[0])
-                    crossing = first_crossing(steps[:stop + 1], losses[:stop + 1], target)
+                    # (As Python floats, the same numbers: first_crossing reads each with float().)
+                    crossing = first_crossing(steps[:stop + 1].tolist(), losses[:stop + 1].tolist(), target)
                     self.readings[key] = (float(crossing), float(steps[stop]))
         return self.readings[key]
 
@@ -348,7 +351,8 @@ class SimTrials:
             if past.any():
                 slope = (dl[-1] - dl[-2]) / (lx[-1] - lx[-2])
                 ys[past] = t.target_loss + dl[-1] + slope * (u[past] - lx[-1])
-        ys = ys + self.eval_noise((setting.setting_id, t.batch_size, t.lr, t.seed, "coarse"), len(xs))
+        if self.config.eval_noise:
+            ys = ys + self.eval_noise((setting.setting_id, t.batch_size, t.lr, t.seed, "coarse"), len(xs))
         if t.target_loss is not None:
             ys = np.maximum(ys, t.target_loss + 1e-9)
         if crossing is not None:
