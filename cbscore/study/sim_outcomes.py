@@ -41,12 +41,28 @@ from cbscore.study.trials import TERMINAL, TrialRecord
 
 def _analyse(trials: Sequence[TrialSteps], spec: StudySpec, estimator: str) -> tuple[float | None, str | None, bool]:
     """B* of one setting's trials as the pages compute it: ``(B*, why refused, a cell at an edge)``."""
+    return _fit_points(measure_points(trials, estimator=estimator), spec)
+
+
+def _analyse_both(trials: Sequence[TrialSteps], spec: StudySpec, estimator: str
+                  ) -> tuple[tuple[float | None, str | None, bool], float | None]:
+    """:func:`_analyse` of the trials under ``estimator`` and the B* of the paper's minimum (``"min"``)
+    beside it, from one measurement: every point holds the minimum's ``S`` as ``steps_min``, the very
+    number ``measure_points(estimator="min")`` gives as its ``steps`` (the geometric mean of each seed's
+    fewest steps), with the same lower bounds."""
     points = measure_points(trials, estimator=estimator)
-    measured = [p for p in points if p.steps is not None]
+    return _fit_points(points, spec), _fit_points(points, spec, minimum=True)[0]
+
+
+def _fit_points(points: Sequence, spec: StudySpec, minimum: bool = False) -> tuple[float | None, str | None, bool]:
+    """B* fitted through measured points (their ``steps``, or with ``minimum`` their ``steps_min``):
+    ``(B*, why refused, a cell at an edge)``."""
+    measured = [(p, p.steps_min if minimum else p.steps) for p in points]
+    measured = [(p, s) for p, s in measured if s is not None]
     bounds = [(p.batch_size, p.steps_lower_bound) for p in points if p.steps_lower_bound is not None]
-    edge = any(p.lr_at_edge for p in measured)
+    edge = any(p.lr_at_edge for p, _ in measured)
     try:
-        fit = fit_steps([p.batch_size for p in measured], [p.steps for p in measured], lower_bounds=bounds)
+        fit = fit_steps([p.batch_size for p, _ in measured], [s for _, s in measured], lower_bounds=bounds)
     except FitError as exc:
         return None, str(exc), edge
     return float(cbs_closed_form(fit.b_noise, b_ref=spec.b_ref, overhead=spec.overhead)), None, edge
@@ -174,16 +190,14 @@ def setting_outcomes(spec: StudySpec, sim: SimTrials, records: Mapping[str, Tria
                                             bootstrap=sim.config.bootstrap, seed=sim.seed,
                                             estimator=sim.config.estimator)
             cbs_ci = analyses[sid].cbs_ci
-        cbs_study, error, edge = _analyse(study, spec, sim.config.estimator)
-        cbs_study_min = _analyse(study, spec, "min")[0]
+        (cbs_study, error, edge), cbs_study_min = _analyse_both(study, spec, sim.config.estimator)
         censored = tuple(sorted({t.batch_size for t in study if t.outcome == "censored"}
                                 - {t.batch_size for t in study if t.outcome == "reached"}))
         cbs_grid = cbs_grid_min = None
         grid_tokens_to_target = oracle = floor = 0
         if target is not None:
             grid, grid_tokens_to_target, oracle, floor = _grid_trials(spec, sim, setting, target, study)
-            cbs_grid = _analyse(grid, spec, sim.config.estimator)[0]
-            cbs_grid_min = _analyse(grid, spec, "min")[0]
+            (cbs_grid, _, _), cbs_grid_min = _analyse_both(grid, spec, sim.config.estimator)
         out.append(SettingOutcome(
             setting_id=sid, cbs_truth=cbs_truth, cbs_grid=cbs_grid, cbs_study=cbs_study, error=error,
             cbs_grid_min=cbs_grid_min, cbs_study_min=cbs_study_min,

@@ -101,3 +101,27 @@ def test_a_restops_copy_of_a_cell_plan_is_dataclasses_replace_of_it():
         assert type(got) is type(want) and got == want and got is not obj
         assert all(getattr(got, f.name) is getattr(want, f.name) for f in dataclasses.fields(want))
     assert _replaced(plan, stop=()).read is plan.read
+
+
+@pytest.mark.parametrize("estimator", ["fit", "min"])
+def test_the_minimums_b_star_read_off_one_measurement_is_that_of_its_own(estimator, monkeypatch):
+    """Each setting's B* under the paper's minimum comes from the points measured under the report's
+    estimator (their ``steps_min``): the same B* as measuring them again under ``"min"``, on the
+    study's trials and the full grid's of simulated studies, noisy ones with censored cells included."""
+    from cbscore.study import load_preset, sim_outcomes
+    from cbscore.study.simulate import SimConfig, paper_truth, simulate
+
+    seen = {"n": 0}
+    both = sim_outcomes._analyse_both
+
+    def checked(trials, spec, est):
+        got = both(trials, spec, est)
+        assert got == (sim_outcomes._analyse(trials, spec, est), sim_outcomes._analyse(trials, spec, "min")[0])
+        seen["n"] += 1
+        return got
+
+    monkeypatch.setattr(sim_outcomes, "_analyse_both", checked)
+    spec = load_preset("paper-fixed-n", budget_margin=0.05)
+    report = simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.25, estimator=estimator), seeds=2)
+    assert seen["n"] == 2 * 2 * len(spec.resolve_settings())  # the study's and the full grid's, each seed
+    assert any(s.censored_cells for o in report.seeds for s in o.settings)
