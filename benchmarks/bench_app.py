@@ -103,14 +103,17 @@ def main(argv: list[str] | None = None) -> int:
     import shutil
 
     from cbscore import paths
+    from workers.studies import read_model
 
     def forget(disk: bool) -> None:
-        """A new web app process: the page caches and the tracker's in-memory caches go; ``disk``:
-        the on-disk cache of ended runs too (the first read of the study on this host)."""
+        """A new web app process: the page caches, the tracker's in-memory caches and the ended
+        trials the process remembers go; ``disk``: the on-disk cache of ended runs too (the first
+        read of the study on this host)."""
         st.cache_data.clear()
         st.cache_resource.clear()
         Tracker._ENDED.clear()
         Tracker._HISTORY.clear()
+        read_model.forget()
         if disk:
             shutil.rmtree(paths.cbs_home() / "cache", ignore_errors=True)
 
@@ -132,55 +135,49 @@ def main(argv: list[str] | None = None) -> int:
         with api.open_ledger().engine.begin() as conn:
             conn.execute(FITS.delete().where(FITS.c.study == "bench"))
 
+    def run_timed(at: AppTest, out: dict[str, list[tuple[float, float]]], case: str) -> None:
+        """One render of the page, its (wall, CPU) seconds added to ``out[case]``."""
+        t, c = time.perf_counter(), time.process_time()
+        at.run()
+        out.setdefault(case, []).append((time.perf_counter() - t, time.process_time() - c))
+        assert not at.exception, at.exception
+
+    cases = ("first", "unfit", "runner", "restart", "cold", "warm", "refresh")
     figures: dict[str, dict[str, float]] = {}
     for name in ("curves", "scaling", "studies"):
         at = page(name)
-        first, restart, after_runner, unfit, first_cpu, unfit_cpu = [], [], [], [], [], []
+        times: dict[str, list[tuple[float, float]]] = {}
         for _ in range(args.repeat):
-            for disk, out, cpu in ((True, unfit, unfit_cpu), (True, first, first_cpu), (False, restart, [])):
+            for disk, case in ((True, "unfit"), (True, "first"), (False, "restart")):
                 forget(disk)
-                if out is unfit:
+                if case == "unfit":
                     forget_fits()
-                t, c = time.perf_counter(), time.process_time()
-                at.run()
-                out.append(time.perf_counter() - t)
-                cpu.append(time.process_time() - c)
-                assert not at.exception, at.exception
+                run_timed(at, times, case)
             # A runner on this host has passed over the study (its read: every trial run, the records
             # with the curves the planner needs), then the web app starts: its first visit.
             forget(True)
             runner_pass()
             forget(False)
-            t = time.perf_counter()
-            at.run()
-            after_runner.append(time.perf_counter() - t)
-            assert not at.exception, at.exception
-        cold, warm = [], []
+            run_timed(at, times, "runner")
         for _ in range(args.repeat):
             st.cache_data.clear()
             st.cache_resource.clear()
-            t = time.perf_counter()
-            at.run()
-            cold.append(time.perf_counter() - t)
-            assert not at.exception, at.exception
-            t = time.perf_counter()
-            at.run()
-            warm.append(time.perf_counter() - t)
-        figures[name] = {"first_s": statistics.median(first), "first_max_s": max(first),
-                         "first_cpu_s": statistics.median(first_cpu), "unfit_s": statistics.median(unfit),
-                         "unfit_max_s": max(unfit), "unfit_cpu_s": statistics.median(unfit_cpu),
-                         "restart_s": statistics.median(restart),
-                         "after_runner_s": statistics.median(after_runner),
-                         "cold_s": statistics.median(cold), "warm_s": statistics.median(warm)}
+            run_timed(at, times, "cold")
+            run_timed(at, times, "warm")
         if name == "studies":
             from app import sources
 
-            def refresh() -> None:  # the live reads expire every LIVE_TTL_S: read them again
+            for _ in range(args.repeat):  # the live reads expire every LIVE_TTL_S: read them again
                 for fn in (sources.records, sources.alive_workers):
                     fn.clear()
-                at.run()
-
-            figures[name]["refresh_s"] = statistics.median(_timed(refresh, args.repeat))
+                run_timed(at, times, "refresh")
+        figures[name] = {}
+        for case, pairs in times.items():
+            figures[name][f"{case}_s"] = statistics.median(w for w, _ in pairs)
+            figures[name][f"{case}_cpu_s"] = statistics.median(c for _, c in pairs)
+        for case in ("first", "unfit"):
+            figures[name][f"{case}_max_s"] = max(w for w, _ in times[case])
+        figures[name]["after_runner_s"] = figures[name]["runner_s"]  # the name earlier JSON used
 
     calls = {
         "list_studies": lambda: api.list_studies(),
@@ -201,8 +198,12 @@ def main(argv: list[str] | None = None) -> int:
         first = f"{f['first_s']:.2f}/{f['first_max_s']:.2f}"
         unfit = f"{f['unfit_s']:.2f}/{f['unfit_max_s']:.2f}"
         print(f"{name:<10} {first:>11} {f['first_cpu_s']:>5.2f} {unfit:>11} {f['unfit_cpu_s']:>5.2f} "
-              f"{f['after_runner_s']:>7.2f} {f['restart_s']:>8.2f} {f['cold_s']:>7.2f} {f['warm_s']:>7.2f} "
+              f"{f['runner_s']:>7.2f} {f['restart_s']:>8.2f} {f['cold_s']:>7.2f} {f['warm_s']:>7.2f} "
               f"{refresh:>8}   {targets[name]}")
+    print("\nthe same, CPU seconds of this process (what load on the host does not inflate):")
+    print(f"{'page':<10}" + "".join(f" {c:>8}" for c in cases))
+    for name, f in figures.items():
+        print(f"{name:<10}" + "".join(f" {f[c + '_cpu_s']:>8.2f}" if c + "_cpu_s" in f else f" {'—':>8}" for c in cases))
     print("\nworkers.api and analysis behind them:")
     for k, v in api_figures.items():
         print(f"  {k:<32} {v:6.2f} s")

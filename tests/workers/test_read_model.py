@@ -46,8 +46,13 @@ def _reads():
 
 
 def _forget_host_caches():
+    """A new process on a host with no cache: the tracker's caches and the ended trials this
+    process remembers (read_model._SERVED) go."""
+    from workers.studies import read_model
+
     Tracker._ENDED.clear()
     Tracker._HISTORY.clear()
+    read_model.forget()
 
 
 def test_a_study_reads_from_the_read_model_as_from_mlflow_and_asks_mlflow_only_for_trials_in_flight(
@@ -197,3 +202,35 @@ def test_a_fit_of_a_study_table_is_kept_once_per_table_and_settings(worker_env, 
     with ledger.engine.connect() as conn:
         assert conn.execute(ledger_module.FITS.select()).all() == []
     assert ledger.results(STUDY) == {}  # and the kept trials with it
+
+
+def test_a_process_reads_each_ended_trial_once_while_its_lease_stays(worker_env, monkeypatch):
+    """The pages' later reads of a study (table, records, forecast, histories) ask the ledger for no
+    row and build no record of an ended trial already read; a trial whose lease moves (run again)
+    is read afresh; every read gives what a new process reads."""
+    from workers.studies import read_model
+
+    tracker, ledger = _seed(worker_env)
+    _forget_host_caches()
+    first = _reads()
+    rows_read, built = [], []
+    real_results, real_record = Ledger.results, read_model.record_from_run
+    monkeypatch.setattr(Ledger, "results", lambda self, study: rows_read.append(study) or real_results(self, study))
+    monkeypatch.setattr(read_model, "record_from_run",
+                        lambda run, *a, **kw: built.append(run.info.run_id) or real_record(run, *a, **kw))
+    assert _reads() == first
+    assert rows_read == [] and built == []
+    # a trial runs again: its lease moves, so its old row and its remembered records serve no more
+    done = sorted(t for t, lease in ledger.leases(STUDY).items() if lease.state == "done")[0]
+    lease = ledger.lease(done)
+    with ledger.engine.begin() as conn:
+        conn.execute(ledger_module.LEASES.update().where(ledger_module.LEASES.c.trial_id == done)
+                     .values(state="queued", attempt=2, updated_s=lease.updated_s + 1))
+    tracker.set_trial_status(lease.run_id, "queued", attempt=2)
+    filters = _mlflow_reads(monkeypatch)
+    moved = _reads()
+    assert all(lease.run_id in f for f in filters)
+    assert {r.trial_id: r for r in moved[1]}[done].status == "queued"
+    assert done not in {r.trial_id for r in moved[0]} and moved[0] != first[0]
+    _forget_host_caches()
+    assert _reads() == moved  # what a new process reads

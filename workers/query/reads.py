@@ -187,14 +187,13 @@ def list_studies() -> list[StudySummary]:
 def _runs_and_records(tracker, ledger, name: str, parent, spec: StudySpec, *,
                       with_history: bool | None = None) -> tuple[list, Any, list[TrialRecord]]:
     """``(trial runs, their histories, records)`` of study ``name``: the runs from the read model
-    and MLflow (:func:`workers.studies.read_model.study_runs`), the records of the cells ``spec``
+    and MLflow (:func:`workers.studies.read_model.study_records`), the records of the cells ``spec``
     has (cells an extension dropped are hidden)."""
-    from workers.studies.read_model import Histories, study_runs
-    from workers.studies.records import build_records, in_spec
+    from workers.studies.read_model import study_records
+    from workers.studies.records import in_spec
 
-    runs, leases = study_runs(tracker, ledger, name, parent)
-    histories = Histories(tracker)
-    return runs, histories, in_spec(spec, build_records(runs, leases, histories, with_history=with_history))
+    runs, _, histories, records = study_records(tracker, ledger, name, parent, with_history=with_history)
+    return runs, histories, in_spec(spec, records)
 
 
 def _records(tracker, ledger, name: str, parent, *, with_history: bool | None = None) -> list[TrialRecord]:

@@ -15,6 +15,13 @@ A row serves only while its lease is as it was kept (``lease_updated_s``): a tri
 is read from MLflow until it ends again. A study the ledger does not index whole (no lease at all,
 or a lease without its run) is read from MLflow alone, as before the read model.
 
+A process remembers the ended trials it has read (:data:`_SERVED`: the kept run and its records,
+under the whole lease they were read for), so a page's later reads of the same study (its table,
+its records, its forecast: three on the Curves page) ask the ledger only for the leases and MLflow
+only for the trials in flight. A row cannot change while its lease stays the same (a row is kept
+only where none serves), so what is remembered is what the row would give; :func:`forget` empties
+it (a new process).
+
 The fits the pages compute of a study's steps table (a thousand bootstrap resamples per setting)
 are kept too (``cbs_study_fits``, :func:`kept_fit`), under a key of the table, the fit's settings
 and the analysis code itself, so a page on another host or after a restart reads the fit the
@@ -27,8 +34,10 @@ import hashlib
 import json
 import logging
 import pickle
+import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -37,9 +46,10 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from cbscore.study import TrialRecord
 from workers.infra.parse import as_float
 from workers.studies.ledger import Lease, Ledger, TrialResultRow
-from workers.studies.records import trial_status
+from workers.studies.records import build_records, record_from_run, trial_status
 from workers.tracking import EVAL_CURVE_TAG, TERMINAL_RUN_STATUSES, Tracker
 
 log = logging.getLogger(__name__)
@@ -55,6 +65,8 @@ _UNKEPT_TAGS = frozenset({"trial_spec", EVAL_CURVE_TAG})
 _IDS_PER_QUERY = 100
 #: Fits kept per study, the newest (its own B_ref and r, and a few the pages were moved to).
 FITS_KEPT = 4
+#: Studies whose ended trials a process remembers (:data:`_SERVED`), the most recently read.
+STUDIES_REMEMBERED = 16
 
 Curve = tuple[tuple[float, ...], tuple[float, ...]]
 
@@ -165,22 +177,61 @@ def _runs_by_id(tracker: Tracker, experiment_id: str, run_ids: list[str]) -> lis
     return out
 
 
-def study_runs(tracker: Tracker, ledger: Ledger, study: str, parent) -> tuple[list, dict[str, Lease]]:
-    """``(trial runs, leases)`` of ``study`` (``parent``: its MLflow parent run): kept runs for the
-    ended trials the read model holds, MLflow's for the rest; an ended one read from MLflow is kept
-    for the next read."""
+@dataclass(frozen=True)
+class _Served:
+    """An ended trial this process has read: its ``lease`` then, its kept ``run``, and its records
+    by ``with_history`` (:func:`study_records`), filled as they are asked for."""
+
+    lease: Lease
+    run: StoredRun
+    records: dict = field(default_factory=dict, compare=False)
+
+
+#: Per study (the most recently read :data:`STUDIES_REMEMBERED`), its ended trials served by the
+#: read model as this process read them: ``{trial_id: _Served}`` (module docstring).
+_SERVED: OrderedDict[str, dict[str, _Served]] = OrderedDict()
+_SERVED_LOCK = threading.Lock()
+
+
+def forget() -> None:
+    """Forget every ended trial this process remembers (what a new process starts with)."""
+    with _SERVED_LOCK:
+        _SERVED.clear()
+
+
+def _remember(study: str, served: dict[str, _Served]) -> None:
+    with _SERVED_LOCK:
+        _SERVED[study] = served
+        _SERVED.move_to_end(study)
+        while len(_SERVED) > STUDIES_REMEMBERED:
+            _SERVED.popitem(last=False)
+
+
+def _read(tracker: Tracker, ledger: Ledger, study: str, parent) -> tuple[list, dict[str, Lease], dict[str, _Served] | None]:
+    """``(trial runs, leases, the ended trials served by the read model)`` of ``study``; ``None``
+    in place of the last where the ledger does not index the study whole (read from MLflow)."""
     leases = ledger.leases(study)
     if not leases or any(not lease.run_id or not lease.run_id.isalnum() for lease in leases.values()):
-        return tracker.trial_runs(parent.info.experiment_id, parent.info.run_id), leases
-    rows = ledger.results(study)
-    runs: list = []
+        return tracker.trial_runs(parent.info.experiment_id, parent.info.run_id), leases, None
+    with _SERVED_LOCK:
+        known = _SERVED.get(study, {})
+    rows: dict[str, TrialResultRow] | None = None
+    served: dict[str, _Served] = {}
     wanted: dict[str, Lease] = {}
     for trial_id, lease in leases.items():
-        row = rows.get(trial_id)
+        hit = known.get(trial_id)
+        if hit is not None and hit.lease == lease:  # the same lease: the same row (module docstring)
+            served[trial_id] = hit
+            continue
+        if lease.state == "done" and rows is None:  # one query, only when an ended trial is new here
+            rows = ledger.results(study)
+        row = rows.get(trial_id) if rows is not None else None
         if serves(row, lease):
-            runs.append(stored_run(row))
+            served[trial_id] = _Served(lease=lease, run=stored_run(row))
         else:
             wanted[lease.run_id] = lease
+    _remember(study, served)
+    runs: list = [s.run for s in served.values()]
     histories = Histories(tracker)
     for run in _runs_by_id(tracker, parent.info.experiment_id, sorted(wanted)):
         runs.append(run)
@@ -190,7 +241,40 @@ def study_runs(tracker: Tracker, ledger: Ledger, study: str, parent) -> tuple[li
                 ledger.keep_result(result_row(run, lease, histories))
             except SQLAlchemyError as exc:  # the read stands; the row is kept by a later read
                 log.warning("the read model could not keep trial %s: %s", lease.trial_id, exc)
+    return runs, leases, served
+
+
+def study_runs(tracker: Tracker, ledger: Ledger, study: str, parent) -> tuple[list, dict[str, Lease]]:
+    """``(trial runs, leases)`` of ``study`` (``parent``: its MLflow parent run): kept runs for the
+    ended trials the read model holds, MLflow's for the rest; an ended one read from MLflow is kept
+    for the next read."""
+    runs, leases, _ = _read(tracker, ledger, study, parent)
     return runs, leases
+
+
+def study_records(tracker: Tracker, ledger: Ledger, study: str, parent, *,
+                  with_history: bool | None = None) -> tuple[list, dict[str, Lease], Histories, list[TrialRecord]]:
+    """``(trial runs, leases, their histories, records)`` of ``study``: :func:`study_runs` and
+    :func:`workers.studies.records.build_records` of them, each ended trial's records built once per
+    process while its lease stays the same."""
+    runs, leases, served = _read(tracker, ledger, study, parent)
+    histories = Histories(tracker)
+    if served is None:
+        return runs, leases, histories, build_records(runs, leases, histories, with_history=with_history)
+    rest = runs[len(served):]
+    # build_records keeps one run per trial_id tag: a kept run is its trial's only run where the tags
+    # agree with the lease it serves (always, short of a store edited by hand: then build them all)
+    tags = {run.data.tags.get("trial_id") for run in rest}
+    if any(s.run.data.tags.get("trial_id") != t or t in tags for t, s in served.items()):
+        return runs, leases, histories, build_records(runs, leases, histories, with_history=with_history)
+    records = build_records(rest, leases, histories, with_history=with_history)
+    for s in served.values():
+        record = s.records.get(with_history)
+        if record is None:  # from the kept run alone (its curves are kept): the same on every read
+            record = s.records[with_history] = record_from_run(s.run, s.lease, histories, with_history=with_history)
+        records.append(record)
+    records.sort(key=lambda r: r.trial_id)
+    return runs, leases, histories, records
 
 
 # --------------------------------------------------------------------------- kept fits
