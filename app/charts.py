@@ -136,6 +136,13 @@ class LossCurve:
 
 
 # --------------------------------------------------------------------------- helpers
+def scatter(**props) -> dict:
+    """A scatter trace as a dict, for ``fig.add_trace``: the figure validates it once as it adds it,
+    where a ``go.Scatter`` is validated when built and again when added (the same figure at half
+    the cost: the Studies page's overlay of 500 trials spent most of its drawing there)."""
+    return dict(type="scatter", **props)
+
+
 def powers_of_two(low: float, high: float) -> list[int]:
     """Every power of two from the one at or below ``low`` to the one at or above ``high``."""
     if not (low > 0 and high > 0):
@@ -225,12 +232,12 @@ def steps_to_target_figure(curves: Sequence[SettingCurve], *, b_ref: float, over
     y_values: list[float] = []
     if normalized:
         lin = b_ref / grid
-        fig.add_trace(go.Scatter(x=grid, y=lin, mode="lines", line=dict(color="rgba(0,0,0,0)"),
+        fig.add_trace(scatter(x=grid, y=lin, mode="lines", line=dict(color="rgba(0,0,0,0)"),
                                  hoverinfo="skip", showlegend=False))
-        fig.add_trace(go.Scatter(x=grid, y=(1 + overhead) * lin, mode="lines", fill="tonexty",
+        fig.add_trace(scatter(x=grid, y=(1 + overhead) * lin, mode="lines", fill="tonexty",
                                  fillcolor="rgba(120,128,140,0.14)", line=dict(color="rgba(0,0,0,0)"),
                                  name=f"(1 + r) band, r = {overhead:g}", hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=grid, y=lin, mode="lines", line=dict(color="#5A6270", dash="dot", width=1.5),
+        fig.add_trace(scatter(x=grid, y=lin, mode="lines", line=dict(color="#5A6270", dash="dot", width=1.5),
                                  name=f"linear scaling from B_ref = {b_ref:g}", hoverinfo="skip"))
     for i, curve in enumerate(curves):
         color = PALETTE[i % len(PALETTE)]
@@ -243,17 +250,17 @@ def steps_to_target_figure(curves: Sequence[SettingCurve], *, b_ref: float, over
         if curve.has_fit and not normalized:
             s_ref = float(curve.fitted_steps(b_ref))
             lin = s_ref * b_ref / grid  # (96,) S_lin(B)
-            fig.add_trace(go.Scatter(x=grid, y=lin, mode="lines", line=dict(color="rgba(0,0,0,0)"),
+            fig.add_trace(scatter(x=grid, y=lin, mode="lines", line=dict(color="rgba(0,0,0,0)"),
                                      legendgroup=group, hoverinfo="skip", showlegend=False))
-            fig.add_trace(go.Scatter(x=grid, y=(1 + overhead) * lin, mode="lines", fill="tonexty",
+            fig.add_trace(scatter(x=grid, y=(1 + overhead) * lin, mode="lines", fill="tonexty",
                                      fillcolor=_rgba(color, 0.10), line=dict(color="rgba(0,0,0,0)"),
                                      legendgroup=group, hoverinfo="skip", showlegend=False))
-            fig.add_trace(go.Scatter(x=grid, y=lin, mode="lines", line=dict(color=color, dash="dot", width=1.2),
+            fig.add_trace(scatter(x=grid, y=lin, mode="lines", line=dict(color=color, dash="dot", width=1.2),
                                      legendgroup=group, name=f"{curve.label}: linear from B_ref",
                                      hoverinfo="skip", showlegend=False))
         if curve.has_fit:
             fitted = curve.fitted_steps(grid) * scale
-            fig.add_trace(go.Scatter(
+            fig.add_trace(scatter(
                 x=grid, y=fitted, mode="lines", line=dict(color=color, width=2), legendgroup=group,
                 name=f"{curve.label}: fit a + b/B", showlegend=False,
                 hovertemplate=f"{curve.label}<br>fit: S(%{{x:.0f}}) = %{{y:.4g}}<extra></extra>"))
@@ -266,7 +273,7 @@ def steps_to_target_figure(curves: Sequence[SettingCurve], *, b_ref: float, over
                 continue
             ys = [p.steps * scale for p in points]
             y_values += ys
-            fig.add_trace(go.Scatter(
+            fig.add_trace(scatter(
                 x=[p.batch_size for p in points], y=ys, mode="markers", legendgroup=group,
                 name=curve.label + suffix, showlegend=not suffix or not reached,
                 marker=dict(color=color, size=10, symbol=symbol, line=dict(color="white", width=1)),
@@ -282,7 +289,7 @@ def steps_to_target_figure(curves: Sequence[SettingCurve], *, b_ref: float, over
                 error_x = dict(type="data", symmetric=False, array=[curve.b_star_high - curve.b_star],
                                arrayminus=[curve.b_star - curve.b_star_low], color=color, thickness=2, width=6)
                 interval = f" [{curve.b_star_low:.0f}, {curve.b_star_high:.0f}]"
-            fig.add_trace(go.Scatter(
+            fig.add_trace(scatter(
                 x=[curve.b_star], y=[y_star], mode="markers", legendgroup=group, showlegend=False,
                 name=f"{curve.label}: B*", error_x=error_x,
                 marker=dict(symbol="star", size=17, color=color, line=dict(color="#1F2329", width=1)),
@@ -314,21 +321,21 @@ def scaling_law_figure(points: Sequence[ScalingPoint], *, fit: PowerLaw | None =
     for j, law in enumerate(references):
         ys = law(grid)
         y_values += [float(ys.min()), float(ys.max())]
-        fig.add_trace(go.Scatter(x=grid, y=ys, mode="lines", name=law.label,
+        fig.add_trace(scatter(x=grid, y=ys, mode="lines", name=law.label,
                                  line=dict(color=("#7F8793", "#B07AA1", "#9C755F")[j % 3], dash="dash", width=1.6),
                                  hovertemplate=f"{law.label}<br>x = %{{x:.4g}}: B* = %{{y:.0f}}<extra></extra>"))
     for k, law in enumerate([fit] * (fit is not None) + list(fits)):
         ys = law(grid)
         y_values += [float(ys.min()), float(ys.max())]
         color = PALETTE[(0, 2, 4, 5, 6, 1)[k % 6]]  # PALETTE[3] marks the settings' points
-        fig.add_trace(go.Scatter(x=grid, y=ys, mode="lines", name=law.label, line=dict(color=color, width=2.4),
+        fig.add_trace(scatter(x=grid, y=ys, mode="lines", name=law.label, line=dict(color=color, width=2.4),
                                  hovertemplate=f"{law.label}<br>x = %{{x:.4g}}: B* = %{{y:.0f}}<extra></extra>"))
     if points:
         has_ci = all(p.low is not None and p.high is not None for p in points)
         error_y = dict(type="data", symmetric=False, array=[p.high - p.b_star for p in points],
                        arrayminus=[p.b_star - p.low for p in points], color=PALETTE[0], thickness=1.5,
                        width=5) if has_ci else None
-        fig.add_trace(go.Scatter(
+        fig.add_trace(scatter(
             x=xs, y=[p.b_star for p in points], mode="markers", name="B* of each setting", error_y=error_y,
             marker=dict(color=PALETTE[3], size=11, symbol="diamond", line=dict(color="white", width=1)),
             hovertext=[p.label for p in points],
@@ -344,7 +351,7 @@ def loss_curve_figure(curves: Sequence[LossCurve], *, target_loss: float | None 
     """Held-out loss of the averaged weights against training tokens, with the target line."""
     fig = go.Figure()
     # one add_traces for all: adding hundreds one by one copies the figure's data each time
-    fig.add_traces([go.Scatter(x=list(curve.tokens), y=list(curve.losses), mode="lines+markers", name=curve.label,
+    fig.add_traces([scatter(x=list(curve.tokens), y=list(curve.losses), mode="lines+markers", name=curve.label,
                                line=dict(color=PALETTE[i % len(PALETTE)], width=2), marker=dict(size=5),
                                hovertemplate="%{x:.4s} tokens<br>loss %{y:.4f}<extra>" + curve.label + "</extra>")
                     for i, curve in enumerate(curves)])
@@ -382,7 +389,7 @@ def cell_grid_figure(settings: Sequence[str], batch_sizes: Sequence[int], states
         z.append(row_z)
         text.append(row_text)
         tips.append(row_tip)
-    fig = go.Figure(go.Heatmap(
+    fig = go.Figure(dict(type="heatmap",
         z=z, x=[str(b) for b in batch_sizes], y=list(settings), zmin=0, zmax=n, colorscale=scale, showscale=False,
         text=text, texttemplate="%{text}", textfont=dict(size=12), xgap=3, ygap=3,
         customdata=tips, hovertemplate="%{customdata}<extra></extra>"))

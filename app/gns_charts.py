@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from app.charts import PALETTE, _log2_axis, _rgba, _style
+from app.charts import PALETTE, _log2_axis, _rgba, _style, scatter
 
 _GRID = "#E6E9EF"
 
@@ -45,7 +45,7 @@ def noise_scale_figure(curves: Sequence[NoiseCurve], *, b_run: float | None = No
     values: list[float] = []
     for i, c in enumerate(curves):
         values += list(c.b_simple)
-        fig.add_trace(go.Scatter(x=list(c.tokens), y=list(c.b_simple), mode="lines+markers", name=c.label,
+        fig.add_trace(scatter(x=list(c.tokens), y=list(c.b_simple), mode="lines+markers", name=c.label,
                                  line=dict(color=PALETTE[i % len(PALETTE)], width=2), marker=dict(size=4),
                                  hovertemplate="%{x:.4s} tokens<br>B_simple %{y:.3g}<extra>" + c.label + "</extra>"))
     if b_run is not None:
@@ -95,22 +95,22 @@ def forecast_overlay_figure(overlay: ForecastOverlay, *, height: int = 340) -> g
     if overlay.factor is not None and overlay.factor_ci is not None and all(
             math.isfinite(v) and v > 0 for v in overlay.factor_ci):
         low, high = overlay.steps(grid, overlay.factor_ci[0]), overlay.steps(grid, overlay.factor_ci[1])
-        fig.add_trace(go.Scatter(x=np.concatenate([grid, grid[::-1]]), y=np.concatenate([high, low[::-1]]),
+        fig.add_trace(scatter(x=np.concatenate([grid, grid[::-1]]), y=np.concatenate([high, low[::-1]]),
                                  fill="toself", fillcolor=_rgba(PALETTE[0], 0.12), line=dict(width=0),
                                  name="calibrated, 95% interval of c", hoverinfo="skip"))
     raw = overlay.steps(grid)
     y_values += list(raw)
-    fig.add_trace(go.Scatter(x=grid, y=raw, mode="lines", name=f"forecast from B_simple (B̂ = {overlay.b_hat:.3g})",
+    fig.add_trace(scatter(x=grid, y=raw, mode="lines", name=f"forecast from B_simple (B̂ = {overlay.b_hat:.3g})",
                              line=dict(color=PALETTE[1], width=2, dash="dash"),
                              hovertemplate="B %{x:.3g}<br>forecast S %{y:.4g}<extra></extra>"))
     if overlay.factor is not None and math.isfinite(overlay.factor):
         cal = overlay.steps(grid, overlay.factor)
         y_values += list(cal)
-        fig.add_trace(go.Scatter(x=grid, y=cal, mode="lines", line=dict(color=PALETTE[0], width=2.5),
+        fig.add_trace(scatter(x=grid, y=cal, mode="lines", line=dict(color=PALETTE[0], width=2.5),
                                  name=f"calibrated: c·B̂ = {overlay.factor:.3g}·{overlay.b_hat:.3g}",
                                  hovertemplate="B %{x:.3g}<br>calibrated S %{y:.4g}<extra></extra>"))
     if overlay.measured:
-        fig.add_trace(go.Scatter(x=[b for b, _ in overlay.measured], y=[s for _, s in overlay.measured],
+        fig.add_trace(scatter(x=[b for b, _ in overlay.measured], y=[s for _, s in overlay.measured],
                                  mode="markers", name="measured S(B)",
                                  marker=dict(color=PALETTE[3], size=10, line=dict(color="white", width=1)),
                                  hovertemplate="B %{x}<br>S %{y:.4g}<extra>measured</extra>"))
@@ -143,7 +143,7 @@ def forecast_vs_measured_figure(points: Sequence[ForecastPoint], *, height: int 
                                          if math.isfinite(v) and v > 0]
     values = [v for v in xs + ys if v and math.isfinite(v) and v > 0] or [1.0, 2.0]
     lo, hi = min(values) / 1.4, max(values) * 1.4
-    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="forecast = measured",
+    fig.add_trace(scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="forecast = measured",
                              line=dict(color="#8E98A4", dash="dot", width=1.5), hoverinfo="skip"))
 
     def error_y(ps):
@@ -155,14 +155,14 @@ def forecast_vs_measured_figure(points: Sequence[ForecastPoint], *, height: int 
                     arrayminus=[(p.measured - p.measured_ci[0]) if p.measured_ci else 0 for p in ps],
                     color=_rgba(PALETTE[3], 0.6), thickness=1.5, width=4)
 
-    fig.add_trace(go.Scatter(x=[p.forecast for p in points], y=[p.measured for p in points], mode="markers",
+    fig.add_trace(scatter(x=[p.forecast for p in points], y=[p.measured for p in points], mode="markers",
                              name="raw forecast (B̂ from B_simple)", error_y=error_y(points),
                              marker=dict(color=PALETTE[1], size=10, symbol="circle-open", line=dict(width=2)),
                              hovertext=[p.label for p in points],
                              hovertemplate="%{hovertext}<br>forecast %{x:.3g}<br>measured %{y:.3g}<extra></extra>"))
     cal = [p for p in points if p.calibrated is not None]
     if cal:
-        fig.add_trace(go.Scatter(x=[p.calibrated for p in cal], y=[p.measured for p in cal], mode="markers",
+        fig.add_trace(scatter(x=[p.calibrated for p in cal], y=[p.measured for p in cal], mode="markers",
                                  name="calibrated forecast (c·B̂)",
                                  marker=dict(color=PALETTE[0], size=11, symbol="diamond",
                                              line=dict(color="white", width=1)),

@@ -170,3 +170,20 @@ def test_every_figure_is_drawn_on_plotly_white_with_the_pages_font():
         layout = json.loads(fig.to_json())["layout"]
         assert layout["template"] == white
         assert layout["font"]["family"].startswith("Inter")
+
+
+def test_a_trace_given_as_a_dict_draws_what_a_go_scatter_draws():
+    """charts.scatter hands plotly the trace as a dict (validated once, as the figure adds it): the
+    figure is the one ``go.Scatter`` traces give, arrays, nested styles and numpy grids alike."""
+    import plotly.graph_objects as go
+
+    props = [dict(x=[1000.0, 2000.0], y=[4.2, 4.1], mode="lines+markers", name="lr 0.01",
+                  line=dict(color=charts.PALETTE[1], width=2), marker=dict(size=5),
+                  hovertemplate="%{x:.4s} tokens<extra>lr 0.01</extra>"),
+             dict(x=np.geomspace(8, 2048, 5), y=np.linspace(1.0, 2.0, 5), fill="tonexty", line=dict(width=0),
+                  fillcolor="rgba(0,114,178,0.12)", hoverinfo="skip", error_y=dict(type="data", array=[1, 2, 3, 4, 5]))]
+    as_dicts, as_objects = go.Figure(), go.Figure()
+    as_dicts.add_traces([charts.scatter(**p) for p in props])
+    as_objects.add_traces([go.Scatter(**p) for p in props])
+    assert as_dicts.to_json() == as_objects.to_json()
+    assert charts.loss_curve_figure([LossCurve(label="a", tokens=(1.0, 2.0), losses=(4.0, 3.5))]).data[0].type == "scatter"
