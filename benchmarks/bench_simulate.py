@@ -3,8 +3,9 @@ budget: under 10 s), in this process and as the CLI a user runs (a fresh process
 included).
 
 Run: ``.venv/bin/python benchmarks/bench_simulate.py``. Prints one line per preset: seconds for
-the 50 simulated studies, in this process and as the CLI, and the tokens the study spends against
-the fixed-budget grid and the full grid run to target.
+the 50 simulated studies, in this process (wall, and this process's CPU time beside it: on a shared
+machine the CPU time moves less than the wall) and as the CLI, and the tokens the study spends
+against the fixed-budget grid and the full grid run to target.
 
 Measured 2026-12-01 on two quiet cores (issue 19's planner and estimator, cells memoised):
 18.2 / 12.9 / 15.3 s in-process (chinchilla / fixed-d / fixed-n), about 0.3 s per simulated study,
@@ -27,6 +28,22 @@ planner takes 4.7 s (0.9 s of it building and checking each trial's ``TrainConfi
 0.19 ms a call over ~400 calls a study), starting simulated trials (noise draws and curves,
 ``sim_trials``) 1.5 s, each setting's analysis (``sim_outcomes``) 1.1 s, the running trials'
 records 0.6 s, the wakes' equal-token check 0.6 s: the parts outside the planner alone take about 4.6 s.
+
+Issue 40, 2026-12-05, 9a936e6 -> fdeb364 (every simulated study byte-identical: the JSON, the per-seed
+outcomes and the table of paper-chinchilla, -fixed-d, -fixed-n, a chained search, lab noise with
+evaluation noise, far rates off, prune at equal tokens, predict): the simulator's planner builds no
+trainer config per trial (each cell's is checked once per simulation), running trials' records are
+copied from their first, cells re-key only the records that changed and look for new crossings only
+in them, stop rules read the best's neighbours only where a trial is past its margin or fraction, a
+cell orders its rates only where a trial is missing, restop copies plans without
+``dataclasses.replace``, wakes are queued once and the prune margin's worked out only when the
+running trials or bests move, the wake check reads evaluations in place, and the minimum's B* is read
+off the same measured points. paper-chinchilla in-process, the two trees alternating three times each
+on two cores shared with a CPU study and other helpers (load average 3.3-5.3): CPU time 6.21 / 6.13 /
+6.27 s at 9a936e6 against 5.30 / 5.14 / 5.12 s (0.84x; 0.81x with the last commit, 6.70 / 6.84 / 6.66
+against 5.42 / 5.51 / 5.43). Of what is left (a sampling profile): the planner about 48% (each cell's
+plan 18%, restops 7%), each setting's analysis 15%, starting simulated trials 15% (a seeded generator
+per noise draw 5%), the event loop and its wake check about 15%.
 """
 
 from __future__ import annotations
@@ -49,15 +66,16 @@ SEEDS = 50
 def main() -> int:
     for preset in ("paper-chinchilla", "paper-fixed-d", "paper-fixed-n"):
         spec = load_preset(preset)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         report = simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.1), seeds=SEEDS)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         d = report.to_json_dict()
         t1 = time.perf_counter()
         subprocess.run([os.path.join(os.path.dirname(sys.executable), "cbs"), "study", "simulate", preset, "--truth", "paper",
                         "--noise", "0.1", "--seeds", str(SEEDS)], check=True, capture_output=True)
         cli = time.perf_counter() - t1
-        print(f"{preset:<17} {SEEDS} seeds: {seconds:5.2f} s in-process, {cli:5.2f} s as `cbs study simulate`; "
+        print(f"{preset:<17} {SEEDS} seeds: {seconds:5.2f} s in-process (CPU {cpu:5.2f} s), {cli:5.2f} s as "
+              f"`cbs study simulate`; "
               f"study tokens {d['tokens_share_of_fixed_budget_grid']:.1%} of the fixed-budget grid, "
               f"{d['tokens_study_mean'] / d['tokens_grid_to_target_mean']:.1%} of the full grid run to target")
     return 0
