@@ -12,6 +12,7 @@ import lock makes the two wait for each other, never import twice).
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
@@ -38,9 +39,19 @@ def warm() -> float:
         print(f"{STOPPED_LINE} after {time.perf_counter() - started:.1f} s ({reason}); the first page that "
               "needs the workers' stack imports the rest", file=sys.stderr, flush=True)
         return time.perf_counter() - started
+    settle()
     took = time.perf_counter() - started
     print(f"{WARM_LINE}: the workers' stack imported and the stores opened in {took:.1f} s", flush=True)
     return took
+
+
+def settle() -> None:
+    """Take what the imports left out of the garbage collector's walks (``gc.freeze``, after one
+    collection): the stack is hundreds of thousands of objects that live as long as the process,
+    and every full collection walked them all, a pause of a good part of a page's render landing on
+    whichever visit crossed the collector's threshold."""
+    gc.collect()
+    gc.freeze()
 
 
 def start() -> threading.Thread:

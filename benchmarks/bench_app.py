@@ -4,7 +4,8 @@ Seeds a real SQLite MLflow store in a temporary folder (through ``workers.tracki
 client, the layout the runner and workers write; tests/app/store_seed.py) and the ledger (each
 trial's lease, and each ended trial's row of the pages' read model, as a trial keeps it when it
 ends: workers/studies/read_model.py), then renders the Curves, Scaling laws and Studies pages with
-Streamlit's AppTest (the page scripts exactly as the server runs them) and times:
+Streamlit's AppTest (the page scripts exactly as the server runs them, in a process warmed up as
+``cbs web`` warms its own: app/warm_up.py) and times:
 
 * ``first``: the very first read of the study on this host: every cache empty, the page's and
   the tracker's, in memory and on disk (the ended trials from the ledger's read model, MLflow
@@ -26,7 +27,8 @@ Streamlit's AppTest (the page scripts exactly as the server runs them) and times
 
 Targets: a first visit under 1 s on every page (issue 43), the studies page refresh under 1 s
 (issue 6). ``first`` and ``unfit`` are reported as the median and the slowest of ``--repeat``, and
-with the process's CPU seconds beside (the pages run on a host other work may share).
+every case's median again in the process's CPU seconds (the pages run on a host other work may
+share: its load inflates the wall times, much less the CPU).
 
     .venv/bin/python benchmarks/bench_app.py [--trials 1000] [--repeat 3] [--json out.json]
 """
@@ -91,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"seeded {n_trials} trials (study 'bench': {n_settings} settings × {len(batch_sizes)} batch sizes × "
           f"{n_lrs} learning rates, + 4 running) in {seed_s:.0f} s, store {folder}", flush=True)
 
+    from app import warm_up
+
+    warm_up.warm()  # what `cbs web` does as it starts (app/server.py): imports, stores, the collector settled
     app = str(ROOT / "app" / "streamlit_app.py")
 
     def page(name: str) -> AppTest:
