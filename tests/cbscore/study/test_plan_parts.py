@@ -312,6 +312,40 @@ def test_a_cell_whose_running_trials_only_evaluated_again_is_judged_again_by_its
     assert after.cells[at16] is before.cells[at16]  # the rest of its plan kept, not made again
 
 
+def test_a_running_trial_that_crosses_at_a_new_evaluation_makes_its_cell_plan_afresh():
+    """Only running trials' evaluations moved, none had crossed: the planner looks for a crossing in
+    the records that changed alone. One that crosses there (its neighbours unchanged) makes the cell
+    plan afresh, its best read off the running trial as a fresh planner reads it; one that moves
+    without crossing keeps the plan but for its stops."""
+    s = spec(search={"kind": "grid", "lrs": [0.001, 0.002, 0.004, 0.008, 0.016], "lr_extensions": 0, "order": "grid"})
+    planner = Planner(s)
+    refs = plan(s, [], now_s=0).start
+    steps, end = D // (8 * 32), 125_000 // (8 * 32)
+    records = [TrialRecord(trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id, role=t.role,
+                           batch_size=t.batch_size, lr=t.lr, status="finished", final_eval_loss=2.9,
+                           eval_steps=(100, 200, steps, end), eval_losses=(4.0, 3.5, loss, 2.9), tokens=125_000,
+                           last_step=end) for t, loss in zip(refs, (3.2, 3.0, 3.1, 3.3, 3.4))]
+    first = planner.plan(records, 0.0)
+    target = first.targets["tiny-0.1M_D100K"]
+    cell16 = [t for t in first.start if t.batch_size == 16]
+    records += [as_record(t, "running", heartbeat_s=0.0, eval_steps=(100.0,), eval_losses=(target + 0.5,))
+                for t in cell16]
+    before = planner.plan(records, 1.0)
+    at16 = [c.batch_size for c in before.cells].index(16)
+    assert before == plan(s, records, 1.0) and before.cells[at16].steps_to_target is None
+    # One trial evaluates again above the target: the plan is kept.
+    records[-3] = as_record(cell16[-3], "running", heartbeat_s=1.0, eval_steps=(100.0, 150.0),
+                            eval_losses=(target + 0.5, target + 0.2))
+    kept = planner.plan(records, 2.0)
+    assert kept == plan(s, records, 2.0) and kept.cells[at16] is before.cells[at16]
+    # Another crosses the target at its new evaluation: the cell's best is now its crossing.
+    records[-2] = as_record(cell16[-2], "running", heartbeat_s=2.0, eval_steps=(100.0, 160.0),
+                            eval_losses=(target + 0.5, target - 0.1))
+    crossed = planner.plan(records, 3.0)
+    assert crossed == plan(s, records, 3.0)
+    assert crossed.cells[at16] is not kept.cells[at16] and crossed.cells[at16].steps_to_target is not None
+
+
 def test_only_a_chained_or_predicting_cell_reads_its_centre_beyond_the_order_it_starts_in():
     assert rate_rule(spec(), 16).orders_only()
     assert not rate_rule(spec(search={"kind": "chained", "lrs": [0.01, 0.03]}), 16).orders_only()
