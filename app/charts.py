@@ -10,6 +10,7 @@ is ``S(B) = a + b/B`` (their eq. 2, after McCandlish et al. 2018), linear scalin
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -185,7 +186,39 @@ def _log10_axis(lo: float, hi: float) -> dict:
                 ticktext=[compact(t) for t in ticks], gridcolor=_GRID, showline=True, linecolor="#B8BEC7")
 
 
-def _style(fig: go.Figure, *, title: str | None, height: int) -> go.Figure:
+def _merged(layout: dict, update: dict) -> dict:
+    """``layout`` updated as plotly's ``update_layout`` updates one: nested settings merged key by
+    key; a ``None`` empties the setting (as plotly does a compound one: every key here is one)."""
+    for key, value in update.items():
+        if value is None:
+            layout[key] = {}
+        elif isinstance(value, dict) and isinstance(layout.get(key), dict):
+            _merged(layout[key], value)
+        else:
+            layout[key] = copy.deepcopy(value)
+    return layout
+
+
+def _axis(*, title_text: str | None = None, **settings) -> dict:
+    """An axis's settings as ``fig.update_xaxes(title_text=..., **settings)`` takes them, for :func:`_style`."""
+    return {"title": {"text": title_text}, **settings} if title_text is not None else settings
+
+
+def _style(fig: go.Figure, *, title: str | None, height: int, xaxis: dict | None = None,
+           yaxis: dict | None = None) -> go.Figure:
+    """The pages' look (template, font, margins, legend), with ``xaxis`` and ``yaxis`` (:func:`_axis`)."""
+    # The layout is set whole, validated once: updated in place (update_layout, update_xaxes), plotly
+    # parses every setting's path again in its batch update, most of a small figure's drawing.
+    layout = fig.layout.to_plotly_json()
+    layout.pop("template", None)
+    axes = {k: v for k, v in (("xaxis", xaxis), ("yaxis", yaxis)) if v is not None}
+    fig.layout = _merged(layout, dict(
+        **axes, font=_FONT, height=height,
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15)) if title else None,
+        margin=dict(l=64, r=24, t=40 if title else 16, b=40),
+        legend=dict(orientation="h", yanchor="top", y=-0.16, xanchor="left", x=0.0, font=dict(size=12)),
+        hoverlabel=dict(font=dict(family=_FONT["family"], size=12)),
+    ))
     # Set as plotly sets its default template: not validated again, which cost ~50 ms a figure
     # (most of a page's drawing); the figure gets its own copy all the same.
     validate, fig.layout._validate = fig.layout._validate, False
@@ -193,13 +226,6 @@ def _style(fig: go.Figure, *, title: str | None, height: int) -> go.Figure:
         fig.layout.template = _TEMPLATE
     finally:
         fig.layout._validate = validate
-    fig.update_layout(
-        font=_FONT, height=height,
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15)) if title else None,
-        margin=dict(l=64, r=24, t=40 if title else 16, b=40),
-        legend=dict(orientation="h", yanchor="top", y=-0.16, xanchor="left", x=0.0, font=dict(size=12)),
-        hoverlabel=dict(font=dict(family=_FONT["family"], size=12)),
-    )
     return fig
 
 
@@ -299,10 +325,10 @@ def steps_to_target_figure(curves: Sequence[SettingCurve], *, b_ref: float, over
                   annotation_font=dict(size=11, color="#5A6270"))
     if normalized:
         y_values.append(1.0)  # S(B_ref)/S(B_ref)
-    fig.update_xaxes(title_text="batch size B (sequences, log₂)", **_log2_axis([b_lo, b_hi], max_ticks=12))
     y_title = "S(B) / S(B_ref) (log₂)" if normalized else "steps to target S(B) (log₂)"
-    fig.update_yaxes(title_text=y_title, **_log2_axis(y_values or [1.0, 2.0], pad=1.5))
-    return _style(fig, title=None, height=height)
+    return _style(fig, title=None, height=height,
+                  xaxis=_axis(title_text="batch size B (sequences, log₂)", **_log2_axis([b_lo, b_hi], max_ticks=12)),
+                  yaxis=_axis(title_text=y_title, **_log2_axis(y_values or [1.0, 2.0], pad=1.5)))
 
 
 # --------------------------------------------------------------------------- scaling laws
@@ -340,9 +366,9 @@ def scaling_law_figure(points: Sequence[ScalingPoint], *, fit: PowerLaw | None =
             marker=dict(color=PALETTE[3], size=11, symbol="diamond", line=dict(color="white", width=1)),
             hovertext=[p.label for p in points],
             hovertemplate="%{hovertext}<br>x = %{x:.4g}<br>B* = %{y:.0f}<extra></extra>"))
-    fig.update_xaxes(title_text=x_title, **_log10_axis(*x_range))
-    fig.update_yaxes(title_text="critical batch size B* (sequences, log₂)", **_log2_axis(y_values or [64, 1024], pad=1.4))
-    return _style(fig, title=None, height=height)
+    return _style(fig, title=None, height=height, xaxis=_axis(title_text=x_title, **_log10_axis(*x_range)),
+                  yaxis=_axis(title_text="critical batch size B* (sequences, log₂)",
+                              **_log2_axis(y_values or [64, 1024], pad=1.4)))
 
 
 # --------------------------------------------------------------------------- live trials
@@ -359,10 +385,11 @@ def loss_curve_figure(curves: Sequence[LossCurve], *, target_loss: float | None 
         fig.add_hline(y=target_loss, line=dict(color="#D55E00", dash="dash", width=1.5),
                       annotation_text=f"target {target_loss:.4f}", annotation_position="top right",
                       annotation_font=dict(size=11, color="#D55E00"))
-    fig.update_xaxes(title_text="training tokens", gridcolor=_GRID, showline=True, linecolor="#B8BEC7",
-                     tickformat=".2s")
-    fig.update_yaxes(title_text="held-out loss (EWA weights)", gridcolor=_GRID, showline=True, linecolor="#B8BEC7")
-    return _style(fig, title=None, height=height)
+    return _style(fig, title=None, height=height,
+                  xaxis=_axis(title_text="training tokens", gridcolor=_GRID, showline=True, linecolor="#B8BEC7",
+                              tickformat=".2s"),
+                  yaxis=_axis(title_text="held-out loss (EWA weights)", gridcolor=_GRID, showline=True,
+                              linecolor="#B8BEC7"))
 
 
 def cell_grid_figure(settings: Sequence[str], batch_sizes: Sequence[int], states: dict[tuple[str, int], str],
@@ -393,6 +420,6 @@ def cell_grid_figure(settings: Sequence[str], batch_sizes: Sequence[int], states
         z=z, x=[str(b) for b in batch_sizes], y=list(settings), zmin=0, zmax=n, colorscale=scale, showscale=False,
         text=text, texttemplate="%{text}", textfont=dict(size=12), xgap=3, ygap=3,
         customdata=tips, hovertemplate="%{customdata}<extra></extra>"))
-    fig.update_xaxes(title_text="batch size B (sequences)", type="category", side="top", showgrid=False)
-    fig.update_yaxes(autorange="reversed", type="category", showgrid=False)
-    return _style(fig, title=None, height=height or 90 + 46 * max(1, len(settings)))
+    return _style(fig, title=None, height=height or 90 + 46 * max(1, len(settings)),
+                  xaxis=_axis(title_text="batch size B (sequences)", type="category", side="top", showgrid=False),
+                  yaxis=_axis(autorange="reversed", type="category", showgrid=False))

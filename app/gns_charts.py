@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from app.charts import PALETTE, _log2_axis, _rgba, _style, scatter
+from app.charts import PALETTE, _axis, _log2_axis, _rgba, _style, scatter
 
 _GRID = "#E6E9EF"
 
@@ -53,10 +53,10 @@ def noise_scale_figure(curves: Sequence[NoiseCurve], *, b_run: float | None = No
         fig.add_hline(y=b_run, line=dict(color="#8E98A4", dash="dot", width=1.5),
                       annotation_text=f"B = {b_run:g}", annotation_position="bottom right",
                       annotation_font=dict(size=11, color="#5A6270"))
-    fig.update_xaxes(title_text="training tokens", gridcolor=_GRID, showline=True, linecolor="#B8BEC7",
-                     tickformat=".2s")
-    fig.update_yaxes(title_text="B_simple = tr Σ / |G|² (sequences)", **_log2_axis(values or [1, 2], pad=1.5))
-    return _style(fig, title=None, height=height)
+    return _style(fig, title=None, height=height,
+                  xaxis=_axis(title_text="training tokens", gridcolor=_GRID, showline=True, linecolor="#B8BEC7",
+                              tickformat=".2s"),
+                  yaxis=_axis(title_text="B_simple = tr Σ / |G|² (sequences)", **_log2_axis(values or [1, 2], pad=1.5)))
 
 
 # --------------------------------------------------------------------------- forecast S(B')
@@ -114,10 +114,10 @@ def forecast_overlay_figure(overlay: ForecastOverlay, *, height: int = 340) -> g
                                  mode="markers", name="measured S(B)",
                                  marker=dict(color=PALETTE[3], size=10, line=dict(color="white", width=1)),
                                  hovertemplate="B %{x}<br>S %{y:.4g}<extra>measured</extra>"))
-    fig.update_xaxes(title_text="batch size B (sequences, log₂)", **_log2_axis([lo, hi]))
-    fig.update_yaxes(title_text="steps to target S(B) (log)", type="log", gridcolor=_GRID, showline=True,
-                     linecolor="#B8BEC7")
-    return _style(fig, title=overlay.label, height=height)
+    return _style(fig, title=overlay.label, height=height,
+                  xaxis=_axis(title_text="batch size B (sequences, log₂)", **_log2_axis([lo, hi])),
+                  yaxis=_axis(title_text="steps to target S(B) (log)", type="log", gridcolor=_GRID, showline=True,
+                              linecolor="#B8BEC7"))
 
 
 # --------------------------------------------------------------------------- forecast vs measured B*
@@ -168,9 +168,9 @@ def forecast_vs_measured_figure(points: Sequence[ForecastPoint], *, height: int 
                                              line=dict(color="white", width=1)),
                                  hovertext=[p.label for p in cal],
                                  hovertemplate="%{hovertext}<br>calibrated %{x:.3g}<br>measured %{y:.3g}<extra></extra>"))
-    fig.update_xaxes(title_text="forecast B* (sequences, log₂)", **_log2_axis([lo, hi]))
-    fig.update_yaxes(title_text="measured B* (sequences, log₂)", **_log2_axis([lo, hi]))
-    return _style(fig, title=None, height=height)
+    return _style(fig, title=None, height=height,
+                  xaxis=_axis(title_text="forecast B* (sequences, log₂)", **_log2_axis([lo, hi])),
+                  yaxis=_axis(title_text="measured B* (sequences, log₂)", **_log2_axis([lo, hi])))
 
 
 def forecast_points(forecast_json: dict, calibration_json: dict | None, analyses: Sequence, *, b_ref: float,

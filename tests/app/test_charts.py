@@ -187,3 +187,38 @@ def test_a_trace_given_as_a_dict_draws_what_a_go_scatter_draws():
     as_objects.add_traces([go.Scatter(**p) for p in props])
     assert as_dicts.to_json() == as_objects.to_json()
     assert charts.loss_curve_figure([LossCurve(label="a", tokens=(1.0, 2.0), losses=(4.0, 3.5))]).data[0].type == "scatter"
+
+
+def test_style_sets_the_layout_plotly_s_updates_would_set():
+    """_style sets the layout whole (validated once) where it updated it in place: the figure is
+    the same, a builder's own axis settings, shapes and annotations kept, ``xaxis``/``yaxis`` as
+    ``update_xaxes``/``update_yaxes`` merge them (only key order, and an empty title object, differ)."""
+    import json
+
+    import plotly.graph_objects as go
+
+    def built(*, title, by_style):
+        fig = go.Figure()
+        fig.add_traces([charts.scatter(x=[1.0, 2.0], y=[3.0, 4.0], mode="lines", name="a")])
+        fig.add_hline(y=3.5, line=dict(color="#D55E00", dash="dash"), annotation_text="target")
+        fig.update_xaxes(gridcolor="#000000", range=[0, 1])  # a builder's own, set before _style
+        x, y = charts._axis(title_text="tokens", type="log", range=[0, 3]), charts._axis(autorange="reversed")
+        if by_style:
+            return charts._style(fig, title=title, height=300, xaxis=x, yaxis=y)
+        fig.update_xaxes(title_text="tokens", type="log", range=[0, 3])
+        fig.update_yaxes(autorange="reversed")
+        fig.layout.template = charts._TEMPLATE
+        fig.update_layout(font=charts._FONT, height=300,
+                          title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15)) if title else None,
+                          margin=dict(l=64, r=24, t=40 if title else 16, b=40),
+                          legend=dict(orientation="h", yanchor="top", y=-0.16, xanchor="left", x=0.0,
+                                      font=dict(size=12)),
+                          hoverlabel=dict(font=dict(family=charts._FONT["family"], size=12)))
+        return fig
+
+    for title in ("s1", None):
+        styled, updated = (json.loads(built(title=title, by_style=s).to_json()) for s in (True, False))
+        if not title:
+            assert updated["layout"].pop("title") == {} and "title" not in styled["layout"]
+        assert styled == updated
+        assert styled["layout"]["xaxis"]["gridcolor"] == "#000000" and styled["layout"]["shapes"]
