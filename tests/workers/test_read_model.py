@@ -42,7 +42,7 @@ def _mlflow_reads(monkeypatch) -> list[str]:
 def _reads():
     """What the Curves, Scaling laws and Studies pages read of the study."""
     return (api.study_table(STUDY), api.study_records(STUDY), api.study_forecast(STUDY, with_fit=False),
-            api.study_histories(STUDY))
+            api.study_histories(STUDY), api.study_eval_curves(STUDY))
 
 
 def _forget_host_caches():
@@ -79,6 +79,7 @@ def test_a_study_reads_from_the_read_model_as_from_mlflow_and_asks_mlflow_only_f
     assert kept[1] == from_mlflow[1]  # the records, curves included
     assert kept[2] == from_mlflow[2]  # the noise-scale forecast (B_simple of the best reference runs)
     assert kept[3] == from_mlflow[3]  # every trial's evaluations (the bootstrap's redrawn target)
+    assert kept[4] == from_mlflow[4]  # every trial's eval curve (the Studies page's overlay)
     assert kept[2].forecasts and all(f.b_hat > 0 for f in kept[2].forecasts)
     # ... and that read kept every ended trial again
     assert set(ledger.results(STUDY)) == ended
@@ -205,7 +206,7 @@ def test_a_fit_of_a_study_table_is_kept_once_per_table_and_settings(worker_env, 
 
 
 def test_a_process_reads_each_ended_trial_once_while_its_lease_stays(worker_env, monkeypatch):
-    """The pages' later reads of a study (table, records, forecast, histories) ask the ledger for no
+    """The pages' later reads of a study (table, records, forecast, histories, curves) ask the ledger for no
     row and build no record of an ended trial already read; a trial whose lease moves (run again)
     is read afresh; every read gives what a new process reads."""
     from workers.studies import read_model
@@ -220,6 +221,11 @@ def test_a_process_reads_each_ended_trial_once_while_its_lease_stays(worker_env,
                         lambda run, *a, **kw: built.append(run.info.run_id) or real_record(run, *a, **kw))
     assert _reads() == first
     assert rows_read == [] and built == []
+    # a record without its eval curve (with_history=False), taken from one with it, is the one built without
+    served = read_model._SERVED[STUDY].values()
+    assert served and all(s.records[False] == real_record(s.run, s.lease, read_model.Histories(tracker),
+                                                          with_history=False) for s in served)
+    assert any(s.records[None].eval_steps for s in served)  # ... where there was a curve to drop
     # a trial runs again: its lease moves, so its old row and its remembered records serve no more
     done = sorted(t for t, lease in ledger.leases(STUDY).items() if lease.state == "done")[0]
     lease = ledger.lease(done)

@@ -30,6 +30,7 @@ first one computed, and any change of the table or of the code is a new key.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -270,6 +271,12 @@ def study_records(tracker: Tracker, ledger: Ledger, study: str, parent, *,
     records = build_records(rest, leases, histories, with_history=with_history)
     for s in served.values():
         record = s.records.get(with_history)
+        if record is None and with_history is False and s.records:
+            # with_history only says whether the record carries its eval curve: drop it from one built
+            record = next(iter(s.records.values()))
+            if record.eval_steps or record.eval_losses:
+                record = dataclasses.replace(record, eval_steps=(), eval_losses=())
+            s.records[with_history] = record
         if record is None:  # from the kept run alone (its curves are kept): the same on every read
             record = s.records[with_history] = record_from_run(s.run, s.lease, histories, with_history=with_history)
         records.append(record)
