@@ -8,6 +8,8 @@ active set (a parameter at its bound whose gradient points outwards is frozen fo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 _MAX_ITERATIONS = 200
@@ -27,6 +29,8 @@ def fit_log_linear(x: np.ndarray, log_y: np.ndarray) -> tuple[np.ndarray, np.nda
     x = np.asarray(x, dtype=float)  # (K,)
     log_y = np.atleast_2d(np.asarray(log_y, dtype=float))  # (R, K)
     a, b = _weighted_linear_start(x, log_y)
+    if log_y.shape[0] == 1 and x.ndim == 1:
+        return _fit_one(x, log_y[0], float(a[0]), float(b[0]))
     f = a[:, None] + b[:, None] * x  # (R, K)
     cost = np.sum((log_y - np.log(f)) ** 2, axis=1)  # (R,)
     lam = np.full(a.shape, 1e-3)
@@ -70,6 +74,69 @@ def fit_log_linear(x: np.ndarray, log_y: np.ndarray) -> tuple[np.ndarray, np.nda
         lam = np.where(better, lam / 3.0, lam * 4.0)
         active &= ~((better & (~moved | tiny_gain)) | (lam > 1e12))
     return a, b
+
+
+def _fit_one(x: np.ndarray, log_y: np.ndarray, a: float, b: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`fit_log_linear` of one row (a measured curve, no resamples: a simulated study fits
+    thousands), the same arithmetic on Python floats where the rows' version holds (1,) arrays: each
+    IEEE operation gives the same double, and :func:`_where_div` and :func:`_np_max` give what
+    numpy's division and ``np.maximum`` give where a plain float would raise or differ (a zero
+    divisor, a NaN, a signed zero). ``x`` and ``log_y``: (K,); ``a``, ``b``: the start."""
+    f = a + b * x  # (K,)
+    cost = float(np.sum((log_y - np.log(f)) ** 2))
+    lam = 1e-3
+    for _ in range(_MAX_ITERATIONS):
+        resid = log_y - np.log(f)  # (K,)
+        j_a = 1.0 / f
+        j_b = x / f
+        h_aa = float(np.sum(j_a * j_a))
+        h_ab = float(np.sum(j_a * j_b))
+        h_bb = float(np.sum(j_b * j_b))
+        g_a = float(np.sum(j_a * resid))
+        g_b = float(np.sum(j_b * resid))
+        hold_a = a <= 0.0 and g_a <= 0.0
+        hold_b = b <= 0.0 and g_b <= 0.0
+        d_aa = h_aa * (1.0 + lam)
+        d_bb = h_bb * (1.0 + lam)
+        det = d_aa * d_bb - h_ab * h_ab
+        step_a = _where_div(g_a, d_aa) if hold_b else _where_div(d_bb * g_a - h_ab * g_b, det)
+        step_b = _where_div(g_b, d_bb) if hold_a else _where_div(d_aa * g_b - h_ab * g_a, det)
+        if hold_a or not math.isfinite(step_a):
+            step_a = 0.0
+        if hold_b or not math.isfinite(step_b):
+            step_b = 0.0
+        a_new = _np_max(a + step_a, 0.0)
+        b_new = _np_max(b + step_b, 0.0)
+        f_new = a_new + b_new * x
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cost_new = float(np.sum((log_y - np.log(f_new)) ** 2))
+        better = bool(np.all(f_new > 0.0)) and cost_new <= cost
+        if better:
+            a, b, f = a_new, b_new, f_new
+        moved = abs(step_a) > _RTOL * _np_max(a, 1e-300) or abs(step_b) > _RTOL * _np_max(b, 1e-300)
+        tiny_gain = better and cost - cost_new <= _RTOL * _np_max(cost, 1e-300)
+        if better:
+            cost = cost_new
+        lam = lam / 3.0 if better else lam * 4.0
+        if (better and (not moved or tiny_gain)) or lam > 1e12:
+            break
+    return np.array([a]), np.array([b])
+
+
+def _where_div(num: float, den: float) -> float:
+    """``num / den`` as numpy divides two float64 (IEEE 754): ±inf, or NaN for 0/0 or a NaN, where
+    the divisor is zero."""
+    if den != 0.0:
+        return num / den
+    if num != num or num == 0.0:  # (NaN or zero over zero)
+        return math.nan
+    return math.copysign(math.inf, num) * math.copysign(1.0, den)
+
+
+def _np_max(v: float, floor: float) -> float:
+    """``np.maximum(v, floor)`` of two floats: ``v`` where it is NaN or above ``floor``, else ``floor``
+    (so ``np.maximum(-0.0, 0.0)`` is ``0.0`` and a NaN propagates)."""
+    return v if (v != v or v > floor) else floor
 
 
 def _weighted_linear_start(x: np.ndarray, log_y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -65,6 +65,23 @@ def test_batched_solver_matches_scipy_on_noisy_resamples():
         assert (a[r], b[r]) == pytest.approx(tuple(ref.x), rel=1e-6)
 
 
+def test_one_curve_fits_to_the_same_doubles_as_a_row_of_many():
+    """fit_log_linear of one row takes a float path (a simulated study fits thousands of single curves):
+    each fit must be the very doubles the rows' path gives that row, bounds and noisy shapes included."""
+    rng = np.random.default_rng(7)
+    for k in range(400):
+        batch_sizes = np.sort(rng.uniform(16.0, 1e5, int(rng.integers(3, 20))))
+        s = (rng.uniform(0.0, 1e4) * (k % 5 != 0) + rng.uniform(0.0, 1e7) * (k % 7 != 0) / batch_sizes) + 1.0
+        log_y = np.log(s) + rng.normal(0.0, [0.001, 0.1, 0.5, 2.0][k % 4], len(s))
+        if k % 3 == 0:
+            log_y = log_y[::-1].copy()  # rising steps: a bound holds
+        x = 1.0 / batch_sizes
+        one = fit_log_linear(x, log_y[None, :])
+        rows = fit_log_linear(x, np.stack([log_y, log_y[::-1]]))  # (two rows: the rows' path)
+        assert one[0].shape == (1,) and one[0].tobytes() == rows[0][:1].tobytes(), k
+        assert one[1].tobytes() == rows[1][:1].tobytes(), k
+
+
 def test_noisy_curves_recover_b_noise_within_ten_percent_on_average():
     errors = []
     for seed in range(100):
