@@ -105,6 +105,8 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
     # margin's wake) and (that best, its first evaluation judged at equal tokens).
     prune_at: dict[str, tuple[float, float | None]] = {}
     far_from: dict[str, tuple[float | None, int]] = {}
+    woken: dict[str, tuple[float | None, int, float]] = {}
+    ends: dict[str, float] = {}  # each started trial's end (SimRun.end), read at every event
     equal_tokens, prune_equal = spec.compares_at_equal_tokens, spec.experimental.prune_at_equal_tokens
     # How often the running trials or the bests moved, and as of which the prune margin's wakes were
     # queued: while neither moves they are the same wakes (each queued or past), so they are not worked out again.
@@ -145,6 +147,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                 t = queue.popleft()
                 run = sim.start(t, now)
                 running[t.trial_id] = run
+                ends[t.trial_id] = run.end()
                 moved += 1
                 # (Its record stays the queued one here: the planner's next call reads it afresh, as it
                 # has no evaluation shown yet, and nothing reads a running trial's entry in `records`.)
@@ -184,12 +187,18 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
             # stop_far_rates alone judges a trial only from far_rate_fraction of its cell's expected
             # steps (the best crossing, else its planned steps, as cell_plan reads them): no wake before
             # (its first evaluation then is worked out once per best: `far_from`).
+            # (A trial's queued wake is worked out the same while its best and its last EQUAL_TOKEN_WAKE-th
+            # evaluation stay: `woken`, by trial, (that best, the next such evaluation, the wake queued).)
             for tid, run in running.items():
                 if run.spec.role != "trial":
                     continue
-                k = (math.floor(run.step_at(now) / run.eval_every) // EQUAL_TOKEN_WAKE + 1) * EQUAL_TOKEN_WAKE
+                b = best.get((run.spec.cell_id, run.spec.seed)) if not prune_equal else None
+                evaluated = math.floor(run.step_at(now) / run.eval_every)
+                last = woken.get(tid)
+                if last is not None and last[0] == b and evaluated < last[1] and last[2] > now:
+                    continue  # (the same k, so the same wake: queued, and still ahead)
+                k = k_next = (evaluated // EQUAL_TOKEN_WAKE + 1) * EQUAL_TOKEN_WAKE
                 if not prune_equal:
-                    b = best.get((run.spec.cell_id, run.spec.seed))
                     first = far_from.get(tid)
                     if first is None or first[0] != b:
                         planned = run.spec.max_tokens // run.batch_tokens
@@ -200,6 +209,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                     k = max(k, first[1])
                 at = run.start + k * run.eval_every * run.batch_tokens
                 if k * run.eval_every <= run.steps and at > now:
+                    woken[tid] = (b, k_next, at)
                     if (ev := (at, 1)) not in pending:
                         pending.add(ev)
                         heapq.heappush(events, ev)
@@ -214,7 +224,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
         # (A plan that stopped trials was made on the records from before the stops: the next one may
         # start a re-run, or a rate past an edge, as the runner's next pass would.)
         wake_only = kind == 1 and not prune_equal and not stopped_now
-        for tid in [k for k, r in running.items() if r.end() <= now + 1e-9]:
+        for tid in [k for k in running if ends[k] <= now + 1e-9]:
             run = running.pop(tid)
             wake_only = False
             moved += 1
