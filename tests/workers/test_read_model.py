@@ -240,3 +240,19 @@ def test_a_process_reads_each_ended_trial_once_while_its_lease_stays(worker_env,
     assert done not in {r.trial_id for r in moved[0]} and moved[0] != first[0]
     _forget_host_caches()
     assert _reads() == moved  # what a new process reads
+
+
+def test_a_process_remembers_the_studies_it_read_last():
+    """The ended trials of at most STUDIES_REMEMBERED studies stay in memory, the most recently read."""
+    from workers.studies import read_model
+
+    read_model.forget()
+    try:
+        for i in range(read_model.STUDIES_REMEMBERED):
+            read_model._remember(f"s{i}", {})
+        read_model._remember("s0", {})  # read again: now the most recent
+        read_model._remember("new", {})
+        assert "s1" not in read_model._SERVED and {"s0", "new"} <= set(read_model._SERVED)
+        assert len(read_model._SERVED) == read_model.STUDIES_REMEMBERED
+    finally:
+        read_model.forget()

@@ -66,8 +66,9 @@ _UNKEPT_TAGS = frozenset({"trial_spec", EVAL_CURVE_TAG})
 _IDS_PER_QUERY = 100
 #: Fits kept per study, the newest (its own B_ref and r, and a few the pages were moved to).
 FITS_KEPT = 4
-#: Studies whose ended trials a process remembers (:data:`_SERVED`), the most recently read.
-STUDIES_REMEMBERED = 16
+#: Studies whose ended trials a process remembers (:data:`_SERVED`), the most recently read: a page
+#: and the studies it compares (about 9 MB per 1,000 trials remembered).
+STUDIES_REMEMBERED = 8
 
 Curve = tuple[tuple[float, ...], tuple[float, ...]]
 
