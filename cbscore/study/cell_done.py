@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cbscore.study.budgets import RERUN_TAG, cell_budget_tokens
-from cbscore.study.crossings import best_neighbours, record_crossing
+from cbscore.study.crossings import CrossingReader, best_neighbours, record_crossing
 from cbscore.study.spec import Setting, StudySpec
 from cbscore.study.trials import TrialRecord
 
@@ -33,9 +33,11 @@ def first_attempts(recs: Sequence[TrialRecord]) -> list[TrialRecord]:
 
 
 def reruns(spec: StudySpec, role: str, recs: Sequence[TrialRecord], first: Sequence[TrialRecord],
-           target: float | None, best: float | None, rates: Sequence[float]) -> list[TrialRecord]:
+           target: float | None, best: float | None, rates: Sequence[float],
+           crossing: CrossingReader = record_crossing) -> list[TrialRecord]:
     """The first attempts of a grid cell whose first attempts all ended (module docstring) to run once
-    more; ``best``: the cell's fewest steps to target, ``rates``: its planned rates."""
+    more; ``best``: the cell's fewest steps to target, ``rates``: its planned rates, ``crossing``:
+    how a record's crossing is read (its planner's :class:`cbscore.study.crossings.Crossings`)."""
     if target is None:
         return []
     if role == "trial":
@@ -47,7 +49,7 @@ def reruns(spec: StudySpec, role: str, recs: Sequence[TrialRecord], first: Seque
         # A neighbour pruned before the best settled (a later rate won) is run again too. The
         # best is read off every crossing, re-runs' too (a rate past an edge, added once a
         # re-run crossed, is a neighbour of that crossing).
-        near = best_neighbours(recs, target, rates)
+        near = best_neighbours(recs, target, rates, crossing)
         # (Stopped at equal tokens, a neighbour's steps are projected from its curve: no re-run.)
         again = ("censored",) if spec.experimental.prune_at_equal_tokens else ("censored", "pruned")
         return [r for r in first if r.status in again and (r.seed, r.lr) in near]
@@ -57,9 +59,9 @@ def reruns(spec: StudySpec, role: str, recs: Sequence[TrialRecord], first: Seque
     # had not crossed the cell's target by then is run again to twice that, stopping at the
     # target, so that S(B_ref) is read off the same window as any cell's (left out, the window
     # keeps only the lucky neighbours: S(B_ref) 3% low at σ = 0.1).
-    near = best_neighbours(recs, target, rates)
+    near = best_neighbours(recs, target, rates, crossing)
     return [r for r in first if r.status in ("finished", "censored") and (r.seed, r.lr) in near
-            and record_crossing(r, target) is None]
+            and crossing(r, target) is None]
 
 
 def skipped(spec: StudySpec, setting: Setting, batch_size: int, cap: int | None, at_least: float) -> bool:

@@ -25,7 +25,7 @@ from typing import NamedTuple
 from cbscore.study.budgets import RERUN_CAP_FACTOR, RERUN_TAG
 from cbscore.study.cell_done import cell_state, censored_bound, first_attempts, reruns, skipped
 from cbscore.study.cell_trials import cell_id, cell_recipe, make_trial, make_trial_id, study_data
-from cbscore.study.crossings import best_neighbours, best_steps_by_seed
+from cbscore.study.crossings import Crossings, best_neighbours, best_steps_by_seed
 from cbscore.study.plan_result import AskRequest, CellState
 from cbscore.study.rate_rules import rate_rule
 from cbscore.study.spec import Setting, StudySpec
@@ -113,10 +113,14 @@ def record_key(r: TrialRecord, lost_set: frozenset) -> tuple:
 class CellPlanner:
     """The plan of one cell ``(setting, batch size)`` from its records and :class:`CellInputs`."""
 
-    def __init__(self, spec: StudySpec, setting: Setting, batch_size: int, *, configs: bool = True):
+    def __init__(self, spec: StudySpec, setting: Setting, batch_size: int, *, configs: bool = True,
+                 crossings: Crossings | None = None):
         self.spec, self.setting, self.batch_size = spec, setting, batch_size
         self.configs = configs
         """Whether the trials it starts carry the trainer's config (:class:`cbscore.study.planner.Planner`)."""
+        self.crossing = (crossings if crossings is not None else Crossings()).of
+        """How its rules read a record's crossing: its planner's :class:`Crossings` (one per study,
+        shared by its cells), else its own."""
         self.cell_id = cell_id(setting.setting_id, batch_size)
         self.rates = rate_rule(spec, batch_size)
         self.role = self.rates.role
@@ -175,7 +179,7 @@ class CellPlanner:
         cell_target = None if role == "reference" else target
         # Every cell's crossings of the target, the reference cell's too (S(B_ref) is measured
         # like any other, and caps the cell above it).
-        seed_best = best_steps_by_seed(recs, target)
+        seed_best = best_steps_by_seed(recs, target, self.crossing)
         best = min(seed_best.values()) if seed_best else None
         rates, pending = self.rates.rates(recs, centre)
         n_cell = self.rates.size(rates)
@@ -189,7 +193,7 @@ class CellPlanner:
             return CellPlan(cell=state, skipped=True, chain=chain)
         first = first_attempts(recs)
         first_done = len(first) >= n_cell and all(r.terminal for r in first) and not pending
-        rerun = reruns(spec, role, recs, first, target, best, rates) if grid and first_done else []
+        rerun = reruns(spec, role, recs, first, target, best, rates, self.crossing) if grid and first_done else []
         n_cell += len(rerun)
         # Complete only once every re-run it asks for exists: counting is not enough (the re-runs of
         # an all-censored cell outnumber the neighbours a later best asks for).
@@ -245,7 +249,7 @@ class CellPlanner:
             # Every crossing is an ended trial's, unchanged since `last`: its seeds' bests and the
             # rates next to them as they were.
             if "seed_best" not in read:
-                read["seed_best"] = best_steps_by_seed(recs, target)
+                read["seed_best"] = best_steps_by_seed(recs, target, self.crossing)
             seed_best = read["seed_best"]
             best = min(seed_best.values()) if seed_best else None
             stop = self._stops(recs, target, seed_best, best, last.rates, chain, self.cap(chain, best)[0], lost,
@@ -264,7 +268,7 @@ class CellPlanner:
             return ()
         running = RunningCell(spec=self.spec, setting=self.setting, batch_size=self.batch_size, recs=recs,
                               target=target, seed_best=seed_best, best=best, rates=rates,
-                              prev_best=chain.best_steps, cap=cap, lost=lost)
+                              prev_best=chain.best_steps, cap=cap, lost=lost, crossing=self.crossing)
         if read is not None and "keep" in read:
             running.__dict__["keep"] = read["keep"]  # (the cached property, as read before)
         stop: list[tuple[str, str]] = []
@@ -293,7 +297,7 @@ class CellPlanner:
             for seed, tid in zip(spec.seeds, self._trial_ids(lr)):
                 if tid not in present:
                     if keep is None:
-                        keep = best_neighbours(recs, target, rates) if (role == "trial" and seed_best) else set()
+                        keep = best_neighbours(recs, target, rates, self.crossing) if (role == "trial" and seed_best) else set()
                     own_cap = cap_smaller if (seed, lr) in keep else cap
                     start.append(make_trial(spec, setting, batch_size=b, role=role, lr=lr, seed=seed,
                                             tag=lr_tag(lr), max_steps=own_cap, target_loss=cell_target,

@@ -1,18 +1,18 @@
-"""Where a cell's trials crossed the target: read off each record's evaluations (cached for ended
-records), each seed's fewest steps, and the best rate's neighbours that pruning never cuts."""
+"""Where a cell's trials crossed the target: read off each record's evaluations (:class:`Crossings`
+keeps what one planner read), each seed's fewest steps, and the best rate's neighbours that pruning
+never cuts."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from cbscore.analysis import first_crossing, window_rates
 from cbscore.study.trials import TrialRecord
 
-#: Crossings read off trials' evaluations, by (trial, its state or evaluations so far, target): the
-#: planner asks again at every call.
-_CROSSINGS: dict[tuple, float | None] = {}
-_UNREAD = object()
+#: How a rule reads a record's crossing of a target: :func:`record_crossing`, or a planner's
+#: :meth:`Crossings.of`.
+CrossingReader = Callable[[TrialRecord, float], "float | None"]
 
 
 def record_crossing(record: TrialRecord, target: float) -> float | None:
@@ -22,21 +22,32 @@ def record_crossing(record: TrialRecord, target: float) -> float | None:
         return record.steps_to_target
     if record.status in ("diverged", "failed") or not record.eval_steps:
         return None
-    # A running trial's evaluations only grow: its count and its last one name what it has so far
-    # (with its attempt, since a lost trial resumes from a checkpoint). An ended one never changes.
-    key = ((record.trial_id, record.status, record.last_step, len(record.eval_steps), record.eval_losses[-1], target)
-           if record.terminal else
-           (record.trial_id, "running", record.attempt, len(record.eval_steps), record.eval_steps[-1],
-            record.eval_losses[-1], target))
-    # (One read, and a local after: another thread's planner may empty the dict meanwhile.)
-    crossing = _CROSSINGS.get(key, _UNREAD)
-    if crossing is not _UNREAD:
+    return None if _never_at_target(record, target) else first_crossing(record.eval_steps, record.eval_losses, target)
+
+
+class Crossings:
+    """The crossings one planner read (:class:`cbscore.study.planner.Planner`, one per study, and the
+    cells it composes): by trial and target, the record read and where it crossed. A record is never
+    changed once made, so the very record read before crossed where it did; any other (a running
+    trial's next record, an ended trial's) is read afresh. The planner calls again and again on the
+    same ended records and on running ones with no new evaluation: each is read once."""
+
+    __slots__ = ("_read",)
+
+    def __init__(self) -> None:
+        self._read: dict[tuple[str, float], tuple[TrialRecord, float | None]] = {}
+
+    def of(self, record: TrialRecord, target: float) -> float | None:
+        """:func:`record_crossing` of ``record``, read once per record object and target."""
+        if record.status == "reached" and record.steps_to_target is not None:
+            return record.steps_to_target
+        key = (record.trial_id, target)
+        read = self._read.get(key)
+        if read is not None and read[0] is record:
+            return read[1]
+        crossing = record_crossing(record, target)
+        self._read[key] = (record, crossing)
         return crossing
-    crossing = None if _never_at_target(record, target) else first_crossing(record.eval_steps, record.eval_losses, target)
-    if len(_CROSSINGS) >= 100_000:
-        _CROSSINGS.clear()
-    _CROSSINGS[key] = crossing
-    return crossing
 
 
 def _never_at_target(record: TrialRecord, target: float) -> bool:
@@ -54,20 +65,21 @@ def _never_at_target(record: TrialRecord, target: float) -> bool:
     return all(type(s) is float or type(s) is int for s in steps)
 
 
-def best_steps_by_seed(recs: Iterable[TrialRecord], target: float | None) -> dict[int, float]:
-    """Fewest steps to target per seed among ``recs``."""
+def best_steps_by_seed(recs: Iterable[TrialRecord], target: float | None,
+                       crossing: CrossingReader = record_crossing) -> dict[int, float]:
+    """Fewest steps to target per seed among ``recs`` (each crossing read by ``crossing``)."""
     out: dict[int, float] = {}
     if target is None:
         return out
     for r in recs:
-        c = record_crossing(r, target)
+        c = crossing(r, target)
         if c is not None:
             out[r.seed] = min(out.get(r.seed, math.inf), c)
     return out
 
 
 def best_neighbours(recs: Sequence[TrialRecord], target: float | None,
-                    rates: Sequence[float] = ()) -> set[tuple[int, float]]:
+                    rates: Sequence[float] = (), crossing: CrossingReader = record_crossing) -> set[tuple[int, float]]:
     """``(seed, rate)`` of each seed's best rate so far and the rates next to it in the cell: never
     pruned, since ``S(B)`` is read off a fit through them (:func:`cbscore.analysis.measure_points`,
     ``window_rates``), and the full grid would have them."""
@@ -76,7 +88,7 @@ def best_neighbours(recs: Sequence[TrialRecord], target: float | None,
     for r in recs:
         by_seed.setdefault(r.seed, []).append(r)
     for seed, mine in by_seed.items():
-        scored = [(c, r.lr) for r in mine if (c := record_crossing(r, target)) is not None] if target is not None else []
+        scored = [(c, r.lr) for r in mine if (c := crossing(r, target)) is not None] if target is not None else []
         if not scored:
             continue
         tried = sorted({r.lr for r in mine} | set(rates))

@@ -39,7 +39,7 @@ from cbscore.study.cell_rates import cell_best_rate, cell_prediction, cell_rates
 from cbscore.study.cell_trials import build_train_config
 from cbscore.study.cell_trials import make_trial as _make_trial
 from cbscore.study.chained import chain_centres
-from cbscore.study.crossings import record_crossing
+from cbscore.study.crossings import CrossingReader, Crossings
 from cbscore.study.plan_result import AskRequest, CellState, Plan
 from cbscore.study.spec import StudySpec
 from cbscore.study.targets import setting_targets
@@ -109,10 +109,13 @@ class Planner:
         self.spec = spec
         self.configs = configs
         self.settings = spec.resolve_settings()
+        # The crossings its cells read (each record once per target): this study's, as its records.
+        self._crossings = Crossings()
         self._cells: dict[str, _Cell] = {}
         self._by_setting: dict[str, list[_Cell]] = {}
         for s in self.settings:
-            row = [_Cell(CellPlanner(spec, s, b, configs=configs), i) for i, b in enumerate(spec.batch_sizes)]
+            row = [_Cell(CellPlanner(spec, s, b, configs=configs, crossings=self._crossings), i)
+                   for i, b in enumerate(spec.batch_sizes)]
             self._by_setting[s.setting_id] = row
             self._cells.update({c.planner.cell_id: c for c in row})
         # What the cells' rules read across cells.
@@ -391,7 +394,7 @@ class Planner:
             inputs = CellInputs(target, chain, failed, self._read_centre(centres, i, c))
             if c.out is None or c.inputs != inputs:
                 c.inputs, c.out = inputs, c.planner.plan(c.recs, inputs, lost)
-                c.crossed = _running_crossed(c.recs, target)
+                c.crossed = _running_crossed(c.recs, target, c.planner.crossing)
                 c.evals_only = False
                 return
         # (Else nothing of the plan reads the centre, whatever it is now: the plan stands, and its
@@ -399,7 +402,7 @@ class Planner:
         if c.evals_only:
             # (None had crossed at the last call: only the records read again this call may have; one
             # unchanged since, or changed with its key unchanged, crosses where it did.)
-            crossed = _running_crossed(c.fresh if not c.crossed else c.recs, target)
+            crossed = _running_crossed(c.fresh if not c.crossed else c.recs, target, c.planner.crossing)
             if crossed or c.crossed:
                 c.inputs = CellInputs(target, chain, failed, self._read_centre(centres, i, c))
                 c.out = c.planner.plan(c.recs, c.inputs, lost)
@@ -421,6 +424,6 @@ def _frame(r: TrialRecord, key: tuple) -> tuple:
     return key if r.terminal else (key[0],) + key[2:8] + key[11:]
 
 
-def _running_crossed(recs: Sequence[TrialRecord], target: float | None) -> bool:
+def _running_crossed(recs: Sequence[TrialRecord], target: float | None, crossing: CrossingReader) -> bool:
     """Whether a trial of ``recs`` that has not ended has crossed ``target`` at an evaluation."""
-    return target is not None and any(record_crossing(r, target) is not None for r in recs if not r.terminal)
+    return target is not None and any(crossing(r, target) is not None for r in recs if not r.terminal)

@@ -20,7 +20,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from cbscore.study.budgets import RERUN_TAG, cell_budget_tokens
-from cbscore.study.crossings import best_neighbours
+from cbscore.study.crossings import CrossingReader, best_neighbours, record_crossing
 from cbscore.study.equal_tokens import equal_token_stops, projectable_stops
 from cbscore.study.spec import Setting, StudySpec
 from cbscore.study.trials import TrialRecord
@@ -47,12 +47,14 @@ class RunningCell:
     """The cell's step cap."""
     lost: frozenset
     """Trials whose heartbeat went stale: run again, never judged."""
+    crossing: CrossingReader = record_crossing
+    """How a record's crossing is read (its planner's :class:`cbscore.study.crossings.Crossings`)."""
 
     @functools.cached_property
     def keep(self) -> set[tuple[int, float]]:
         """``(seed, rate)`` of each seed's best rate and its neighbours: never stopped early (the fit
         reads them)."""
-        return best_neighbours(self.recs, self.target, self.rates) if self.seed_best else set()
+        return best_neighbours(self.recs, self.target, self.rates, self.crossing) if self.seed_best else set()
 
     @functools.cached_property
     def expected_steps(self) -> float:

@@ -125,3 +125,20 @@ def test_the_minimums_b_star_read_off_one_measurement_is_that_of_its_own(estimat
     report = simulate(spec, paper_truth(spec), SimConfig(noise_sigma=0.25, estimator=estimator), seeds=2)
     assert seen["n"] == 2 * 2 * len(spec.resolve_settings())  # the study's and the full grid's, each seed
     assert any(s.censored_cells for o in report.seeds for s in o.settings)
+
+
+def test_a_planners_crossings_read_each_record_once_and_a_new_record_afresh(monkeypatch):
+    """Crossings (one per Planner: no module-wide memo) reads a record once per target; the same trial's
+    next record (a new evaluation, here below the target) is another object and is read afresh."""
+    from cbscore.study import crossings
+
+    reads = []
+    monkeypatch.setattr(crossings, "record_crossing", lambda r, t: reads.append(r) or record_crossing(r, t))
+    memo = crossings.Crossings()
+    before = _record((10.0, 20.0), (4.0, 3.5))
+    after = TrialRecord(**{**before.__dict__, "eval_steps": (10.0, 20.0, 30.0), "eval_losses": (4.0, 3.5, 2.9)})
+    assert memo.of(before, 3.0) is None and memo.of(before, 3.0) is None
+    assert memo.of(after, 3.0) == record_crossing(after, 3.0) is not None
+    assert memo.of(before, 3.5) == 20.0  # (another target: read again)
+    assert reads == [before, after, before]
+    assert crossings.Crossings().of(after, 3.0) == memo.of(after, 3.0)  # (another planner's: its own)

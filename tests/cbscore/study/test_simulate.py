@@ -193,7 +193,6 @@ def test_a_planner_that_reads_only_what_changed_plans_as_a_fresh_one(monkeypatch
     from pathlib import Path
 
     import cbscore.study.planner as planner_module
-    from cbscore.study import crossings
 
     calls = {"n": 0, "stops": 0}
     incremental = planner_module.Planner.plan
@@ -203,7 +202,6 @@ def test_a_planner_that_reads_only_what_changed_plans_as_a_fresh_one(monkeypatch
         calls["n"] += 1
         calls["stops"] += bool(got.stop)
         if calls["n"] % 7 == 0 or got.stop or got.start:
-            crossings._CROSSINGS.clear()
             fresh = planner_module.Planner(self.spec, configs=self.configs)  # (the simulator's builds no trainer configs)
             assert incremental(fresh, list(records), now, **kw) == got
         return got
