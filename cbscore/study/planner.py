@@ -252,7 +252,7 @@ class Planner:
         for setting in self.settings:
             sid = setting.setting_id
             target = targets.get(sid)
-            failed = any(e.startswith(f"setting {sid!r}") for e in errors)
+            failed = bool(errors) and any(e.startswith(f"setting {sid!r}") for e in errors)
             row = self._by_setting[sid]
             # A setting none of whose cells changed, under the same target and predictions, plans as
             # at the last call (the simulator's calls change one or two cells of one setting).
@@ -364,7 +364,11 @@ class Planner:
         chain = ChainState()
         centres = self._row_centres(row[0].setting_id)
         for i, c in enumerate(row):
-            if i >= first:
+            # Above the smallest cell that changed, under the setting's same inputs (first > 0), a cell
+            # whose records did not move, handed the very chain state of its plan and whose plan reads
+            # no centre plans as it did (what _update_cell would find): most cells of most calls.
+            if i >= first and (not first or c.out is None or c.evals_only or c.inputs.chain is not chain
+                               or c.out.reads_centre(c.planner.rates)):
                 self._update_cell(c, centres, i, target, chain, failed, lost)
             out = c.out
             cells.append(out.cell)
