@@ -263,7 +263,8 @@ class Planner:
             else:
                 # The cells below the smallest that changed plan as at the last call.
                 if sid in lowest:
-                    last = self._setting_out[sid] = (inputs, self._plan_setting(row, target, failed, lost_set, lowest[sid]))
+                    last = self._setting_out[sid] = (inputs, self._plan_setting(row, target, failed, lost_set, lowest[sid],
+                                                                                same_inputs=True))
             s_cells, s_start, s_asks, s_stop, s_incomplete, s_stopped_by = last[1]
             cells.extend(s_cells)
             start.extend(s_start)
@@ -351,10 +352,11 @@ class Planner:
         return last[1]
 
     def _plan_setting(self, row: list[_Cell], target: float | None, failed: bool, lost: frozenset,
-                      first: int = 0) -> tuple:
+                      first: int = 0, *, same_inputs: bool = False) -> tuple:
         """One setting's cells in increasing batch size, each handing its chain state to the next:
         ``(cells, trials to start, asks, stops, whether any cell is incomplete, the rule of each stop)``;
-        the cells below ``first`` as planned at the last call (their records and inputs unchanged)."""
+        the cells below ``first`` as planned at the last call (their records and inputs unchanged);
+        ``same_inputs``: the setting's target and predictions are those of its last pass."""
         cells: list[CellState] = []
         start: list[TrialSpec] = []
         asks: list[AskRequest] = []
@@ -364,10 +366,10 @@ class Planner:
         chain = ChainState()
         centres = self._row_centres(row[0].setting_id)
         for i, c in enumerate(row):
-            # Above the smallest cell that changed, under the setting's same inputs (first > 0), a cell
-            # whose records did not move, handed the very chain state of its plan and whose plan reads
-            # no centre plans as it did (what _update_cell would find): most cells of most calls.
-            if i >= first and (not first or c.out is None or c.evals_only or c.inputs.chain is not chain
+            # Under the setting's same inputs, a cell whose records did not move, handed the very chain
+            # state of its plan and whose plan reads no centre plans as it did (what _update_cell would
+            # find): most cells above the smallest that changed.
+            if i >= first and (not same_inputs or c.out is None or c.evals_only or c.inputs.chain is not chain
                                or c.out.reads_centre(c.planner.rates)):
                 self._update_cell(c, centres, i, target, chain, failed, lost)
             out = c.out

@@ -382,10 +382,6 @@ class SimTrials:
         return SimRun(t, now, budget, "censored", None, eval_every, batch_tokens, curve=curve)
 
 
-#: The statuses a simulated trial ends with (its outcome, or "pruned" by a stop rule).
-_ENDED = frozenset({"reached", "censored", "finished", "diverged", "pruned"})
-
-
 def run_evals(run: SimRun, now: float) -> int:
     """What :func:`run_record` shows of a running trial's evaluations at ``now``: how many (a reference
     run, a run with a curve), else the step of the last one."""
@@ -426,15 +422,6 @@ def run_record(run: SimRun, now: float, status: str | None = None, stopped_by: s
                           heartbeat_s=now, eval_steps=evals, eval_losses=losses)
         return r
     final = losses[-1] if (done and run.outcome == "finished" and losses) else None
-    if run.running is not None and status in _ENDED:
-        # Its record as it ends, from its running one likewise (the constructor's arguments below,
-        # every other field as the running record has it; a known status, the evaluations tuples).
-        r = object.__new__(TrialRecord)
-        r.__dict__.update(run.running.__dict__, status=status,
-                          steps_to_target=run.crossing if status == "reached" else None, final_eval_loss=final,
-                          last_step=int(step), tokens=int(step) * run.batch_tokens, heartbeat_s=now,
-                          eval_steps=evals, eval_losses=losses, stopped_by=stopped_by if status == "pruned" else "")
-        return r
     r = TrialRecord(
         trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id, role=t.role, batch_size=t.batch_size,
         lr=t.lr, status=status or "running", steps_to_target=run.crossing if status == "reached" else None,

@@ -143,28 +143,3 @@ def test_a_planners_crossings_read_each_record_once_and_a_new_record_afresh(monk
     assert reads == [before, after, before]
     assert crossings.Crossings().of(after, 3.0) == memo.of(after, 3.0)  # (another planner's: its own)
 
-
-def test_an_ended_trials_record_built_from_its_running_one_is_the_constructors(monkeypatch):
-    """The simulator builds an ended trial's record from its running one (no TrialRecord.__init__):
-    every such record of a simulated study, pruned ones among them, equals the constructor's."""
-    import dataclasses
-
-    import cbscore.study.simulate as simulate_module
-    from cbscore.study import load_preset
-    from cbscore.study.sim_trials import run_record
-
-    seen = {"n": 0, "statuses": set()}
-
-    def checked(run, now, status=None, stopped_by=""):
-        got = run_record(run, now, status, stopped_by)
-        if status is not None and run.running is not None:
-            fresh = run_record(dataclasses.replace(run, running=None), now, status, stopped_by)
-            assert got == fresh and got.__dict__ == fresh.__dict__ and type(got) is type(fresh)
-            seen["n"] += 1
-            seen["statuses"].add(status)
-        return got
-
-    monkeypatch.setattr(simulate_module, "run_record", checked)
-    spec = load_preset("paper-chinchilla")
-    simulate_module.simulate(spec, simulate_module.paper_truth(spec), simulate_module.SimConfig(noise_sigma=0.1), seeds=2)
-    assert seen["n"] > 50 and {"reached", "censored", "pruned"} <= seen["statuses"]
