@@ -44,6 +44,22 @@ on two cores shared with a CPU study and other helpers (load average 3.3-5.3): C
 against 5.42 / 5.51 / 5.43). Of what is left (a sampling profile): the planner about 48% (each cell's
 plan 18%, restops 7%), each setting's analysis 15%, starting simulated trials 15% (a seeded generator
 per noise draw 5%), the event loop and its wake check about 15%.
+
+Issue 40, 2026-12-05, ccfa190 -> 8d9b24b (every simulated study byte-identical, the same 8
+configurations): one curve's least squares on Python floats (fit_log_linear, the same doubles), a
+running trial's equal-token wake worked out again only where its best or its last fourth evaluation
+moved, no module-wide crossings memo (a Planner owns its study's, crossings.Crossings: each record
+read once per target), and a setting's pass skips the cells that did not move under the same chain
+state. paper-chinchilla in-process, the two trees alternating three times on two shared cores (load
+average 2.6-3.0): CPU time 5.00 / 5.03 / 5.02 s at ccfa190 against 4.71 / 4.66 / 4.67 s (0.93x; wall
+5.24 / 5.18 / 5.24 s against 5.01 / 4.75 / 4.83 s); callgrind on 4 studies 3,067M -> 2,825M
+instructions. Still short of 5 s on quiet cores by the earlier helper's ratio (about 5.5-5.8 s). What
+is left is flat: the planner (each cell's plan, restops, per-call reads), numpy on tiny arrays when a
+simulated trial starts (its reading and curve) and in each setting's analysis, a seeded generator per
+noise draw (~4.5%: numpy's default_rng, which must stay for the same draws), the far-rate wake check.
+A record built by ``object.__new__`` and a ``__dict__`` update reads slower afterwards than one from
+the constructor (its dict is not the class's shared-key one): for an ended trial's record, read often,
+the copy cost more than it saved.
 """
 
 from __future__ import annotations
