@@ -37,7 +37,7 @@ from cbscore.errors import ConfigError, DataError
 from cbscore.paths import fsync_file, fsync_folder
 
 from .config import DataConfig, _normalised_source
-from .roots import check_source, check_store_dir, data_roots  # noqa: F401 (data_roots: re-exported)
+from .roots import check_source, check_store_dir
 from .stream import WindowStream
 from .tokenizer import eot_id, load_hub_tokenizer, train_bpe
 

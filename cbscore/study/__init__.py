@@ -19,7 +19,8 @@ from cbscore.study.plan_result import (
                                        status_counts,
 )
 from cbscore.study.presets import PRESET_NAMES, load_preset
-from cbscore.study.spec import PAPER_LRS, SearchSpec, Setting, SettingSpec, StudySpec, format_tokens
+from cbscore.study.spec import StudySpec
+from cbscore.study.spec_parts import PAPER_LRS, SearchSpec, Setting, SettingSpec, format_tokens
 from cbscore.study.trials import ACTIVE, STATUSES, TERMINAL, TrialRecord, TrialSpec
 
 __all__ = [

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from cbscore.study.spec import Setting, StudySpec
+from cbscore.study.spec import StudySpec
+from cbscore.study.spec_parts import Setting
 from cbscore.study.trials import TrialRecord
 
 #: A cell censored at its step cap or token budget, or a censored neighbour of a cell's best rate,

@@ -4,7 +4,7 @@ it is complete or resolved, each a small function with one job (the cell planner
 
 * :func:`reruns`: a grid cell whose every rate ended censored at its cap or budget (none reached)
   is run once more at :data:`cbscore.study.budgets.RERUN_CAP_FACTOR` times it before it counts as
-  censored (issue 19: a cap from a noisy smaller cell, or a budget that noise pushed the cell past,
+  censored (a cap from a noisy smaller cell, or a budget that noise pushed the cell past,
   can cut the curve); so is a censored or pruned neighbour of a seed's best rate, since ``S(B)`` is
   read off a fit through the best rate and its neighbours (``cbscore.analysis.measure_points``),
   which a budget or an early prune must not cut; and in the reference cell a neighbour of the best
@@ -23,7 +23,8 @@ from collections.abc import Sequence
 
 from cbscore.study.budgets import RERUN_TAG, cell_budget_tokens
 from cbscore.study.crossings import CrossingReader, best_neighbours, record_crossing
-from cbscore.study.spec import Setting, StudySpec
+from cbscore.study.spec import StudySpec
+from cbscore.study.spec_parts import Setting
 from cbscore.study.trials import TrialRecord
 
 

@@ -28,7 +28,8 @@ from cbscore.study.cell_trials import cell_id, cell_recipe, make_trial, make_tri
 from cbscore.study.crossings import Crossings, best_neighbours, best_steps_by_seed
 from cbscore.study.plan_result import AskRequest, CellState
 from cbscore.study.rate_rules import rate_rule
-from cbscore.study.spec import Setting, StudySpec
+from cbscore.study.spec import StudySpec
+from cbscore.study.spec_parts import Setting
 from cbscore.study.stop_rules import RunningCell, stop_rules
 from cbscore.study.trials import TrialRecord, TrialSpec, lr_tag
 
@@ -41,7 +42,7 @@ class ChainState(NamedTuple):
     """The cell is resolved (or skipped): the next one may be released."""
     best_steps: float | None = None
     """Fewest steps to target of the nearest smaller batch size that has one (its own measurement: a
-    running minimum over many noisy cells is biased low, issue 19): the next cell's step cap."""
+    running minimum over many noisy cells is biased low): the next cell's step cap."""
     at_least_tokens: float = 0.0
     """A lower bound on tokens to target from the smaller batch sizes: ``E(B) >`` this."""
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from cbscore.study.budgets import cell_budget_tokens
 from cbscore.study.plan_result import AskRequest
-from cbscore.study.spec import Setting, StudySpec
+from cbscore.study.spec import StudySpec
+from cbscore.study.spec_parts import Setting
 from cbscore.study.trials import TrialRecord, TrialSpec
 
 if TYPE_CHECKING:

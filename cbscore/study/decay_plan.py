@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 from cbscore.study.local_plan import stale_trials
 from cbscore.study.planner import CellState, Plan, build_train_config
-from cbscore.study.spec import Setting, StudySpec
+from cbscore.study.spec import StudySpec
+from cbscore.study.spec_parts import Setting
 from cbscore.study.trials import TERMINAL, TrialRecord, TrialSpec, lr_tag
 
 

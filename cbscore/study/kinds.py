@@ -19,7 +19,8 @@ import cbscore.study.decay_plan as decay_plan
 import cbscore.study.local_plan as local_plan
 import cbscore.study.planner as planner
 from cbscore.errors import ConfigError
-from cbscore.study.spec import KINDS, Setting, StudySpec
+from cbscore.study.spec import KINDS, StudySpec
+from cbscore.study.spec_parts import Setting
 from cbscore.study.trials import TrialRecord
 
 

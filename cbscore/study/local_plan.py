@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 
 from cbscore.study.local_spec import Checkpoint, checkpoints
 from cbscore.study.planner import CellState, Plan, build_train_config
-from cbscore.study.spec import Setting, StudySpec
+from cbscore.study.spec import StudySpec
+from cbscore.study.spec_parts import Setting
 from cbscore.study.trials import TERMINAL, TrialRecord, TrialSpec
 
 

@@ -35,7 +35,8 @@ from cbscore.errors import FitError
 from cbscore.study.plan_result import skipped_cells
 from cbscore.study.sim_report import LawOutcome, SettingOutcome
 from cbscore.study.sim_trials import SimTrials
-from cbscore.study.spec import Setting, StudySpec
+from cbscore.study.spec import StudySpec
+from cbscore.study.spec_parts import Setting
 from cbscore.study.trials import TERMINAL, TrialRecord
 
 

@@ -37,7 +37,8 @@ from cbscore.analysis import DEFAULT_ESTIMATOR, ESTIMATORS, first_crossing
 from cbscore.errors import ConfigError
 from cbscore.study.sim_tables import LAB_NOISE as _LAB
 from cbscore.study.sim_truth import Truth
-from cbscore.study.spec import Setting, StudySpec
+from cbscore.study.spec import StudySpec
+from cbscore.study.spec_parts import Setting
 from cbscore.study.trials import TrialRecord, TrialSpec
 
 #: Evaluations per run before the target is near (``TrainConfig.eval_every_steps`` default).

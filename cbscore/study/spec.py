@@ -34,11 +34,7 @@ from cbscore.recipe import RECIPE_RULES
 from cbscore.study.bounds import check_numbers
 from cbscore.study.decay_spec import DecaySpec, apply_decay
 from cbscore.study.local_spec import LocalSpec, apply_local, checkpoints
-
-# re-exported: the spec's parts are imported from here too
-from cbscore.study.spec_parts import (  # noqa: F401
-    PAPER_LRS,
-    SEARCH_KINDS,
+from cbscore.study.spec_parts import (
     ExperimentalSpec,
     SearchSpec,
     Setting,
@@ -185,7 +181,7 @@ class StudySpec(Config):
     search: SearchSpec = checked(None, default_factory=SearchSpec, coerce=_search_given)
     """Hyper-parameter search of each cell."""
     experimental: ExperimentalSpec = checked(None, default_factory=ExperimentalSpec, coerce=_experimental_given)
-    """Rules that failed issue 40's criteria (``predict``, ``lr_prior``, ``prune_at_equal_tokens``;
+    """Rules that failed the simulator's criteria for a default (``predict``, ``lr_prior``, ``prune_at_equal_tokens``;
     :class:`~cbscore.study.spec_parts.ExperimentalSpec`), all off by default; a spec from before
     that gives them at their old place (``search.predict``, ``search.lr_prior``, top level) loads
     with a warning naming the new one."""

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from cbscore.study.budgets import RERUN_TAG, cell_budget_tokens
 from cbscore.study.crossings import CrossingReader, best_neighbours, record_crossing
 from cbscore.study.equal_tokens import equal_token_stops, projectable_stops
-from cbscore.study.spec import Setting, StudySpec
+from cbscore.study.spec import StudySpec
+from cbscore.study.spec_parts import Setting
 from cbscore.study.trials import TrialRecord
 
 
