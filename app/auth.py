@@ -135,7 +135,7 @@ def is_admin(user: str) -> bool:
 
 def is_old_owner(owner: str) -> bool:
     """Whether ``owner`` is an owner tag of the old form ``oidc:<subject>`` (before owners named
-    their issuer, issue 41): a subject alone says nothing of which provider vouched for it, so no
+    their issuer): a subject alone says nothing of which provider vouched for it, so no
     sign-in is ever matched to it; an admin acts for such a study."""
     return owner.startswith("oidc:") and "#" not in owner
 

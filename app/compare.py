@@ -1,4 +1,4 @@
-"""Several studies side by side (issue 25): their B* and laws in one table, their points and fitted
+"""Several studies side by side: their B* and laws in one table, their points and fitted
 laws on one chart, a colour per study. Pure: analyses in, rows and figures out (no Streamlit).
 
 Each study is fitted at its own ``B_ref`` and r (the rule it was launched with), so what is

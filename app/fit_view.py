@@ -326,7 +326,7 @@ def beyond_intervals(x: float | None, ci_x, y: float | None, ci_y) -> bool:
 
 
 def setting_flags(table) -> list[tuple[str, str]]:
-    """``(setting, sentence)`` for what the Curves page must point out (issue 19): a fitted ``B*``
+    """``(setting, sentence)`` for what the Curves page must point out: a fitted ``B*``
     that moves beyond its interval when the reference point is left out (the target and
     ``S(B_ref)`` come from the reference cell), a fitted ``B*`` and an empirical one that differ by
     more than their intervals, and cells whose best learning rate sits at an edge of the grid."""
@@ -363,7 +363,7 @@ def _rises(values: Sequence[float | None]) -> bool | None:
 def d_ordering(table) -> list[dict[str, Any]]:
     """One row per model size that has two or more data sizes: whether ``B*`` and ``B_noise`` rise
     with ``D`` (the paper's finding, Zhang et al. 2025, §4), each with and without the reference
-    point (issue 27: the reference cell sets the target and ``S(B_ref)``, so a D-trend that only the
+    point (the reference cell sets the target and ``S(B_ref)``, so a D-trend that only the
     reference point carries is no evidence). Each entry is ``True``, ``False`` or ``None`` (a fit
     missing), beside the values in order of ``D``; an ordering says nothing of its certainty (the
     laws' intervals do)."""

@@ -1,4 +1,4 @@
-"""Plotly figures of the gradient noise scale and the CBS forecast it gives (issue 14): data in, figure out.
+"""Plotly figures of the gradient noise scale and the CBS forecast it gives: data in, figure out.
 
 Pure functions of small frozen inputs, unit-tested without Streamlit or MLflow, like
 :mod:`app.charts`. Definitions: ``B_simple = tr Σ / |G|²`` (McCandlish et al. 2018, §2.2, in

@@ -1,4 +1,4 @@
-"""Streamlit panels of the gradient noise scale and the CBS forecast (issue 14); UI only.
+"""Streamlit panels of the gradient noise scale and the CBS forecast; UI only.
 
 The figures are :mod:`app.gns_charts`; the numbers are :mod:`cbscore.analysis` (forecast and
 calibration) on the study's records (:func:`app.sources.forecast`).
@@ -12,7 +12,7 @@ import streamlit as st
 
 from app import fit_view, gns_charts, sources
 
-#: What the forecast is, for captions (McCandlish et al. 2018; issue 14).
+#: What the forecast is, for captions (McCandlish et al. 2018).
 FORECAST_HELP = (
     "Forecast from the gradient noise scale B_simple = tr Σ / |G|² logged by the best reference run at B_ref: "
     "B̂ = Σ w·B_simple / Σ w with w = 1/(1 + B_simple/B_ref) up to the target step (McCandlish et al. 2018, "

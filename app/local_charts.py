@@ -157,7 +157,7 @@ def readout_rows(fit: Mapping[str, Any]) -> list[dict[str, Any]]:
                 f"[{r['bracket'][0]:g}, {r['bracket'][1]:g})" if r["bracket"][1] is not None
                 else f"≥ {r['bracket'][0]:g}")
             row[f"{name}: ε decides"] = None if r is None else bool(r["tolerance_decides"])
-        # issue 39: whether the noise, not the floor ε, decided; the same rule on the raw weights
+        # whether the noise, not the floor ε, decided; the same rule on the raw weights
         noise = c.get("noise_aware")
         row["noise-aware: noise decided"] = None if noise is None else bool(noise["noise_decides"])
         raw = c.get("noise_aware_raw")

@@ -1,4 +1,4 @@
-"""MLflow's UI for signed-in users, read-only, under ``/mlflow/`` of the web app (issue 21).
+"""MLflow's UI for signed-in users, read-only, under ``/mlflow/`` of the web app.
 
 With sign-in configured (``[auth]``) and MLflow behind its basic-auth app (``cbs tracking
 --auth``), a person signed in to the web app is no MLflow user, so the pages' MLflow links would

@@ -63,7 +63,7 @@ def study_picker(key: str) -> str:
 
 def compare_picker(label: str, options: list[str], current: str, *, key: str, help: str) -> list[str]:
     """A multiselect of other studies to draw beside ``current``, kept in the page's address
-    (``?compare=B,C``) so a comparison can be shared (issue 25)."""
+    (``?compare=B,C``) so a comparison can be shared."""
     from app import compare
 
     chosen = st.multiselect(label, options, default=compare.parse_compare(st.query_params.get("compare"), options,
@@ -407,7 +407,7 @@ def render_paper_comparison(table) -> None:
 
 
 def _d_ordering(table) -> None:
-    """Whether B* rises with D at fixed N, with and without the reference point (issue 27)."""
+    """Whether B* rises with D at fixed N, with and without the reference point."""
     from app import fit_view
 
     rows = fit_view.d_ordering(table)

@@ -5,7 +5,7 @@ Results that come from running the lab live under ``docs/results/<name>/``: the 
 gives it back byte for byte), the Curves and Scaling-laws figures drawn by the same chart code
 the pages use (PNG through kaleido, when it and a Chrome are installed; HTML otherwise), the spec,
 and ``summary.json`` with what it cost: wall time, tokens and trials, the machine. Where trials
-logged the gradient noise scale (issue 14): ``forecast.json`` (the ``forecast`` and ``calibration``
+logged the gradient noise scale: ``forecast.json`` (the ``forecast`` and ``calibration``
 keys of ``cbs study fit --json``, calibrated against the committed CSV's fit), ``gns.csv`` (every
 trial's logged ``gns/*`` values) and the forecast figures. A ``schedule`` study's steps table has one
 setting per schedule (``{setting}.{schedule}``), so its Curves figure draws them side by side, and

@@ -1,4 +1,4 @@
-"""Figures and tables of a ``schedule`` study's readout (issue 45): data in, figure out.
+"""Figures and tables of a ``schedule`` study's readout: data in, figure out.
 
 Pure functions of the readout dict (:func:`cbscore.study.decay_readout.schedule_readout`, the JSON of
 ``cbs study fit NAME`` for ``kind: schedule``), unit-tested without Streamlit or MLflow like

@@ -1,4 +1,4 @@
-"""The Curves and Scaling laws pages' view of a ``schedule`` study (issue 45).
+"""The Curves and Scaling laws pages' view of a ``schedule`` study.
 
 A schedule study measures one setting under constant+EWA, cosine and WSD from the same stable runs,
 each schedule against its own target (its loss at D at B_ref); its steps table is not the global

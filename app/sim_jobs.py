@@ -1,4 +1,4 @@
-""""Simulate this design" as a bounded background job (issue 41, finding 5).
+""""Simulate this design" as a bounded background job.
 
 A click starts one child process (``python -m app.sim_jobs``) that runs the simulated studies one
 at a time and sends each back as it ends. The web process never simulates itself: its page thread

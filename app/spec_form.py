@@ -93,13 +93,13 @@ LABELS = {
 }
 
 
-#: The chained search's fields the form shows (issue 40; :mod:`cbscore.study.chained`): not
+#: The chained search's fields the form shows (:mod:`cbscore.study.chained`): not
 #: ``chain_centre`` or ``local_exponent``, which stay off the Launch page (a pasted spec keeps them).
 CHAINED_FIELDS = ("chain_exponent", "bracket_ratio", "extension_gain", "max_extensions", "reference_rates",
                   "bracket_min_batch_size", "narrow_rates")
 #: Chained fields that are whole numbers on the form; ``bracket_min_batch_size``'s 0 is ``None``.
 _CHAINED_INTS = ("max_extensions", "bracket_min_batch_size", "narrow_rates")
-#: A schedule study's fields the form shows (issue 45; :class:`cbscore.study.decay_spec.DecaySpec`).
+#: A schedule study's fields the form shows (:class:`cbscore.study.decay_spec.DecaySpec`).
 DECAY_FIELDS = ("schedules", "decay_fraction", "min_lr_ratio", "horizon_low", "horizon_high", "wsd_ratio",
                 "cosine_ratio")
 
@@ -348,7 +348,7 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
             value = values[f"search.{name}"]
             d["search"][name] = (int(value) or None if name == "bracket_min_batch_size"
                                  else int(value) if name in _CHAINED_INTS else value)
-    # The rules that failed issue 40's criteria are not on the form: a pasted spec's ``experimental``
+    # The rules that failed the simulator's criteria for a default are not on the form: a pasted spec's ``experimental``
     # block (in ``base``) is kept as it was.
     if "stop_far_rates" in values:
         d["stop_far_rates"] = bool(values["stop_far_rates"])

@@ -1,4 +1,4 @@
-"""Plotly figures of the least-squares theory page (issue 26): data in, figure out.
+"""Plotly figures of the least-squares theory page: data in, figure out.
 
 Pure functions of :class:`cbscore.theory.TheoryResult` (or plain numbers), unit-tested without
 Streamlit, like :mod:`app.charts`. Definitions: :mod:`cbscore.theory` (the exact risk recursion

@@ -3,7 +3,7 @@
 The first click that launches a study (or is refused at launch) used to wait for what the launch
 imports and opens first: the runner with MLflow, Optuna, SQLAlchemy and Celery, and the tracking
 store (created on a fresh lab). That took 6-7.7 s on a loaded two-core host, against the 1 s in
-which every refusal should arrive (issue 41). :func:`start` runs :func:`workers.query.api.warm_up`
+which every refusal should arrive. :func:`start` runs :func:`workers.query.api.warm_up`
 in a daemon thread from the server's lifespan (``app/server.py``), so a few seconds after
 ``cbs web`` starts the first click finds everything imported; the log says when
 (:data:`WARM_LINE`). A click before then imports the rest itself, as it did before (Python's

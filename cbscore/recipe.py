@@ -75,7 +75,7 @@ def paper_ewa_tau(batch_size: int) -> float:
 #   within √(D_max/D_min) of the paper's share (×2.8 either way for a factor 8 in D); the largest D
 #   would stretch the smallest setting's τ over a third of its run, the smallest would shrink the
 #   largest setting's by the whole factor.
-# * ``scaled``: each setting's own D (issue 10; kept for comparison).
+# * ``scaled``: each setting's own D (kept for comparison).
 #
 # Then three bounds, the same for both rules:
 #

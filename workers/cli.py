@@ -473,7 +473,7 @@ def run_fit(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2, allow_nan=False) if args.json else kind.format_readout(out))
         return 0
     analysis = api.study_fit(args.name, bootstrap=args.bootstrap, seed=args.seed)
-    # the noise-scale forecast of each setting and its calibration against this fit (issue 14)
+    # the noise-scale forecast of each setting and its calibration against this fit
     forecast = api.study_forecast(args.name, analysis=analysis, bootstrap=args.bootstrap, seed=args.seed)
     if args.json:
         out = analysis.to_json_dict()

@@ -19,7 +19,7 @@ st.caption(
 )
 
 def _compare(name: str, rows, b_ref: int, overhead: float) -> None:
-    """Other studies' S(B) beside this one's, normalised by S(B_ref) (issue 25): only studies with the
+    """Other studies' S(B) beside this one's, normalised by S(B_ref): only studies with the
     same B_ref share that view's linear-scaling line; the choice is in the URL (``compare=B,C``)."""
     from app import charts, compare
 

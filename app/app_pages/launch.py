@@ -166,7 +166,7 @@ def _local_fields() -> None:
 
 
 def _chained_fields() -> None:
-    """The chained bracket's own fields (issue 40; :mod:`cbscore.study.chained`), used when the
+    """The chained bracket's own fields (:mod:`cbscore.study.chained`), used when the
     search is ``Chained bracket``; their help is the spec fields' own docs."""
     chained = st.session_state.get(K + "search.kind") == "chained"
     with st.expander("Chained bracket (search: chained)", expanded=chained):
@@ -185,7 +185,7 @@ def _chained_fields() -> None:
                              step=1, help=H("search.max_extensions"))
         cols[4].selectbox("Reference cell's rates", REFERENCE_RATES, key=K + "search.reference_rates",
                           help=H("search.reference_rates"))
-        # Cells below a batch size may start narrower than the bracket (issue 40, "past 3×"); how a
+        # Cells below a batch size may start narrower than the bracket; how a
         # settled cell centres the next (chain_centre, local_exponent) stays off the page.
         cols = st.columns([1, 1, 3])
         cols[0].number_input("Narrow cells below B", key=K + "search.bracket_min_batch_size", min_value=0, step=1,
@@ -195,7 +195,7 @@ def _chained_fields() -> None:
 
 
 def _decay_fields() -> None:
-    """A schedule study's schedules and horizons (issue 45; :class:`cbscore.study.decay_spec.DecaySpec`)."""
+    """A schedule study's schedules and horizons (:class:`cbscore.study.decay_spec.DecaySpec`)."""
     st.markdown("**Schedules** — every rate and seed of each batch size gets one stable run to the longest "
                 "horizon; WSD is read off decay branches from its snapshots, cosine off a family of runs, one "
                 "per horizon (docs/schedules.md). The search is the grid of learning rates below.")
@@ -361,7 +361,7 @@ with st.form("launch", border=True):
     cols[4].number_input("Max trials", key=K + "max_trials", min_value=1, step=100, help=H("max_trials"))
     cols[5].text_input("Data source", key=K + "data.source", help=H("data.source"))
 
-    # search.predict, search.lr_prior and prune_at_equal_tokens failed issue 40's criteria: they live
+    # search.predict, search.lr_prior and prune_at_equal_tokens failed the simulator's criteria for a default: they live
     # in the spec's `experimental:` block, which the form does not show (a pasted YAML keeps it).
     cols = st.columns(3)
     cols[0].checkbox("Stop far rates", key=K + "stop_far_rates", help=H("stop_far_rates"))

@@ -1,4 +1,4 @@
-"""Local CBS: the critical batch size during one run, from branches at its checkpoints (issue 24)."""
+"""Local CBS: the critical batch size during one run, from branches at its checkpoints."""
 
 from __future__ import annotations
 

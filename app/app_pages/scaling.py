@@ -21,7 +21,7 @@ st.caption(
 
 
 def _compare(name: str, table) -> None:
-    """Other studies beside this one (issue 25): B* and laws on one chart and in one table, each study
+    """Other studies beside this one: B* and laws on one chart and in one table, each study
     fitted at its own B_ref and r; the choice is in the URL (``?study=A&compare=B,C``) to share."""
     import pandas as pd
 

@@ -158,7 +158,7 @@ def trials_table(name: str) -> None:
 
 
 def loss_curves(name: str) -> None:
-    """Held-out loss against tokens of any set of trials, overlaid (issue 25): pick a setting, batch
+    """Held-out loss against tokens of any set of trials, overlaid: pick a setting, batch
     sizes and outcomes; up to study_view.MAX_OVERLAY trials at once."""
     import dataclasses
 
@@ -216,7 +216,7 @@ def _allowed(check, study: str, what: str) -> bool:
 
 
 def _grow(name: str) -> None:
-    """Extend the study by a patch, or run its failed trials and censored cells again (issue 25)."""
+    """Extend the study by a patch, or run its failed trials and censored cells again."""
     import yaml
 
     from cbscore.study.extend import EXTENSIBLE

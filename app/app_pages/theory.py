@@ -1,4 +1,4 @@
-"""Theory: why B* grows with D, from the exact least-squares simulator (Zhang et al. 2025, §4; issue 26)."""
+"""Theory: why B* grows with D, from the exact least-squares simulator (Zhang et al. 2025, §4)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ with failures.shown_as_message("the Theory page"):
                         f"({'the last iterate, docs/theory.md' if iterate == 'last' else 'averaged SGD, Zhang et al. §4'}).")
         st.caption(
             f"Grey lines: the theory's slopes through the middle point, **D^{th['averaged']:.2f}** for averaged "
-            f"iterates (1 − a/min{{b, 2a+1}}, Zhang et al. §4 as quoted in issue 26) and **D^{th['last']:.2f}** for "
+            f"iterates (1 − a/min{{b, 2a+1}}, Zhang et al. §4) and **D^{th['last']:.2f}** for "
             "the last iterate ((b − 1)/(a + b − 1), derived in docs/theory.md by the same balance, not the paper's)."
         )
     st.dataframe(theory_charts.summary_rows(result), hide_index=True, width="stretch")

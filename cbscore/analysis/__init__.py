@@ -35,7 +35,7 @@ Across settings
     pooled across settings whose other variable differs; ``forecast(n_params, tokens)`` →
     ``Forecast``. ``compare_with_paper(laws)`` → ``PaperComparison`` (the paper's exponents and
     whether the study supports "B* scales with D, not with N", :func:`scales_with_d_not_n`).
-Seeds, noise and shape (issue 38; DESIGN.md §1, "Intervals" and "Shape before slope")
+Seeds, noise and shape (DESIGN.md §1, "Intervals" and "Shape before slope")
     ``SeedTable.from_points(points)``: ``ln S`` per seed and batch size with the additive fit
     ``μ_B + γ_s + ε`` (the bootstrap holds ``γ``, a seed's common shift, and redraws ``ε``);
     ``doubling_ratios(table, b_ref)`` → ``DoublingRatio`` per doubling (seed-paired, with intervals);

@@ -12,7 +12,7 @@ No double counting of the reference seeds (the pages' path, ``cbs study fit``): 
 mean over the reference seeds, so its draw moves every crossing, mostly by one common factor that
 cancels in ``B_noise`` as a seed's shift does; the reference cell's own seed spread enters only
 through its seed × cell residuals at ``B_ref``. The old per-batch-size seed resampling redrew the
-reference seeds' common shift at ``B_ref`` alone, on top of the target's draw (issue 38).
+reference seeds' common shift at ``B_ref`` alone, on top of the target's draw.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def bootstrap_steps_fit(
     its seeds' drawn residuals. The seed-common shift ``γ`` is not redrawn: it multiplies every
     ``S(B)`` alike and cancels in ``B_noise`` (redrawing it per batch size, as independent noise,
     made the interval of a setting whose seeds differ by a large common shift several times too
-    wide, issue 38). Intervals are expanded percentile intervals for the table's own degrees of
+    wide). Intervals are expanded percentile intervals for the table's own degrees of
     freedom (``(n − 1)(K − 1)`` when complete: 3 for 2 seeds at 4 batch sizes).
 
     One seed (or none recorded): ``S(B)`` is the fitted value times ``exp(e)``, ``e`` drawn from

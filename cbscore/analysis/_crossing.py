@@ -54,7 +54,7 @@ def first_crossing(
     target has nothing after it: that first passage is a selection no fit through it undoes
     (−2.9% both), so there the fit only matches the line.
 
-    **Every run is read one-sided by default** (issue 38): evaluations after the first one at or
+    **Every run is read one-sided by default**: evaluations after the first one at or
     below the target are ignored, so a reference run (which trains on to ``(1 + margin)·D``) is read
     exactly as a trial that stopped there. Reading the reference runs two-sided and the others
     one-sided put the first-passage bias (about −3%) on every ``S(B)`` but ``S(B_ref)``, which moves

@@ -17,7 +17,7 @@ MAX_CSV_BYTES = 64 * 2**20
 MAX_CSV_ROWS = 1_000_000
 #: Most data rows of a steps table uploaded to the web app (the Import page): ten times the trials of
 #: the largest study the operator's default ceiling allows (``CBS_MAX_TRIALS`` 5,000), counted before
-#: any parsing. A 1M-row upload cost the web process 112 s of CPU and 1.2 GB (issue 41, finding 9).
+#: any parsing. A 1M-row upload cost the web process 112 s of CPU and 1.2 GB.
 MAX_IMPORT_ROWS = 50_000
 #: Most columns of a steps table (it has ten or so).
 MAX_CSV_COLUMNS = 256

@@ -1,5 +1,5 @@
 """The noise a study actually has: ``ln S`` split into rate-level, seed × cell and seed-common
-parts, and the learning-rate curvature (DESIGN.md §1, "Intervals"; issue 38).
+parts, and the learning-rate curvature (DESIGN.md §1, "Intervals").
 
 From every setting with two or more seeds:
 

@@ -5,7 +5,7 @@ McCandlish et al. 2018 (arXiv 1812.06162). A run at a fixed batch ``B_run`` need
 step ``t`` stands for ``w_t = 1/(1 + B_noise(t)/B_run)`` steps of ``S_min`` and ``w_t·B_noise(t)``
 examples of ``E_min``; summed up to the target step, ``B_crit = E_min/S_min`` (eq. 2.12) is the
 ``w``-weighted mean of ``B_noise(t)`` (App. D, where the noise scale changes during training).
-With the measured ``B_simple(t)`` for ``B_noise(t)`` (issue 14; DESIGN.md §1 for the curve):
+With the measured ``B_simple(t)`` for ``B_noise(t)`` (DESIGN.md §1 for the curve):
 
     B̂ = Σ_t w_t·B_simple(t) / Σ_t w_t,     w_t = 1/(1 + B_simple(t)/B_run)
     S(B′) = Ŝ_min + Ê_min/B′ = Ŝ_min·(1 + B̂/B′),   B*_forecast = (1 + r)·B_ref + r·B̂
@@ -160,7 +160,7 @@ class Calibration:
     d_trends: tuple[tuple[float, float, float, int], ...] = ()
     """Per ``N`` shared by settings at two or more ``D``: ``(N, exponent of B̂ in D, exponent of the
     measured B_noise in D, settings)`` (least squares on log axes): a factor ``c`` is one number only
-    where the two exponents agree (issue 38: on ``demo-gns`` B̂ grew as D^0.66, B_noise as D^0.17)."""
+    where the two exponents agree (on ``demo-gns`` B̂ grew as D^0.66, B_noise as D^0.17)."""
 
     @property
     def spread(self) -> float | None:

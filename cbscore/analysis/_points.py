@@ -3,7 +3,7 @@
 The paper takes, per batch size, the minimum over its learning rates. Under noise that is a
 minimum of noisy values, biased low, and by an amount that changes with how many rates are
 competitive at each ``B`` (fewer where the optimum sits at an edge of the grid, typically the
-largest ``B``), which moves ``B_noise`` and ``B*`` (issue 19, finding 2). The default here reads
+largest ``B``), which moves ``B_noise`` and ``B*``. The default here reads
 ``S(B)`` off a fit across the rates instead:
 
     log S(η) = s_c + k·(ln η − ln η*_c)²   for every cell c = (B, seed) of one setting,
@@ -31,7 +31,7 @@ from cbscore.errors import ConfigError
 #: Per-cell estimators of ``S``: ``fit`` (a parabola in ``ln η`` with a curvature shared by the
 #: setting's cells) and ``min`` (the paper's minimum over the rates).
 ESTIMATORS = ("fit", "min")
-#: The estimator used unless a caller names another (chosen on the simulator: issue 19).
+#: The estimator used unless a caller names another (chosen on the simulator).
 DEFAULT_ESTIMATOR = "fit"
 #: Rates on each side of a cell's best that enter the fit (the parabola is local: far from the
 #: optimum, steps grow faster than any parabola and then diverge).

@@ -1,4 +1,4 @@
-"""Steps to target of a trial stopped early, read off its curve against the cell's leader (issue 20).
+"""Steps to target of a trial stopped early, read off its curve against the cell's leader.
 
 A trial stopped at equal tokens (``prune_at_equal_tokens``) never reaches the target, but up to its
 stop it traced the same held-out loss levels as the cell's best trial, later. At each of its last

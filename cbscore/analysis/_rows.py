@@ -118,7 +118,7 @@ def normalize_row(row: Mapping | StepsRow, where: str) -> dict:
     projected = row.get("steps_projected")
     out["steps_projected"] = None
     if out["outcome"] == "pruned" and not _blank(projected):
-        # A trial stopped at equal tokens: its steps to target projected from its curve (issue 20).
+        # A trial stopped at equal tokens: its steps to target projected from its curve.
         out["steps_projected"] = _number(where, "steps_projected", projected)
     budget = row.get("budget_steps")
     out["budget_steps"] = None

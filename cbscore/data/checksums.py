@@ -2,7 +2,7 @@
 
 A store's sizes and manifest say nothing of its content: a range zeroed in place (a bad disk, a
 copy cut short and padded, a stray ``dd``) leaves every size right, and trials then train on
-zeros and diverge with nothing naming the store (issue 42, finding 6). ``prepare`` writes the
+zeros and diverge with nothing naming the store. ``prepare`` writes the
 checksums into the manifest (``checksums``: the algorithm, the shard size and one digest per
 ``shard_bytes`` of ``train.bin``, ``val.bin`` and ``tokenizer.json``).
 

@@ -10,7 +10,7 @@ rule: ``η ∝ √B``) and linear for SGD (Goyal et al. 2017, arXiv 1706.02677: 
 :class:`BranchSpec` into the branch's own ``TrainConfig``: everything the trainer needs to carry
 the base on (:mod:`cbscore.train.branch`), with the recipe of the base stated explicitly.
 
-*The weight average a branch is read on* (:data:`AVERAGING`; issue 39). The base's EWA τ is a
+*The weight average a branch is read on* (:data:`AVERAGING`). The base's EWA τ is a
 decay per step. Carried into a branch of ``n`` steps unchanged (``carry``, what the lab did
 before), it keeps a share ``τ^n`` of its weight on the base's past: at a fixed window ``Δ`` a
 ``k = 8`` branch takes 8× fewer steps than ``k = 1``, so its averaged loss reads more of the

@@ -118,13 +118,13 @@ def _presets(*rows: tuple[str, int, int, int, int]) -> dict[str, Preset]:
 #: members of the same family (same block, head width 32-64) that train on a laptop CPU.
 PRESETS: dict[str, Preset] = _presets(
     # name          d_model  layers  heads  usual context
-    ("tiny-0.06M", 48, 2, 1, 128),  # N = 55,296 (22 tokens per parameter at 1.2M: the paper's regime on a CPU, issue 39)
+    ("tiny-0.06M", 48, 2, 1, 128),  # N = 55,296 (22 tokens per parameter at 1.2M: the paper's regime on a CPU)
     ("tiny-0.1M", 64, 2, 2, 128),  # N = 98,304
     ("tiny-0.3M", 96, 3, 3, 128),  # N = 331,776 (between the two: the reproduce preset's N axis)
     ("tiny-0.8M", 128, 4, 4, 128),  # N = 786,432 (the CPU throughput floor's shape)
     ("tiny-3.1M", 256, 4, 4, 128),  # N = 3,145,728
     ("tiny-6.3M", 256, 8, 8, 256),  # N = 6,291,456
-    # Equal N by width and by depth (the ablation-width-depth presets, issue 45): tiny-0.8M's N as
+    # Equal N by width and by depth (the ablation-width-depth presets): tiny-0.8M's N as
     # 16 narrow layers or 1 wide one, tiny-6.3M's as 2 wide or 32 narrow ones.
     ("tiny-deep-0.8M", 64, 16, 2, 128),  # N = 786,432
     ("tiny-wide-0.8M", 256, 1, 4, 128),  # N = 786,432

@@ -1,4 +1,4 @@
-"""The chained bracket (``search.kind: chained``, issue 40): each cell brackets its optimal learning
+"""The chained bracket (``search.kind: chained``): each cell brackets its optimal learning
 rate from its neighbour's instead of running the whole grid.
 
 The reference cell at ``B_ref`` runs the spec's ``lrs`` (extended past an edge as a grid cell is):
@@ -20,7 +20,7 @@ rates are run, and ``S(B)`` is read off the cell's trials by the same estimator 
 A cell's rates are read off its own first attempts, never its re-runs, so a neighbour's best
 never moves once a cell was centred on it.
 
-Narrow cells (issue 40, "past 3×"; off by default): a cell below ``search.bracket_min_batch_size``
+Narrow cells (off by default): a cell below ``search.bracket_min_batch_size``
 (the reference cell excepted) starts with ``search.narrow_rates`` rates instead of three: two,
 ``c/√ρ`` and ``c·√ρ`` (the fit across rates reads its optimum between them with the curvature the
 setting's three-rate cells share, :func:`cbscore.analysis.fit_across_rates`), or the centre alone.
@@ -28,7 +28,7 @@ Such a cell is extended by the same gate; one that added no rate hands on its ow
 rates sit either side of it, so neither is a better guess of the optimum), one that did its best
 rate as a bracketed cell does.
 
-Centring from what the neighbours measured (issue 40, "past 3×"; both off by default):
+Centring from what the neighbours measured (both off by default):
 
 * ``search.chain_centre: vertex``: a settled cell hands on its *continuous* optimum instead of its
   best discrete rate: per seed, the vertex of the parabola in ``ln η`` that the estimator fits

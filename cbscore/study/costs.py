@@ -2,7 +2,7 @@
 and the oracle.
 
 The **oracle** is what a study would spend if it knew each cell's best learning rate in advance:
-per cell and seed, the tokens its best trial trained until it stopped at the target (issue 20), and
+per cell and seed, the tokens its best trial trained until it stopped at the target, and
 at B_ref, D tokens per seed (the reference runs' loss at D *is* the target). ``spent / oracle`` is
 the figure a cheaper search lowers; 1 is the floor. A cell that no trial crossed counts the fewest
 tokens any of its trials trained (what any study spends to learn it is censored); a skipped cell

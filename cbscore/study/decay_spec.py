@@ -1,7 +1,7 @@
 """The ``schedule`` study kind's own fields: which schedules, the decay, and the horizons read.
 
 A ``schedule`` study measures the CBS of one setting under several learning-rate schedules from
-the same runs (issue 45; :mod:`cbscore.decay`):
+the same runs (:mod:`cbscore.decay`):
 
 - ``constant_ewa``: the paper's constant rate with the EWA read-out (Zhang et al. 2025, §3.1),
   read off the *stable runs*' evaluation histories;

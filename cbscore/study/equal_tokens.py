@@ -1,4 +1,4 @@
-"""Stopping losing trials at equal tokens (``stop_far_rates`` and ``prune_at_equal_tokens``, issue 20).
+"""Stopping losing trials at equal tokens (``stop_far_rates`` and ``prune_at_equal_tokens``).
 
 Within a cell every trial has the same batch size, so equal tokens are equal steps. At a running
 trial's last evaluation, step ``t``, its held-out loss (EWA weights, best τ) is compared with the

@@ -1,4 +1,4 @@
-"""Growing a study without re-running a trial: the rules of ``cbs study extend`` (issue 25).
+"""Growing a study without re-running a trial: the rules of ``cbs study extend``.
 
 An extension is a *patch*, a mapping of study fields like a spec's, applied to the stored spec:
 each field it names replaces the stored value. Only what adds trials may change:

@@ -204,7 +204,7 @@ class LocalSpec(Config):
 
 
 #: Fields added by issue 39: a stored spec (``to_dict`` lists every field) that lists the first
-#: version's fields (issue 24) but none of these was written before them.
+#: version's fields but none of these was written before them.
 LATER_FIELDS = frozenset({"window_rule", "averaging"})
 FIRST_FIELDS = frozenset({"base_batch_size", "base_lr", "checkpoint_count", "checkpoint_tokens", "multipliers",
                           "early_multipliers", "early_checkpoints", "lr_rule", "window_fraction", "window_tokens",

@@ -1,4 +1,4 @@
-"""Which learning rates a grid cell runs when the search predicts them (``search.predict``, issue 20).
+"""Which learning rates a grid cell runs when the search predicts them (``search.predict``).
 
 The spec's grid, continued past each edge by ``search.lr_extensions`` rates at the grid's outermost
 ratio, is the set of **allowed** rates (:func:`allowed_rates`). A predicting cell starts with the

@@ -12,7 +12,7 @@ PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 #: ``demo`` runs end to end on a 2-core CPU in minutes (``local-demo``: a local-CBS study, as fast), ``reproduce`` shows the paper's finding in under two
 #: hours there (``reproduce-gpu``: larger, for one GPU); the ``paper-*`` studies are the paper's, for GPUs;
 #: the ``ablation-*`` studies are the paper's ablations (schedule, context length, width against depth)
-#: for a 2-core CPU, each with a ``-gpu`` variant (issue 45).
+#: for a 2-core CPU, each with a ``-gpu`` variant.
 PRESET_NAMES = ("demo", "local-demo", "reproduce", "reproduce-gpu", "paper-chinchilla", "paper-fixed-n",
                 "paper-fixed-d", "ablation-schedule", "ablation-schedule-gpu", "ablation-context", "ablation-context-gpu",
                 "ablation-width-depth", "ablation-width-depth-gpu")

@@ -174,7 +174,7 @@ class SimulationReport:
         return out
 
     def criteria(self) -> dict:
-        """The three criteria a rule or design must meet to be a default (issue 40; DESIGN.md §1,
+        """The three criteria a rule or design must meet to be a default (DESIGN.md §1,
         "Budgets that cannot bias B*"), judged against the truth, never against one noisy grid:
 
         1. *no structural bias*: at zero noise, every setting's median B* within 0.5% of the truth
@@ -284,7 +284,7 @@ class SimulationReport:
         }
 
 
-#: The criteria's thresholds (issue 40): |median bias| at zero noise, |median bias| at the lab's noise,
+#: The criteria's thresholds: |median bias| at zero noise, |median bias| at the lab's noise,
 #: and the precision-adjusted cost in oracles (now; the goal is :data:`PRECISION_GOAL`).
 STRUCTURAL_BIAS, MEDIAN_BIAS, PRECISION_NOW, PRECISION_GOAL = 0.005, 0.02, 3.0, 2.5
 
@@ -292,7 +292,7 @@ STRUCTURAL_BIAS, MEDIAN_BIAS, PRECISION_NOW, PRECISION_GOAL = 0.005, 0.02, 3.0, 
 def _precision_adjusted(tokens: float, oracle: float, rmse: float | None, rmse_grid: float | None) -> float | None:
     """``tokens/oracle × (rmse/rmse_grid)²``: what the design costs per unit of the full grid's precision
     (the variance of ln B* scales as 1/cost for repeats, so a design half as precise must be run twice
-    to match; issue 40). ``None`` without an oracle or a grid RMSE above 0."""
+    to match). ``None`` without an oracle or a grid RMSE above 0."""
     if not oracle or rmse is None or rmse_grid is None:
         return None
     if max(rmse, rmse_grid) < 1e-9:  # both exact (zero noise): equally precise

@@ -1,4 +1,4 @@
-"""Steps tables of simulated studies with the lab's own noise and curve shapes (issue 38).
+"""Steps tables of simulated studies with the lab's own noise and curve shapes.
 
 The planner simulator (:mod:`cbscore.study.simulate`) asks what a *design* finds; this module asks
 what the *analysis* concludes from a full grid: every trial of every cell, as the steps table

@@ -7,7 +7,7 @@ Three kinds of truth (each a :class:`Truth`):
   eq. 2.11): read from ``setting,s_min,b_noise`` rows or derived from the paper's published laws;
 - :class:`TableTruth`, a measured steps table used as given: ``ln S`` interpolated linearly in
   ``ln B`` between its batch sizes and extrapolated with its end slopes, never refitted;
-- :class:`PenaltyTruth`, any truth times a small-batch penalty like the lab's own (issue 38: the
+- :class:`PenaltyTruth`, any truth times a small-batch penalty like the lab's own (the
   first doubling from ``B_ref`` steeper than ``S_min·(1 + B_noise/B)`` allows);
 - :class:`KneeShiftTruth`, any truth moved along ``ln B`` (a knee that moves with D).
 
@@ -148,7 +148,7 @@ class TableTruth(Truth):
 class PenaltyTruth(Truth):
     """A base truth times a small-batch penalty, ``S(B) = S_base(B)·(1 + p·max(0, log2(2·B_ref/B)))``:
     nothing from ``2·B_ref`` up, a factor ``1 + p`` at ``B_ref`` and ``p`` more per halving below.
-    The shape of the lab's own curves (issue 38: in ``docs/results/reproduce/earlier`` S(2)/S(4)
+    The shape of the lab's own curves (in ``docs/results/reproduce/earlier`` S(2)/S(4)
     grows from 1.49 to 2.18 with D, while S(16)/S(32) falls), so the first doubling's ratio
     ``S(B_ref)/S(2·B_ref) = (1 + p)·S_base(B_ref)/S_base(2·B_ref)`` can exceed the 2 that
     ``S_min·(1 + B_noise/B)`` allows."""

@@ -184,7 +184,7 @@ class SearchSpec(Config):
 
 @dataclass(frozen=True, kw_only=True)
 class ExperimentalSpec(Config):
-    """Rules that failed issue 40's criteria (docs/results/cheaper-search/): kept for the simulator
+    """Rules that failed the simulator's criteria for a default (docs/results/cheaper-search/): kept for the simulator
     and for studies that ran with them, off by default, absent from the Launch page and the presets
     (a spec's ``experimental:`` mapping)."""
 
@@ -196,22 +196,22 @@ class ExperimentalSpec(Config):
     known), its neighbours next, and add no rate once the optimum is bracketed and the fit's window
     around it is run; ``search.lrs`` (with ``search.lr_extensions``) stays the set of allowed rates.
     Experimental: 3.6-4.4× the oracle at σ = 0, dearer than ``search.kind: chained`` for the same B*
-    (issue 40; docs/results/cheaper-search/chained/)."""
+    (docs/results/cheaper-search/chained/)."""
     lr_prior: float | None = checked(_positive_float, None)
     """Grid search: the best rate predicted for a cell before any cell of its setting (or any
     study's reference cell) is measured; ``None`` takes the grid's geometric middle. Orders the
     first cell's rates (``search.order: predicted``) and picks ``predict``'s first three.
-    Experimental: it saves nothing (issue 40; docs/results/cheaper-search/prior/); the paper presets
+    Experimental: it saves nothing (docs/results/cheaper-search/prior/); the paper presets
     once set 0.00316, the single rate of the paper's released sweep configs (Zhang et al. 2025,
     github.com/hlzhang109/critical-batch-size, ``configs/critical-bs/``)."""
     prune_at_equal_tokens: bool = checked(boolean, False)
     """Stop a trial as ``pruned`` before the cell's best has crossed when, at the same step, its
     held-out loss trails the cell's leader by more than ``equal_token_margin`` nats; its steps to
     target are projected (``cbscore.study.equal_tokens``). Experimental: B* off the truth by up to
-    1.1% at zero noise, failing criterion 1 (issue 40; docs/results/cheaper-search/chained/)."""
+    1.1% at zero noise, failing criterion 1 (docs/results/cheaper-search/chained/)."""
 
 
-#: Fields that moved into ``experimental:`` (issue 40), by the place a spec from before gave them.
+#: Fields that moved into ``experimental:``, by the place a spec from before gave them.
 MOVED_TO_EXPERIMENTAL = {"search.predict": "predict", "search.lr_prior": "lr_prior",
                          "prune_at_equal_tokens": "prune_at_equal_tokens"}
 

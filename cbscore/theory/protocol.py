@@ -39,7 +39,7 @@ from cbscore.theory.recursion import RiskCurve, Spectrum, check_iterate, check_t
 #: tests/cbscore/test_theory_montecarlo.py, seeds 7 and 8, d = 50) sat up to 10 standard
 #: errors below the exact expectation (last iterate, B = 4, t = 60) and up to 5 (uniform average, B = 16), so
 #: the exact risk there cannot be checked against SGD itself; from 0.475·η_crit down every check holds
-#: (tests/cbscore/test_theory_montecarlo.py covers the grid's top rate; issue 39).
+#: (tests/cbscore/test_theory_montecarlo.py covers the grid's top rate).
 DEFAULT_BATCH_SIZES = tuple(2**k for k in range(13))
 DEFAULT_ETA_FRACTIONS = tuple(0.95 * 2.0**-j for j in range(1, 12))
 #: EWA decays searched: averaging horizons 1/(1 − τ) of 3 … 10^6 steps, half a decade apart.

@@ -7,7 +7,7 @@ its ``QoS.ack`` removes it from the broker's index of unacknowledged messages fi
 prefetch slot only after that write, so the failed write keeps the slot. With
 ``worker_prefetch_multiplier=1`` that was the worker's last slot: it stopped asking the broker for
 messages (kombu no longer polls its Redis connection), so it never saw that the connection was
-dead, never reconnected and never consumed again (issue 22, finding 4; the same symptom as
+dead, never reconnected and never consumed again (the same symptom as
 celery/celery#9054). A cut while the trial trains is enough: the ack then meets the dead pooled
 connection even when the broker is back. A failed ``reject`` (a child lost during an outage)
 holds the slot the same way.

@@ -180,7 +180,7 @@ def study_owner(name: str) -> str:
 def set_study_owner(name: str, owner: str) -> str:
     """Give ``name`` the owner ``owner`` (its ``owner`` tag); returns the owner it had. The
     operator's migration (``cbs study owner NAME IDENTITY``) of a study owned under the old form
-    ``oidc:<subject>``, which no sign-in matches (issue 41): ``owner`` is a user as the web app
+    ``oidc:<subject>``, which no sign-in matches: ``owner`` is a user as the web app
     names one, a verified e-mail or ``oidc:<issuer>#<subject>``, never the old form."""
     owner = owner.strip()
     if not owner or any(c.isspace() or c == "," for c in owner) or (owner.startswith("oidc:") and "#" not in owner):
@@ -286,7 +286,7 @@ def advance_study(name: str):
 
 
 def study_schedule_fit(name: str, *, bootstrap: int = 1000, seed: int = 0) -> dict:
-    """A ``schedule`` study's readout (issue 45): each schedule's target, steps table, S(B), B_noise and
+    """A ``schedule`` study's readout: each schedule's target, steps table, S(B), B_noise and
     B* with intervals, and WSD's E(S) fits (:func:`workers.studies.schedule_fit.schedule_fit`; the JSON of
     ``cbs study fit``), for the Curves and Scaling laws pages."""
     from workers.studies.schedule_fit import schedule_fit

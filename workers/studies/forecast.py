@@ -1,4 +1,4 @@
-"""The noise-scale forecast of a study, read from MLflow (issue 14; :mod:`cbscore.analysis` does the math).
+"""The noise-scale forecast of a study, read from MLflow (:mod:`cbscore.analysis` does the math).
 
 Per setting, the forecast comes from the *best reference run* (the reference trial at ``B_ref``
 whose final loss set the setting's target, DESIGN.md §1): its logged ``gns/b_simple`` history up

@@ -58,7 +58,7 @@ def grid_largest_trial(spec: StudySpec) -> tuple[int, str, int]:
 def _grid_lines(spec: StudySpec, first: Plan, human) -> list[str]:
     lines = [f"first wave: {len(first.start)} reference trials"
              + (f" and {sum(a.count for a in first.ask)} Optuna asks" if first.ask else "")]
-    if spec.search.kind == "chained":  # which rates each cell runs, and when (issue 40)
+    if spec.search.kind == "chained":  # which rates each cell runs, and when
         from cbscore.study.chained import describe_chained
 
         lines.extend(describe_chained(spec))

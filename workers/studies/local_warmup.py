@@ -1,4 +1,4 @@
-"""Launch the schedule: a local study's fitted warm-up trained beside its two controls (issue 24).
+"""Launch the schedule: a local study's fitted warm-up trained beside its two controls.
 
 ``cbs study warmup NAME`` and the Local CBS page's *Launch the schedule* read the warm-up off the
 study's fitted curve (``warmup.<rule>.batch_schedule`` of :func:`workers.studies.local_fit.local_readout`:

@@ -1,5 +1,5 @@
 """``cbs study retry``: failed trials and censored cells run again as new trials beside the old
-ones (issue 25), through the runner that starts them (:meth:`workers.studies.runner.Runner.retry`)."""
+ones, through the runner that starts them (:meth:`workers.studies.runner.Runner.retry`)."""
 
 from __future__ import annotations
 

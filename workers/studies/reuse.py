@@ -1,4 +1,4 @@
-"""Trials reused across studies (issue 25): a trial whose whole configuration a finished trial of
+"""Trials reused across studies: a trial whose whole configuration a finished trial of
 any study already trained is not trained again; its run is copied into the new study.
 
 Why it is exact: a trial is a pure function of its trainer config and its data. The trainer's

@@ -249,7 +249,7 @@ def trial_params(train_config: Mapping[str, Any]) -> dict[str, str]:
     """A trial run's MLflow params: :data:`CORE_TRIAL_PARAMS` and every other field of its
     ``TrainConfig.to_dict()`` that differs from the trainer's default, flattened (``data.source``).
     The whole config is the run's ``trial_spec`` tag. Fewer params per run is what a study's read
-    costs most (MLflow loads every param of every run it returns; issue 25's first read). The branch
+    costs most (MLflow loads every param of every run it returns; a page's first read). The branch
     fields go flat, by the names runs have always had (:func:`cbscore.train.branch_config.flat_dict`)."""
     from cbscore.train.branch_config import flat_dict
 

@@ -41,7 +41,7 @@ def outage_hold_s() -> float:
 
 #: The trial process's MLflow HTTP client, set when training starts unless the operator set them:
 #: MLflow's defaults (7 retries with a doubling backoff from 2 s, 120 s per request) let one write
-#: to a server that is down block the training loop for minutes (issue 42: a 25-60 s trial took
+#: to a server that is down block the training loop for minutes (a 25-60 s trial took
 #: 194 s). The callback's own retry schedule (below) and the give-back take their place.
 FLUSH_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
 #: Seconds between two tries of a failing store during training (doubling up to the last).
@@ -76,7 +76,7 @@ def result_tags(result: TrialResult) -> dict[str, str]:
 def eval_curve_tag(result: TrialResult) -> str | None:
     """The ended trial's ``eval/loss_ewa`` history as one tag, ``[[steps], [losses]]`` in JSON
     (floats written exactly), so that reading a study's records needs no metric-history call per
-    run (:meth:`Tracker.history`; issue 25's first read). ``None`` where it does not fit a tag or
+    run (:meth:`Tracker.history`; a page's first read). ``None`` where it does not fit a tag or
     holds a non-finite loss (JSON has no NaN): the history is then read as before."""
     points = {p.step: p.loss for p in result.eval_history}  # one value per step, as the history keeps
     steps = sorted(points)
