@@ -17,30 +17,19 @@ never leaves half a report.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import platform
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from app.kinds import app_kind
-from cbscore.analysis import StepsRow
+from cbscore.analysis import StepsRow, steps_csv_text
 from cbscore.cli.fit import format_analysis
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study.lr_predict import allowed_rates
 from workers.query.api import new_folder_beside, replace_folder
-
-
-def _csv_text(rows: Iterable[Mapping], columns: tuple[str, ...]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
-    return buf.getvalue()
 
 
 def fit_of_csv(steps_csv: Path, *, b_ref: int, overhead: float):
@@ -171,9 +160,8 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
     try:
         if (out / "README.md").is_file():
             shutil.copy2(out / "README.md", tmp / "README.md")
-        table_rows = [row.to_dict() for row in full]
-        (tmp / "steps.csv").write_text(_csv_text(table_rows, api.FIT_COLUMNS))
-        (tmp / "trials.csv").write_text(_csv_text(table_rows, api.TABLE_COLUMNS))
+        (tmp / "steps.csv").write_text(steps_csv_text(full, api.FIT_COLUMNS))
+        (tmp / "trials.csv").write_text(steps_csv_text(full, api.TABLE_COLUMNS))
         table, fit_text = fit_of_csv(tmp / "steps.csv", b_ref=spec.b_ref, overhead=spec.overhead)
         (tmp / "fit.json").write_text(fit_text)
         # The same fit as `cbs fit steps.csv --b-ref B --overhead r` prints it: per setting the interval's
@@ -191,7 +179,7 @@ def write_report(name: str, out: str | os.PathLike, *, command: str | None = Non
             figs.update(_forecast_figures(table, forecast, spec.b_ref, spec.overhead))
         noise = api.study_noise_scale_rows(name)
         if noise:
-            (tmp / "gns.csv").write_text(_csv_text(noise, NOISE_COLUMNS))
+            (tmp / "gns.csv").write_text(steps_csv_text(noise, NOISE_COLUMNS))
         figures = _write_figures(figs, tmp)
         summary = {
             "study": name, "status": status.status, "counts": dict(status.counts), "trials": status.n_trials,

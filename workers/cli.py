@@ -502,30 +502,21 @@ def format_forecast(forecast) -> str:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    import csv
-    import io
-
-    from cbscore.analysis import StepsRow
+    from cbscore.analysis import steps_csv_text
     from workers.query import api
     from workers.studies.kinds import worker_kind
 
     table = worker_kind(api.study_spec(args.name)).table  # a schedule study's: one steps table per schedule
     rows = api.study_table(args.name) if table is None else table(args.name)
     columns = api.TABLE_COLUMNS if args.all_columns else api.FIT_COLUMNS
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        if isinstance(row, StepsRow):  # the lab's table is typed; a kind's own may be mappings
-            row = row.to_dict()
-        writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
+    text = steps_csv_text(rows, columns)  # the lab's table is typed; a kind's own may be mappings
     if args.output:
         from workers.infra.atomic_files import write_text
 
-        write_text(args.output, buf.getvalue())  # whole or not at all
+        write_text(args.output, text)  # whole or not at all
         print(f"cbs study export: {len(rows)} trials → {args.output}", file=sys.stderr)
     else:
-        sys.stdout.write(buf.getvalue())
+        sys.stdout.write(text)
     return 0
 
 

@@ -62,7 +62,14 @@ Refusals raise :class:`cbscore.errors.FitError`; the table-level analysis record
 from cbscore.analysis._bootstrap import BootstrapResult, bootstrap_steps_fit
 from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, cbs_closed_form, cbs_empirical
 from cbscore.analysis._crossing import first_crossing
-from cbscore.analysis._csv import MAX_CSV_ROWS, MAX_IMPORT_ROWS, check_csv_bounds, check_csv_rows, read_steps_csv
+from cbscore.analysis._csv import (
+    MAX_CSV_ROWS,
+    MAX_IMPORT_ROWS,
+    check_csv_bounds,
+    check_csv_rows,
+    read_steps_csv,
+    steps_csv_text,
+)
 from cbscore.analysis._forecast import Forecast
 from cbscore.analysis._interval import LEVEL, percentile_interval
 from cbscore.analysis._joint_law import JointPowerLawFit, fit_joint_power_law
@@ -189,6 +196,7 @@ __all__ = [
     "percentile_interval",
     "power_law",
     "read_steps_csv",
+    "steps_csv_text",
     "check_csv_bounds",
     "MAX_CSV_ROWS",
     "MAX_IMPORT_ROWS",

@@ -5,10 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO
 
 from cbscore.analysis._rows import REQUIRED_COLUMNS, normalize_row
+from cbscore.analysis._steps_row import StepsRow
 from cbscore.errors import DataError
 
 #: Largest steps table read, in bytes (a study of 10⁵ trials exports about 15 MB).
@@ -112,3 +114,17 @@ def read_steps_csv(path_or_file: str | os.PathLike | IO[str]) -> list[dict]:
     if not rows:
         raise DataError(f"{name}: no data rows after the header.")
     return rows
+
+
+def steps_csv_text(rows: Iterable[StepsRow | Mapping], columns: tuple[str, ...]) -> str:
+    """A steps table as CSV text, the form :func:`read_steps_csv` reads (``cbs study export``, the
+    report's ``steps.csv``/``trials.csv``): ``columns`` in order, other keys left out, ``None`` a blank
+    cell, numbers as they are (an integer stays one)."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        if isinstance(row, StepsRow):
+            row = row.to_dict()
+        writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
+    return buf.getvalue()

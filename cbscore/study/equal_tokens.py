@@ -38,12 +38,14 @@ from cbscore.study.trials import TrialRecord
 MIN_RATIO = 1.02
 
 
-def loss_at_step(steps: Sequence[float], losses: Sequence[float], at: float) -> float | None:
+def loss_at_step(steps: Sequence[float], losses: Sequence[float], at: float, n: int | None = None) -> float | None:
     """Held-out loss at step ``at`` read off evaluations ``(steps, losses)``: linear in ``ln step``
-    between the two evaluations around it; ``None`` outside the evaluated range."""
-    if not steps or at < steps[0] or at > steps[-1]:
+    between the two evaluations around it; ``None`` outside the evaluated range. ``n``: read only the
+    first ``n`` evaluations (a running trial's in the simulator, without a copy of them)."""
+    n = len(steps) if n is None else n
+    if not n or at < steps[0] or at > steps[n - 1]:
         return None
-    j = bisect.bisect_left(steps, at)
+    j = bisect.bisect_left(steps, at, 0, n)
     if steps[j] == at:
         return float(losses[j])
     s0, s1, l0, l1 = steps[j - 1], steps[j], losses[j - 1], losses[j]

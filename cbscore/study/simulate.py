@@ -17,12 +17,13 @@ import bisect
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 from cbscore.errors import CbsError, ConfigError
 from cbscore.study.budgets import grid_tokens, setting_grid_tokens
 from cbscore.study.cell_trials import check_cell_configs
 from cbscore.study.costs import pruned_tokens_by_rule
+from cbscore.study.equal_tokens import loss_at_step
 from cbscore.study.planner import Planner
 from cbscore.study.sim_outcomes import setting_outcomes
 from cbscore.study.sim_report import SimulationReport, StudyOutcome, format_report
@@ -287,26 +288,10 @@ def _may_stop_far_rate(spec: StudySpec, records: Mapping[str, TrialRecord], runn
                 o_n = len(o_steps)
             if not o_n:
                 continue
-            got = _loss_at_step(o_steps, o_losses, o_n, t)
+            got = loss_at_step(o_steps, o_losses, t, o_n)
             if got is not None and got < level:
                 return True
     return False
-
-
-def _loss_at_step(steps: Sequence[float], losses: Sequence[float], n: int, at: float) -> float | None:
-    """:func:`cbscore.study.equal_tokens.loss_at_step` of the first ``n`` evaluations (without a copy
-    of them: a running trial's are read at every wake), the same arithmetic."""
-    if not n or at < steps[0] or at > steps[n - 1]:
-        return None
-    j = bisect.bisect_left(steps, at, 0, n)
-    if steps[j] == at:
-        return float(losses[j])
-    s0, s1, l0, l1 = steps[j - 1], steps[j], losses[j - 1], losses[j]
-    if not (math.isfinite(l0) and math.isfinite(l1)):
-        return None
-    # (Linear in steps from an evaluation at step 0, before training.)
-    w = (at - s0) / (s1 - s0) if s0 <= 0 else math.log(at / s0) / math.log(s1 / s0)
-    return float(l0 + w * (l1 - l0))
 
 
 def simulate(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig | None = None, *,

@@ -3,27 +3,16 @@ dicts it replaces."""
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from pathlib import Path
 
 import pytest
 
-from cbscore.analysis import StepsRow, analyze_table, normalize_row, read_steps_csv
+from cbscore.analysis import StepsRow, analyze_table, normalize_row, read_steps_csv, steps_csv_text
 from cbscore.errors import DataError
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
-
-
-def _csv(rows, columns) -> str:
-    """The study export's writer (``cbs study export``, ``cbs study report``): None is a blank cell."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
-    return buf.getvalue()
 
 
 def test_a_row_writes_the_csv_line_of_the_dict_it_replaces():
@@ -37,9 +26,9 @@ def test_a_row_writes_the_csv_line_of_the_dict_it_replaces():
                    outcome="censored", trial_id="t1", role="trial", lr=0.1 + 0.2, tau=12.5, seed=0, run_id="abc",
                    budget_steps=1200)
     columns = tuple(old)
-    assert _csv([new.to_dict()], columns) == _csv([old], columns)
+    assert steps_csv_text([new.to_dict()], columns) == steps_csv_text([old], columns)
     assert "s,64,,84934656,1741000000,128,censored,t1,trial,0.30000000000000004,,12.5,0,abc,1200,," in \
-        _csv([new.to_dict()], columns)
+        steps_csv_text([new.to_dict()], columns)
 
 
 def test_from_mapping_reads_text_cells_and_keeps_numbers_as_given():
@@ -72,7 +61,7 @@ def test_normalize_row_reads_a_typed_row_as_its_mapping():
 
 
 @pytest.mark.parametrize("folder", sorted(p.parent.name for p in RESULTS.glob("*/steps.csv")))
-def test_typed_rows_of_a_committed_table_fit_exactly_as_its_csv(folder):
+def test_typed_rows_of_a_committed_table_fit_exactly_as_itssteps_csv_text(folder):
     """The Import page fits the typed rows of what read_steps_csv read: the same fit, number for number."""
     refit = json.loads((RESULTS / folder / "summary.json").read_text())["refit"].split()
     b_ref, overhead = int(refit[refit.index("--b-ref") + 1]), float(refit[refit.index("--overhead") + 1])

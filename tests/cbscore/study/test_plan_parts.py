@@ -285,17 +285,22 @@ def test_a_planner_finds_stale_trials_among_the_running_ones():
     assert math.isfinite(p.targets["tiny-0.1M_D100K"])
 
 
-def test_a_cell_whose_running_trials_only_evaluated_again_is_judged_again_by_its_stop_rules():
-    """Between two calls a running trial only evaluated again: the cell's plan is kept but for its
-    stops, which the prune margin now asks for, as a fresh planner would."""
+def _five_rates_with_their_reference_runs_ended():
+    """A grid of five rates in the given order, a planner of it, and its reference trials finished."""
     s = spec(search={"kind": "grid", "lrs": [0.001, 0.002, 0.004, 0.008, 0.016], "lr_extensions": 0, "order": "grid"})
-    planner = Planner(s)
     refs = plan(s, [], now_s=0).start
     steps, end = D // (8 * 32), 125_000 // (8 * 32)
     records = [TrialRecord(trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id, role=t.role,
                            batch_size=t.batch_size, lr=t.lr, status="finished", final_eval_loss=2.9,
                            eval_steps=(100, 200, steps, end), eval_losses=(4.0, 3.5, loss, 2.9), tokens=125_000,
                            last_step=end) for t, loss in zip(refs, (3.2, 3.0, 3.1, 3.3, 3.4))]
+    return s, Planner(s), records
+
+
+def test_a_cell_whose_running_trials_only_evaluated_again_is_judged_again_by_its_stop_rules():
+    """Between two calls a running trial only evaluated again: the cell's plan is kept but for its
+    stops, which the prune margin now asks for, as a fresh planner would."""
+    s, planner, records = _five_rates_with_their_reference_runs_ended()
     cell16 = [t for t in planner.plan(records, 0.0).start if t.batch_size == 16]
     records += [as_record(cell16[0], "reached", steps_to_target=200.0, last_step=200)]
     records += [as_record(t, "running", heartbeat_s=0.0, eval_steps=(100.0, 219.0), eval_losses=(4.0, 3.1))
@@ -317,14 +322,7 @@ def test_a_running_trial_that_crosses_at_a_new_evaluation_makes_its_cell_plan_af
     the records that changed alone. One that crosses there (its neighbours unchanged) makes the cell
     plan afresh, its best read off the running trial as a fresh planner reads it; one that moves
     without crossing keeps the plan but for its stops."""
-    s = spec(search={"kind": "grid", "lrs": [0.001, 0.002, 0.004, 0.008, 0.016], "lr_extensions": 0, "order": "grid"})
-    planner = Planner(s)
-    refs = plan(s, [], now_s=0).start
-    steps, end = D // (8 * 32), 125_000 // (8 * 32)
-    records = [TrialRecord(trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id, role=t.role,
-                           batch_size=t.batch_size, lr=t.lr, status="finished", final_eval_loss=2.9,
-                           eval_steps=(100, 200, steps, end), eval_losses=(4.0, 3.5, loss, 2.9), tokens=125_000,
-                           last_step=end) for t, loss in zip(refs, (3.2, 3.0, 3.1, 3.3, 3.4))]
+    s, planner, records = _five_rates_with_their_reference_runs_ended()
     first = planner.plan(records, 0.0)
     target = first.targets["tiny-0.1M_D100K"]
     cell16 = [t for t in first.start if t.batch_size == 16]

@@ -64,11 +64,10 @@ def test_random_histories_cross_where_first_crossing_says():
 
 
 def test_a_loss_at_equal_steps_read_off_the_first_evaluations_is_loss_at_step_of_them():
-    """The simulator's wake check reads a running trial's first ``n`` evaluations in place (no copy):
-    the same loss, to the bit, as ``loss_at_step`` of a copy of them, steps at 0 and non-finite
-    losses included."""
+    """The simulator's wake check reads a running trial's first ``n`` evaluations in place (no copy,
+    ``loss_at_step(..., n)``): the same loss, to the bit, as ``loss_at_step`` of a copy of them,
+    steps at 0 and non-finite losses included."""
     from cbscore.study.equal_tokens import loss_at_step
-    from cbscore.study.simulate import _loss_at_step
 
     rng = random.Random(41)
     for _ in range(3000):
@@ -77,7 +76,7 @@ def test_a_loss_at_equal_steps_read_off_the_first_evaluations_is_loss_at_step_of
         losses = [rng.choice([math.nan, math.inf]) if rng.random() < 0.1 else rng.uniform(2.5, 4.0) for _ in steps]
         n = rng.randint(0, len(steps))
         at = rng.choice([rng.uniform(-10, 450), *steps])
-        want, got = loss_at_step(steps[:n], losses[:n], at), _loss_at_step(steps, losses, n, at)
+        want, got = loss_at_step(steps[:n], losses[:n], at), loss_at_step(steps, losses, at, n)
         assert (want is None and got is None) or (want == got or (math.isnan(want) and math.isnan(got)))
 
 
