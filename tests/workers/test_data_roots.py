@@ -47,8 +47,14 @@ def test_the_worker_refuses_a_tampered_source_before_reading_it(worker_env, toke
     spec["train_config"]["data"] = {**DATA, "source": "/etc", "store_dir": None}
     tracker.set_tags(record.run_id, {"trial_spec": json.dumps(spec)})  # anyone who can write to MLflow
 
-    def walked(*_a, **_k):
-        raise AssertionError("the source was walked")
+    rglob = Path.rglob
+
+    def walked(self, *a, **k):
+        # Only the tampered source may not be walked: the lab's own cache pruning under
+        # CBS_HOME walks its folder every 50th save, whichever test that save falls in.
+        if Path("/etc") in (self, *self.parents):
+            raise AssertionError("the source was walked")
+        return rglob(self, *a, **k)
 
     monkeypatch.setattr(Path, "rglob", walked)
     with pytest.raises(ConfigError):
