@@ -431,8 +431,8 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         d = {"name": st.name, "status": st.status, "counts": dict(st.counts), "n_trials": st.n_trials,
              "progress": st.progress, "tokens_spent": st.tokens_spent, "grid_tokens": st.grid_tokens,
-             "tokens_saved": st.tokens_saved, "targets": dict(st.targets), "cells": list(st.cells),
-             "errors": list(st.errors), "costs": st.costs.to_dict() if st.costs is not None else None}
+             "tokens_saved": st.tokens_saved, "targets": dict(st.targets),
+             "cells": [dataclasses.asdict(c) for c in st.cells], "errors": list(st.errors), "costs": st.costs.to_dict() if st.costs is not None else None}
         print(json.dumps(d, indent=2))
         return 0
     counts = ", ".join(f"{k} {v}" for k, v in sorted(st.counts.items())) or "none yet"
@@ -452,12 +452,12 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"target {setting}: {target:.4f} nats")
     print(f"{'cell':<34} {'role':<9} {'state':<9} {'trials':>6} {'S(B)':>9} {'cap':>6}  outcomes")
     for c in st.cells:
-        s = "—" if c["steps_to_target"] is None else f"{c['steps_to_target']:.1f}"
-        cap = "—" if c["max_steps"] is None else str(c["max_steps"])
-        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(c["counts"].items()))
-        print(f"{c['cell_id']:<34} {c['role']:<9} {c['state']:<9} {c['n_trials']:>6} {s:>9} {cap:>6}  {outcomes}")
-        if c.get("rates_note"):
-            print(f"{'':<36}learning rates: {c['rates_note']}")
+        s = "—" if c.steps_to_target is None else f"{c.steps_to_target:.1f}"
+        cap = "—" if c.max_steps is None else str(c.max_steps)
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(c.counts.items()))
+        print(f"{c.cell_id:<34} {c.role:<9} {c.state:<9} {c.n_trials:>6} {s:>9} {cap:>6}  {outcomes}")
+        if c.rates_note:
+            print(f"{'':<36}learning rates: {c.rates_note}")
     for e in st.errors:
         print(f"note: {e}")
     return 0

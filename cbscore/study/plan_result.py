@@ -47,9 +47,14 @@ class CellState:
     """Progress of one cell ``(setting, batch size)``."""
 
     cell_id: str
+    """Cell id: ``{setting_id}.b{B}`` in a grid (a local or schedule study's name their runs:
+    ``.base``, ``.b{B}.wsd``, ...)."""
     setting_id: str
+    """Setting id."""
     batch_size: int
+    """Batch size in sequences."""
     role: str
+    """A grid's ``reference`` (sets the target) or ``trial``; a local or schedule study's own roles."""
     state: str
     """``waiting`` (not released), ``running``, ``resolved`` (S known, trials still ending), ``done``,
     or ``skipped`` (it could not reach the target within its budget: nothing runs)."""

@@ -153,6 +153,15 @@ def test_study_list_and_status_show_a_launched_study(worker_env, capsys):
     out = capsys.readouterr().out
     assert "study 'shown': running; 0% of 4 trials ended (queued 1)" in out
     assert "tiny-0.1M_D15K.b8" in out and "reference" in out
+    # --json writes each cell as the dict it always was: these keys, in this order
+    assert cbs_main(["study", "status", "shown", "--json"]) == 0
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    assert [c["cell_id"] for c in cells] == [f"tiny-0.1M_D15K.b{b}" for b in (4, 8, 16, 32)]
+    assert cells[1] == {"cell_id": "tiny-0.1M_D15K.b8", "setting_id": "tiny-0.1M_D15K", "batch_size": 8,
+                        "role": "reference", "state": "running", "n_trials": 1, "counts": {"queued": 1},
+                        "steps_to_target": None, "max_steps": cells[1]["max_steps"], "rates_note": ""}
+    assert list(cells[1]) == ["cell_id", "setting_id", "batch_size", "role", "state", "n_trials", "counts",
+                              "steps_to_target", "max_steps", "rates_note"]
 
 
 @pytest.mark.parametrize("preset", ["paper-chinchilla", "paper-fixed-n", "paper-fixed-d"])

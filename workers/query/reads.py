@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from cbscore.analysis import StepsRow
 from cbscore.errors import ConfigError
-from cbscore.study import TERMINAL, StudySpec, TrialRecord
+from cbscore.study import TERMINAL, CellState, StudySpec, TrialRecord
 from workers.infra.parse import as_float, as_int
 from workers.infra.settings import WorkerSettings
 
@@ -104,8 +104,9 @@ class StudyStatus:
 
     name: str
     status: str
-    cells: tuple[dict, ...]
-    """Per cell: cell_id, setting_id, batch_size, role, state, n_trials, counts, steps_to_target, max_steps."""
+    cells: tuple[CellState, ...]
+    """Every cell's progress as the planner sees it (``cbs study status --json`` writes each as
+    :func:`dataclasses.asdict` does)."""
     counts: Mapping[str, int]
     n_trials: int
     """Trials the study will run (grid; for Optuna cells the planned count)."""
@@ -329,11 +330,7 @@ def study_status(name: str) -> StudyStatus:
     # trials beside the plan (`cbs study retry`'s {id}.retry{k}) are trials too: progress never passes 100%
     n_trials = max(n_trials, len(records))
     ended = ended_trials(counts)
-    cells = tuple({"cell_id": c.cell_id, "setting_id": c.setting_id, "batch_size": c.batch_size, "role": c.role,
-                   "state": c.state, "n_trials": c.n_trials, "counts": dict(c.counts),
-                   "steps_to_target": c.steps_to_target, "max_steps": c.max_steps,
-                   "rates_note": c.rates_note} for c in p.cells)
-    return StudyStatus(name=name, status=parent.data.tags.get("status", ""), cells=cells, counts=counts,
+    return StudyStatus(name=name, status=parent.data.tags.get("status", ""), cells=p.cells, counts=counts,
                        n_trials=n_trials, tokens_spent=sum(r.tokens for r in records), grid_tokens=grid_tokens(spec),
                        targets=dict(p.targets), errors=tuple(p.errors),
                        progress=ended / n_trials if n_trials else 0.0, costs=study_costs(spec, records))
