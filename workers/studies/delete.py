@@ -49,6 +49,7 @@ the CLI is the operator on the host, as for ``cbs study cancel``.
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import time
@@ -60,6 +61,8 @@ from cbscore.errors import CbsError, ConfigError
 from workers.infra.settings import WorkerSettings
 from workers.studies.ledger import Ledger, this_process
 from workers.tracking import Tracker
+
+_log = logging.getLogger(__name__)
 
 #: Tags of a study's experiment: a study (``1``) or one being deleted (``deleting``), and its name.
 STUDY_TAG, DELETED_NAME_TAG = "cbs.study", "cbs.deleted_name"
@@ -261,7 +264,7 @@ def _release_lock(ledger: Ledger, name: str, owner: str) -> None:
         ledger.try_lock(name, owner, now_s=time.time(), ttl_s=Runner.lock_ttl_s)  # clears a pass asked for meanwhile
         ledger.unlock(name, owner)
     except Exception as exc:  # noqa: BLE001 - the ledger is away: the lock lapses at its TTL
-        print(f"cbs study delete: releasing the lock of {name} failed ({type(exc).__name__}: {exc})", flush=True)
+        _log.warning(f"cbs study delete: releasing the lock of {name} failed ({type(exc).__name__}: {exc})")
 
 
 def _delete_locked(tracker: Tracker, ledger: Ledger, s: WorkerSettings, name: str, exp, *, force: bool,

@@ -12,6 +12,7 @@ first argument; the runner imports this module, never the other way round.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from cbscore.study import TERMINAL
@@ -21,6 +22,8 @@ from workers.infra.time_limits import trial_time_limit_s
 from workers.studies.ledger import owner_is_dead
 from workers.studies.search import tell_outcome
 from workers.tracking import result_tags
+
+_log = logging.getLogger(__name__)
 
 
 def repair_runs(runner, study: str, leases: dict, runs_by_trial: dict) -> list[str]:
@@ -132,7 +135,7 @@ def _checkpoint_result(trial_id: str):
     try:
         ckpt = load_checkpoint(checkpoint_dir(trial_id))
     except Exception as exc:  # noqa: BLE001 - an unreadable checkpoint: end the run with the outcome alone
-        print(f"cbs study watch: the checkpoint of {trial_id} cannot be read: {exc}", flush=True)
+        _log.warning(f"cbs study watch: the checkpoint of {trial_id} cannot be read: {exc}")
         return None
     return None if ckpt is None or ckpt.get("result") is None else TrialResult.from_dict(ckpt["result"])
 

@@ -23,6 +23,7 @@ the study dirty and the holder runs one more pass.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ from workers.studies.records import build_records, in_spec
 from workers.studies.search import tell_outcome as tell
 from workers.studies.study_lock import LockKeeper
 from workers.tracking import Tracker, is_transient, outage_wait_s, trial_params
+
+_log = logging.getLogger(__name__)
 
 #: How long a study lock holds unrenewed. A pass renews it every third of this (``LockKeeper``), so
 #: only a runner killed mid-pass lets it lapse, and that shuts the study's other runners out for at
@@ -172,7 +175,7 @@ class Runner:
             self.ledger.try_lock(study, self.owner, now_s=time.time(), ttl_s=self.lock_ttl_s)  # clears dirty
             self.ledger.unlock(study, self.owner)
         except Exception as exc:  # noqa: BLE001 - the ledger is away too: the lock lapses at its TTL
-            print(f"cbs runner: releasing the lock of {study} failed ({type(exc).__name__}: {exc})", flush=True)
+            _log.warning(f"cbs runner: releasing the lock of {study} failed ({type(exc).__name__}: {exc})")
 
     def advance_all(self, log=print) -> list[AdvanceReport]:
         """Advance every study that is still running, and repair the others' loose ends.
@@ -456,7 +459,7 @@ class Runner:
         try:
             run = self.tracker.get_run(lease.run_id) if lease is not None and lease.run_id else None
         except Exception as exc:  # noqa: BLE001 - a store outage (a give-back) must not stop the send
-            print(f"cbs runner: {trial_id}: no time limit derived (the run cannot be read: {exc})", flush=True)
+            _log.warning(f"cbs runner: {trial_id}: no time limit derived (the run cannot be read: {exc})")
             return None
         config = json.loads(run.data.tags.get("trial_spec") or "{}").get("train_config") if run else None
         return trial_time_limit_s(self.settings, config, queue)

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 from workers.studies.ledger import Ledger
+
+_log = logging.getLogger(__name__)
 
 
 class LockKeeper:
@@ -23,7 +26,7 @@ class LockKeeper:
             try:
                 self.ledger.renew_lock(self.study, self.owner, now_s=time.time(), ttl_s=self.ttl_s)
             except Exception as exc:  # noqa: BLE001 - the database is briefly away: try again next period
-                print(f"cbs runner: renewing the lock of {self.study} failed: {exc}", flush=True)
+                _log.warning(f"cbs runner: renewing the lock of {self.study} failed: {exc}")
 
     def __enter__(self) -> LockKeeper:
         self._thread.start()

@@ -7,6 +7,7 @@ import errno
 import fcntl
 import functools
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -22,6 +23,8 @@ from mlflow.exceptions import MlflowException  # noqa: E402
 
 from cbscore.errors import CbsError  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
+
+_log = logging.getLogger(__name__)
 
 #: MLflow run status of each trial status.
 RUN_STATUS = {
@@ -132,7 +135,7 @@ def wait_out(call, *, what: str, log=None, first_wait_s: float = 1.0, max_wait_s
     transient error, for up to ``give_up_s`` seconds in all (``CBS_OUTAGE_WAIT_S``, default 600):
     how a process starts, or a pass begins, through a database or broker outage (a restart takes
     30–40 s) instead of crash-looping."""
-    log = log or (lambda message: print(message, flush=True))
+    log = log or _log.warning
     limit = give_up_s if give_up_s is not None else outage_wait_s()
     deadline = time.monotonic() + limit
     wait = first_wait_s

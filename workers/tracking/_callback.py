@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -15,6 +16,8 @@ from cbscore.train.callbacks import Callback, TrainState
 from cbscore.train.result import EvalPoint, TrialResult
 from workers.tracking._base import _MAX_TAG, CURVE_PREFIXES, EVAL_CURVE_TAG, GNS_METRICS, _ms, is_transient, retrying
 from workers.tracking._tracker import Tracker
+
+_log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- the callback
@@ -184,7 +187,7 @@ class MlflowCallback(Callback):
         except LeaseLost as exc:  # the new holder computes and writes these points: none from here
             self.buffer, self.fenced_off = [], True
             state.request_stop("superseded")
-            print(f"cbs trial: {exc}: {len(batch)} metrics not written, nothing more will be", flush=True)
+            _log.warning(f"cbs trial: {exc}: {len(batch)} metrics not written, nothing more will be")
             return
         except Exception as exc:
             self.buffer = batch + self.buffer
@@ -195,7 +198,7 @@ class MlflowCallback(Callback):
             self.failing_since = clock if self.failing_since is None else self.failing_since
             self.failures = failures + 1
             self.retry_at = time.monotonic() + RETRY_WAITS_S[min(failures, len(RETRY_WAITS_S) - 1)]
-            print(f"cbs trial: metrics kept for the next flush ({len(self.buffer)} waiting): {exc}", flush=True)
+            _log.warning(f"cbs trial: metrics kept for the next flush ({len(self.buffer)} waiting): {exc}")
             return
         self.failing_since, self.failures = None, 0
         self.flushes += 1
@@ -301,4 +304,4 @@ class MlflowCallback(Callback):
         try:
             self.flush(state)
         except Exception as flush_exc:  # noqa: BLE001 - the training error is the one to report
-            print(f"cbs trial: could not send the last metrics: {flush_exc}", flush=True)
+            _log.warning(f"cbs trial: could not send the last metrics: {flush_exc}")

@@ -6,6 +6,7 @@ The app itself and its configuration are :mod:`workers.infra.broker` (re-exporte
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -14,6 +15,8 @@ from celery import signals
 
 from workers.infra.broker import TRIAL_TASK, app, configure, reconfigure  # noqa: F401 (the app celery -A loads)
 from workers.infra.settings import WorkerSettings
+
+_log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- worker presence
@@ -57,7 +60,7 @@ class _Presence:
                     try:  # the ledger made here: a database that is down at start is waited out
                         Ledger(s.ledger_url).worker_beat(row)
                     except Exception as exc:  # a ledger hiccup must not kill the worker; say so and retry
-                        print(f"cbs worker: presence heartbeat failed: {exc}", flush=True)
+                        _log.warning(f"cbs worker: presence heartbeat failed: {exc}")
                 if self.stop.wait(s.heartbeat_s):
                     return
 
@@ -118,7 +121,7 @@ def _worker_shutting_down(sender=None, **_: object) -> None:
     try:
         Ledger(WorkerSettings.from_env().ledger_url).interrupt_worker(str(sender))
     except Exception as exc:  # shutting down anyway: the runner recovers the trials as lost
-        print(f"cbs worker: could not interrupt running trials: {exc}", flush=True)
+        _log.warning(f"cbs worker: could not interrupt running trials: {exc}")
 
 
 @signals.worker_shutdown.connect

@@ -7,8 +7,11 @@ trial function, in the child process).
 from __future__ import annotations
 
 from celery import Task
+from celery.utils.log import get_task_logger
 
 from workers.infra.broker import app
+
+_log = get_task_logger(__name__)
 
 
 class TrialTask(Task):
@@ -33,7 +36,7 @@ class TrialTask(Task):
 
                 end_after_time_limit(args[0], args[1], worker_nodename(), limit)
             except Exception as err:  # noqa: BLE001 - the runner then sees it as lost, as before
-                print(f"cbs worker: could not end {args[1]} after its time limit: {err}", flush=True)
+                _log.warning(f"cbs worker: could not end {args[1]} after its time limit: {err}")
 
 
 @app.task(name="workers.tasks.run_trial", bind=True, base=TrialTask)

@@ -33,6 +33,7 @@ puts it back too, to resume from the last periodic checkpoint.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -55,6 +56,8 @@ from workers.tracking import (
     result_tags,
     wait_out,
 )
+
+_log = logging.getLogger(__name__)
 
 
 class Heartbeat:
@@ -92,11 +95,10 @@ class Heartbeat:
         except Exception as exc:  # the ledger is unreachable: try again next period, up to the deadline
             self.last_error = exc
             out_s = time.monotonic() - self.last_held
-            print(f"cbs trial {self.trial_id}: heartbeat failed ({out_s:.0f} s without the ledger): {exc}",
-                  flush=True)
+            _log.warning(f"cbs trial {self.trial_id}: heartbeat failed ({out_s:.0f} s without the ledger): {exc}")
             if out_s > self.deadline_s and not self.superseded:
-                print(f"cbs trial {self.trial_id}: no ledger for {self.deadline_s:g} s: this attempt stops writing "
-                      "and gives the attempt back when the ledger answers", flush=True)
+                _log.warning(f"cbs trial {self.trial_id}: no ledger for {self.deadline_s:g} s: this attempt stops "
+                             "writing and gives the attempt back when the ledger answers")
                 self.superseded = self.cut_off = True
             return False
         if not held:
@@ -380,7 +382,7 @@ class Attempt:
             try:
                 self.tracker.end_trial(self.run_id, "failed", stop_reason=reason)
             except Exception as exc:  # noqa: BLE001 - the runner's repair pass ends it from the lease
-                print(f"cbs trial: could not end run {self.run_id}: {exc}", flush=True)
+                _log.warning(f"cbs trial: could not end run {self.run_id}: {exc}")
             if self.mlflow_run is not None:
                 tell(self.settings, self.study, self.mlflow_run.data.tags, "failed", None)
         else:
@@ -423,7 +425,7 @@ class Attempt:
                       f"last error {reason}"[:500], best_effort=True)
             return self.summary(outcome="failed")
         tally = f"{given}/{s.max_give_backs}" if counted else f"give-back {given}, a fault of this host: not counted"
-        print(f"cbs trial {trial_id}: {reason}; attempt {self.number} goes back to the queue ({tally})", flush=True)
+        _log.warning(f"cbs trial {trial_id}: {reason}; attempt {self.number} goes back to the queue ({tally})")
         if not wait_out(lambda: self.ledger.give_back(trial_id, self.number, owner=self.owner, now_s=time.time()),
                         what=f"trial {trial_id}: giving attempt {self.number} back",
                         max_wait_s=max(1.0, s.heartbeat_s)):
@@ -434,7 +436,7 @@ class Attempt:
             Tracker(s.tracking_uri, s.artifact_root).set_trial_status(self.run_id, "queued", attempt=self.number,
                                                                       given_back=reason[:250])
         except Exception as tag_exc:  # noqa: BLE001 - the store is down: the runner's pass re-tags it
-            print(f"cbs trial {trial_id}: could not tag the run: {tag_exc}", flush=True)
+            _log.warning(f"cbs trial {trial_id}: could not tag the run: {tag_exc}")
         # Back off: 15 s, 30 s, ... up to 10 min between tries of a store that stays down (a ledger
         # that cut this holder off answers again by now: a short pause).
         wait_s = min(600.0, max(15.0, 3 * s.heartbeat_s) * 2 ** (given - 1))
@@ -495,7 +497,7 @@ class Attempt:
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            print(f"cbs trial {self.trial_id}: the pages' read model is left to the next read ({exc})", flush=True)
+            _log.warning(f"cbs trial {self.trial_id}: the pages' read model is left to the next read ({exc})")
 
     def _late_config_key(self) -> dict[str, str]:
         """``{"config_key": ...}`` for a run created before its study's token store was pinned (the
@@ -534,7 +536,7 @@ def _count_give_back(trial_id: str, given: int) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "give-backs").write_text(str(given))
     except OSError as exc:
-        print(f"cbs trial {trial_id}: could not count the give-back: {exc}", flush=True)
+        _log.warning(f"cbs trial {trial_id}: could not count the give-back: {exc}")
 
 
 def end_after_time_limit(study: str, trial_id: str, worker: str, limit_s: float | None,
