@@ -35,13 +35,6 @@ def _values(spec: dict) -> dict:
     return {**spec_form.form_values(spec), **local_form.local_form_values(spec)}
 
 
-def _build(base: dict, values: dict):
-    """The spec the form describes (a local study's ``local`` fields from :mod:`app.local_form`)."""
-    if values["kind"] == "local":
-        return local_form.build_local_spec(base, values)
-    return spec_form.build_spec(base, values)
-
-
 def _load(spec: dict, source: str) -> None:
     """Fill the form from a spec dict (widgets take their values from session state), and name the
     fill (``source`` and a running number) in the form's "Form filled from" field: a submit that
@@ -249,10 +242,12 @@ class _KindForm:
     chained: bool = True  # the chained search is offered (a schedule study runs every rate under every schedule)
     preview: Callable | None = None  # its own preview, ``(spec, estimate)``, in place of the grid's
     plan_lines: Callable[[object], list[str]] | None = None  # what it runs, under the grid's preview
+    build: Callable[[dict, dict], StudySpec] = spec_form.build_spec  # the spec of ``(base, values)``
 
 
 #: each kind's own part of the form by the kind's name; the grid kinds have none
-_KIND_FORMS = {"local": _KindForm(fields=_local_fields, replaces_grid=True, preview=_local_preview),
+_KIND_FORMS = {"local": _KindForm(fields=_local_fields, replaces_grid=True, preview=_local_preview,
+                                  build=local_form.build_local_spec),
                "schedule": _KindForm(fields=_decay_fields, chained=False, plan_lines=_decay_lines)}
 _GRID_FORM = _KindForm()
 
@@ -543,7 +538,7 @@ if held:
 if preview or launch or st.session_state.get(K + "previewed"):
     with failures.shown_as_message("the launch form"):
         values = {field: st.session_state[K + field] for field in _values(st.session_state[K + "base"])}
-        spec = _build(st.session_state[K + "base"], values)
+        spec = _KIND_FORMS.get(values["kind"], _GRID_FORM).build(st.session_state[K + "base"], values)
         spec = _forecast_from(spec)
         _within_ceilings(spec)
         try:
