@@ -1,7 +1,8 @@
 """What a study kind needs from the app, keyed by the kind's name as
 :data:`cbscore.study.kinds.STUDY_KINDS` is: whether the Local CBS page lists it, the Curves and
-Scaling laws pages' own view of it (``None``: the grid's, from its steps table), and the tables and
-readout ``cbs report`` writes for it. The panels are imported when drawn, so a CLI module may ask."""
+Scaling laws pages' own view of it (``None``: the grid's, from its steps table), and the tables,
+readout and learning-rate edges ``cbs report`` writes for it. The panels are imported when drawn,
+so a CLI module may ask."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from cbscore.analysis import StepsRow
 from cbscore.study import StudySpec
+from cbscore.study.decay_plan import same_rates_at_every_b
 from cbscore.study.kinds import STUDY_KINDS, study_kind
 
 
@@ -28,6 +30,9 @@ class AppKind:
     report_table: Callable[[str], list[StepsRow]] | None = None
     #: ``cbs report``'s extra readout files of a study by name, written into a folder
     report_readout: Callable[[str, Path], None] | None = None
+    #: whether a spec's grid search runs the same rates at every batch size (then ``cbs report``
+    #: says which best rates sit at an end of that one set); ``None``: it always does
+    same_rates_at_every_b: Callable[[StudySpec], bool] | None = None
 
 
 def _schedule_curves(name: str) -> None:  # one setting under three schedules, each its own target
@@ -63,7 +68,8 @@ def _schedule_readout(name: str, folder: Path) -> None:  # `cbs study fit`'s per
 APP_KINDS: dict[str, AppKind] = {name: AppKind(name) for name in STUDY_KINDS} | {
     "local": AppKind("local", local_cbs=True),
     "schedule": AppKind("schedule", curves=_schedule_curves, scaling=_schedule_scaling,
-                        report_table=_schedule_table, report_readout=_schedule_readout),
+                        report_table=_schedule_table, report_readout=_schedule_readout,
+                        same_rates_at_every_b=same_rates_at_every_b),
 }
 
 

@@ -132,8 +132,9 @@ def study_best_rates(spec, rows: Sequence[StepsRow]) -> list[dict] | None:
     rates (its ``lrs`` and their extensions); a chained cell's rates follow its neighbour's best."""
     if not spec.search.runs_rates:
         return None
-    # a schedule study's rates can move with B (decay.lr_exponent): then no one set is allowed at every B
-    fixed = spec.search.kind == "grid" and not getattr(spec.decay, "lr_exponent", 0)
+    # where the kind's rates move with B (a schedule study's decay.lr_exponent), no one set is allowed at every B
+    same_at_every_b = app_kind(spec).same_rates_at_every_b
+    fixed = spec.search.kind == "grid" and (same_at_every_b is None or same_at_every_b(spec))
     allowed = allowed_rates(spec.search.lrs, spec.search.lr_extensions) if fixed else ()
     return best_learning_rates(rows, allowed)
 

@@ -152,10 +152,15 @@ def cosine_trial(spec: StudySpec, batch_size: int, lr: float, seed: int, horizon
                   schedule_cell_id(study_setting(spec), batch_size, "cosine"), "cosine", batch_size, lr, seed, config)
 
 
+def same_rates_at_every_b(spec: StudySpec) -> bool:
+    """Whether :func:`rates_at` runs ``search.lrs`` at every batch size (no ``decay.lr_exponent``)."""
+    return not spec.decay.lr_exponent
+
+
 def rates_at(spec: StudySpec, batch_size: int) -> tuple[float, ...]:
     """The learning rates run at ``batch_size``: ``search.lrs × (B / b_ref)^lr_exponent``
     (:attr:`DecaySpec.lr_exponent`), rounded to the three significant digits of a trial id."""
-    if not spec.decay.lr_exponent:
+    if same_rates_at_every_b(spec):
         return tuple(spec.search.lrs)
     scale = (batch_size / spec.b_ref) ** spec.decay.lr_exponent
     return tuple(float(f"{lr * scale:.3g}") for lr in spec.search.lrs)

@@ -60,3 +60,20 @@ def test_a_chained_study_gets_best_rates_edged_by_its_cells_own_rates_and_optuna
     grid = {r["batch_size"]: r for r in study_best_rates(demo, [_row(8, 0.012, 90), _row(8, max(allowed_rates(demo.search.lrs, demo.search.lr_extensions)), 80)])}
     assert grid[8]["allowed_edge"]  # the grid's top extension: no study of this spec goes higher
     assert study_best_rates(demo.replace(search={"kind": "optuna"}), rows) is None
+
+
+def test_a_schedule_study_whose_rates_move_with_b_has_no_allowed_edge():
+    """A schedule study scales its rates with B (``decay.lr_exponent``): no one set is allowed at
+    every B, so no best rate is at an allowed edge; with the exponent 0 its grid is, as any grid's."""
+    import dataclasses
+
+    from app.report import study_best_rates
+    from cbscore.study import load_preset
+
+    spec = load_preset("ablation-schedule")
+    top = max(allowed_rates(spec.search.lrs, spec.search.lr_extensions))
+    rows = [_row(8, 0.006, 90), _row(8, top, 80)]
+    assert spec.decay.lr_exponent == 0.5
+    assert [r["allowed_edge"] for r in study_best_rates(spec, rows)] == [False]
+    fixed = spec.replace(decay=dataclasses.replace(spec.decay, lr_exponent=0.0))
+    assert [r["allowed_edge"] for r in study_best_rates(fixed, rows)] == [True]
