@@ -60,6 +60,7 @@ from cbscore import paths
 from cbscore.errors import CbsError, ConfigError
 from workers.infra.settings import WorkerSettings
 from workers.studies.ledger import Ledger, this_process
+from workers.studies.repair import Repairs
 from workers.tracking import Tracker
 
 _log = logging.getLogger(__name__)
@@ -280,7 +281,7 @@ def _delete_locked(tracker: Tracker, ledger: Ledger, s: WorkerSettings, name: st
 
         runner = Runner(s)
         cancelled = runner.cancel_study(name)
-        _wait_stopped(runner, tracker, ledger, name, exp_id, 3 * s.stale_after_s if wait_s is None else wait_s,
+        _wait_stopped(runner.repairs, tracker, ledger, name, exp_id, 3 * s.stale_after_s if wait_s is None else wait_s,
                       period_s=min(1.0, s.heartbeat_s))
     dependants = _dependants(tracker, name, exp_id)
     all_runs = _runs(tracker, exp_id, deleted_too=True)
@@ -304,13 +305,13 @@ def _delete_locked(tracker: Tracker, ledger: Ledger, s: WorkerSettings, name: st
                           resumed=resumed)
 
 
-def _wait_stopped(runner, tracker: Tracker, ledger: Ledger, name: str, exp_id: str, wait_s: float, *,
+def _wait_stopped(repairs: Repairs, tracker: Tracker, ledger: Ledger, name: str, exp_id: str, wait_s: float, *,
                   period_s: float) -> None:
     """Wait until nothing of the cancelled study ``name`` is queued or running; a holder lost
-    meanwhile is ended by the runner's repair (as ``cbs study watch`` does)."""
+    meanwhile is ended by ``repairs`` (as ``cbs study watch`` does)."""
     deadline = time.monotonic() + wait_s
     while True:
-        runner.repair_ended(name)
+        repairs.ended(name)
         left = _in_flight(tracker, ledger, name, exp_id)
         if not left:
             return

@@ -1,46 +1,43 @@
-"""``cbs study retry``: failed trials and censored cells run again as new trials beside the old
-ones, through the runner that starts them (:meth:`workers.studies.runner.Runner.retry`)."""
+"""``cbs study retry``: which trials run again, and as what (:meth:`workers.studies.runner.Runner.retry`
+starts them). Pure functions of a study's records and trial specs.
+
+A retry is a new trial beside the old one, ``{trial_id}.retry{k}`` (the old run stays as it ended): every
+``failed`` trial, and every censored trial of a cell that nothing reached at ``budget_factor`` times
+its cap and budget. A trial retried before is retried through its newest retry.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import time
+from collections.abc import Sequence
 
 from cbscore.errors import ConfigError
-from cbscore.study import StudySpec, TrialRecord
-from workers.studies.records import build_records, in_spec
+from cbscore.study import TrialRecord, TrialSpec
 
 
-def retry_study(runner, study: str, *, failed: bool = True, censored: bool = False, budget_factor: float = 2.0,
-                author: str = "") -> list[str]:
-    """Run again, as new trials beside the old ones (``{trial_id}.retry{k}``: the old run stays as
-    it ended), every ``failed`` trial of ``study`` (``failed``) and every censored trial of a
-    cell that nothing reached (``censored``) at ``budget_factor`` times its cap and budget. The
-    reason and who asked are the new runs' ``retry_of``/``retry_reason``/``retried_by`` tags.
-    A done study runs again. Returns the new trial ids."""
-    from cbscore.train.config import TrainConfig
-    from workers.studies.records import trial_spec
-
+def check_retry(*, failed: bool, censored: bool, budget_factor: float) -> None:
+    """Refuse a retry of nothing, or a ``budget_factor`` outside (1, 16], naming the field."""
     if not (failed or censored):
         raise ConfigError("retry", "nothing", "name what to retry: failed trials, censored cells, or both")
     if isinstance(budget_factor, bool) or not isinstance(budget_factor, (int, float)) or not 1 < budget_factor <= 16:
         raise ConfigError("budget_factor", budget_factor, "must be a number in (1, 16]: the censored cells' "
                                                           "new cap and budget as a multiple of the old")
-    parent = runner._open_study(study)
-    spec = StudySpec.from_dict(runner.tracker.study_spec(parent))
-    exp_id, parent_id = parent.info.experiment_id, parent.info.run_id
-    runs = runner.tracker.trial_runs(exp_id, parent_id)
-    by_run = {r.info.run_id: r for r in runs}
-    records = in_spec(spec, build_records(runs, runner.ledger.leases(study), runner.tracker))
-    # A trial retried before is retried through its newest retry: ``{base}.retry{k}``.
-    def split(trial_id: str) -> tuple[str, int]:
-        base, _, k = trial_id.partition(".retry")
-        return base, int(k) if k.isdigit() else 0
 
+
+def split_retry_id(trial_id: str) -> tuple[str, int]:
+    """``("{base}", k)`` of ``{base}.retry{k}`` (``k`` = 0 for a trial never retried)."""
+    base, _, k = trial_id.partition(".retry")
+    return base, int(k) if k.isdigit() else 0
+
+
+def retry_choices(records: Sequence[TrialRecord], *, failed: bool, censored: bool,
+                  budget_factor: float) -> list[tuple[TrialRecord, float, str]]:
+    """The trials to run again, each with its budget factor (1 for a failed trial) and the reason
+    its new run is tagged with; only the newest retry of each trial is chosen."""
     newest: dict[str, int] = {}
     for r in records:
-        base, k = split(r.trial_id)
+        base, k = split_retry_id(r.trial_id)
         newest[base] = max(newest.get(base, 0), k)
     chosen: list[tuple[TrialRecord, float, str]] = []
     if failed:
@@ -55,25 +52,18 @@ def retry_study(runner, study: str, *, failed: bool = True, censored: bool = Fal
                 chosen += [(r, float(budget_factor), f"censored at its cap of {r.max_steps} steps in a cell nothing "
                             f"reached; cap and budget ×{budget_factor:g}")
                            for r in cell if r.status == "censored"]
-    started = []
-    now = time.time()
-    for r, factor, why in chosen:
-        base, k = split(r.trial_id)
-        if k != newest[base]:  # an older attempt of a trial retried already
-            continue
-        old = trial_spec(by_run[r.run_id])
-        max_steps = old.max_steps if old.max_steps is None or factor == 1 else int(math.ceil(factor * old.max_steps))
-        max_tokens = old.max_tokens if factor == 1 else int(factor * old.max_tokens)
-        config = TrainConfig.from_dict({**old.train_config, "max_tokens": max_tokens, "max_steps": max_steps})
-        ts = dataclasses.replace(old, trial_id=f"{base}.retry{k + 1}", max_tokens=max_tokens, max_steps=max_steps,
-                                 train_config=config.to_dict())
-        if runner._start(ts, exp_id, parent_id):
-            run = runner.tracker.find_trial(exp_id, ts.trial_id)
-            if run is not None:
-                runner.tracker.set_tags(run.info.run_id, {"retry_of": r.trial_id, "retry_reason": why[:250],
-                                                        "retried_by": author, "retried_s": f"{now:.3f}"})
-            started.append(ts.trial_id)
-    if started and parent.data.tags.get("status") == "done":
-        runner.tracker.reopen_study(parent_id)
-    runner.advance(study)
-    return started
+    # an older attempt of a trial retried already is not retried again
+    return [(r, factor, why) for r, factor, why in chosen
+            if split_retry_id(r.trial_id)[1] == newest[split_retry_id(r.trial_id)[0]]]
+
+
+def retried_spec(old: TrialSpec, factor: float) -> TrialSpec:
+    """``old`` as its next retry: id ``{base}.retry{k+1}``, cap and token budget × ``factor``."""
+    from cbscore.train.config import TrainConfig
+
+    base, k = split_retry_id(old.trial_id)
+    max_steps = old.max_steps if old.max_steps is None or factor == 1 else int(math.ceil(factor * old.max_steps))
+    max_tokens = old.max_tokens if factor == 1 else int(factor * old.max_tokens)
+    config = TrainConfig.from_dict({**old.train_config, "max_tokens": max_tokens, "max_steps": max_steps})
+    return dataclasses.replace(old, trial_id=f"{base}.retry{k + 1}", max_tokens=max_tokens, max_steps=max_steps,
+                               train_config=config.to_dict())

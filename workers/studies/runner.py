@@ -34,11 +34,12 @@ from cbscore.train.branch_config import flat_dict
 from workers.infra.checkpoints import remove_checkpoint
 from workers.infra.settings import QUEUES, WorkerSettings
 from workers.infra.time_limits import trial_time_limit_s
-from workers.studies import repair
 from workers.studies.kinds import worker_kind
 from workers.studies.launch_checks import check_spec
 from workers.studies.ledger import Ledger, owner_is_alive_here, owner_is_dead, this_process
 from workers.studies.records import build_records, in_spec
+from workers.studies.repair import Repairs
+from workers.studies.retry import check_retry, retried_spec, retry_choices
 from workers.studies.search import tell_outcome as tell
 from workers.studies.study_lock import LockKeeper
 from workers.tracking import Tracker, is_transient, outage_wait_s, trial_params
@@ -101,6 +102,12 @@ class Runner:
         self.tracker = Tracker(self.settings.tracking_uri, self.settings.artifact_root)
         self.ledger = Ledger(self.settings.ledger_url)
         self.owner = this_process()
+
+    @property
+    def repairs(self) -> Repairs:
+        """The repairs of this runner's passes, over its current settings, stores and owner."""
+        return Repairs(settings=self.settings, tracker=self.tracker, ledger=self.ledger, owner=self.owner,
+                       send=self.send)
 
     # ------------------------------------------------------------------ launch
     def launch(self, spec: StudySpec, *, force: bool = False, owner: str = "") -> str:
@@ -233,7 +240,7 @@ class Runner:
         runs_by_trial = {r.data.tags.get("trial_id"): r for r in runs}
         now = time.time()
 
-        repaired = repair.repair_runs(self, study, leases, runs_by_trial)
+        repaired = self.repairs.runs(study, leases, runs_by_trial)
 
         snapshots = worker_kind(spec).study_snapshots(spec, records)  # the pure planner reads no disk
         p = plan(spec, records, now, snapshots=snapshots, stale_after_s=s.stale_after_s, max_attempts=s.max_attempts)
@@ -285,7 +292,7 @@ class Runner:
                     if self._start(ts, exp_id, parent_id):
                         started.append(ts.trial_id)
 
-        resent = repair.resend(self, study, now) + repair.recover_creating(self, study, now, runs_by_trial)
+        resent = self.repairs.resend(study, now) + self.repairs.creating(study, now, runs_by_trial)
 
         tags = {f"target/{k}": repr(float(v)) for k, v in p.targets.items()}  # exact: it round-trips
         # A reference trial that failed for good leaves its setting without a target: the study
@@ -330,8 +337,8 @@ class Runner:
 
     # ------------------------------------------------------------------ repair (workers.studies.repair)
     def repair_ended(self, study: str) -> list[str]:
-        """Loose ends of a study that is no longer running (:func:`workers.studies.repair.repair_ended`)."""
-        return repair.repair_ended(self, study)
+        """Loose ends of a study that is no longer running (:meth:`workers.studies.repair.Repairs.ended`)."""
+        return self.repairs.ended(study)
 
     def _tell(self, study: str, run_id: str, outcome: str) -> None:
         """Tell Optuna of an ending decided here (a cancel, a loss after the study ended)."""
@@ -518,11 +525,32 @@ class Runner:
     # ------------------------------------------------------------------ retry
     def retry(self, study: str, *, failed: bool = True, censored: bool = False, budget_factor: float = 2.0,
               author: str = "") -> list[str]:
-        """Failed trials and censored cells of ``study`` run again as new trials
-        (:func:`workers.studies.retry.retry_study`); returns the new trial ids."""
-        from workers.studies.retry import retry_study
+        """Run again, as new trials beside the old ones, every ``failed`` trial of ``study`` and every
+        censored trial of a cell that nothing reached (:mod:`workers.studies.retry` chooses them). The
+        reason and who asked are the new runs' ``retry_of``/``retry_reason``/``retried_by`` tags. A
+        done study runs again. Returns the new trial ids."""
+        from workers.studies.records import trial_spec
 
-        return retry_study(self, study, failed=failed, censored=censored, budget_factor=budget_factor, author=author)
+        check_retry(failed=failed, censored=censored, budget_factor=budget_factor)
+        parent = self._open_study(study)
+        spec = StudySpec.from_dict(self.tracker.study_spec(parent))
+        exp_id, parent_id = parent.info.experiment_id, parent.info.run_id
+        runs = self.tracker.trial_runs(exp_id, parent_id)
+        by_run = {r.info.run_id: r for r in runs}
+        records = in_spec(spec, build_records(runs, self.ledger.leases(study), self.tracker))
+        started, now = [], time.time()
+        for r, factor, why in retry_choices(records, failed=failed, censored=censored, budget_factor=budget_factor):
+            ts = retried_spec(trial_spec(by_run[r.run_id]), factor)
+            if self._start(ts, exp_id, parent_id):
+                run = self.tracker.find_trial(exp_id, ts.trial_id)
+                if run is not None:
+                    self.tracker.set_tags(run.info.run_id, {"retry_of": r.trial_id, "retry_reason": why[:250],
+                                                            "retried_by": author, "retried_s": f"{now:.3f}"})
+                started.append(ts.trial_id)
+        if started and parent.data.tags.get("status") == "done":
+            self.tracker.reopen_study(parent_id)
+        self.advance(study)
+        return started
 
     def cancel_study(self, study: str) -> int:
         """Cancel every unfinished trial and end the study KILLED; returns the trials stopped."""
