@@ -16,6 +16,12 @@ check in the field's metadata (:func:`checked`); ``Config`` gives it:
   :class:`~cbscore.errors.ConfigError`); a block of the study spec sets ``_block`` (``"search"``),
   and its messages name ``search.kind`` and list the known fields, as the spec's always have.
 
+- **a number's range** in the metadata too (``checked(..., range=Range(0, 1))``: :class:`Range`,
+  :class:`Entry`, :class:`Finite`), declared beside the field's type, default, check and docstring;
+  the base does not apply it (a field's check speaks first, with its own words): the config that
+  owns the fields walks them (the study spec: :func:`cbscore.study.bounds.check_numbers`), and
+  the field docs print it.
+
 A field whose metadata says ``coerce=False`` is left as given for ``__post_init__`` to read (and
 still goes to the wire as lists). A field whose metadata gives a function as ``coerce``
 (``checked(..., coerce=f)``) is coerced by it instead of by its type, among the coercions above; it
@@ -28,6 +34,7 @@ a config costs what the hand-written checks cost (the study simulator builds tho
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -42,15 +49,99 @@ Check = Callable[[str, Any], None]
 
 
 def checked(check: Check | None, default: Any = dataclasses.MISSING, *,
-            default_factory: Any = dataclasses.MISSING, coerce: Callable[[Any], Any] | None = None) -> Any:
+            default_factory: Any = dataclasses.MISSING, coerce: Callable[[Any], Any] | None = None,
+            range: Ranged | None = None) -> Any:
     """A dataclass field whose value ``check(name, value)`` accepts (run by :class:`Config` before
     ``__post_init__``'s own rules; a ``None`` is not checked where the field's type allows it);
     ``coerce``: how a wire value becomes the field's value, in place of the one its type implies
-    (it gets every value, ``None`` too, and returns the same object where nothing changes)."""
+    (it gets every value, ``None`` too, and returns the same object where nothing changes);
+    ``range``: the stated range of a number (of each entry of a list, each value of a mapping),
+    kept in the metadata for the config that owns the field to apply (module docstring)."""
     metadata: dict[str, Any] = {"check": check}
     if coerce is not None:
         metadata["coerce"] = coerce
+    if range is not None:
+        metadata["range"] = range
     return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+# ---------------------------------------------------------------- a number's stated range
+def _as_float(value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int past a float's range
+        return math.inf
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """``lo ≤ x ≤ hi`` (``lo < x`` with ``lo_open``, ``x < hi`` with ``hi_open``), finite; with
+    ``integer`` a whole number (an ``int``: ``2.0`` is not one). Never a boolean."""
+
+    lo: float
+    hi: float
+    integer: bool = False
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def describe(self) -> str:
+        kind = "a whole number" if self.integer else "a finite number"
+        return f"{kind} in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+
+    def holds(self, x: float) -> bool:
+        above = x > self.lo if self.lo_open else x >= self.lo
+        below = x < self.hi if self.hi_open else x <= self.hi
+        return above and below
+
+    def check(self, name: str, value: Any) -> None:
+        """A :class:`ConfigError` ("must be" :meth:`describe`) unless ``value`` is in the range."""
+        kinds = int if self.integer else (int, float)
+        if (isinstance(value, bool) or not isinstance(value, kinds)
+                or not (math.isfinite(x := _as_float(value)) and self.holds(x))):
+            raise ConfigError(name, value, f"must be {self.describe()}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Finite:
+    """The range of a number whose field states none: finite and within ±``bound``."""
+
+    bound: float
+
+    def describe(self) -> str:
+        return f"a finite number within ±{self.bound:g}"
+
+    def check(self, name: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(name, value, "must be a number")
+        x = _as_float(value)
+        if not math.isfinite(x):
+            raise ConfigError(name, value, "must be a finite number")
+        if abs(x) > self.bound:
+            raise ConfigError(name, value, f"must be {self.describe()}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """The ranges of a list field's entries that are tuples of numbers, position by position
+    (``Entry(Range(1, 10**15, integer=True), Range(0, 1024, lo_open=True))``)."""
+
+    items: tuple[Range, ...]
+
+    def __init__(self, *items: Range) -> None:
+        object.__setattr__(self, "items", items)
+
+    def describe(self) -> str:
+        return f"[{', '.join(r.describe() for r in self.items)}]"
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, (tuple, list)) or len(value) != len(self.items):
+            raise ConfigError(name, value, f"must be {self.describe()}")
+        for rng, item in zip(self.items, value):
+            rng.check(name, item)
+
+
+#: What a field's metadata may state as its range.
+Ranged = Range | Finite | Entry
 
 
 # ---------------------------------------------------------------- checks made from a few words
@@ -258,4 +349,5 @@ def _snake(name: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
 
 
-__all__ = ["Check", "Config", "above", "at_least", "between", "boolean", "checked", "folder", "one_of"]
+__all__ = ["Check", "Config", "Entry", "Finite", "Range", "Ranged", "above", "at_least", "between", "boolean",
+           "checked", "folder", "one_of"]

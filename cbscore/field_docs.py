@@ -8,7 +8,9 @@ Every config of the lab is a dataclass with a string literal right after each fi
 Python keeps no such string at run time, so it is read from the class's source with :mod:`ast`
 (once per class, cached), walking the MRO so that a subclass's fields inherit their docs. The
 Launch form's help and ``cbs study fields`` print these words and no copy of them: what a field
-means is written once, beside the field.
+means is written once, beside the field. A number's range (:attr:`FieldDoc.range`) is read from the
+field's metadata (``checked(..., range=...)``, :mod:`cbscore.config`), which the check of the
+config's numbers reads too (the study spec's: :mod:`cbscore.study.bounds`).
 
 A dotted name (``search.lrs``, ``decay.horizon_high``) follows the nested config a field holds (its
 type, ``None`` aside), or, for a field typed as a plain mapping (the study spec's ``data``), the
@@ -47,6 +49,9 @@ class FieldDoc:
     the field has none."""
     doc: str
     """The field's docstring (:func:`attribute_docs`); empty when it has none."""
+    range: str = ""
+    """The range its metadata states (``checked(..., range=...)``: ``a finite number in [0, 10]``;
+    a list's, each entry's); empty when it states none."""
 
 
 #: :attr:`FieldDoc.default` of a field without a default.
@@ -179,7 +184,9 @@ def field_rows(cls: type, nested: Nested | None = None, prefix: str = "") -> lis
     for f in dataclasses.fields(cls):
         name = prefix + f.name
         written = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-        rows.append(FieldDoc(name=name, type=written, default=_default(f), doc=docs.get(f.name, "")))
+        stated = f.metadata.get("range")
+        rows.append(FieldDoc(name=name, type=written, default=_default(f), doc=docs.get(f.name, ""),
+                             range=stated.describe() if stated is not None else ""))
         inner = (nested or {}).get(name) or _hint(cls, f.name)
         if isinstance(inner, type) and dataclasses.is_dataclass(inner):
             rows.extend(field_rows(inner, nested, prefix=name + "."))

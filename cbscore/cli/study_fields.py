@@ -1,10 +1,12 @@
-"""``cbs study fields [FIELD]``: each study-spec field with its type, default and doc.
+"""``cbs study fields [FIELD]``: each study-spec field with its type, default, range and doc.
 
 The ``study`` group is :mod:`workers.cli`'s; this command reads only the spec's classes, so it
 lives in cbscore beside them.
 
 The docs are the docstrings under the fields (:mod:`cbscore.study.spec_docs`), the same words the
-Launch page shows as each field's help, so the terminal and the page cannot say different things.
+Launch page shows as each field's help, so the terminal and the page cannot say different things;
+a number's range is the one its field's metadata states, which the spec's check holds it to
+(:mod:`cbscore.study.bounds`).
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ BLOCK = "(block)"
 def register_fields(sub: argparse._SubParsersAction) -> None:
     """``cbs study fields`` under ``cbs study``."""
     fields = sub.add_parser(
-        "fields", help="every study-spec field with its type, default and doc (the Launch page's help)",
-        description="Print each field of a study spec (YAML) with its type, default and doc: the docstring "
-                    "under the field, the words the Launch page shows as its help.")
+        "fields", help="every study-spec field with its type, default, range and doc (the Launch page's help)",
+        description="Print each field of a study spec (YAML) with its type, default, range (a number's, as the "
+                    "spec checks it) and doc: the docstring under the field, the words the Launch page shows "
+                    "as its help.")
     fields.add_argument("name", nargs="?", default=None, metavar="FIELD",
                         help="one field or block, e.g. budget_margin, search or search.lrs (default: all)")
-    fields.add_argument("--json", action="store_true", help="a list of {name, type, default, doc}")
+    fields.add_argument("--json", action="store_true", help="a list of {name, type, default, range, doc}")
     fields.set_defaults(handler=run_fields)
 
 
@@ -40,7 +43,7 @@ def run_fields(args: argparse.Namespace) -> int:
 
     rows = select(spec_fields(), args.name)
     if args.json:
-        print(json.dumps([{"name": r.name, "type": r.type, "default": wire_default(r.default),
+        print(json.dumps([{"name": r.name, "type": r.type, "default": wire_default(r.default), "range": r.range,
                            "doc": readable(r.doc)} for r in rows], indent=1, default=str))
     else:
         print(format_fields(rows))
@@ -71,7 +74,7 @@ def wire_default(value: Any) -> Any:
 
 
 def format_fields(rows: Sequence, width: int = 100) -> str:
-    """``name: type = default`` per field, its doc wrapped and indented under it."""
+    """``name: type = default`` per field, its range (a number's) and its doc wrapped and indented under it."""
     from cbscore.field_docs import REQUIRED, readable
 
     blocks = []
@@ -79,6 +82,9 @@ def format_fields(rows: Sequence, width: int = 100) -> str:
         default = wire_default(r.default)
         shown = default if default in (REQUIRED, BLOCK) else f"= {json.dumps(default, default=str)}"
         lines = [f"{r.name}: {r.type} {shown}"]
+        if r.range:  # (of a list's or a mapping's, each entry's)
+            each = "each " if r.type.startswith(("tuple[", "Mapping[")) else ""
+            lines += textwrap.wrap(f"range: {each}{r.range}", width, initial_indent="    ", subsequent_indent="      ")
         for paragraph in readable(r.doc).split("\n\n") if r.doc else ():
             lines += textwrap.wrap(paragraph, width, initial_indent="    ", subsequent_indent="    ",
                                    break_on_hyphens=False)

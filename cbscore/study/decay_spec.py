@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cbscore.config import Config, checked
+from cbscore.config import Config, Range, checked
 from cbscore.errors import ConfigError
 
 SCHEDULE_NAMES = ("constant_ewa", "cosine", "wsd")
@@ -77,25 +77,25 @@ class DecaySpec(Config):
 
     schedules: tuple[str, ...] = checked(_schedules, SCHEDULE_NAMES)
     """Schedules measured, from ``constant_ewa``, ``cosine`` and ``wsd``."""
-    decay_fraction: float = checked(_in(0, 0.5), 0.2)
+    decay_fraction: float = checked(_in(0, 0.5), 0.2, range=Range(0, 0.5, lo_open=True))
     """``wsd``: share of a horizon's steps spent in the final linear decay (Hägele et al. 2024 found
     10-20% enough to match cosine)."""
-    min_lr_ratio: float = checked(_min_lr_ratio, 0.1)
+    min_lr_ratio: float = checked(_min_lr_ratio, 0.1, range=Range(0, 1, hi_open=True))
     """The floor of ``wsd`` and ``cosine``, a fraction of the peak rate."""
-    horizon_low: float = checked(_in(0, 1), 0.5)
+    horizon_low: float = checked(_in(0, 1), 0.5, range=Range(0, 1, lo_open=True))
     """Shortest horizon as a multiple of D (a decay must start after the warm-up)."""
-    horizon_high: float = checked(_horizon_high, 3.0)
+    horizon_high: float = checked(_horizon_high, 3.0, range=Range(1, 16))
     """Longest horizon (the stable runs' length) as a multiple of D; a cell that reaches the target
     at none is censored there."""
-    wsd_ratio: float = checked(_in(1, 4), math.sqrt(2))
+    wsd_ratio: float = checked(_in(1, 4), math.sqrt(2), range=Range(1, 4, lo_open=True))
     """Ratio between consecutive decay-branch horizons (finer: a closer bracket, more branches)."""
-    cosine_ratio: float = checked(_in(1, 4), 2.0)
+    cosine_ratio: float = checked(_in(1, 4), 2.0, range=Range(1, 4, lo_open=True))
     """Ratio between consecutive cosine runs' horizons (each a whole run)."""
-    cosine_high: float | None = checked(_horizon_high, None)
+    cosine_high: float | None = checked(_horizon_high, None, range=Range(1, 16))
     """Longest cosine horizon as a multiple of D (``None``: ``horizon_high``). A cosine costs a
     whole run per horizon, so its family can stop below the stable runs' length where the
     largest batch sizes need the longer horizons only under ``wsd`` and ``constant_ewa``."""
-    lr_exponent: float = checked(_exponent, 0.0)
+    lr_exponent: float = checked(_exponent, 0.0, range=Range(-1, 1))
     """The learning rates at batch size B are ``search.lrs × (B / b_ref)^lr_exponent``, three
     significant digits (a trial id's precision). 0 runs the same rates at every B; 0.5 follows
     the square-root rule for Adam (Malladi et al. 2022, arXiv 2205.10287, §4), so three rates √2

@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
-from cbscore.config import Config, boolean, checked, one_of
+from cbscore.config import Config, Entry, Range, boolean, checked, one_of
 from cbscore.errors import ConfigError
+from cbscore.study.bounds import MAX_BATCH, MAX_TOKENS
 
 #: The issue's default grid of ``k`` (the foundation's ``cbscore.local.DEFAULT_MULTIPLIERS``).
 DEFAULT_MULTIPLIERS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
@@ -82,22 +83,23 @@ class LocalSpec(Config):
 
     _block = "local"
 
-    base_batch_size: int = checked(_in(1, 2**24, lo_open=False, integer=True), 8)
+    base_batch_size: int = checked(_in(1, 2**24, lo_open=False, integer=True), 8,
+                                   range=Range(1, MAX_BATCH, integer=True))
     """``B0``: the base run's batch, sequences of ``context_tokens`` tokens."""
-    base_lr: float = checked(_in(0, 10), 0.01)
+    base_lr: float = checked(_in(0, 10), 0.01, range=Range(0, 10, lo_open=True))
     """``η0``: the base run's peak learning rate."""
-    checkpoint_count: int = checked(_in(0, 30, lo_open=False, integer=True), 4)
+    checkpoint_count: int = checked(_in(0, 30, lo_open=False, integer=True), 4, range=Range(0, 30, integer=True))
     """Log-spaced checkpoints at ``D/2^j`` for ``j = checkpoint_count, …, 1`` (4: D/16, D/8, D/4,
     D/2), each rounded down to a whole step of ``B0·T`` tokens; 0 = only ``checkpoint_tokens``."""
-    checkpoint_tokens: tuple[int, ...] = checked(_token_counts, ())
+    checkpoint_tokens: tuple[int, ...] = checked(_token_counts, (), range=Range(1, MAX_TOKENS, integer=True))
     """Further checkpoints, tokens; each a multiple of ``B0·T`` below D."""
-    multipliers: tuple[float, ...] = checked(_a_list, DEFAULT_MULTIPLIERS)
+    multipliers: tuple[float, ...] = checked(_a_list, DEFAULT_MULTIPLIERS, range=Range(0, 1024, lo_open=True))
     """``k`` of the branches at every checkpoint, 1 among them (the branch that continues at ``B0``,
     the one every other is compared with); each ``k·B0`` a whole batch."""
-    early_multipliers: tuple[float, ...] = checked(_a_list, ())
+    early_multipliers: tuple[float, ...] = checked(_a_list, (), range=Range(0, 1024, lo_open=True))
     """Fractions below 1 (e.g. 0.5, 0.25) added at the first ``early_checkpoints`` checkpoints,
     where the local CBS may be below ``B0``; each ``k·B0`` a whole batch."""
-    early_checkpoints: int = checked(_in(0, 30, lo_open=False, integer=True), 1)
+    early_checkpoints: int = checked(_in(0, 30, lo_open=False, integer=True), 1, range=Range(0, 30, integer=True))
     """How many of the first checkpoints get ``early_multipliers``."""
     lr_rule: str = checked(one_of(LR_RULES), "sqrt")
     """``f`` of the branches' learning rate ``f(k)·η0``: ``sqrt`` (Adam, Malladi et al. 2022) or
@@ -106,12 +108,13 @@ class LocalSpec(Config):
     """``fixed``: one ``Δ`` in tokens at every checkpoint (Merrill et al. 2025, §3), ``window_tokens``
     or else ``window_fraction`` × the first checkpoint's tokens; ``growing``: ``Δ = window_fraction·t``
     at each checkpoint ``t`` (the lab's rule before issue 39)."""
-    window_fraction: float = checked(_in(0, 4), 0.5)
+    window_fraction: float = checked(_in(0, 4), 0.5, range=Range(0, 4, lo_open=True))
     """``Δ`` as a share of tokens, rounded up to a multiple of every ``k·B0·T``: of the first
     checkpoint's (``fixed`` without ``window_tokens``: 0.5 and checkpoints at D/16 … D/2 give
     ``Δ = D/32`` at every one), or of each checkpoint's (``growing``: a branch from ``t`` trains
     ``t/2``)."""
-    window_tokens: int | None = checked(_in(1, 10**15, lo_open=False, integer=True), None)
+    window_tokens: int | None = checked(_in(1, 10**15, lo_open=False, integer=True), None,
+                                        range=Range(1, MAX_TOKENS, integer=True))
     """``Δ`` in tokens at every checkpoint (``window_rule: fixed`` only); a multiple of every
     ``k·B0·T``."""
     averaging: str = checked(one_of(AVERAGING), "branch")
@@ -120,14 +123,14 @@ class LocalSpec(Config):
     ``tokens`` (the base's carried on at ``τ^k`` per step: equal horizons in tokens) or ``carry``
     (the base's at ``τ`` per step, before issue 39: a larger ``k`` reads more of the base's past).
     The warm-up arms decay per ``B0·T`` tokens too, except with ``carry``."""
-    epsilon: float = checked(_in(0, 10, lo_open=False), 0.01)
+    epsilon: float = checked(_in(0, 10, lo_open=False), 0.01, range=Range(0, 10))
     """Merrill's tolerance ``ε``, nats per token: the local CBS ``k*·B0`` is the largest ``k`` whose
     smoothed training loss after ``Δ`` is within ``ε`` of every smaller ``k``'s. Also the floor of
     the noise-aware rule's tolerances."""
-    z: float = checked(_in(0, 10, lo_open=False), 1.6448536269514722)
+    z: float = checked(_in(0, 10, lo_open=False), 1.6448536269514722, range=Range(0, 10))
     """The noise-aware rule's ``z``: a larger batch fails only when worse beyond ``z`` standard
     errors of the difference (one-sided 95%)."""
-    smooth_fraction: float = checked(_in(0, 1), 0.1)
+    smooth_fraction: float = checked(_in(0, 1), 0.1, range=Range(0, 1, lo_open=True))
     """Share of a branch's last logged training losses averaged for Merrill's smoothed loss."""
     warmup_run: bool = checked(boolean, False)
     """Train the warm-up and its two controls (Merrill et al. 2025, Table 1) as trials of this
@@ -136,7 +139,9 @@ class LocalSpec(Config):
     final batch and rate throughout (:mod:`cbscore.local._arms`). Usually switched on after the
     curve is fitted, by ``cbs study warmup NAME`` or the Local CBS page's *Launch the schedule*
     (an extension of the study: :mod:`workers.studies.local_warmup`)."""
-    warmup_schedule: tuple[tuple[int, int, float], ...] = dataclasses.field(default=(), metadata={"coerce": False})
+    warmup_schedule: tuple[tuple[int, int, float], ...] = dataclasses.field(default=(), metadata={
+        "coerce": False, "range": Entry(Range(1, MAX_TOKENS, integer=True), Range(1, MAX_BATCH, integer=True),
+                                        Range(0, 1024, lo_open=True))})
     """The warm-up's ``(tokens_from, batch_size, lr_multiplier)`` switches (``TrainConfig.branch.batch_schedule``),
     tokens, sequences and a multiple of ``η0``: the fitted curve's recommendation with each switch on a
     multiple of ``B_final·T`` (:func:`cbscore.local.on_equal_token_grid`), so that all three arms end

@@ -28,10 +28,10 @@ from typing import Any
 
 import yaml
 
-from cbscore.config import Config, boolean, checked, one_of
+from cbscore.config import Config, Range, boolean, checked, one_of
 from cbscore.errors import ConfigError
 from cbscore.recipe import RECIPE_RULES
-from cbscore.study.bounds import check_numbers
+from cbscore.study.bounds import FINITE, MAX_BATCH, MAX_TOKENS, check_numbers
 from cbscore.study.decay_spec import DecaySpec, apply_decay
 from cbscore.study.local_spec import LocalSpec, apply_local, checkpoints
 from cbscore.study.spec_parts import (
@@ -159,24 +159,25 @@ class StudySpec(Config):
     constant+EWA, cosine and WSD)."""
     models: tuple[str, ...] = checked(_a_list, (), coerce=_listed)
     """Model presets (``chinchilla``, ``fixed_d``: several; ``fixed_n``: exactly one)."""
-    tokens: tuple[int, ...] = checked(_a_list, (), coerce=_listed)
+    tokens: tuple[int, ...] = checked(_a_list, (), coerce=_listed, range=Range(1, MAX_TOKENS, integer=True))
     """Token budgets D (``fixed_n``: several; ``fixed_d``: exactly one; ``chinchilla``: optional,
     one per model, overriding ``tokens_per_param``)."""
-    tokens_per_param: float = checked(_positive_float, 20.0)
+    tokens_per_param: float = checked(_positive_float, 20.0, range=Range(0, 1e4, lo_open=True))
     """``chinchilla``: D = tokens_per_param · N (the paper's Chinchilla ratio is 20)."""
     settings: tuple[SettingSpec, ...] = checked(_each_setting, (), coerce=_settings_given)
     """``custom``: the explicit list of ``(model, tokens)``."""
-    batch_sizes: tuple[int, ...] = checked(_a_list, (64, 128, 256, 512, 1024, 2048), coerce=_listed)
+    batch_sizes: tuple[int, ...] = checked(_a_list, (64, 128, 256, 512, 1024, 2048), coerce=_listed,
+                                           range=Range(1, MAX_BATCH, integer=True))
     """Batch sizes to measure, in sequences of ``context_tokens`` tokens; must contain ``b_ref``."""
-    context_tokens: int = checked(_positive_int, 512)
+    context_tokens: int = checked(_positive_int, 512, range=Range(1, 2**20, integer=True))
     """Sequence length T in tokens (the paper: 512)."""
-    b_ref: int = 256
+    b_ref: int = checked(None, 256, range=Range(1, MAX_BATCH, integer=True))  # checked after the kind's block
     """Reference batch size B_ref in sequences: its runs set each setting's target (paper: 256)."""
-    overhead: float = checked(_positive_float, 0.2)
+    overhead: float = checked(_positive_float, 0.2, range=Range(0, 10, lo_open=True))
     """The r of the 20% rule: B* is the largest B with S(B) ≤ (1 + r)·S_lin(B), where
     S_lin(B) = S(B_ref)·B_ref/B is perfect linear scaling from the reference batch size
     (Zhang et al. 2025, §2)."""
-    target_losses: Mapping[str, float] | None = checked(None, None, coerce=_dict_or_none)
+    target_losses: Mapping[str, float] | None = checked(None, None, coerce=_dict_or_none, range=Range(0, 100))
     """Explicit held-out target loss per setting id; ``None`` = targets from reference runs."""
     search: SearchSpec = checked(None, default_factory=SearchSpec, coerce=_search_given)
     """Hyper-parameter search of each cell."""
@@ -185,19 +186,20 @@ class StudySpec(Config):
     :class:`~cbscore.study.spec_parts.ExperimentalSpec`), all off by default; a spec from before
     that gives them at their old place (``search.predict``, ``search.lr_prior``, top level) loads
     with a warning naming the new one."""
-    budget_multiple: float = checked(_budget_multiple, 2.0)
+    budget_multiple: float = checked(_budget_multiple, 2.0, range=Range(1, 100))
     """Token budget (× D) of a non-reference cell only where no bound applies: explicit
     ``target_losses`` (no reference run) below B_ref, or above B_ref before any smaller batch
     size reached the target. Otherwise budgets follow the rule of DESIGN.md §1 (cells below
     B_ref: (1 + budget_margin)·D tokens; above: (1 + budget_margin)·S(smaller B) steps)."""
-    budget_margin: float = checked(_within(0, 10, "must be a number in [0, 10]"), 0.25)
+    budget_margin: float = checked(_within(0, 10, "must be a number in [0, 10]"), 0.25, range=Range(0, 10))
     """Slack of each trial's budget: below B_ref a trial gets (1 + margin)·D tokens, above it
     (1 + margin)·S(the next smaller B) steps, since tokens to target never exceed D below B_ref
     and steps to target never grow with B above it (McCandlish et al. 2018, eqs. 2.11-2.12), up
     to tuning noise. A trial cut off at its budget gives only a lower bound and runs again with a
     larger one. The paper presets set 0.5: on their wide learning-rate grid fewer first attempts
     are censored (docs/results/cheaper-search/budget-margin/)."""
-    prune_margin: float = checked(_within(0, 10, "must be a number in [0, 10]", booleans=True), 0.1)
+    prune_margin: float = checked(_within(0, 10, "must be a number in [0, 10]", booleans=True), 0.1,
+                                  range=Range(0, 10))
     """Trials still above target at an evaluation past (1 + margin)·S_best steps stop as ``pruned``."""
     stop_far_rates: bool = checked(boolean, True)
     """Stop a running first attempt as ``pruned`` before the cell's best has crossed when, at the
@@ -207,33 +209,38 @@ class StudySpec(Config):
     ``experimental.prune_at_equal_tokens`` nothing is projected: every rate the fit reads runs to its crossing,
     and a stopped rate that turns out to neighbour the cell's best is run again
     (``cbscore.study.equal_tokens``)."""
-    far_rate_fraction: float = checked(_within(0, 1, "must be a number in [0, 1]"), 0.5)
+    far_rate_fraction: float = checked(_within(0, 1, "must be a number in [0, 1]"), 0.5, range=Range(0, 1))
     """With ``stop_far_rates``: a trial is judged only once it trained this fraction of the cell's
     expected steps (the best crossing so far, else the next smaller batch size's S). Earlier, the
     lab's curves cross over: a rate that reached the target first trailed by up to 1.1 nats at a
     tenth of its steps (docs/results/cheaper-search/calibration.txt). 0.25 saves more in simulation
     but moved B* off the full grid in 1 of 200 seeds (by up to 9.9%); 0.5 in none
     (docs/results/cheaper-search/far-rates)."""
-    far_rate_margin: float = checked(_within(0, 10, "must be a number in (0, 10] (nats)", low_open=True), 0.3)
+    far_rate_margin: float = checked(_within(0, 10, "must be a number in (0, 10] (nats)", low_open=True), 0.3,
+                                     range=Range(0, 10))
     """With ``stop_far_rates``: the loss gap (nats, EWA held-out loss at equal tokens) past which a
     rate outside the leader's window stops. On the lab's curves a winner trailed by at most 0.19
     nats from a quarter of its steps on, 0.17 from half (calibration.txt)."""
-    equal_token_fraction: float = checked(_within(0, 1, "must be a number in (0, 1]", low_open=True), 0.25)
+    equal_token_fraction: float = checked(_within(0, 1, "must be a number in (0, 1]", low_open=True), 0.25,
+                                          range=Range(0, 1, lo_open=True))
     """With ``experimental.prune_at_equal_tokens``: a trial the cell's fit reads stops once it trained this
     fraction of the cell's expected steps (the best crossing so far, else the next smaller batch
     size's S) and trails its seed's leader; its steps to target are projected from its curve
     against the leader's (``cbscore.analysis.project_pruned``)."""
-    equal_token_margin: float = checked(_within(0, 10, "must be a number in (0, 10] (nats)", low_open=True), 0.05)
+    equal_token_margin: float = checked(_within(0, 10, "must be a number in (0, 10] (nats)", low_open=True), 0.05,
+                                        range=Range(0, 10))
     """Loss gap (nats, EWA held-out loss at equal tokens) past which a trial is stopped by
     ``experimental.prune_at_equal_tokens``; calibrated on the lab's own curves (docs/results/equal-tokens)."""
-    warmup_fraction: float = checked(_within(0, 1, "must be in [0, 1)", high_open=True, booleans=True), 0.25)
+    warmup_fraction: float = checked(_within(0, 1, "must be in [0, 1)", high_open=True, booleans=True), 0.25,
+                                     range=Range(0, 1, hi_open=True))
     """Warm-up length as a fraction of D, fixed in tokens across batch sizes (paper: 25%)."""
     schedule: str = "constant"
     """Learning-rate schedule after warm-up: ``constant`` (paper; ``constant_ewa`` is the same), ``cosine``
     or ``wsd``. Under ``cosine`` and ``wsd`` every trial decays at its own budget, so its steps to
     target mix the horizon with the batch size: a ``schedule`` study measures them from decay
     branches instead (:mod:`cbscore.study.decay_spec`)."""
-    beta1: float = checked(_within(0, 1, "must be in [0, 1)", high_open=True, booleans=True), 0.95)
+    beta1: float = checked(_within(0, 1, "must be in [0, 1)", high_open=True, booleans=True), 0.95,
+                           range=Range(0, 1, hi_open=True))
     """AdamW β1 (paper: 0.95)."""
     recipe: str = checked(one_of(RECIPE_RULES), "fixed")
     """How β2 and the EWA τ are chosen (``cbscore.recipe.study_recipe``). ``fixed`` (the default of
@@ -246,24 +253,26 @@ class StudySpec(Config):
     keep β2's horizon in tokens below 8·B_ref (a smaller batch gets a larger β2) within [0.95,
     0.999], and τ's half-life at least 4 steps. Three τ are tracked (half-lives ×½, ×1, ×2)."""
     beta2: float | None = checked(_within(0, 1, "must be in [0, 1) or null for the paper's table", high_open=True,
-                                          booleans=True), None)
+                                          booleans=True), None, range=Range(0, 1, hi_open=True))
     """AdamW β2 for every cell; ``None`` = from ``recipe``."""
-    ewa_taus: tuple[float, ...] | None = checked(_taus, None, coerce=_listed)
+    ewa_taus: tuple[float, ...] | None = checked(_taus, None, coerce=_listed,
+                                                range=Range(0, 1, lo_open=True, hi_open=True))
     """EWA decay rates tracked in every cell; ``None`` = from ``recipe``."""
-    weight_decay: float = checked(_within(0, math.inf, "must be a non-negative number", booleans=True), 0.0)
+    weight_decay: float = checked(_within(0, math.inf, "must be a non-negative number", booleans=True), 0.0,
+                                  range=Range(0, 10))
     """AdamW weight decay (paper: 0)."""
-    grad_clip: float = checked(_positive_float, 1.0)
+    grad_clip: float = checked(_positive_float, 1.0, range=Range(0, 1e6, lo_open=True))
     """Gradient-norm clipping threshold (paper: 1.0)."""
-    micro_batch_size: int | None = checked(_positive_int, None)
+    micro_batch_size: int | None = checked(_positive_int, None, range=Range(1, MAX_BATCH, integer=True))
     """Sequences per forward pass on one device, for the per-device batches above it (gradient
     accumulation: the same update with less memory per pass; it must divide them); ``None`` =
     chosen from the GPU's free memory on CUDA, the whole per-device batch on a CPU."""
-    devices_per_trial: int = checked(_positive_int, 1)
+    devices_per_trial: int = checked(_positive_int, 1, range=Range(1, 1024, integer=True))
     """Devices that train each trial together (DDP; ``cbscore.train.distributed``): GPUs, or gloo
     processes on a CPU. Every batch size is split evenly across them, so each must be a multiple
     of it. A worker started with ``--devices-per-trial K`` runs trials on its own K instead (the
     same update, computed on other hardware)."""
-    gns_micro_batch_size: int | None = checked(_positive_int, None)
+    gns_micro_batch_size: int | None = checked(_positive_int, None, range=Range(1, MAX_BATCH, integer=True))
     """Measure the gradient noise scale ``B_simple`` (``cbscore.train.gns``) in the cells chosen by
     ``gns_cells``, by splitting each batch into passes of this many sequences (the same update;
     the split costs step time on small batches). It must be smaller than ``b_ref`` and divide
@@ -276,28 +285,28 @@ class StudySpec(Config):
     forecast_from: str | None = checked(_other_study, None)
     """Name of an earlier study whose calibrated noise-scale forecast chooses this study's batch
     sizes (``cbscore.study.forecast_range``); checked against the tracking store at launch."""
-    eval_windows: int = checked(_positive_int, 128)
+    eval_windows: int = checked(_positive_int, 128, range=Range(1, 10**6, integer=True))
     """Held-out windows of ``context_tokens + 1`` tokens per evaluation (more: a less noisy target
     crossing, slower evaluations)."""
-    max_eval_fraction: float = checked(_positive_float, 0.5)
+    max_eval_fraction: float = checked(_positive_float, 0.5, range=Range(0, 10, lo_open=True))
     """Cap on each trial's evaluation compute as a fraction of its training compute (evaluations
     are spaced at least that far apart; lower: faster trials, a coarser crossing)."""
-    seeds: tuple[int, ...] = checked(_seeds, (0,), coerce=_listed)
+    seeds: tuple[int, ...] = checked(_seeds, (0,), coerce=_listed, range=Range(0, 2**32 - 1, integer=True))
     """Training seeds; each seed is one more trial per learning rate."""
     data: Mapping[str, Any] = checked(None, default_factory=lambda: {"source": "builtin"}, coerce=dict)
     """Data settings (``cbscore.data.DataConfig`` fields): source, vocab_size, ..."""
     allow_repeat: bool = False
     """Allow more than one pass over the corpus (the paper trains single pass)."""
-    max_trials: int = checked(_positive_int, 2000)
+    max_trials: int = checked(_positive_int, 2000, range=Range(1, 10**7, integer=True))
     """Sanity limit on the number of trials; a larger study needs ``force`` ("Launch anyway" on
     the Launch page, ``--force`` in the CLI)."""
-    max_total_tokens: float = checked(_positive_float, 1e13)
+    max_total_tokens: float = checked(_positive_float, 1e13, range=Range(0, 1e18, lo_open=True))
     """Sanity limit on the grid's total training tokens; a larger study needs ``force``."""
     reuse_trials: bool = checked(boolean, True)
     """Train nothing that a finished trial of any study already trained with the same trainer
     config on the same token store: its run is copied into this study, tagged ``reused_from``
     (:mod:`workers.studies.reuse`). ``false``: train every trial here."""
-    recipe_d_ref_tokens: int | None = checked(_positive_int, None)
+    recipe_d_ref_tokens: int | None = checked(_positive_int, None, range=FINITE)
     """The ``fixed`` recipe's reference D in tokens; ``None`` = √(D_min·D_max) of the settings.
     ``cbs study extend`` pins it when it adds settings, so the trials already run keep their β2
     and τ (:mod:`cbscore.study.extend`)."""
@@ -308,7 +317,7 @@ class StudySpec(Config):
     decay: DecaySpec | None = field(default=None, metadata={"coerce": False})  # read by its kind's block
     """``schedule`` studies: the schedules measured, the decay and the horizons read
     (:class:`~cbscore.study.decay_spec.DecaySpec`; ``None`` = its defaults)."""
-    pinned_targets: Mapping[str, float] | None = checked(_mapping, None, coerce=_dict_if_mapping)
+    pinned_targets: Mapping[str, float] | None = checked(_mapping, None, coerce=_dict_if_mapping, range=FINITE)
     """Targets (held-out loss, nats per token) that settings had when the study was extended: the
     planner uses them instead of recomputing them from the reference cell, so trials that
     stopped at a target stay measured against it (a new seed's reference runs would move the mean

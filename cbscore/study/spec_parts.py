@@ -10,8 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cbscore.config import Config, boolean, checked, one_of
+from cbscore.config import Config, Range, boolean, checked, one_of
 from cbscore.errors import ConfigError
+from cbscore.study.bounds import FINITE, MAX_TOKENS
 
 SEARCH_KINDS = ("grid", "chained", "optuna")
 #: Search kinds whose trials each run one named learning rate of the cell (the planner starts them;
@@ -94,35 +95,35 @@ class SearchSpec(Config):
     """``grid`` (every learning rate of ``lrs`` in every cell), ``chained`` (the reference cell runs
     ``lrs``; every other cell three rates centred on its neighbour's best, :mod:`cbscore.study.chained`)
     or ``optuna`` (a sampler proposes ``n_trials``)."""
-    lrs: tuple[float, ...] = checked(_each_positive_float, PAPER_LRS)
+    lrs: tuple[float, ...] = checked(_each_positive_float, PAPER_LRS, range=Range(0, 10, lo_open=True))
     """Peak learning rates of the grid (``kind='grid'``); with ``kind='chained'`` the reference
     cell's: with ``reference_rates: bracket`` (the default) their geometric middle is the centre of
     its three-rate bracket, with ``grid`` all of them; the paper's grid by default."""
-    n_trials: int = checked(_positive_int, 4)
+    n_trials: int = checked(_positive_int, 4, range=Range(1, 10_000, integer=True))
     """Trials per cell proposed by Optuna (``kind='optuna'``)."""
-    lr_min: float = checked(_positive_float, 1e-4)
+    lr_min: float = checked(_positive_float, 1e-4, range=Range(0, 10, lo_open=True))
     """Lower bound of the Optuna learning-rate search (log-uniform)."""
-    lr_max: float = checked(_positive_float, 1e-1)
+    lr_max: float = checked(_positive_float, 1e-1, range=Range(0, 10, lo_open=True))
     """Upper bound of the Optuna learning-rate search (log-uniform)."""
-    parallel_per_cell: int = checked(_positive_int, 2)
+    parallel_per_cell: int = checked(_positive_int, 2, range=Range(1, 1024, integer=True))
     """Optuna trials of one cell running at once (the sampler learns from finished ones)."""
-    lr_extensions: int = checked(_integer_in(0, 8), 2)
+    lr_extensions: int = checked(_integer_in(0, 8), 2, range=Range(0, 8, integer=True))
     """Grid search: rates a cell may add past each edge of ``lrs`` when its best rate sits at that
     edge (the next rate continues the grid's outermost ratio); 0 keeps the grid as given. Cells
     still at an edge are named in the fit's notes (DESIGN.md §1)."""
-    chain_exponent: float = checked(_chain_exponent, 0.5)
+    chain_exponent: float = checked(_chain_exponent, 0.5, range=Range(0, 2, lo_open=True))
     """Chained search: a cell's centre rate is its neighbour's best rate (the neighbour towards
     B_ref) times ``(B/B_neighbour)^chain_exponent``; 0.5 is Adam's square-root rule (Malladi et al.
     2022, arXiv 2205.10287)."""
-    bracket_ratio: float = checked(_number_in(1.1, 10), 2.0)
+    bracket_ratio: float = checked(_number_in(1.1, 10), 2.0, range=Range(1.1, 10))
     """Chained search: a cell runs its centre rate ``c`` and ``c/ratio``, ``c·ratio``; an extension
     continues by the same ratio."""
-    extension_gain: float = checked(_number_in(0, 1), 0.1)
+    extension_gain: float = checked(_number_in(0, 1), 0.1, range=Range(0, 1))
     """Chained search: a cell adds the next rate past an edge only when that edge's steps to target
     (mean of ln S over seeds) beat its inner neighbour's by more than this fraction. With the lab's
     learning-rate curvature (k = 0.198: a rate a factor 2 off needs about 1.1× the steps) an optimum
     at the centre leaves both edges about 10% behind."""
-    max_extensions: int = checked(_integer_in(0, 8), 2)
+    max_extensions: int = checked(_integer_in(0, 8), 2, range=Range(0, 8, integer=True))
     """Chained search: rates a cell may add past its edges, both sides together."""
     reference_rates: str = checked(one_of(REFERENCE_RATES), "bracket")
     """Chained search: what the reference cell runs. ``bracket`` (the default): three rates
@@ -130,12 +131,12 @@ class SearchSpec(Config):
     every rate of ``lrs``. Either is extended past an edge where a seed's best rate sits there
     (``lr_extensions``). ``bracket`` costs less for the same precision in simulation
     (docs/results/cheaper-search/chained/)."""
-    bracket_min_batch_size: int | None = checked(_batch_floor, None)
+    bracket_min_batch_size: int | None = checked(_batch_floor, None, range=FINITE)
     """Chained search: cells below this batch size (sequences), the reference cell excepted, start
     with ``narrow_rates`` rates instead of the three-rate bracket, where an error of the rate law
     costs little; ``None`` (the default): every cell is bracketed (what each choice costs and
     misses in simulation: docs/results/cheaper-search/chained/)."""
-    narrow_rates: int = checked(_narrow_rates, 3)
+    narrow_rates: int = checked(_narrow_rates, 3, range=FINITE)  # its check: 1, 2 or 3
     """Chained search: rates a cell below ``bracket_min_batch_size`` starts with: 2 (``c/√ratio`` and
     ``c·√ratio``, read through the curvature the setting's bracketed cells share), 1 (the centre
     alone) or 3 (the bracket: no cell is narrow)."""
@@ -197,7 +198,7 @@ class ExperimentalSpec(Config):
     around it is run; ``search.lrs`` (with ``search.lr_extensions``) stays the set of allowed rates.
     Experimental: 3.6-4.4× the oracle at σ = 0, dearer than ``search.kind: chained`` for the same B*
     (docs/results/cheaper-search/chained/)."""
-    lr_prior: float | None = checked(_positive_float, None)
+    lr_prior: float | None = checked(_positive_float, None, range=Range(0, 10, lo_open=True))
     """Grid search: the best rate predicted for a cell before any cell of its setting (or any
     study's reference cell) is measured; ``None`` takes the grid's geometric middle. Orders the
     first cell's rates (``search.order: predicted``) and picks ``predict``'s first three.
@@ -263,7 +264,7 @@ class SettingSpec(Config):
 
     model: str
     """Model preset name (``cbs models`` lists them)."""
-    tokens: int
+    tokens: int = checked(None, range=Range(1, MAX_TOKENS, integer=True))
     """Training tokens D of the setting (the reference budget)."""
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from cbscore.config import Config, above, at_least, between, boolean, checked, folder, one_of
+from cbscore.config import Config, Entry, Finite, Range, above, at_least, between, boolean, checked, folder, one_of
 from cbscore.errors import ConfigError, positive_int
 
 CALLS: list[str] = []
@@ -156,3 +156,39 @@ def test_a_field_coerced_by_its_own_function_and_its_wire_form():
     assert c.labels == {"a": 1}
     assert Owned(halves=(1.0,)).halves == (1.0,)  # a tuple is taken as given by this function
     assert Owned().to_dict()["labels"] is None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Ranged(Config):
+    share: float = checked(None, 0.5, range=Range(0, 1, hi_open=True))
+    """Stated, not applied by the base."""
+
+
+@pytest.mark.parametrize("rng, value, message", [
+    (Range(0, 1, hi_open=True), 1, "x: must be a finite number in [0, 1), but got 1."),
+    (Range(0, 10, lo_open=True), True, "x: must be a finite number in (0, 10], but got True."),
+    (Range(1, 2**24, integer=True), 2.0, "x: must be a whole number in [1, 1.67772e+07], but got 2.0."),
+    (Range(1, 100), 101, "x: must be a finite number in [1, 100], but got 101."),
+    (Range(1, 100), float("inf"), "x: must be a finite number in [1, 100], but got inf."),
+    (Finite(1e18), "1", "x: must be a number, but got '1'."),
+    (Finite(1e18), float("nan"), "x: must be a finite number, but got nan."),
+    (Finite(1e18), -1e19, "x: must be a finite number within ±1e+18, but got -1e+19."),
+    (Entry(Range(1, 9, integer=True), Range(0, 1)), (3, 2.5), "x: must be a finite number in [0, 1], but got 2.5."),
+    (Entry(Range(1, 9, integer=True), Range(0, 1)), (3,), "x: must be [a whole number in [1, 9], a finite number "
+                                                          "in [0, 1]], but got (3,)."),
+])
+def test_a_stated_range_refuses_with_its_own_words(rng, value, message):
+    with pytest.raises(ConfigError) as err:
+        rng.check("x", value)
+    assert str(err.value) == message
+
+
+def test_a_range_is_kept_in_the_fields_metadata_and_not_applied_by_the_base():
+    from dataclasses import fields
+
+    assert fields(_Ranged)[0].metadata["range"] == Range(0, 1, hi_open=True)
+    assert _Ranged(share=3).share == 3  # the config that owns the field applies it (cbscore.study.bounds)
+    Range(0, 1, hi_open=True).check("x", 0.0)
+    with pytest.raises(ConfigError, match=r"must be a whole number in \[1, 1e\+15\]"):
+        Range(1, 10**15, integer=True).check("x", 10**400)  # past a float's range: no OverflowError
+    Entry(Range(1, 9, integer=True), Range(0, 1)).check("x", (9, 1))

@@ -94,6 +94,14 @@ def test_the_study_specs_known_docstrings():
     assert "The paper presets set 0.5" in field_doc(StudySpec, "budget_margin")
 
 
+def test_a_numbers_range_is_read_from_its_fields_metadata():
+    rows = {r.name: r for r in spec_fields()}
+    assert rows["decay.horizon_high"].range == "a finite number in [1, 16]"
+    assert rows["seeds"].range == "a whole number in [0, 4.29497e+09]"
+    assert rows["local.warmup_schedule"].range.startswith("[a whole number in [1, 1e+15], ")
+    assert (rows["name"].range, rows["search"].range, rows["data.source"].range) == ("", "", "")
+
+
 def test_the_specs_data_mapping_is_documented_by_data_config():
     with pytest.raises(KeyError, match="'data' of StudySpec holds no config class"):
         field_doc(StudySpec, "data.source")
