@@ -332,8 +332,7 @@ def chained_table(write: bool, part: str, presets: tuple[str, ...], seeds: int,
                 variant = "-refbracket" if kind == "chained" and reference == "bracket" else ""
                 variant += f"-ratio{ratio:g}" if kind == "chained" and ratio != 2.0 else ""
                 variant += f"-margin{margin:g}" if margin is not None else ""
-                variant += "".join(f"-{k}{v:g}" if isinstance(v, (int, float)) else f"-{k}-{v}"
-                                   for k, v in (search or {}).items()) if kind == "chained" else ""
+                variant += "".join(_stem_part(k, v) for k, v in (search or {}).items()) if kind == "chained" else ""
                 if write:
                     _keep(folder, f"{preset}-{kind}{variant}-{stem}", d)
                 s = d["settings"]
@@ -345,6 +344,14 @@ def chained_table(write: bool, part: str, presets: tuple[str, ...], seeds: int,
                 print(f"| {preset} | {kind}{variant} | {noise} | {law} | {n} | "
                       f"{d['ratio_to_oracle_median']:.2f}× | {rmse[0]:.3f} / {rmse[1]:.3f} | "
                       f"{'—' if adj is None else f'{adj:.2f}×'} | {_bias(d)} | {crit} | {wall:.0f} |", flush=True)
+
+
+def _stem_part(name: str, value) -> str:
+    """A search field in a file stem: ``-extension_gain0.2``, ``-chain_centre-vertex``,
+    ``-replicate_batch_sizes512_16384``."""
+    if isinstance(value, (list, tuple)):
+        return f"-{name}" + "_".join(f"{v:g}" for v in value)
+    return f"-{name}{value:g}" if isinstance(value, (int, float)) else f"-{name}-{value}"
 
 
 def _search_fields(items) -> dict:

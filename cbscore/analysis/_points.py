@@ -206,10 +206,15 @@ def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
     (:func:`cbscore.analysis.project_pruned`, as ``reached`` stand-ins): they join the window where
     their rate is in it, never as its best.
     """
+    return _fit_and_curvature(cells, tried, projected)[0]
+
+
+def _fit_and_curvature(cells, tried=None, projected=None) -> tuple[dict[tuple, _CellFit], float | None]:
+    """:func:`fit_across_rates` and the curvature ``k`` it shared (``None`` where it fitted none)."""
     out, rows = _window_rows(cells, tried, projected)
     k = _rate_fit([r for r in rows if len(r[1]) >= 3]).curvature
     if k is None:
-        return out
+        return out, None
     for key, u, log_s in rows:
         # With k known, (α_c, β_c) by least squares on log S − k·u² (exact for two rates).
         a_mat = np.stack([np.ones_like(u), u], axis=1)  # (n, 2)
@@ -217,7 +222,60 @@ def fit_across_rates(cells: dict[tuple[int, int | None], list[TrialSteps]],
         u_star = min(max(-float(beta) / (2.0 * k), float(u.min())), float(u.max()))
         level = float(alpha) + float(beta) * u_star + k * u_star * u_star
         out[key] = _CellFit(steps=math.exp(level), lr=out[key].lr * math.exp(u_star), fitted=True)
-    return out
+    return out, k
+
+
+def partial_seeds(trials_by_batch: dict[int, list[TrialSteps]]) -> set:
+    """Seeds with trials at some of the batch sizes where trials ran but not all (a replicate seed
+    run in a few cells, :mod:`cbscore.study.chained`); empty where every seed ran everywhere."""
+    where: dict = {}
+    for b, group in trials_by_batch.items():
+        for t in group:
+            if t.seed is not None:
+                where.setdefault(t.seed, set()).add(b)
+    return {s for s, bs in where.items() if len(bs) < len(trials_by_batch)}
+
+
+def _at_optimum(fit: _CellFit, optimum: float | None, k: float | None) -> _CellFit:
+    """A cell the fit did not read (one rate in its window), read at ``optimum``: ``log S`` less
+    ``k·(ln η − ln η*)²``, the parabola's excess at its rate (the model of :func:`fit_across_rates`,
+    whose optimum depends on ``B`` and not on the seed: a seed shifts ``log S`` alone, DESIGN.md §1)."""
+    if fit.fitted or optimum is None or k is None or fit.lr is None:
+        return fit
+    u = math.log(fit.lr / optimum)
+    return _CellFit(steps=fit.steps * math.exp(-k * u * u), lr=optimum, fitted=True)
+
+
+def seed_adjusted_levels(log_steps: dict[tuple[int, object], float], full: Sequence) -> dict[int, float] | None:
+    """``μ_B`` of the additive model ``ln S[s, B] = μ_B + γ_s + ε[s, B]`` (Scheffé 1959, *The Analysis
+    of Variance*, §4.1) fitted by least squares on the observed cells ``{(B, seed): ln S}`` of an
+    unbalanced table (Searle 1987, *Linear Models for Unbalanced Data*), its seed shifts centred on
+    the ``full`` seeds (those observed wherever the others are), so that a batch size only they
+    observed keeps their mean. ``None`` where the table does not identify every ``μ_B`` and ``γ_s``
+    (a seed that shares no batch size with the others).
+
+    A seed observed at a few batch sizes carries its own shift ``γ_s``; the mean over the seeds of a
+    cell would add that shift to those cells only. Here its shift is its mean difference from the
+    others over the cells it shares with them, and it informs only the contrasts between those cells
+    (observed at one batch size alone, it changes nothing)."""
+    sizes = sorted({b for b, _ in log_steps})
+    seeds = list(dict.fromkeys(full)) + sorted({s for _, s in log_steps if s not in full}, key=repr)
+    if not full or not sizes:
+        return None
+    design = np.zeros((len(log_steps), len(sizes) + len(seeds) - 1))  # (n_obs, K + n - 1)
+    y = np.empty(len(log_steps))
+    for i, ((b, s), v) in enumerate(sorted(log_steps.items(), key=lambda kv: (kv[0][0], repr(kv[0][1])))):
+        design[i, sizes.index(b)] = 1.0
+        at = seeds.index(s)
+        if at:  # the first full seed is the reference level
+            design[i, len(sizes) + at - 1] = 1.0
+        y[i] = v
+    if np.linalg.matrix_rank(design) < design.shape[1]:
+        return None
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    gamma = np.concatenate([[0.0], coef[len(sizes):]])  # (n,)
+    shift = float(np.mean(gamma[:len(dict.fromkeys(full))]))
+    return {b: float(coef[j]) + shift for j, b in enumerate(sizes)}
 
 
 def _window_rows(cells, tried, projected) -> tuple[dict[tuple, _CellFit], list[tuple[tuple, np.ndarray, np.ndarray]]]:
@@ -246,6 +304,32 @@ def _window_rows(cells, tried, projected) -> tuple[dict[tuple, _CellFit], list[t
     return out, rows
 
 
+def _replicated(grouped, cells, fits, k, partial):
+    """What :func:`measure_points` reads where some seeds ran at some batch sizes only (``partial``,
+    :func:`partial_seeds`): ``(fits, μ_B of the fit's levels, μ_B of the minima)``. A partial seed's
+    cell the fit did not read (a replicate's one rate) is read at the optimum of the other seeds' fits
+    at its batch size through the shared curvature (:func:`_at_optimum`); every cell's ``ln S`` then
+    enters :func:`seed_adjusted_levels` (``None`` for both where it identifies no ``μ_B``)."""
+    full = sorted({t.seed for g in grouped.values() for t in g if t.seed is not None} - partial, key=repr)
+    fits = dict(fits)
+    optimum: dict[int, float] = {}
+    for b in grouped:
+        own = [fits[(b, s)].lr for s in full if (b, s) in fits and fits[(b, s)].fitted]
+        if own:
+            optimum[b] = _geo_mean(own)
+    for (b, s), reached in cells.items():
+        if s in partial:
+            low = min(reached, key=_best_key)
+            base = fits.get((b, s), _CellFit(steps=low.steps, lr=low.lr, fitted=False))
+            fits[(b, s)] = _at_optimum(base, optimum.get(b), k)
+    level = seed_adjusted_levels({key: math.log(fits[key].steps if key in fits else min(t.steps for t in cells[key]))
+                                  for key in cells}, full)
+    low = seed_adjusted_levels({key: math.log(min(t.steps for t in reached)) for key, reached in cells.items()}, full)
+    if level is None or low is None:
+        return fits, None, None
+    return fits, level, low
+
+
 def rate_fit(trials: Iterable[TrialSteps]) -> RateFit:
     """The shared learning-rate curvature of one setting's trials and the rate-level residuals
     about it (the windows of three or more rates, as :func:`fit_across_rates` fits them)."""
@@ -271,8 +355,13 @@ def measure_points(
     Censored and diverged trials never enter ``S`` (DESIGN.md §1); they are counted, and where
     nothing reached, the censored trials' budgets give :attr:`MeasuredPoint.steps_lower_bound`.
     With several seeds, ``S(B)`` is the geometric mean over seeds: the fit is on ``log S``, so
-    that is the mean it would see, and a minimum over repeats would be biased low. Points come
-    back sorted by batch size, including batch sizes where nothing reached.
+    that is the mean it would see, and a minimum over repeats would be biased low. Where a seed ran
+    at some batch sizes only (a replicate, :func:`partial_seeds`), the mean over a cell's seeds
+    would carry that seed's own shift of ``log S`` into those cells alone: there ``S(B)`` is
+    ``exp(μ_B)`` of the seeds' additive fit instead (:func:`seed_adjusted_levels`), and a cell of
+    such a seed that the fit across rates does not read (one rate) is read at the other seeds'
+    optimum through the shared curvature. Points come back sorted by batch size, including batch
+    sizes where nothing reached.
     """
     if estimator not in ESTIMATORS:
         raise ConfigError("estimator", estimator, f"must be one of {', '.join(ESTIMATORS)}")
@@ -291,7 +380,11 @@ def measure_points(
                     TrialSteps(batch_size=batch_size, outcome=REACHED, steps=t.steps_projected, seed=t.seed, lr=t.lr))
             if t.lr is not None:
                 tried.setdefault((batch_size, t.seed), []).append(t.lr)
-    fits = fit_across_rates(cells, tried, projected) if estimator == "fit" else {}
+    fits, k = _fit_and_curvature(cells, tried, projected) if estimator == "fit" else ({}, None)
+    partial = partial_seeds(grouped)
+    levels = levels_min = None
+    if partial:
+        fits, levels, levels_min = _replicated(grouped, cells, fits, k, partial)
     points = []
     for batch_size in sorted(grouped):
         group = grouped[batch_size]
@@ -323,10 +416,15 @@ def measure_points(
                 key = (t.lr, t.seed) if t.lr is not None else ("trial", i)
                 per_rate[key] = max(per_rate.get(key, 0.0), t.budget_steps)
         budgets = list(per_rate.values())
+        own = [v for s, v in zip(reached_seeds, seed_lr) if s not in partial] if partial else seed_lr
+        steps, steps_min = (_geo_mean(seed_est) if seed_est else None), (_geo_mean(seed_min) if seed_min else None)
+        if levels is not None and any(s in partial for s in reached_seeds):
+            steps = math.exp(levels[batch_size])
+            steps_min = math.exp(levels_min[batch_size])
         points.append(
             MeasuredPoint(
                 batch_size=batch_size,
-                steps=_geo_mean(seed_est) if seed_est else None,
+                steps=steps,
                 trial_steps=tuple(reached),
                 n_trials=len(group),
                 n_censored=n_censored,
@@ -336,9 +434,9 @@ def measure_points(
                 seed_cells=tuple(zip(reached_seeds, seed_est)),
                 n_seeds_unreached=(len(seeds) - len(reached_seeds)) if reached else 0,
                 steps_lower_bound=min(budgets) if budgets and not reached else None,
-                steps_min=_geo_mean(seed_min) if seed_min else None,
+                steps_min=steps_min,
                 estimator="fit" if (fitted and seed_est) else "min",
-                lr_best=(_geo_mean(seed_lr) if seed_lr and all(v is not None for v in seed_lr) else None),
+                lr_best=(_geo_mean(own) if own and all(v is not None for v in own) else None),
                 lr_at_edge=at_edge,
             )
         )

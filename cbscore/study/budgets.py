@@ -83,11 +83,12 @@ def grid_trials(spec: StudySpec) -> int:
 
 def cell_size(spec: StudySpec, batch_size: int | None = None) -> int:
     """Trials of one cell as planned, before any rate added past an edge: every rate × seed of a
-    grid (a chained search: ``lrs`` at the reference cell, three rates elsewhere), or the search's
-    ``n_trials``. ``batch_size=None`` is the reference cell."""
+    grid (a chained search: ``lrs`` at the reference cell, three rates elsewhere, and its
+    replicates), or the search's ``n_trials``. ``batch_size=None`` is the reference cell."""
     if spec.search.runs_rates:
         reference = batch_size is None or (batch_size == spec.b_ref and spec.target_losses is None)
-        return spec.search.trials_per_cell(reference=reference) * len(spec.seeds)
+        replicates = spec.search.replicates if batch_size in spec.search.replicate_batch_sizes else 0
+        return spec.search.trials_per_cell(reference=reference) * len(spec.seeds) + replicates
     return spec.search.n_trials
 
 

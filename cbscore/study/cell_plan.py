@@ -25,6 +25,7 @@ from typing import NamedTuple
 from cbscore.study.budgets import RERUN_CAP_FACTOR, RERUN_TAG
 from cbscore.study.cell_done import cell_state, censored_bound, first_attempts, reruns, skipped
 from cbscore.study.cell_trials import cell_id, cell_recipe, make_trial, make_trial_id, study_data
+from cbscore.study.chained import replicate_seeds, settled_best, split_replicates
 from cbscore.study.crossings import Crossings, best_neighbours, best_steps_by_seed
 from cbscore.study.plan_result import AskRequest, CellState
 from cbscore.study.rate_rules import rate_rule
@@ -126,6 +127,9 @@ class CellPlanner:
         self.rates = rate_rule(spec, batch_size)
         self.role = self.rates.role
         self.stops = stop_rules(spec)
+        self.replicates = (replicate_seeds(spec) if spec.search.kind == "chained" and self.role == "trial"
+                           and batch_size in spec.search.replicate_batch_sizes else ())
+        """The new training seeds of the cell's replicates (:mod:`cbscore.study.chained`), or none."""
         self._recipe: tuple[float, tuple[float, ...]] | None = None
         self._ids: dict[float, tuple[str, ...]] = {}
         self._data = None
@@ -174,6 +178,40 @@ class CellPlanner:
 
     def plan(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset) -> CellPlan:
         """The cell's state, the trials to start, ask for or stop, and the chain state it hands on."""
+        if not self.replicates:
+            return self._plan(recs, inputs, lost)
+        main, reps = split_replicates(self.spec, recs)
+        return self._with_replicates(self._plan(main, inputs, lost), main, reps, inputs)
+
+    def _with_replicates(self, out: CellPlan, main: Sequence[TrialRecord], reps: Sequence[TrialRecord],
+                         inputs: CellInputs) -> CellPlan:
+        """``out`` (the plan of the cell's spec seeds) with its replicates: once those settled with a
+        best rate, one trial per replicate seed at that rate, to its crossing under the cap of the best
+        rate's neighbours; never stopped, and read by nothing the chain hands on (``out.chain``)."""
+        spec, b = self.spec, self.batch_size
+        settled, rate = (settled_best(spec, main, "trial", inputs.centre, b) if out.released and inputs.centre
+                         else (False, None))
+        present = {r.seed for r in reps}
+        start = []
+        if settled and rate is not None:
+            cap_smaller = self.cap(inputs.chain, out.cell.steps_to_target)[1]
+            start = [make_trial(spec, self.setting, batch_size=b, role=self.role, lr=rate, seed=seed, tag=lr_tag(rate),
+                                max_steps=cap_smaller, target_loss=inputs.target, with_config=self.configs,
+                                **self._config_parts())
+                     for seed in self.replicates if seed not in present]
+        # None runs where the cell settled without a best rate (no seed reached).
+        needed = 0 if settled and rate is None else len(self.replicates)
+        pending = len(reps) < needed or not all(r.terminal for r in reps)
+        counts = dict(out.cell.counts)
+        for r in reps:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        cell = _replaced(out.cell, counts=counts, n_trials=out.cell.n_trials + (needed if out.rates else 0),
+                         state="resolved" if pending and out.cell.state == "done" else out.cell.state)
+        return _replaced(out, cell=cell, start=out.start + tuple(start),
+                         incomplete=out.incomplete or (pending and not inputs.setting_failed))
+
+    def _plan(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset) -> CellPlan:
+        """:meth:`plan` of the cell's spec seeds."""
         spec, setting, b, role = self.spec, self.setting, self.batch_size, self.role
         grid = spec.search.runs_rates
         target, chain, centre = inputs.target, inputs.chain, inputs.centre
@@ -235,6 +273,17 @@ class CellPlanner:
                         ordered=any(not t.trial_id.endswith("." + RERUN_TAG) for t in start), read=read)
 
     def restop(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset, last: CellPlan) -> CellPlan:
+        """:meth:`_restop`; a replicated cell's replicates are never stopped, only counted."""
+        if not self.replicates:
+            return self._restop(recs, inputs, lost, last)
+        main, reps = split_replicates(self.spec, recs)
+        out = self._restop(main, inputs, lost, last)
+        counts: dict[str, int] = {}
+        for r in recs:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        return out if counts == out.cell.counts else _replaced(out, cell=_replaced(out.cell, counts=counts))
+
+    def _restop(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset, last: CellPlan) -> CellPlan:
         """The plan of the cell when, since ``last`` (made under the same ``inputs``), only its trials
         that have not ended moved (their evaluations, or their status between queued, running and
         lost) and none of them has crossed the target, then or now: every part of the plan but the

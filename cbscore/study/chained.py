@@ -45,6 +45,15 @@ Centring from what the neighbours measured (both off by default):
 
 Only cells at or nearer ``B_ref`` on a cell's own side feed its centre, and only their first
 attempts, which have all ended: a released cell's centre never moves.
+
+Replicates (off by default): a cell of ``search.replicate_batch_sizes`` that settled with a best rate
+runs ``search.replicates`` more trials at that rate, each with a new training seed
+(:func:`replicate_seeds`), to its own crossing under the cap its best rate's neighbours get. A new
+seed is not a repeat of the cell: the lab's seeds each shift ``ln S`` at every batch size (DESIGN.md
+§1, "Intervals"), so the estimator reads a replicate through the two-way fit of ``ln S`` on batch
+size and seed (:func:`cbscore.analysis.measure_points`), and its one rate through the curvature the
+setting's cells share, at their optimum. Replicates never feed the chain (no centre, cap or
+extension reads them), so they change nothing the cell's spec seeds run.
 """
 
 from __future__ import annotations
@@ -62,6 +71,23 @@ from cbscore.study.trials import TrialRecord
 #: The slope a local exponent is clamped to (``search.local_exponent``): from an optimal rate that
 #: falls as ``B^-0.5`` to one that grows linearly with ``B`` (SGD's rule, Goyal et al. 2017).
 LOCAL_EXPONENT_RANGE = (-0.5, 1.0)
+
+
+def replicate_seeds(spec: StudySpec) -> tuple[int, ...]:
+    """The training seeds of a replicated cell's replicates (``search.replicates`` of them): the next
+    integers after the spec's ``seeds``, so no replicate shares a spec seed's shift."""
+    top = max(spec.seeds)
+    return tuple(range(top + 1, top + 1 + spec.search.replicates))
+
+
+def split_replicates(spec: StudySpec, recs: Sequence[TrialRecord]) -> tuple[list[TrialRecord], list[TrialRecord]]:
+    """``(the cell's records of the spec's seeds, its replicates')``: a replicate is a record whose
+    seed is not one of the spec's ``seeds``."""
+    seeds = set(spec.seeds)
+    main, reps = [], []
+    for r in recs:
+        (main if r.seed in seeds else reps).append(r)
+    return main, reps
 
 
 def _round(lr: float) -> float:
@@ -226,6 +252,8 @@ def chain_centres(spec: StudySpec, recs_by_batch: Mapping[int, Sequence[TrialRec
     """The centre of every cell of one setting whose neighbour towards ``B_ref`` has settled
     (``{batch size: centre}``; the reference cell has none), from ``{batch size: the cell's records}``."""
     role_ref = "reference" if spec.target_losses is None else "trial"
+    if spec.search.replicate_batch_sizes:  # replicates never feed the chain
+        recs_by_batch = {b: split_replicates(spec, recs)[0] for b, recs in recs_by_batch.items()}
     sizes = list(spec.batch_sizes)
     at = sizes.index(spec.b_ref)
     out: dict[int, float] = {}
@@ -290,6 +318,11 @@ def describe_chained(spec: StudySpec) -> list[str]:
     lo, hi = LOCAL_EXPONENT_RANGE
     power = (f"(the slope of the last two cells, in [{lo:g}, {hi:g}]; {s.chain_exponent:g} for the first)"
              if s.local_exponent else f"{s.chain_exponent:g}")
+    replicated = [b for b in spec.batch_sizes if b in s.replicate_batch_sizes]
+    lines_replicates = ([f"  replicates: B = {', '.join(str(b) for b in replicated)} each run {s.replicates} more "
+                         f"trial(s) at the cell's best rate once it settled, new training seed(s) "
+                         f"{', '.join(str(v) for v in replicate_seeds(spec))} (counted above), read through the "
+                         "two-way fit of ln S on batch size and seed"] if replicated else [])
     return [
         f"chained search: {ref}; every other cell runs 3 rates c/{s.bracket_ratio:g}, c, c·{s.bracket_ratio:g} "
         f"centred at c = ({anchor})·(B/B_neighbour)^{power}, each to its own crossing",
@@ -297,4 +330,5 @@ def describe_chained(spec: StudySpec) -> list[str]:
         f"  a rate past an edge only where the edge beats its inner neighbour by more than "
         f"{s.extension_gain:.0%} in steps to target, at most {s.max_extensions} per cell (the trial count above has none of them)",
         *lines_narrow,
+        *lines_replicates,
     ]

@@ -343,6 +343,12 @@ class StudySpec(Config):
         _positive_int("b_ref", self.b_ref)
         if self.b_ref not in self.batch_sizes:
             raise ConfigError("b_ref", self.b_ref, f"must be one of batch_sizes {list(self.batch_sizes)}")
+        replicated = self.search.replicate_batch_sizes
+        if replicated and (self.search.kind != "chained" or self.b_ref in replicated
+                           or not set(replicated) <= set(self.batch_sizes)):
+            raise ConfigError("search.replicate_batch_sizes", list(replicated),
+                              f"must list batch sizes of a chained search from {list(self.batch_sizes)}, "
+                              f"b_ref={self.b_ref} excepted (its runs set the target)")
         # after the kind's block too: a schedule study names its own rule for a schedule first
         if self.schedule == "constant_ewa":  # the name a schedule study's decay.schedules gives it
             object.__setattr__(self, "schedule", "constant")

@@ -12,7 +12,7 @@ from typing import Any
 
 from cbscore.config import Config, Range, boolean, checked, one_of
 from cbscore.errors import ConfigError
-from cbscore.study.bounds import FINITE, MAX_TOKENS
+from cbscore.study.bounds import FINITE, MAX_BATCH, MAX_TOKENS
 
 SEARCH_KINDS = ("grid", "chained", "optuna")
 #: Search kinds whose trials each run one named learning rate of the cell (the planner starts them;
@@ -70,6 +70,13 @@ def _chain_exponent(field_name: str, value: Any) -> None:
 def _batch_floor(field_name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(field_name, value, "must be a positive integer or null")
+
+
+def _each_batch_size(field_name: str, values: Any) -> None:
+    for value in values:
+        _positive_int(field_name, value)
+    if len(set(values)) != len(values):
+        raise ConfigError(field_name, list(values), "must not repeat a batch size")
 
 
 def _narrow_rates(field_name: str, value: Any) -> None:
@@ -152,6 +159,18 @@ class SearchSpec(Config):
     against ``ln B`` between the two cells before it in the chain (clamped to [-0.5, 1]) instead of
     ``chain_exponent``, once both handed on an optimum; ``false`` (the default): ``chain_exponent``
     everywhere. Meant with ``chain_centre: vertex`` (on best discrete rates its slope is 0 or ±1)."""
+    replicate_batch_sizes: tuple[int, ...] = checked(_each_batch_size, (), range=Range(1, MAX_BATCH, integer=True))
+    """Chained search: cells (batch sizes, sequences; never ``b_ref``, whose runs set the target)
+    that, once settled, run ``replicates`` more trials at their best rate, each with a new training
+    seed (after the spec's ``seeds``), to its own crossing. A new seed brings its own shift of
+    ``ln S`` (DESIGN.md §1, "Intervals"), so the estimator reads it through the two-way fit of
+    ``ln S`` on batch size and seed (:func:`cbscore.analysis.measure_points`): a replicate informs only
+    the contrasts between the cells its seed ran in, and a single listed cell learns nothing. Empty
+    (the default): no replicates (what they cost and gain in simulation:
+    docs/results/cheaper-search/chained/)."""
+    replicates: int = checked(_integer_in(1, 4), 1, range=Range(1, 4, integer=True))
+    """Chained search: replicate trials (new training seeds) each cell of ``replicate_batch_sizes``
+    runs."""
     order: str = checked(one_of(SEARCH_ORDERS), "predicted")
     """Grid search: the order a cell starts its rates in. ``predicted`` (the default): nearest the
     rate predicted from the setting's measured cells first (``cbscore.study.lr_predict``), so the

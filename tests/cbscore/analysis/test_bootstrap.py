@@ -108,7 +108,12 @@ def test_measured_points_average_seeds_and_take_the_minimum_over_learning_rates(
         TrialSteps(batch_size=128, steps=500.0, seed=0), TrialSteps(batch_size=128, steps=450.0, seed=0),
     ]
     p64, p128 = measure_points(trials)
-    assert p64.seed_steps == (300.0, 900.0) and p64.steps == pytest.approx(np.sqrt(300.0 * 900.0))
+    # Seed 1 ran at B = 64 alone: its own shift of ln S (3× seed 0's here) is not known apart from
+    # S(64), so the seeds' additive fit leaves S(64) at seed 0's (a plain mean over the seeds would
+    # carry seed 1's shift into B = 64 only).
+    assert p64.seed_steps == (300.0, 900.0) and p64.steps == pytest.approx(300.0)
+    both = [t for t in trials if t.seed != 2] + [TrialSteps(batch_size=128, steps=1500.0, seed=1)]
+    assert measure_points(both)[0].steps == pytest.approx(np.sqrt(300.0 * 900.0))  # every seed everywhere: the mean
     assert p64.n_seeds == 2 and p64.n_seeds_unreached == 1 and p64.steps_lower_bound is None
     assert p128.seed_steps == () and p128.steps == 450.0 and p128.n_seeds == 1
 

@@ -111,6 +111,8 @@ ADDED = {
     "search.bracket_ratio": Range(1.1, 10),
     "search.extension_gain": Range(0, 1),
     "search.max_extensions": Range(0, 8, integer=True),
+    "search.replicate_batch_sizes": Range(1, MAX_BATCH, integer=True),
+    "search.replicates": Range(1, 4, integer=True),
     "local.base_batch_size": Range(1, MAX_BATCH, integer=True),
     "local.base_lr": Range(0, 10, lo_open=True),
     "local.checkpoint_count": Range(0, 30, integer=True),
