@@ -9,6 +9,7 @@ this package (tests/test_layers.py).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import app.cli
@@ -44,3 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"cbs {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader (`| head`, a pager) closed the pipe: stop quietly, as a Unix filter does, and
+        # point stdout at /dev/null so that the interpreter's final flush cannot raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
