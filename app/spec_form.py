@@ -127,13 +127,17 @@ INPUT_HINTS = {
 
 
 def field_help(name: str) -> str:
-    """A widget's help: the spec field's own docstring (``cbs study fields`` prints the same words,
-    :mod:`cbscore.study.spec_docs`), the field named first so a researcher finds it in the YAML,
-    and how the form reads it where that is the form's own (:data:`INPUT_HINTS`)."""
-    from cbscore.study.spec_docs import spec_field_doc
+    """A widget's help: the spec field's own docstring and the range its checks hold it to
+    (``cbs study fields`` prints the same words, :mod:`cbscore.study.spec_docs`), the field named
+    first so a researcher finds it in the YAML, and how the form reads it where that is the form's
+    own (:data:`INPUT_HINTS`)."""
+    from cbscore.study.spec_docs import spec_field_doc, spec_field_range
 
-    hint = INPUT_HINTS.get(name)
-    return f"`{name}`: {spec_field_doc(name)}" + (f"\n\n{hint}" if hint else "")
+    hint, bounds = INPUT_HINTS.get(name), spec_field_range(name)
+    if bounds.startswith("a finite number within"):  # the bound every number has: nothing to tell
+        bounds = ""
+    return (f"`{name}`: {spec_field_doc(name)}" + (f"\n\nAllowed: {bounds}." if bounds else "")
+            + (f"\n\n{hint}" if hint else ""))
 
 
 def label_of(field: str) -> str:

@@ -73,6 +73,12 @@ def _as_float(value: int | float) -> float:
         return math.inf
 
 
+def _bound_text(x: float) -> str:
+    """A range's edge as a message states it: whole numbers below 10¹³ exactly (``16777216``, where
+    ``:g`` would print ``1.67772e+07``, which is not the edge), others as ``:g`` (``1e+15``, ``0.5``)."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e13 else f"{x:g}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Range:
     """``lo ≤ x ≤ hi`` (``lo < x`` with ``lo_open``, ``x < hi`` with ``hi_open``), finite; with
@@ -86,7 +92,8 @@ class Range:
 
     def describe(self) -> str:
         kind = "a whole number" if self.integer else "a finite number"
-        return f"{kind} in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+        lo, hi = _bound_text(self.lo), _bound_text(self.hi)
+        return f"{kind} in {'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
 
     def holds(self, x: float) -> bool:
         above = x > self.lo if self.lo_open else x >= self.lo

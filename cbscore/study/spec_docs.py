@@ -18,10 +18,19 @@ def spec_field_doc(name: str) -> str:
     return readable(field_doc(StudySpec, name, NESTED))
 
 
+def spec_field_range(name: str) -> str:
+    """The range a dotted spec field's metadata states (``a finite number in [0, 10]``; for a list,
+    each entry's); empty when it states none."""
+    for row in spec_fields():
+        if row.name == name:
+            return row.range
+    return ""
+
+
 def spec_fields() -> list[FieldDoc]:
     """Every spec field in declaration order, each block's fields after its row (``search``,
     ``search.kind``, ...), with the docs as written."""
     return field_rows(StudySpec, NESTED)
 
 
-__all__ = ["NESTED", "spec_field_doc", "spec_fields"]
+__all__ = ["NESTED", "spec_field_doc", "spec_field_range", "spec_fields"]

@@ -47,7 +47,7 @@ def test_the_search_offers_the_chained_bracket_with_the_field_docs_as_help(launc
     assert "Malladi et al. 2022" in help_text
     # read from the field's docstring (a known sentence of it), not written twice
     assert launch.number_input(key="launch.search.extension_gain").help.endswith(
-        "an optimum at the centre leaves both edges about 10% behind.")
+        "an optimum at the centre leaves both edges about 10% behind.\n\nAllowed: a finite number in [0, 1].")
     # literals as code, on one line: ``bracket`` in the source reads `bracket` on the page
     assert launch.selectbox(key="launch.search.reference_rates").help.startswith(
         "`search.reference_rates`: Chained search: what the reference cell runs. `bracket` (the default): three "

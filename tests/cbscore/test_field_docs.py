@@ -97,7 +97,7 @@ def test_the_study_specs_known_docstrings():
 def test_a_numbers_range_is_read_from_its_fields_metadata():
     rows = {r.name: r for r in spec_fields()}
     assert rows["decay.horizon_high"].range == "a finite number in [1, 16]"
-    assert rows["seeds"].range == "a whole number in [0, 4.29497e+09]"
+    assert rows["seeds"].range == "a whole number in [0, 4294967295]"
     assert rows["local.warmup_schedule"].range.startswith("[a whole number in [1, 1e+15], ")
     assert (rows["name"].range, rows["search"].range, rows["data.source"].range) == ("", "", "")
 
