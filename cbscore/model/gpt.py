@@ -38,7 +38,12 @@ from cbscore.model.config import GPTConfig
 
 
 class Rotary(nn.Module):
-    """Rotary position embedding tables (Su et al. 2021, eq. 34), "rotate-half" layout."""
+    """Rotary position embedding tables (Su et al. 2021, eq. 34), "rotate-half" layout.
+
+    ``sin`` holds the sine with its first half negated, so that rotate-half is a swap of the two
+    halves with no negation pass: ``cat(-x2, x1)·sin == cat(x2, x1)·sin_signed`` bit for bit
+    (IEEE rounding is symmetric: ``(-a)·b == a·(-b)``). :class:`GPT` slices the tables once per
+    forward (:meth:`tables`) and every block's queries and keys use them (:func:`rotate`)."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -47,16 +52,25 @@ class Rotary(nn.Module):
         inv_freq = config.rope_base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         angles = torch.outer(torch.arange(config.context_tokens, dtype=torch.float32), inv_freq)  # (T, D/2)
         angles = torch.cat([angles, angles], dim=-1)  # (T, D)
+        sin = angles.sin()  # (T, D); negated from the same values, so each half is the sine of before
+        half = head_dim // 2
         self.register_buffer("cos", angles.cos(), persistent=False)  # (T, D)
-        self.register_buffer("sin", angles.sin(), persistent=False)  # (T, D)
+        self.register_buffer("sin", torch.cat([-sin[:, :half], sin[:, half:]], dim=-1), persistent=False)  # (T, D)
+
+    def tables(self, t: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(cos, sin)`` of the first ``t`` positions in ``dtype``: (T, D) each."""
+        return self.cos[:t].to(dtype), self.sin[:t].to(dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x: (B, H, T, D); rotate each pair (x_i, x_{i+D/2}) by angle t·θ_i
-        t = x.size(-2)
-        cos, sin = self.cos[:t].to(x.dtype), self.sin[:t].to(x.dtype)  # (T, D)
-        x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, D/2) each
-        rotated = torch.cat([-x2, x1], dim=-1)  # (B, H, T, D)
-        return x * cos + rotated * sin
+        # x: (B, H, T, D)
+        return rotate(x, self.tables(x.size(-2), x.dtype))
+
+
+def rotate(x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Rotate each pair (x_i, x_{i+D/2}) of ``x`` (B, H, T, D) by angle t·θ_i (:class:`Rotary`'s tables)."""
+    cos, sin = tables  # (T, D); sin's first half negated
+    x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, D/2) each
+    return x * cos + torch.cat([x2, x1], dim=-1) * sin  # x·cos + rotate_half(x)·sin
 
 
 class CausalSelfAttention(nn.Module):
@@ -71,7 +85,7 @@ class CausalSelfAttention(nn.Module):
         self.k_norm = nn.LayerNorm(c, bias=False)
         self.out = nn.Linear(c, c, bias=False)
 
-    def forward(self, x: torch.Tensor, rotary: Rotary) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         b, t, c = x.shape  # (B, T, C)
         q, k, v = self.qkv(x).split(c, dim=-1)  # 3 × (B, T, C)
         q, k = self.q_norm(q), self.k_norm(k)
@@ -79,7 +93,7 @@ class CausalSelfAttention(nn.Module):
         q = q.view(b, t, h, c // h).transpose(1, 2)  # (B, H, T, D)
         k = k.view(b, t, h, c // h).transpose(1, 2)  # (B, H, T, D)
         v = v.view(b, t, h, c // h).transpose(1, 2)  # (B, H, T, D)
-        q, k = rotary(q), rotary(k)
+        q, k = rotate(q, rope), rotate(k, rope)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
         y = y.transpose(1, 2).contiguous().view(b, t, c)  # (B, T, C)
         return self.out(y)
@@ -105,8 +119,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.d_model, bias=False)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, rotary: Rotary) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), rotary)
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), rope)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -161,8 +175,9 @@ class GPT(nn.Module):
         """``(logits, None)`` without targets; ``(None, loss)`` with them (see the module docstring)."""
         # idx, targets: (B, T) int64 token ids
         x = self.wte(idx)  # (B, T, C)
+        rope = self.rotary.tables(idx.size(1), x.dtype)  # once per forward, shared by every block
         for block in self.blocks:
-            x = block(x, self.rotary)  # (B, T, C)
+            x = block(x, rope)  # (B, T, C)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
         if targets is None:
             return logits, None

@@ -6,7 +6,6 @@ another grouping; :mod:`cbscore.train.micro_batch`)."""
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 from collections.abc import Callable
 
@@ -46,8 +45,8 @@ class StepFn:
         self._set_micro(micro_batch_size)
         self.autocast = autocast
         self.device = device
-        # clip_grad_norm_ with max_norm=inf only measures the norm (scales by exactly 1)
-        self.max_norm = grad_clip if grad_clip > 0 else math.inf
+        # 0 = no clipping: the norm is only measured (torch's clip would scale by exactly 1)
+        self.max_norm = grad_clip if grad_clip > 0 else None
         self.gns = gns  # GnsProbe (reads each micro-batch's gradient) or NO_GNS (cbscore.train.gns)
         if device.type == "cuda":
             self.to_device = lambda a: torch.from_numpy(a).pin_memory().to(device, non_blocking=True)
@@ -66,6 +65,8 @@ class StepFn:
         self.n_micro = self.batch_size // micro
         # DDP all-reduces in the backward of the last micro-batch only
         self.sync_contexts = [self.no_sync] * (self.n_micro - 1) + [contextlib.nullcontext]
+        # one pass needs no accumulator and no division by 1 (the same numbers: both are exact)
+        self._passes = self._one_pass if self.n_micro == 1 else self._accumulated_passes
 
     def __call__(self, batch: np.ndarray, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
         for group in self.optimizer.param_groups:
@@ -80,14 +81,25 @@ class StepFn:
                     raise
             # out of the handler first: its traceback holds the failed passes' activations
             self._halve()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm, foreach=True)
+        grads = [p.grad for p in self.params]
+        grad_norm = total_norm(grads)
+        if self.max_norm is not None:
+            clip_(grads, self.max_norm, grad_norm)
         self.gns.end_step(grad_norm)  # the full-batch norm before clipping
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.average.update()
         return loss, grad_norm  # device tensors, no host sync
 
-    def _passes(self, tokens: torch.Tensor) -> torch.Tensor:
+    def _one_pass(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of the whole batch in one pass; its loss (a device scalar)."""
+        with self.autocast():
+            _, loss = self.model(tokens[:, :-1], tokens[:, 1:])  # inputs, next-token targets (B, T)
+        loss.backward()
+        self.gns.after_backward(0)
+        return loss.detach()
+
+    def _accumulated_passes(self, tokens: torch.Tensor) -> torch.Tensor:
         """Forward and backward of every micro-batch; the mean loss (a device scalar)."""
         loss_sum = torch.zeros((), device=tokens.device)
         for i in range(self.n_micro):
@@ -117,3 +129,17 @@ class StepFn:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         self.on_resize(micro)
+
+
+def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The L2 norm of all of ``grads`` as one vector (a device scalar, no host sync): the norm of
+    the per-tensor norms, as ``torch.nn.utils.get_total_norm`` computes it for tensors of one
+    device and dtype (the trainer's fp32 gradients), without its per-tensor Python loop."""
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+
+
+def clip_(grads: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
+    """Scale ``grads`` in place by ``min(1, max_norm / (norm + 1e-6))``, as
+    ``torch.nn.utils.clip_grads_with_norm_`` does (no host sync: a factor of exactly 1 leaves them as
+    they are)."""
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))

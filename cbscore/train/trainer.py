@@ -201,9 +201,13 @@ class _Trial:
         decay = [p for p in self.model.parameters() if p.dim() >= 2]  # matrices and embeddings
         no_decay = [p for p in self.model.parameters() if p.dim() < 2]  # LayerNorm gains
         self.beta2 = cfg.resolved_beta2()
+        # CUDA: one fused kernel. CPU: the multi-tensor path, not torch's default per-parameter
+        # Python loop; on CPU it runs the same per-tensor kernels, so the update is the same bit
+        # for bit (CPU's fused kernel is not: it rounds differently).
+        self.adamw_kernels = {"fused": device.type == "cuda", "foreach": device.type != "cuda"}
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=cfg.lr, betas=(cfg.beta1, self.beta2), eps=cfg.eps, fused=device.type == "cuda",
+            lr=cfg.lr, betas=(cfg.beta1, self.beta2), eps=cfg.eps, **self.adamw_kernels,
         )
         self.taus = cfg.resolved_ewa_taus()
         self.state.beta2, self.state.ewa_taus = self.beta2, self.taus
@@ -282,6 +286,9 @@ class _Trial:
         """DDP (broadcasting rank 0's weights: call it after any checkpoint is loaded), then
         ``torch.compile`` where asked (on CUDA by default; the inductor cache under ``$CBS_HOME``)."""
         cfg = self.config
+        # a loaded optimizer state brings the kernel choice of the process that saved it
+        for group in self.optimizer.param_groups:
+            group.update(self.adamw_kernels)
         train_model, no_sync = self.group.wrap(self.model, self.device)
         if cfg.resolved_compile(self.device.type):
             if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
