@@ -92,6 +92,7 @@ def _seeds(field_name: str, value: Any) -> None:
 
 
 def _taus(field_name: str, value: Any) -> None:
+    _a_list(field_name, value)
     if not value:
         raise ConfigError(field_name, list(value), "must list at least one τ or be null")
     for tau in value:

@@ -42,7 +42,14 @@ def _positive_float(field_name: str, value: Any) -> float:
     return float(value)
 
 
+def a_list(field_name: str, value: Any) -> None:
+    """Refuse a scalar or a string where a list belongs (``lrs: 0.001``), naming the field."""
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+        raise ConfigError(field_name, value, "must be a list")
+
+
 def _each_positive_float(field_name: str, values: Any) -> None:
+    a_list(field_name, values)
     for value in values:
         _positive_float(field_name, value)
 
@@ -73,6 +80,7 @@ def _batch_floor(field_name: str, value: Any) -> None:
 
 
 def _each_batch_size(field_name: str, values: Any) -> None:
+    a_list(field_name, values)
     for value in values:
         _positive_int(field_name, value)
     if len(set(values)) != len(values):
@@ -316,6 +324,7 @@ def _settings_given(value: Any) -> Any:
 
 
 def _each_setting(field_name: str, value: Any) -> None:
+    a_list(field_name, value)
     for index, setting in enumerate(value):
         if not isinstance(setting, SettingSpec):
             raise ConfigError(f"{field_name}[{index}]", setting, "must be a mapping with exactly the keys model and tokens")
