@@ -13,6 +13,14 @@ The CPU floor of issue 3: the d_model 128, 4-layer preset (``tiny-0.8M``) at con
 plain PyTorch GPT of the same shape (learned positions, no QK-norm, no averaging; a bare
 forward/backward/AdamW loop) measured the same way, so that a figure taken on a busy shared
 machine can be read against what the machine gave at that moment.
+
+``--profile`` (with ``--one`` or ``--reference-one``) reports, instead of a speed, what one steady
+step does, counts that do not depend on the machine's load: torch ops (all, and those called from
+Python), Python function calls and ``.item()`` reads, per step over the steps after the last early
+evaluation (the trainer evaluates at steps 0, 1, 2, 4, 8 and 16)::
+
+    python benchmarks/bench_train.py --one tiny-0.8M --threads 2 --batch-size 16 --profile
+    python benchmarks/bench_train.py --reference-one tiny-0.8M --threads 2 --batch-size 16 --profile
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ import sys
 import time
 
 CPU_PRESETS = ("tiny-0.1M", "tiny-0.8M", "tiny-3.1M")
+#: Steps profiled by --profile start after this one: the last early evaluation is before step 17.
+PROFILE_FROM_STEP = 17
 GPU_PRESETS = ("85M", "151M")
 
 
@@ -35,8 +45,21 @@ def _one(args: argparse.Namespace) -> dict:
 
     from cbscore.data import DataConfig, prepare
     from cbscore.model.config import get_preset
+    from cbscore.train.callbacks import Callback
     from cbscore.train.config import TrainConfig
     from cbscore.train.trainer import train
+
+    class Window(Callback):
+        """--profile: steps PROFILE_FROM_STEP + 1 .. the last but one (the last evaluates)."""
+
+        def __init__(self):
+            self.profiler = _StepProfiler()
+
+        def post_step(self, state, metrics):
+            if state.step == PROFILE_FROM_STEP:
+                self.profiler.start()
+            elif state.step == state.total_steps - 1:
+                self.profiler.stop(state.step - PROFILE_FROM_STEP)
 
     preset = get_preset(args.one)
     context = args.context or preset.context_tokens
@@ -48,7 +71,10 @@ def _one(args: argparse.Namespace) -> dict:
         ewa_taus=(0.999,), eval_windows=1, eval_every_steps=10**9, log_every_steps=10,
         data=data, device=args.device, compile=args.compile, threads=args.threads, allow_repeat=True,
     )
-    result = train(config)
+    window = Window() if args.profile else None
+    result = train(config, [window] if window else [])
+    if window:
+        return {"preset": args.one, **window.profiler.counts}
     return {
         "preset": args.one,
         "device": result.device,
@@ -118,6 +144,15 @@ def _reference(args: argparse.Namespace) -> dict:
         opt.zero_grad(set_to_none=True)
 
     step()
+    if args.profile:  # the same steps the trainer's --profile counts
+        for _ in range(PROFILE_FROM_STEP - 1):
+            step()
+        profiler, n = _StepProfiler(), args.steps - 1 - PROFILE_FROM_STEP
+        profiler.start()
+        for _ in range(n):
+            step()
+        profiler.stop(n)
+        return {"preset": f"plain GPT ({args.reference_one} shape)", **profiler.counts}
     start = time.perf_counter()
     for _ in range(args.steps - 1):
         step()
@@ -128,6 +163,36 @@ def _reference(args: argparse.Namespace) -> dict:
         "tokens_per_s": args.batch_size * t * (args.steps - 1) / seconds, "mfu": None,
         "peak_memory_mib": peak_memory_bytes(torch.device("cpu")) / 2**20, "torch": torch.__version__,
     }
+
+
+class _StepProfiler:
+    """Counts over a window of steps (--profile): torch ops from ``torch.profiler``, Python calls
+    from ``cProfile``, both per step."""
+
+    def start(self) -> None:
+        import cProfile
+
+        from torch.profiler import ProfilerActivity, profile
+
+        self.torch = profile(activities=[ProfilerActivity.CPU])
+        self.python = cProfile.Profile()
+        self.torch.__enter__()
+        self.python.enable()
+
+    def stop(self, steps: int) -> None:
+        import pstats
+
+        self.python.disable()
+        self.torch.__exit__(None, None, None)
+        events = self.torch.events()
+        calls = sum(n for _, n, *_ in pstats.Stats(self.python).stats.values())
+        self.counts = {
+            "profiled_steps": steps,
+            "torch_ops_per_step": len(events) / steps,
+            "top_level_ops_per_step": sum(e.cpu_parent is None for e in events) / steps,
+            "python_calls_per_step": calls / steps,
+            "item_per_step": sum(e.name == "aten::item" for e in events) / steps,
+        }
 
 
 def _child(flags: list[str]) -> tuple[str, dict | str]:
@@ -142,6 +207,10 @@ def _child(flags: list[str]) -> tuple[str, dict | str]:
 def _row(shown: str, fig: dict | str) -> str:
     if isinstance(fig, str):
         return f"{fig}\n    $ {shown}"
+    if "profiled_steps" in fig:
+        return (f"{fig['preset']:<28} per step over {fig['profiled_steps']} steps: {fig['torch_ops_per_step']:,.1f} torch ops "
+                f"({fig['top_level_ops_per_step']:,.1f} called from Python), {fig['python_calls_per_step']:,.1f} Python "
+                f"calls, {fig['item_per_step']:.2f} .item()\n    $ {shown}")
     mfu = f"MFU {fig['mfu']:.1%}" if fig["mfu"] is not None else "MFU n/a"
     return (f"{fig['preset']:<28} {fig['tokens_per_s']:>12,.0f} tokens/s  {mfu:<9}  peak {fig['peak_memory_mib']:,.0f} MiB  "
             f"B={fig['batch_size']} T={fig['context']} V={fig['vocab_size']} on {fig['device']}\n    $ {shown}")
@@ -162,7 +231,13 @@ def main() -> int:
     p.add_argument("--cpu-only", action="store_true")
     p.add_argument("--reference", action="store_true", help="also measure a plain PyTorch GPT of each shape")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--profile", action="store_true",
+                   help="with --one or --reference-one: per-step op and call counts instead of a speed")
     args = p.parse_args()
+    if args.profile and not (args.one or args.reference_one):
+        p.error("--profile needs --one or --reference-one")
+    if args.profile and args.steps < PROFILE_FROM_STEP + 4:
+        p.error(f"--profile needs --steps of at least {PROFILE_FROM_STEP + 4}")
 
     if args.one or args.reference_one:
         fig = _one(args) if args.one else _reference(args)
