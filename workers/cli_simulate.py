@@ -42,6 +42,9 @@ def register_simulate(sub: argparse._SubParsersAction) -> None:
                           help="also analyse each study with R bootstrap resamples (default 200) and report how often "
                                "the 95%% intervals of B* and of the laws' exponents cover the truth")
     simulate.add_argument("--seeds", type=int, default=1, metavar="K", help="simulated studies (default 1)")
+    simulate.add_argument("--first-seed", type=int, default=0, metavar="I",
+                          help="the first simulated study's seed (default 0): fresh draws for a design chosen on "
+                               "studies 0..K-1")
     simulate.add_argument("--lr-penalty", type=float, default=None, metavar="K",
                           help="k of m(η) = 1 + k·ln²(η/η*): the cost of a learning rate off its optimum "
                                "(0.198 with --noise lab, the default; 0.1 with --noise SIGMA)")
@@ -125,7 +128,9 @@ def run_simulate(args: argparse.Namespace) -> int:
             print(f"\rsimulated {done}/{total} studies", end="\n" if done == total else "", file=sys.stderr,
                   flush=True)
 
-    report = simulate(spec, truth, config, seeds=args.seeds, progress=progress)
+    if isinstance(args.first_seed, bool) or args.first_seed < 0:
+        raise ConfigError("--first-seed", args.first_seed, "must be a non-negative integer")
+    report = simulate(spec, truth, config, seeds=args.seeds, first_seed=args.first_seed, progress=progress)
     print(json.dumps(report.to_json_dict(), indent=2) if args.json else format_report(report))
     return 0
 

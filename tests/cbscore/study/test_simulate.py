@@ -184,6 +184,25 @@ def test_cli_prints_the_table_and_json(capsys, tmp_path, monkeypatch):
     assert "--truth" in capsys.readouterr().err
 
 
+def test_cli_first_seed_draws_the_studies_from_that_seed(capsys, tmp_path, monkeypatch):
+    """``--first-seed I --seeds 1`` is study I of a run from seed 0: fresh draws for a design chosen
+    on the first studies, and the same draws as the longer run where they overlap."""
+    from cbs import main
+
+    monkeypatch.setenv("CBS_HOME", str(tmp_path))
+    args = ["study", "simulate", "paper-fixed-d", "--truth", "paper", "--json"]
+    assert main([*args, "--seeds", "2"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert main([*args, "--seeds", "1", "--first-seed", "1"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert main([*args, "--seeds", "1"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert second["tokens_study_mean"] != first["tokens_study_mean"]
+    assert both["tokens_study_mean"] == pytest.approx((first["tokens_study_mean"] + second["tokens_study_mean"]) / 2)
+    assert main([*args, "--first-seed", "-1"]) == 2
+    assert "--first-seed" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("curves", [None, "lab"])
 def test_a_planner_that_reads_only_what_changed_plans_as_a_fresh_one(monkeypatch, curves):
     """The simulator keeps one Planner per study: it reads only the records that changed since its
