@@ -371,8 +371,8 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
     d["gns_cells"] = values["gns_cells"]
     # A kind's own block (``local:``, ``decay:``) from its fields; every other kind's block is dropped.
     own = KIND_BLOCKS.get(kind)
-    for block in ("local", "decay"):
-        d[block] = own[1](base, d, values) if own is not None and own[0] == block else None
+    for block, build in KIND_BLOCKS.values():
+        d[block] = build(base, d, values) if own is not None and own[0] == block else None
     return StudySpec.from_dict(d)
 
 
