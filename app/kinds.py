@@ -60,7 +60,7 @@ def _schedule_readout(name: str, folder: Path) -> None:  # `cbs study fit`'s per
     from workers.query import api
 
     readout = api.study_schedule_fit(name)
-    (folder / "schedules.json").write_text(json.dumps(readout, indent=2, allow_nan=False) + "\n")
+    (folder / "schedules.json").write_text(json.dumps(readout.to_json_dict(), indent=2, allow_nan=False) + "\n")
     (folder / "schedules.txt").write_text(format_schedule(readout) + "\n")
 
 

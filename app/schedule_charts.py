@@ -1,7 +1,7 @@
 """Figures and tables of a ``schedule`` study's readout: data in, figure out.
 
-Pure functions of the readout dict (:func:`cbscore.study.decay_readout.schedule_readout`, the JSON of
-``cbs study fit NAME`` for ``kind: schedule``), unit-tested without Streamlit or MLflow like
+Pure functions of the readout (:class:`cbscore.study.decay_readout.ScheduleReadout`, what
+``cbs study fit NAME`` reads for ``kind: schedule``), unit-tested without Streamlit or MLflow like
 :mod:`app.charts`. Definitions: each schedule's S(B) = S_min + b/B fitted on log S, B_noise = b/S_min
 (McCandlish et al. 2018, arXiv 1812.06162, eq. 2.11), B* the largest B with S(B) ≤ (1 + r)·S(B_ref)·B_ref/B
 (Zhang et al. 2025, §2.2); under WSD the E(S) trade-off E = B·S, classical E = E_min·S/(S − S_min)
@@ -13,12 +13,17 @@ checked).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
 
 from app.charts import PALETTE, _log2_axis, _style
+
+if TYPE_CHECKING:
+    from cbscore.analysis import WsdEsAnalysis
+    from cbscore.study.decay_readout import ScheduleFit, ScheduleReadout, StepsCurveFit
 
 #: The order and colour of each schedule, the same on every figure.
 SCHEDULE_COLORS = {"constant_ewa": PALETTE[0], "cosine": PALETTE[1], "wsd": PALETTE[2]}
@@ -28,39 +33,35 @@ def _color(schedule: str, i: int) -> str:
     return SCHEDULE_COLORS.get(schedule, PALETTE[i % len(PALETTE)])
 
 
-def _fitted(entry: dict) -> bool:
-    return entry.get("fit") is not None
-
-
-def steps_figure(readout: dict, *, height: int = 440) -> go.Figure:
+def steps_figure(readout: ScheduleReadout, *, height: int = 440) -> go.Figure:
     """S(B) per schedule on log axes: the measured points (each schedule against its own target; a WSD or
     cosine point is the first horizon at the target, a constant+EWA point the stable run's crossing), the
     fitted S(B) = S_min + b/B, and each schedule's B* as a diamond on its curve."""
     fig = go.Figure()
-    batch = [readout["b_ref"]] + [p["batch_size"] for e in readout["schedules"].values() for p in e["points"]]
+    batch = [readout.b_ref] + [p.batch_size for e in readout.schedules.values() for p in e.points]
     lo, hi = min(batch) / 1.25, max(batch) * 1.25
     steps: list[float] = []
-    for i, (name, entry) in enumerate(readout["schedules"].items()):
+    for i, (name, entry) in enumerate(readout.schedules.items()):
         color = _color(name, i)
-        pts = [p for p in entry["points"] if p["steps"] is not None]
-        steps += [p["steps"] for p in pts]
+        pts = [p for p in entry.points if p.steps is not None]
+        steps += [p.steps for p in pts]
         fig.add_trace(go.Scatter(
-            x=[p["batch_size"] for p in pts], y=[p["steps"] for p in pts], mode="markers", name=name,
+            x=[p.batch_size for p in pts], y=[p.steps for p in pts], mode="markers", name=name,
             legendgroup=name, marker=dict(color=color, size=9),
-            customdata=[[p["n_trials"], p["n_censored"]] for p in pts],
+            customdata=[[p.n_trials, p.n_censored] for p in pts],
             hovertemplate=f"{name}<br>B = %{{x}}<br>S(B) = %{{y:.1f}} steps<br>%{{customdata[0]}} runs, "
                           "%{customdata[1]} censored<extra></extra>"))
-        if not _fitted(entry):
+        f = entry.fit
+        if f is None:
             continue
-        f = entry["fit"]
         grid = np.geomspace(lo, hi, 60)
-        curve = f["s_min"] + f["b"] / grid  # S(B) = S_min + b/B
+        curve = f.s_min_steps + f.b_steps_sequences / grid  # S(B) = S_min + b/B
         steps += [float(curve.min()), float(curve.max())]
         fig.add_trace(go.Scatter(x=grid, y=curve, mode="lines", name=f"{name} fit", legendgroup=name,
                                  line=dict(color=color, width=2), showlegend=False,
                                  hovertemplate=f"{name} fit<br>B = %{{x:.3g}}<br>S = %{{y:.1f}}<extra></extra>"))
-        if f["cbs"] is not None:
-            fig.add_trace(go.Scatter(x=[f["cbs"]], y=[f["s_min"] + f["b"] / f["cbs"]], mode="markers",
+        if f.cbs is not None:
+            fig.add_trace(go.Scatter(x=[f.cbs], y=[f.s_min_steps + f.b_steps_sequences / f.cbs], mode="markers",
                                      name=f"B* ({name})", legendgroup=name, showlegend=False,
                                      marker=dict(symbol="diamond", size=12, color=color, line=dict(color="white", width=1)),
                                      hovertemplate=f"B*({name}) = %{{x:.3g}}<extra></extra>"))
@@ -69,37 +70,47 @@ def steps_figure(readout: dict, *, height: int = 440) -> go.Figure:
     return _style(fig, title=None, height=height)
 
 
-def fit_rows(readout: dict) -> list[dict]:
-    """One row per schedule, side by side: its target, S_min, B_noise and B* with their 95% intervals."""
+def fit_rows(readout: ScheduleReadout) -> list[dict]:
+    """One row per schedule, side by side: its target, S_min, B_noise and B* with their 95% intervals
+    (the columns of the pages' table)."""
     rows = []
-    for name, entry in readout["schedules"].items():
-        f = entry.get("fit") or {}
-        ci, noise_ci = f.get("cbs_ci") or (None, None), f.get("b_noise_ci") or (None, None)
-        rows.append({"schedule": name, "target (nats)": entry["target"], "runs": len(entry["rows"]),
-                     "S_min (steps)": f.get("s_min"), "B_noise": f.get("b_noise"), "B_noise low": noise_ci[0],
-                     "B_noise high": noise_ci[1], "B*": f.get("cbs"), "B* low": ci[0], "B* high": ci[1],
-                     "notes": "; ".join(entry["errors"])})
+    for name, entry in readout.schedules.items():
+        f = entry.fit
+        ci = (f and f.cbs_ci) or (None, None)
+        noise_ci = (f and f.b_noise_ci) or (None, None)
+        rows.append({"schedule": name, "target (nats)": entry.target_loss_nats, "runs": len(entry.runs),
+                     "S_min (steps)": f and f.s_min_steps, "B_noise": f and f.b_noise, "B_noise low": noise_ci[0],
+                     "B_noise high": noise_ci[1], "B*": f and f.cbs, "B* low": ci[0], "B* high": ci[1],
+                     "notes": "; ".join(entry.errors)})
     return rows
 
 
-def intervals_figure(readout: dict, *, height: int = 360) -> go.Figure:
+#: The quantities of :func:`intervals_figure`: label, value and 95% interval of a fit, marker.
+_INTERVALS: tuple[tuple[str, Callable[[StepsCurveFit], float | None],
+                        Callable[[StepsCurveFit], tuple[float, float] | None], str], ...] = (
+    ("B_noise", lambda f: f.b_noise, lambda f: f.b_noise_ci, "circle"),
+    ("B*", lambda f: f.cbs, lambda f: f.cbs_ci, "diamond"),
+)
+
+
+def intervals_figure(readout: ScheduleReadout, *, height: int = 360) -> go.Figure:
     """B_noise and B* of each schedule with their 95% intervals, side by side on one log axis."""
     fig = go.Figure()
     values = []
-    for j, (quantity, ci_key, symbol) in enumerate((("b_noise", "b_noise_ci", "circle"), ("cbs", "cbs_ci", "diamond"))):
+    for j, (label, value_of, ci_of, symbol) in enumerate(_INTERVALS):
         names, xs, lows, highs, colors = [], [], [], [], []
-        for i, (name, entry) in enumerate(readout["schedules"].items()):
-            f = entry.get("fit")
-            if f is None or f.get(quantity) is None or not math.isfinite(f[quantity]):
+        for i, (name, entry) in enumerate(readout.schedules.items()):
+            f = entry.fit
+            x = None if f is None else value_of(f)
+            if x is None or not math.isfinite(x):
                 continue
-            ci = f.get(ci_key) or (f[quantity], f[quantity])
+            ci = ci_of(f) or (x, x)
             names.append(name)
-            xs.append(f[quantity])
-            lows.append(f[quantity] - ci[0])
-            highs.append(ci[1] - f[quantity])
+            xs.append(x)
+            lows.append(x - ci[0])
+            highs.append(ci[1] - x)
             colors.append(_color(name, i))
-            values += [v for v in (f[quantity], *ci) if v is not None and math.isfinite(v) and v > 0]
-        label = "B_noise" if quantity == "b_noise" else "B*"
+            values += [v for v in (x, *ci) if v is not None and math.isfinite(v) and v > 0]
         fig.add_trace(go.Scatter(
             x=xs, y=[f"{n}" for n in names], mode="markers", name=label, offsetgroup=str(j),
             marker=dict(symbol=symbol, size=11, color=colors),
@@ -110,14 +121,12 @@ def intervals_figure(readout: dict, *, height: int = 360) -> go.Figure:
     return _style(fig, title=None, height=height)
 
 
-def es_points_of(entry: dict) -> tuple[list[float], list[float]]:
+def es_points_of(entry: ScheduleFit) -> tuple[list[float], list[float]]:
     """The WSD readout's ``(B, S)`` points, as ``cbs fit --es`` reads them (each (B, seed)'s fewest steps)."""
-    from cbscore.analysis import es_points
-
-    return next(iter(es_points(entry["rows"]).values()), ([], []))
+    return entry.es_points()
 
 
-def es_figure(batch_sizes: Sequence[float], steps: Sequence[float], es: dict, *, height: int = 420) -> go.Figure:
+def es_figure(batch_sizes: Sequence[float], steps: Sequence[float], es: WsdEsAnalysis, *, height: int = 420) -> go.Figure:
     """Tokens to target E = B·S (sequences) against steps S under WSD: the points, the classical
     hyperbola and the revised form's quadratic stage, with B_opt's point on the quadratic."""
     from cbscore.analysis._wsd_fit import classical_e, quadratic_e
@@ -129,20 +138,20 @@ def es_figure(batch_sizes: Sequence[float], steps: Sequence[float], es: dict, *,
                              customdata=np.asarray(batch_sizes, dtype=float),
                              hovertemplate="B = %{customdata}<br>S = %{x:.1f}<br>E = %{y:.4g}<extra></extra>"))
     if s.size:
-        classical = es.get("classical")
+        classical = es.classical
         if classical is not None:
-            p = classical["params"]
+            p = classical.params
             grid = np.geomspace(max(p["s_min"] * 1.02, s.min() / 1.3), s.max() * 1.3, 80)
             fig.add_trace(go.Scatter(x=grid, y=classical_e(grid, p["s_min"], p["e_min"]), mode="lines",
-                                     name=f"classical (B_noise = {_g(es.get('b_noise'))})",
+                                     name=f"classical (B_noise = {_g(es.b_noise)})",
                                      line=dict(color=PALETTE[0], width=2)))
-        quadratic = es.get("quadratic")
+        quadratic = es.quadratic
         if quadratic is not None:
-            p = quadratic["params"]
+            p = quadratic.params
             grid = np.linspace(s.min() / 1.3, s.max() * 1.3, 80)
             fig.add_trace(go.Scatter(x=grid, y=quadratic_e(grid, p["c"], p["s_opt"], p["e_min"]), mode="lines",
-                                     name=f"revised, quadratic stage (B_opt = {_g(es.get('b_opt'))}, "
-                                          f"B_min = {_g(es.get('b_min'))})",
+                                     name=f"revised, quadratic stage (B_opt = {_g(es.b_opt)}, "
+                                          f"B_min = {_g(es.b_min)})",
                                      line=dict(color=PALETTE[3], width=2, dash="dash")))
             fig.add_trace(go.Scatter(x=[p["s_opt"]], y=[p["e_min"]], mode="markers", name="E_min at S_opt",
                                      marker=dict(symbol="diamond", size=12, color=PALETTE[3])))
@@ -151,27 +160,26 @@ def es_figure(batch_sizes: Sequence[float], steps: Sequence[float], es: dict, *,
     return _style(fig, title=None, height=height)
 
 
-def es_rows(es: dict) -> list[dict]:
+def es_rows(es: WsdEsAnalysis) -> list[dict]:
     """The two E(S) forms side by side: parameters, AICc, leave-one-out RMSE of ln E, the batch sizes each gives."""
     rows = []
-    for form, label, sizes in (("classical", "classical (McCandlish et al. 2018)", {"B_noise": es.get("b_noise")}),
-                               ("quadratic", "revised, quadratic stage (Zhou/Huang et al. 2026)",
-                                {"B_opt": es.get("b_opt"), "B_min": es.get("b_min")})):
-        f = es.get(form)
-        row = {"form": label, "parameters": "—" if f is None else ", ".join(f"{k} = {v:.4g}" for k, v in f["params"].items()),
-               "points": None if f is None else f["n"], "AICc": None if f is None else f["aicc"],
-               "leave-one-out RMSE (ln E)": None if f is None else f["loo_rmse"],
+    for f, label, sizes in ((es.classical, "classical (McCandlish et al. 2018)", {"B_noise": es.b_noise}),
+                            (es.quadratic, "revised, quadratic stage (Zhou/Huang et al. 2026)",
+                             {"B_opt": es.b_opt, "B_min": es.b_min})):
+        row = {"form": label, "parameters": "—" if f is None else ", ".join(f"{k} = {v:.4g}" for k, v in f.params.items()),
+               "points": None if f is None else f.n, "AICc": None if f is None else f.aicc,
+               "leave-one-out RMSE (ln E)": None if f is None else f.loo_rmse,
                "B_noise": None, "B_opt": None, "B_min": None}
         row.update(sizes)
         rows.append(row)
     return rows
 
 
-def es_verdict(es: dict) -> str:
+def es_verdict(es: WsdEsAnalysis) -> str:
     """Which form fits better and why, as ``cbs fit --es`` prints it."""
     better = {"classical": "the classical form fits better", "quadratic": "the revised form fits better",
-              "undecided": "neither form fits better"}.get(es["better"], es["better"])
-    return f"{better} ({es['reason']})"
+              "undecided": "neither form fits better"}.get(es.better, es.better)
+    return f"{better} ({es.reason})"
 
 
 def _g(x) -> str:

@@ -8,30 +8,35 @@ study's (one target per setting), so these pages read ``cbs study fit``'s readou
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import streamlit as st
 
 from app import panels, sources
+
+if TYPE_CHECKING:
+    from cbscore.study.decay_readout import ScheduleReadout
 
 _CONFIG = {"displaylogo": False}
 
 
 @st.cache_data(ttl=sources.SLOW_TTL_S, max_entries=8, show_spinner=False)
-def readout(name: str) -> dict:
-    """``cbs study fit NAME --json`` of a schedule study, with the pages' bootstrap."""
-    return dict(sources.study_schedule_fit(name, bootstrap=panels.BOOTSTRAP))
+def readout(name: str) -> ScheduleReadout:
+    """``cbs study fit NAME``'s readout of a schedule study, with the pages' bootstrap."""
+    return sources.study_schedule_fit(name, bootstrap=panels.BOOTSTRAP)
 
 
-def _readout(name: str) -> dict:
+def _readout(name: str) -> ScheduleReadout:
     from app.failures import Nothing
 
     fit = readout(name)
-    if not any(e["rows"] for e in fit["schedules"].values()):
+    if not any(e.runs for e in fit.schedules.values()):
         raise Nothing(f"Schedule study `{name}` has no decayed run read yet — its schedules appear as their "
                       "runs end. Watch it on the Studies page.")
     return fit
 
 
-def _fit_table(fit: dict) -> None:
+def _fit_table(fit: ScheduleReadout) -> None:
     import pandas as pd
 
     from app import schedule_charts
@@ -40,9 +45,9 @@ def _fit_table(fit: dict) -> None:
                  column_config={k: st.column_config.NumberColumn(format="%.4g")
                                 for k in ("target (nats)", "S_min (steps)", "B_noise", "B_noise low", "B_noise high",
                                           "B*", "B* low", "B* high")})
-    for line in fit["comparison"]:
+    for line in fit.comparison:
         st.markdown(f"- {line}")
-    for note in fit["notes"]:
+    for note in fit.notes:
         st.caption(note)
 
 
@@ -53,7 +58,7 @@ def render_curves(name: str) -> None:
     fit = _readout(name)
     st.subheader("Steps to target under each schedule")
     st.caption(
-        f"One setting, three schedules from the same stable runs, B_ref = {fit['b_ref']}, r = {fit['overhead']:g}. "
+        f"One setting, three schedules from the same stable runs, B_ref = {fit.b_ref}, r = {fit.overhead:g}. "
         "Each schedule is read against its own target, its loss at D at B_ref: constant+EWA by the stable run's "
         "crossing, WSD by the first decay branch (from the stable run's snapshot) at the target, cosine by the "
         "first cosine run at it. S(B) = S_min + b/B fitted on log S; ◆ B* (Zhang et al. 2025, §2.2).")
@@ -71,11 +76,11 @@ def render_scaling(name: str) -> None:
                "95% bootstrap intervals (" + panels.CI_HELP + ")")
     st.plotly_chart(schedule_charts.intervals_figure(fit), key="scaling.schedule.intervals", config=_CONFIG)
     _fit_table(fit)
-    wsd = fit["schedules"].get("wsd")
+    wsd = fit.schedules.get("wsd")
     if wsd is None:
         return
     st.subheader("E(S) under WSD: the classical and the revised fit")
-    es = wsd.get("es_fit")
+    es = wsd.es_fit
     if es is None:
         st.info("The E(S) fits need WSD runs at three or more (B, seed) points at the target.")
         return
@@ -93,5 +98,5 @@ def render_scaling(name: str) -> None:
                  column_config={k: st.column_config.NumberColumn(format="%.4g")
                                 for k in ("AICc", "leave-one-out RMSE (ln E)", "B_noise", "B_opt", "B_min")})
     st.markdown(f"**Which fits better:** {schedule_charts.es_verdict(es)}")
-    for note in es["notes"]:
+    for note in es.notes:
         st.caption(note)

@@ -21,6 +21,7 @@ from cbscore.errors import CbsError, masked_url
 
 if TYPE_CHECKING:
     from cbscore.analysis import StepsRow
+    from cbscore.study.decay_readout import ScheduleReadout
 
 # A page fails fast when a tracking server is down, instead of retrying for a minute (these are
 # MLflow's own settings, read by its HTTP client in this process only).
@@ -272,7 +273,7 @@ def study_table_fit(name: str, rows: Sequence[StepsRow], *, b_ref: int, overhead
                                    skipped=skipped)
 
 
-def study_schedule_fit(name: str, *, bootstrap: int = 1000) -> dict:
+def study_schedule_fit(name: str, *, bootstrap: int = 1000) -> ScheduleReadout:
     """A ``schedule`` study's readout (:func:`workers.query.api.study_schedule_fit`)."""
     with reachable():
         from workers.query import api

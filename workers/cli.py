@@ -310,7 +310,8 @@ def run_fit(args: argparse.Namespace) -> int:
     kind = worker_kind(api.study_spec(args.name))
     if kind.readout is not None:  # the kind's own readout (local CBS; S(B) and B* per schedule), not the lab's fit
         out = kind.readout(args.name, bootstrap=args.bootstrap, seed=args.seed)
-        print(json.dumps(out, indent=2, allow_nan=False) if args.json else kind.format_readout(out))
+        print(json.dumps(kind.json_of_readout(out), indent=2, allow_nan=False) if args.json
+              else kind.format_readout(out))
         return 0
     analysis = api.study_fit(args.name, bootstrap=args.bootstrap, seed=args.seed)
     # the noise-scale forecast of each setting and its calibration against this fit

@@ -1,6 +1,7 @@
 """The readout of a ``schedule`` study: steps to target, S(B), B_noise and B* per schedule.
 
-Pure (records in, a JSON-safe dict out); ``cbs study fit NAME`` reads the records from MLflow
+Pure (records in, a :class:`ScheduleReadout` out, whose ``to_json_dict()`` is the JSON of
+``cbs study fit NAME --json`` and of the report's ``schedules.json``); ``cbs study fit NAME`` reads the records from MLflow
 (``workers.studies.schedule_fit``). Per schedule (:mod:`cbscore.study.decay_spec`):
 
 - **target**: the schedule's own held-out loss at D at ``B_ref`` (``H_D = round(D / (B_ref·T))``
@@ -26,7 +27,9 @@ Pure (records in, a JSON-safe dict out); ``cbs study fit NAME`` reads the record
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from cbscore.study.decay_plan import (
     cosine_grid,
@@ -38,11 +41,197 @@ from cbscore.study.decay_plan import (
     study_setting,
     wsd_grid,
 )
+from cbscore.study.decay_spec import DecaySpec
 from cbscore.study.spec import StudySpec
 from cbscore.study.trials import TrialRecord
 
+if TYPE_CHECKING:
+    from cbscore.analysis import WsdEsAnalysis
+
 #: Row columns of the steps table (``cbs fit``'s).
 ROW_COLUMNS = ("setting", "batch_size", "steps", "n_params", "tokens", "context", "outcome", "seed", "budget_steps", "lr")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleRun:
+    """One ``(B, lr, seed)`` run of a schedule read against the schedule's target: a row of its
+    steps table (the columns ``cbs fit`` reads, :data:`ROW_COLUMNS`)."""
+
+    setting: str
+    """``{setting}.{schedule}``: each schedule is a setting of its own in the steps table."""
+    batch_size: int
+    """Sequences per optimizer step."""
+    n_params: int
+    """Non-embedding parameters of the setting's model."""
+    tokens: int
+    """Training tokens of the setting (D)."""
+    context_tokens: int
+    """Tokens per sequence (the table's ``context`` column)."""
+    seed: int
+    """The run's seed."""
+    lr: float
+    """Peak learning rate."""
+    steps: float | None
+    """Steps to the target: the crossing where ``reached``, the last horizon (a lower bound) where
+    ``censored``; ``None`` where ``diverged``."""
+    outcome: str
+    """``reached``, ``censored`` or ``diverged``."""
+    budget_steps: float | None
+    """Steps a censored run trained without reaching the target; ``None`` otherwise."""
+    at_most: bool | None = None
+    """A horizon reading (``wsd``, ``cosine``) that reached the target: whether it was there at the
+    first horizon already (``steps`` an upper bound); ``None`` for the other rows (no such column)."""
+
+    def to_json_dict(self) -> dict[str, Any]:
+        out = {"setting": self.setting, "batch_size": self.batch_size, "n_params": self.n_params,
+               "tokens": self.tokens, "context": self.context_tokens, "seed": self.seed, "lr": self.lr,
+               "steps": self.steps, "outcome": self.outcome, "budget_steps": self.budget_steps}
+        if self.at_most is not None:
+            out["at_most"] = self.at_most
+        return out
+
+    @classmethod
+    def from_json_dict(cls, data: Mapping[str, Any]) -> ScheduleRun:
+        return cls(setting=data["setting"], batch_size=data["batch_size"], n_params=data["n_params"],
+                   tokens=data["tokens"], context_tokens=data["context"], seed=data["seed"], lr=data["lr"],
+                   steps=data["steps"], outcome=data["outcome"], budget_steps=data["budget_steps"],
+                   at_most=data.get("at_most"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulePoint:
+    """S(B) at one batch size: the point the fit reads (:func:`cbscore.analysis.analyze_table`)."""
+
+    batch_size: int
+    """Sequences per optimizer step."""
+    steps: float | None
+    """Steps to target at this batch size (the best rate's, over seeds); ``None``: none measured."""
+    n_trials: int
+    """Runs read at this batch size."""
+    n_censored: int
+    """Of those, runs censored at their last horizon."""
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size, "steps": self.steps, "n_trials": self.n_trials,
+                "n_censored": self.n_censored}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepsCurveFit:
+    """S(B) = S_min + b/B fitted on log S, B_noise = b/S_min (McCandlish et al. 2018, arXiv
+    1812.06162, eq. 2.11) and B* = the largest B with S(B) ≤ (1 + r)·S(B_ref)·B_ref/B (Zhang et al.
+    2025, §2.2), with their 95% bootstrap intervals. Batch sizes are in sequences."""
+
+    s_min_steps: float
+    """S_min: the fewest steps to target, at an infinite batch size."""
+    b_steps_sequences: float
+    """b of S(B) = S_min + b/B (steps × sequences)."""
+    b_noise: float
+    """B_noise = b/S_min (sequences)."""
+    cbs: float | None
+    """B* of the fitted curve (sequences); ``None`` where the curve gives none."""
+    cbs_ci: tuple[float, float] | None
+    """B*'s 95% interval; ``None`` without a bootstrap."""
+    cbs_empirical: float | None
+    """B* read off the measured points (sequences); ``None`` where they give none."""
+    b_noise_ci: tuple[float, float] | None
+    """B_noise's 95% interval; ``None`` without a bootstrap."""
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"s_min": self.s_min_steps, "b": self.b_steps_sequences, "b_noise": self.b_noise, "cbs": self.cbs,
+                "cbs_ci": None if self.cbs_ci is None else list(self.cbs_ci), "cbs_empirical": self.cbs_empirical,
+                "b_noise_ci": None if self.b_noise_ci is None else list(self.b_noise_ci)}
+
+    @classmethod
+    def from_json_dict(cls, data: Mapping[str, Any]) -> StepsCurveFit:
+        def pair(x):
+            return None if x is None else (x[0], x[1])
+
+        return cls(s_min_steps=data["s_min"], b_steps_sequences=data["b"], b_noise=data["b_noise"], cbs=data["cbs"],
+                   cbs_ci=pair(data["cbs_ci"]), cbs_empirical=data["cbs_empirical"],
+                   b_noise_ci=pair(data["b_noise_ci"]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleFit:
+    """One schedule's readout: its target, its runs, S(B), the fit and B*, and under WSD the E(S) fits."""
+
+    schedule: str
+    """``constant_ewa``, ``cosine`` or ``wsd`` (:mod:`cbscore.study.decay_spec`)."""
+    target_loss_nats: float | None
+    """The schedule's own target: its held-out loss at D at B_ref (module docstring); ``None``: none yet."""
+    runs: tuple[ScheduleRun, ...]
+    """Every ended run read against the target: the schedule's steps table."""
+    points: tuple[SchedulePoint, ...]
+    """S(B) per batch size, ascending."""
+    fit: StepsCurveFit | None
+    """The fit of S(B); ``None`` where the points cannot give one (``errors`` says why)."""
+    errors: tuple[str, ...]
+    """Why a part is missing, and what the intervals leave out."""
+    es_fit: WsdEsAnalysis | None = None
+    """``wsd`` only: the classical and revised E(S) fits on each ``(B, seed)``'s fewest steps
+    (:func:`cbscore.analysis.fit_wsd_es`); ``None`` with fewer than three points."""
+
+    def es_points(self) -> tuple[list[float], list[float]]:
+        """The ``(B, S)`` points the E(S) fits read, as ``cbs fit --es`` reads them from the runs."""
+        return _es_points(self.runs)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        out = {"target": self.target_loss_nats, "rows": [r.to_json_dict() for r in self.runs],
+               "points": [p.to_json_dict() for p in self.points],
+               "fit": None if self.fit is None else self.fit.to_json_dict(), "errors": list(self.errors)}
+        if self.schedule == "wsd":  # the only schedule with E(S) fits: the key says it was tried
+            out["es_fit"] = None if self.es_fit is None else self.es_fit.to_dict()
+        return out
+
+    @classmethod
+    def from_json_dict(cls, schedule: str, data: Mapping[str, Any]) -> ScheduleFit:
+        from cbscore.analysis import EsFit, WsdEsAnalysis
+
+        es = data.get("es_fit")
+        if es is not None:
+            es = WsdEsAnalysis(**{**es, "notes": tuple(es["notes"]), **{
+                form: None if es[form] is None else EsFit(**es[form]) for form in ("classical", "quadratic")}})
+        return cls(schedule=schedule, target_loss_nats=data["target"],
+                   runs=tuple(ScheduleRun.from_json_dict(r) for r in data["rows"]),
+                   points=tuple(SchedulePoint(**p) for p in data["points"]),
+                   fit=None if data["fit"] is None else StepsCurveFit.from_json_dict(data["fit"]),
+                   errors=tuple(data["errors"]), es_fit=es)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleReadout:
+    """The readout of a ``schedule`` study (module docstring): ``cbs study fit NAME`` for ``kind: schedule``."""
+
+    b_ref: int
+    """The reference batch size (sequences) each schedule's target and B* are read at."""
+    overhead: float
+    """r of B*'s definition: the share of extra steps B* may take over perfect scaling from B_ref."""
+    context_tokens: int
+    """Tokens per sequence."""
+    decay: DecaySpec
+    """The study's schedules and horizons."""
+    schedules: dict[str, ScheduleFit]
+    """Each schedule's readout by its name, in the spec's order."""
+    notes: tuple[str, ...]
+    """The schedules with no target yet, and why."""
+    comparison: tuple[str, ...]
+    """One line per pair of fitted schedules: their B* ratio and whether the intervals overlap."""
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The JSON of ``cbs study fit NAME --json`` and of the report's ``schedules.json``."""
+        return {"kind": "schedule", "b_ref": self.b_ref, "overhead": self.overhead,
+                "context_tokens": self.context_tokens, "decay": self.decay.to_dict(),
+                "schedules": {name: e.to_json_dict() for name, e in self.schedules.items()},
+                "notes": list(self.notes), "comparison": list(self.comparison)}
+
+    @classmethod
+    def from_json_dict(cls, data: Mapping[str, Any]) -> ScheduleReadout:
+        """The readout :meth:`to_json_dict` wrote (a report's ``schedules.json``)."""
+        return cls(b_ref=data["b_ref"], overhead=data["overhead"], context_tokens=data["context_tokens"],
+                   decay=DecaySpec.from_dict(data["decay"]),
+                   schedules={name: ScheduleFit.from_json_dict(name, e) for name, e in data["schedules"].items()},
+                   notes=tuple(data["notes"]), comparison=tuple(data["comparison"]))
 
 
 def _at_step(steps: Sequence[float], losses: Sequence[float], step: float) -> float | None:
@@ -108,7 +297,7 @@ def schedule_targets(spec: StudySpec, records: Sequence[TrialRecord]) -> tuple[d
     return targets, notes
 
 
-def schedule_rows(spec: StudySpec, records: Sequence[TrialRecord], targets: dict) -> dict[str, list[dict]]:
+def schedule_rows(spec: StudySpec, records: Sequence[TrialRecord], targets: dict) -> dict[str, list[ScheduleRun]]:
     """The steps table of each schedule with a target: one row per ended ``(B, lr, seed)``."""
     from cbscore.analysis import first_crossing
     from cbscore.decay import steps_from_horizons
@@ -116,38 +305,38 @@ def schedule_rows(spec: StudySpec, records: Sequence[TrialRecord], targets: dict
     by_id = {r.trial_id: r for r in records}
     setting = study_setting(spec)
     losses = horizon_losses(spec, records)
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[ScheduleRun]] = {}
     for schedule, target in targets.items():
         rows = out.setdefault(schedule, [])
         for b, lr, s in run_keys(spec):
-            base = {"setting": f"{setting.setting_id}.{schedule}", "batch_size": b, "n_params": setting.n_params,
-                    "tokens": setting.tokens, "context": spec.context_tokens, "seed": s, "lr": lr}
+            base = dict(setting=f"{setting.setting_id}.{schedule}", batch_size=b, n_params=setting.n_params,
+                        tokens=setting.tokens, context_tokens=spec.context_tokens, seed=s, lr=lr)
             if schedule == "constant_ewa":
                 rec = by_id.get(stable_trial_id(spec, b, lr, s))
                 if rec is None or rec.status not in ("finished", "diverged"):
                     continue
                 if rec.status == "diverged":
-                    rows.append({**base, "steps": None, "outcome": "diverged", "budget_steps": None})
+                    rows.append(ScheduleRun(**base, steps=None, outcome="diverged", budget_steps=None))
                     continue
                 steps = first_crossing(rec.eval_steps, rec.eval_losses, target) if rec.eval_steps else None
                 budget = rec.eval_steps[-1] if rec.eval_steps else rec.last_step
-                rows.append({**base, "steps": steps if steps is not None else budget,
-                             "outcome": "reached" if steps is not None else "censored", "budget_steps": budget})
+                rows.append(ScheduleRun(**base, steps=steps if steps is not None else budget,
+                                        outcome="reached" if steps is not None else "censored", budget_steps=budget))
                 continue
             horizons, xs = losses[schedule][(b, lr, s)]
             ended = [by_id.get(tid) for tid in _ids(spec, schedule, b, lr, s, horizons)]
             if any(r is None or r.status not in ("finished", "diverged", "failed") for r in ended):
                 continue  # not every horizon has ended: the crossing may still move
             if all(x is None for x in xs):
-                rows.append({**base, "steps": None, "outcome": "diverged", "budget_steps": None})
+                rows.append(ScheduleRun(**base, steps=None, outcome="diverged", budget_steps=None))
                 continue
             crossing = steps_from_horizons(horizons, xs, target)
             if crossing.censored:
-                rows.append({**base, "steps": crossing.bracket[0], "outcome": "censored",
-                             "budget_steps": crossing.bracket[0]})
+                rows.append(ScheduleRun(**base, steps=crossing.bracket[0], outcome="censored",
+                                        budget_steps=crossing.bracket[0]))
             else:
-                rows.append({**base, "steps": crossing.steps, "outcome": "reached", "budget_steps": None,
-                             "at_most": crossing.at_most})
+                rows.append(ScheduleRun(**base, steps=crossing.steps, outcome="reached", budget_steps=None,
+                                        at_most=crossing.at_most))
     return out
 
 
@@ -156,55 +345,72 @@ def _ids(spec, schedule, b, lr, s, horizons):
     return [make(spec, b, lr, s, h) for h in horizons]
 
 
-def schedule_readout(spec: StudySpec, records: Sequence[TrialRecord], *, bootstrap: int = 1000, seed: int = 0) -> dict:
-    """The fit JSON of a schedule study (module docstring)."""
-    from cbscore.analysis import analyze_table, es_points, fit_wsd_es
-
+def schedule_readout(spec: StudySpec, records: Sequence[TrialRecord], *, bootstrap: int = 1000,
+                     seed: int = 0) -> ScheduleReadout:
+    """The readout of a schedule study (module docstring)."""
     targets, notes = schedule_targets(spec, records)
     rows = schedule_rows(spec, records, targets)
-    out: dict = {"kind": "schedule", "b_ref": spec.b_ref, "overhead": spec.overhead,
-                 "context_tokens": spec.context_tokens, "decay": spec.decay.to_dict(), "schedules": {},
-                 "notes": notes}
-    for schedule in spec.decay.schedules:
-        entry: dict = {"target": targets.get(schedule), "rows": rows.get(schedule, []), "points": [], "fit": None,
-                       "errors": []}
-        out["schedules"][schedule] = entry
-        table = [{k: ("" if r.get(k) is None else r[k]) for k in ROW_COLUMNS} for r in entry["rows"]]
-        if not table:
-            entry["errors"].append("no run has ended with a reading yet")
-            continue
-        if any(r.get("at_most") for r in entry["rows"]):
-            entry["errors"].append("some runs were at the target at their first horizon: their steps are upper bounds")
-        analysis = analyze_table(table, b_ref=spec.b_ref, overhead=spec.overhead, bootstrap=bootstrap, seed=seed)
-        # one setting per schedule: the scaling laws across settings have nothing to say here
-        entry["errors"] += [x for x in analysis.errors if not x.startswith(("scaling law", "joint scaling law"))]
-        [setting] = analysis.settings
-        entry["points"] = [{"batch_size": p.batch_size, "steps": p.steps, "n_trials": p.n_trials,
-                            "n_censored": p.n_censored} for p in setting.points]
-        if setting.fit is not None:
-            boot = setting.bootstrap
-            entry["fit"] = {"s_min": setting.fit.a, "b": setting.fit.b, "b_noise": setting.fit.b_noise,
-                            "cbs": setting.cbs, "cbs_ci": None if setting.cbs_ci is None else list(setting.cbs_ci),
-                            "cbs_empirical": setting.cbs_empirical,
-                            "b_noise_ci": None if boot is None else list(boot.b_noise_ci)}
-        if schedule == "wsd":  # the same points and fits as `cbs fit --es` on the exported table
-            b, s = next(iter(es_points(entry["rows"]).values()), ([], []))
-            entry["es_fit"] = fit_wsd_es(b, s).to_dict() if len(s) >= 3 else None
-    out["comparison"] = _compare(out["schedules"])
-    return out
+    schedules = {name: _schedule_fit(spec, name, targets.get(name), tuple(rows.get(name, [])), bootstrap=bootstrap,
+                                     seed=seed)
+                 for name in spec.decay.schedules}
+    return ScheduleReadout(b_ref=spec.b_ref, overhead=spec.overhead, context_tokens=spec.context_tokens,
+                           decay=spec.decay, schedules=schedules, notes=tuple(notes),
+                           comparison=tuple(_compare(schedules)))
 
 
-def _compare(schedules: dict) -> list[str]:
+def _schedule_fit(spec: StudySpec, schedule: str, target: float | None, runs: tuple[ScheduleRun, ...], *,
+                  bootstrap: int, seed: int) -> ScheduleFit:
+    """One schedule's S(B), its fit and B*, and under WSD the E(S) fits, from its runs."""
+    from cbscore.analysis import analyze_table, fit_wsd_es
+
+    def done(points=(), fit=None, errors=(), es_fit=None):
+        return ScheduleFit(schedule=schedule, target_loss_nats=target, runs=runs, points=tuple(points), fit=fit,
+                           errors=tuple(errors), es_fit=es_fit)
+
+    table = [{k: ("" if r.get(k) is None else r[k]) for k in ROW_COLUMNS} for r in (run.to_json_dict() for run in runs)]
+    if not table:
+        return done(errors=["no run has ended with a reading yet"])
+    errors = []
+    if any(r.at_most for r in runs):
+        errors.append("some runs were at the target at their first horizon: their steps are upper bounds")
+    analysis = analyze_table(table, b_ref=spec.b_ref, overhead=spec.overhead, bootstrap=bootstrap, seed=seed)
+    # one setting per schedule: the scaling laws across settings have nothing to say here
+    errors += [x for x in analysis.errors if not x.startswith(("scaling law", "joint scaling law"))]
+    [setting] = analysis.settings
+    points = [SchedulePoint(batch_size=p.batch_size, steps=p.steps, n_trials=p.n_trials, n_censored=p.n_censored)
+              for p in setting.points]
+    fit = None
+    if setting.fit is not None:
+        boot = setting.bootstrap
+        fit = StepsCurveFit(s_min_steps=setting.fit.a, b_steps_sequences=setting.fit.b, b_noise=setting.fit.b_noise,
+                            cbs=setting.cbs, cbs_ci=None if setting.cbs_ci is None else tuple(setting.cbs_ci),
+                            cbs_empirical=setting.cbs_empirical,
+                            b_noise_ci=None if boot is None else tuple(boot.b_noise_ci))
+    es_fit = None
+    if schedule == "wsd":  # the same points and fits as `cbs fit --es` on the exported table
+        b, s = _es_points(runs)
+        es_fit = fit_wsd_es(b, s) if len(s) >= 3 else None
+    return done(points, fit, errors, es_fit)
+
+
+def _es_points(runs: Sequence[ScheduleRun]) -> tuple[list[float], list[float]]:
+    """Each ``(B, seed)``'s fewest steps over its reached runs (:func:`cbscore.analysis.es_points`)."""
+    from cbscore.analysis import es_points
+
+    return next(iter(es_points([r.to_json_dict() for r in runs]).values()), ([], []))
+
+
+def _compare(schedules: Mapping[str, ScheduleFit]) -> list[str]:
     """One line per pair of schedules: do their B* intervals overlap?"""
     lines = []
-    names = [n for n, e in schedules.items() if e["fit"] is not None and e["fit"]["cbs"] is not None]
+    names = [n for n, e in schedules.items() if e.fit is not None and e.fit.cbs is not None]
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            fa, fb = schedules[a]["fit"], schedules[b]["fit"]
-            ratio = fb["cbs"] / fa["cbs"]
-            if fa["cbs_ci"] is None or fb["cbs_ci"] is None:
+            fa, fb = schedules[a].fit, schedules[b].fit
+            ratio = fb.cbs / fa.cbs
+            if fa.cbs_ci is None or fb.cbs_ci is None:
                 verdict = "no intervals"
-            elif fa["cbs_ci"][1] < fb["cbs_ci"][0] or fb["cbs_ci"][1] < fa["cbs_ci"][0]:
+            elif fa.cbs_ci[1] < fb.cbs_ci[0] or fb.cbs_ci[1] < fa.cbs_ci[0]:
                 verdict = "the 95% intervals do not overlap: they differ beyond the intervals"
             else:
                 verdict = "the 95% intervals overlap: no difference beyond the intervals"
@@ -212,33 +418,33 @@ def _compare(schedules: dict) -> list[str]:
     return lines
 
 
-def format_schedule(fit: dict) -> str:
+def format_schedule(fit: ScheduleReadout) -> str:
     """The text of ``cbs study fit`` for a schedule study."""
-    out = [f"CBS per schedule: S(B) = a + b/B on log S, B* at r = {fit['overhead']:g}, B_ref = {fit['b_ref']}; "
+    out = [f"CBS per schedule: S(B) = a + b/B on log S, B* at r = {fit.overhead:g}, B_ref = {fit.b_ref}; "
            "each schedule against its own target (its loss at D at B_ref)"]
-    for name, e in fit["schedules"].items():
-        target = "—" if e["target"] is None else f"{e['target']:.4f} nats"
-        out.append(f"\n{name}: target {target}; {len(e['rows'])} runs read")
-        for p in e["points"]:
-            s = "—" if p["steps"] is None else f"{p['steps']:.1f}"
-            out.append(f"  B = {p['batch_size']:>5}  S(B) = {s:>9}  ({p['n_trials']} runs, {p['n_censored']} censored)")
-        f = e["fit"]
+    for name, e in fit.schedules.items():
+        target = "—" if e.target_loss_nats is None else f"{e.target_loss_nats:.4f} nats"
+        out.append(f"\n{name}: target {target}; {len(e.runs)} runs read")
+        for p in e.points:
+            s = "—" if p.steps is None else f"{p.steps:.1f}"
+            out.append(f"  B = {p.batch_size:>5}  S(B) = {s:>9}  ({p.n_trials} runs, {p.n_censored} censored)")
+        f = e.fit
         if f is not None:
-            ci = "" if f["cbs_ci"] is None else f" [{f['cbs_ci'][0]:.3g}, {f['cbs_ci'][1]:.3g}]"
-            cbs = "—" if f["cbs"] is None else f"{f['cbs']:.3g}"
-            out.append(f"  S_min = {f['s_min']:.4g} steps, B_noise = {f['b_noise']:.4g}, B* = {cbs}{ci}")
-        es = e.get("es_fit")
+            ci = "" if f.cbs_ci is None else f" [{f.cbs_ci[0]:.3g}, {f.cbs_ci[1]:.3g}]"
+            cbs = "—" if f.cbs is None else f"{f.cbs:.3g}"
+            out.append(f"  S_min = {f.s_min_steps:.4g} steps, B_noise = {f.b_noise:.4g}, B* = {cbs}{ci}")
+        es = e.es_fit
         if es is not None:
             def fmt(x):
                 return "—" if x is None else f"{x:.4g}"
 
-            out.append(f"  E(S) classical: B_noise = {fmt(es['b_noise'])}; revised (quadratic stage, Zhou/Huang et al. "
-                       f"2026): B_opt = {fmt(es['b_opt'])}, B_min = {fmt(es['b_min'])}; better: {es['better']} "
-                       f"({es['reason']})")
-            out.extend(f"  note: {n}" for n in es["notes"])
-        out.extend(f"  note: {x}" for x in e["errors"])
-    if fit["comparison"]:
+            out.append(f"  E(S) classical: B_noise = {fmt(es.b_noise)}; revised (quadratic stage, Zhou/Huang et al. "
+                       f"2026): B_opt = {fmt(es.b_opt)}, B_min = {fmt(es.b_min)}; better: {es.better} "
+                       f"({es.reason})")
+            out.extend(f"  note: {n}" for n in es.notes)
+        out.extend(f"  note: {x}" for x in e.errors)
+    if fit.comparison:
         out.append("")
-        out.extend(fit["comparison"])
-    out.extend(f"note: {n}" for n in fit["notes"])
+        out.extend(fit.comparison)
+    out.extend(f"note: {n}" for n in fit.notes)
     return "\n".join(out)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from cbscore.analysis import StepsRow
 from cbscore.errors import ConfigError
 from cbscore.study import StudySpec, load_preset
+from cbscore.study.decay_readout import ScheduleFit, ScheduleReadout  # re-exported: what study_schedule_fit returns
 from workers.infra.atomic_files import new_folder_beside, replace_folder  # re-exported: `cbs study report`
 from workers.infra.settings import default_concurrency  # re-exported: `cbs up`'s trials at once
 from workers.query.reads import (  # re-exported: the pages and the CLI read them as api.NAME
@@ -63,6 +64,8 @@ __all__ = [
     "FIT_COLUMNS",
     "NO_STORE_PREFIX",
     "OUT_OF_ROOM_PREFIX",
+    "ScheduleFit",
+    "ScheduleReadout",
     "StudyStatus",
     "StudyInFlight",
     "StudySummary",
@@ -285,10 +288,10 @@ def advance_study(name: str):
     return Runner().advance(name)
 
 
-def study_schedule_fit(name: str, *, bootstrap: int = 1000, seed: int = 0) -> dict:
+def study_schedule_fit(name: str, *, bootstrap: int = 1000, seed: int = 0) -> ScheduleReadout:
     """A ``schedule`` study's readout: each schedule's target, steps table, S(B), B_noise and
-    B* with intervals, and WSD's E(S) fits (:func:`workers.studies.schedule_fit.schedule_fit`; the JSON of
-    ``cbs study fit``), for the Curves and Scaling laws pages."""
+    B* with intervals, and WSD's E(S) fits (:func:`workers.studies.schedule_fit.schedule_fit`;
+    ``.to_json_dict()`` is the JSON of ``cbs study fit``), for the Curves and Scaling laws pages."""
     from workers.studies.schedule_fit import schedule_fit
 
     return schedule_fit(name, bootstrap=bootstrap, seed=seed)

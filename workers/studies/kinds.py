@@ -27,11 +27,17 @@ class WorkerKind:
     dry_run_lines: Callable[[StudySpec, Plan, Callable[[float], str]], list[str]]
     #: the dry run ends on the recipe of every cell (``workers.cli.describe_recipe``)
     shows_recipe: bool = True
-    #: ``cbs study fit``'s readout of a study by name, ``(name, bootstrap=, seed=) -> dict``, and its text
-    readout: Callable[..., dict] | None = None
-    format_readout: Callable[[dict], str] | None = None
+    #: ``cbs study fit``'s readout of a study by name, ``(name, bootstrap=, seed=)``, and its text
+    readout: Callable[..., object] | None = None
+    format_readout: Callable[[object], str] | None = None
+    #: the readout as ``cbs study fit --json`` prints it (``None``: the readout is that JSON already)
+    readout_json: Callable[[object], dict] | None = None
     #: ``cbs study export``'s rows of a study by name
     table: Callable[[str], list[dict]] | None = None
+
+    def json_of_readout(self, out) -> dict:
+        """The JSON of a readout of this kind (``cbs study fit NAME --json``)."""
+        return out if self.readout_json is None else self.readout_json(out)
 
     def study_snapshots(self, spec: StudySpec, records: Sequence[TrialRecord]):
         return None if self.snapshots is None else self.snapshots(spec, records)
@@ -119,10 +125,14 @@ def _schedule_readout(name, *, bootstrap=1000, seed=0):  # S(B) and B* per sched
     return schedule_fit(name, bootstrap=bootstrap, seed=seed)
 
 
-def _schedule_format(out):
+def _schedule_format(out):  # a ScheduleReadout
     from cbscore.study.decay_readout import format_schedule
 
     return format_schedule(out)
+
+
+def _schedule_json(out):
+    return out.to_json_dict()
 
 
 def _schedule_table(name):  # one steps table per schedule, in one CSV
@@ -135,7 +145,7 @@ _LOCAL = WorkerKind("local", snapshots=_local_snapshots, largest_trial=_local_la
                     shows_recipe=False, readout=_local_readout, format_readout=_local_format)
 _SCHEDULE = WorkerKind("schedule", snapshots=_schedule_snapshots, largest_trial=_schedule_largest,
                        dry_run_lines=_schedule_lines, readout=_schedule_readout, format_readout=_schedule_format,
-                       table=_schedule_table)
+                       readout_json=_schedule_json, table=_schedule_table)
 #: every kind of :data:`cbscore.study.kinds.STUDY_KINDS` by its name; the grid kinds share one behaviour
 WORKER_KINDS: dict[str, WorkerKind] = {
     name: WorkerKind(name, snapshots=None, largest_trial=grid_largest_trial, dry_run_lines=_grid_lines)

@@ -6,6 +6,11 @@ raw-weights loss."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cbscore.study.decay_readout import ScheduleReadout
+
 
 def schedule_records(name: str):
     """``(spec, records with evaluation histories)`` of study ``name`` (a schedule study)."""
@@ -15,7 +20,8 @@ def schedule_records(name: str):
     return spec, records
 
 
-def schedule_fit(name: str, *, bootstrap: int = 1000, seed: int = 0) -> dict:
+def schedule_fit(name: str, *, bootstrap: int = 1000, seed: int = 0) -> ScheduleReadout:
+    """Study ``name``'s readout (``.to_json_dict()``: the JSON of ``cbs study fit NAME --json``)."""
     from cbscore.study.decay_readout import schedule_readout
 
     spec, records = schedule_records(name)
@@ -29,4 +35,4 @@ def schedule_table(name: str) -> list[dict]:
     spec, records = schedule_records(name)
     targets, _ = schedule_targets(spec, records)
     rows = schedule_rows(spec, records, targets)
-    return [r for schedule in spec.decay.schedules for r in rows.get(schedule, [])]
+    return [r.to_json_dict() for schedule in spec.decay.schedules for r in rows.get(schedule, [])]

@@ -51,16 +51,16 @@ def records(spec: StudySpec) -> list[TrialRecord]:
 def test_every_schedule_reads_b_noise_and_b_star_of_the_known_curve():
     fit = schedule_readout(SPEC, records(SPEC), bootstrap=0)
     for name in ("wsd", "cosine"):
-        entry = fit["schedules"][name]
-        assert entry["target"] == pytest.approx(loss(256, 1))
-        steps = {p["batch_size"]: p["steps"] for p in entry["points"]}
+        entry = fit.schedules[name]
+        assert entry.target_loss_nats == pytest.approx(loss(256, 1))
+        steps = {p.batch_size: p.steps for p in entry.points}
         for b in (1, 2, 4, 8):
             assert steps[b] == pytest.approx(truth(b) * 256 / truth(1), rel=1e-6)
-        assert entry["fit"]["b_noise"] == pytest.approx(8, rel=1e-5)
-        assert entry["fit"]["cbs"] == pytest.approx(2.8, rel=1e-5)
-    ewa = fit["schedules"]["constant_ewa"]["fit"]  # the lab's crossing rule on an evaluation history
-    assert ewa["b_noise"] == pytest.approx(8, rel=0.05)
-    assert fit["schedules"]["wsd"]["es_fit"]["better"] == "undecided"  # four points
+        assert entry.fit.b_noise == pytest.approx(8, rel=1e-5)
+        assert entry.fit.cbs == pytest.approx(2.8, rel=1e-5)
+    ewa = fit.schedules["constant_ewa"].fit  # the lab's crossing rule on an evaluation history
+    assert ewa.b_noise == pytest.approx(8, rel=0.05)
+    assert fit.schedules["wsd"].es_fit.better == "undecided"  # four points
     text = format_schedule(fit)
     assert "wsd: target" in text and "B_noise = 8" in text and "intervals" not in text.split("\n")[0]
 
@@ -68,6 +68,6 @@ def test_every_schedule_reads_b_noise_and_b_star_of_the_known_curve():
 def test_a_schedule_without_its_reference_runs_has_no_target_and_says_so():
     recs = [r for r in records(SPEC) if not (r.batch_size == 1 and r.role == "cosine")]
     fit = schedule_readout(SPEC, recs, bootstrap=0)
-    assert fit["schedules"]["cosine"]["target"] is None
-    assert any(n.startswith("cosine: no target yet") for n in fit["notes"])
-    assert fit["schedules"]["wsd"]["fit"] is not None
+    assert fit.schedules["cosine"].target_loss_nats is None
+    assert any(n.startswith("cosine: no target yet") for n in fit.notes)
+    assert fit.schedules["wsd"].fit is not None
