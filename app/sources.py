@@ -173,12 +173,12 @@ def forecast(study: str):
 
 
 @st.cache_data(ttl=SLOW_TTL_S, max_entries=8, show_spinner=False)
-def local_fit(study: str) -> dict:
-    """A local study's readout (``cbs study fit NAME --json`` for ``kind: local``)."""
+def local_fit(study: str):
+    """A local study's readout (``api.LocalStudyReadout``; ``cbs study fit NAME`` for ``kind: local``)."""
     with reachable():
         from workers.query import api
 
-        return dict(api.study_local_fit(study))
+        return api.study_local_fit(study)
 
 
 @st.cache_data(ttl=SLOW_TTL_S, max_entries=16, show_spinner=False)

@@ -36,13 +36,13 @@ with st.expander("The two rules, and what ε decides"):
         "each time; its steps are counted exactly against B0 throughout (Merrill et al.: 43% fewer for OLMo 1B)."
     )
 
-def _schedule(name: str, fit: dict) -> None:
+def _schedule(name: str, fit) -> None:  # fit: api.LocalStudyReadout
     """The warm-up run against its controls: the button that launches them (disabled, with the
     reason, until the curve is fitted), then their readout (Merrill et al. 2025, Table 1)."""
     from workers.query.api import warmup_blocker
 
     st.subheader("The warm-up against its controls")
-    if fit.get("arms") is None:
+    if fit.arms is None:
         blocker = warmup_blocker(fit)
         st.caption("Train the schedule above as a run, per seed, beside a **small-batch control** (B0, η0 throughout) "
                    "and a **large-batch control** (the warm-up's final batch and rate throughout), all three on the "
@@ -57,14 +57,14 @@ def _schedule(name: str, fit: dict) -> None:
                 sources.refresh()
                 st.success("Launched: " + "; ".join(changes))
         return
-    arms = fit["arms"]
-    st.caption(f"At {arms['total_tokens']:,} tokens each; the interval is mean ± t·SE over the seeds with three or "
+    arms = fit.arms
+    st.caption(f"At {arms.total_tokens:,} tokens each; the interval is mean ± t·SE over the seeds with three or "
                "more, their range with two. Matched: the warm-up's loss less the small-batch control's, paired by "
-               f"seed, is within max(ε, z·SE) (ε = {arms['epsilon']:g} nats).")
+               f"seed, is within max(ε, z·SE) (ε = {arms.epsilon:g} nats).")
     st.dataframe(pd.DataFrame(local_charts.arms_rows(fit)), hide_index=True, width="stretch", placeholder="—")
-    if arms["verdict"]:
-        matched = arms["comparison"]["matched"] and arms["comparison"]["fewer_steps"]
-        (st.success if matched else st.warning)(arms["verdict"])
+    if arms.verdict:
+        matched = arms.comparison.matched and arms.comparison.fewer_steps
+        (st.success if matched else st.warning)(arms.verdict)
     else:
         st.caption("The arms are still training: the comparison appears once the warm-up and the small-batch control "
                    "have finished for a seed.")
@@ -88,12 +88,12 @@ with failures.shown_as_message("the Local CBS page"):
     wanted = st.query_params.get("study") or st.session_state.get("studies.selected")
     name = st.selectbox("Local study", names, index=names.index(wanted) if wanted in names else 0, key="local.study")
     fit = sources.local_fit(name)
-    ended = sum(1 for c in fit["checkpoints"] if c["merrill"] is not None)
-    st.markdown(f"**{fit['model']}**, D = {fit['total_tokens']:,} tokens, T = {fit['context_tokens']}, "
-                f"B0 = {fit['base_batch_size']}, η0 = {fit['base_lr']:g}, f(k) = "
-                f"{'√k' if fit['lr_rule'] == 'sqrt' else 'k'}, ε = {fit['epsilon']:g} nats — "
-                f"a local CBS at {ended} of {len(fit['checkpoints'])} checkpoints so far.")
-    st.caption(f"Window: {fit['window_label']}; held-out loss {fit['averaging_label']}, and on the raw weights.")
+    ended = sum(1 for c in fit.checkpoints if c.merrill is not None)
+    st.markdown(f"**{fit.model}**, D = {fit.total_tokens:,} tokens, T = {fit.context_tokens}, "
+                f"B0 = {fit.base_batch_size}, η0 = {fit.base_lr:g}, f(k) = "
+                f"{'√k' if fit.lr_rule == 'sqrt' else 'k'}, ε = {fit.epsilon:g} nats — "
+                f"a local CBS at {ended} of {len(fit.checkpoints)} checkpoints so far.")
+    st.caption(f"Window: {fit.window_label}; held-out loss {fit.averaging_label}, and on the raw weights.")
     # The global CBS of other studies of the same model and data, for comparison (at their D).
     others = {s.name: sources.spec(s.name) for s in sources.studies() if not has_local_cbs(s.kind)}
     wanted = local_charts.comparable_settings(sources.spec(name), others)
@@ -109,12 +109,12 @@ with failures.shown_as_message("the Local CBS page"):
     if summary:
         st.info(f"**Warm-up (Merrill's curve)** — {summary}", icon=":material/trending_up:")
     st.dataframe(pd.DataFrame(local_charts.readout_rows(fit)), hide_index=True, width="stretch", placeholder="—")
-    for note in fit["notes"]:
+    for note in fit.notes:
         st.caption(f"Note: {note}")
-    read = [c for c in fit["checkpoints"] if c["multipliers"]]
+    read = [c for c in fit.checkpoints if c.multipliers]
     if read:
-        labels = [f"t = {c['tokens']:,}" for c in read]
+        labels = [f"t = {c.tokens:,}" for c in read]
         chosen = st.selectbox("Branches at checkpoint", labels, key="local.checkpoint")
-        st.plotly_chart(local_charts.branch_loss_figure(read[labels.index(chosen)], epsilon=fit["epsilon"]),
+        st.plotly_chart(local_charts.branch_loss_figure(read[labels.index(chosen)], epsilon=fit.epsilon),
                         key="local.branches")
     _schedule(name, fit)

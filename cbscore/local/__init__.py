@@ -8,7 +8,10 @@
 - :mod:`._warmup`: the batch-size warm-up it recommends (:func:`plan_warmup`, :func:`schedule_warmup`,
   :class:`WarmupPlan`), its ``batch_schedule`` ready for ``TrainConfig.branch``;
 - :mod:`._arms`: the warm-up run and its small- and large-batch controls at equal tokens
-  (:func:`warmup_arms`, :func:`on_equal_token_grid`, :class:`WarmupArm`).
+  (:func:`warmup_arms`, :func:`on_equal_token_grid`, :class:`WarmupArm`);
+- :mod:`._study_readout`: a local study's readout as typed rows (:class:`LocalStudyReadout` per
+  study, :class:`LocalCheckpoint`, :class:`LocalWarmup`, :class:`ArmsReadout`), ``to_json_dict()``
+  its JSON.
 
 Layer: numpy/scipy and :mod:`cbscore` only (no workers, app, MLflow, Celery or Optuna); every
 result is a frozen dataclass with ``to_dict()`` where the study runner sends it as JSON.
@@ -25,11 +28,23 @@ from cbscore.local._readout import (
                                     noise_aware_local_cbs,
                                     window_end_loss,
 )
+from cbscore.local._study_readout import (
+    ArmComparison,
+    ArmReadout,
+    ArmSeed,
+    ArmsReadout,
+    BaseNoiseScale,
+    LocalCheckpoint,
+    LocalStudyReadout,
+    LocalWarmup,
+    SeedInterval,
+)
 from cbscore.local._warmup import WarmupPlan, plan_warmup, schedule_warmup
 
 __all__ = [
-    "ARM_ROLES", "AVERAGING", "DEFAULT_MULTIPLIERS", "LR_RULES", "Z_ONE_SIDED_95", "BranchSpec", "LocalCbsCurve",
-    "LocalCbsReadout", "WarmupArm", "WarmupPlan", "WindowLoss", "branch_config", "equal_token_budget",
+    "ARM_ROLES", "AVERAGING", "DEFAULT_MULTIPLIERS", "LR_RULES", "Z_ONE_SIDED_95", "ArmComparison", "ArmReadout",
+    "ArmSeed", "ArmsReadout", "BaseNoiseScale", "BranchSpec", "LocalCbsCurve", "LocalCbsReadout", "LocalCheckpoint",
+    "LocalStudyReadout", "LocalWarmup", "SeedInterval", "WarmupArm", "WarmupPlan", "WindowLoss", "branch_config", "equal_token_budget",
     "fit_local_cbs_curve", "lr_factor", "merrill_local_cbs", "noise_aware_local_cbs", "on_equal_token_grid",
     "plan_warmup", "schedule_warmup", "warmup_arms", "window_end_loss",
 ]

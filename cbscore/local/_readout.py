@@ -84,6 +84,18 @@ class LocalCbsReadout:
                 "noise_decides": self.noise_decides, "lower_bound": self.lower_bound,
                 "tolerance_decides": self.tolerance_decides}
 
+    @classmethod
+    def from_dict(cls, data) -> LocalCbsReadout:
+        """The readout :meth:`to_dict` wrote (its derived ``lower_bound`` and ``tolerance_decides`` are read from
+        the fields again)."""
+        return cls(rule=data["rule"], base_batch_size=data["base_batch_size"], multipliers=tuple(data["multipliers"]),
+                   losses=tuple(data["losses"]), passes=tuple(data["passes"]), k_star=data["k_star"],
+                   local_cbs=data["local_cbs"], bracket=(data["bracket"][0], data["bracket"][1]),
+                   epsilon=data["epsilon"], tolerances=tuple(tuple(r) for r in data["tolerances"]),
+                   k_star_half_tolerance=data["k_star_half_tolerance"],
+                   k_star_double_tolerance=data["k_star_double_tolerance"], z=data["z"],
+                   noise_decides=data["noise_decides"])
+
 
 def merrill_local_cbs(multipliers, losses, *, base_batch_size: int, epsilon: float) -> LocalCbsReadout:
     """Merrill's rule with one ``ε`` (nats). ``losses``: (K,) or (K, S) over seeds (their mean is used)."""

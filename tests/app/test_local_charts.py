@@ -40,34 +40,34 @@ def records() -> tuple[list[TrialRecord], dict[str, list[float]]]:
 
 
 @pytest.fixture
-def fit() -> dict:
+def fit():
     recs, curves = records()
     return local_readout(spec(), recs, lambda r: curves[r.trial_id], {0: ([64.0, 128.0], [3.0, 5.0])})
 
 
 def test_the_readout_applies_both_rules_at_every_checkpoint(fit):
-    first, second = fit["checkpoints"]
-    assert first["merrill"]["k_star"] == 2.0 and first["merrill"]["bracket"] == [8.0, 16.0]
-    assert second["merrill"]["k_star"] == 4.0 and second["merrill"]["lower_bound"]
+    first, second = fit.checkpoints
+    assert first.merrill.k_star == 2.0 and first.merrill.bracket == (8.0, 16.0)
+    assert second.merrill.k_star == 4.0 and second.merrill.lower_bound
     # one seed, a flat window end (no spread): the noise-aware tolerance is its floor ε, on the held-out loss
-    assert first["noise_aware"]["k_star"] == 2.0 and second["noise_aware"]["local_cbs"] == 16.0
+    assert first.noise_aware.k_star == 2.0 and second.noise_aware.local_cbs == 16.0
     # B* doubles from t = 1,024 to 2,048: the power law through both points has exponent 1
-    curve = fit["curve"]["merrill"]
-    assert curve["exponent"] == pytest.approx(1.0) and curve["coef"] == pytest.approx(8 / 1024)
-    assert curve["exponent_ci"] is None  # two checkpoints: no degrees of freedom left
-    warm = fit["warmup"]["merrill"]
-    assert warm["constant_steps"] == 4096 // 64 and warm["batch_schedule"][0][1] == 2 * B0  # the first doubling
-    assert warm["steps"] < warm["constant_steps"] and warm["steps_saved"] == warm["constant_steps"] - warm["steps"]
+    curve = fit.curve["merrill"]
+    assert curve.exponent == pytest.approx(1.0) and curve.coef == pytest.approx(8 / 1024)
+    assert curve.exponent_ci is None  # two checkpoints: no degrees of freedom left
+    warm = fit.warmup["merrill"].plan
+    assert warm.constant_steps == 4096 // 64 and warm.batch_schedule[0][1] == 2 * B0  # the first doubling
+    assert warm.steps < warm.constant_steps and warm.steps_saved == warm.constant_steps - warm.steps
 
 
 def test_a_diverged_multiplier_ends_the_grid_read_at_its_checkpoint():
     recs, curves = records()
     recs = [r if r.trial_id != "loc.t1024.k2.s0" else TrialRecord(**{**r.to_dict(), "status": "diverged"}) for r in recs]
     out = local_readout(spec(), recs, lambda r: curves[r.trial_id])
-    first = out["checkpoints"][0]
-    assert first["multipliers"] == [1.0] and first["merrill"] is None
-    assert "k = 2: diverged; larger k are not read" in first["notes"]
-    assert out["curve"]["merrill"] is None and out["notes"][0].startswith("merrill: a power law over tokens needs")
+    first = out.checkpoints[0]
+    assert first.multipliers == (1.0,) and first.merrill is None
+    assert "k = 2: diverged; larger k are not read" in first.notes
+    assert out.curve["merrill"] is None and out.notes[0].startswith("merrill: a power law over tokens needs")
 
 
 def test_the_figure_draws_both_rules_with_brackets_and_fits_on_log_axes(fit):
@@ -91,7 +91,7 @@ def test_the_table_and_the_branch_figure_say_what_the_readout_says(fit):
     # one seed, no spread at the window's end: the floor ε decided; these branches logged no raw loss
     assert [r["noise-aware: noise decided"] for r in rows] == [False, False]
     assert [r["noise-aware (raw weights) B*"] for r in rows] == [None, None]
-    fig = local_charts.branch_loss_figure(fit["checkpoints"][0], epsilon=0.01)
+    fig = local_charts.branch_loss_figure(fit.checkpoints[0], epsilon=0.01)
     assert list(fig.data[0].y) == [pytest.approx(LOSSES[(1024, k)]) for k in (1, 2, 4)]
     assert local_charts.warmup_summary(fit).startswith("Start at B0 = 4; switch to 8 at")
 

@@ -79,10 +79,10 @@ def test_the_local_cbs_page_draws_a_study_that_ran(app_test, worker_env, token_s
     assert figure["layout"]["xaxis"]["type"] == "log"
     drawn = {t["name"]: t for t in figure["data"]}
     merrill = drawn["Merrill (smoothed training loss, one ε)"]
-    assert merrill["x"] == [1024.0, 2048.0] and merrill["y"] == [c["merrill"]["local_cbs"] for c in fit["checkpoints"]]
+    assert merrill["x"] == [1024.0, 2048.0] and merrill["y"] == [c.merrill.local_cbs for c in fit.checkpoints]
     rows = app_test.dataframe[0].value
     assert list(rows["t (tokens)"]) == [1024, 2048]
-    assert list(rows["Merrill B*"]) == [c["merrill"]["local_cbs"] for c in fit["checkpoints"]]
+    assert list(rows["Merrill B*"]) == [c.merrill.local_cbs for c in fit.checkpoints]
     assert any("ε decides" in e.label for e in app_test.expander)
     # the Studies page lists its base run and branches like any trials
     app_test.switch_page("app_pages/studies.py").run()

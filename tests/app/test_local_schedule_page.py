@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from app import local_charts, local_form
+from cbscore.local import LocalStudyReadout
 from cbscore.study import StudySpec
 from tests.app.test_local_charts import records as branch_records
 from tests.app.test_local_charts import spec as curve_spec
@@ -29,7 +30,7 @@ def _summary() -> StudySummary:
                         tokens_spent=0, b_ref=4, overhead=None, experiment_id="1", run_id="r", owner="local")
 
 
-def _page(app_test, fit: dict, spec: StudySpec):
+def _page(app_test, fit: LocalStudyReadout, spec: StudySpec):
     with mock.patch("workers.query.api.list_studies", return_value=[_summary()]), \
             mock.patch("workers.query.api.study_local_fit", return_value=fit), \
             mock.patch("workers.query.api.study_spec", return_value=spec):
@@ -39,7 +40,7 @@ def _page(app_test, fit: dict, spec: StudySpec):
     return app_test
 
 
-def _fit(drop: str | None = None) -> dict:
+def _fit(drop: str | None = None) -> LocalStudyReadout:
     recs, curves = branch_records()
     return local_readout(curve_spec(), [r for r in recs if r.trial_id != drop], lambda r: curves[r.trial_id])
 
@@ -82,8 +83,8 @@ def test_the_arms_are_tabled_with_the_verdict(app_test, empty_env):
     assert list(rows["final held-out loss"]) == pytest.approx([5.004, 5.0, 5.2])
     assert rows.equals(pd.DataFrame(local_charts.arms_rows(fit)))
     # one seed: the tolerance is ε = 0.01; +0.004 is within it
-    assert [s.value for s in at.success] == [fit["arms"]["verdict"]]
-    assert fit["arms"]["verdict"].startswith("The warm-up matched the small-batch control's held-out loss (5.0040 "
+    assert [s.value for s in at.success] == [fit.arms.verdict]
+    assert fit.arms.verdict.startswith("The warm-up matched the small-batch control's held-out loss (5.0040 "
                                              "against 5.0000 nats, difference +0.0040 within the tolerance 0.0100) in "
                                              "32 steps against 64 (50.0% fewer); the large-batch control ended at "
                                              "5.2000 nats (1 seed, equal tokens).")

@@ -40,43 +40,43 @@ def records(raw: bool = True) -> list[TrialRecord]:
             for (t, k), seeds in LOSSES.items() for seed, (averaged, raw_loss) in enumerate(seeds)]
 
 
-def read(s: StudySpec, raw: bool = True) -> dict:
+def read(s: StudySpec, raw: bool = True):
     return local_readout(s, records(raw), lambda r: [5.0] * 10)
 
 
 def test_the_readout_says_where_the_noise_decided_on_averaged_and_raw_weights():
     fit = read(spec())
-    first, second = fit["checkpoints"]
-    assert first["raw_loss"] == [[5.20, 5.20], [5.25, 5.25], [5.30, 5.30]]
-    assert first["noise_aware"]["k_star"] == 2.0 and first["noise_aware"]["tolerances"][1] == [pytest.approx(Z * 0.02)]
-    assert first["noise_aware_raw"]["k_star"] == 1.0  # 0.05 worse at every seed: beyond ε, no noise to widen it
-    assert first["noise_decides"] == {"noise_aware": True, "noise_aware_raw": False}
-    assert second["noise_decides"] == {"noise_aware": False, "noise_aware_raw": False}
-    assert (second["noise_aware"]["k_star"], second["noise_aware_raw"]["k_star"]) == (4.0, 1.0)
-    assert fit["noise_ever_decided"] == {"noise_aware": True, "noise_aware_raw": False}
-    assert any(n.startswith("noise_aware_raw: the noise never decided a comparison") for n in fit["notes"])
-    assert not any(n.startswith("noise_aware: the noise never") for n in fit["notes"])
+    first, second = fit.checkpoints
+    assert first.raw_loss_nats == ((5.20, 5.20), (5.25, 5.25), (5.30, 5.30))
+    assert first.noise_aware.k_star == 2.0 and first.noise_aware.tolerances[1] == (pytest.approx(Z * 0.02),)
+    assert first.noise_aware_raw.k_star == 1.0  # 0.05 worse at every seed: beyond ε, no noise to widen it
+    assert first.noise_decides == {"noise_aware": True, "noise_aware_raw": False}
+    assert second.noise_decides == {"noise_aware": False, "noise_aware_raw": False}
+    assert (second.noise_aware.k_star, second.noise_aware_raw.k_star) == (4.0, 1.0)
+    assert fit.noise_ever_decided == {"noise_aware": True, "noise_aware_raw": False}
+    assert any(n.startswith("noise_aware_raw: the noise never decided a comparison") for n in fit.notes)
+    assert not any(n.startswith("noise_aware: the noise never") for n in fit.notes)
 
 
 def test_the_readout_names_the_window_rule_and_the_average():
     fit = read(spec())
-    assert (fit["window_rule"], fit["averaging"]) == ("fixed", "branch")
-    assert [c["window_tokens"] for c in fit["checkpoints"]] == [512, 512]  # Δ fixed in tokens
+    assert (fit.window_rule, fit.averaging) == ("fixed", "branch")
+    assert [c.window_tokens for c in fit.checkpoints] == [512, 512]  # Δ fixed in tokens
     text = format_local(fit)
     assert "window: fixed Δ in tokens (Merrill et al. 2025)" in text and "averaged from the branch" in text
     assert "noise_aware 8 (noise decided)" in text and "noise_aware_raw 4 (floor ε)" in text
     grown = read(spec(window_rule="growing", averaging="tokens"))
-    assert (grown["window_rule"], grown["averaging"]) == ("growing", "tokens")
-    assert [c["window_tokens"] for c in grown["checkpoints"]] == [512, 1024]
+    assert (grown.window_rule, grown.averaging) == ("growing", "tokens")
+    assert [c.window_tokens for c in grown.checkpoints] == [512, 1024]
     assert "window: growing Δ = window_fraction·t" in format_local(grown)
 
 
 def test_branches_without_a_raw_loss_keep_the_averaged_reading_and_say_so():
     fit = read(spec(), raw=False)
-    first = fit["checkpoints"][0]
-    assert first["noise_aware"]["k_star"] == 2.0 and first["noise_aware_raw"] is None
-    assert first["noise_decides"] == {"noise_aware": True}
-    assert "a branch logged no raw-weights loss at the window's end: no raw reading" in first["notes"]
+    first = fit.checkpoints[0]
+    assert first.noise_aware.k_star == 2.0 and first.noise_aware_raw is None
+    assert first.noise_decides == {"noise_aware": True}
+    assert "a branch logged no raw-weights loss at the window's end: no raw reading" in first.notes
 
 
 def test_the_arms_are_read_on_averaged_and_raw_weights_paired_by_seed():
@@ -89,10 +89,10 @@ def test_the_arms_are_read_on_averaged_and_raw_weights_paired_by_seed():
                         status="finished", final_eval_loss=averaged, final_raw_loss=raw, last_step=steps[role],
                         tokens=4096, seed=seed)
             for role, seeds in losses.items() for seed, (averaged, raw) in enumerate(seeds)]
-    out = local_readout(s, records() + arms, lambda r: [5.0] * 10)["arms"]
-    assert out["averaging"] == "per B0·T tokens (τ^(B/B0) per step of B)"
-    warm = next(a for a in out["arms"] if a["role"] == "warmup")
-    assert warm["final_raw_loss"]["mean"] == pytest.approx(5.11) and warm["final_raw_loss"]["interval_kind"] == "range"
-    assert out["comparison"]["matched"] and out["comparison"]["loss_difference"] == pytest.approx(0.0)
-    raw = out["comparison_raw"]
-    assert raw["loss_difference"] == pytest.approx(0.10) and raw["tolerance"] == 0.01 and not raw["matched"]
+    out = local_readout(s, records() + arms, lambda r: [5.0] * 10).arms
+    assert out.averaging == "per B0·T tokens (τ^(B/B0) per step of B)"
+    warm = out.arm("warmup")
+    assert warm.final_raw_loss.mean == pytest.approx(5.11) and warm.final_raw_loss.interval_kind == "range"
+    assert out.comparison.matched and out.comparison.loss_difference_nats == pytest.approx(0.0)
+    raw = out.comparison_raw
+    assert raw.loss_difference_nats == pytest.approx(0.10) and raw.tolerance_nats == 0.01 and not raw.matched

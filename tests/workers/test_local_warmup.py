@@ -6,6 +6,7 @@ over seeds (pure, known answers), and the whole path on a real ``cbs worker``: a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -13,6 +14,7 @@ import pytest
 
 from cbs import main as cbs_main
 from cbscore.errors import ConfigError
+from cbscore.local import LocalStudyReadout, SeedInterval
 from cbscore.study import StudySpec, TrialRecord
 from tests.app.test_local_charts import records as branch_records
 from tests.app.test_local_charts import spec as curve_spec
@@ -26,7 +28,7 @@ from workers.studies.local_warmup import warmup_blocker, warmup_patch
 SQRT2 = math.sqrt(2)
 
 
-def _fit(drop: str | None = None) -> dict:
+def _fit(drop: str | None = None) -> LocalStudyReadout:
     recs, curves = branch_records()
     recs = [r for r in recs if r.trial_id != drop]
     return local_readout(curve_spec(), recs, lambda r: curves[r.trial_id])
@@ -45,12 +47,14 @@ def test_what_stops_a_launch_is_named_with_its_value():
         "but got 1.")
     with pytest.raises(ConfigError, match="^rule: must be one of merrill, noise_aware, but got 'cubic'."):
         warmup_patch(_fit(), "cubic")
-    launched = {**_fit(), "warmup_run": True}
+    launched = dataclasses.replace(_fit(), warmup_run=True)
     assert warmup_blocker(launched).startswith("local.warmup_run: is set already")
-    unfitted = {**_fit(), "warmup": {"merrill": None, "noise_aware": None}}
+    unfitted = dataclasses.replace(_fit(), warmup={"merrill": None, "noise_aware": None})
     assert warmup_blocker(unfitted).startswith("curve.merrill: must be fitted before its schedule can be launched")
-    flat = _fit()
-    flat["warmup"]["merrill"] = {**flat["warmup"]["merrill"], "batch_schedule": [], "notes": ["no switch"]}
+    fit = _fit()
+    warm = fit.warmup["merrill"]
+    flat = dataclasses.replace(fit, warmup={**fit.warmup, "merrill": dataclasses.replace(
+        warm, plan=dataclasses.replace(warm.plan, batch_schedule=(), notes=("no switch",)))})
     assert warmup_blocker(flat).startswith("warmup.merrill.batch_schedule: recommends no switch within D = 4,096")
 
 
@@ -66,24 +70,23 @@ def test_the_readout_compares_the_arms_over_seeds_with_an_interval():
     steps = {"warmup": 32, "control-small": 64, "control-large": 16}
     recs = [_arm_record(role, s, losses[role][s], steps[role], 16 if role == "control-large" else 4)
             for role in losses for s in range(3)]
-    arms = local_readout(spec, recs, lambda r: [])["arms"]
-    by_role = {a["role"]: a for a in arms["arms"]}
-    small = by_role["control-small"]["final_eval_loss"]
+    arms = local_readout(spec, recs, lambda r: []).arms
+    small = arms.arm("control-small").final_eval_loss
     # mean ± t(0.975, 2)·SE: SE = sd/√3 = 0.005774/√3, t = 4.3027
-    assert small["mean"] == pytest.approx(5.003333, abs=1e-6) and small["interval_kind"] == "t95"
-    assert small["interval"] == [pytest.approx(5.003333 - 0.014342, abs=1e-5), pytest.approx(5.003333 + 0.014342, abs=1e-5)]
-    assert [by_role[r]["steps"] for r in ("warmup", "control-small", "control-large")] == [[32], [64], [16]]
-    assert by_role["warmup"]["planned_steps"] == 32 and by_role["control-large"]["final_lr"] == pytest.approx(0.02)
-    c = arms["comparison"]
+    assert small.mean == pytest.approx(5.003333, abs=1e-6) and small.interval_kind == "t95"
+    assert small.interval == (pytest.approx(5.003333 - 0.014342, abs=1e-5), pytest.approx(5.003333 + 0.014342, abs=1e-5))
+    assert [arms.arm(r).steps for r in ("warmup", "control-small", "control-large")] == [(32,), (64,), (16,)]
+    assert arms.arm("warmup").planned_steps == 32 and arms.arm("control-large").final_lr == pytest.approx(0.02)
+    c = arms.comparison
     # paired differences −0.01, +0.02, −0.01: mean 0, SE 0.01; tolerance max(ε = 0.01, 1.645·0.01)
-    assert c["loss_difference"] == pytest.approx(0.0, abs=1e-12) and c["difference_se"] == pytest.approx(0.01)
-    assert c["tolerance"] == pytest.approx(0.016449, abs=1e-6) and c["matched"] and c["fewer_steps"]
-    assert c["steps_saved"] == 32 and c["fraction_saved"] == 0.5 and c["tokens_equal"]
-    assert arms["verdict"].startswith("The warm-up matched the small-batch control's held-out loss (5.0033 against "
+    assert c.loss_difference_nats == pytest.approx(0.0, abs=1e-12) and c.difference_se_nats == pytest.approx(0.01)
+    assert c.tolerance_nats == pytest.approx(0.016449, abs=1e-6) and c.matched and c.fewer_steps
+    assert c.steps_saved == 32 and c.fraction_saved == 0.5 and c.tokens_equal
+    assert arms.verdict.startswith("The warm-up matched the small-batch control's held-out loss (5.0033 against "
                                       "5.0033 nats, difference +0.0000 within the tolerance 0.0164) in 32 steps "
                                       "against 64 (50.0% fewer)")
-    assert seed_interval([1.0, 3.0]) == {"mean": 2.0, "interval": [1.0, 3.0], "interval_kind": "range", "n": 2}
-    assert local_readout(curve_spec(), [], lambda r: [])["arms"] is None  # no warm-up phase, no arms
+    assert seed_interval([1.0, 3.0]) == SeedInterval(mean=2.0, interval=(1.0, 3.0), interval_kind="range", n=2)
+    assert local_readout(curve_spec(), [], lambda r: []).arms is None  # no warm-up phase, no arms
 
 
 def test_the_dry_run_of_a_spec_with_its_warmup_lists_the_arms(worker_env, token_store, tmp_path, capsys):

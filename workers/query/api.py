@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from cbscore.analysis import StepsRow
 from cbscore.errors import ConfigError
+from cbscore.local import LocalCheckpoint, LocalStudyReadout  # re-exported: what study_local_fit returns
 from cbscore.study import StudySpec, load_preset
 from cbscore.study.decay_readout import ScheduleFit, ScheduleReadout  # re-exported: what study_schedule_fit returns
 from workers.infra.atomic_files import new_folder_beside, replace_folder  # re-exported: `cbs study report`
@@ -64,6 +65,8 @@ __all__ = [
     "FIT_COLUMNS",
     "NO_STORE_PREFIX",
     "OUT_OF_ROOM_PREFIX",
+    "LocalCheckpoint",
+    "LocalStudyReadout",
     "ScheduleFit",
     "ScheduleReadout",
     "StudyStatus",

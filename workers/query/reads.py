@@ -23,6 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from cbscore.analysis import StepsRow
 from cbscore.errors import ConfigError
+from cbscore.local import LocalStudyReadout
 from cbscore.study import TERMINAL, CellState, StudySpec, TrialRecord
 from workers.infra.parse import as_float, as_int
 from workers.infra.settings import WorkerSettings
@@ -424,9 +425,10 @@ def study_wall_time(name: str) -> StudyWallTime:
                          last_end=iso(max(ends)))
 
 
-def study_local_fit(name: str) -> dict:
+def study_local_fit(name: str) -> LocalStudyReadout:
     """A ``local`` study's readout: local CBS per checkpoint by both rules, their power law over
-    tokens and the warm-up (:func:`workers.studies.local_fit.local_fit`; the JSON of ``cbs study fit``)."""
+    tokens and the warm-up (:func:`workers.studies.local_fit.local_fit`; ``.to_json_dict()`` is the
+    JSON of ``cbs study fit``)."""
     from workers.studies.local_fit import local_fit
 
     return local_fit(name)

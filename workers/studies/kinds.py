@@ -95,10 +95,14 @@ def _local_readout(name, *, bootstrap=1000, seed=0):  # a local-CBS readout, not
     return local_fit(name)
 
 
-def _local_format(out):
+def _local_format(out):  # a LocalStudyReadout
     from workers.studies.local_fit import format_local
 
     return format_local(out)
+
+
+def _local_json(out):
+    return out.to_json_dict()
 
 
 def _schedule_snapshots(spec, records):  # which stable-run snapshots exist
@@ -142,7 +146,8 @@ def _schedule_table(name):  # one steps table per schedule, in one CSV
 
 
 _LOCAL = WorkerKind("local", snapshots=_local_snapshots, largest_trial=_local_largest, dry_run_lines=_local_lines,
-                    shows_recipe=False, readout=_local_readout, format_readout=_local_format)
+                    shows_recipe=False, readout=_local_readout, format_readout=_local_format,
+                    readout_json=_local_json)
 _SCHEDULE = WorkerKind("schedule", snapshots=_schedule_snapshots, largest_trial=_schedule_largest,
                        dry_run_lines=_schedule_lines, readout=_schedule_readout, format_readout=_schedule_format,
                        readout_json=_schedule_json, table=_schedule_table)

@@ -1,4 +1,5 @@
-"""The readout of a ``local`` study from MLflow: ``cbs study fit NAME --json`` for ``kind: local``.
+"""The readout of a ``local`` study from MLflow, as typed rows (:class:`cbscore.local.LocalStudyReadout`,
+whose ``to_json_dict()`` is ``cbs study fit NAME --json`` for ``kind: local``).
 
 Per checkpoint, both rules of :mod:`cbscore.local` over the branches that ended ``finished``:
 
@@ -30,8 +31,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from cbscore.errors import CbsError
+from cbscore.local import ArmComparison, ArmReadout, ArmSeed, ArmsReadout, LocalStudyReadout, SeedInterval
 from cbscore.study import StudySpec, TrialRecord
 from cbscore.study.local_plan import branch_trial_id, study_checkpoints
 
@@ -46,12 +49,15 @@ WINDOW_LABELS = {"fixed": "fixed Δ in tokens (Merrill et al. 2025)", "growing":
 
 def local_readout(spec: StudySpec, records: Sequence[TrialRecord],
                   train_losses: Callable[[TrialRecord], Sequence[float]],
-                  b_simple: Mapping[int, tuple[Sequence[float], Sequence[float]]] | None = None) -> dict:
-    """The fit JSON of a local study; ``train_losses(record)`` gives a branch's logged training
-    losses in step order (from MLflow in :func:`local_fit`, from anything in a test), and
-    ``b_simple`` each seed's base-run noise scale ``(tokens, B_simple)`` where its probe ran
+                  b_simple: Mapping[int, tuple[Sequence[float], Sequence[float]]] | None = None) -> LocalStudyReadout:
+    """The readout of a local study (``.to_json_dict()``: its fit JSON); ``train_losses(record)`` gives a
+    branch's logged training losses in step order (from MLflow in :func:`local_fit`, from anything in a
+    test), and ``b_simple`` each seed's base-run noise scale ``(tokens, B_simple)`` where its probe ran
     (McCandlish et al. 2018, :mod:`cbscore.train.gns`; drawn beside the local CBS). Pure."""
     from cbscore.local import (
+        BaseNoiseScale,
+        LocalCheckpoint,
+        LocalWarmup,
         fit_local_cbs_curve,
         merrill_local_cbs,
         noise_aware_local_cbs,
@@ -61,108 +67,104 @@ def local_readout(spec: StudySpec, records: Sequence[TrialRecord],
 
     local = spec.local
     by_id = {r.trial_id: r for r in records}
-    out_checkpoints, notes = [], []
+    out_checkpoints: list[LocalCheckpoint] = []
+    notes: list[str] = []
     branches = [by_id.get(branch_trial_id(spec, c.tokens, k, s))
                 for c in study_checkpoints(spec) for k in c.multipliers for s in spec.seeds]
     pending = sum(1 for r in branches if r is None or not r.terminal)  # the curve may still move
     for c in study_checkpoints(spec):
-        entry: dict = {"tokens": c.tokens, "window_tokens": c.window_tokens, "multipliers": [], "seeds": list(spec.seeds),
-                       "train_loss": [], "train_loss_se": [], "eval_loss": [], "raw_loss": [], "merrill": None,
-                       "noise_aware": None, "noise_aware_raw": None, "noise_decides": None, "notes": []}
+        ks: list[float] = []
+        train, train_se, evals_read, raws, c_notes = [], [], [], [], []
         for k in c.multipliers:
             recs = [by_id.get(branch_trial_id(spec, c.tokens, k, s)) for s in spec.seeds]
             if any(r is None or not r.terminal for r in recs):
-                entry["notes"].append(f"k = {k:g}: not every seed's branch has ended")
+                c_notes.append(f"k = {k:g}: not every seed's branch has ended")
                 continue
             if any(r.status != "finished" for r in recs):
                 # A diverged (or failed) k bounds the local CBS below it: stop the grid there.
-                entry["notes"].append(f"k = {k:g}: " + ", ".join(sorted({r.status for r in recs}))
-                                      + "; larger k are not read")
+                c_notes.append(f"k = {k:g}: " + ", ".join(sorted({r.status for r in recs})) + "; larger k are not read")
                 break
             windows = [window_end_loss(train_losses(r), fraction=local.smooth_fraction) for r in recs]
             evals = [r.final_eval_loss for r in recs]
             if any(e is None or not math.isfinite(e) for e in evals):
-                entry["notes"].append(f"k = {k:g}: no held-out loss at the window's end")
+                c_notes.append(f"k = {k:g}: no held-out loss at the window's end")
                 break
-            entry["multipliers"].append(k)
-            entry["train_loss"].append([w.mean for w in windows])
-            entry["train_loss_se"].append([w.standard_error for w in windows])
-            entry["eval_loss"].append([float(e) for e in evals])
-            entry["raw_loss"].append([r.final_raw_loss for r in recs])
-        if len(entry["multipliers"]) >= 2:
-            ks, b0 = entry["multipliers"], local.base_batch_size
-            entry["merrill"] = merrill_local_cbs(ks, entry["train_loss"], base_batch_size=b0,
-                                                 epsilon=local.epsilon).to_dict()
+            ks.append(k)
+            train.append([w.mean for w in windows])
+            train_se.append([w.standard_error for w in windows])
+            evals_read.append([float(e) for e in evals])
+            raws.append([r.final_raw_loss for r in recs])
+        merrill = aware = aware_raw = decides = None
+        if len(ks) >= 2:
+            b0 = local.base_batch_size
+            merrill = merrill_local_cbs(ks, train, base_batch_size=b0, epsilon=local.epsilon)
 
             def noise_aware(losses):
                 if len(spec.seeds) >= 2:
                     return noise_aware_local_cbs(ks, losses, base_batch_size=b0, epsilon_floor=local.epsilon, z=local.z)
                 # one seed: each branch's own spread over its window's end (0 where one value was logged)
-                se = [0.0 if not math.isfinite(row[0]) else row[0] for row in entry["train_loss_se"]]
+                se = [0.0 if not math.isfinite(row[0]) else row[0] for row in train_se]
                 return noise_aware_local_cbs(ks, losses, base_batch_size=b0, epsilon_floor=local.epsilon, z=local.z,
                                              standard_errors=se)
 
-            entry["noise_aware"] = noise_aware(entry["eval_loss"]).to_dict()
-            raw_known = all(x is not None and math.isfinite(x) for row in entry["raw_loss"] for x in row)
-            if raw_known:
-                entry["noise_aware_raw"] = noise_aware(entry["raw_loss"]).to_dict()
+            aware = noise_aware(evals_read)
+            if all(x is not None and math.isfinite(x) for row in raws for x in row):
+                aware_raw = noise_aware(raws)
             else:
-                entry["notes"].append("a branch logged no raw-weights loss at the window's end: no raw reading")
-            entry["noise_decides"] = {rule: entry[rule]["noise_decides"] for rule in ("noise_aware", "noise_aware_raw")
-                                      if entry[rule] is not None}
+                c_notes.append("a branch logged no raw-weights loss at the window's end: no raw reading")
+            decides = {rule: r.noise_decides for rule, r in (("noise_aware", aware), ("noise_aware_raw", aware_raw))
+                       if r is not None}
         else:
-            entry["notes"].append("fewer than two multipliers ended: no local CBS at this checkpoint")
-        entry["train_loss_se"] = [[None if not math.isfinite(x) else x for x in row] for row in entry["train_loss_se"]]
-        out_checkpoints.append(entry)
+            c_notes.append("fewer than two multipliers ended: no local CBS at this checkpoint")
+        out_checkpoints.append(LocalCheckpoint(
+            tokens=c.tokens, window_tokens=c.window_tokens, multipliers=tuple(ks), seeds=tuple(spec.seeds),
+            train_loss_nats=tuple(tuple(row) for row in train),
+            train_loss_se_nats=tuple(tuple(None if not math.isfinite(x) else x for x in row) for row in train_se),
+            eval_loss_nats=tuple(tuple(row) for row in evals_read), raw_loss_nats=tuple(tuple(row) for row in raws),
+            merrill=merrill, noise_aware=aware, noise_aware_raw=aware_raw, noise_decides=decides,
+            notes=tuple(c_notes)))
 
     curves: dict = {}
     warmups: dict = {}
     for rule in RULES:
-        read = [(e["tokens"], e[rule]) for e in out_checkpoints if e[rule] is not None]
+        read = [(e.tokens, e.rule(rule)) for e in out_checkpoints if e.rule(rule) is not None]
         curves[rule] = warmups[rule] = None
         if len(read) < 2:
             notes.append(f"{rule}: a power law over tokens needs a local CBS at two checkpoints or more "
                          f"(got {len(read)})")
             continue
         try:
-            curve = fit_local_cbs_curve([t for t, _ in read], [r["local_cbs"] for _, r in read],
-                                        lower_bounds=[r["lower_bound"] for _, r in read])
+            curve = fit_local_cbs_curve([t for t, _ in read], [r.local_cbs for _, r in read],
+                                        lower_bounds=[r.lower_bound for _, r in read])
         except CbsError as exc:
             notes.append(f"{rule}: {exc}")
             continue
-        curves[rule] = {"coef": curve.coef, "exponent": curve.exponent,
-                        "coef_ci": None if curve.coef_ci is None else list(curve.coef_ci),
-                        "exponent_ci": None if curve.exponent_ci is None else list(curve.exponent_ci),
-                        "tokens": list(curve.tokens), "local_cbs": list(curve.local_cbs), "r2": curve.r2,
-                        "level": curve.level, "notes": list(curve.notes)}
+        curves[rule] = curve
         top = int(max(local.all_multipliers()) * local.base_batch_size)
         plan = plan_warmup(curve, base_batch_size=local.base_batch_size, context_tokens=spec.context_tokens,
                            total_tokens=spec.tokens[0], max_batch_size=top,
                            lr_rule=local.lr_rule)
-        warmups[rule] = {"batch_schedule": [list(e) for e in plan.batch_schedule], "steps": plan.steps,
-                         "constant_steps": plan.constant_steps, "large_batch_steps": plan.large_batch_steps,
-                         "steps_saved": plan.steps_saved, "fraction_saved": plan.fraction_saved,
-                         "final_batch_size": plan.final_batch_size, "max_batch_size": top, "notes": list(plan.notes)}
-    read = [e for e in out_checkpoints if e["noise_decides"]]
-    ever = {rule: any(e["noise_decides"].get(rule, False) for e in read)
-            for rule in ("noise_aware", "noise_aware_raw") if any(rule in e["noise_decides"] for e in read)}
+        warmups[rule] = LocalWarmup(plan=plan, max_batch_size=top)
+    read = [e for e in out_checkpoints if e.noise_decides]
+    ever = {rule: any(e.noise_decides.get(rule, False) for e in read)
+            for rule in ("noise_aware", "noise_aware_raw") if any(rule in e.noise_decides for e in read)}
     for rule, decided in ever.items():
         if not decided:
             notes.append(f"{rule}: the noise never decided a comparison (the floor ε = {local.epsilon:g} did at every "
                          f"one of {len(read)} checkpoints): this rule is Merrill's one ε on the held-out loss here")
-    return {"study": spec.name, "kind": "local", "model": spec.models[0], "total_tokens": spec.tokens[0],
-            "context_tokens": spec.context_tokens, "base_batch_size": local.base_batch_size, "base_lr": local.base_lr,
-            "lr_rule": local.lr_rule, "epsilon": local.epsilon, "z": local.z,
-            "window_rule": local.window_rule, "window_label": WINDOW_LABELS[local.window_rule],
-            "averaging": local.averaging, "averaging_label": AVERAGING_LABELS[local.averaging],
-            "noise_ever_decided": ever, "checkpoints": out_checkpoints,
-            "curve": curves, "warmup": warmups, "notes": notes, "branches_pending": pending,
-            "warmup_run": local.warmup_run, "arms": arms_readout(spec, records),
-            "base_b_simple": [{"seed": seed, "tokens": [float(t) for t in tokens], "b_simple": [float(v) for v in values]}
-                              for seed, (tokens, values) in sorted((b_simple or {}).items()) if len(tokens)]}
+    return LocalStudyReadout(
+        study=spec.name, model=spec.models[0], total_tokens=spec.tokens[0], context_tokens=spec.context_tokens,
+        base_batch_size=local.base_batch_size, base_lr=local.base_lr, lr_rule=local.lr_rule, epsilon=local.epsilon,
+        z=local.z, window_rule=local.window_rule, window_label=WINDOW_LABELS[local.window_rule],
+        averaging=local.averaging, averaging_label=AVERAGING_LABELS[local.averaging], noise_ever_decided=ever,
+        checkpoints=tuple(out_checkpoints), curve=curves, warmup=warmups, notes=tuple(notes), branches_pending=pending,
+        warmup_run=local.warmup_run, arms=arms_readout(spec, records),
+        base_b_simple=tuple(BaseNoiseScale(seed=seed, tokens=tuple(float(t) for t in tokens),
+                                           b_simple=tuple(float(v) for v in values))
+                            for seed, (tokens, values) in sorted((b_simple or {}).items()) if len(tokens)))
 
 
-def seed_interval(values: Sequence[float], level: float = 0.95) -> dict:
+def seed_interval(values: Sequence[float], level: float = 0.95) -> SeedInterval:
     """Mean of per-seed values and its interval: ``mean ± t·SE`` (Student's t at ``level``,
     ``n − 1`` degrees of freedom, ``SE = sd/√n``) with three seeds or more, the range ``[min, max]``
     with two (a t-interval on one degree of freedom is ±12.7·SE: no information), none with one."""
@@ -170,18 +172,18 @@ def seed_interval(values: Sequence[float], level: float = 0.95) -> dict:
 
     n = len(values)
     if n == 0:
-        return {"mean": None, "interval": None, "interval_kind": None, "n": 0}
+        return SeedInterval(mean=None, interval=None, interval_kind=None, n=0)
     mean = float(sum(values) / n)
     if n == 1:
-        return {"mean": mean, "interval": None, "interval_kind": "one seed", "n": 1}
+        return SeedInterval(mean=mean, interval=None, interval_kind="one seed", n=1)
     if n == 2:
-        return {"mean": mean, "interval": [float(min(values)), float(max(values))], "interval_kind": "range", "n": 2}
+        return SeedInterval(mean=mean, interval=(float(min(values)), float(max(values))), interval_kind="range", n=2)
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     half = float(stats.t.ppf(0.5 + level / 2, df=n - 1)) * sd / math.sqrt(n)
-    return {"mean": mean, "interval": [mean - half, mean + half], "interval_kind": f"t{round(100 * level)}", "n": n}
+    return SeedInterval(mean=mean, interval=(mean - half, mean + half), interval_kind=f"t{round(100 * level)}", n=n)
 
 
-def arms_readout(spec: StudySpec, records: Sequence[TrialRecord]) -> dict | None:
+def arms_readout(spec: StudySpec, records: Sequence[TrialRecord]) -> ArmsReadout | None:
     """The warm-up run against its controls at equal tokens (``None`` without ``local.warmup_run``).
 
     Per arm (:data:`cbscore.local.ARM_ROLES`): per seed the status, final held-out loss (EWA
@@ -191,6 +193,7 @@ def arms_readout(spec: StudySpec, records: Sequence[TrialRecord]) -> dict | None
     difference ``d̄ = L_warmup − L_small`` and its tolerance ``max(ε, z·SE(d))`` (the noise-aware
     rule's, Student 1908; ``ε`` alone with one seed); *matched* when ``d̄`` is within it (one-sided:
     lower is never worse), with the steps saved. Pure."""
+    from cbscore.local import ArmReadout, ArmSeed, ArmsReadout
     from cbscore.study.local_plan import arm_trial_id, study_arms
 
     arms = study_arms(spec)
@@ -207,69 +210,70 @@ def arms_readout(spec: StudySpec, records: Sequence[TrialRecord]) -> dict | None
             loss = None if r is None or r.final_eval_loss is None or not math.isfinite(r.final_eval_loss) \
                 else float(r.final_eval_loss)
             raw = None if r is None or r.status != "finished" else r.final_raw_loss
-            seeds.append({"seed": seed, "status": "not started" if r is None else r.status,
-                          "final_eval_loss": loss if r is not None and r.status == "finished" else None,
-                          "final_raw_loss": raw,
-                          "steps": None if r is None else r.last_step, "tokens": None if r is None else r.tokens})
-        done = [e for e in seeds if e["status"] == "finished" and e["final_eval_loss"] is not None]
-        finished[arm.role] = {e["seed"]: e for e in done}
-        loss = seed_interval([e["final_eval_loss"] for e in done])
-        out.append({"role": arm.role, "label": labels[arm.role], "batch_size": arm.batch_size,
-                    "final_batch_size": arm.final_batch_size, "lr": arm.lr, "final_lr": arm.final_lr(),
-                    "batch_schedule": [list(e) for e in arm.batch_schedule], "planned_steps": arm.steps,
-                    "planned_tokens": arm.max_tokens, "seeds": seeds, "finished": len(done),
-                    "final_eval_loss": loss,
-                    "final_raw_loss": seed_interval([e["final_raw_loss"] for e in done
-                                                     if e["final_raw_loss"] is not None]),
-                    "steps": sorted({e["steps"] for e in done}) or None,
-                    "tokens": sorted({e["tokens"] for e in done}) or None})
+            seeds.append(ArmSeed(seed=seed, status="not started" if r is None else r.status,
+                                 final_eval_loss_nats=loss if r is not None and r.status == "finished" else None,
+                                 final_raw_loss_nats=raw,
+                                 steps=None if r is None else r.last_step, tokens=None if r is None else r.tokens))
+        done = [e for e in seeds if e.status == "finished" and e.final_eval_loss_nats is not None]
+        finished[arm.role] = {e.seed: e for e in done}
+        steps, tokens = sorted({e.steps for e in done}), sorted({e.tokens for e in done})
+        out.append(ArmReadout(
+            role=arm.role, label=labels[arm.role], batch_size=arm.batch_size, final_batch_size=arm.final_batch_size,
+            lr=arm.lr, final_lr=arm.final_lr(), batch_schedule=tuple(tuple(e) for e in arm.batch_schedule),
+            planned_steps=arm.steps, planned_tokens=arm.max_tokens, seeds=tuple(seeds), finished=len(done),
+            final_eval_loss=seed_interval([e.final_eval_loss_nats for e in done]),
+            final_raw_loss=seed_interval([e.final_raw_loss_nats for e in done if e.final_raw_loss_nats is not None]),
+            steps=tuple(steps) or None, tokens=tuple(tokens) or None))
     comparison = _compare(finished, local.epsilon, local.z)
-    raw = _compare({role: {s: {**e, "final_eval_loss": e["final_raw_loss"]} for s, e in seeds.items()
-                           if e["final_raw_loss"] is not None} for role, seeds in finished.items()},
+    raw = _compare({role: {s: replace(e, final_eval_loss_nats=e.final_raw_loss_nats) for s, e in seeds.items()
+                           if e.final_raw_loss_nats is not None} for role, seeds in finished.items()},
                    local.epsilon, local.z)
-    return {"rule": "paired by seed: matched when L_warmup − L_small ≤ max(ε, z·SE)", "epsilon": local.epsilon,
-            "z": local.z, "total_tokens": arms[0].max_tokens,
-            "averaging": "per B0·T tokens (τ^(B/B0) per step of B)" if local.averaging != "carry" else "per step",
-            "arms": out, "comparison": comparison, "comparison_raw": raw,
-            "verdict": _verdict({a["role"]: a for a in out}, comparison)}
+    return ArmsReadout(rule="paired by seed: matched when L_warmup − L_small ≤ max(ε, z·SE)", epsilon=local.epsilon,
+                       z=local.z, total_tokens=arms[0].max_tokens,
+                       averaging="per B0·T tokens (τ^(B/B0) per step of B)" if local.averaging != "carry" else "per step",
+                       arms=tuple(out), comparison=comparison, comparison_raw=raw,
+                       verdict=_verdict({a.role: a for a in out}, comparison))
 
 
-def _compare(finished: Mapping[str, Mapping[int, dict]], epsilon: float, z: float) -> dict | None:
+def _compare(finished: Mapping[str, Mapping[int, ArmSeed]], epsilon: float, z: float) -> ArmComparison | None:
     """The warm-up against the small-batch control over the seeds where both finished."""
+    from cbscore.local import ArmComparison
+
     warm, small = finished.get("warmup", {}), finished.get("control-small", {})
     paired = sorted(set(warm) & set(small))
     if not paired:
         return None
-    diffs = [warm[s]["final_eval_loss"] - small[s]["final_eval_loss"] for s in paired]
+    diffs = [warm[s].final_eval_loss_nats - small[s].final_eval_loss_nats for s in paired]
     n = len(diffs)
     mean = sum(diffs) / n
     se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) / math.sqrt(n) if n > 1 else None
     tolerance = max(epsilon, z * se) if se is not None else epsilon
-    steps_warm = sum(warm[s]["steps"] for s in paired) / n
-    steps_small = sum(small[s]["steps"] for s in paired) / n
-    return {"seeds": paired, "loss_difference": mean, "difference_se": se, "tolerance": tolerance,
-            "matched": bool(mean <= tolerance), "steps_warmup": steps_warm, "steps_small": steps_small,
-            "steps_saved": steps_small - steps_warm, "fraction_saved": 1.0 - steps_warm / steps_small if steps_small else None,
-            "fewer_steps": bool(steps_warm < steps_small),
-            "tokens_equal": len({e["tokens"] for role in finished.values() for e in role.values()}) == 1}
+    steps_warm = sum(warm[s].steps for s in paired) / n
+    steps_small = sum(small[s].steps for s in paired) / n
+    return ArmComparison(seeds=tuple(paired), loss_difference_nats=mean, difference_se_nats=se,
+                         tolerance_nats=tolerance, matched=bool(mean <= tolerance), steps_warmup=steps_warm,
+                         steps_small=steps_small, steps_saved=steps_small - steps_warm,
+                         fraction_saved=1.0 - steps_warm / steps_small if steps_small else None,
+                         fewer_steps=bool(steps_warm < steps_small),
+                         tokens_equal=len({e.tokens for role in finished.values() for e in role.values()}) == 1)
 
 
-def _verdict(by_role: Mapping[str, dict], c: dict | None) -> str | None:
+def _verdict(by_role: Mapping[str, ArmReadout], c: ArmComparison | None) -> str | None:
     """One sentence: did the warm-up match the small-batch control's loss with fewer steps?"""
     if c is None:
         return None
-    warm, small, large = (by_role[r]["final_eval_loss"]["mean"] for r in ("warmup", "control-small", "control-large"))
-    saved = c["fraction_saved"] or 0.0
-    steps = (f"{c['steps_warmup']:,.0f} steps against {c['steps_small']:,.0f} "
+    warm, small, large = (by_role[r].final_eval_loss.mean for r in ("warmup", "control-small", "control-large"))
+    saved = c.fraction_saved or 0.0
+    steps = (f"{c.steps_warmup:,.0f} steps against {c.steps_small:,.0f} "
              f"({100 * abs(saved):.1f}% {'fewer' if saved >= 0 else 'more'})")
-    seeds = f"{len(c['seeds'])} seed{'s' if len(c['seeds']) != 1 else ''}"
+    seeds = f"{len(c.seeds)} seed{'s' if len(c.seeds) != 1 else ''}"
     head = (f"The warm-up matched the small-batch control's held-out loss ({warm:.4f} against {small:.4f} nats, "
-            f"difference {c['loss_difference']:+.4f} within the tolerance {c['tolerance']:.4f}) in {steps}"
-            if c["matched"] else
+            f"difference {c.loss_difference_nats:+.4f} within the tolerance {c.tolerance_nats:.4f}) in {steps}"
+            if c.matched else
             f"The warm-up did not match the small-batch control's held-out loss ({warm:.4f} against {small:.4f} nats, "
-            f"difference {c['loss_difference']:+.4f} above the tolerance {c['tolerance']:.4f}); it took {steps}")
+            f"difference {c.loss_difference_nats:+.4f} above the tolerance {c.tolerance_nats:.4f}); it took {steps}")
     tail = "" if large is None else f"; the large-batch control ended at {large:.4f} nats"
-    return f"{head}{tail} ({seeds}, equal tokens)." if c["tokens_equal"] else \
+    return f"{head}{tail} ({seeds}, equal tokens)." if c.tokens_equal else \
         f"{head}{tail} ({seeds}; the arms did not train equal tokens)."
 
 
@@ -297,7 +301,7 @@ def kind_records(name: str, kind: str, *, with_history: bool | None = None):
     return spec, in_spec(spec, build_records(runs, leases, tracker, with_history=with_history)), tracker
 
 
-def local_fit(name: str) -> dict:
+def local_fit(name: str) -> LocalStudyReadout:
     """:func:`local_readout` of study ``name`` from MLflow and the ledger (as ``workers.query.api`` reads a
     study; :func:`workers.query.api.study_local_fit` is this, for the pages)."""
     spec, records, tracker = kind_records(name, "local")
@@ -322,38 +326,39 @@ def local_fit(name: str) -> dict:
     return local_readout(spec, records, train_losses, noise)
 
 
-def format_local(fit: dict) -> str:
+def format_local(fit: LocalStudyReadout) -> str:
     """The text of ``cbs study fit`` for a local study."""
-    lines = [f"local CBS of {fit['study']} ({fit['model']}, B0 = {fit['base_batch_size']}, T = {fit['context_tokens']}, "
-             f"ε = {fit['epsilon']:g} nats; Merrill et al. 2025):",
-             f"  window: {fit['window_label']}; held-out loss {fit['averaging_label']}"]
-    for c in fit["checkpoints"]:
+    lines = [f"local CBS of {fit.study} ({fit.model}, B0 = {fit.base_batch_size}, T = {fit.context_tokens}, "
+             f"ε = {fit.epsilon:g} nats; Merrill et al. 2025):",
+             f"  window: {fit.window_label}; held-out loss {fit.averaging_label}"]
+    for c in fit.checkpoints:
         cells = []
         for rule in (*RULES, "noise_aware_raw"):
-            r = c.get(rule)
+            r = c.rule(rule)
             cells.append(f"{rule} —" if r is None else
-                         f"{rule} {r['local_cbs']:g}{'+' if r['lower_bound'] else ''}"
-                         + (" (ε decides)" if r["tolerance_decides"] else "")
-                         + ("" if rule == "merrill" else " (noise decided)" if r["noise_decides"] else " (floor ε)"))
-        lines.append(f"  t = {c['tokens']:>12,}  Δ = {c['window_tokens']:>10,}  " + "  ".join(cells))
+                         f"{rule} {r.local_cbs:g}{'+' if r.lower_bound else ''}"
+                         + (" (ε decides)" if r.tolerance_decides else "")
+                         + ("" if rule == "merrill" else " (noise decided)" if r.noise_decides else " (floor ε)"))
+        lines.append(f"  t = {c.tokens:>12,}  Δ = {c.window_tokens:>10,}  " + "  ".join(cells))
     for rule in RULES:
-        curve, warm = fit["curve"][rule], fit["warmup"][rule]
+        curve, warm = fit.curve[rule], fit.warmup[rule]
         if curve is not None:
-            lines.append(f"{rule}: B*(t) = {curve['coef']:.4g}·t^{curve['exponent']:.3g} (R² {curve['r2']:.3f}); "
-                         f"warm-up {warm['steps']:,} vs {warm['constant_steps']:,} steps "
-                         f"({100 * warm['fraction_saved']:.1f}% fewer), switches {warm['batch_schedule']}")
-    arms = fit.get("arms")
+            lines.append(f"{rule}: B*(t) = {curve.coef:.4g}·t^{curve.exponent:.3g} (R² {curve.r2:.3f}); "
+                         f"warm-up {warm.plan.steps:,} vs {warm.plan.constant_steps:,} steps "
+                         f"({100 * warm.plan.fraction_saved:.1f}% fewer), switches "
+                         f"{[list(e) for e in warm.plan.batch_schedule]}")
+    arms = fit.arms
     if arms is not None:
-        lines.append(f"warm-up against its controls at {arms['total_tokens']:,} tokens each (Merrill et al. 2025, "
+        lines.append(f"warm-up against its controls at {arms.total_tokens:,} tokens each (Merrill et al. 2025, "
                      "Table 1):")
-        for a in arms["arms"]:
-            loss = a["final_eval_loss"]
-            read = "—" if loss["mean"] is None else f"{loss['mean']:.4f}" + (
-                "" if loss["interval"] is None else f" [{loss['interval'][0]:.4f}, {loss['interval'][1]:.4f}] "
-                                                    f"({loss['interval_kind']})")
-            lines.append(f"  {a['label']:<20} B {a['batch_size']}→{a['final_batch_size']}  loss {read}  steps "
-                         f"{a['steps'] or a['planned_steps']}  finished {a['finished']}/{len(a['seeds'])}")
-        if arms["verdict"]:
-            lines.append(f"  {arms['verdict']}")
-    lines += [f"note: {n}" for n in fit["notes"]]
+        for a in arms.arms:
+            loss = a.final_eval_loss
+            read = "—" if loss.mean is None else f"{loss.mean:.4f}" + (
+                "" if loss.interval is None else f" [{loss.interval[0]:.4f}, {loss.interval[1]:.4f}] "
+                                                 f"({loss.interval_kind})")
+            lines.append(f"  {a.label:<20} B {a.batch_size}→{a.final_batch_size}  loss {read}  steps "
+                         f"{list(a.steps or ()) or a.planned_steps}  finished {a.finished}/{len(a.seeds)}")
+        if arms.verdict:
+            lines.append(f"  {arms.verdict}")
+    lines += [f"note: {n}" for n in fit.notes]
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Launch the schedule: a local study's fitted warm-up trained beside its two controls.
 
 ``cbs study warmup NAME`` and the Local CBS page's *Launch the schedule* read the warm-up off the
-study's fitted curve (``warmup.<rule>.batch_schedule`` of :func:`workers.studies.local_fit.local_readout`:
+study's fitted curve (``warmup[rule].plan.batch_schedule`` of :func:`workers.studies.local_fit.local_readout`:
 the batch doubles where the local CBS passes twice the current batch, the learning rate ×√2 each
 time; Merrill et al. 2025, arXiv 2505.23971, §5), move each switch onto the equal-token grid
 (:func:`cbscore.local.on_equal_token_grid`), and extend the study with ``local.warmup_run: true``
@@ -19,16 +19,18 @@ next runner pass like any extension.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cbscore.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cbscore.local import LocalStudyReadout
 
 RULES = ("merrill", "noise_aware")
 
 
-def warmup_patch(fit: Mapping[str, Any], rule: str = "merrill") -> dict:
-    """The extension that launches the warm-up of ``fit`` (a local study's fit JSON) by ``rule``'s
+def warmup_patch(fit: LocalStudyReadout, rule: str = "merrill") -> dict:
+    """The extension that launches the warm-up of ``fit`` (a local study's readout) by ``rule``'s
     curve: ``{"local": {"warmup_run": True, "warmup_schedule": [...]}}``. Pure; raises a
     ConfigError naming what stands in the way (the Local CBS page shows it as the reason its
     button is disabled)."""
@@ -36,29 +38,26 @@ def warmup_patch(fit: Mapping[str, Any], rule: str = "merrill") -> dict:
 
     if rule not in RULES:
         raise ConfigError("rule", rule, f"must be one of {', '.join(RULES)}")
-    if fit.get("kind") != "local":
-        raise ConfigError("name", fit.get("study"), "names no local study (only a local study has a warm-up)")
-    if fit.get("warmup_run"):
-        raise ConfigError("local.warmup_run", True, f"is set already: the warm-up of {fit['study']} and its controls "
+    if fit.warmup_run:
+        raise ConfigError("local.warmup_run", True, f"is set already: the warm-up of {fit.study} and its controls "
                                                     "were launched (their readout is the fit's `arms`)")
-    pending = int(fit.get("branches_pending") or 0)
-    if pending:
-        raise ConfigError("branches_pending", pending, "must be 0: wait for every branch to end, so that the curve "
-                                                       "is read off every checkpoint")
-    warm = (fit.get("warmup") or {}).get(rule)
+    if fit.branches_pending:
+        raise ConfigError("branches_pending", fit.branches_pending, "must be 0: wait for every branch to end, so that "
+                                                                    "the curve is read off every checkpoint")
+    warm = fit.warmup.get(rule)
     if warm is None:
-        why = "; ".join(n for n in fit.get("notes", []) if n.startswith(rule)) or "no curve"
+        why = "; ".join(n for n in fit.notes if n.startswith(rule)) or "no curve"
         raise ConfigError(f"curve.{rule}", None, f"must be fitted before its schedule can be launched ({why})")
-    if not warm["batch_schedule"]:
+    if not warm.plan.batch_schedule:
         raise ConfigError(f"warmup.{rule}.batch_schedule", [],
-                          f"recommends no switch within D = {fit['total_tokens']:,} tokens, so the warm-up would be the "
-                          "small-batch control (" + "; ".join(warm.get("notes") or []) + ")")
-    schedule = on_equal_token_grid(warm["batch_schedule"], context_tokens=fit["context_tokens"],
-                                   total_tokens=fit["total_tokens"], field=f"warmup.{rule}.batch_schedule")
+                          f"recommends no switch within D = {fit.total_tokens:,} tokens, so the warm-up would be the "
+                          "small-batch control (" + "; ".join(warm.plan.notes) + ")")
+    schedule = on_equal_token_grid(warm.plan.batch_schedule, context_tokens=fit.context_tokens,
+                                   total_tokens=fit.total_tokens, field=f"warmup.{rule}.batch_schedule")
     return {"local": {"warmup_run": True, "warmup_schedule": [list(e) for e in schedule]}}
 
 
-def warmup_blocker(fit: Mapping[str, Any], rule: str = "merrill") -> str | None:
+def warmup_blocker(fit: LocalStudyReadout, rule: str = "merrill") -> str | None:
     """Why the schedule cannot be launched now (:func:`warmup_patch`'s message), or ``None``."""
     try:
         warmup_patch(fit, rule)
