@@ -45,6 +45,7 @@ from cbscore.study.spec_parts import (
     _positive_int,
     _search_given,
     _settings_given,
+    a_list,
     format_tokens,
     move_experimental,
 )
@@ -71,19 +72,14 @@ def _other_study(field_name: str, value: Any) -> None:
 
 def _listed(value: Any) -> Any:
     """A list field from the wire: any iterable but a string becomes a tuple (a mapping: its keys);
-    a string or a scalar stays for :func:`_a_list` to refuse."""
+    a string or a scalar stays for :func:`a_list` to refuse."""
     if isinstance(value, (tuple, str, bytes)) or not hasattr(value, "__iter__"):
         return value
     return tuple(value)
 
 
-def _a_list(field_name: str, value: Any) -> None:
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise ConfigError(field_name, value, "must be a list")
-
-
 def _seeds(field_name: str, value: Any) -> None:
-    _a_list(field_name, value)
+    a_list(field_name, value)
     if not value:
         raise ConfigError(field_name, list(value), "must list at least one seed")
     for s in value:
@@ -92,7 +88,7 @@ def _seeds(field_name: str, value: Any) -> None:
 
 
 def _taus(field_name: str, value: Any) -> None:
-    _a_list(field_name, value)
+    a_list(field_name, value)
     if not value:
         raise ConfigError(field_name, list(value), "must list at least one τ or be null")
     for tau in value:
@@ -158,16 +154,16 @@ class StudySpec(Config):
     (one model, several D), ``fixed_d`` (several models, one D), ``custom`` (any ``settings``),
     ``local`` (the CBS during one run, from its checkpoints) or ``schedule`` (one setting under
     constant+EWA, cosine and WSD)."""
-    models: tuple[str, ...] = checked(_a_list, (), coerce=_listed)
+    models: tuple[str, ...] = checked(a_list, (), coerce=_listed)
     """Model presets (``chinchilla``, ``fixed_d``: several; ``fixed_n``: exactly one)."""
-    tokens: tuple[int, ...] = checked(_a_list, (), coerce=_listed, range=Range(1, MAX_TOKENS, integer=True))
+    tokens: tuple[int, ...] = checked(a_list, (), coerce=_listed, range=Range(1, MAX_TOKENS, integer=True))
     """Token budgets D (``fixed_n``: several; ``fixed_d``: exactly one; ``chinchilla``: optional,
     one per model, overriding ``tokens_per_param``)."""
     tokens_per_param: float = checked(_positive_float, 20.0, range=Range(0, 1e4, lo_open=True))
     """``chinchilla``: D = tokens_per_param · N (the paper's Chinchilla ratio is 20)."""
     settings: tuple[SettingSpec, ...] = checked(_each_setting, (), coerce=_settings_given)
     """``custom``: the explicit list of ``(model, tokens)``."""
-    batch_sizes: tuple[int, ...] = checked(_a_list, (64, 128, 256, 512, 1024, 2048), coerce=_listed,
+    batch_sizes: tuple[int, ...] = checked(a_list, (64, 128, 256, 512, 1024, 2048), coerce=_listed,
                                            range=Range(1, MAX_BATCH, integer=True))
     """Batch sizes to measure, in sequences of ``context_tokens`` tokens; must contain ``b_ref``."""
     context_tokens: int = checked(_positive_int, 512, range=Range(1, 2**20, integer=True))

@@ -4,6 +4,8 @@ cannot drift apart."""
 
 from __future__ import annotations
 
+import functools
+
 from cbscore.data.config import DataConfig
 from cbscore.field_docs import FieldDoc, field_doc, field_rows, readable
 from cbscore.study.spec import StudySpec
@@ -21,10 +23,13 @@ def spec_field_doc(name: str) -> str:
 def spec_field_range(name: str) -> str:
     """The range a dotted spec field's metadata states (``a finite number in [0, 10]``; for a list,
     each entry's); empty when it states none."""
-    for row in spec_fields():
-        if row.name == name:
-            return row.range
-    return ""
+    return _ranges().get(name, "")
+
+
+@functools.cache
+def _ranges() -> dict[str, str]:
+    """Each dotted spec field's stated range, read once (every Launch widget's help asks)."""
+    return {row.name: row.range for row in spec_fields()}
 
 
 def spec_fields() -> list[FieldDoc]:

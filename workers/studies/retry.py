@@ -53,8 +53,11 @@ def retry_choices(records: Sequence[TrialRecord], *, failed: bool, censored: boo
                             f"reached; cap and budget ×{budget_factor:g}")
                            for r in cell if r.status == "censored"]
     # an older attempt of a trial retried already is not retried again
-    return [(r, factor, why) for r, factor, why in chosen
-            if split_retry_id(r.trial_id)[1] == newest[split_retry_id(r.trial_id)[0]]]
+    def newest_of_its_trial(r: TrialRecord) -> bool:
+        base, k = split_retry_id(r.trial_id)
+        return k == newest[base]
+
+    return [(r, factor, why) for r, factor, why in chosen if newest_of_its_trial(r)]
 
 
 def retried_spec(old: TrialSpec, factor: float) -> TrialSpec:
