@@ -456,8 +456,8 @@ def rates_line(spec) -> str:
     if search.kind == "chained":
         ref = (f"{rates}" if search.reference_rates == "grid"
                else f"three rates around the geometric middle of {rates} (×/÷ {search.bracket_ratio:g})")
-        narrow = ("" if search.bracket_min_batch_size is None or search.narrow_rates == 3
-                  else f" (below B = {search.bracket_min_batch_size}: "
+        narrow = ("" if spec.bracket_floor is None or search.narrow_rates == 3
+                  else f" (below B = {spec.bracket_floor}: "
                        + (f"two, ×/÷ √{search.bracket_ratio:g})" if search.narrow_rates == 2 else "the centre alone)"))
         return (f"**Learning rates:** the reference cell runs {ref}; every other cell three rates "
                 f"(×/÷ {search.bracket_ratio:g}) around its neighbour's best × (B/B′)^{search.chain_exponent:g}{narrow}, "

@@ -87,7 +87,7 @@ def cell_size(spec: StudySpec, batch_size: int | None = None) -> int:
     replicates), or the search's ``n_trials``. ``batch_size=None`` is the reference cell."""
     if spec.search.runs_rates:
         reference = batch_size is None or (batch_size == spec.b_ref and spec.target_losses is None)
-        replicates = spec.search.replicates if batch_size in spec.search.replicate_batch_sizes else 0
+        replicates = spec.search.replicates if batch_size in spec.replicated_batch_sizes else 0
         return spec.search.trials_per_cell(reference=reference) * len(spec.seeds) + replicates
     return spec.search.n_trials
 

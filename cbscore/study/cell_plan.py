@@ -128,7 +128,7 @@ class CellPlanner:
         self.role = self.rates.role
         self.stops = stop_rules(spec)
         self.replicates = (replicate_seeds(spec) if spec.search.kind == "chained" and self.role == "trial"
-                           and batch_size in spec.search.replicate_batch_sizes else ())
+                           and batch_size in spec.replicated_batch_sizes else ())
         """The new training seeds of the cell's replicates (:mod:`cbscore.study.chained`), or none."""
         self._recipe: tuple[float, tuple[float, ...]] | None = None
         self._ids: dict[float, tuple[str, ...]] = {}

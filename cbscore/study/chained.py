@@ -109,7 +109,7 @@ def bracket(spec: StudySpec, centre: float) -> tuple[float, float, float]:
 def is_narrow(spec: StudySpec, batch_size: int | None) -> bool:
     """Whether a chained cell at ``batch_size`` starts with ``search.narrow_rates`` rates instead of
     the three-rate bracket (below ``search.bracket_min_batch_size``; never the reference cell)."""
-    floor = spec.search.bracket_min_batch_size
+    floor = spec.bracket_floor
     return (floor is not None and batch_size is not None and batch_size < floor
             and spec.search.narrow_rates < 3 and batch_size != spec.b_ref)
 
@@ -252,7 +252,7 @@ def chain_centres(spec: StudySpec, recs_by_batch: Mapping[int, Sequence[TrialRec
     """The centre of every cell of one setting whose neighbour towards ``B_ref`` has settled
     (``{batch size: centre}``; the reference cell has none), from ``{batch size: the cell's records}``."""
     role_ref = "reference" if spec.target_losses is None else "trial"
-    if spec.search.replicate_batch_sizes:  # replicates never feed the chain
+    if spec.replicated_batch_sizes:  # replicates never feed the chain
         recs_by_batch = {b: split_replicates(spec, recs)[0] for b, recs in recs_by_batch.items()}
     sizes = list(spec.batch_sizes)
     at = sizes.index(spec.b_ref)
@@ -311,14 +311,14 @@ def describe_chained(spec: StudySpec) -> list[str]:
     else:
         ref = f"the reference cell B={spec.b_ref} runs the grid ({lrs}, up to {s.lr_extensions} more past each edge)"
     narrow = [b for b in spec.batch_sizes if is_narrow(spec, b)]
-    lines_narrow = ([f"  narrow cells (B < {s.bracket_min_batch_size}: {', '.join(str(b) for b in narrow)}) start with "
+    lines_narrow = ([f"  narrow cells (B < {spec.bracket_floor}: {', '.join(str(b) for b in narrow)}) start with "
                      + ("2 rates c/√ratio, c·√ratio" if s.narrow_rates == 2 else "the centre alone")
                      + " instead (the trial count above counts 3)"] if narrow else [])
     anchor = "its neighbour's fitted optimum" if s.chain_centre == "vertex" else "its neighbour's best rate"
     lo, hi = LOCAL_EXPONENT_RANGE
     power = (f"(the slope of the last two cells, in [{lo:g}, {hi:g}]; {s.chain_exponent:g} for the first)"
              if s.local_exponent else f"{s.chain_exponent:g}")
-    replicated = [b for b in spec.batch_sizes if b in s.replicate_batch_sizes]
+    replicated = list(spec.replicated_batch_sizes)
     lines_replicates = ([f"  replicates: B = {', '.join(str(b) for b in replicated)} each run {s.replicates} more "
                          f"trial(s) at the cell's best rate once it settled, new training seed(s) "
                          f"{', '.join(str(v) for v in replicate_seeds(spec))} (counted above), read through the "

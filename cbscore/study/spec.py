@@ -340,6 +340,15 @@ class StudySpec(Config):
         _positive_int("b_ref", self.b_ref)
         if self.b_ref not in self.batch_sizes:
             raise ConfigError("b_ref", self.b_ref, f"must be one of batch_sizes {list(self.batch_sizes)}")
+        search = self.search
+        if search.bracket_top_cells is not None and search.bracket_min_batch_size is not None:
+            raise ConfigError("search.bracket_top_cells", search.bracket_top_cells,
+                              f"cannot be given with search.bracket_min_batch_size={search.bracket_min_batch_size} "
+                              "(both say which cells keep the three-rate bracket; give one)")
+        if search.replicate_ends and (search.replicate_batch_sizes or search.kind != "chained"):
+            raise ConfigError("search.replicate_ends", True,
+                              "applies to a chained search without search.replicate_batch_sizes "
+                              f"(kind {search.kind}, replicate_batch_sizes {list(search.replicate_batch_sizes)})")
         replicated = self.search.replicate_batch_sizes
         if replicated and (self.search.kind != "chained" or self.b_ref in replicated
                            or not set(replicated) <= set(self.batch_sizes)):
@@ -384,6 +393,25 @@ class StudySpec(Config):
                 if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not 0 < loss <= sys.float_info.max:
                     raise ConfigError(f"pinned_targets.{key}", loss, "must be a positive finite loss")
         check_numbers(self)  # and every number finite, in its stated range (the checks above name types and signs)
+
+    @property
+    def replicated_batch_sizes(self) -> tuple[int, ...]:
+        """The chained search's replicated cells: ``search.replicate_batch_sizes``, or with
+        ``search.replicate_ends`` the smallest and largest batch size other than ``b_ref``."""
+        if not self.search.replicate_ends:
+            return self.search.replicate_batch_sizes
+        others = [b for b in self.batch_sizes if b != self.b_ref]
+        return tuple(sorted({others[0], others[-1]})) if others else ()
+
+    @property
+    def bracket_floor(self) -> int | None:
+        """The chained search's smallest bracketed batch size: ``search.bracket_min_batch_size``, or
+        with ``search.bracket_top_cells`` ``N`` the ``N``-th largest of ``batch_sizes`` (``None``: every
+        cell is bracketed)."""
+        top = self.search.bracket_top_cells
+        if top is None:
+            return self.search.bracket_min_batch_size
+        return self.batch_sizes[-top] if top < len(self.batch_sizes) else None
 
     @property
     def compares_at_equal_tokens(self) -> bool:

@@ -155,6 +155,12 @@ class SearchSpec(Config):
     """Chained search: rates a cell below ``bracket_min_batch_size`` starts with: 2 (``c/√ratio`` and
     ``c·√ratio``, read through the curvature the setting's bracketed cells share), 1 (the centre
     alone) or 3 (the bracket: no cell is narrow)."""
+    bracket_top_cells: int | None = checked(_batch_floor, None, range=Range(1, 1_000, integer=True))
+    """Chained search: the relative form of ``bracket_min_batch_size``, for a design that does not
+    depend on one grid: the ``N`` largest cells of ``batch_sizes`` keep the three-rate bracket
+    (where ``η*(B)`` can turn) and every cell below them, the reference cell excepted, starts with
+    ``narrow_rates`` rates. ``2`` on the paper presets' nine cells is ``bracket_min_batch_size:
+    8192``. Give one of the two, or neither (``None``, the default: every cell is bracketed)."""
     chain_centre: str = checked(one_of(CHAIN_CENTRES), "best")
     """Chained search: what a settled cell hands on to centre the next one.
     ``best`` (the default): the geometric mean over seeds of each seed's best discrete rate;
@@ -176,6 +182,11 @@ class SearchSpec(Config):
     the contrasts between the cells its seed ran in, and a single listed cell learns nothing. Empty
     (the default): no replicates (what they cost and gain in simulation:
     docs/results/cheaper-search/chained/)."""
+    replicate_ends: bool = checked(boolean, False)
+    """Chained search: the relative form of ``replicate_batch_sizes``: ``true`` replicates the
+    smallest and the largest cell of ``batch_sizes`` other than ``b_ref``, the pair that spans the
+    whole curve (on the paper presets ``[64, 16384]``; what it costs and gains in simulation:
+    docs/results/cheaper-search/chained/, "Replicates"). Give one of the two, or neither."""
     replicates: int = checked(_integer_in(1, 4), 1, range=Range(1, 4, integer=True))
     """Chained search: replicate trials (new training seeds) each cell of ``replicate_batch_sizes``
     runs."""

@@ -113,6 +113,7 @@ ADDED = {
     "search.max_extensions": Range(0, 8, integer=True),
     "search.replicate_batch_sizes": Range(1, MAX_BATCH, integer=True),
     "search.replicates": Range(1, 4, integer=True),
+    "search.bracket_top_cells": Range(1, 1_000, integer=True),
     "local.base_batch_size": Range(1, MAX_BATCH, integer=True),
     "local.base_lr": Range(0, 10, lo_open=True),
     "local.checkpoint_count": Range(0, 30, integer=True),
