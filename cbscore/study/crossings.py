@@ -59,10 +59,17 @@ def _never_at_target(record: TrialRecord, target: float) -> bool:
     steps, losses = record.eval_steps, record.eval_losses
     if type(target) is not float or not math.isfinite(target) or len(losses) != len(steps):
         return False
+    # (Read in C first, where it holds, most calls: only floats, their min above the target. min skips
+    # a NaN as v <= target does, but for a NaN first: then, and otherwise, the loop decides.)
+    if losses and _FLOAT >= set(map(type, losses)) and min(losses) > target:
+        return _NUMBER >= set(map(type, steps))
     for v in losses:
         if type(v) is not float or v <= target:
             return False
     return all(type(s) is float or type(s) is int for s in steps)
+
+
+_FLOAT, _NUMBER = frozenset((float,)), frozenset((float, int))
 
 
 def best_steps_by_seed(recs: Iterable[TrialRecord], target: float | None,

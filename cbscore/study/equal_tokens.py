@@ -64,7 +64,7 @@ def equal_token_stops(recs: Sequence[TrialRecord], *, margin_nats: float, protec
     evaluation is earlier are not judged yet (``far_rate_fraction`` of the expected steps);
     ``rates``: the cell's planned rates, not all started yet (the window is over them too)."""
     out = []
-    tried = sorted({r.lr for r in recs} | set(rates))
+    tried = None  # (the rates tried, read where a trial trails by the margin: few calls)
     for r in recs:
         if r.status != "running" or not r.eval_steps or r.trial_id in skip or (r.seed, r.lr) in protected:
             continue
@@ -75,14 +75,19 @@ def equal_token_stops(recs: Sequence[TrialRecord], *, margin_nats: float, protec
             continue
         leader, lead_lr = math.inf, None
         for o in recs:
-            if o is r or o.seed != r.seed or o.status in ("diverged", "failed") or not o.eval_steps:
+            o_steps = o.eval_steps
+            # (loss_at_step's own range check first: most trials are read outside each other's range.)
+            if (o is r or o.seed != r.seed or o.status in ("diverged", "failed") or not o_steps
+                    or t < o_steps[0] or t > o_steps[-1]):
                 continue
-            got = loss_at_step(o.eval_steps, o.eval_losses, t)
+            got = loss_at_step(o_steps, o.eval_losses, t)
             if got is not None and got < leader:
                 leader, lead_lr = got, o.lr
         if lead_lr is None or mine - leader <= margin_nats:
             continue
         # Before the best has crossed, the leader's window is what the fit will read.
+        if tried is None:
+            tried = sorted({r.lr for r in recs} | set(rates))
         if r.lr in window_rates(tried, lead_lr):
             continue
         out.append(r.trial_id)

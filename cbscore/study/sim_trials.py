@@ -357,8 +357,9 @@ class SimTrials:
         if t.target_loss is not None:
             ys = np.maximum(ys, t.target_loss + 1e-9)
         if crossing is not None:
-            xs = np.append(xs, stop)
-            ys = np.append(ys, min(t.target_loss, LOSS_AT_TRUTH + LOSS_SLOPE * math.log(need / stop)))
+            # (Appended as Python floats: what np.append then tolist() gave, without the two copies.)
+            return (tuple(xs.tolist()) + (float(stop),),
+                    tuple(ys.tolist()) + (float(min(t.target_loss, LOSS_AT_TRUTH + LOSS_SLOPE * math.log(need / stop))),))
         return tuple(xs.tolist()), tuple(ys.tolist())  # (the same Python floats as float() of each)
 
     def start(self, t: TrialSpec, now: float) -> SimRun:

@@ -194,7 +194,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                 if run.spec.role != "trial":
                     continue
                 b = best.get((run.spec.cell_id, run.spec.seed)) if not prune_equal else None
-                evaluated = math.floor(run.step_at(now) / run.eval_every)
+                evaluated = math.floor(min(run.steps, (now - run.start) / run.batch_tokens) / run.eval_every)  # (step_at)
                 last = woken.get(tid)
                 if last is not None and last[0] == b and evaluated < last[1] and last[2] > now:
                     continue  # (the same k, so the same wake: queued, and still ahead)
@@ -249,44 +249,47 @@ def _may_stop_far_rate(spec: StudySpec, records: Mapping[str, TrialRecord], runn
     than ``far_rate_margin`` at equal steps: a necessary condition of every stop at equal tokens that
     ``stop_far_rates`` makes (:func:`cbscore.study.equal_tokens.equal_token_stops`, without its other
     conditions), so a wake where it fails would plan nothing new."""
+    # How many of each running trial's evaluations its record shows now (run_record: the first ones of
+    # its curve), read once per call (each is compared with every other trial of its cell).
     shown: dict[str, int] = {}
-
-    def evals(tid: str, run: SimRun) -> int:
-        """How many of a running trial's evaluations its record shows now (:func:`run_record`: the
-        first ones of its curve), read once per call (each is compared with every other trial of its cell)."""
+    margin = spec.far_rate_margin
+    for tid, run in running.items():
+        steps = run.curve[0]
+        if not steps or run.spec.role != "trial":
+            continue
         n = shown.get(tid)
         if n is None:
-            n = shown[tid] = bisect.bisect_right(run.curve[0], run.step_at(now))
-        return n
-
-    for tid, run in running.items():
-        if run.spec.role != "trial" or not run.curve[0]:
+            n = shown[tid] = bisect.bisect_right(steps, min(run.steps, (now - run.start) / run.batch_tokens))
+        if not n:
             continue
-        n = evals(tid, run)
-        if not n or not math.isfinite(run.curve[1][n - 1]):
+        level = run.curve[1][n - 1]
+        if not math.isfinite(level):
             continue
-        t, level = run.curve[0][n - 1], run.curve[1][n - 1] - spec.far_rate_margin
+        t, level, seed = steps[n - 1], level - margin, run.spec.seed
         for other in members.get(run.spec.cell_id, ()):
             if other == tid:
                 continue
-            if other in running:
-                o = running[other]
-                if o.spec.seed != run.spec.seed:
+            o = running.get(other)
+            if o is not None:
+                if o.spec.seed != seed:
                     continue
                 if o.curve[0]:
                     o_steps, o_losses = o.curve
-                    o_n = evals(other, o)
+                    o_n = shown.get(other)
+                    if o_n is None:
+                        o_n = shown[other] = bisect.bisect_right(o_steps, min(o.steps, (now - o.start) / o.batch_tokens))
                 else:  # (a diverging or reference run: its record's evaluations)
                     rec = run_record(o, now)
                     o_steps, o_losses = rec.eval_steps, rec.eval_losses
                     o_n = len(o_steps)
             else:
                 r = records[other]
-                if r.seed != run.spec.seed or r.status in ("diverged", "failed"):
+                if r.seed != seed or r.status in ("diverged", "failed"):
                     continue
                 o_steps, o_losses = r.eval_steps, r.eval_losses
                 o_n = len(o_steps)
-            if not o_n:
+            # (loss_at_step's own range check first: most pairs are read outside each other's range.)
+            if not o_n or t < o_steps[0] or t > o_steps[o_n - 1]:
                 continue
             got = loss_at_step(o_steps, o_losses, t, o_n)
             if got is not None and got < level:

@@ -15,7 +15,6 @@ stop at this call (``stopping``). :func:`stop_rules` lists a spec's rules in the
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +24,21 @@ from cbscore.study.equal_tokens import equal_token_stops, projectable_stops
 from cbscore.study.spec import StudySpec
 from cbscore.study.spec_parts import Setting
 from cbscore.study.trials import TrialRecord
+
+
+class _read_once:
+    """``functools.cached_property`` without its lock (Python 3.11 takes one at each first read: a
+    :class:`RunningCell` is made at most of a study's plans, read by one thread): the value is kept in
+    the instance's ``__dict__`` under the same name, which later reads find first."""
+
+    def __init__(self, fn):
+        self.fn, self.name, self.__doc__ = fn, fn.__name__, fn.__doc__
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
 
 
 @dataclass
@@ -51,13 +65,13 @@ class RunningCell:
     crossing: CrossingReader = record_crossing
     """How a record's crossing is read (its planner's :class:`cbscore.study.crossings.Crossings`)."""
 
-    @functools.cached_property
+    @_read_once
     def keep(self) -> set[tuple[int, float]]:
         """``(seed, rate)`` of each seed's best rate and its neighbours: never stopped early (the fit
         reads them)."""
         return best_neighbours(self.recs, self.target, self.rates, self.crossing) if self.seed_best else set()
 
-    @functools.cached_property
+    @_read_once
     def expected_steps(self) -> float:
         """The cell's expected steps: its best crossing so far, else the next smaller batch size's S,
         else its budget's share (what the trials were planned for)."""
