@@ -32,7 +32,7 @@ from cbscore.study.rate_rules import rate_rule
 from cbscore.study.spec import StudySpec
 from cbscore.study.spec_parts import Setting
 from cbscore.study.stop_rules import RunningCell, stop_rules
-from cbscore.study.trials import TrialRecord, TrialSpec, lr_tag
+from cbscore.study.trials import TrialRecord, TrialSpec, built, lr_tag
 
 
 class ChainState(NamedTuple):
@@ -263,14 +263,16 @@ class CellPlanner:
                                            target_loss=cell_target))
             stop = self._stops(recs, target, seed_best, best, rates if grid else (), chain, cap, lost, read)
         state, resolved = cell_state(role, complete, first_done, best, target, released)
-        cell = CellState(cell_id=self.cell_id, setting_id=setting.setting_id, batch_size=b, role=role, state=state,
-                         n_trials=n_cell, counts=counts, steps_to_target=best, max_steps=cap,
-                         rates_note=self.rates.note(recs, rates, centre))
-        return CellPlan(cell=cell, start=tuple(start), ask=tuple(asks), stop=tuple((tid, "pruned") for tid, _ in stop),
-                        stopped_by=stop, incomplete=not complete and not inputs.setting_failed,
-                        chain=ChainState(resolved, best if best is not None else chain.best_steps, at_least),
-                        released=released, rates=rates if grid else (),
-                        ordered=any(not t.trial_id.endswith("." + RERUN_TAG) for t in start), read=read)
+        # (CellState(...) and CellPlan(...), every field given in order: built without their __init__.)
+        cell = built(CellState, cell_id=self.cell_id, setting_id=setting.setting_id, batch_size=b, role=role,
+                     state=state, n_trials=n_cell, counts=counts, steps_to_target=best, max_steps=cap,
+                     rates_note=self.rates.note(recs, rates, centre))
+        return built(CellPlan, cell=cell, start=tuple(start), ask=tuple(asks),
+                     stop=tuple((tid, "pruned") for tid, _ in stop), stopped_by=stop,
+                     incomplete=not complete and not inputs.setting_failed, skipped=False,
+                     chain=ChainState(resolved, best if best is not None else chain.best_steps, at_least),
+                     released=released, rates=rates if grid else (),
+                     ordered=any(not t.trial_id.endswith("." + RERUN_TAG) for t in start), read=read)
 
     def restop(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset, last: CellPlan) -> CellPlan:
         """:meth:`_restop`; a replicated cell's replicates are never stopped, only counted."""
@@ -316,9 +318,9 @@ class CellPlanner:
         :attr:`CellPlan.read`, where its best rates' neighbours (``keep``) are kept."""
         if self.role != "trial" or not any(r.status == "running" for r in recs):
             return ()
-        running = RunningCell(spec=self.spec, setting=self.setting, batch_size=self.batch_size, recs=recs,
-                              target=target, seed_best=seed_best, best=best, rates=rates,
-                              prev_best=chain.best_steps, cap=cap, lost=lost, crossing=self.crossing)
+        running = built(RunningCell, spec=self.spec, setting=self.setting, batch_size=self.batch_size, recs=recs,
+                        target=target, seed_best=seed_best, best=best, rates=rates,
+                        prev_best=chain.best_steps, cap=cap, lost=lost, crossing=self.crossing)  # (RunningCell(...))
         if read is not None and "keep" in read:
             running.__dict__["keep"] = read["keep"]  # (the cached property, as read before)
         stop: list[tuple[str, str]] = []

@@ -11,7 +11,7 @@ from cbscore.study.budgets import cell_budget_tokens
 from cbscore.study.plan_result import AskRequest
 from cbscore.study.spec import StudySpec
 from cbscore.study.spec_parts import Setting
-from cbscore.study.trials import TrialRecord, TrialSpec
+from cbscore.study.trials import TrialRecord, TrialSpec, built
 
 if TYPE_CHECKING:
     from cbscore.data import DataConfig
@@ -113,7 +113,8 @@ def make_trial(spec: StudySpec, setting: Setting, *, batch_size: int, role: str,
     max_tokens = cell_budget_tokens(spec, setting, batch_size, role, max_steps)
     if budget_factor != 1.0 and not (batch_size > spec.b_ref and max_steps is not None):
         max_tokens = int(budget_factor * max_tokens)  # a re-run of a censored trial (its step cap grew already)
-    return TrialSpec(
+    return built(  # (TrialSpec(...), every field in order)
+        TrialSpec,
         trial_id=make_trial_id(spec, setting, batch_size, tag, seed),
         study=spec.name,
         setting_id=setting.setting_id,

@@ -43,7 +43,7 @@ from cbscore.study.crossings import CrossingReader, Crossings
 from cbscore.study.plan_result import AskRequest, CellState, Plan
 from cbscore.study.spec import StudySpec
 from cbscore.study.targets import setting_targets
-from cbscore.study.trials import TrialRecord, TrialSpec
+from cbscore.study.trials import TrialRecord, TrialSpec, built
 
 # Read from here as well as from their own modules: the plan's types and a trial's config
 # (cbscore.study.local_plan), the grid's size (cbscore.study.kinds) and what
@@ -273,9 +273,9 @@ class Planner:
             stopped_by.update(s_stopped_by)
             if s_incomplete:
                 all_done = False
-        return Plan(start=tuple(start), ask=tuple(asks), stop=tuple(stop), stopped_by=stopped_by,
-                    lost=tuple(lost), fail=tuple(fail), targets=targets, cells=tuple(cells), errors=tuple(errors),
-                    done=all_done and not lost)
+        return built(Plan, start=tuple(start), ask=tuple(asks), stop=tuple(stop), stopped_by=stopped_by,
+                     lost=tuple(lost), fail=tuple(fail), targets=targets, cells=tuple(cells), errors=tuple(errors),
+                     done=all_done and not lost)  # (Plan(...), every field)
 
     def _rekey(self, cell: _Cell, lost: frozenset) -> bool:
         """Read the cell's record keys again; whether they changed (its plan goes then, unless only its

@@ -39,7 +39,7 @@ from cbscore.study.sim_tables import LAB_NOISE as _LAB
 from cbscore.study.sim_truth import Truth
 from cbscore.study.spec import StudySpec
 from cbscore.study.spec_parts import Setting
-from cbscore.study.trials import TrialRecord, TrialSpec
+from cbscore.study.trials import STATUSES, TrialRecord, TrialSpec
 
 #: Evaluations per run before the target is near (``TrainConfig.eval_every_steps`` default).
 EVALS_PER_RUN = 40
@@ -384,6 +384,10 @@ class SimTrials:
         return SimRun(t, now, budget, "censored", None, eval_every, batch_tokens, curve=curve)
 
 
+#: A record with every field :func:`run_record` does not set at its default.
+_BLANK = TrialRecord(trial_id="", cell_id="", setting_id="", role="trial", batch_size=1, lr=1.0, status="running")
+
+
 def run_evals(run: SimRun, now: float) -> int:
     """What :func:`run_record` shows of a running trial's evaluations at ``now``: how many (a reference
     run, a run with a curve), else the step of the last one."""
@@ -424,12 +428,19 @@ def run_record(run: SimRun, now: float, status: str | None = None, stopped_by: s
                           heartbeat_s=now, eval_steps=evals, eval_losses=losses)
         return r
     final = losses[-1] if (done and run.outcome == "finished" and losses) else None
-    r = TrialRecord(
+    fields = dict(
         trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id, role=t.role, batch_size=t.batch_size,
         lr=t.lr, status=status or "running", steps_to_target=run.crossing if status == "reached" else None,
         final_eval_loss=final, last_step=int(step),
         tokens=int(step) * run.batch_tokens, heartbeat_s=now, eval_steps=evals, eval_losses=losses,
         max_steps=t.max_steps, seed=t.seed, stopped_by=stopped_by if status == "pruned" else "")
+    if fields["status"] in STATUSES:
+        # TrialRecord(**fields): a blank record's fields with these replaced (its __init__ checks the
+        # status, read here, and makes the evaluations tuples, which they are).
+        r = object.__new__(TrialRecord)
+        r.__dict__.update(_BLANK.__dict__, **fields)
+    else:
+        r = TrialRecord(**fields)  # (which says why)
     if not done:
         run.running = r
     return r

@@ -112,6 +112,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
     # How often the running trials or the bests moved, and as of which the prune margin's wakes were
     # queued: while neither moves they are the same wakes (each queued or past), so they are not worked out again.
     moved, prune_woken = 0, -1
+    queued = TrialRecord(trial_id="", cell_id="", setting_id="", role="trial", batch_size=1, lr=1.0, status="queued")
     for _ in range(100_000):
         if wake_only and not _may_stop_far_rate(spec, records, running, members, now):
             stopped_now = False
@@ -137,9 +138,12 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                     moved += 1
             for t in p.start:
                 if t.trial_id not in records:
-                    records[t.trial_id] = TrialRecord(trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id,
-                                                      role=t.role, batch_size=t.batch_size, lr=t.lr, status="queued",
-                                                      max_steps=t.max_steps, seed=t.seed)
+                    # TrialRecord(trial_id=..., status="queued", ...) of the trial: the study's first one with
+                    # the trial's own fields replaced (the checks of its __init__ passed on it).
+                    r = object.__new__(TrialRecord)
+                    r.__dict__.update(queued.__dict__, trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id,
+                                      role=t.role, batch_size=t.batch_size, lr=t.lr, max_steps=t.max_steps, seed=t.seed)
+                    records[t.trial_id] = r
                     where[t.trial_id] = len(snapshot)
                     snapshot.append(records[t.trial_id])
                     members.setdefault(t.cell_id, []).append(t.trial_id)

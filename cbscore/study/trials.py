@@ -155,6 +155,16 @@ class TrialRecord:
         return cls(**dict(data))
 
 
+def built(cls, /, **fields):
+    """``cls(**fields)`` of a dataclass with no ``__post_init__`` and every field given, in the order it
+    declares them: the same object, without ``__init__`` setting each field (a frozen one's through
+    ``object.__setattr__``): the planner builds a ``Plan`` per call, a ``CellState`` per cell it plans
+    and a ``TrialSpec`` per trial, thousands in a simulated study."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
+
+
 @functools.lru_cache(maxsize=4096)
 def lr_tag(lr: float) -> str:
     """Learning rate as it appears in a trial id, three significant digits: 0.00316 -> 'lr3.16e-3'."""
