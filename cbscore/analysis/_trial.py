@@ -48,15 +48,18 @@ class TrialSteps:
     it where the trial is in the best rate's window. ``None`` otherwise."""
 
     def __post_init__(self):
+        # (A plain int or float is read without the checks against the numbers ABCs, which it passes:
+        # they are slow, and the simulator builds thousands of trials a study.)
         size = self.batch_size
-        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size <= 0:
+        if type(size) is not int and (isinstance(size, bool) or not isinstance(size, numbers.Integral)) or size <= 0:
             raise ConfigError("batch_size", size, "must be a positive integer")
-        object.__setattr__(self, "batch_size", int(size))  # numpy integers become ints
+        if type(size) is not int:
+            object.__setattr__(self, "batch_size", int(size))  # numpy integers become ints
         if self.outcome not in OUTCOMES:
             raise ConfigError("outcome", self.outcome, f"must be one of {', '.join(OUTCOMES)}")
         if self.outcome == REACHED:
             steps = self.steps
-            if isinstance(steps, bool) or not isinstance(steps, numbers.Real):
+            if type(steps) is not float and (isinstance(steps, bool) or not isinstance(steps, numbers.Real)):
                 raise ConfigError("steps", steps, "a reached trial needs a positive finite step count")
             if not math.isfinite(steps) or steps <= 0:
                 raise ConfigError("steps", steps, "a reached trial needs a positive finite step count")
@@ -65,14 +68,15 @@ class TrialSteps:
             raise ConfigError("steps", self.steps, f"must be None for a {self.outcome} trial")
         seed = self.seed
         if seed is not None:
-            if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+            if type(seed) is not int and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)) or seed < 0:
                 raise ConfigError("seed", seed, "must be a non-negative integer or None")
-            object.__setattr__(self, "seed", int(seed))
+            if type(seed) is not int:
+                object.__setattr__(self, "seed", int(seed))
         budget = self.budget_steps
         if budget is not None:
             if self.outcome != CENSORED:
                 raise ConfigError("budget_steps", budget, f"must be None for a {self.outcome} trial")
-            number = isinstance(budget, numbers.Real) and not isinstance(budget, bool)
+            number = type(budget) is float or isinstance(budget, numbers.Real) and not isinstance(budget, bool)
             if not (number and math.isfinite(budget) and budget > 0):
                 raise ConfigError("budget_steps", budget, "must be a positive finite step count")
             object.__setattr__(self, "budget_steps", float(budget))
@@ -86,7 +90,7 @@ class TrialSteps:
             object.__setattr__(self, "steps_projected", float(proj))
         lr = self.lr
         if lr is not None:
-            number = isinstance(lr, numbers.Real) and not isinstance(lr, bool)
+            number = type(lr) is float or isinstance(lr, numbers.Real) and not isinstance(lr, bool)
             if not (number and math.isfinite(lr) and lr > 0):
                 raise ConfigError("lr", lr, "must be a positive finite learning rate or None")
             object.__setattr__(self, "lr", float(lr))

@@ -32,7 +32,7 @@ from cbscore.study.rate_rules import rate_rule
 from cbscore.study.spec import StudySpec
 from cbscore.study.spec_parts import Setting
 from cbscore.study.stop_rules import RunningCell, stop_rules
-from cbscore.study.trials import TrialRecord, TrialSpec, built, lr_tag
+from cbscore.study.trials import TERMINAL, TrialRecord, TrialSpec, built, lr_tag
 
 
 class ChainState(NamedTuple):
@@ -105,7 +105,7 @@ def record_key(r: TrialRecord, lost_set: frozenset) -> tuple:
     """Everything of a record that a :class:`CellPlanner` reads (an ended record's evaluations never
     change). A running trial's steps and tokens since its last evaluation are left out: pruning and
     the comparisons at equal tokens read evaluations only, so between two evaluations it plans the same."""
-    running = not r.terminal
+    running = r.status not in TERMINAL  # (not r.terminal)
     return (r.trial_id, r.status, r.attempt, r.steps_to_target, None if running else r.last_step,
             None if running else r.tokens, r.max_steps, r.final_eval_loss, len(r.eval_steps),
             r.eval_steps[-1] if r.eval_steps else None, r.eval_losses[-1] if r.eval_losses else None,
@@ -126,6 +126,9 @@ class CellPlanner:
         self.cell_id = cell_id(setting.setting_id, batch_size)
         self.rates = rate_rule(spec, batch_size)
         self.role = self.rates.role
+        self.orders_only = self.rates.orders_only()
+        """Whether its rule reads the centre only to order the trials it starts (:meth:`CellPlan.reads_centre`,
+        read at every cell of every call of the planner)."""
         self.stops = stop_rules(spec)
         self.replicates = (replicate_seeds(spec) if spec.search.kind == "chained" and self.role == "trial"
                            and batch_size in spec.replicated_batch_sizes else ())

@@ -43,7 +43,7 @@ from cbscore.study.crossings import CrossingReader, Crossings
 from cbscore.study.plan_result import AskRequest, CellState, Plan
 from cbscore.study.spec import StudySpec
 from cbscore.study.targets import setting_targets
-from cbscore.study.trials import TrialRecord, TrialSpec, built
+from cbscore.study.trials import TERMINAL, TrialRecord, TrialSpec, built
 
 # Read from here as well as from their own modules: the plan's types and a trial's config
 # (cbscore.study.local_plan), the grid's size (cbscore.study.kinds) and what
@@ -370,7 +370,7 @@ class Planner:
             # state of its plan and whose plan reads no centre plans as it did (what _update_cell would
             # find): most cells above the smallest that changed.
             if i >= first and (not same_inputs or c.out is None or c.evals_only or c.inputs.chain is not chain
-                               or c.out.reads_centre(c.planner.rates)):
+                               or (c.out.ordered or not c.planner.orders_only)):
                 self._update_cell(c, centres, i, target, chain, failed, lost)
             out = c.out
             cells.append(out.cell)
@@ -396,7 +396,7 @@ class Planner:
         # (Each compared as in a tuple, the very object first: most calls hand on the same chain.)
         if (c.out is None or (ins.chain is not chain and ins.chain != chain)
                 or (ins.target is not target and ins.target != target) or ins.setting_failed != failed
-                or c.out.reads_centre(c.planner.rates)):
+                or (c.out.ordered or not c.planner.orders_only)):
             inputs = CellInputs(target, chain, failed, self._read_centre(centres, i, c))
             if c.out is None or c.inputs != inputs:
                 c.inputs, c.out = inputs, c.planner.plan(c.recs, inputs, lost)
@@ -427,9 +427,9 @@ class Planner:
 def _frame(r: TrialRecord, key: tuple) -> tuple:
     """A record's ``record_key`` without what a trial that has not ended may change without a re-plan:
     its evaluations, and its status between queued, running and lost (:meth:`CellPlanner.restop`)."""
-    return key if r.terminal else (key[0],) + key[2:8] + key[11:]
+    return key if r.status in TERMINAL else (key[0],) + key[2:8] + key[11:]  # (r.terminal)
 
 
 def _running_crossed(recs: Sequence[TrialRecord], target: float | None, crossing: CrossingReader) -> bool:
     """Whether a trial of ``recs`` that has not ended has crossed ``target`` at an evaluation."""
-    return target is not None and any(crossing(r, target) is not None for r in recs if not r.terminal)
+    return target is not None and any(crossing(r, target) is not None for r in recs if r.status not in TERMINAL)
