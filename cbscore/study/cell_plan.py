@@ -264,7 +264,8 @@ class CellPlanner:
                     asks.append(AskRequest(cell_id=self.cell_id, setting_id=setting.setting_id, batch_size=b,
                                            role=role, count=count, first_number=len(recs), max_steps=cap,
                                            target_loss=cell_target))
-            stop = self._stops(recs, target, seed_best, best, rates if grid else (), chain, cap, lost, read)
+            stop = self._stops(recs, target, seed_best, best, rates if grid else (), chain, cap, lost, read,
+                               running="running" in counts)
         state, resolved = cell_state(role, complete, first_done, best, target, released)
         # (CellState(...) and CellPlan(...), every field given in order: built without their __init__.)
         cell = built(CellState, cell_id=self.cell_id, setting_id=setting.setting_id, batch_size=b, role=role,
@@ -299,7 +300,7 @@ class CellPlanner:
             counts[r.status] = counts.get(r.status, 0) + 1
         out = last if counts == last.cell.counts else _replaced(last, cell=_replaced(last.cell, counts=counts))
         stop: tuple[tuple[str, str], ...] = ()
-        if last.released and self.role == "trial" and any(r.status == "running" for r in recs):
+        if last.released and self.role == "trial" and "running" in counts:
             target, chain, read = inputs.target, inputs.chain, last.read
             # Every crossing is an ended trial's, unchanged since `last`: its seeds' bests and the
             # rates next to them as they were.
@@ -308,32 +309,35 @@ class CellPlanner:
             seed_best = read["seed_best"]
             best = min(seed_best.values()) if seed_best else None
             stop = self._stops(recs, target, seed_best, best, last.rates, chain, self.cap(chain, best)[0], lost,
-                               read)
+                               read, running=True)
         if stop == last.stopped_by:
             return out
         return _replaced(out, stop=tuple((tid, "pruned") for tid, _ in stop), stopped_by=stop)
 
     def _stops(self, recs: Sequence[TrialRecord], target: float | None, seed_best: dict[int, float],
                best: float | None, rates: Sequence[float], chain: ChainState, cap: int | None,
-               lost: frozenset, read: dict | None = None) -> tuple[tuple[str, str], ...]:
+               lost: frozenset, read: dict | None = None, *, running: bool | None = None) -> tuple[tuple[str, str], ...]:
         """``(trial id, rule)`` of each running trial of a released cell that a stop rule stops now, the
         rules judging in turn (:func:`cbscore.study.stop_rules.stop_rules`); ``read``: the plan's
-        :attr:`CellPlan.read`, where its best rates' neighbours (``keep``) are kept."""
-        if self.role != "trial" or not any(r.status == "running" for r in recs):
+        :attr:`CellPlan.read`, where its best rates' neighbours (``keep``) are kept; ``running``: whether
+        a trial of ``recs`` is running, where the caller counted them."""
+        if running is None:
+            running = any(r.status == "running" for r in recs)
+        if self.role != "trial" or not running:
             return ()
-        running = built(RunningCell, spec=self.spec, setting=self.setting, batch_size=self.batch_size, recs=recs,
+        cell = built(RunningCell, spec=self.spec, setting=self.setting, batch_size=self.batch_size, recs=recs,
                         target=target, seed_best=seed_best, best=best, rates=rates,
                         prev_best=chain.best_steps, cap=cap, lost=lost, crossing=self.crossing)  # (RunningCell(...))
         if read is not None and "keep" in read:
-            running.__dict__["keep"] = read["keep"]  # (the cached property, as read before)
+            cell.__dict__["keep"] = read["keep"]  # (the cached property, as read before)
         stop: list[tuple[str, str]] = []
         stopping: set[str] = set()
         for rule in self.stops:
-            for tid in rule.stops(running, stopping):
+            for tid in rule.stops(cell, stopping):
                 stop.append((tid, rule.rule))
                 stopping.add(tid)
-        if read is not None and "keep" in running.__dict__:
-            read["keep"] = running.__dict__["keep"]
+        if read is not None and "keep" in cell.__dict__:
+            read["keep"] = cell.__dict__["keep"]
         return tuple(stop)
 
     def _grid_trials(self, recs: Sequence[TrialRecord], present: set[str], rates: Sequence[float],

@@ -233,8 +233,11 @@ class Planner:
         if spec.search.runs_rates and spec.target_losses is None:
             # A reference cell that may still add a learning rate has no target yet: the target comes
             # from the whole cell (DESIGN.md §1), so every cell is measured against the same one.
+            # (cell_rates reads the guess only in a predicting grid: elsewhere it is not worked out, None
+            # standing for it, and a reference cell's answer stands while its records do.)
+            reads_guess = spec.search.kind == "grid" and spec.experimental.predict
             for sid, ref in self._ref_ids.items():
-                guess = self._centre(sid, spec.b_ref)
+                guess = self._centre(sid, spec.b_ref) if reads_guess else None
                 if ref.pending is None or ref.pending[0] != guess:
                     ref.pending = (guess, cell_rates(spec, ref.recs, "reference", guess)[1])
                 if ref.pending[1]:
@@ -371,7 +374,13 @@ class Planner:
             # find): most cells above the smallest that changed.
             if i >= first and (not same_inputs or c.out is None or c.evals_only or c.inputs.chain is not chain
                                or (c.out.ordered or not c.planner.orders_only)):
-                self._update_cell(c, centres, i, target, chain, failed, lost)
+                ins = c.inputs
+                # (What _update_cell reads first: a cell whose plan stands, unmoved, under inputs equal to its
+                # own and reading no centre, is left as it is, most of the cells of a setting planned again.)
+                if (c.out is None or c.evals_only or (ins.chain is not chain and ins.chain != chain)
+                        or (ins.target is not target and ins.target != target) or ins.setting_failed != failed
+                        or c.out.ordered or not c.planner.orders_only):
+                    self._update_cell(c, centres, i, target, chain, failed, lost)
             out = c.out
             cells.append(out.cell)
             chain = out.chain
