@@ -24,6 +24,8 @@ from cbscore.study.trials import TrialRecord
 RERUN_CAP_FACTOR = 2.0
 #: Suffix of the trial id of such a second run.
 RERUN_TAG = "x2"
+#: What a re-run's trial id ends with (its first attempt's id, then this): read in every plan's filters.
+RERUN_SUFFIX = "." + RERUN_TAG
 
 
 def cell_budget_tokens(spec: StudySpec, setting: Setting, batch_size: int, role: str,

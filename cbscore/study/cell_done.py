@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cbscore.study.budgets import RERUN_TAG, cell_budget_tokens
+from cbscore.study.budgets import RERUN_SUFFIX, cell_budget_tokens
 from cbscore.study.crossings import CrossingReader, best_neighbours, record_crossing
 from cbscore.study.spec import StudySpec
 from cbscore.study.spec_parts import Setting
@@ -30,7 +30,7 @@ from cbscore.study.trials import TrialRecord
 
 def first_attempts(recs: Sequence[TrialRecord]) -> list[TrialRecord]:
     """A cell's records without its re-runs."""
-    return [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
+    return [r for r in recs if not r.trial_id.endswith(RERUN_SUFFIX)]
 
 
 def reruns(spec: StudySpec, role: str, recs: Sequence[TrialRecord], first: Sequence[TrialRecord],

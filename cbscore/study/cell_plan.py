@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from cbscore.study.budgets import RERUN_CAP_FACTOR, RERUN_TAG
+from cbscore.study.budgets import RERUN_CAP_FACTOR, RERUN_SUFFIX, RERUN_TAG
 from cbscore.study.cell_done import cell_state, censored_bound, first_attempts, reruns, skipped
 from cbscore.study.cell_trials import cell_id, cell_recipe, make_trial, make_trial_id, study_data
 from cbscore.study.chained import replicate_seeds, settled_best, split_replicates
@@ -276,7 +276,7 @@ class CellPlanner:
                      incomplete=not complete and not inputs.setting_failed, skipped=False,
                      chain=ChainState(resolved, best if best is not None else chain.best_steps, at_least),
                      released=released, rates=rates if grid else (),
-                     ordered=any(not t.trial_id.endswith("." + RERUN_TAG) for t in start), read=read)
+                     ordered=any(not t.trial_id.endswith(RERUN_SUFFIX) for t in start), read=read)
 
     def restop(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset, last: CellPlan) -> CellPlan:
         """:meth:`_restop`; a replicated cell's replicates are never stopped, only counted."""

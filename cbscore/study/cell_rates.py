@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from cbscore.study.budgets import RERUN_TAG
+from cbscore.study.budgets import RERUN_SUFFIX
 from cbscore.study.spec import StudySpec
 from cbscore.study.trials import TrialRecord
 
@@ -32,7 +32,7 @@ def cell_rates(spec: StudySpec, recs: Sequence[TrialRecord], role: str,
     # ended censored at a cap and crossed when re-run still extends past an edge its best sits at,
     # as the full grid does.
     every = list(recs)
-    recs = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
+    recs = [r for r in recs if not r.trial_id.endswith(RERUN_SUFFIX)]
     if spec.search.kind == "grid" and spec.experimental.predict:
         return _predicted_cell_rates(spec, recs, role, predicted)
     base = reference_base(spec) if role == "reference" else sorted(spec.search.lrs)
@@ -110,7 +110,7 @@ def cell_best_rate(spec: StudySpec, batch_size: int, recs: Sequence[TrialRecord]
     """A cell's measured best rate, what :func:`cbscore.study.lr_predict.predict_lr` fits over a
     setting's cells: the geometric mean over seeds of each seed's optimal rate once every first
     attempt ended, else ``None``."""
-    recs = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
+    recs = [r for r in recs if not r.trial_id.endswith(RERUN_SUFFIX)]
     if not recs or not all(r.terminal for r in recs):
         return None
     role = "reference" if (batch_size == spec.b_ref and spec.target_losses is None) else "trial"
@@ -172,6 +172,6 @@ def cell_rates_note(spec: StudySpec, recs: Sequence[TrialRecord], role: str, rat
     """Which allowed rates a predicting cell runs, and why (for status pages and reports)."""
     from cbscore.study.lr_predict import allowed_rates, explain_rates
 
-    first = [r for r in recs if not r.trial_id.endswith("." + RERUN_TAG)]
+    first = [r for r in recs if not r.trial_id.endswith(RERUN_SUFFIX)]
     return explain_rates(allowed_rates(spec.search.lrs, spec.search.lr_extensions), rates, predicted,
                          _seed_best_rates(first, role) if first and all(r.terminal for r in first) else [])

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from cbscore.study.budgets import RERUN_TAG, cell_budget_tokens
+from cbscore.study.budgets import RERUN_SUFFIX, cell_budget_tokens
 from cbscore.study.crossings import CrossingReader, best_neighbours, record_crossing
 from cbscore.study.equal_tokens import equal_token_stops, projectable_stops
 from cbscore.study.spec import StudySpec
@@ -126,7 +126,7 @@ class FarRates:
         # neighbours (read off every crossing of the cell) are not needed.
         if not any(r.status == "running" and r.eval_steps and not r.eval_steps[-1] < min_step for r in cell.recs):
             return []
-        reruns = {r.trial_id for r in cell.recs if r.trial_id.endswith("." + RERUN_TAG)}
+        reruns = {r.trial_id for r in cell.recs if r.trial_id.endswith(RERUN_SUFFIX)}
         return equal_token_stops(cell.recs, margin_nats=self.margin_nats, protected=cell.keep,
                                  skip=cell.lost | set(stopping) | reruns, min_step=min_step, rates=cell.rates)
 
