@@ -81,19 +81,20 @@ def _fit_one(x: np.ndarray, log_y: np.ndarray, a: float, b: float) -> tuple[np.n
     thousands), the same arithmetic on Python floats where the rows' version holds (1,) arrays: each
     IEEE operation gives the same double, and :func:`_where_div` and :func:`_np_max` give what
     numpy's division and ``np.maximum`` give where a plain float would raise or differ (a zero
-    divisor, a NaN, a signed zero). ``x`` and ``log_y``: (K,); ``a``, ``b``: the start."""
+    divisor, a NaN, a signed zero). ``x`` and ``log_y``: (K,); ``a``, ``b``: the start. (Sums and
+    ``all`` as the arrays' methods: the same reductions as ``np.sum``/``np.all``, without their wrappers.)"""
     f = a + b * x  # (K,)
-    cost = float(np.sum((log_y - np.log(f)) ** 2))
+    cost = float(((log_y - np.log(f)) ** 2).sum())
     lam = 1e-3
     for _ in range(_MAX_ITERATIONS):
         resid = log_y - np.log(f)  # (K,)
         j_a = 1.0 / f
         j_b = x / f
-        h_aa = float(np.sum(j_a * j_a))
-        h_ab = float(np.sum(j_a * j_b))
-        h_bb = float(np.sum(j_b * j_b))
-        g_a = float(np.sum(j_a * resid))
-        g_b = float(np.sum(j_b * resid))
+        h_aa = float((j_a * j_a).sum())
+        h_ab = float((j_a * j_b).sum())
+        h_bb = float((j_b * j_b).sum())
+        g_a = float((j_a * resid).sum())
+        g_b = float((j_b * resid).sum())
         hold_a = a <= 0.0 and g_a <= 0.0
         hold_b = b <= 0.0 and g_b <= 0.0
         d_aa = h_aa * (1.0 + lam)
@@ -109,8 +110,8 @@ def _fit_one(x: np.ndarray, log_y: np.ndarray, a: float, b: float) -> tuple[np.n
         b_new = _np_max(b + step_b, 0.0)
         f_new = a_new + b_new * x
         with np.errstate(divide="ignore", invalid="ignore"):
-            cost_new = float(np.sum((log_y - np.log(f_new)) ** 2))
-        better = bool(np.all(f_new > 0.0)) and cost_new <= cost
+            cost_new = float(((log_y - np.log(f_new)) ** 2).sum())
+        better = bool((f_new > 0.0).all()) and cost_new <= cost
         if better:
             a, b, f = a_new, b_new, f_new
         moved = abs(step_a) > _RTOL * _np_max(a, 1e-300) or abs(step_b) > _RTOL * _np_max(b, 1e-300)
