@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -179,12 +179,17 @@ class CellPlanner:
         cap = int(math.ceil(min(cands) - 1e-9)) if cands else None  # 1.1·200 is 220.00000000000003
         return cap, cap_smaller
 
-    def plan(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset) -> CellPlan:
-        """The cell's state, the trials to start, ask for or stop, and the chain state it hands on."""
+    def plan(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset, *,
+             centre_of: Callable[[], float | None] | None = None) -> CellPlan:
+        """The cell's state, the trials to start, ask for or stop, and the chain state it hands on.
+        ``centre_of``: under a rule that reads the centre only to order the first attempts it starts
+        (:attr:`orders_only`), the centre where ``inputs`` leaves it out, read only there."""
+        if centre_of is not None and not self.orders_only:
+            raise ValueError("centre_of applies to a rule that reads the centre only to order its trials")
         if not self.replicates:
-            return self._plan(recs, inputs, lost)
+            return self._plan(recs, inputs, lost, centre_of)
         main, reps = split_replicates(self.spec, recs)
-        return self._with_replicates(self._plan(main, inputs, lost), main, reps, inputs)
+        return self._with_replicates(self._plan(main, inputs, lost, centre_of), main, reps, inputs)
 
     def _with_replicates(self, out: CellPlan, main: Sequence[TrialRecord], reps: Sequence[TrialRecord],
                          inputs: CellInputs) -> CellPlan:
@@ -213,7 +218,8 @@ class CellPlanner:
         return _replaced(out, cell=cell, start=out.start + tuple(start),
                          incomplete=out.incomplete or (pending and not inputs.setting_failed))
 
-    def _plan(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset) -> CellPlan:
+    def _plan(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset,
+              centre_of: Callable[[], float | None] | None = None) -> CellPlan:
         """:meth:`plan` of the cell's spec seeds."""
         spec, setting, b, role = self.spec, self.setting, self.batch_size, self.role
         grid = spec.search.runs_rates
@@ -256,7 +262,7 @@ class CellPlanner:
         if released:
             if grid:
                 start = self._grid_trials(recs, present, rates, centre, seed_best, target, cap, cap_smaller,
-                                          rerun, cell_target)
+                                          rerun, cell_target, centre_of)
             else:
                 active = sum(1 for r in recs if not r.terminal)
                 count = min(n_cell - len(recs), spec.search.parallel_per_cell - active)
@@ -342,8 +348,8 @@ class CellPlanner:
 
     def _grid_trials(self, recs: Sequence[TrialRecord], present: set[str], rates: Sequence[float],
                      centre: float | None, seed_best: dict[int, float], target: float | None, cap: int | None,
-                     cap_smaller: int | None, rerun: Sequence[TrialRecord], cell_target: float | None
-                     ) -> list[TrialSpec]:
+                     cap_smaller: int | None, rerun: Sequence[TrialRecord], cell_target: float | None,
+                     centre_of: Callable[[], float | None] | None = None) -> list[TrialSpec]:
         """The grid trials to start: each rate × seed not yet present, in the rule's order (the best
         rate's neighbours capped only by the smaller batch size), then the re-runs at
         :data:`RERUN_CAP_FACTOR` times their cap or budget."""
@@ -352,6 +358,8 @@ class CellPlanner:
         keep: set[tuple[int, float]] | None = None
         # (Ordered only where a trial is missing: most plans of a cell have all of them.)
         missing = any(tid not in present for lr in rates for tid in self._trial_ids(lr))
+        if missing and centre_of is not None:
+            centre = centre_of()  # (read where it orders trials: :meth:`plan`)
         for lr in self.rates.order(rates, centre) if missing else ():
             for seed, tid in zip(spec.seeds, self._trial_ids(lr)):
                 if tid not in present:

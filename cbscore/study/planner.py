@@ -406,9 +406,14 @@ class Planner:
         if (c.out is None or (ins.chain is not chain and ins.chain != chain)
                 or (ins.target is not target and ins.target != target) or ins.setting_failed != failed
                 or (c.out.ordered or not c.planner.orders_only)):
-            inputs = CellInputs(target, chain, failed, self._read_centre(centres, i, c))
+            if c.out is not None and c.out.ordered or not c.planner.orders_only:
+                inputs = CellInputs(target, chain, failed, self._read_centre(centres, i, c))
+            else:
+                # (Its plan moved or its inputs did, whatever the centre, and its rule reads the centre
+                # only to order first attempts it starts: read there alone, :meth:`_plan_cell`.)
+                inputs = CellInputs(target, chain, failed)
             if c.out is None or c.inputs != inputs:
-                c.inputs, c.out = inputs, c.planner.plan(c.recs, inputs, lost)
+                self._plan_cell(c, centres, i, inputs, lost)
                 c.crossed = _running_crossed(c.recs, target, c.planner.crossing)
                 c.evals_only = False
                 return
@@ -419,12 +424,23 @@ class Planner:
             # unchanged since, or changed with its key unchanged, crosses where it did.)
             crossed = _running_crossed(c.fresh if not c.crossed else c.recs, target, c.planner.crossing)
             if crossed or c.crossed:
-                c.inputs = CellInputs(target, chain, failed, self._read_centre(centres, i, c))
-                c.out = c.planner.plan(c.recs, c.inputs, lost)
+                self._plan_cell(c, centres, i, CellInputs(target, chain, failed, self._read_centre(centres, i, c)
+                                                          if not c.planner.orders_only else None), lost)
             else:
                 c.out = c.planner.restop(c.recs, c.inputs, lost, c.out)  # (it reads the target and the chain)
             c.crossed = crossed
         c.evals_only = False
+
+    def _plan_cell(self, c: _Cell, centres: list, i: int, inputs: CellInputs, lost: frozenset) -> None:
+        """Plan cell ``c`` (the ``i``-th of its setting) afresh under ``inputs``. Under a rule that reads
+        the centre only to order the first attempts it starts (``orders_only``), ``inputs`` may leave
+        the centre out (``None``): it is read only where the plan starts some (``ordered``), and kept in
+        the cell's inputs then, as it would have been given (a plan that starts none reads nothing of
+        it: the same plan whatever the centre)."""
+        lazy = c.planner.orders_only and inputs.centre is None
+        c.out = c.planner.plan(c.recs, inputs, lost,
+                               centre_of=(lambda: self._read_centre(centres, i, c)) if lazy else None)
+        c.inputs = inputs._replace(centre=self._read_centre(centres, i, c)) if lazy and c.out.ordered else inputs
 
     def _read_centre(self, centres: list, i: int, c: _Cell) -> float | None:
         """The centre of cell ``c``, the ``i``-th of its setting's ``centres`` (:meth:`_row_centres`)."""

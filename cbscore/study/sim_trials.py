@@ -306,7 +306,7 @@ class SimTrials:
                 losses = LOSS_AT_TRUTH + LOSS_SLOPE * np.log(need / steps)
                 if self.config.eval_noise:  # (else its zeros: adding them changes no loss near 3 nats)
                     losses = losses + self.eval_noise(key[:4], len(steps))
-                hit = np.flatnonzero(losses <= target)
+                hit = (losses <= target).nonzero()[0]  # (np.flatnonzero of the 1-D array, without its wrappers)
                 if hit.size == 0:  # noise kept it above: it stops past any budget
                     self.readings[key] = (math.inf, math.inf)
                 else:
