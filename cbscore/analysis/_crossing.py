@@ -74,8 +74,8 @@ def first_crossing(
     target = float(target)
     if not math.isfinite(target):
         raise ValueError(f"target must be a finite number, but got {target!r}.")
-    xs = [float(s) for s in steps]
-    ys = [float(v) for v in losses]
+    xs = list(map(float, steps))  # (float() of each, as the comprehension would)
+    ys = list(map(float, losses))
     j = next((i for i, v in enumerate(ys) if math.isfinite(v) and v <= target), None)
     if j is None:
         return None
@@ -102,8 +102,8 @@ def _power_law_crossing(xs: list[float], ys: list[float], j: int, target: float)
     while hi + 1 < len(xs) and hi + 1 - j < FIT_POINTS_PER_SIDE and math.isfinite(ys[hi + 1]) \
             and ys[hi + 1] > 0 and xs[hi + 1] <= xs[j - 1] * FIT_STEP_RATIO:
         hi += 1
-    u = [math.log(x) for x in xs[lo:hi + 1]]
-    v = [math.log(y) for y in ys[lo:hi + 1]]
+    u = list(map(math.log, xs[lo:hi + 1]))
+    v = list(map(math.log, ys[lo:hi + 1]))
     n = len(u)
     mu, mv = sum(u) / n, sum(v) / n
     suu = sum((a - mu) ** 2 for a in u)

@@ -89,7 +89,9 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
     # change nothing unless a running trial trails another of its cell and seed by the margin (a wake
     # adds no trial, and the prune margin's stops have wakes of their own), so it is not asked.
     wake_only = stopped_now = False
-    members: dict[str, list[str]] = {}  # trial ids by cell, as they are queued
+    # The evaluations (seed, steps, losses) of each cell's ended trials that did not diverge or fail, as
+    # they end: what the far-rate wake check compares running trials with.
+    ended_evals: dict[str, list[tuple[int, tuple, tuple]]] = {}
     # The study's planner: it reads only the records that changed since its last call. What it is
     # given: every record in the order first made, the running trials' as of now; `ended`: trials
     # whose record changed as they stopped running since the last call.
@@ -114,7 +116,7 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
     moved, prune_woken = 0, -1
     queued = TrialRecord(trial_id="", cell_id="", setting_id="", role="trial", batch_size=1, lr=1.0, status="queued")
     for _ in range(100_000):
-        if wake_only and not _may_stop_far_rate(spec, records, running, members, now):
+        if wake_only and not _may_stop_far_rate(spec, running, ended_evals, now):
             stopped_now = False
         else:
             changed = []
@@ -132,7 +134,9 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
             stopped_now = False
             for tid, reason in p.stop:
                 if tid in running:
-                    records[tid] = run_record(running.pop(tid), now, reason, p.stopped_by.get(tid, ""))
+                    r = records[tid] = run_record(running.pop(tid), now, reason, p.stopped_by.get(tid, ""))
+                    if r.status not in ("diverged", "failed"):
+                        ended_evals.setdefault(r.cell_id, []).append((r.seed, r.eval_steps, r.eval_losses))
                     ended.append(tid)
                     stopped_now = True
                     moved += 1
@@ -146,7 +150,6 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                     records[t.trial_id] = r
                     where[t.trial_id] = len(snapshot)
                     snapshot.append(records[t.trial_id])
-                    members.setdefault(t.cell_id, []).append(t.trial_id)
                     queue.append(t)
             while queue and len(running) < config.workers:
                 t = queue.popleft()
@@ -234,6 +237,8 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
             wake_only = False
             moved += 1
             r = records[tid] = run_record(run, run.end(), run.outcome)
+            if r.status not in ("diverged", "failed"):
+                ended_evals.setdefault(r.cell_id, []).append((r.seed, r.eval_steps, r.eval_losses))
             ended.append(tid)
             if r.status == "reached" and r.steps_to_target is not None and r.role == "trial":
                 best[(r.cell_id, r.seed)] = min(best.get((r.cell_id, r.seed), math.inf), r.steps_to_target)
@@ -247,12 +252,14 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                         pruned_tokens_by_rule=pruned_tokens_by_rule(list(records.values())))
 
 
-def _may_stop_far_rate(spec: StudySpec, records: Mapping[str, TrialRecord], running: Mapping[str, SimRun],
-                       members: Mapping[str, list[str]], now: float) -> bool:
+def _may_stop_far_rate(spec: StudySpec, running: Mapping[str, SimRun],
+                       ended_evals: Mapping[str, list[tuple[int, tuple, tuple]]], now: float) -> bool:
     """Whether some running trial's last evaluation trails another trial of its cell and seed by more
     than ``far_rate_margin`` at equal steps: a necessary condition of every stop at equal tokens that
     ``stop_far_rates`` makes (:func:`cbscore.study.equal_tokens.equal_token_stops`, without its other
-    conditions), so a wake where it fails would plan nothing new."""
+    conditions), so a wake where it fails would plan nothing new. ``ended_evals``: by cell, the
+    ``(seed, steps, losses)`` of each ended trial that did not diverge or fail (its record's
+    evaluations); the other trials of a cell are running ones, or queued ones with no evaluation."""
     # How many of each running trial's evaluations its record shows now (run_record: the first ones of
     # its curve), read once per call (each is compared with every other trial of its cell).
     shown: dict[str, int] = {}
@@ -269,30 +276,26 @@ def _may_stop_far_rate(spec: StudySpec, records: Mapping[str, TrialRecord], runn
         level = run.curve[1][n - 1]
         if not math.isfinite(level):
             continue
-        t, level, seed = steps[n - 1], level - margin, run.spec.seed
-        for other in members.get(run.spec.cell_id, ()):
-            if other == tid:
-                continue
-            o = running.get(other)
-            if o is not None:
-                if o.spec.seed != seed:
-                    continue
-                if o.curve[0]:
-                    o_steps, o_losses = o.curve
-                    o_n = shown.get(other)
-                    if o_n is None:
-                        o_n = shown[other] = bisect.bisect_right(o_steps, min(o.steps, (now - o.start) / o.batch_tokens))
-                else:  # (a diverging or reference run: its record's evaluations)
-                    rec = run_record(o, now)
-                    o_steps, o_losses = rec.eval_steps, rec.eval_losses
-                    o_n = len(o_steps)
-            else:
-                r = records[other]
-                if r.seed != seed or r.status in ("diverged", "failed"):
-                    continue
-                o_steps, o_losses = r.eval_steps, r.eval_losses
-                o_n = len(o_steps)
+        t, level, seed, cell = steps[n - 1], level - margin, run.spec.seed, run.spec.cell_id
+        for o_seed, o_steps, o_losses in ended_evals.get(cell, ()):
             # (loss_at_step's own range check first: most pairs are read outside each other's range.)
+            if o_seed != seed or not o_steps or t < o_steps[0] or t > o_steps[-1]:
+                continue
+            got = loss_at_step(o_steps, o_losses, t)
+            if got is not None and got < level:
+                return True
+        for other, o in running.items():
+            if other == tid or o.spec.cell_id != cell or o.spec.seed != seed:
+                continue
+            if o.curve[0]:
+                o_steps, o_losses = o.curve
+                o_n = shown.get(other)
+                if o_n is None:
+                    o_n = shown[other] = bisect.bisect_right(o_steps, min(o.steps, (now - o.start) / o.batch_tokens))
+            else:  # (a diverging or reference run: its record's evaluations)
+                rec = run_record(o, now)
+                o_steps, o_losses = rec.eval_steps, rec.eval_losses
+                o_n = len(o_steps)
             if not o_n or t < o_steps[0] or t > o_steps[o_n - 1]:
                 continue
             got = loss_at_step(o_steps, o_losses, t, o_n)
