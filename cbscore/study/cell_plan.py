@@ -172,12 +172,14 @@ class CellPlanner:
         if self.role != "trial":
             return None, None
         spec = self.spec
-        cands = [(1 + spec.budget_margin) * chain.best_steps] if chain.best_steps is not None else []
-        cap_smaller = int(math.ceil(min(cands) - 1e-9)) if cands else None
-        if best is not None:
-            cands.append((1 + spec.prune_margin) * best)
-        cap = int(math.ceil(min(cands) - 1e-9)) if cands else None  # 1.1·200 is 220.00000000000003
-        return cap, cap_smaller
+        # (min(smaller, own) of those known: the min of a list of them, without building it.)
+        smaller = (1 + spec.budget_margin) * chain.best_steps if chain.best_steps is not None else None
+        cap_smaller = int(math.ceil(smaller - 1e-9)) if smaller is not None else None
+        if best is None:
+            return cap_smaller, cap_smaller
+        own = (1 + spec.prune_margin) * best
+        low = own if smaller is None else min(smaller, own)
+        return int(math.ceil(low - 1e-9)), cap_smaller  # 1.1·200 is 220.00000000000003
 
     def plan(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset, *,
              centre_of: Callable[[], float | None] | None = None) -> CellPlan:
