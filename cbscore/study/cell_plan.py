@@ -135,6 +135,7 @@ class CellPlanner:
         """The new training seeds of the cell's replicates (:mod:`cbscore.study.chained`), or none."""
         self._recipe: tuple[float, tuple[float, ...]] | None = None
         self._ids: dict[float, tuple[str, ...]] = {}
+        self._ids_of: dict[tuple[float, ...], frozenset[str]] = {}
         self._data = None
 
     @property
@@ -157,6 +158,15 @@ class CellPlanner:
         if ids is None:
             ids = self._ids[lr] = tuple(make_trial_id(self.spec, self.setting, self.batch_size, lr_tag(lr), seed)
                                         for seed in self.spec.seeds)
+        return ids
+
+    def _rates_ids(self, rates: Sequence[float]) -> frozenset[str]:
+        """The ids of the cell's trials at each of ``rates`` (:meth:`_trial_ids`), worked out once per
+        rates planned (a cell plans the same few again and again)."""
+        rates = tuple(rates)
+        ids = self._ids_of.get(rates)
+        if ids is None:
+            ids = self._ids_of[rates] = frozenset(tid for lr in rates for tid in self._trial_ids(lr))
         return ids
 
     def _config_parts(self) -> dict:
@@ -359,7 +369,7 @@ class CellPlanner:
         start: list[TrialSpec] = []
         keep: set[tuple[int, float]] | None = None
         # (Ordered only where a trial is missing: most plans of a cell have all of them.)
-        missing = any(tid not in present for lr in rates for tid in self._trial_ids(lr))
+        missing = not present.issuperset(self._rates_ids(rates))
         if missing and centre_of is not None:
             centre = centre_of()  # (read where it orders trials: :meth:`plan`)
         for lr in self.rates.order(rates, centre) if missing else ():
