@@ -10,8 +10,11 @@ the one timed (its root goes first on ``sys.path`` and on the CLI's ``PYTHONPATH
 checkouts can be timed against each other from one virtual environment.
 
 What it measured, and on which commit and machine: docs/status.md ("Simulator"). Where the time
-goes (a sampling profile at 8d9b24b): the planner about half (each cell's plan, restops), starting
-simulated trials and each setting's analysis about an eighth each, the equal-token wake check 6%.
+goes (a sampling profile at fc5a752, paper-chinchilla): the planner about half (each cell's plan
+20%, restops 6%), starting simulated trials 14% (a third of it seeding each trial's noise), each
+setting's analysis 13%, the equal-token wake check 6%. On shared cores compare CPU time and call
+counts, not the wall clock: ``python -m cProfile`` of ``simulate`` gives 6.5 M calls for 20
+paper-chinchilla studies at fc5a752 (8.4 M at 0e5184b).
 """
 
 from __future__ import annotations
