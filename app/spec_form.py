@@ -44,6 +44,8 @@ LABELS = {
     "search.reference_rates": "Reference cell's rates",
     "search.bracket_min_batch_size": "Narrow cells below B",
     "search.narrow_rates": "Rates of a narrow cell",
+    "search.bracket_top_cells": "Bracketed top cells",
+    "search.replicate_ends": "Replicate the end cells",
     "budget_multiple": "Fallback budget (× D)",
     "budget_margin": "Budget margin",
     "recipe": "Recipe rule",
@@ -96,9 +98,12 @@ LABELS = {
 #: The chained search's fields the form shows (:mod:`cbscore.study.chained`): not
 #: ``chain_centre`` or ``local_exponent``, which stay off the Launch page (a pasted spec keeps them).
 CHAINED_FIELDS = ("chain_exponent", "bracket_ratio", "extension_gain", "max_extensions", "reference_rates",
-                  "bracket_min_batch_size", "narrow_rates")
-#: Chained fields that are whole numbers on the form; ``bracket_min_batch_size``'s 0 is ``None``.
-_CHAINED_INTS = ("max_extensions", "bracket_min_batch_size", "narrow_rates")
+                  "bracket_min_batch_size", "bracket_top_cells", "narrow_rates", "replicate_ends")
+#: Chained fields that are whole numbers on the form; in ``_ZERO_IS_NONE`` a 0 is ``None``.
+_CHAINED_INTS = ("max_extensions", "bracket_min_batch_size", "bracket_top_cells", "narrow_rates")
+_ZERO_IS_NONE = ("bracket_min_batch_size", "bracket_top_cells")
+#: Chained fields that are a checkbox on the form.
+_CHAINED_BOOLS = ("replicate_ends",)
 #: A schedule study's fields the form shows (:class:`cbscore.study.decay_spec.DecaySpec`).
 DECAY_FIELDS = ("schedules", "decay_fraction", "min_lr_ratio", "horizon_low", "horizon_high", "wsd_ratio",
                 "cosine_ratio")
@@ -112,6 +117,7 @@ INPUT_HINTS = {
     "target_losses": "Only for explicit targets: one `setting_id: loss` per line.",
     "search.lrs": "Comma-separated, e.g. `0.001, 0.00316, 0.01`.",
     "search.bracket_min_batch_size": "0 = `None`.",
+    "search.bracket_top_cells": "0 = `None`.",
     "seeds": "Comma-separated, e.g. `0, 1`.",
     "max_trials": "“Launch anyway” below is the `force`.",
     "data.source": "A path must lie inside the server's data roots: `$CBS_HOME/corpora` (where the operator "
@@ -301,8 +307,8 @@ def chained_values(search: Mapping[str, Any]) -> dict[str, Any]:
     out = {}
     for name in CHAINED_FIELDS:
         value = search.get(name, getattr(default, name))
-        out[f"search.{name}"] = (value if isinstance(value, str) else int(value or 0) if name in _CHAINED_INTS
-                                 else float(value))
+        out[f"search.{name}"] = (value if isinstance(value, str) else bool(value) if name in _CHAINED_BOOLS
+                                 else int(value or 0) if name in _CHAINED_INTS else float(value))
     return out
 
 
@@ -350,7 +356,7 @@ def build_spec(base: Mapping[str, Any], values: Mapping[str, Any]):
     for name in CHAINED_FIELDS:  # absent from an older form's values: the base spec's then
         if f"search.{name}" in values:
             value = values[f"search.{name}"]
-            d["search"][name] = (int(value) or None if name == "bracket_min_batch_size"
+            d["search"][name] = (int(value) or None if name in _ZERO_IS_NONE else bool(value) if name in _CHAINED_BOOLS
                                  else int(value) if name in _CHAINED_INTS else value)
     # The rules that failed the simulator's criteria for a default are not on the form: a pasted spec's ``experimental``
     # block (in ``base``) is kept as it was.
@@ -459,9 +465,12 @@ def rates_line(spec) -> str:
         narrow = ("" if spec.bracket_floor is None or search.narrow_rates == 3
                   else f" (below B = {spec.bracket_floor}: "
                        + (f"two, ×/÷ √{search.bracket_ratio:g})" if search.narrow_rates == 2 else "the centre alone)"))
+        ends = spec.replicated_batch_sizes
+        replicated = (f" B = {', '.join(str(b) for b in ends)} each run {search.replicates} more at the best rate with a "
+                      "new training seed." if ends else "")
         return (f"**Learning rates:** the reference cell runs {ref}; every other cell three rates "
                 f"(×/÷ {search.bracket_ratio:g}) around its neighbour's best × (B/B′)^{search.chain_exponent:g}{narrow}, "
-                f"at most {search.max_extensions} added past an edge.")
+                f"at most {search.max_extensions} added past an edge.{replicated}")
     extra = (f"; a cell whose best rate sits at an edge adds up to {search.lr_extensions} past it"
              if search.lr_extensions else "; no rate is added past an edge")
     return f"**Learning rates:** {rates} in every cell{extra}."

@@ -180,11 +180,15 @@ def _chained_fields() -> None:
                           help=H("search.reference_rates"))
         # Cells below a batch size may start narrower than the bracket; how a
         # settled cell centres the next (chain_centre, local_exponent) stays off the page.
-        cols = st.columns([1, 1, 3])
+        # (bracket_top_cells is the same choice counted from the top, for any grid; give one of the two.)
+        cols = st.columns([1, 1, 1, 2])
         cols[0].number_input("Narrow cells below B", key=K + "search.bracket_min_batch_size", min_value=0, step=1,
                              help=H("search.bracket_min_batch_size"))
-        cols[1].selectbox("Rates of a narrow cell", NARROW_RATES, key=K + "search.narrow_rates",
+        cols[1].number_input("Bracketed top cells", key=K + "search.bracket_top_cells", min_value=0, step=1,
+                             help=H("search.bracket_top_cells"))
+        cols[2].selectbox("Rates of a narrow cell", NARROW_RATES, key=K + "search.narrow_rates",
                           help=H("search.narrow_rates"))
+        cols[3].checkbox("Replicate the end cells", key=K + "search.replicate_ends", help=H("search.replicate_ends"))
 
 
 def _decay_fields() -> None:

@@ -173,6 +173,36 @@ def test_a_bad_decay_field_is_named_with_its_value(launch):
     assert any("decay.schedules" in e.value and "must list one schedule" in e.value for e in launch.error)
 
 
+def test_the_relative_chained_fields_set_on_the_page_reach_the_preview_and_the_launched_spec(launch):
+    """Issue 40's relative fields on the form: the top cells bracketed (the cells below them narrow)
+    and the end cells replicated, for any grid; the demo's B = 2..32 with B_ref = 2 keeps the bracket
+    at 16 and 32 and replicates 4 and 32 (B_ref is never replicated)."""
+    _set_chained(launch)
+    launch.number_input(key="launch.search.bracket_top_cells").set_value(2)
+    launch.selectbox(key="launch.search.narrow_rates").set_value(2)
+    launch.checkbox(key="launch.search.replicate_ends").check()
+    launch.text_input(key="launch.name").set_value("relative-demo")
+    # Both forms of the narrow cells at once: refused on the page, naming the field and both values.
+    launch.number_input(key="launch.search.bracket_min_batch_size").set_value(8)
+    launch.button(key=PREVIEW).click().run()
+    assert any("search.bracket_top_cells" in e.value and "bracket_min_batch_size=8" in e.value
+               for e in launch.error), [e.value for e in launch.error]
+    launch.number_input(key="launch.search.bracket_min_batch_size").set_value(0)
+    launch.button(key=PREVIEW).click().run()
+    assert not launch.exception and not launch.error, [e.value for e in launch.error]
+    expected = _chained_demo("relative-demo")
+    expected = expected.replace(search=dataclasses.replace(expected.search, bracket_top_cells=2, narrow_rates=2,
+                                                           replicate_ends=True))
+    (code,) = [c.value for c in launch.code if c.value.startswith("chained search:")]
+    assert "narrow cells (B < 16: 4, 8) start with 2 rates" in code
+    assert "replicates: B = 4, 32 each run 1 more trial(s)" in code
+    assert any("B = 4, 32 each run 1 more at the best rate" in m.value for m in launch.markdown)
+    with mock.patch("workers.query.api.launch_study", return_value="relative-demo") as submit:
+        launch.button(key=LAUNCH).click().run()
+    (launched,), _ = submit.call_args
+    assert launched == expected and launched.replicated_batch_sizes == (4, 32) and launched.bracket_floor == 16
+
+
 def test_narrow_chained_cells_set_on_the_page_reach_the_preview_and_the_launched_spec(launch):
     """Issue 40's narrow cells: below ``search.bracket_min_batch_size`` a chained cell starts with
     ``search.narrow_rates`` rates; set on the form, they are what the Preview describes and what
