@@ -32,7 +32,7 @@ from cbscore.study.rate_rules import rate_rule
 from cbscore.study.spec import StudySpec
 from cbscore.study.spec_parts import Setting
 from cbscore.study.stop_rules import RunningCell, stop_rules
-from cbscore.study.trials import TERMINAL, TrialRecord, TrialSpec, built, lr_tag
+from cbscore.study.trials import TERMINAL, TrialRecord, TrialSpec, built, lr_tag, replaced
 
 
 class ChainState(NamedTuple):
@@ -90,15 +90,6 @@ class CellPlan:
         """Whether the plan reads its inputs' centre: under a rule that reads it only to order the
         trials it starts (:meth:`cbscore.study.rate_rules.GridRates.orders_only`), only while it starts some."""
         return self.ordered or not rule.orders_only()
-
-
-def _replaced(obj, **changes):
-    """``dataclasses.replace(obj, **changes)`` of a :class:`CellPlan` or :class:`CellState` (frozen, no
-    ``__post_init__``, every field set by ``__init__``): the same copy, without reading its fields'
-    definitions again at each of the many restops of a study."""
-    new = object.__new__(type(obj))
-    new.__dict__.update(obj.__dict__, **changes)
-    return new
 
 
 def record_key(r: TrialRecord, lost_set: frozenset) -> tuple:
@@ -225,9 +216,9 @@ class CellPlanner:
         counts = dict(out.cell.counts)
         for r in reps:
             counts[r.status] = counts.get(r.status, 0) + 1
-        cell = _replaced(out.cell, counts=counts, n_trials=out.cell.n_trials + (needed if out.rates else 0),
+        cell = replaced(out.cell, counts=counts, n_trials=out.cell.n_trials + (needed if out.rates else 0),
                          state="resolved" if pending and out.cell.state == "done" else out.cell.state)
-        return _replaced(out, cell=cell, start=out.start + tuple(start),
+        return replaced(out, cell=cell, start=out.start + tuple(start),
                          incomplete=out.incomplete or (pending and not inputs.setting_failed))
 
     def _plan(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset,
@@ -305,7 +296,7 @@ class CellPlanner:
         counts: dict[str, int] = {}
         for r in recs:
             counts[r.status] = counts.get(r.status, 0) + 1
-        return out if counts == out.cell.counts else _replaced(out, cell=_replaced(out.cell, counts=counts))
+        return out if counts == out.cell.counts else replaced(out, cell=replaced(out.cell, counts=counts))
 
     def _restop(self, recs: Sequence[TrialRecord], inputs: CellInputs, lost: frozenset, last: CellPlan) -> CellPlan:
         """The plan of the cell when, since ``last`` (made under the same ``inputs``), only its trials
@@ -316,7 +307,7 @@ class CellPlanner:
         counts: dict[str, int] = {}
         for r in recs:
             counts[r.status] = counts.get(r.status, 0) + 1
-        out = last if counts == last.cell.counts else _replaced(last, cell=_replaced(last.cell, counts=counts))
+        out = last if counts == last.cell.counts else replaced(last, cell=replaced(last.cell, counts=counts))
         stop: tuple[tuple[str, str], ...] = ()
         if last.released and self.role == "trial" and "running" in counts:
             target, chain, read = inputs.target, inputs.chain, last.read
@@ -330,7 +321,7 @@ class CellPlanner:
                                read, running=True)
         if stop == last.stopped_by:
             return out
-        return _replaced(out, stop=tuple((tid, "pruned") for tid, _ in stop), stopped_by=stop)
+        return replaced(out, stop=tuple((tid, "pruned") for tid, _ in stop), stopped_by=stop)
 
     def _stops(self, recs: Sequence[TrialRecord], target: float | None, seed_best: dict[int, float],
                best: float | None, rates: Sequence[float], chain: ChainState, cap: int | None,

@@ -39,7 +39,7 @@ from cbscore.study.sim_tables import LAB_NOISE as _LAB
 from cbscore.study.sim_truth import Truth
 from cbscore.study.spec import StudySpec
 from cbscore.study.spec_parts import Setting
-from cbscore.study.trials import STATUSES, TrialRecord, TrialSpec
+from cbscore.study.trials import STATUSES, TrialRecord, TrialSpec, replaced
 
 #: Evaluations per run before the target is near (``TrainConfig.eval_every_steps`` default).
 EVALS_PER_RUN = 40
@@ -423,10 +423,8 @@ def run_record(run: SimRun, now: float, status: str | None = None, stopped_by: s
         # A running trial's record, many times a study: its first one with the fields that move
         # replaced, without the checks of TrialRecord.__init__ that the first one passed (the status
         # is "running", the evaluations tuples).
-        r = object.__new__(TrialRecord)
-        r.__dict__.update(run.running.__dict__, last_step=int(step), tokens=int(step) * run.batch_tokens,
-                          heartbeat_s=now, eval_steps=evals, eval_losses=losses)
-        return r
+        return replaced(run.running, last_step=int(step), tokens=int(step) * run.batch_tokens,
+                        heartbeat_s=now, eval_steps=evals, eval_losses=losses)
     final = losses[-1] if (done and run.outcome == "finished" and losses) else None
     fields = dict(
         trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id, role=t.role, batch_size=t.batch_size,
@@ -437,8 +435,7 @@ def run_record(run: SimRun, now: float, status: str | None = None, stopped_by: s
     if fields["status"] in STATUSES:
         # TrialRecord(**fields): a blank record's fields with these replaced (its __init__ checks the
         # status, read here, and makes the evaluations tuples, which they are).
-        r = object.__new__(TrialRecord)
-        r.__dict__.update(_BLANK.__dict__, **fields)
+        r = replaced(_BLANK, **fields)
     else:
         r = TrialRecord(**fields)  # (which says why)
     if not done:

@@ -43,7 +43,7 @@ from cbscore.study.sim_truth import (
     write_truth_csv,
 )
 from cbscore.study.spec import StudySpec
-from cbscore.study.trials import TrialRecord, TrialSpec
+from cbscore.study.trials import TrialRecord, TrialSpec, replaced
 
 # What importers read from here: the entry point, its config and report, and the truths.
 __all__ = ["KneeShiftTruth", "LAB_NOISE", "PAPER_CHINCHILLA_LAW", "PAPER_FIXED_D_LAW", "PAPER_FIXED_N_EXPONENT",
@@ -144,10 +144,9 @@ def simulate_once(spec: StudySpec, truth: Mapping[str, Truth], config: SimConfig
                 if t.trial_id not in records:
                     # TrialRecord(trial_id=..., status="queued", ...) of the trial: the study's first one with
                     # the trial's own fields replaced (the checks of its __init__ passed on it).
-                    r = object.__new__(TrialRecord)
-                    r.__dict__.update(queued.__dict__, trial_id=t.trial_id, cell_id=t.cell_id, setting_id=t.setting_id,
-                                      role=t.role, batch_size=t.batch_size, lr=t.lr, max_steps=t.max_steps, seed=t.seed)
-                    records[t.trial_id] = r
+                    records[t.trial_id] = replaced(queued, trial_id=t.trial_id, cell_id=t.cell_id,
+                                                   setting_id=t.setting_id, role=t.role, batch_size=t.batch_size,
+                                                   lr=t.lr, max_steps=t.max_steps, seed=t.seed)
                     where[t.trial_id] = len(snapshot)
                     snapshot.append(records[t.trial_id])
                     queue.append(t)

@@ -155,14 +155,35 @@ class TrialRecord:
         return cls(**dict(data))
 
 
+@functools.cache
+def _field_names(cls) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
 def built(cls, /, **fields):
     """``cls(**fields)`` of a dataclass with no ``__post_init__`` and every field given, in the order it
     declares them: the same object, without ``__init__`` setting each field (a frozen one's through
     ``object.__setattr__``): the planner builds a ``Plan`` per call, a ``CellState`` per cell it plans
-    and a ``TrialSpec`` per trial, thousands in a simulated study."""
+    and a ``TrialSpec`` per trial, thousands in a simulated study. A missing or unknown field is a
+    ``TypeError``, as ``__init__`` would raise."""
+    if fields.keys() != _field_names(cls):
+        raise TypeError(f"built({cls.__name__}): fields {sorted(fields.keys() ^ _field_names(cls))} missing or unknown")
     obj = object.__new__(cls)
     obj.__dict__.update(fields)
     return obj
+
+
+def replaced(obj, /, **changes):
+    """``dataclasses.replace(obj, **changes)`` of a dataclass instance with no ``__post_init__`` whose
+    checks the new values need not pass again (the caller's values are of the kinds ``obj`` holds): the
+    same copy, without ``__init__``, for the records and plans a simulated study copies thousands of
+    times. An unknown field is a ``TypeError``."""
+    if not changes.keys() <= _field_names(type(obj)):
+        raise TypeError(f"replaced({type(obj).__name__}): unknown fields "
+                        f"{sorted(changes.keys() - _field_names(type(obj)))}")
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__, **changes)
+    return new
 
 
 @functools.lru_cache(maxsize=4096)

@@ -85,8 +85,9 @@ def test_a_restops_copy_of_a_cell_plan_is_dataclasses_replace_of_it():
     (many times a study): the same objects, every field, the shared ``read`` included."""
     import dataclasses
 
-    from cbscore.study.cell_plan import CellPlan, ChainState, _replaced
+    from cbscore.study.cell_plan import CellPlan, ChainState
     from cbscore.study.plan_result import CellState
+    from cbscore.study.trials import replaced
 
     state = CellState(cell_id="s.b8", setting_id="s", batch_size=8, role="trial", state="running", n_trials=4,
                       counts={"running": 2}, steps_to_target=120.0, max_steps=180, rates_note="note")
@@ -96,10 +97,10 @@ def test_a_restops_copy_of_a_cell_plan_is_dataclasses_replace_of_it():
     for obj, changes in [(state, {"counts": {"running": 1, "pruned": 1}}),
                          (plan, {"cell": state, "stop": (), "stopped_by": ()}),
                          (plan, {"stop": (("b", "pruned"),), "stopped_by": (("b", "stop_far_rates"),)})]:
-        got, want = _replaced(obj, **changes), dataclasses.replace(obj, **changes)
+        got, want = replaced(obj, **changes), dataclasses.replace(obj, **changes)
         assert type(got) is type(want) and got == want and got is not obj
         assert all(getattr(got, f.name) is getattr(want, f.name) for f in dataclasses.fields(want))
-    assert _replaced(plan, stop=()).read is plan.read
+    assert replaced(plan, stop=()).read is plan.read
 
 
 @pytest.mark.parametrize("estimator", ["fit", "min"])
