@@ -51,7 +51,7 @@ def test_the_run_keeps_the_default_attempt_limit(chaos):
     assert "worker-freeze" in chaos.KILLS and sys.modules["chaos_processes"].freeze_one
 
 
-def test_a_prunable_trials_stop_dependent_columns_are_not_compared():
+def test_a_prunable_trials_stop_dependent_columns_are_not_compared(chaos):
     """A pruned trial's steps, tokens and EWA tau are read where the runner's stop reached it, which
     depends on timing (issue 42's full runs: b4 at lr 0.03 ended with tau 0.997502 calm, 0.995011
     under chaos); a reached trial keeps all of them."""
