@@ -46,6 +46,8 @@ LABELS = {
     "search.narrow_rates": "Rates of a narrow cell",
     "search.bracket_top_cells": "Bracketed top cells",
     "search.replicate_ends": "Replicate the end cells",
+    "search.chain_centre": "Centre the next cell on",
+    "search.local_exponent": "Local exponent",
     "budget_multiple": "Fallback budget (× D)",
     "budget_margin": "Budget margin",
     "recipe": "Recipe rule",
@@ -95,15 +97,16 @@ LABELS = {
 }
 
 
-#: The chained search's fields the form shows (:mod:`cbscore.study.chained`): not
-#: ``chain_centre`` or ``local_exponent``, which stay off the Launch page (a pasted spec keeps them).
+#: The chained search's fields the form shows (:mod:`cbscore.study.chained`); the absolute
+#: ``replicate_batch_sizes`` and ``replicates`` stay off the Launch page (a pasted spec keeps them).
 CHAINED_FIELDS = ("chain_exponent", "bracket_ratio", "extension_gain", "max_extensions", "reference_rates",
-                  "bracket_min_batch_size", "bracket_top_cells", "narrow_rates", "replicate_ends")
+                  "bracket_min_batch_size", "bracket_top_cells", "narrow_rates", "replicate_ends", "chain_centre",
+                  "local_exponent")
 #: Chained fields that are whole numbers on the form; in ``_ZERO_IS_NONE`` a 0 is ``None``.
 _CHAINED_INTS = ("max_extensions", "bracket_min_batch_size", "bracket_top_cells", "narrow_rates")
 _ZERO_IS_NONE = ("bracket_min_batch_size", "bracket_top_cells")
 #: Chained fields that are a checkbox on the form.
-_CHAINED_BOOLS = ("replicate_ends",)
+_CHAINED_BOOLS = ("replicate_ends", "local_exponent")
 #: A schedule study's fields the form shows (:class:`cbscore.study.decay_spec.DecaySpec`).
 DECAY_FIELDS = ("schedules", "decay_fraction", "min_lr_ratio", "horizon_low", "horizon_high", "wsd_ratio",
                 "cosine_ratio")
@@ -468,8 +471,11 @@ def rates_line(spec) -> str:
         ends = spec.replicated_batch_sizes
         replicated = (f" B = {', '.join(str(b) for b in ends)} each run {search.replicates} more at the best rate with a "
                       "new training seed." if ends else "")
+        anchor = "fitted optimum" if search.chain_centre == "vertex" else "best"
+        power = ("the slope of the two cells before it" if search.local_exponent
+                 else f"{search.chain_exponent:g}")
         return (f"**Learning rates:** the reference cell runs {ref}; every other cell three rates "
-                f"(×/÷ {search.bracket_ratio:g}) around its neighbour's best × (B/B′)^{search.chain_exponent:g}{narrow}, "
+                f"(×/÷ {search.bracket_ratio:g}) around its neighbour's {anchor} × (B/B′)^{power}{narrow}, "
                 f"at most {search.max_extensions} added past an edge.{replicated}")
     extra = (f"; a cell whose best rate sits at an edge adds up to {search.lr_extensions} past it"
              if search.lr_extensions else "; no rate is added past an edge")

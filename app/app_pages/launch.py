@@ -19,7 +19,7 @@ from cbscore.study.kinds import study_kind
 from cbscore.study.models import preset_names
 from cbscore.study.safe_yaml import MAX_BYTES as MAX_YAML_BYTES
 from cbscore.study.spec import GNS_CELLS, KINDS, SCHEDULES
-from cbscore.study.spec_parts import REFERENCE_RATES, SEARCH_KINDS
+from cbscore.study.spec_parts import CHAIN_CENTRES, REFERENCE_RATES, SEARCH_KINDS
 
 #: What a chained cell below ``search.bracket_min_batch_size`` may start with (``SearchSpec.narrow_rates``).
 NARROW_RATES = (3, 2, 1)
@@ -178,9 +178,8 @@ def _chained_fields() -> None:
                              step=1, help=H("search.max_extensions"))
         cols[4].selectbox("Reference cell's rates", REFERENCE_RATES, key=K + "search.reference_rates",
                           help=H("search.reference_rates"))
-        # Cells below a batch size may start narrower than the bracket; how a
-        # settled cell centres the next (chain_centre, local_exponent) stays off the page.
-        # (bracket_top_cells is the same choice counted from the top, for any grid; give one of the two.)
+        # Cells below a batch size may start narrower than the bracket
+        # (bracket_top_cells is the same choice counted from the top, for any grid; give one of the two).
         cols = st.columns([1, 1, 1, 2])
         cols[0].number_input("Narrow cells below B", key=K + "search.bracket_min_batch_size", min_value=0, step=1,
                              help=H("search.bracket_min_batch_size"))
@@ -189,6 +188,13 @@ def _chained_fields() -> None:
         cols[2].selectbox("Rates of a narrow cell", NARROW_RATES, key=K + "search.narrow_rates",
                           help=H("search.narrow_rates"))
         cols[3].checkbox("Replicate the end cells", key=K + "search.replicate_ends", help=H("search.replicate_ends"))
+        # How a settled cell centres the next: the simulator's best design on the paper presets is
+        # vertex + local exponent + 2 bracketed top cells + 2-rate narrow cells + replicated ends
+        # (docs/results/cheaper-search/chained/README.md, "Fresh draws").
+        cols = st.columns([1, 1, 3])
+        cols[0].selectbox("Centre the next cell on", CHAIN_CENTRES, key=K + "search.chain_centre",
+                          help=H("search.chain_centre"))
+        cols[1].checkbox("Local exponent", key=K + "search.local_exponent", help=H("search.local_exponent"))
 
 
 def _decay_fields() -> None:

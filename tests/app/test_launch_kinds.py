@@ -58,12 +58,16 @@ def test_the_search_offers_the_chained_bracket_with_the_field_docs_as_help(launc
     assert launch.number_input(key="launch.search.bracket_min_batch_size").help.endswith("0 = `None`.")
     assert list(launch.selectbox(key="launch.search.narrow_rates").options) == ["3", "2", "1"]
     assert "`c/√ratio` and `c·√ratio`" in launch.selectbox(key="launch.search.narrow_rates").help
-    # the rules that centre a chained cell otherwise stay off the page (issue 40: experimental)
+    # how a settled cell centres the next (issue 40's second round: criteria 1 and 2 met) is on the form
+    assert list(launch.selectbox(key="launch.search.chain_centre").options) == ["best", "vertex"]
+    assert launch.selectbox(key="launch.search.chain_centre").help.startswith("`search.chain_centre`: Chained search")
+    assert "[-0.5, 1]" in launch.checkbox(key="launch.search.local_exponent").help
     # every help on the form is its field's doc: the budget margin's says what the paper presets set
     assert "The paper presets set 0.5" in launch.number_input(key="launch.budget_margin").help
     keys = _widget_keys(launch)
     assert "launch.search.chain_exponent" in keys
-    assert not [k for k in keys if "chain_centre" in k or "local_exponent" in k]
+    # the rules that failed the criteria (issue 40: the ``experimental`` block) stay off the page
+    assert not [k for k in keys if "predict" in k or "equal_tokens" in k or "lr_prior" in k]
 
 
 def _widget_keys(at) -> list[str]:
@@ -201,6 +205,36 @@ def test_the_relative_chained_fields_set_on_the_page_reach_the_preview_and_the_l
         launch.button(key=LAUNCH).click().run()
     (launched,), _ = submit.call_args
     assert launched == expected and launched.replicated_batch_sizes == (4, 32) and launched.bracket_floor == 16
+
+
+def test_the_simulators_best_combination_is_set_on_the_page_without_yaml(launch):
+    """How a settled cell centres the next (``chain_centre``, ``local_exponent``) is on the form, so
+    the simulator's best combination (docs/results/cheaper-search/chained/README.md, "Fresh draws")
+    is five widgets, not a YAML: the dry run and the Preview say the fitted optimum and the local
+    slope, and Launch hands over exactly that spec."""
+    _set_chained(launch)
+    assert launch.selectbox(key="launch.search.chain_centre").value == "best"
+    assert launch.checkbox(key="launch.search.local_exponent").value is False
+    launch.selectbox(key="launch.search.chain_centre").set_value("vertex")
+    launch.checkbox(key="launch.search.local_exponent").check()
+    launch.number_input(key="launch.search.bracket_top_cells").set_value(2)
+    launch.selectbox(key="launch.search.narrow_rates").set_value(2)
+    launch.checkbox(key="launch.search.replicate_ends").check()
+    launch.text_input(key="launch.name").set_value("combination-demo")
+    launch.button(key=PREVIEW).click().run()
+    assert not launch.exception and not launch.error, [e.value for e in launch.error]
+    expected = _chained_demo("combination-demo")
+    expected = expected.replace(search=dataclasses.replace(
+        expected.search, chain_centre="vertex", local_exponent=True, bracket_top_cells=2, narrow_rates=2,
+        replicate_ends=True))
+    (code,) = [c.value for c in launch.code if c.value.startswith("chained search:")]
+    assert "centred at c = (its neighbour's fitted optimum)·(B/B_neighbour)^(the slope of the last two cells" in code
+    assert any("around its neighbour's fitted optimum × (B/B′)^the slope of the two cells before it" in m.value
+               for m in launch.markdown), [m.value for m in launch.markdown]
+    with mock.patch("workers.query.api.launch_study", return_value="combination-demo") as submit:
+        launch.button(key=LAUNCH).click().run()
+    (launched,), _ = submit.call_args
+    assert launched == expected
 
 
 def test_narrow_chained_cells_set_on_the_page_reach_the_preview_and_the_launched_spec(launch):

@@ -77,13 +77,20 @@ def test_no_narrow_cells_is_0_on_the_form_and_none_in_the_spec():
     assert spec_form.build_spec(base, values).search.bracket_min_batch_size is None
 
 
-def test_the_form_keeps_a_pasted_specs_chain_centre_and_local_exponent_without_showing_them():
+def test_a_pasted_specs_chain_centre_and_local_exponent_fill_the_form_and_its_replicate_cells_are_kept():
+    """``chain_centre`` and ``local_exponent`` are form fields: a pasted spec's fill them and the form's
+    change wins; the absolute ``replicate_batch_sizes`` and ``replicates`` are not shown, and the
+    pasted values reach the built spec unchanged."""
     base = load_preset("demo").to_dict()
-    base["search"] = {**base["search"], "kind": "chained", "chain_centre": "vertex", "local_exponent": True}
+    base["search"] = {**base["search"], "kind": "chained", "chain_centre": "vertex", "local_exponent": True,
+                      "replicate_batch_sizes": [4, 32], "replicates": 2}
     values = spec_form.form_values(base)
-    assert not [k for k in values if "chain_centre" in k or "local_exponent" in k]
+    assert (values["search.chain_centre"], values["search.local_exponent"]) == ("vertex", True)
+    assert not [k for k in values if "replicate_batch_sizes" in k or k == "search.replicates"]
     s = spec_form.build_spec(base, values).search
-    assert (s.chain_centre, s.local_exponent) == ("vertex", True)
+    assert (s.chain_centre, s.local_exponent, s.replicate_batch_sizes, s.replicates) == ("vertex", True, (4, 32), 2)
+    s = spec_form.build_spec(base, {**values, "search.chain_centre": "best", "search.local_exponent": False}).search
+    assert (s.chain_centre, s.local_exponent) == ("best", False)
 
 
 def test_every_field_on_the_launch_form_has_its_doc_as_help():
