@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from app.charts import PowerLaw, ScalingPoint, SettingCurve, StepsPoint
-from cbscore.analysis import PAPER_EXPONENT_CHINCHILLA, PAPER_EXPONENT_D, PAPER_EXPONENT_N, StepsRow
+from cbscore.analysis import PAPER_EXPONENT_CHINCHILLA, PAPER_EXPONENT_D, PAPER_EXPONENT_N, StepsRow, edge_phrase
 
 #: N on the scaling charts is in millions of non-embedding parameters (the paper's unit).
 N_UNIT = 1e6
@@ -341,10 +341,10 @@ def setting_flags(table) -> list[tuple[str, str]]:
             flags.append((s.setting, f"fitted B* {s.cbs:.3g} {_interval(s.cbs_ci)} and empirical B* "
                                      f"{s.cbs_empirical:.3g} {_interval(getattr(s, 'cbs_empirical_ci', None))} "
                                      "differ by more than their intervals: S(B) may not follow a + b/B here"))
-        edges = [p.batch_size for p in s.points if getattr(p, "lr_at_edge", False)]
+        edges = [edge_phrase(p) for p in s.points if getattr(p, "lr_at_edge", False)]
         if edges:
             flags.append((s.setting, "best learning rate at an edge of the grid at B = "
-                                     f"{', '.join(str(b) for b in edges)}: the optimum may lie beyond it"))
+                                     f"{', '.join(edges)}: the optimum may lie beyond it"))
     return flags
 
 

@@ -94,6 +94,9 @@ class MeasuredPoint:
     """Whether, in some seed, the best reached rate is the smallest or the largest rate tried at
     this batch size (diverged and censored rates count as tried): the optimum is not bracketed,
     and the grid should be extended past that edge (DESIGN.md §1)."""
+    lr_edge_seeds: tuple[tuple[int | None, str], ...] = ()
+    """``(seed, edge)`` for each reached seed whose best rate is at an edge, ``edge`` being
+    ``"lowest"`` or ``"highest"``: which way the grid should be extended, and in how many seeds."""
 
     @property
     def n_reached(self) -> int:
@@ -400,12 +403,12 @@ def measure_points(
             seed_est.append(cell.steps)
             seed_lr.append(cell.lr)
             fitted = fitted and cell.fitted
-        at_edge = False
+        edge_seeds = []  # (seed, "lowest" | "highest"): which edge holds that seed's best rate
         for s in reached_seeds:
             tried = [t.lr for t in group if t.seed == s and t.lr is not None]
             best = min(cells[(batch_size, s)], key=_best_key)
             if best.lr is not None and len(set(tried)) >= 2 and best.lr in (min(tried), max(tried)):
-                at_edge = True
+                edge_seeds.append((s, "lowest" if best.lr == min(tried) else "highest"))
         n_censored = sum(t.outcome == CENSORED for t in group)
         n_diverged = sum(t.outcome == DIVERGED for t in group)
         # S(B) is the best rate's S: each rate's S exceeds the most steps any of its runs trained (a
@@ -437,7 +440,25 @@ def measure_points(
                 steps_min=steps_min,
                 estimator="fit" if (fitted and seed_est) else "min",
                 lr_best=(_geo_mean(own) if own and all(v is not None for v in own) else None),
-                lr_at_edge=at_edge,
+                lr_at_edge=bool(edge_seeds),
+                lr_edge_seeds=tuple(edge_seeds),
             )
         )
     return tuple(points)
+
+
+def edge_phrase(point: MeasuredPoint) -> str:
+    """``8 (the lowest rate, 2 of 2 seeds)``: where a point's best rate sits at an edge, which edge
+    and in how many of its reached seeds (one seed: no count), for the fit's notes and the pages."""
+    seeds = getattr(point, "lr_edge_seeds", ())
+    n = len(getattr(point, "seed_cells", ()))
+    if not seeds:  # a point built without the seeds (a hand-made one): the batch size alone
+        return str(point.batch_size)
+    sides = sorted({side for _, side in seeds})
+    if len(sides) == 1:
+        where = f"the {sides[0]} rate"
+        if n > 1:
+            where += f", {len(seeds)} of {n} seeds"
+        return f"{point.batch_size} ({where})"
+    parts = [f"the {side} rate in seed(s) {', '.join(str(s) for s, e in seeds if e == side)}" for side in sides]
+    return f"{point.batch_size} ({', '.join(parts)}, of {n} seeds)"

@@ -12,7 +12,7 @@ import numpy as np
 from cbscore.analysis._bootstrap import BootstrapResult, bootstrap_steps_fit
 from cbscore.analysis._cbs import DEFAULT_B_REF, DEFAULT_OVERHEAD, cbs_empirical, check_cbs_settings
 from cbscore.analysis._interval import percentile_interval
-from cbscore.analysis._points import DEFAULT_ESTIMATOR, MeasuredPoint, RateFit, measure_points, rate_fit
+from cbscore.analysis._points import DEFAULT_ESTIMATOR, MeasuredPoint, RateFit, edge_phrase, measure_points, rate_fit
 from cbscore.analysis._seeds import SeedTable
 from cbscore.analysis._sensitivity import SENSITIVITY_OVERHEADS, SensitivityRow, sensitivity_table
 from cbscore.analysis._shape import DoublingRatio, LackOfFit, doubling_ratios, knee, lack_of_fit
@@ -291,7 +291,8 @@ def analyze_setting(
     if edges:
         errors.append(
             f"{prefix}the best learning rate sits at an edge of the grid at batch size(s) "
-            f"{', '.join(str(b) for b in edges)}: the optimum may lie beyond it, and S(B) is too high there"
+            f"{', '.join(edge_phrase(p) for p in points if getattr(p, 'lr_at_edge', False))}: the optimum may lie beyond it, "
+            "and S(B) may be too high there (extend the rates past that edge)"
         )
     measured = [p for p in points if p.steps is not None]
     table = SeedTable.from_points(points) if measured else None

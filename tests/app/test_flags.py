@@ -40,6 +40,12 @@ def test_cells_with_the_best_rate_at_an_edge_are_flagged():
     setting = SimpleNamespace(setting="s", cbs=None, cbs_ci=None, cbs_empirical=None, points=(point,))
     flags = fit_view.setting_flags(SimpleNamespace(settings=(setting,)))
     assert flags == [("s", "best learning rate at an edge of the grid at B = 8: the optimum may lie beyond it")]
+    # with its seeds, the flag says which edge and in how many of them (which way to extend the rates)
+    point = SimpleNamespace(batch_size=8, lr_at_edge=True, lr_edge_seeds=((1, "highest"),), seed_cells=((0, 9.0), (1, 8.0)))
+    setting = SimpleNamespace(setting="s", cbs=None, cbs_ci=None, cbs_empirical=None, points=(point,))
+    assert fit_view.setting_flags(SimpleNamespace(settings=(setting,))) == [
+        ("s", "best learning rate at an edge of the grid at B = 8 (the highest rate, 1 of 2 seeds): the optimum may "
+              "lie beyond it")]
 
 
 def test_the_committed_refits_flag_what_their_readmes_say():

@@ -50,8 +50,8 @@ def test_json_output_matches_the_schema_and_the_library(tmp_path, capsys):
     assert law["units"].startswith("B* = c·N^alpha, N in millions")
     assert obj["errors"] == [
         # 0.001 reached and 0.03 diverged: the best rate is the lowest one tried.
-        "setting 'small': the best learning rate sits at an edge of the grid at batch size(s) 16384: "
-        "the optimum may lie beyond it, and S(B) is too high there",
+        "setting 'small': the best learning rate sits at an edge of the grid at batch size(s) 16384 (the lowest "
+        "rate): the optimum may lie beyond it, and S(B) may be too high there (extend the rates past that edge)",
         "scaling law in n_params with D ∝ N at tokens per parameter = 20.4: interval from "
         "3 settings only, read it as rough",
         "scaling law in n_params at fixed tokens: no two settings with different n_params share tokens",

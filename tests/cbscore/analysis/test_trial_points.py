@@ -1,9 +1,10 @@
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
-from cbscore.analysis import MeasuredPoint, TrialSteps, measure_points, trial_steps
+from cbscore.analysis import MeasuredPoint, TrialSteps, edge_phrase, measure_points, trial_steps
 from cbscore.errors import ConfigError
 
 
@@ -107,6 +108,24 @@ def test_a_best_rate_at_the_edge_of_the_rates_tried_is_flagged():
     assert p.lr_best == pytest.approx(4e-3)  # never extrapolated past the rates tried
     diverged = trials + [TrialSteps(batch_size=1024, outcome="diverged", lr=8e-3, seed=0)]
     assert not measure_points(diverged)[0].lr_at_edge  # a diverged rate above brackets it
+
+
+def test_an_edge_names_its_side_and_how_many_seeds_sit_there():
+    """Which edge holds each reached seed's best rate, so the note says which way to extend: seed 0's
+    optimum 8e-3 lies above the rates 1e-3..4e-3 (the highest), seed 1's below 2e-3..8e-3 (the lowest)."""
+    above, _ = _parabola_cells(lambda b, lr: 0.0, rates=(1e-3, 2e-3, 4e-3), sizes=(1024,))
+    below = [TrialSteps(batch_size=1024, steps=1000.0 * (1 + 0.1 * math.log(lr / 1e-3) ** 2), lr=lr, seed=1)
+             for lr in (2e-3, 4e-3, 8e-3)]
+    inside = [dataclasses.replace(t, seed=2) for t in _parabola_cells(lambda b, lr: 0.0, sizes=(1024,))[0]]
+    (p,) = measure_points(above)
+    assert p.lr_edge_seeds == ((0, "highest"),) and edge_phrase(p) == "1024 (the highest rate)"
+    (p,) = measure_points(above + inside)
+    assert p.lr_edge_seeds == ((0, "highest"),) and edge_phrase(p) == "1024 (the highest rate, 1 of 2 seeds)"
+    (p,) = measure_points(above + below + inside)
+    assert p.lr_edge_seeds == ((0, "highest"), (1, "lowest"))
+    assert edge_phrase(p) == "1024 (the highest rate in seed(s) 0, the lowest rate in seed(s) 1, of 3 seeds)"
+    (p,) = measure_points(inside)
+    assert p.lr_edge_seeds == () and not p.lr_at_edge
 
 
 def test_an_unknown_estimator_is_refused_by_name():
