@@ -156,6 +156,20 @@ def _loo(s: np.ndarray, e: np.ndarray, fit, model, k: int) -> float | None:
     return float(math.sqrt(np.mean(np.square(errs))))
 
 
+def _grid_end(b: np.ndarray, b_opt: float) -> tuple[str, float] | None:
+    """``("lowest" | "highest", B)`` where ``b_opt`` is nearer (in ``ln B``) the lowest or the highest
+    batch size measured than any other one, so the quadratic's vertex has data on one side only;
+    ``None`` with fewer than three batch sizes (no inside) or a vertex nearer an inner one."""
+    sizes = np.unique(b)
+    if sizes.size < 3:
+        return None
+    if b_opt <= math.sqrt(sizes[0] * sizes[1]):
+        return "lowest", float(sizes[0])
+    if b_opt >= math.sqrt(sizes[-2] * sizes[-1]):
+        return "highest", float(sizes[-1])
+    return None
+
+
 def fit_wsd_es(batch_sizes, steps) -> WsdEsAnalysis:
     """Both E(S) forms on ``(B, S)`` points (sequences, steps; censored cells left out by the caller)."""
     b = np.asarray(batch_sizes, dtype=float)
@@ -182,6 +196,10 @@ def fit_wsd_es(batch_sizes, steps) -> WsdEsAnalysis:
     if not s.min() <= s_opt <= s.max():
         notes.append(f"S_opt = {s_opt:.4g} lies outside the measured steps [{s.min():.4g}, {s.max():.4g}]: "
                      "B_opt is an extrapolation")
+    elif b_opt is not None and (end := _grid_end(b, b_opt)) is not None:
+        notes.append(f"B_opt = {b_opt:.4g} sits at the {end[0]} batch size measured (nearer B = {end[1]:g} than any "
+                     f"other): the fit puts E(S)'s minimum at the grid's end, not inside it; measuring B_opt needs "
+                     f"{'smaller' if end[0] == 'lowest' else 'larger'} batch sizes")
     if classical.aicc is None or quadratic.aicc is None:
         better, reason = "undecided", f"{n} points: AICc of the 3-parameter form needs 5 or more"
     else:

@@ -64,3 +64,36 @@ def test_cbs_fit_es_reads_each_b_and_seeds_fewest_steps(tmp_path, capsys):
     assert cbs_main(["fit", str(path), "--b-ref", "4", "--bootstrap", "0", "--es"]) == 0
     out = capsys.readouterr().out
     assert "E(S) wsd: classical (McCandlish et al. 2018) B_noise = 30;" in out and "better: classical" in out
+
+
+def test_a_vertex_inside_the_grid_carries_no_note_and_one_at_its_end_says_so():
+    """B_opt nearer (in ln B) the lowest batch size measured than any other has data on one side only:
+    the note says the minimum is at the grid's end; inside, no note; past the steps, an extrapolation."""
+    s = np.array([120, 150, 180, 200, 230, 280, 340, 400], dtype=float)
+    inside = fit_wsd_es(quadratic_e(s, 0.05, 200, 4000) / s, s)
+    assert inside.notes == ()
+    # S_opt at the largest S measured: the smallest batch size is B_opt itself
+    s = np.array([400, 330, 280, 240, 210, 190], dtype=float)
+    e = quadratic_e(s, 0.05, 400, 4000)
+    end = fit_wsd_es(e / s, s)
+    assert end.b_opt == pytest.approx(10, rel=1e-4) and min(e / s) == pytest.approx(10)
+    (note,) = end.notes
+    assert note.startswith("B_opt = 10 sits at the lowest batch size measured (nearer B = 10 than any other)")
+    assert note.endswith("measuring B_opt needs smaller batch sizes")
+    # S_opt past every S measured: the older note, not both
+    beyond = fit_wsd_es(quadratic_e(s, 0.05, 500, 4000) / s, s)
+    assert len(beyond.notes) == 1 and "B_opt is an extrapolation" in beyond.notes[0]
+
+
+def test_the_committed_cosine_runs_e_s_minimum_is_named_at_the_grids_end(capsys):
+    """Known answer from a real run (docs/results/ablation-schedule/cosine-4d/README.md): the revised
+    form fits cosine to 4·D better, but its B_opt (4.1) sits at B = 4, the lowest batch size run."""
+    from pathlib import Path
+
+    from cbs import main
+
+    table = Path(__file__).parents[3] / "docs/results/ablation-schedule/cosine-4d/steps.csv"
+    assert main(["fit", str(table), "--b-ref", "4", "--overhead", "0.2", "--es"]) == 0
+    out = capsys.readouterr().out
+    assert "better: quadratic" in out
+    assert "note: B_opt = 4.1" in out and "sits at the lowest batch size measured (nearer B = 4 than any other)" in out
