@@ -99,31 +99,41 @@ def _write_figures(figs: dict[str, object], folder: Path) -> list[str]:
 
 def best_learning_rates(rows: Iterable[StepsRow], allowed: tuple[float, ...]) -> list[dict]:
     """Per cell, the learning rate of its fastest trial and whether it sits at an end of the rates
-    that cell ran (then the best rate may lie outside them, and S(B) is an upper bound on the tuned
+    that cell ran (and under ``seeds``, the same per training seed: the fastest trial is one seed's) (then the best rate may lie outside them, and S(B) is an upper bound on the tuned
     value; ``"only"`` when the cell ran one rate). The rates run are the cell's own: the planner extends a cell's rates past the spec's grid
     (``search.lr_extensions``), so the spec's grid is not the edge. ``allowed_edge`` says whether the
     best rate is also an end of ``allowed`` (the grid and its extensions), past which no study of
     this spec could go."""
-    best: dict[tuple[str, int], StepsRow] = {}
-    run: dict[tuple[str, int], set[float]] = {}
+    best: dict[tuple, StepsRow] = {}  # (setting, B) and (setting, B, seed): the fastest reached trial
+    run: dict[tuple, set[float]] = {}  # the same keys: the rates run
     for r in rows:
         if r.lr is None:
             continue
-        key = (r.setting, r.batch_size)
-        if r.outcome != "failed":
-            run.setdefault(key, set()).add(float(r.lr))
-        if r.outcome != "reached" or r.steps is None:
-            continue
-        if key not in best or r.steps < best[key].steps:
-            best[key] = r
+        keys = [(r.setting, r.batch_size)] + ([(r.setting, r.batch_size, r.seed)] if r.seed is not None else [])
+        for key in keys:
+            if r.outcome != "failed":
+                run.setdefault(key, set()).add(float(r.lr))
+            if r.outcome == "reached" and r.steps is not None and (key not in best or r.steps < best[key].steps):
+                best[key] = r
     out = []
-    for (setting, b), r in sorted(best.items()):
+    for (setting, b), r in sorted((k, v) for k, v in best.items() if len(k) == 2):
         lr, rates = float(r.lr), sorted(run[(setting, b)])
-        edge = "only" if len(rates) < 2 else "lowest" if lr == rates[0] else "highest" if lr == rates[-1] else None
+        # each seed's own fastest rate (the fit reads every seed's optimum, cbscore.analysis._points): one
+        # seed's trial can be the cell's fastest while the other seed's best sits at the other edge
+        seeds = [{"seed": k[2], "best_lr": float(v.lr), "steps": float(v.steps),
+                  "at_grid_edge": _edge(float(v.lr), sorted(run[k]))}
+                 for k, v in sorted(((k, v) for k, v in best.items() if k[:2] == (setting, b) and len(k) == 3),
+                                    key=lambda kv: kv[0][2])]
         out.append({"setting": setting, "batch_size": b, "best_lr": lr, "steps": float(r.steps),
-                    "tau": r.tau, "rates_run": rates, "at_grid_edge": edge,
-                    "allowed_edge": bool(allowed) and lr in (min(allowed), max(allowed))})
+                    "tau": r.tau, "rates_run": rates, "at_grid_edge": _edge(lr, rates),
+                    "allowed_edge": bool(allowed) and lr in (min(allowed), max(allowed)), "seeds": seeds})
     return out
+
+
+def _edge(lr: float, rates: list[float]) -> str | None:
+    """Where ``lr`` sits among the ascending ``rates`` run: ``only`` (one rate), ``lowest``,
+    ``highest``, or ``None`` (inside)."""
+    return "only" if len(rates) < 2 else "lowest" if lr == rates[0] else "highest" if lr == rates[-1] else None
 
 
 def study_best_rates(spec, rows: Sequence[StepsRow]) -> list[dict] | None:

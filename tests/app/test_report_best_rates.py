@@ -77,3 +77,19 @@ def test_a_schedule_study_whose_rates_move_with_b_has_no_allowed_edge():
     assert [r["allowed_edge"] for r in study_best_rates(spec, rows)] == [False]
     fixed = spec.replace(decay=dataclasses.replace(spec.decay, lr_exponent=0.0))
     assert [r["allowed_edge"] for r in study_best_rates(fixed, rows)] == [True]
+
+
+def test_each_seeds_best_rate_is_listed_beside_the_cells_fastest_trial():
+    """The cell's fastest trial is one seed's: with two seeds whose best rates sit at opposite edges (the
+    ablation-schedule run at B = 8: 0.012 in seed 0, 0.006 in seed 1, within 1.3%), ``at_grid_edge``
+    reads one of them, and ``seeds`` says both."""
+    rows = [StepsRow(setting="s", batch_size=8, lr=lr, steps=steps, seed=seed, tau=0.99)
+            for seed, lr, steps in ((0, 0.006, 282.6), (0, 0.0085, 264.3), (0, 0.012, 264.0),
+                                    (1, 0.006, 238.5), (1, 0.0085, 240.6), (1, 0.012, 267.1))]
+    (cell,) = best_learning_rates(rows, ())
+    assert cell["best_lr"] == 0.006 and cell["at_grid_edge"] == "lowest"
+    assert [(s["seed"], s["best_lr"], s["at_grid_edge"]) for s in cell["seeds"]] == [(0, 0.012, "highest"),
+                                                                                     (1, 0.006, "lowest")]
+    # rows without a seed: no per-seed entries
+    (cell,) = best_learning_rates([_row(8, 0.006, 90), _row(8, 0.012, 80)], ())
+    assert cell["seeds"] == []
