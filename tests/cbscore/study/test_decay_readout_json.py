@@ -1,6 +1,7 @@
 """The schedule readout's JSON (``cbs study fit NAME --json``, the report's ``schedules.json``) and
 text, byte for byte as the readout wrote them when it was a plain dict: the fixtures in ``data/``
-were written by that code on the synthetic runs of ``test_decay_readout``."""
+were written by that code on the synthetic runs of ``test_decay_readout``; since then they gained the
+E(S) fit's note where B_opt sits at the grid's end (``cbscore.analysis._wsd_fit``), and nothing else."""
 
 from __future__ import annotations
 
