@@ -99,8 +99,9 @@ def _write_figures(figs: dict[str, object], folder: Path) -> list[str]:
 
 def best_learning_rates(rows: Iterable[StepsRow], allowed: tuple[float, ...]) -> list[dict]:
     """Per cell, the learning rate of its fastest trial and whether it sits at an end of the rates
-    that cell ran (and under ``seeds``, the same per training seed: the fastest trial is one seed's) (then the best rate may lie outside them, and S(B) is an upper bound on the tuned
-    value; ``"only"`` when the cell ran one rate). The rates run are the cell's own: the planner extends a cell's rates past the spec's grid
+    that cell ran (then the best rate may lie outside them, and S(B) is an upper bound on the tuned
+    value; ``"only"`` when the cell ran one rate); under ``seeds``, the same for each training seed
+    (the fastest trial is one seed's, and another seed's best may sit at the other edge). The rates run are the cell's own: the planner extends a cell's rates past the spec's grid
     (``search.lr_extensions``), so the spec's grid is not the edge. ``allowed_edge`` says whether the
     best rate is also an end of ``allowed`` (the grid and its extensions), past which no study of
     this spec could go."""
