@@ -105,26 +105,34 @@ def best_learning_rates(rows: Iterable[StepsRow], allowed: tuple[float, ...]) ->
     (``search.lr_extensions``), so the spec's grid is not the edge. ``allowed_edge`` says whether the
     best rate is also an end of ``allowed`` (the grid and its extensions), past which no study of
     this spec could go."""
-    best: dict[tuple, StepsRow] = {}  # (setting, B) and (setting, B, seed): the fastest reached trial
-    run: dict[tuple, set[float]] = {}  # the same keys: the rates run
+    best: dict[tuple[str, int], StepsRow] = {}  # (setting, B): the fastest reached trial
+    run: dict[tuple[str, int], set[float]] = {}  # (setting, B): the rates run
+    seed_best: dict[tuple[str, int], dict[int, StepsRow]] = {}  # the same per training seed
+    seed_run: dict[tuple[str, int], dict[int, set[float]]] = {}
     for r in rows:
         if r.lr is None:
             continue
-        keys = [(r.setting, r.batch_size)] + ([(r.setting, r.batch_size, r.seed)] if r.seed is not None else [])
-        for key in keys:
-            if r.outcome != "failed":
-                run.setdefault(key, set()).add(float(r.lr))
-            if r.outcome == "reached" and r.steps is not None and (key not in best or r.steps < best[key].steps):
-                best[key] = r
+        key = (r.setting, r.batch_size)
+        if r.outcome != "failed":
+            run.setdefault(key, set()).add(float(r.lr))
+            if r.seed is not None:
+                seed_run.setdefault(key, {}).setdefault(r.seed, set()).add(float(r.lr))
+        if r.outcome != "reached" or r.steps is None:
+            continue
+        if key not in best or r.steps < best[key].steps:
+            best[key] = r
+        if r.seed is not None:
+            by_seed = seed_best.setdefault(key, {})
+            if r.seed not in by_seed or r.steps < by_seed[r.seed].steps:
+                by_seed[r.seed] = r
     out = []
-    for (setting, b), r in sorted((k, v) for k, v in best.items() if len(k) == 2):
+    for (setting, b), r in sorted(best.items()):
         lr, rates = float(r.lr), sorted(run[(setting, b)])
         # each seed's own fastest rate (the fit reads every seed's optimum, cbscore.analysis._points): one
         # seed's trial can be the cell's fastest while the other seed's best sits at the other edge
-        seeds = [{"seed": k[2], "best_lr": float(v.lr), "steps": float(v.steps),
-                  "at_grid_edge": _edge(float(v.lr), sorted(run[k]))}
-                 for k, v in sorted(((k, v) for k, v in best.items() if k[:2] == (setting, b) and len(k) == 3),
-                                    key=lambda kv: kv[0][2])]
+        seeds = [{"seed": seed, "best_lr": float(v.lr), "steps": float(v.steps),
+                  "at_grid_edge": _edge(float(v.lr), sorted(seed_run[(setting, b)][seed]))}
+                 for seed, v in sorted(seed_best.get((setting, b), {}).items())]
         out.append({"setting": setting, "batch_size": b, "best_lr": lr, "steps": float(r.steps),
                     "tau": r.tau, "rates_run": rates, "at_grid_edge": _edge(lr, rates),
                     "allowed_edge": bool(allowed) and lr in (min(allowed), max(allowed)), "seeds": seeds})

@@ -287,11 +287,12 @@ def analyze_setting(
     skipped = tuple(sorted({int(b) for b in skipped} - measured_sizes))
     for b in skipped:
         errors.append(f"{prefix}batch size {b}: skipped by the planner (never run); not measured")
-    edges = tuple(p.batch_size for p in points if getattr(p, "lr_at_edge", False))
-    if edges:
+    at_edge = [p for p in points if getattr(p, "lr_at_edge", False)]
+    edges = tuple(p.batch_size for p in at_edge)
+    if at_edge:
         errors.append(
             f"{prefix}the best learning rate sits at an edge of the grid at batch size(s) "
-            f"{', '.join(edge_phrase(p) for p in points if getattr(p, 'lr_at_edge', False))}: the optimum may lie beyond it, "
+            f"{', '.join(edge_phrase(p) for p in at_edge)}: the optimum may lie beyond it, "
             "and S(B) may be too high there (extend the rates past that edge)"
         )
     measured = [p for p in points if p.steps is not None]
